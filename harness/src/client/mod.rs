@@ -1,0 +1,235 @@
+//! Client traits in Kafka's own terms, shaped after rdkafka's `FutureProducer` and
+//! `BaseConsumer` so that a component written against them runs unchanged on the real client
+//! (the real implementation comes with the real-services tier).
+//!
+//! The simulated implementation ([`sim`], under `--cfg madsim`) talks to the model's broker
+//! nodes over eosim's RPC layer.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
+use std::time::Duration;
+
+#[cfg(madsim)]
+pub mod sim;
+
+/// Errors a client call can end with. `is_ambiguous` says whether the operation may still
+/// have taken effect (a history records those as `info`, never `fail`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The broker answered with a Kafka error.
+    #[error("broker error {0}")]
+    Kafka(KafkaError),
+    /// No answer in time (`delivery.timeout.ms`, `request.timeout.ms`, ...): outcome unknown.
+    #[error("timed out after {timeout_ms} ms: {what}")]
+    Timeout {
+        /// What was being waited for.
+        what: String,
+        /// The bound that expired, in ms.
+        timeout_ms: u64,
+    },
+    /// A commit failed because the group moved on (Java's `CommitFailedException`:
+    /// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or REBALANCE_IN_PROGRESS on commit).
+    #[error("commit failed: {0}")]
+    CommitFailed(KafkaError),
+    /// The client cannot go on (fenced, misconfigured).
+    #[error("fatal: {0}")]
+    Fatal(String),
+}
+
+impl ClientError {
+    /// Whether the operation may have taken effect although it reported an error.
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            ClientError::Timeout { .. } => true,
+            ClientError::Kafka(e) => matches!(
+                e,
+                KafkaError::RequestTimedOut | KafkaError::NotEnoughReplicasAfterAppend
+            ),
+            ClientError::CommitFailed(_) | ClientError::Fatal(_) => false,
+        }
+    }
+}
+
+/// A record to produce (rdkafka's `FutureRecord`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    /// Target topic.
+    pub topic: String,
+    /// Explicit partition; `None` uses the default partitioner (murmur2 of the key).
+    pub partition: Option<u32>,
+    /// Key bytes.
+    pub key: Option<Bytes>,
+    /// Value bytes; `None` is a tombstone.
+    pub value: Option<Bytes>,
+    /// Headers.
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// Where a produced record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Partition index.
+    pub partition: u32,
+    /// Offset, or -1 under acks=0.
+    pub offset: Offset,
+}
+
+/// Producer settings, with the Java/librdkafka names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProducerConfig {
+    /// `acks`. Default all.
+    pub acks: Acks,
+    /// `enable.idempotence`. Default true in Java (false in librdkafka).
+    pub enable_idempotence: bool,
+    /// `request.timeout.ms`. Default 30000.
+    pub request_timeout_ms: u64,
+    /// `delivery.timeout.ms`. Default 120000.
+    pub delivery_timeout_ms: u64,
+    /// `retries`. Default `u32::MAX`.
+    pub retries: u32,
+    /// `retry.backoff.ms`. Default 100.
+    pub retry_backoff_ms: u64,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            acks: Acks::All,
+            enable_idempotence: true,
+            request_timeout_ms: 30_000,
+            delivery_timeout_ms: 120_000,
+            retries: u32::MAX,
+            retry_backoff_ms: 100,
+        }
+    }
+}
+
+/// A producer (rdkafka's `FutureProducer`).
+#[async_trait]
+pub trait Producer: Send + Sync {
+    /// Sends one record and waits for its delivery report.
+    ///
+    /// # Errors
+    /// The last error after retries ran out or `delivery.timeout.ms` expired.
+    async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError>;
+}
+
+/// What `auto.offset.reset` does when a group has no committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoOffsetReset {
+    /// Start at the log start offset.
+    Earliest,
+    /// Start at the end (Kafka's default).
+    #[default]
+    Latest,
+    /// Fail.
+    None,
+}
+
+/// Consumer settings, with the Java/librdkafka names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// `session.timeout.ms`. Default 45000 (KIP-735).
+    pub session_timeout_ms: u64,
+    /// `heartbeat.interval.ms`. Default 3000.
+    pub heartbeat_interval_ms: u64,
+    /// `max.poll.interval.ms`. Default 300000; also the rebalance timeout.
+    pub max_poll_interval_ms: u64,
+    /// `max.poll.records`. Default 500.
+    pub max_poll_records: usize,
+    /// `fetch.max.bytes`. Default 52428800.
+    pub fetch_max_bytes: u32,
+    /// `max.partition.fetch.bytes`. Default 1048576.
+    pub max_partition_fetch_bytes: u32,
+    /// `fetch.max.wait.ms`. Default 500.
+    pub fetch_max_wait_ms: u64,
+    /// `isolation.level`. Default read_uncommitted.
+    pub isolation_level: Isolation,
+    /// `auto.offset.reset`. Default latest.
+    pub auto_offset_reset: AutoOffsetReset,
+    /// `request.timeout.ms`. Default 30000.
+    pub request_timeout_ms: u64,
+}
+
+impl ConsumerConfig {
+    /// Kafka's defaults for group `group_id`.
+    pub fn new(group_id: impl Into<String>) -> Self {
+        Self {
+            group_id: group_id.into(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 3_000,
+            max_poll_interval_ms: 300_000,
+            max_poll_records: 500,
+            fetch_max_bytes: 52_428_800,
+            max_partition_fetch_bytes: 1_048_576,
+            fetch_max_wait_ms: 500,
+            isolation_level: Isolation::ReadUncommitted,
+            auto_offset_reset: AutoOffsetReset::Latest,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// A consumed record (rdkafka's `BorrowedMessage`, owned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    /// Where it was read.
+    pub tp: TopicPartition,
+    /// Its offset.
+    pub offset: Offset,
+    /// Key bytes.
+    pub key: Option<Bytes>,
+    /// Value bytes; `None` is a tombstone.
+    pub value: Option<Bytes>,
+    /// Headers.
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// A group consumer (rdkafka's `BaseConsumer` with `subscribe`).
+#[async_trait]
+pub trait Consumer: Send {
+    /// Subscribes to `topics`; the group assigns partitions with the range assignor.
+    ///
+    /// # Errors
+    /// When the coordinator cannot be reached.
+    async fn subscribe(&mut self, topics: &[String]) -> Result<(), ClientError>;
+
+    /// Returns up to `max.poll.records` records, waiting at most `timeout`. Heartbeats,
+    /// rebalances and position resets happen inside, as in Kafka's consumer.
+    ///
+    /// # Errors
+    /// Fatal consumer errors (an `auto.offset.reset=none` miss, say).
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError>;
+
+    /// Commits `offsets` (next offset to read) synchronously for the current generation.
+    ///
+    /// # Errors
+    /// [`ClientError::CommitFailed`] when the group rebalanced; a timeout is ambiguous.
+    async fn commit(&mut self, offsets: &[(TopicPartition, Offset)]) -> Result<(), ClientError>;
+
+    /// The partitions currently assigned to this member.
+    fn assignment(&self) -> Vec<TopicPartition>;
+
+    /// Leaves the group.
+    async fn close(&mut self);
+}
+
+/// Admin calls (rdkafka's `AdminClient`).
+#[async_trait]
+pub trait Admin: Send + Sync {
+    /// Creates a topic.
+    ///
+    /// # Errors
+    /// `TopicAlreadyExists`, `InvalidReplicationFactor`, or a timeout.
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+    ) -> Result<(), ClientError>;
+}

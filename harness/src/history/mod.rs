@@ -1,0 +1,211 @@
+//! Histories in Jepsen's shape: every operation is recorded as an `invoke`, then completed
+//! by `ok` (it happened), `fail` (it certainly did not) or `info` (unknown: a timeout, a
+//! lost response). Nemesis faults are operations too, by the process `nemesis`.
+//!
+//! A history is written as `history.jsonl`, one [`Op`] per line; its SHA-256 over that text
+//! is the run's `history-hash`, which a replay of the same (scenario, seed, build) must
+//! reproduce.
+
+use eosim_sim::kafka::{Offset, TopicPartition};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex};
+
+/// The phase of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// The operation started.
+    Invoke,
+    /// It took effect.
+    Ok,
+    /// It certainly did not take effect.
+    Fail,
+    /// Its outcome is unknown.
+    Info,
+}
+
+/// A record as the history knows it: the unique id the workload gave it, its key, and where
+/// Kafka put it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RecordRef {
+    /// Unique id carried in the record's value.
+    pub id: u64,
+    /// Record key, as text.
+    pub key: Option<String>,
+    /// Topic-partition it was read from or written to.
+    pub tp: TopicPartition,
+    /// Its offset.
+    pub offset: Offset,
+}
+
+/// What an operation did, with its arguments (on invoke) or results (on completion).
+/// The variant name is Jepsen's `:f`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "f", rename_all = "kebab-case")]
+pub enum Value {
+    /// A produce. On invoke `tp` and `offset` are unknown; on ok they are filled in.
+    Send {
+        /// Unique record id.
+        id: u64,
+        /// Key.
+        key: Option<String>,
+        /// Partition, once known.
+        tp: Option<TopicPartition>,
+        /// Offset, once known.
+        offset: Option<Offset>,
+    },
+    /// A consumer poll and the records it returned, in order.
+    Poll {
+        /// Records returned.
+        records: Vec<RecordRef>,
+    },
+    /// An offset commit (next offsets to read).
+    Commit {
+        /// Committed offsets.
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// Rows a sink made durable in its target, in order.
+    Write {
+        /// Rows written.
+        rows: Vec<RecordRef>,
+    },
+    /// The final contents of the sink's target after the drain, in storage order.
+    SinkState {
+        /// Rows held.
+        rows: Vec<RecordRef>,
+    },
+    /// The final committed offsets of the sink's consumer group after the drain.
+    CommittedOffsets {
+        /// Offsets per partition; absent partitions have none.
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// The final contents of a partition log up to its high watermark after the drain, read
+    /// with read_uncommitted.
+    LogState {
+        /// Partition.
+        tp: TopicPartition,
+        /// Records in offset order.
+        records: Vec<RecordRef>,
+    },
+    /// A fault or a recovery by the nemesis.
+    Fault {
+        /// Fault name (`kill`, `partition`, `heal`, ...).
+        name: String,
+        /// Targets and parameters, human-readable.
+        detail: String,
+    },
+    /// A marker: the heal-and-drain phase started.
+    Drain,
+}
+
+/// One line of a history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    /// Position in the history, 0-based.
+    pub index: usize,
+    /// Simulated time, ns since the run's start.
+    pub time_ns: u64,
+    /// Who did it: `producer-0`, `consumer-1`, `nemesis`, `checker`...
+    pub process: String,
+    /// Phase.
+    #[serde(rename = "type")]
+    pub kind: OpKind,
+    /// What and with which values.
+    #[serde(flatten)]
+    pub value: Value,
+    /// Error text of a `fail` or `info`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+}
+
+/// An ordered list of operations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    /// Operations in the order they happened.
+    pub ops: Vec<Op>,
+}
+
+impl History {
+    /// Appends an operation and returns its index.
+    pub fn push(
+        &mut self,
+        time_ns: u64,
+        process: &str,
+        kind: OpKind,
+        value: Value,
+        error: Option<String>,
+    ) -> usize {
+        let index = self.ops.len();
+        self.ops.push(Op { index, time_ns, process: process.to_string(), kind, value, error });
+        index
+    }
+
+    /// The history as JSON lines.
+    pub fn to_jsonl(&self) -> String {
+        let mut out = String::new();
+        for op in &self.ops {
+            out.push_str(&serde_json::to_string(op).expect("ops serialize"));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Parses JSON lines.
+    ///
+    /// # Errors
+    /// The line number and serde's message for the first bad line.
+    pub fn from_jsonl(text: &str) -> Result<Self, String> {
+        let mut ops = Vec::new();
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            ops.push(serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?);
+        }
+        Ok(Self { ops })
+    }
+
+    /// SHA-256 of [`History::to_jsonl`], in hex: the run's `history-hash`.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.to_jsonl().as_bytes()))
+    }
+
+    /// Number of nemesis faults (recoveries such as `heal` or `restart` not counted).
+    pub fn fault_count(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|op| match &op.value {
+                Value::Fault { name, .. } => !is_recovery(name),
+                _ => false,
+            })
+            .count()
+    }
+}
+
+/// Whether a nemesis op name is a recovery rather than a fault.
+pub fn is_recovery(name: &str) -> bool {
+    matches!(name, "heal" | "restart" | "resume" | "repair" | "unclog" | "release")
+}
+
+/// A shared recorder handed to every process of a simulation. Cloning shares the history.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    inner: Arc<Mutex<History>>,
+}
+
+impl Recorder {
+    /// Records an op at `time_ns`.
+    pub fn record(
+        &self,
+        time_ns: u64,
+        process: &str,
+        kind: OpKind,
+        value: Value,
+        error: Option<String>,
+    ) -> usize {
+        self.inner.lock().expect("recorder lock").push(time_ns, process, kind, value, error)
+    }
+
+    /// A copy of the history so far.
+    pub fn snapshot(&self) -> History {
+        self.inner.lock().expect("recorder lock").clone()
+    }
+}

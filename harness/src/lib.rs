@@ -1,0 +1,26 @@
+//! # eosim: the harness
+//!
+//! The systems under test and everything that drives and judges them: client traits with a
+//! simulated implementation, workloads, the history they record, checkers, the simulation
+//! runner, reports and the `eosim` CLI.
+//!
+//! # Sections
+//! - [`client`]: producer, consumer and admin traits shaped after rdkafka, and their
+//!   simulated implementation (under `--cfg madsim`).
+//! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
+//! - [`workload`]: the components under test on the Kafka layer and their generators.
+//! - [`history`]: operations as invoke then ok / fail / info, nemesis faults among them.
+//! - [`checker`]: pure functions from a history to a verdict, with Jepsen's anomaly names.
+//! - [`runner`]: runs a scenario for a seed in the simulator.
+//! - [`report`]: `results.json` and `summary.md`.
+#![deny(missing_docs)]
+
+pub mod checker;
+pub mod client;
+pub mod history;
+pub mod report;
+#[cfg(madsim)]
+pub mod runner;
+pub mod scenario;
+#[cfg(madsim)]
+pub mod workload;

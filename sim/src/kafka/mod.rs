@@ -1,0 +1,15 @@
+//! The Kafka model: topics, partitions, replication, consumer groups.
+//!
+//! [`model::Cluster`] is a pure state machine: `handle(now, broker, request) -> Reply`
+//! for client requests and `tick(now, env)` for what brokers and the controller do on their
+//! own (follower fetches, ISR changes, elections, session expiry). [`service`] serves it from
+//! madsim broker nodes. Behaviour follows `shared/models-reference.md` sections A and D.
+
+pub mod group;
+pub mod model;
+pub mod murmur2;
+#[cfg(madsim)]
+pub mod service;
+pub mod types;
+
+pub use types::*;

@@ -1,0 +1,1 @@
+//! Kafka's murmur2 and the default partitioner for keyed records.

@@ -1,0 +1,1 @@
+//! Broker nodes serving the Kafka model.

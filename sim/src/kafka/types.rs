@@ -1,0 +1,425 @@
+//! Wire-level vocabulary of the Kafka model: requests, responses, records and error codes.
+//!
+//! The shapes follow Kafka's protocol (Produce v9+, Fetch v12+, the classic group protocol)
+//! reduced to what eosim's clients need. Error codes are Kafka's own numbers
+//! (`clients/.../common/protocol/Errors.java`), so a component sees the same error classes
+//! from the model as from a real broker through rdkafka.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A broker's node id (`node.id` in KRaft), 1-based in eosim's worlds.
+pub type BrokerId = u32;
+/// A position in a partition log. Offsets are not dense: control records take offsets too.
+pub type Offset = i64;
+/// Simulated time in milliseconds since the start of the run.
+pub type TimeMs = u64;
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index, 0-based.
+    pub partition: u32,
+}
+
+impl TopicPartition {
+    /// Builds a topic-partition.
+    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// A record as a producer hands it over (key, value, headers, timestamp).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Record key; `None` is a null key.
+    pub key: Option<Bytes>,
+    /// Record value; `None` is a tombstone.
+    pub value: Option<Bytes>,
+    /// Headers in order, duplicates allowed (as in Kafka).
+    pub headers: Vec<(String, Bytes)>,
+    /// Create time in ms.
+    pub timestamp_ms: i64,
+}
+
+/// `acks` of a produce request (KIP-679 made `all` the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Acks {
+    /// `acks=0`: no response is awaited; the offset is reported as -1.
+    None,
+    /// `acks=1`: the leader's local append is acknowledged.
+    Leader,
+    /// `acks=all` / `-1`: acknowledged once the high watermark passes the batch.
+    All,
+}
+
+/// Idempotence / transaction header of a produced batch (KIP-98). `producer_id = -1` means
+/// a plain, non-idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerBatchHeader {
+    /// Producer id, or -1.
+    pub producer_id: i64,
+    /// Producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence of the batch's first record, or -1.
+    pub base_sequence: i32,
+    /// Whether the batch belongs to a transaction.
+    pub transactional: bool,
+}
+
+impl ProducerBatchHeader {
+    /// The header of a non-idempotent batch.
+    pub const NONE: Self =
+        Self { producer_id: -1, producer_epoch: -1, base_sequence: -1, transactional: false };
+}
+
+/// `isolation.level` of a fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Isolation {
+    /// Up to the high watermark, aborted records included (Kafka's default).
+    #[default]
+    ReadUncommitted,
+    /// Up to the last stable offset, aborted records filtered by the client.
+    ReadCommitted,
+}
+
+/// Which kind of coordinator `FindCoordinator` looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorKind {
+    /// Group coordinator (`__consumer_offsets`).
+    Group,
+    /// Transaction coordinator (`__transaction_state`).
+    Transaction,
+}
+
+/// Per-topic configuration, with Kafka's names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// `min.insync.replicas`. Default 1.
+    pub min_insync_replicas: u32,
+    /// `unclean.leader.election.enable`. Default false.
+    pub unclean_leader_election_enable: bool,
+    /// `max.message.bytes` of a record batch. Default 1048588.
+    pub max_message_bytes: u32,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self { min_insync_replicas: 1, unclean_leader_election_enable: false, max_message_bytes: 1_048_588 }
+    }
+}
+
+/// Broker-wide configuration, with Kafka's names. Times in ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// `replica.lag.time.max.ms`. Default 30000 (KIP-537).
+    pub replica_lag_time_max_ms: u64,
+    /// `broker.session.timeout.ms`: how long the controller waits before fencing a silent
+    /// broker and moving its leaderships. Default 9000.
+    pub broker_session_timeout_ms: u64,
+    /// `group.initial.rebalance.delay.ms`. Default 3000; eosim scenarios often set 0.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// `group.min.session.timeout.ms`. Default 6000.
+    pub group_min_session_timeout_ms: u64,
+    /// `group.max.session.timeout.ms`. Default 1800000.
+    pub group_max_session_timeout_ms: u64,
+    /// `offsets.topic.num.partitions`. Default 50.
+    pub offsets_topic_num_partitions: u32,
+    /// `offsets.topic.replication.factor`. Default 3 (capped at the broker count).
+    pub offsets_topic_replication_factor: u32,
+    /// `auto.create.topics.enable`. Default true in Kafka; eosim defaults to false so that
+    /// a typo in a scenario is an error, not a new topic.
+    pub auto_create_topics_enable: bool,
+    /// Whether a broker rebuilds producer state on failover (true in every real Kafka;
+    /// false is the F10 bug switch, used by the transactions issue).
+    pub producer_state_survives_failover: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            replica_lag_time_max_ms: 30_000,
+            broker_session_timeout_ms: 9_000,
+            group_initial_rebalance_delay_ms: 3_000,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            offsets_topic_num_partitions: 50,
+            offsets_topic_replication_factor: 3,
+            auto_create_topics_enable: false,
+            producer_state_survives_failover: true,
+        }
+    }
+}
+
+/// Kafka protocol error codes the model returns (`Errors.java`). `code()` gives the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum KafkaError {
+    OffsetOutOfRange,
+    CorruptMessage,
+    UnknownTopicOrPartition,
+    LeaderNotAvailable,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    MessageTooLarge,
+    CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
+    NotCoordinator,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    UnknownMemberId,
+    InvalidSessionTimeout,
+    RebalanceInProgress,
+    TopicAlreadyExists,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    OutOfOrderSequenceNumber,
+    DuplicateSequenceNumber,
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    InvalidProducerIdMapping,
+    InvalidTransactionTimeout,
+    ConcurrentTransactions,
+    TransactionCoordinatorFenced,
+    ProducerFenced,
+    UnknownProducerId,
+    FencedLeaderEpoch,
+    UnknownLeaderEpoch,
+    MemberIdRequired,
+    FencedInstanceId,
+    TransactionAbortable,
+}
+
+impl KafkaError {
+    /// Kafka's numeric error code.
+    pub fn code(self) -> i16 {
+        use KafkaError::*;
+        match self {
+            OffsetOutOfRange => 1,
+            CorruptMessage => 2,
+            UnknownTopicOrPartition => 3,
+            LeaderNotAvailable => 5,
+            NotLeaderOrFollower => 6,
+            RequestTimedOut => 7,
+            MessageTooLarge => 10,
+            CoordinatorLoadInProgress => 14,
+            CoordinatorNotAvailable => 15,
+            NotCoordinator => 16,
+            NotEnoughReplicas => 19,
+            NotEnoughReplicasAfterAppend => 20,
+            IllegalGeneration => 22,
+            InconsistentGroupProtocol => 23,
+            UnknownMemberId => 25,
+            InvalidSessionTimeout => 26,
+            RebalanceInProgress => 27,
+            TopicAlreadyExists => 36,
+            InvalidPartitions => 37,
+            InvalidReplicationFactor => 38,
+            OutOfOrderSequenceNumber => 45,
+            DuplicateSequenceNumber => 46,
+            InvalidProducerEpoch => 47,
+            InvalidTxnState => 48,
+            InvalidProducerIdMapping => 49,
+            InvalidTransactionTimeout => 50,
+            ConcurrentTransactions => 51,
+            TransactionCoordinatorFenced => 52,
+            ProducerFenced => 90,
+            UnknownProducerId => 59,
+            FencedLeaderEpoch => 74,
+            UnknownLeaderEpoch => 75,
+            MemberIdRequired => 79,
+            FencedInstanceId => 82,
+            TransactionAbortable => 120,
+        }
+    }
+
+    /// Whether Kafka marks the error retriable (`RetriableException` subclasses).
+    pub fn is_retriable(self) -> bool {
+        use KafkaError::*;
+        matches!(
+            self,
+            CorruptMessage
+                | UnknownTopicOrPartition
+                | LeaderNotAvailable
+                | NotLeaderOrFollower
+                | RequestTimedOut
+                | CoordinatorLoadInProgress
+                | CoordinatorNotAvailable
+                | NotCoordinator
+                | NotEnoughReplicas
+                | NotEnoughReplicasAfterAppend
+                | ConcurrentTransactions
+                | FencedLeaderEpoch
+                | UnknownLeaderEpoch
+        )
+    }
+}
+
+impl std::fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}({})", self, self.code())
+    }
+}
+
+/// A record as a fetch returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchedRecord {
+    /// The record's offset in its partition.
+    pub offset: Offset,
+    /// The record.
+    pub record: Record,
+    /// Producer id of its batch (-1 for plain batches), so a read_committed client can
+    /// filter aborted transactions.
+    pub producer_id: i64,
+    /// Whether its batch was transactional.
+    pub transactional: bool,
+}
+
+/// An aborted transaction as listed in a read_committed fetch response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    /// Producer id of the aborted transaction.
+    pub producer_id: i64,
+    /// Offset of its first record in this partition.
+    pub first_offset: Offset,
+}
+
+/// Per-partition part of a fetch response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchPartition {
+    /// Error for this partition, if any (records empty then).
+    pub error: Option<KafkaError>,
+    /// High watermark as the leader knows it.
+    pub high_watermark: Offset,
+    /// Last stable offset.
+    pub last_stable_offset: Offset,
+    /// Log start offset.
+    pub log_start_offset: Offset,
+    /// Records at or after the requested offset (control records excluded, but their
+    /// offsets are skipped: `next_fetch_offset` says where to continue).
+    pub records: Vec<FetchedRecord>,
+    /// Aborted transactions overlapping the returned range (read_committed only).
+    pub aborted: Vec<AbortedTxn>,
+    /// Where the next fetch of this partition should start (past control records too).
+    pub next_fetch_offset: Offset,
+}
+
+/// Partition metadata as `Metadata` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMetadata {
+    /// Partition index.
+    pub partition: u32,
+    /// Current leader, `None` while offline.
+    pub leader: Option<BrokerId>,
+    /// Current leader epoch.
+    pub leader_epoch: i32,
+    /// Replica assignment in preference order.
+    pub replicas: Vec<BrokerId>,
+    /// In-sync replicas.
+    pub isr: Vec<BrokerId>,
+}
+
+/// `ListOffsets` target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OffsetSpec {
+    /// Log start offset.
+    Earliest,
+    /// High watermark (read_uncommitted) or LSO (read_committed).
+    Latest(Isolation),
+}
+
+/// A request to a broker. Each variant names the Kafka API it stands for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Request {
+    /// `Metadata`: every topic when `topics` is `None`.
+    Metadata { topics: Option<Vec<String>> },
+    /// `CreateTopics` (admin).
+    CreateTopic { name: String, partitions: u32, replication_factor: u32, config: TopicConfig },
+    /// `Produce` of one batch to one partition.
+    Produce {
+        tp: TopicPartition,
+        acks: Acks,
+        timeout_ms: u64,
+        header: ProducerBatchHeader,
+        records: Vec<Record>,
+    },
+    /// `Fetch` from a consumer.
+    Fetch {
+        isolation: Isolation,
+        partitions: Vec<(TopicPartition, Offset)>,
+        max_bytes: u32,
+        partition_max_bytes: u32,
+        max_wait_ms: u64,
+    },
+    /// `ListOffsets`.
+    ListOffsets { tp: TopicPartition, spec: OffsetSpec },
+    /// `FindCoordinator`.
+    FindCoordinator { key: String, kind: CoordinatorKind },
+    /// `JoinGroup` (classic protocol, range assignor computed by the leader client).
+    JoinGroup {
+        group_id: String,
+        member_id: String,
+        session_timeout_ms: u64,
+        rebalance_timeout_ms: u64,
+        topics: Vec<String>,
+    },
+    /// `SyncGroup`; the leader sends the assignment, followers an empty map.
+    SyncGroup {
+        group_id: String,
+        generation: i32,
+        member_id: String,
+        assignments: BTreeMap<String, Vec<TopicPartition>>,
+    },
+    /// `Heartbeat`.
+    Heartbeat { group_id: String, generation: i32, member_id: String },
+    /// `LeaveGroup`.
+    LeaveGroup { group_id: String, member_id: String },
+    /// `OffsetCommit`; generation -1 and empty member id for a simple (admin) commit.
+    OffsetCommit {
+        group_id: String,
+        generation: i32,
+        member_id: String,
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// `OffsetFetch`.
+    OffsetFetch { group_id: String, partitions: Vec<TopicPartition> },
+}
+
+/// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Response {
+    Metadata { brokers: Vec<BrokerId>, topics: BTreeMap<String, Vec<PartitionMetadata>> },
+    CreateTopic,
+    /// Base offset of the appended (or, for a duplicate, the original) batch; -1 for acks=0.
+    Produce { base_offset: Offset, log_append_time_ms: i64 },
+    Fetch { partitions: Vec<(TopicPartition, FetchPartition)> },
+    ListOffsets { offset: Offset },
+    FindCoordinator { broker: BrokerId },
+    JoinGroup {
+        generation: i32,
+        member_id: String,
+        leader: String,
+        /// Members and the topics they subscribe to; filled for the leader only.
+        members: BTreeMap<String, Vec<String>>,
+    },
+    SyncGroup { assignment: Vec<TopicPartition> },
+    Heartbeat,
+    LeaveGroup,
+    OffsetCommit,
+    /// Committed offsets; -1 where none.
+    OffsetFetch { offsets: Vec<(TopicPartition, Offset)> },
+    Error(KafkaError),
+}

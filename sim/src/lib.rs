@@ -1,0 +1,20 @@
+//! # eosim-sim: the simulated world
+//!
+//! Pure, deterministic models of the systems eosim's pipelines talk to, the madsim nodes
+//! that serve them over the simulated network, and the nemesis that breaks them.
+//!
+//! # Sections
+//! - [`kafka`]: the Kafka model (`kafka::model::Cluster`, a pure state machine) and, under
+//!   `--cfg madsim`, the broker nodes serving it.
+//! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
+//!   duplicate, lose a response after the request was applied).
+//! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
+//!
+//! Layers, bottom up: models (no I/O, no clock of their own) ← services (madsim nodes) ←
+//! clients (in `eosim`, the harness crate).
+#![deny(missing_docs)]
+
+pub mod kafka;
+pub mod nemesis;
+#[cfg(madsim)]
+pub mod net;

@@ -1,0 +1,1 @@
+//! The nemesis: kinds of faults, explicit schedules and swarm settings.
