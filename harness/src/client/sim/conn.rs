@@ -1,0 +1,147 @@
+//! A client's connection to the simulated cluster: broker addresses, metadata cache,
+//! leader lookup and single request/response exchanges with a timeout.
+
+use crate::client::ClientError;
+use eosim_sim::kafka::service::broker_addr;
+use eosim_sim::kafka::{BrokerId, KafkaError, PartitionMetadata, Request, Response, TopicPartition};
+use madsim::net::Endpoint;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Bootstrap list and shared endpoint of one client process. Cloning shares both.
+#[derive(Clone)]
+pub struct Connection {
+    endpoint: Arc<Endpoint>,
+    brokers: Vec<BrokerId>,
+    metadata: Arc<Mutex<BTreeMap<String, Vec<PartitionMetadata>>>>,
+    /// Round-robin cursor over the bootstrap list for requests any broker can answer.
+    cursor: Arc<Mutex<usize>>,
+}
+
+impl Connection {
+    /// Binds an endpoint on this node and knows brokers `1..=broker_count` as bootstrap.
+    ///
+    /// # Errors
+    /// When the node cannot bind (it has no IP).
+    pub async fn open(broker_count: u32) -> Result<Self, ClientError> {
+        let endpoint = Endpoint::bind("0.0.0.0:0")
+            .await
+            .map_err(|e| ClientError::Fatal(format!("cannot bind client endpoint: {e}")))?;
+        Ok(Self {
+            endpoint: Arc::new(endpoint),
+            brokers: (1..=broker_count).collect(),
+            metadata: Arc::default(),
+            cursor: Arc::default(),
+        })
+    }
+
+    /// Sends `request` to `broker` and waits up to `timeout` for the response. A
+    /// `Response::Error` comes back as `Ok`; only transport failures are errors.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when nothing came back.
+    pub async fn request(
+        &self,
+        broker: BrokerId,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, ClientError> {
+        let what = format!("{} to broker-{broker}", request_name(&request));
+        eosim_sim::net::call(&self.endpoint, broker_addr(broker), request, timeout)
+            .await
+            .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
+    }
+
+    /// Sends `request` to the next bootstrap broker in turn (for requests any broker
+    /// answers: Metadata, FindCoordinator, CreateTopics).
+    ///
+    /// # Errors
+    /// As [`Connection::request`].
+    pub async fn request_any(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, ClientError> {
+        let broker = {
+            let mut c = self.cursor.lock().expect("cursor lock");
+            *c = (*c + 1) % self.brokers.len();
+            self.brokers[*c]
+        };
+        self.request(broker, request, timeout).await
+    }
+
+    /// Refreshes the metadata of `topics` from any broker.
+    ///
+    /// # Errors
+    /// A timeout, or the broker's error.
+    pub async fn refresh_metadata(
+        &self,
+        topics: &[String],
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        let request = Request::Metadata { topics: Some(topics.to_vec()) };
+        match self.request_any(request, timeout).await? {
+            Response::Metadata { topics, .. } => {
+                self.metadata.lock().expect("metadata lock").extend(topics);
+                Ok(())
+            }
+            Response::Error(e) => Err(ClientError::Kafka(e)),
+            other => Err(ClientError::Fatal(format!("unexpected metadata response {other:?}"))),
+        }
+    }
+
+    /// The cached leader of `tp`, if known and online.
+    pub fn leader(&self, tp: &TopicPartition) -> Option<BrokerId> {
+        let metadata = self.metadata.lock().expect("metadata lock");
+        metadata.get(&tp.topic)?.iter().find(|p| p.partition == tp.partition)?.leader
+    }
+
+    /// Number of partitions of `topic` in the cache.
+    pub fn partition_count(&self, topic: &str) -> Option<u32> {
+        self.metadata.lock().expect("metadata lock").get(topic).map(|p| p.len() as u32)
+    }
+
+    /// Forgets the leader of every partition (after NOT_LEADER_OR_FOLLOWER, say).
+    pub fn invalidate(&self, topic: &str) {
+        self.metadata.lock().expect("metadata lock").remove(topic);
+    }
+}
+
+/// The Kafka API name of a request, for messages.
+pub fn request_name(request: &Request) -> &'static str {
+    match request {
+        Request::Metadata { .. } => "Metadata",
+        Request::CreateTopic { .. } => "CreateTopics",
+        Request::Produce { .. } => "Produce",
+        Request::Fetch { .. } => "Fetch",
+        Request::ListOffsets { .. } => "ListOffsets",
+        Request::FindCoordinator { .. } => "FindCoordinator",
+        Request::JoinGroup { .. } => "JoinGroup",
+        Request::SyncGroup { .. } => "SyncGroup",
+        Request::Heartbeat { .. } => "Heartbeat",
+        Request::LeaveGroup { .. } => "LeaveGroup",
+        Request::OffsetCommit { .. } => "OffsetCommit",
+        Request::OffsetFetch { .. } => "OffsetFetch",
+    }
+}
+
+/// Turns a `Response::Error` into a client error.
+pub fn broker_error(response: &Response) -> Option<ClientError> {
+    match response {
+        Response::Error(e) => Some(ClientError::Kafka(*e)),
+        _ => None,
+    }
+}
+
+/// Whether a broker error means the client's metadata is stale.
+pub fn needs_metadata_refresh(e: KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::NotLeaderOrFollower
+            | KafkaError::LeaderNotAvailable
+            | KafkaError::UnknownTopicOrPartition
+            | KafkaError::FencedLeaderEpoch
+            | KafkaError::UnknownLeaderEpoch
+    )
+}

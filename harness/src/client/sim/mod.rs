@@ -1,0 +1,6 @@
+//! The simulated clients: RPC to the model's broker nodes over eosim's network layer.
+//!
+//! [`conn::Connection`] routes requests to brokers and keeps the metadata cache; the
+//! producer, consumer and admin are built on it.
+
+pub mod conn;
