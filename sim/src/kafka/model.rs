@@ -35,9 +35,15 @@ pub enum CrashMode {
     MachineCrash,
 }
 
-/// A parked request, to be completed by [`Cluster::poll_parked`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParkToken(pub u64);
+/// A parked request, to be completed by [`Cluster::poll_parked`]. Each owner numbers its
+/// own tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ParkToken {
+    /// An acks=all produce waiting for the high watermark (numbered by the cluster).
+    Produce(u64),
+    /// A JoinGroup or SyncGroup waiting for the rebalance (numbered by the group coordinator).
+    Group(u64),
+}
 
 /// The answer to a request: now, or once the cluster has moved on.
 #[derive(Debug, Clone, PartialEq)]
