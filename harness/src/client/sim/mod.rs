@@ -3,4 +3,6 @@
 //! [`conn::Connection`] routes requests to brokers and keeps the metadata cache; the
 //! producer, consumer and admin are built on it.
 
+pub mod admin;
 pub mod conn;
+pub mod producer;
