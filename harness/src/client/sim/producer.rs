@@ -49,8 +49,21 @@ impl SimProducer {
             .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))
     }
 
+    /// Sends `records` to `tp` as one batch in one Produce request, without retries (what
+    /// librdkafka does under the hood once its linger expires). Returns the base offset.
+    ///
+    /// # Errors
+    /// The broker's error or a timeout (ambiguous).
+    pub async fn send_batch(
+        &self,
+        tp: &TopicPartition,
+        records: Vec<Record>,
+    ) -> Result<i64, ClientError> {
+        self.attempt(tp, records).await
+    }
+
     /// One attempt: find the leader and send the batch.
-    async fn attempt(&self, tp: &TopicPartition, record: &Record) -> Result<i64, ClientError> {
+    async fn attempt(&self, tp: &TopicPartition, records: Vec<Record>) -> Result<i64, ClientError> {
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         let leader = match self.conn.leader(tp) {
             Some(leader) => leader,
@@ -64,7 +77,7 @@ impl SimProducer {
             acks: self.config.acks,
             timeout_ms: self.config.request_timeout_ms,
             header: ProducerBatchHeader::NONE,
-            records: vec![record.clone()],
+            records,
         };
         match self.conn.request(leader, request, timeout).await? {
             Response::Produce { base_offset, .. } => Ok(base_offset),
@@ -91,7 +104,7 @@ impl Producer for SimProducer {
         let mut ambiguous = false;
         let mut attempts = 0u32;
         loop {
-            let error = match self.attempt(&tp, &batch).await {
+            let error = match self.attempt(&tp, vec![batch.clone()]).await {
                 Ok(offset) => return Ok(Delivery { partition, offset }),
                 Err(e) => e,
             };
