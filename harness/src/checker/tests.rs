@@ -644,3 +644,16 @@ fn options_and_results_round_trip_through_text() {
     let back: CheckResult = serde_json::from_str(&text).unwrap();
     assert_eq!(back, result);
 }
+
+#[test]
+fn rereading_an_offset_is_a_nonmonotonic_poll() {
+    // Offsets must strictly increase: reading offset 1 twice in a row goes nowhere.
+    let h = history(vec![
+        ("consumer-0", Done, poll(&[(1, 0), (2, 1)])),
+        ("consumer-0", Done, poll(&[(2, 1)])),
+        ("final", Done, log(&[(1, 0), (2, 1)])),
+    ]);
+    let assign = CheckOptions { subscribe: false, ..kafka_only() };
+    let result = check_all(&h, &assign);
+    assert_eq!(ids(&result, Anomaly::NonmonotonicPoll), vec![vec![2, 2]]);
+}
