@@ -238,19 +238,22 @@ pub fn inconsistent_offsets_cases(a: &Analysis) -> Vec<Case> {
     cases
 }
 
+/// A read of one record: (poll op index, offset, id).
+type Read = (usize, Offset, u64);
+
 /// Two records one process read from one partition, one after the other.
 struct Step {
     process: String,
     tp: TopicPartition,
-    prev: (usize, Offset, u64),
-    next: (usize, Offset, u64),
+    prev: Read,
+    next: Read,
 }
 
 /// Successive reads of each partition by each process, in history order, within and across
 /// polls. A process's `info` op (Jepsen's crash: the process is replaced) starts it afresh.
 fn poll_steps(a: &Analysis) -> Vec<Step> {
-    let mut last: BTreeMap<&str, (usize, BTreeMap<&TopicPartition, (usize, Offset, u64)>)> =
-        BTreeMap::new();
+    // Per process: the op of its last poll, and per partition its last read.
+    let mut last: BTreeMap<&str, (usize, BTreeMap<&TopicPartition, Read>)> = BTreeMap::new();
     let mut steps = Vec::new();
     for poll in &a.polls {
         let (last_op, seen) = last.entry(poll.process.as_str()).or_default();

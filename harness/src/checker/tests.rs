@@ -653,7 +653,10 @@ fn rereading_an_offset_is_a_nonmonotonic_poll() {
         ("consumer-0", Done, poll(&[(2, 1)])),
         ("final", Done, log(&[(1, 0), (2, 1)])),
     ]);
-    let assign = CheckOptions { subscribe: false, ..kafka_only() };
+    let assign = CheckOptions {
+        subscribe: false,
+        ..kafka_only()
+    };
     let result = check_all(&h, &assign);
     assert_eq!(ids(&result, Anomaly::NonmonotonicPoll), vec![vec![2, 2]]);
 }
