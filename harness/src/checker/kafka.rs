@@ -141,7 +141,7 @@ pub fn duplicate_cases(a: &Analysis) -> Vec<Case> {
             text: format!(
                 "record {id} is in the final log {} times: {}",
                 places.len(),
-                { places.join(", ") }
+                places.join(", ")
             ),
         });
     }
@@ -163,12 +163,8 @@ pub fn inconsistent_offsets_cases(a: &Analysis) -> Vec<Case> {
     let mut by_id: BTreeMap<u64, BTreeMap<Position, BTreeSet<usize>>> = BTreeMap::new();
     for o in &a.observations {
         let position = (o.tp.clone(), o.offset);
-        by_position
-            .entry(position.clone())
-            .or_default()
-            .entry(o.id)
-            .or_default()
-            .insert(o.op);
+        let ids = by_position.entry(position.clone()).or_default();
+        ids.entry(o.id).or_default().insert(o.op);
         by_id
             .entry(o.id)
             .or_default()
@@ -179,63 +175,55 @@ pub fn inconsistent_offsets_cases(a: &Analysis) -> Vec<Case> {
     let mut cases = Vec::new();
     for ((tp, offset), ids) in by_position.iter().filter(|(_, ids)| ids.len() > 1) {
         let listed: Vec<String> = ids.keys().map(u64::to_string).collect();
+        let ops: BTreeSet<usize> = ids.values().flatten().copied().collect();
         cases.push(Case {
             ids: ids.keys().copied().collect(),
             tp: Some(tp.clone()),
             offsets: vec![*offset],
-            ops: ids
-                .values()
-                .flatten()
-                .copied()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
+            ops: ops.into_iter().collect(),
             text: format!("{tp}@{offset} was seen holding ids {}", listed.join(", ")),
         });
     }
     for (id, positions) in &by_id {
-        let in_log: BTreeSet<Position> = a
-            .log_positions
-            .get(id)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
-        let stray: Vec<(&Position, &BTreeSet<usize>)> = if in_log.is_empty() {
-            if positions.len() > 1 {
-                positions.iter().collect()
-            } else {
-                Vec::new()
-            }
-        } else {
-            positions
-                .iter()
-                .filter(|(p, _)| !in_log.contains(*p))
-                .collect()
-        };
-        if stray.is_empty() {
-            continue;
-        }
-        let places: Vec<String> = stray
-            .iter()
-            .map(|((tp, o), _)| format!("{tp}@{o}"))
-            .collect();
-        let ops: BTreeSet<usize> = stray
-            .iter()
-            .flat_map(|(_, ops)| ops.iter().copied())
-            .collect();
-        cases.push(Case {
-            ids: vec![*id],
-            tp: Some(stray[0].0 .0.clone()),
-            offsets: stray.iter().map(|((_, o), _)| *o).collect(),
-            ops: ops.into_iter().collect(),
-            text: format!(
-                "record {id} was seen at {}, not where the final log has it",
-                { places.join(", ") }
-            ),
-        });
+        cases.extend(stray_positions_case(a, *id, positions));
     }
     cases
+}
+
+/// Inference 2 of [`inconsistent_offsets_cases`] for one id.
+fn stray_positions_case(
+    a: &Analysis,
+    id: u64,
+    positions: &BTreeMap<Position, BTreeSet<usize>>,
+) -> Option<Case> {
+    let in_log: BTreeSet<&Position> = a.log_positions.get(&id).into_iter().flatten().collect();
+    let stray: Vec<(&Position, &BTreeSet<usize>)> = if in_log.is_empty() {
+        positions.iter().filter(|_| positions.len() > 1).collect()
+    } else {
+        positions
+            .iter()
+            .filter(|(p, _)| !in_log.contains(p))
+            .collect()
+    };
+    let ((tp, _), _) = stray.first()?;
+    let places: Vec<String> = stray
+        .iter()
+        .map(|((tp, o), _)| format!("{tp}@{o}"))
+        .collect();
+    let ops: BTreeSet<usize> = stray
+        .iter()
+        .flat_map(|(_, ops)| ops.iter().copied())
+        .collect();
+    Some(Case {
+        ids: vec![id],
+        tp: Some(tp.clone()),
+        offsets: stray.iter().map(|((_, o), _)| *o).collect(),
+        ops: ops.into_iter().collect(),
+        text: format!(
+            "record {id} was seen at {}, not where the final log has it",
+            places.join(", ")
+        ),
+    })
 }
 
 /// A read of one record: (poll op index, offset, id).
