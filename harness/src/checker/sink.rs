@@ -32,7 +32,7 @@ impl Checker for SinkChecker {
                 progress_ahead_of_data_cases(&a),
             ),
         ];
-        let mut result = CheckResult::from_cases(found, sink_counts(&a), options);
+        let mut result = CheckResult::from_cases(found, counts_of(&a), options);
         let missing = if a.sink_state.is_none() {
             Some("no final SinkState: sink losses and duplicates cannot be decided")
         } else if a.logs.is_empty() {
@@ -48,7 +48,7 @@ impl Checker for SinkChecker {
     }
 }
 
-fn sink_counts(a: &Analysis) -> BTreeMap<String, u64> {
+fn counts_of(a: &Analysis) -> BTreeMap<String, u64> {
     let mut written: BTreeMap<u64, u64> = BTreeMap::new();
     for row in a.writes.iter().flat_map(|w| w.rows.iter()) {
         *written.entry(row.id).or_default() += 1;

@@ -5,6 +5,8 @@
 //! - [`RunReport`], [`ScenarioResult`], [`Verdict`], [`Counterexample`]: the report's shape,
 //!   which is also `results.json`'s.
 //! - [`write_report`]: writes both files.
+//! - [`write_seed_report`]: one seed's directory (`history.jsonl`, `results.json`,
+//!   `anomalies/<anomaly>.jsonl`, `report.md`).
 //! - [`fault_lines`], [`first_forbidden_op`], [`Counterexample::from_check`]: build a
 //!   counterexample from a failing seed's history and check result.
 //!
@@ -27,10 +29,12 @@
 //! ```
 
 mod markdown;
+mod seed;
 #[cfg(test)]
 mod tests;
 
 pub use markdown::summary_markdown;
+pub use seed::{seed_markdown, write_seed_report, REPORT_CASES_MAX};
 
 use crate::checker::CheckResult;
 use crate::history::{History, OpKind, Value};

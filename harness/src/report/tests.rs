@@ -186,3 +186,28 @@ fn table_cells_escape_pipes() {
     report.scenarios[1].pipeline = "a|b".into();
     assert!(summary_markdown(&report).contains("| a\\|b |"));
 }
+
+#[test]
+fn seed_report_writes_history_results_and_every_case() {
+    let dir = temp_dir("seed");
+    let history = failing_history();
+    let check = check_all(&history, &CheckOptions::for_claim(Claim::ExactlyOnce));
+    write_seed_report(
+        &dir,
+        "SEED=17 scenario=ck-eos-kill build=0123abc",
+        &history,
+        &check,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(dir.join("history.jsonl")).unwrap();
+    assert_eq!(History::from_jsonl(&text).unwrap(), history);
+    let json = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    assert_eq!(serde_json::from_str::<CheckResult>(&json).unwrap(), check);
+    let lost = std::fs::read_to_string(dir.join("anomalies/sink-lost.jsonl")).unwrap();
+    assert_eq!(lost.lines().count(), 1);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.starts_with("# SEED=17 scenario=ck-eos-kill"), "{md}");
+    assert!(md.contains("validity: **Invalid**"), "{md}");
+    assert!(md.contains("## sink-lost (forbidden, 1 case(s))"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
