@@ -220,6 +220,10 @@ pub struct WorkloadSpec {
     /// When the consumer commits. Default after-processing.
     #[serde(default)]
     pub commit: CommitMode,
+    /// Simulated time a sink write takes before it is durable, ms. Default 10. A crash in
+    /// this window is what separates at-least-once from at-most-once.
+    #[serde(default = "default_sink_write")]
+    pub sink_write_ms: u64,
 }
 
 impl Default for WorkloadSpec {
@@ -254,6 +258,9 @@ fn default_request_timeout() -> u64 {
 }
 fn default_session_timeout() -> u64 {
     10_000
+}
+fn default_sink_write() -> u64 {
+    10
 }
 fn default_max_poll_records() -> usize {
     50

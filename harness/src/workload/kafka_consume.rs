@@ -146,12 +146,12 @@ pub async fn consumer_process(ctx: Context, name: String) {
         let offsets = next_offsets(&records);
         match w.commit {
             CommitMode::AfterProcessing => {
-                write_sink(&ctx, &name, rows);
+                write_sink(&ctx, &name, rows).await;
                 commit(&ctx, &name, &mut consumer, offsets).await;
             }
             CommitMode::BeforeProcessing => {
                 if commit(&ctx, &name, &mut consumer, offsets).await {
-                    write_sink(&ctx, &name, rows);
+                    write_sink(&ctx, &name, rows).await;
                 }
             }
         }
@@ -178,7 +178,10 @@ fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
     next.into_iter().collect()
 }
 
-fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
+/// Writes rows into the sink: durable only after `sink_write_ms` (a kill before then
+/// loses the write, as a crash before a database commit would).
+async fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
+    madsim::time::sleep(Duration::from_millis(ctx.scenario.workload.sink_write_ms)).await;
     ctx.shared.lock().expect("shared lock").sink.extend(rows.iter().cloned());
     ctx.record(name, OpKind::Ok, Value::Write { rows }, None);
 }
