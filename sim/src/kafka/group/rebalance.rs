@@ -260,20 +260,21 @@ impl Group {
         }
     }
 
-    /// After a member left or expired (Kafka's `removeMemberAndUpdateGroup`).
+    /// After a member left or expired (Kafka's `removeMemberAndUpdateGroup`): a settled
+    /// group rebalances; a rebalance in progress may now be complete (or empty).
     pub(super) fn member_removed(
         &mut self,
         now: TimeMs,
         parked: &mut Parked,
         config: &ClusterConfig,
     ) {
-        match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                self.prepare_rebalance(now, parked, config)
-            }
-            GroupState::PreparingRebalance => self.try_complete_join(now, parked, config),
-            GroupState::Empty | GroupState::Dead => {}
+        if matches!(
+            self.state,
+            GroupState::Stable | GroupState::CompletingRebalance
+        ) {
+            self.prepare_rebalance(now, parked, config);
         }
+        self.try_complete_join(now, parked, config);
     }
 
     /// Time-driven removals: handed-out ids never used, members silent for longer than
