@@ -4,3 +4,4 @@
 //! producer, consumer and admin are built on it.
 
 pub mod conn;
+pub mod consumer;
