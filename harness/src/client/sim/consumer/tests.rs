@@ -1,0 +1,296 @@
+//! The range assignor and the read_committed filter, pure; the consumer against a one-broker
+//! fake serving the real group coordinator, in madsim.
+
+use super::*;
+use eosim_sim::kafka::service::broker_ip;
+
+fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    list.iter()
+        .map(|(m, topics)| {
+            (
+                m.to_string(),
+                topics.iter().map(|t| t.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn partitions(topic: &str, list: &[u32]) -> Vec<TopicPartition> {
+    list.iter()
+        .map(|&p| TopicPartition::new(topic, p))
+        .collect()
+}
+
+#[test]
+fn range_assignor_gives_the_first_members_one_partition_more() {
+    let members = members(&[("c1", &["t"]), ("c2", &["t"]), ("c3", &["t"])]);
+    let counts = BTreeMap::from([("t".to_string(), 7)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(assignment["c1"], partitions("t", &[0, 1, 2]));
+    assert_eq!(assignment["c2"], partitions("t", &[3, 4]));
+    assert_eq!(assignment["c3"], partitions("t", &[5, 6]));
+}
+
+#[test]
+fn range_assignor_assigns_each_topic_separately_to_its_subscribers() {
+    let members = members(&[("a", &["t", "u"]), ("b", &["t"]), ("c", &["u"])]);
+    let counts = BTreeMap::from([("t".to_string(), 3), ("u".to_string(), 1)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(
+        assignment["a"],
+        [partitions("t", &[0, 1]), partitions("u", &[0])].concat()
+    );
+    assert_eq!(assignment["b"], partitions("t", &[2]));
+    assert_eq!(assignment["c"], Vec::new());
+}
+
+#[test]
+fn range_assignor_leaves_surplus_members_empty_and_skips_unknown_topics() {
+    let members = members(&[("a", &["t", "x"]), ("b", &["t"]), ("c", &["t"])]);
+    let counts = BTreeMap::from([("t".to_string(), 2)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(assignment["a"], partitions("t", &[0]));
+    assert_eq!(assignment["b"], partitions("t", &[1]));
+    assert_eq!(assignment["c"], Vec::new());
+}
+
+#[test]
+fn read_committed_drops_records_of_aborted_transactions_from_their_first_offset() {
+    let record = |offset, producer_id, transactional| FetchedRecord {
+        offset,
+        record: eosim_sim::kafka::Record {
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp_ms: 0,
+        },
+        producer_id,
+        transactional,
+    };
+    let records = vec![
+        record(0, 7, true),
+        record(1, 8, true),
+        record(2, 7, true),
+        record(3, -1, false),
+    ];
+    let aborted = [AbortedTxn {
+        producer_id: 7,
+        first_offset: 2,
+    }];
+    let kept: Vec<Offset> = drop_aborted(records, &aborted)
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(kept, vec![0, 1, 3]);
+}
+
+/// One broker serving the real group coordinator and a fixed log: topic `t` with
+/// [`PARTITIONS`] partitions of [`RECORDS_PER_PARTITION`] records each, leader broker 1.
+mod fake_broker {
+    use super::*;
+    use eosim_sim::kafka::group::GroupCoordinator;
+    use eosim_sim::kafka::model::{ParkToken, Reply};
+    use eosim_sim::kafka::service::broker_addr;
+    use eosim_sim::kafka::{ClusterConfig, PartitionMetadata, Record};
+
+    pub const TOPIC: &str = "t";
+    pub const PARTITIONS: u32 = 3;
+    pub const RECORDS_PER_PARTITION: i64 = 10;
+    const TICK_MS: u64 = 5;
+
+    type Shared = Arc<Mutex<GroupCoordinator>>;
+
+    pub async fn serve(start: Instant) {
+        let coordinator: Shared =
+            Arc::new(Mutex::new(GroupCoordinator::new(ClusterConfig::default())));
+        let ticker = coordinator.clone();
+        tokio::spawn(async move {
+            loop {
+                sleep(Duration::from_millis(TICK_MS)).await;
+                ticker
+                    .lock()
+                    .expect("lock")
+                    .tick(start.elapsed().as_millis() as u64);
+            }
+        });
+        let endpoint = madsim::net::Endpoint::bind(broker_addr(1))
+            .await
+            .expect("bind broker-1");
+        eosim_sim::net::serve(endpoint, move |request: Request, _from| {
+            let coordinator = coordinator.clone();
+            async move { answer(&coordinator, start, request).await }
+        })
+        .await;
+    }
+
+    async fn answer(coordinator: &Shared, start: Instant, request: Request) -> Response {
+        let now = || start.elapsed().as_millis() as u64;
+        match request {
+            Request::Metadata { .. } => metadata(),
+            Request::FindCoordinator { .. } => Response::FindCoordinator { broker: 1 },
+            Request::ListOffsets { .. } => Response::ListOffsets { offset: 0 },
+            Request::Fetch { partitions, .. } => fetch(partitions),
+            group_request => {
+                let reply = coordinator
+                    .lock()
+                    .expect("lock")
+                    .handle(now(), group_request);
+                match reply {
+                    Reply::Done(response) => response,
+                    Reply::Parked(ParkToken::Group(token)) => loop {
+                        sleep(Duration::from_millis(TICK_MS)).await;
+                        if let Some(r) = coordinator.lock().expect("lock").poll_parked(now(), token)
+                        {
+                            break r;
+                        }
+                    },
+                    Reply::Parked(other) => panic!("unexpected token {other:?}"),
+                }
+            }
+        }
+    }
+
+    fn metadata() -> Response {
+        let partitions = (0..PARTITIONS)
+            .map(|partition| PartitionMetadata {
+                partition,
+                leader: Some(1),
+                leader_epoch: 0,
+                replicas: vec![1],
+                isr: vec![1],
+            })
+            .collect();
+        Response::Metadata {
+            brokers: vec![1],
+            topics: BTreeMap::from([(TOPIC.into(), partitions)]),
+        }
+    }
+
+    /// At most 4 records per partition and fetch.
+    fn fetch(partitions: Vec<(TopicPartition, Offset)>) -> Response {
+        let partitions = partitions
+            .into_iter()
+            .map(|(tp, offset)| {
+                let end = (offset + 4).min(RECORDS_PER_PARTITION).max(offset);
+                let records = (offset..end)
+                    .map(|o| FetchedRecord {
+                        offset: o,
+                        record: Record {
+                            key: None,
+                            value: Some(format!("{tp}@{o}").into()),
+                            headers: Vec::new(),
+                            timestamp_ms: 0,
+                        },
+                        producer_id: -1,
+                        transactional: false,
+                    })
+                    .collect();
+                let error =
+                    (offset > RECORDS_PER_PARTITION).then_some(KafkaError::OffsetOutOfRange);
+                let result = FetchPartition {
+                    error,
+                    high_watermark: RECORDS_PER_PARTITION,
+                    last_stable_offset: RECORDS_PER_PARTITION,
+                    log_start_offset: 0,
+                    records,
+                    aborted: Vec::new(),
+                    next_fetch_offset: end,
+                };
+                (tp, result)
+            })
+            .collect();
+        Response::Fetch { partitions }
+    }
+}
+
+type Seen = Arc<Mutex<Vec<(TopicPartition, Offset)>>>;
+
+/// Subscribes, polls and commits what it got for `run_for`; returns the assignment it
+/// ended with and then closes the consumer if `close`.
+async fn consume(seen: Seen, run_for: Duration, close: bool) -> Vec<TopicPartition> {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut config = ConsumerConfig::new("g");
+    config.session_timeout_ms = 10_000;
+    config.heartbeat_interval_ms = 1_000;
+    config.max_poll_records = 3;
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    let mut consumer = SimConsumer::new(conn, config);
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let end = Instant::now() + run_for;
+    while Instant::now() < end {
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll");
+        assert!(records.len() <= 3, "max.poll.records is respected");
+        let mut next = BTreeMap::new();
+        for r in &records {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+            next.insert(r.tp.clone(), r.offset + 1);
+        }
+        if !next.is_empty() {
+            let offsets: Vec<_> = next.into_iter().collect();
+            consumer
+                .commit(&offsets)
+                .await
+                .expect("commit in a stable group");
+        }
+    }
+    let assignment = consumer.assignment();
+    if close {
+        consumer.close().await;
+    }
+    assignment
+}
+
+#[test]
+fn two_consumers_split_the_partitions_and_the_survivor_resumes_from_committed_offsets() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let seen = Seen::default();
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
+        let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(20), false));
+        sleep(Duration::from_secs(2)).await;
+        let task_b = b.spawn(consume(seen.clone(), Duration::from_secs(8), true));
+        let b_assignment = task_b.await.expect("consumer b");
+        let a_assignment = task_a.await.expect("consumer a");
+        assert_eq!(
+            b_assignment.len(),
+            1,
+            "b shared the first generation: {b_assignment:?}"
+        );
+        assert_eq!(
+            a_assignment.len(),
+            fake_broker::PARTITIONS as usize,
+            "a took over"
+        );
+        let mut seen = seen.lock().expect("lock").clone();
+        let total = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), total, "no record consumed twice");
+        let expected =
+            fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
+        assert_eq!(total, expected, "every record consumed");
+    });
+}
