@@ -268,8 +268,9 @@ impl GroupCoordinator {
     }
 
     /// Re-asks a parked JoinGroup or SyncGroup (`ParkToken::Group(token)`): its response
-    /// once answered (then the token is forgotten), `None` while it still waits. Call
-    /// [`GroupCoordinator::tick`] first so that time-driven completions happen.
+    /// once answered (then the token is forgotten), `None` while it still waits. Runs
+    /// [`GroupCoordinator::tick`] at `now` first, so time-driven completions are never
+    /// missed (ticking twice at the same time changes nothing).
     pub fn poll_parked(&mut self, now: TimeMs, token: u64) -> Option<Response> {
         self.tick(now);
         self.parked.take(token)

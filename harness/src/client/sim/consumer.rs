@@ -173,6 +173,21 @@ impl Membership {
 
 type SharedMembership = Arc<Mutex<Membership>>;
 
+/// Which rebalance request is in flight.
+#[derive(Debug)]
+enum Step {
+    Join,
+    Sync { generation: i32, member_id: String },
+}
+
+/// A JoinGroup or SyncGroup sent from its own task, so that it survives the poll that
+/// sent it.
+struct InFlight {
+    step: Step,
+    coordinator: BrokerId,
+    task: JoinHandle<Result<Response, ClientError>>,
+}
+
 fn lock(membership: &SharedMembership) -> MutexGuard<'_, Membership> {
     membership.lock().expect("membership lock")
 }
@@ -185,6 +200,8 @@ pub struct SimConsumer {
     topics: Vec<String>,
     membership: SharedMembership,
     heartbeat_task: Option<JoinHandle<()>>,
+    /// A JoinGroup or SyncGroup still waiting for its response.
+    in_flight: Option<InFlight>,
     assignment: Vec<TopicPartition>,
     /// Next offset to fetch of each positioned partition.
     positions: BTreeMap<TopicPartition, Offset>,
@@ -213,6 +230,7 @@ impl SimConsumer {
             topics: Vec::new(),
             membership: Arc::new(Mutex::new(membership)),
             heartbeat_task: None,
+            in_flight: None,
             assignment: Vec::new(),
             positions: BTreeMap::new(),
             needs_committed: BTreeSet::new(),
@@ -295,7 +313,9 @@ impl SimConsumer {
         self.buffer.clear();
     }
 
-    /// Rejoins the group if it asked for it or we are not in a stable generation.
+    /// Rejoins the group if it asked for it or we are not in a stable generation. A
+    /// JoinGroup or SyncGroup still waiting when `deadline` passes stays in flight and a
+    /// later poll picks up its response, as Java's consumer keeps its request futures.
     async fn ensure_active_group(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
         let joined = {
             let m = lock(&self.membership);
@@ -310,121 +330,162 @@ impl SimConsumer {
             if deadline.expired() {
                 return Err(deadline.timeout("JoinGroup"));
             }
-            let coordinator = self.ensure_coordinator(deadline).await?;
-            if self.join_once(coordinator, deadline).await? {
+            let mut in_flight = match self.in_flight.take() {
+                Some(in_flight) => in_flight,
+                None => self.send_join(deadline).await?,
+            };
+            let Ok(joined) = tokio::time::timeout(deadline.remaining(), &mut in_flight.task).await
+            else {
+                self.in_flight = Some(in_flight);
+                return Err(deadline.timeout("JoinGroup"));
+            };
+            let result = joined.unwrap_or_else(|e| Err(ClientError::Fatal(e.to_string())));
+            if self.on_rebalance_response(in_flight, result).await? {
                 return Ok(());
             }
         }
     }
 
-    /// One JoinGroup (and SyncGroup if it got a generation). `Ok(true)` once assigned.
-    async fn join_once(
-        &mut self,
-        coordinator: BrokerId,
-        deadline: &Deadline,
-    ) -> Result<bool, ClientError> {
-        let member_id = lock(&self.membership).member_id.clone();
+    /// Starts a JoinGroup with the member id we have (empty the first time).
+    async fn send_join(&self, deadline: &Deadline) -> Result<InFlight, ClientError> {
+        let coordinator = self.ensure_coordinator(deadline).await?;
         let request = Request::JoinGroup {
             group_id: self.config.group_id.clone(),
-            member_id,
+            member_id: lock(&self.membership).member_id.clone(),
             session_timeout_ms: self.config.session_timeout_ms,
             rebalance_timeout_ms: self.config.max_poll_interval_ms,
             topics: self.topics.clone(),
         };
-        let limit = self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS;
-        let timeout = deadline.cap(Duration::from_millis(limit));
-        match self.conn.request(coordinator, request, timeout).await {
-            Ok(Response::MemberIdRequired { member_id }) => {
+        Ok(self.send_rebalance_request(coordinator, Step::Join, request))
+    }
+
+    /// Sends `request` from its own task, bounded like Java's JoinGroup / SyncGroup
+    /// (rebalance timeout plus 5 s).
+    fn send_rebalance_request(
+        &self,
+        coordinator: BrokerId,
+        step: Step,
+        request: Request,
+    ) -> InFlight {
+        let conn = self.conn.clone();
+        let limit_ms = self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS;
+        let timeout = Duration::from_millis(limit_ms);
+        let task = tokio::spawn(async move { conn.request(coordinator, request, timeout).await });
+        InFlight {
+            step,
+            coordinator,
+            task,
+        }
+    }
+
+    /// Handles a JoinGroup or SyncGroup response. `Ok(true)` once the member is stable
+    /// with its assignment; `Ok(false)` to go on (a SyncGroup may now be in flight).
+    async fn on_rebalance_response(
+        &mut self,
+        in_flight: InFlight,
+        result: Result<Response, ClientError>,
+    ) -> Result<bool, ClientError> {
+        let coordinator = in_flight.coordinator;
+        let response = match result {
+            Ok(response) => response,
+            // Java marks the coordinator unknown when a request to it times out.
+            Err(_) => {
+                lock(&self.membership).coordinator = None;
+                return Ok(false);
+            }
+        };
+        match (in_flight.step, response) {
+            (Step::Join, Response::MemberIdRequired { member_id }) => {
                 lock(&self.membership).member_id = member_id;
                 Ok(false)
             }
-            Ok(Response::JoinGroup {
-                generation,
-                member_id,
-                leader,
-                members,
-            }) => {
+            (
+                Step::Join,
+                Response::JoinGroup {
+                    generation,
+                    member_id,
+                    leader,
+                    members,
+                },
+            ) => {
                 let assignments = if leader == member_id {
-                    self.leader_assignment(&members, deadline).await
+                    self.leader_assignment(&members).await
                 } else {
                     BTreeMap::new()
                 };
-                self.sync_once(coordinator, generation, member_id, assignments, deadline)
-                    .await
+                let request = Request::SyncGroup {
+                    group_id: self.config.group_id.clone(),
+                    generation,
+                    member_id: member_id.clone(),
+                    assignments,
+                };
+                let step = Step::Sync {
+                    generation,
+                    member_id,
+                };
+                self.in_flight = Some(self.send_rebalance_request(coordinator, step, request));
+                Ok(false)
             }
-            Ok(Response::Error(e)) => self.on_rebalance_error(e, deadline).await.map(|()| false),
-            Ok(other) => Err(unexpected("JoinGroup", &other)),
-            Err(_) => Ok(false),
+            (
+                Step::Sync {
+                    generation,
+                    member_id,
+                },
+                Response::SyncGroup { assignment },
+            ) => {
+                self.install_assignment(generation, member_id, assignment);
+                Ok(true)
+            }
+            (_, Response::Error(e)) => self.on_rebalance_error(e).await.map(|()| false),
+            (_, other) => Err(unexpected("JoinGroup/SyncGroup", &other)),
         }
     }
 
-    /// SyncGroup; on success the member is stable in `generation` with its assignment.
-    async fn sync_once(
+    /// The member is stable in `generation`; its new partitions await their positions.
+    fn install_assignment(
         &mut self,
-        coordinator: BrokerId,
         generation: i32,
         member_id: String,
-        assignments: BTreeMap<String, Vec<TopicPartition>>,
-        deadline: &Deadline,
-    ) -> Result<bool, ClientError> {
-        let request = Request::SyncGroup {
-            group_id: self.config.group_id.clone(),
-            generation,
-            member_id: member_id.clone(),
-            assignments,
-        };
-        let limit = self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS;
-        let timeout = deadline.cap(Duration::from_millis(limit));
-        match self.conn.request(coordinator, request, timeout).await {
-            Ok(Response::SyncGroup { assignment }) => {
-                {
-                    let mut m = lock(&self.membership);
-                    m.member_id = member_id;
-                    m.generation = generation;
-                    m.stable = true;
-                    m.rejoin_needed = false;
-                }
-                self.needs_committed = assignment.iter().cloned().collect();
-                self.assignment = assignment;
-                self.assignment.sort();
-                Ok(true)
-            }
-            Ok(Response::Error(e)) => self.on_rebalance_error(e, deadline).await.map(|()| false),
-            Ok(other) => Err(unexpected("SyncGroup", &other)),
-            Err(_) => Ok(false),
+        mut assignment: Vec<TopicPartition>,
+    ) {
+        {
+            let mut m = lock(&self.membership);
+            m.member_id = member_id;
+            m.generation = generation;
+            m.stable = true;
+            m.rejoin_needed = false;
         }
+        assignment.sort();
+        self.needs_committed = assignment.iter().cloned().collect();
+        self.assignment = assignment;
     }
 
     /// A JoinGroup or SyncGroup error: adjust membership and back off, or give up.
-    async fn on_rebalance_error(
-        &self,
-        e: KafkaError,
-        deadline: &Deadline,
-    ) -> Result<(), ClientError> {
+    async fn on_rebalance_error(&self, e: KafkaError) -> Result<(), ClientError> {
         match e {
             KafkaError::InvalidSessionTimeout | KafkaError::InconsistentGroupProtocol => Err(
                 ClientError::Fatal(format!("the group coordinator refused the member: {e}")),
             ),
             _ => {
                 lock(&self.membership).on_error(e);
-                backoff(deadline).await;
+                sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
                 Ok(())
             }
         }
     }
 
     /// The leader's range assignment over the members' subscriptions, with partition
-    /// counts from fresh metadata (topics whose metadata cannot be had are skipped).
+    /// counts from fresh metadata (topics whose metadata cannot be had are skipped). The
+    /// refresh has its own request timeout: a poll's deadline must not starve it.
     async fn leader_assignment(
         &self,
         members: &BTreeMap<String, Vec<String>>,
-        deadline: &Deadline,
     ) -> BTreeMap<String, Vec<TopicPartition>> {
         let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
         let topics: Vec<String> = topics.into_iter().collect();
         let _ = self
             .conn
-            .refresh_metadata(&topics, deadline.cap(self.request_timeout()))
+            .refresh_metadata(&topics, self.request_timeout())
             .await;
         let partition_counts = topics
             .iter()
@@ -595,6 +656,15 @@ impl SimConsumer {
         self.buffer.drain(..n).collect()
     }
 
+    fn abort_tasks(&mut self) {
+        if let Some(task) = self.heartbeat_task.take() {
+            task.abort();
+        }
+        if let Some(in_flight) = self.in_flight.take() {
+            in_flight.task.abort();
+        }
+    }
+
     fn start_heartbeats(&mut self) {
         if self.heartbeat_task.is_none() {
             let task = heartbeat_loop(
@@ -651,6 +721,10 @@ impl Consumer for SimConsumer {
     }
 
     async fn commit(&mut self, offsets: &[(TopicPartition, Offset)]) -> Result<(), ClientError> {
+        if offsets.is_empty() {
+            // Java's commitSync sends nothing for an empty map.
+            return Ok(());
+        }
         let (member_id, generation) = {
             let m = lock(&self.membership);
             if !m.stable {
@@ -694,9 +768,7 @@ impl Consumer for SimConsumer {
     }
 
     async fn close(&mut self) {
-        if let Some(task) = self.heartbeat_task.take() {
-            task.abort();
-        }
+        self.abort_tasks();
         self.revoke_all();
         let (coordinator, member_id) = {
             let mut m = lock(&self.membership);
@@ -720,9 +792,7 @@ impl Consumer for SimConsumer {
 
 impl Drop for SimConsumer {
     fn drop(&mut self) {
-        if let Some(task) = self.heartbeat_task.take() {
-            task.abort();
-        }
+        self.abort_tasks();
     }
 }
 

@@ -294,3 +294,107 @@ fn two_consumers_split_the_partitions_and_the_survivor_resumes_from_committed_of
         assert_eq!(total, expected, "every record consumed");
     });
 }
+
+fn test_config() -> ConsumerConfig {
+    let mut config = ConsumerConfig::new("g");
+    config.session_timeout_ms = 10_000;
+    config.heartbeat_interval_ms = 1_000;
+    config.max_poll_records = 3;
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config
+}
+
+/// Polls and commits until it has drained its partitions (at most 10 s), sleeps 20 s (the
+/// test pauses the node meanwhile), then commits its old offsets again and polls for 10 s
+/// more. Returns the commit's result after the pause and the final assignment.
+async fn consume_through_a_pause(seen: Seen) -> (Result<(), ClientError>, Vec<TopicPartition>) {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut consumer = SimConsumer::new(conn, test_config());
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let mut committed = BTreeMap::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll");
+        if records.is_empty() && !committed.is_empty() {
+            break;
+        }
+        for r in records {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+            committed.insert(r.tp, r.offset + 1);
+        }
+        let offsets: Vec<_> = committed.clone().into_iter().collect();
+        consumer
+            .commit(&offsets)
+            .await
+            .expect("commit before the pause");
+    }
+    assert!(!committed.is_empty(), "b consumed before the pause");
+    sleep(Duration::from_secs(20)).await;
+    let offsets: Vec<_> = committed.into_iter().collect();
+    let after_pause = consumer.commit(&offsets).await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        for r in consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll")
+        {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+        }
+    }
+    (after_pause, consumer.assignment())
+}
+
+#[test]
+fn a_paused_consumer_is_removed_its_commit_fails_and_it_rejoins_after_resuming() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let seen = Seen::default();
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
+        let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(50), false));
+        let task_b = b.spawn(consume_through_a_pause(seen.clone()));
+        sleep(Duration::from_secs(12)).await;
+        handle.pause(b.id());
+        sleep(Duration::from_secs(22)).await;
+        handle.resume(b.id());
+        let (after_pause, b_assignment) = task_b.await.expect("consumer b");
+        let a_assignment = task_a.await.expect("consumer a");
+        let Err(ClientError::CommitFailed(_)) = after_pause else {
+            panic!("a removed member's commit must fail, got {after_pause:?}")
+        };
+        assert!(!b_assignment.is_empty(), "b rejoined");
+        assert!(!a_assignment.is_empty(), "a kept a share");
+        assert_eq!(
+            a_assignment.len() + b_assignment.len(),
+            fake_broker::PARTITIONS as usize
+        );
+        let mut seen = seen.lock().expect("lock").clone();
+        let total = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), total, "no record consumed twice");
+    });
+}

@@ -4,6 +4,7 @@
 //! 1. no partition is assigned to two members of the same generation;
 //! 2. the group's generation only increases;
 //! 3. a commit with a generation other than the group's never changes offsets;
+//!
 //! and at the end that every parked request is answered once time passes the timeouts.
 
 use super::*;
