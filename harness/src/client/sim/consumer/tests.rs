@@ -129,7 +129,12 @@ mod fake_broker {
         match request {
             Request::Metadata { .. } => metadata(),
             Request::FindCoordinator { .. } => Response::FindCoordinator { broker: 1 },
-            Request::ListOffsets { .. } => Response::ListOffsets { offset: 0 },
+            Request::ListOffsets { spec, .. } => Response::ListOffsets {
+                offset: match spec {
+                    OffsetSpec::Earliest => 0,
+                    OffsetSpec::Latest(_) => RECORDS_PER_PARTITION,
+                },
+            },
             Request::Fetch { partitions, .. } => fetch(partitions),
             group_request => {
                 let reply = coordinator
@@ -397,5 +402,126 @@ fn a_paused_consumer_is_removed_its_commit_fails_and_it_rejoins_after_resuming()
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), total, "no record consumed twice");
+    });
+}
+
+/// Runs one consumer with `config` for 10 s after `setup` ran against the broker; returns
+/// what it consumed.
+fn consume_alone(config: ConsumerConfig, setup: Option<Request>) -> Vec<(TopicPartition, Offset)> {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async move {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let seen = Seen::default();
+        let task_seen = seen.clone();
+        node.spawn(async move {
+            let conn = Connection::open(1).await.expect("client endpoint");
+            if let Some(request) = setup {
+                let response = conn.request(1, request, Duration::from_secs(1)).await;
+                assert!(
+                    matches!(response, Ok(Response::OffsetCommit)),
+                    "{response:?}"
+                );
+            }
+            let mut consumer = SimConsumer::new(conn, config);
+            consumer
+                .subscribe(&[fake_broker::TOPIC.to_string()])
+                .await
+                .expect("subscribe");
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end {
+                for r in consumer
+                    .poll(Duration::from_millis(500))
+                    .await
+                    .expect("poll")
+                {
+                    task_seen.lock().expect("lock").push((r.tp, r.offset));
+                }
+            }
+        })
+        .await
+        .expect("consumer task");
+        let seen = seen.lock().expect("lock").clone();
+        seen
+    })
+}
+
+/// Checklist D: a consumer with no committed offset starts at the end (latest) or at the
+/// log start offset (earliest) per auto.offset.reset.
+#[test]
+fn without_a_committed_offset_latest_starts_at_the_end_and_earliest_at_the_start() {
+    let mut latest = test_config();
+    latest.auto_offset_reset = AutoOffsetReset::Latest;
+    assert_eq!(consume_alone(latest, None), Vec::new());
+    let all = consume_alone(test_config(), None);
+    let expected = fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
+    assert_eq!(all.len(), expected);
+}
+
+#[test]
+fn a_committed_offset_out_of_range_is_reset_by_auto_offset_reset() {
+    let simple_commit = Request::OffsetCommit {
+        group_id: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        offsets: vec![(TopicPartition::new(fake_broker::TOPIC, 0), 50)],
+    };
+    let seen = consume_alone(test_config(), Some(simple_commit));
+    let partition_0 = seen.iter().filter(|(tp, _)| tp.partition == 0).count();
+    assert_eq!(
+        partition_0,
+        fake_broker::RECORDS_PER_PARTITION as usize,
+        "reset to earliest"
+    );
+}
+
+#[test]
+fn auto_offset_reset_none_without_a_committed_offset_is_fatal() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let outcome = node
+            .spawn(async {
+                let conn = Connection::open(1).await.expect("client endpoint");
+                let mut config = test_config();
+                config.auto_offset_reset = AutoOffsetReset::None;
+                let mut consumer = SimConsumer::new(conn, config);
+                consumer
+                    .subscribe(&[fake_broker::TOPIC.to_string()])
+                    .await
+                    .expect("subscribe");
+                for _ in 0..40 {
+                    if let Err(e) = consumer.poll(Duration::from_millis(500)).await {
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .expect("consumer task");
+        assert!(matches!(outcome, Err(ClientError::Fatal(_))), "{outcome:?}");
     });
 }
