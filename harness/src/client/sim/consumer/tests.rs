@@ -514,9 +514,7 @@ fn auto_offset_reset_none_without_a_committed_offset_is_fatal() {
                     .await
                     .expect("subscribe");
                 for _ in 0..40 {
-                    if let Err(e) = consumer.poll(Duration::from_millis(500)).await {
-                        return Err(e);
-                    }
+                    consumer.poll(Duration::from_millis(500)).await?;
                 }
                 Ok(())
             })
