@@ -5,4 +5,5 @@
 
 pub mod admin;
 pub mod conn;
+pub mod consumer;
 pub mod producer;
