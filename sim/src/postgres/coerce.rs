@@ -25,7 +25,7 @@ pub fn assign(value: &Value, column: &Column) -> Result<Value, PgError> {
     let out = match value {
         Value::Null => return Ok(Value::Null),
         Value::Text(s) => input(s, ty)?,
-        Value::Int(i) => from_int(*i, ty),
+        Value::Int(i) => from_int(*i, ty)?,
         Value::Float(f) => from_float(*f, ty)?,
         Value::Bool(b) => match ty {
             ColumnType::Boolean => Some(Value::Bool(*b)),
@@ -74,13 +74,20 @@ fn textual(ty: ColumnType, text: impl FnOnce() -> String) -> Option<Value> {
     matches!(ty, ColumnType::Text | ColumnType::Varchar(_)).then(|| Value::Text(text()))
 }
 
-fn from_int(i: i64, ty: ColumnType) -> Option<Value> {
-    match ty {
-        ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt => Some(Value::Int(i)),
-        ColumnType::Real => Some(Value::Float(f64::from(i as f32))),
-        ColumnType::DoublePrecision => Some(Value::Float(i as f64)),
-        _ => textual(ty, || i.to_string()),
-    }
+fn from_int(i: i64, ty: ColumnType) -> Result<Option<Value>, PgError> {
+    let v = match ty {
+        ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt => {
+            let (lo, hi) = int_range(ty);
+            if !(lo..=hi).contains(&i) {
+                return Err(out_of_range(ty));
+            }
+            Value::Int(i)
+        }
+        ColumnType::Real => Value::Float(f64::from(i as f32)),
+        ColumnType::DoublePrecision => Value::Float(i as f64),
+        _ => return Ok(textual(ty, || i.to_string())),
+    };
+    Ok(Some(v))
 }
 
 fn from_float(f: f64, ty: ColumnType) -> Result<Option<Value>, PgError> {

@@ -18,3 +18,5 @@ pub mod types;
 pub use error::{PgError, SqlState};
 pub use model::{Database, DbConfig, Execution, SessionId, TxnEnd};
 pub use types::*;
+#[cfg(test)]
+mod tests;
