@@ -285,7 +285,7 @@ fn input_json(text: &str) -> Result<serde_json::Value, PgError> {
         let detail = if e.is_eof() {
             "The input string ended unexpectedly.".to_string()
         } else {
-            let token = text.trim().split_whitespace().next().unwrap_or("");
+            let token = text.split_whitespace().next().unwrap_or("");
             format!("Token \"{token}\" is invalid.")
         };
         PgError::new(

@@ -273,12 +273,13 @@ fn format_time(micros: i64) -> String {
 fn format_offset(offset_s: i32) -> String {
     let sign = if offset_s < 0 { '-' } else { '+' };
     let a = offset_s.unsigned_abs();
-    let mut out = format!("{sign}{:02}", a / 3600);
-    if a % 3600 != 0 {
-        out.push_str(&format!(":{:02}", a / 60 % 60));
+    let (h, m, s) = (a / 3600, a / 60 % 60, a % 60);
+    let mut out = format!("{sign}{h:02}");
+    if m > 0 || s > 0 {
+        out.push_str(&format!(":{m:02}"));
     }
-    if a % 60 != 0 {
-        out.push_str(&format!(":{:02}", a % 60));
+    if s > 0 {
+        out.push_str(&format!(":{s:02}"));
     }
     out
 }

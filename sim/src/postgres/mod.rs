@@ -20,3 +20,5 @@ pub use model::{Database, DbConfig, Execution, SessionId, TxnEnd};
 pub use types::*;
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, madsim))]
+mod service_tests;
