@@ -16,5 +16,6 @@
 
 pub mod kafka;
 pub mod nemesis;
+pub mod postgres;
 #[cfg(madsim)]
 pub mod net;

@@ -1,0 +1,177 @@
+//! SQLSTATE codes and the error a statement fails with.
+//!
+//! Codes and message texts follow PostgreSQL's "PostgreSQL Error Codes" appendix
+//! (<https://www.postgresql.org/docs/current/errcodes-appendix.html>) and the messages the
+//! server prints for them (PostgreSQL 13+: the not-null message names the relation).
+
+use serde::{Deserialize, Serialize};
+
+/// The SQLSTATE codes the model raises; names follow the appendix's condition names (and
+/// `tokio_postgres::error::SqlState`'s constants, in CamelCase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlState {
+    /// `0A000` feature_not_supported: a statement the model does not support (an UPDATE or
+    /// DELETE by key on a table without a primary key).
+    FeatureNotSupported,
+    /// `08003` connection_does_not_exist: the session is unknown (closed, or lost in a
+    /// server crash).
+    ConnectionDoesNotExist,
+    /// `21000` cardinality_violation: ON CONFLICT DO UPDATE would touch a row twice.
+    CardinalityViolation,
+    /// `22001` string_data_right_truncation: a value longer than `varchar(n)`.
+    StringDataRightTruncation,
+    /// `22003` numeric_value_out_of_range.
+    NumericValueOutOfRange,
+    /// `22007` invalid_datetime_format.
+    InvalidDatetimeFormat,
+    /// `22008` datetime_field_overflow.
+    DatetimeFieldOverflow,
+    /// `22021` character_not_in_repertoire: a NUL byte in text.
+    CharacterNotInRepertoire,
+    /// `22023` invalid_parameter_value.
+    InvalidParameterValue,
+    /// `22P02` invalid_text_representation: bad input text for a number, boolean or json.
+    InvalidTextRepresentation,
+    /// `22P05` untranslatable_character: `\u0000` in jsonb.
+    UntranslatableCharacter,
+    /// `23502` not_null_violation.
+    NotNullViolation,
+    /// `23505` unique_violation.
+    UniqueViolation,
+    /// `25P02` in_failed_sql_transaction.
+    InFailedSqlTransaction,
+    /// `25P03` idle_in_transaction_session_timeout.
+    IdleInTransactionSessionTimeout,
+    /// `40P01` deadlock_detected.
+    DeadlockDetected,
+    /// `42601` syntax_error (an INSERT whose rows and column list differ in length).
+    SyntaxError,
+    /// `42701` duplicate_column.
+    DuplicateColumn,
+    /// `42703` undefined_column.
+    UndefinedColumn,
+    /// `42704` undefined_object (an unknown type, a type without a btree operator class).
+    UndefinedObject,
+    /// `42804` datatype_mismatch: no assignment cast from the value's type.
+    DatatypeMismatch,
+    /// `42P01` undefined_table.
+    UndefinedTable,
+    /// `42P07` duplicate_table.
+    DuplicateTable,
+    /// `42P10` invalid_column_reference: an ON CONFLICT target that matches no unique
+    /// constraint.
+    InvalidColumnReference,
+    /// `55P03` lock_not_available: `lock_timeout` expired.
+    LockNotAvailable,
+}
+
+impl SqlState {
+    /// The five-character code, as the server sends it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::FeatureNotSupported => "0A000",
+            Self::ConnectionDoesNotExist => "08003",
+            Self::CardinalityViolation => "21000",
+            Self::StringDataRightTruncation => "22001",
+            Self::NumericValueOutOfRange => "22003",
+            Self::InvalidDatetimeFormat => "22007",
+            Self::DatetimeFieldOverflow => "22008",
+            Self::CharacterNotInRepertoire => "22021",
+            Self::InvalidParameterValue => "22023",
+            Self::InvalidTextRepresentation => "22P02",
+            Self::UntranslatableCharacter => "22P05",
+            Self::NotNullViolation => "23502",
+            Self::UniqueViolation => "23505",
+            Self::InFailedSqlTransaction => "25P02",
+            Self::IdleInTransactionSessionTimeout => "25P03",
+            Self::DeadlockDetected => "40P01",
+            Self::SyntaxError => "42601",
+            Self::DuplicateColumn => "42701",
+            Self::UndefinedColumn => "42703",
+            Self::UndefinedObject => "42704",
+            Self::DatatypeMismatch => "42804",
+            Self::UndefinedTable => "42P01",
+            Self::DuplicateTable => "42P07",
+            Self::InvalidColumnReference => "42P10",
+            Self::LockNotAvailable => "55P03",
+        }
+    }
+}
+
+impl std::fmt::Display for SqlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// An `ERROR` the server reports for a statement, shaped like `tokio_postgres::error::DbError`
+/// (code, message, detail, hint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("ERROR: {message} (SQLSTATE {code})")]
+pub struct PgError {
+    /// The SQLSTATE.
+    pub code: SqlState,
+    /// The primary message, as PostgreSQL words it.
+    pub message: String,
+    /// The `DETAIL` line, if PostgreSQL sends one.
+    pub detail: Option<String>,
+    /// The `HINT` line, if PostgreSQL sends one.
+    pub hint: Option<String>,
+}
+
+impl PgError {
+    /// An error with a message and no detail or hint.
+    pub fn new(code: SqlState, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// The same error with a `DETAIL` line.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The same error with a `HINT` line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// `25P02`: what every statement after an error gets until ROLLBACK.
+    pub fn in_failed_transaction() -> Self {
+        Self::new(
+            SqlState::InFailedSqlTransaction,
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )
+    }
+
+    /// `42P01` for `table`.
+    pub fn undefined_table(table: &str) -> Self {
+        Self::new(
+            SqlState::UndefinedTable,
+            format!("relation \"{table}\" does not exist"),
+        )
+    }
+
+    /// `42703` for `column` of `table`.
+    pub fn undefined_column(table: &str, column: &str) -> Self {
+        Self::new(
+            SqlState::UndefinedColumn,
+            format!("column \"{column}\" of relation \"{table}\" does not exist"),
+        )
+    }
+
+    /// `08003`: the session is unknown.
+    pub fn connection_does_not_exist() -> Self {
+        Self::new(
+            SqlState::ConnectionDoesNotExist,
+            "connection does not exist",
+        )
+    }
+}
