@@ -10,12 +10,13 @@
 pub mod nemesis;
 pub mod world;
 
-use crate::history::{History, OpKind, RecordRef, Value};
-use crate::scenario::Scenario;
-use crate::workload::kafka_consume::{self, Context, SINK_GROUP};
+pub use crate::workload::Pipeline;
+
+use crate::history::{History, OpKind, Value};
+use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
-use eosim_sim::kafka::{Offset, TopicConfig, TopicPartition};
+use eosim_sim::kafka::TopicConfig;
 use eosim_sim::nemesis::ScheduledFault;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -90,20 +91,16 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
     let kafka = KafkaWorld::new(Cluster::new(brokers, scenario.cluster.to_config()));
     let mut world = World::new(kafka, brokers);
     world.add_kafka();
-    let ctx = Context {
-        scenario: scenario.clone(),
-        recorder: world.recorder.clone(),
-        shared: Arc::default(),
-    };
-    create_topic(&mut world, &scenario).await;
-    add_processes(&mut world, &ctx);
+    let mut pipeline = crate::workload::pipeline_for(scenario.clone(), world.recorder.clone());
+    create_topics(&mut world, &scenario, pipeline.topics()).await;
+    pipeline.start(&mut world);
     let (schedule, drawn) = match build_schedule(&world, &scenario) {
         Ok(s) => s,
         Err(e) => panic!("scenario {}: faults: {e}", scenario.name),
     };
     run_schedule(&world, &schedule, scenario.faults.until_ms, verbose).await;
-    let stalled = drain(&world, &ctx, &scenario, verbose).await;
-    record_final(&world, &ctx, &scenario);
+    let stalled = drain(&world, pipeline.as_ref(), &scenario, verbose).await;
+    pipeline.record_final(&world);
     SeedOutcome {
         seed,
         history: world.recorder.snapshot(),
@@ -115,30 +112,33 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
     }
 }
 
-/// Creates the workload's topic from an `admin` node, waiting until it exists.
-async fn create_topic(world: &mut World, scenario: &Arc<Scenario>) {
+/// Creates `topics` from an `admin` node, waiting until they exist.
+async fn create_topics(world: &mut World, scenario: &Arc<Scenario>, topics: Vec<TopicSpec>) {
     use crate::client::sim::{admin::SimAdmin, conn::Connection};
     use crate::client::Admin;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
     let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
-    let s = scenario.clone();
+    let brokers = scenario.cluster.brokers;
     world.add_node("admin", IpAddr::V4(Ipv4Addr::new(10, 0, 9, 1)), move || {
-        let s = s.clone();
-        let done_tx = done_tx.clone();
+        let (topics, done_tx) = (topics.clone(), done_tx.clone());
         async move {
-            let t = &s.topic;
-            let config = TopicConfig {
-                min_insync_replicas: t.min_insync_replicas,
-                unclean_leader_election_enable: t.unclean_leader_election_enable,
-                ..TopicConfig::default()
-            };
-            let result = match Connection::open(s.cluster.brokers).await {
-                Ok(conn) => SimAdmin::new(conn, Duration::from_secs(60))
-                    .create_topic(&t.name, t.partitions, t.replication_factor, config)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
+            let result = async {
+                let conn = Connection::open(brokers).await.map_err(|e| e.to_string())?;
+                let admin = SimAdmin::new(conn, Duration::from_secs(60));
+                for t in &topics {
+                    let config = TopicConfig {
+                        min_insync_replicas: t.min_insync_replicas,
+                        unclean_leader_election_enable: t.unclean_leader_election_enable,
+                        ..TopicConfig::default()
+                    };
+                    admin
+                        .create_topic(&t.name, t.partitions, t.replication_factor, config)
+                        .await
+                        .map_err(|e| format!("topic {}: {e}", t.name))?;
+                }
+                Ok::<(), String>(())
+            }
+            .await;
             if let Some(tx) = done_tx.lock().expect("admin lock").take() {
                 let _ = tx.send(result);
             }
@@ -146,24 +146,8 @@ async fn create_topic(world: &mut World, scenario: &Arc<Scenario>) {
     });
     match done_rx.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => panic!("scenario {}: cannot create topic: {e}", scenario.name),
+        Ok(Err(e)) => panic!("scenario {}: cannot create topics: {e}", scenario.name),
         Err(_) => panic!("scenario {}: the admin node died", scenario.name),
-    }
-}
-
-fn add_processes(world: &mut World, ctx: &Context) {
-    let w = &ctx.scenario.workload;
-    for i in 0..w.producers {
-        let name = format!("producer-{i}");
-        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
-        let (ctx, n) = (ctx.clone(), name.clone());
-        world.add_node(&name, ip, move || kafka_consume::producer_process(ctx.clone(), n.clone()));
-    }
-    for i in 0..w.consumers {
-        let name = format!("consumer-{i}");
-        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, i as u8 + 1));
-        let (ctx, n) = (ctx.clone(), name.clone());
-        world.add_node(&name, ip, move || kafka_consume::consumer_process(ctx.clone(), n.clone()));
     }
 }
 
@@ -219,71 +203,29 @@ async fn run_schedule(world: &World, schedule: &[ScheduledFault], until_ms: u64,
     }
 }
 
-/// Heals everything, then waits until producers are done and the sink's group has
-/// committed up to every partition's high watermark. Returns the stall reason, if any.
-async fn drain(world: &World, ctx: &Context, scenario: &Scenario, verbose: bool) -> Option<String> {
+/// Heals everything, then waits until the pipeline reports no lag. Returns the stall
+/// reason, if any.
+async fn drain(
+    world: &World,
+    pipeline: &dyn Pipeline,
+    scenario: &Scenario,
+    verbose: bool,
+) -> Option<String> {
     nemesis::recover_everything(world, verbose);
     world.recorder.record(now_ns(), "nemesis", OpKind::Info, Value::Drain, None);
     let deadline = now_ns() + scenario.drain.time_s_max * 1_000_000_000;
     loop {
-        let lag = lagging_partitions(world, scenario);
-        if ctx.producers_done() && lag.is_empty() {
+        let lag = pipeline.lag(world);
+        if lag.is_empty() {
             return None;
         }
         if now_ns() >= deadline {
-            let producers = if ctx.producers_done() { "done" } else { "not done" };
             return Some(format!(
-                "no convergence after {} s sim time: producers {producers}; \
-                 committed behind high watermark on {}",
+                "no convergence after {} s sim time: {}",
                 scenario.drain.time_s_max,
-                if lag.is_empty() { "no partition".to_string() } else { lag.join(", ") }
+                lag.join("; ")
             ));
         }
         madsim::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// Partitions whose committed offset (group `sink`) is behind the high watermark, as text.
-fn lagging_partitions(world: &World, scenario: &Scenario) -> Vec<String> {
-    let cluster = world.kafka.cluster.lock().expect("cluster lock");
-    let committed: BTreeMap<TopicPartition, Offset> =
-        cluster.committed_offsets(SINK_GROUP).into_iter().collect();
-    (0..scenario.topic.partitions)
-        .map(|p| TopicPartition::new(scenario.topic.name.clone(), p))
-        .filter_map(|tp| {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            (c < hw).then(|| format!("{tp} (committed {c} < high watermark {hw})"))
-        })
-        .collect()
-}
-
-/// Records the final log, sink and committed offsets as process `final`.
-fn record_final(world: &World, ctx: &Context, scenario: &Scenario) {
-    let t = now_ns();
-    let cluster = world.kafka.cluster.lock().expect("cluster lock");
-    for p in 0..scenario.topic.partitions {
-        let tp = TopicPartition::new(scenario.topic.name.clone(), p);
-        let records = cluster
-            .records(&tp)
-            .into_iter()
-            .map(|(offset, record)| {
-                let text = |b: &Option<bytes::Bytes>| {
-                    b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
-                };
-                RecordRef {
-                    id: text(&record.value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX),
-                    key: text(&record.key),
-                    tp: tp.clone(),
-                    offset,
-                }
-            })
-            .collect();
-        world.recorder.record(t, "final", OpKind::Ok, Value::LogState { tp, records }, None);
-    }
-    let offsets = cluster.committed_offsets(SINK_GROUP);
-    drop(cluster);
-    let rows = ctx.shared.lock().expect("shared lock").sink.clone();
-    world.recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-    world.recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
 }

@@ -23,7 +23,10 @@ use crate::client::{
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
-use crate::scenario::{CommitMode, Scenario};
+use super::Pipeline;
+use crate::runner::world::World;
+use crate::scenario::{CommitMode, Scenario, TopicSpec};
+use std::net::{IpAddr, Ipv4Addr};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -159,9 +162,8 @@ pub async fn consumer_process(ctx: Context, name: String) {
 }
 
 fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
     RecordRef {
-        id: text(&r.value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX),
+        id: parse_id(&r.value),
         key: text(&r.key),
         tp: r.tp.clone(),
         offset: r.offset,
@@ -202,4 +204,96 @@ async fn commit(
     };
     ctx.record(name, kind, Value::Commit { offsets }, error);
     result.is_ok()
+}
+
+/// The `kafka-consume` pipeline.
+pub struct KafkaConsume {
+    ctx: Context,
+}
+
+impl KafkaConsume {
+    /// The pipeline of `scenario`, recording into `recorder`.
+    pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
+        Self { ctx: Context { scenario, recorder, shared: Arc::default() } }
+    }
+
+    fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
+        let topic = &self.ctx.scenario.topic;
+        (0..topic.partitions).map(|p| TopicPartition::new(topic.name.clone(), p))
+    }
+}
+
+impl Pipeline for KafkaConsume {
+    fn topics(&self) -> Vec<TopicSpec> {
+        vec![self.ctx.scenario.topic.clone()]
+    }
+
+    fn start(&mut self, world: &mut World) {
+        let w = &self.ctx.scenario.workload;
+        for i in 0..w.producers {
+            let name = format!("producer-{i}");
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
+            let (ctx, n) = (self.ctx.clone(), name.clone());
+            world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
+        }
+        for i in 0..w.consumers {
+            let name = format!("consumer-{i}");
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, i as u8 + 1));
+            let (ctx, n) = (self.ctx.clone(), name.clone());
+            world.add_node(&name, ip, move || consumer_process(ctx.clone(), n.clone()));
+        }
+    }
+
+    /// Unfinished: producers still holding ids, and partitions whose committed offset
+    /// (group `sink`) is behind the high watermark.
+    fn lag(&self, world: &World) -> Vec<String> {
+        let mut lag = Vec::new();
+        if !self.ctx.producers_done() {
+            lag.push("producers not done".to_string());
+        }
+        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let committed = cluster.committed_offsets(SINK_GROUP);
+        for tp in self.partitions() {
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
+            let c = committed.get(&tp).copied().unwrap_or(0);
+            if c < hw {
+                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        lag
+    }
+
+    fn record_final(&self, world: &World) {
+        let t = now_ns();
+        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        for tp in self.partitions() {
+            let records = cluster
+                .records(&tp)
+                .into_iter()
+                .map(|(offset, record)| RecordRef {
+                    id: parse_id(&record.value),
+                    key: text(&record.key),
+                    tp: tp.clone(),
+                    offset,
+                })
+                .collect();
+            let value = Value::LogState { tp, records };
+            self.ctx.recorder.record(t, "final", OpKind::Ok, value, None);
+        }
+        let offsets = cluster.committed_offsets(SINK_GROUP).into_iter().collect();
+        drop(cluster);
+        let rows = self.ctx.shared.lock().expect("shared lock").sink.clone();
+        let recorder = &self.ctx.recorder;
+        recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
+        recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+    }
+}
+
+fn text(bytes: &Option<Bytes>) -> Option<String> {
+    bytes.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// The id a record's value carries; `u64::MAX` for a value that is not one.
+fn parse_id(value: &Option<Bytes>) -> u64 {
+    text(value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
 }

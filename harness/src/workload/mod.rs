@@ -1,8 +1,33 @@
-//! Workloads: the processes of a pipeline on the Kafka layer and the shared generator they
-//! draw operations from.
+//! Workloads: the processes of a pipeline and the shared generator they draw operations
+//! from, behind one [`Pipeline`] trait the runner drives.
 //!
 //! [`kafka_consume`]: producers write unique ids into a topic; a consumer group copies them
 //! into an in-memory sink (a durable store outside every process), committing before or after
 //! each write.
 
 pub mod kafka_consume;
+
+use crate::history::Recorder;
+use crate::runner::world::World;
+use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
+use std::sync::Arc;
+
+/// A pipeline as the runner drives it: topics to create, processes to start, how far it is
+/// from done during the drain, and what to record as the final state.
+pub trait Pipeline {
+    /// Topics to create before any process starts.
+    fn topics(&self) -> Vec<TopicSpec>;
+    /// Adds the pipeline's nodes to the world.
+    fn start(&mut self, world: &mut World);
+    /// What is still unfinished, one line each; empty once the pipeline caught up.
+    fn lag(&self, world: &World) -> Vec<String>;
+    /// Records the final state (logs, sink, committed offsets) as process `final`.
+    fn record_final(&self, world: &World);
+}
+
+/// The pipeline a scenario names.
+pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
+    match scenario.pipeline {
+        PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
+    }
+}
