@@ -1,0 +1,369 @@
+//! One partition across its replicas: the controller's record of it (leader, leader epoch,
+//! ISR) and each replica's own view and log (models-reference A.1–A.6).
+//!
+//! Each replica acts on what *it* believes (`view_*`): a broker cut off from the controller
+//! keeps believing it leads and keeps accepting acks=1 writes, exactly how acked writes get
+//! lost in Kafka. Views are refreshed from the controller only over a working controller link
+//! (KRaft brokers replay the metadata log). ISR changes go through the controller
+//! (`AlterPartition`), which accepts them only from the leader of the current epoch.
+
+use super::log::{truncation_offset, Batch, PartitionLog};
+use super::types::*;
+use std::collections::BTreeMap;
+
+/// What the leader knows of one follower from its fetches (`ReplicaState` in Kafka).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remote {
+    /// Fetch offset of the follower's last fetch (its LEO then); -1 while unknown.
+    pub leo: Offset,
+    /// `lastCaughtUpTimeMs`; `None` = never caught up under this leader.
+    pub last_caught_up_ms: Option<TimeMs>,
+    /// Time of the last fetch.
+    pub last_fetch_ms: TimeMs,
+    /// Leader LEO at the last fetch.
+    pub last_fetch_leader_leo: Offset,
+}
+
+impl Remote {
+    fn unknown(caught_up_ms: Option<TimeMs>) -> Self {
+        Self { leo: -1, last_caught_up_ms: caught_up_ms, last_fetch_ms: 0, last_fetch_leader_leo: -1 }
+    }
+
+    /// `ReplicaState.isCaughtUp`.
+    fn is_caught_up(&self, leader_leo: Offset, now: TimeMs, lag_max_ms: u64) -> bool {
+        self.leo == leader_leo
+            || self.last_caught_up_ms.is_some_and(|t| now.saturating_sub(t) <= lag_max_ms)
+    }
+}
+
+/// One broker's replica of the partition.
+#[derive(Debug, Clone)]
+pub(crate) struct Replica {
+    pub broker: BrokerId,
+    pub log: PartitionLog,
+    /// Leader as this broker last learned it from the controller.
+    pub view_leader: Option<BrokerId>,
+    /// Leader epoch as this broker last learned it; -1 = nothing learned since (re)start.
+    pub view_epoch: i32,
+    /// ISR as this broker last learned it (a leader uses it for HW and min ISR).
+    pub view_isr: Vec<BrokerId>,
+    /// Follower: epoch for which the divergence check already ran.
+    pub truncated_for_epoch: Option<i32>,
+    /// Leader only: the followers' fetch state.
+    pub remotes: BTreeMap<BrokerId, Remote>,
+}
+
+impl Replica {
+    fn new(broker: BrokerId) -> Self {
+        Self {
+            broker,
+            log: PartitionLog::new(),
+            view_leader: None,
+            view_epoch: -1,
+            view_isr: Vec::new(),
+            truncated_for_epoch: None,
+            remotes: BTreeMap::new(),
+        }
+    }
+
+    /// Whether this broker believes it leads the partition.
+    pub fn believes_leader(&self) -> bool {
+        self.view_leader == Some(self.broker)
+    }
+
+    /// Forgets everything learned from the controller (a restart).
+    pub fn forget_views(&mut self) {
+        self.view_leader = None;
+        self.view_epoch = -1;
+        self.view_isr.clear();
+        self.truncated_for_epoch = None;
+        self.remotes.clear();
+    }
+}
+
+/// What a tick needs to know about brokers, besides the partition itself.
+pub(crate) struct Reach<'a> {
+    pub now: TimeMs,
+    /// Runs: alive in the model and up in the environment.
+    pub up: &'a dyn Fn(BrokerId) -> bool,
+    /// `from` reaches `to`.
+    pub link: &'a dyn Fn(BrokerId, BrokerId) -> bool,
+    /// Runs and reaches the controller.
+    pub controller: &'a dyn Fn(BrokerId) -> bool,
+    /// Fenced by the controller.
+    pub fenced: &'a dyn Fn(BrokerId) -> bool,
+    pub lag_max_ms: u64,
+    /// KIP-966 / KAFKA-15583 (3.7+): no HW advance while the ISR is below min ISR.
+    pub hold_hw_under_min_isr: bool,
+}
+
+/// One partition: assignment, controller state and replicas.
+#[derive(Debug, Clone)]
+pub(crate) struct Partition {
+    /// Replicas in assignment (preference) order.
+    pub replicas: Vec<Replica>,
+    /// Controller: current leader, `None` while offline.
+    pub leader: Option<BrokerId>,
+    /// Controller: current leader epoch.
+    pub leader_epoch: i32,
+    /// Controller: committed ISR, in assignment order.
+    pub isr: Vec<BrokerId>,
+    /// Effective `min.insync.replicas` (min of the config and the replication factor).
+    pub min_isr: usize,
+}
+
+impl Partition {
+    /// A new partition led by the first replica at epoch 0 with every replica in the ISR;
+    /// every replica learns that at once (topic creation).
+    pub fn new(assignment: &[BrokerId], min_insync_replicas: u32, now: TimeMs) -> Self {
+        assert!(!assignment.is_empty(), "a partition has at least one replica");
+        let mut p = Self {
+            replicas: assignment.iter().map(|&b| Replica::new(b)).collect(),
+            leader: Some(assignment[0]),
+            leader_epoch: 0,
+            isr: assignment.to_vec(),
+            min_isr: (min_insync_replicas.max(1) as usize).min(assignment.len()),
+        };
+        for i in 0..p.replicas.len() {
+            p.apply_view(i, now);
+        }
+        p
+    }
+
+    /// Broker ids in assignment order.
+    pub fn assignment(&self) -> Vec<BrokerId> {
+        self.replicas.iter().map(|r| r.broker).collect()
+    }
+
+    /// Index of broker `b`'s replica.
+    pub fn index_of(&self, b: BrokerId) -> Option<usize> {
+        self.replicas.iter().position(|r| r.broker == b)
+    }
+
+    /// Broker `b`'s replica.
+    pub fn replica(&self, b: BrokerId) -> Option<&Replica> {
+        self.replicas.iter().find(|r| r.broker == b)
+    }
+
+    /// The controller's leader's replica.
+    pub fn leader_replica(&self) -> Option<&Replica> {
+        self.leader.and_then(|l| self.replica(l))
+    }
+
+    // ---------------------------------------------------------------- controller side
+
+    /// KRaft election (`PartitionChangeBuilder`): first replica in assignment order that is
+    /// in the ISR and unfenced; else, if allowed, the first unfenced replica (unclean, the
+    /// ISR becomes just it); else offline. The epoch bumps whenever the leader changes.
+    pub fn elect(&mut self, fenced: &dyn Fn(BrokerId) -> bool, unclean_allowed: bool) {
+        let order = self.assignment();
+        let clean = order.iter().copied().find(|b| self.isr.contains(b) && !fenced(*b));
+        let chosen = match clean {
+            Some(b) => Some(b),
+            None if unclean_allowed => {
+                let b = order.iter().copied().find(|b| !fenced(*b));
+                if let Some(b) = b {
+                    self.isr = vec![b];
+                }
+                b
+            }
+            None => None,
+        };
+        if chosen != self.leader {
+            self.leader = chosen;
+            self.leader_epoch += 1;
+        }
+    }
+
+    /// The controller fences broker `b`: it leaves the ISR unless it is the last member, and
+    /// if it led, a new leader is elected (possibly none).
+    pub fn on_broker_fenced(&mut self, b: BrokerId, fenced: &dyn Fn(BrokerId) -> bool, unclean: bool) {
+        if self.index_of(b).is_none() {
+            return;
+        }
+        if self.isr.len() > 1 {
+            self.isr.retain(|&m| m != b);
+        }
+        if self.leader == Some(b) {
+            self.elect(fenced, unclean);
+        }
+    }
+
+    /// Broker `b` is unfenced: an offline partition may get a leader again.
+    pub fn on_broker_unfenced(&mut self, b: BrokerId, fenced: &dyn Fn(BrokerId) -> bool, unclean: bool) {
+        if self.index_of(b).is_some() && self.leader.is_none() {
+            self.elect(fenced, unclean);
+        }
+    }
+
+    // ------------------------------------------------------------------ broker side
+
+    /// Replica `i` learns the controller's current state (leader, epoch, ISR).
+    pub fn apply_view(&mut self, i: usize, now: TimeMs) {
+        let (leader, epoch, isr) = (self.leader, self.leader_epoch, self.isr.clone());
+        let others: Vec<BrokerId> =
+            self.replicas.iter().map(|r| r.broker).filter(|&b| b != self.replicas[i].broker).collect();
+        let r = &mut self.replicas[i];
+        if r.view_leader != leader || r.view_epoch != epoch {
+            r.view_leader = leader;
+            r.view_epoch = epoch;
+            r.truncated_for_epoch = None;
+            r.remotes.clear();
+            if leader == Some(r.broker) {
+                // `Partition.makeLeader`: assign the epoch at the LEO, reset remote states;
+                // ISR members count as caught up now.
+                r.log.assign_epoch(epoch);
+                for b in others {
+                    let caught_up = isr.contains(&b).then_some(now);
+                    r.remotes.insert(b, Remote::unknown(caught_up));
+                }
+            }
+        }
+        r.view_isr = isr;
+    }
+
+    /// Every replica whose broker reaches the controller refreshes its view.
+    pub fn sync_views(&mut self, reach: &Reach<'_>) {
+        for i in 0..self.replicas.len() {
+            let b = self.replicas[i].broker;
+            if (reach.controller)(b) {
+                let r = &self.replicas[i];
+                if r.view_leader != self.leader || r.view_epoch != self.leader_epoch || r.view_isr != self.isr {
+                    self.apply_view(i, reach.now);
+                }
+            }
+        }
+    }
+
+    /// One round of follower fetches, then each believed leader's ISR shrink and HW update.
+    pub fn tick(&mut self, reach: &Reach<'_>) {
+        for fi in 0..self.replicas.len() {
+            let f = &self.replicas[fi];
+            let Some(l) = f.view_leader else { continue };
+            if l == f.broker || !(reach.up)(f.broker) || !(reach.up)(l) {
+                continue;
+            }
+            if !(reach.link)(f.broker, l) || !(reach.link)(l, f.broker) {
+                continue;
+            }
+            let Some(li) = self.index_of(l) else { continue };
+            let leader = &self.replicas[li];
+            // The leader answers only a fetch of its own current epoch (KIP-320).
+            if !leader.believes_leader() || leader.view_epoch != f.view_epoch {
+                continue;
+            }
+            self.follower_fetch(fi, li, reach);
+        }
+        for li in 0..self.replicas.len() {
+            if self.replicas[li].believes_leader() && (reach.up)(self.replicas[li].broker) {
+                self.maybe_shrink_isr(li, reach);
+                self.maybe_increment_hw(li, reach);
+            }
+        }
+    }
+
+    /// Follower `fi` fetches from leader `li`: divergence check once per epoch, then copy
+    /// the suffix it lacks (`ReplicaFetcherThread`, `Partition.updateFollowerFetchState`).
+    fn follower_fetch(&mut self, fi: usize, li: usize, reach: &Reach<'_>) {
+        let now = reach.now;
+        let epoch = self.replicas[fi].view_epoch;
+        if self.replicas[fi].truncated_for_epoch != Some(epoch) {
+            let t = truncation_offset(&self.replicas[fi].log, &self.replicas[li].log);
+            self.replicas[fi].log.truncate_to(t);
+            self.replicas[fi].truncated_for_epoch = Some(epoch);
+        }
+        let fb = self.replicas[fi].broker;
+        let fetch_offset = self.replicas[fi].log.log_end_offset();
+        let leader = &mut self.replicas[li];
+        let leader_leo = leader.log.log_end_offset();
+        assert!(fetch_offset <= leader_leo, "a follower is never ahead of its leader after truncation");
+        let remote = leader.remotes.entry(fb).or_insert(Remote::unknown(None));
+        if fetch_offset >= leader_leo {
+            remote.last_caught_up_ms = Some(now);
+        } else if fetch_offset >= remote.last_fetch_leader_leo && remote.last_fetch_leader_leo >= 0 {
+            remote.last_caught_up_ms = Some(remote.last_fetch_ms.max(remote.last_caught_up_ms.unwrap_or(0)));
+        }
+        remote.leo = fetch_offset;
+        remote.last_fetch_ms = now;
+        remote.last_fetch_leader_leo = leader_leo;
+        let from = leader.log.batch_index_from(fetch_offset);
+        let copied: Vec<Batch> = leader.log.batches()[from..].to_vec();
+        self.maybe_expand_isr(li, fb, reach);
+        self.maybe_increment_hw(li, reach);
+        let leader_hw = self.replicas[li].log.high_watermark();
+        let follower = &mut self.replicas[fi];
+        for batch in copied {
+            follower.log.append_batch(batch);
+        }
+        follower.log.set_follower_high_watermark(leader_hw);
+    }
+
+    /// Whether the believed leader at `li` may change the ISR: it must be the controller's
+    /// leader of the current epoch and reach the controller (`AlterPartition`).
+    fn may_alter_isr(&self, li: usize, reach: &Reach<'_>) -> bool {
+        let r = &self.replicas[li];
+        self.leader == Some(r.broker) && self.leader_epoch == r.view_epoch && (reach.controller)(r.broker)
+    }
+
+    /// `Partition.maybeExpandIsr` / `isFollowerInSync` (A.5).
+    fn maybe_expand_isr(&mut self, li: usize, follower: BrokerId, reach: &Reach<'_>) {
+        let leader = &self.replicas[li];
+        if leader.view_isr.contains(&follower) || (reach.fenced)(follower) {
+            return;
+        }
+        let Some(remote) = leader.remotes.get(&follower) else { return };
+        let epoch_start = leader.log.epoch_start_offset(leader.view_epoch).unwrap_or(0);
+        let in_sync = remote.leo >= leader.log.high_watermark() && remote.leo >= epoch_start;
+        if !in_sync || !self.may_alter_isr(li, reach) {
+            return;
+        }
+        let order = self.assignment();
+        self.isr.push(follower);
+        self.isr.sort_by_key(|b| order.iter().position(|x| x == b));
+        self.apply_view(li, reach.now);
+    }
+
+    /// `Partition.maybeShrinkIsr` / `getOutOfSyncReplicas` (A.5).
+    fn maybe_shrink_isr(&mut self, li: usize, reach: &Reach<'_>) {
+        let leader = &self.replicas[li];
+        let leo = leader.log.log_end_offset();
+        let out: Vec<BrokerId> = leader
+            .view_isr
+            .iter()
+            .copied()
+            .filter(|&b| b != leader.broker)
+            .filter(|b| {
+                leader.remotes.get(b).is_some_and(|r| {
+                    let stale = r.last_caught_up_ms.map_or(reach.now, |t| reach.now.saturating_sub(t));
+                    r.leo != leo && stale > reach.lag_max_ms
+                })
+            })
+            .collect();
+        if out.is_empty() || !self.may_alter_isr(li, reach) {
+            return;
+        }
+        self.isr.retain(|b| !out.contains(b));
+        self.apply_view(li, reach.now);
+    }
+
+    /// `Partition.maybeIncrementLeaderHW` (A.4): min LEO over the leader, the ISR and the
+    /// caught-up ISR-eligible followers; never backwards; held under min ISR (3.7+).
+    pub fn maybe_increment_hw(&mut self, li: usize, reach: &Reach<'_>) {
+        let leader = &self.replicas[li];
+        if reach.hold_hw_under_min_isr && leader.view_isr.len() < self.min_isr {
+            return;
+        }
+        let leo = leader.log.log_end_offset();
+        let mut hw = leo;
+        for (b, remote) in &leader.remotes {
+            let in_isr = leader.view_isr.contains(b);
+            let eligible = !(reach.fenced)(*b) && remote.is_caught_up(leo, reach.now, reach.lag_max_ms);
+            if remote.leo < hw && (in_isr || eligible) {
+                hw = remote.leo;
+            }
+        }
+        let old = leader.log.high_watermark();
+        self.replicas[li].log.advance_high_watermark(hw.max(old));
+        assert!(self.replicas[li].log.high_watermark() >= old, "HW never decreases on a leader");
+    }
+}
