@@ -1,1 +1,465 @@
-//! Tests of the Kafka model, one per line of models-reference checklist A.
+//! Tests of the Kafka model: one per line of models-reference checklist A (named after it),
+//! a few more for the request surface, and a property test of durability and convergence.
+
+use super::model::{Cluster, CrashMode, Env, ParkToken, Reply};
+use super::types::*;
+use bytes::Bytes;
+use std::collections::BTreeSet;
+
+/// The environment a test controls: dead-or-paused brokers, cut links (both directions),
+/// brokers cut off from the controller.
+#[derive(Debug, Default, Clone)]
+struct TestEnv {
+    down: BTreeSet<BrokerId>,
+    cut: BTreeSet<(BrokerId, BrokerId)>,
+    no_controller: BTreeSet<BrokerId>,
+}
+
+impl TestEnv {
+    fn isolate(&mut self, b: BrokerId, brokers: u32) {
+        for o in 1..=brokers {
+            if o != b {
+                self.cut.insert((b.min(o), b.max(o)));
+            }
+        }
+        self.no_controller.insert(b);
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+        self.no_controller.clear();
+    }
+}
+
+impl Env for TestEnv {
+    fn broker_up(&self, b: BrokerId) -> bool {
+        !self.down.contains(&b)
+    }
+    fn link_up(&self, from: BrokerId, to: BrokerId) -> bool {
+        !self.cut.contains(&(from.min(to), from.max(to)))
+    }
+    fn controller_link_up(&self, b: BrokerId) -> bool {
+        !self.no_controller.contains(&b)
+    }
+}
+
+const TICK_MS: u64 = 10;
+
+/// A cluster, its environment and the clock.
+struct World {
+    cluster: Cluster,
+    env: TestEnv,
+    now: TimeMs,
+    tp: TopicPartition,
+}
+
+impl World {
+    /// `brokers` brokers, topic "t" with one partition and replication factor `rf`.
+    fn new(brokers: u32, rf: u32, config: TopicConfig) -> Self {
+        let cfg = ClusterConfig { offsets_topic_num_partitions: 3, ..ClusterConfig::default() };
+        let mut cluster = Cluster::new(brokers, cfg);
+        let req = Request::CreateTopic { name: "t".into(), partitions: 1, replication_factor: rf, config };
+        assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
+        Self { cluster, env: TestEnv::default(), now: 0, tp: TopicPartition::new("t", 0) }
+    }
+
+    fn tick_for(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += TICK_MS;
+            self.cluster.tick(self.now, &self.env);
+        }
+    }
+
+    fn leader(&self) -> BrokerId {
+        self.cluster.leader(&self.tp).expect("partition online")
+    }
+
+    fn produce_at(&mut self, broker: BrokerId, acks: Acks, value: &str) -> Reply {
+        let req = Request::Produce {
+            tp: self.tp.clone(),
+            acks,
+            timeout_ms: 30_000,
+            header: ProducerBatchHeader::NONE,
+            records: vec![record(value)],
+        };
+        self.cluster.handle(self.now, broker, req)
+    }
+
+    fn produce(&mut self, acks: Acks, value: &str) -> Reply {
+        let leader = self.leader();
+        self.produce_at(leader, acks, value)
+    }
+
+    /// Polls a parked produce while ticking, up to `ms_max`.
+    fn await_parked(&mut self, token: ParkToken, ms_max: u64) -> Response {
+        let end = self.now + ms_max;
+        loop {
+            if let Some(r) = self.cluster.poll_parked(self.now, &token) {
+                return r;
+            }
+            assert!(self.now < end, "parked produce not completed after {ms_max} ms");
+            self.tick_for(TICK_MS);
+        }
+    }
+
+    /// Produces with acks=all and waits for the outcome.
+    fn produce_all(&mut self, value: &str) -> Response {
+        match self.produce(Acks::All, value) {
+            Reply::Done(r) => r,
+            Reply::Parked(t) => self.await_parked(t, 60_000),
+        }
+    }
+
+    fn fetch_at(&mut self, broker: BrokerId, isolation: Isolation, offset: Offset) -> FetchPartition {
+        let req = Request::Fetch {
+            isolation,
+            partitions: vec![(self.tp.clone(), offset)],
+            max_bytes: 1 << 20,
+            partition_max_bytes: 1 << 20,
+            max_wait_ms: 0,
+        };
+        match self.cluster.handle(self.now, broker, req) {
+            Reply::Done(Response::Fetch { mut partitions }) => partitions.remove(0).1,
+            other => panic!("unexpected fetch reply {other:?}"),
+        }
+    }
+
+    fn values(&self) -> Vec<String> {
+        self.cluster
+            .records(&self.tp)
+            .into_iter()
+            .map(|(_, r)| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+            .collect()
+    }
+
+    fn crash(&mut self, b: BrokerId, mode: CrashMode) {
+        self.cluster.crash_broker(self.now, b, mode);
+        self.env.down.insert(b);
+    }
+
+    fn restart(&mut self, b: BrokerId) {
+        self.cluster.restart_broker(self.now, b);
+        self.env.down.remove(&b);
+    }
+}
+
+fn record(value: &str) -> Record {
+    Record {
+        key: None,
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        headers: Vec::new(),
+        timestamp_ms: 0,
+    }
+}
+
+fn base_offset(r: &Response) -> Offset {
+    match r {
+        Response::Produce { base_offset, .. } => *base_offset,
+        other => panic!("expected a produce response, got {other:?}"),
+    }
+}
+
+fn min_isr(n: u32) -> TopicConfig {
+    TopicConfig { min_insync_replicas: n, ..TopicConfig::default() }
+}
+
+// ------------------------------------------------------------------- checklist A
+
+#[test]
+fn acks_all_below_min_isr_is_rejected_and_leaves_leo_unchanged() {
+    let mut w = World::new(3, 3, min_isr(2));
+    let leader = w.leader();
+    let followers: Vec<BrokerId> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    for &f in &followers {
+        w.crash(f, CrashMode::ProcessKill);
+    }
+    w.tick_for(10_000); // fenced after broker.session.timeout.ms, removed from the ISR
+    assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
+    let leo = w.cluster.log_end_offset(&w.tp, leader);
+    assert_eq!(w.produce(Acks::All, "x"), Reply::Done(Response::Error(KafkaError::NotEnoughReplicas)));
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), leo);
+    // acks=1 is not checked against min ISR.
+    assert!(matches!(w.produce(Acks::Leader, "y"), Reply::Done(Response::Produce { .. })));
+}
+
+#[test]
+fn acks_all_when_isr_shrinks_below_min_isr_after_append_returns_after_append_and_keeps_batch() {
+    // Pre-3.7 rule: the HW may advance with the ISR below min ISR.
+    let mut w = World::new(3, 3, min_isr(2));
+    w.cluster.set_hold_hw_under_min_isr(false);
+    let leader = w.leader();
+    let Reply::Parked(token) = w.produce(Acks::All, "x") else { panic!("acks=all parks") };
+    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+        w.crash(f, CrashMode::ProcessKill);
+    }
+    let r = w.await_parked(token, 20_000);
+    assert_eq!(r, Response::Error(KafkaError::NotEnoughReplicasAfterAppend));
+    assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
+    assert_eq!(w.values(), vec!["x"], "the batch is in the log and committed");
+}
+
+#[test]
+fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
+    let mut w = World::new(3, 3, min_isr(2));
+    let leader = w.leader();
+    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+        w.crash(f, CrashMode::ProcessKill);
+    }
+    w.tick_for(10_000);
+    assert!(matches!(w.produce(Acks::Leader, "a"), Reply::Done(Response::Produce { base_offset: 0, .. })));
+    w.tick_for(1_000);
+    assert_eq!(w.cluster.high_watermark(&w.tp), Some(0));
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
+    // A follower comes back, catches up, rejoins: the ISR reaches min ISR and the HW moves.
+    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != leader).unwrap();
+    w.restart(follower);
+    w.tick_for(1_000);
+    assert_eq!(w.cluster.isr(&w.tp).len(), 2);
+    assert_eq!(w.cluster.high_watermark(&w.tp), Some(1));
+}
+
+#[test]
+fn read_uncommitted_fetch_never_returns_offsets_at_or_above_hw_nor_read_committed_at_or_above_lso() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let leader = w.leader();
+    for i in 0..3 {
+        w.produce_all(&format!("c{i}"));
+    }
+    // Two more appended but not replicated: a follower is cut off, so the HW stays at 3.
+    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != leader).unwrap();
+    w.env.cut.insert((leader.min(follower), leader.max(follower)));
+    w.produce(Acks::Leader, "u0");
+    w.produce(Acks::Leader, "u1");
+    w.tick_for(100);
+    let hw = w.cluster.high_watermark(&w.tp).unwrap();
+    assert_eq!(hw, 3);
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(5));
+    for iso in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+        let f = w.fetch_at(leader, iso, 0);
+        assert_eq!(f.error, None);
+        assert!(f.records.iter().all(|r| r.offset < f.high_watermark && r.offset < f.last_stable_offset));
+        assert_eq!(f.records.len(), 3);
+        assert_eq!(f.next_fetch_offset, 3);
+        assert!(f.last_stable_offset <= f.high_watermark);
+    }
+}
+
+#[test]
+fn hw_never_exceeds_the_leo_of_any_isr_member_and_never_decreases_on_a_leader() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let mut last: Option<(i32, Offset)> = None;
+    for i in 0..50 {
+        w.produce(if i % 2 == 0 { Acks::All } else { Acks::Leader }, &format!("v{i}"));
+        if i == 20 {
+            let l = w.leader();
+            w.crash(l, CrashMode::ProcessKill);
+        }
+        if i == 35 {
+            let dead: Vec<_> = w.env.down.iter().copied().collect();
+            for b in dead {
+                w.restart(b);
+            }
+        }
+        for _ in 0..30 {
+            w.tick_for(TICK_MS);
+            let Some(hw) = w.cluster.high_watermark(&w.tp) else { continue };
+            let epoch = w.cluster.leader_epoch(&w.tp).unwrap();
+            for b in w.cluster.isr(&w.tp) {
+                let leo = w.cluster.log_end_offset(&w.tp, b).unwrap();
+                // An ISR member that is dead may have any LEO; live ones hold the HW.
+                if w.cluster.broker_alive(b) {
+                    assert!(hw <= leo, "HW {hw} above LEO {leo} of ISR member {b}");
+                }
+            }
+            if let Some((e, h)) = last {
+                if e == epoch {
+                    assert!(hw >= h, "HW went back from {h} to {hw} in epoch {e}");
+                }
+            }
+            last = Some((epoch, hw));
+        }
+    }
+}
+
+#[test]
+fn with_clean_election_acks_all_batches_survive_single_broker_failures() {
+    let mut w = World::new(3, 3, min_isr(2));
+    let mut acked = Vec::new();
+    for round in 0..6 {
+        for i in 0..5 {
+            let v = format!("r{round}-{i}");
+            if let Response::Produce { .. } = w.produce_all(&v) {
+                acked.push(v);
+            }
+        }
+        let victim = w.leader();
+        w.crash(victim, if round % 2 == 0 { CrashMode::ProcessKill } else { CrashMode::MachineCrash });
+        w.tick_for(10_000);
+        assert_ne!(w.cluster.leader(&w.tp), Some(victim));
+        w.restart(victim);
+        w.tick_for(5_000);
+        assert_eq!(w.cluster.isr(&w.tp).len(), 3, "restarted broker rejoined the ISR");
+    }
+    let values = w.values();
+    for v in &acked {
+        assert!(values.contains(v), "acked {v} lost");
+    }
+    assert_eq!(acked.len(), 30);
+}
+
+#[test]
+fn acks_1_batch_acked_by_a_leader_that_dies_before_replication_is_lost_after_rejoin() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("kept");
+    let old = w.leader();
+    // Cut the leader off from its followers (not from the controller yet) and write.
+    w.env.isolate(old, 3);
+    w.env.no_controller.remove(&old);
+    let r = w.produce(Acks::Leader, "lost");
+    assert!(matches!(r, Reply::Done(Response::Produce { base_offset: 1, .. })));
+    w.crash(old, CrashMode::ProcessKill);
+    w.env.heal();
+    w.tick_for(10_000);
+    let new = w.leader();
+    assert_ne!(new, old);
+    w.restart(old);
+    w.tick_for(5_000);
+    assert_eq!(w.values(), vec!["kept"]);
+    assert_eq!(w.cluster.log_end_offset(&w.tp, old), w.cluster.log_end_offset(&w.tp, new));
+}
+
+#[test]
+fn a_partitioned_ex_leader_accepts_acks_1_writes_that_are_lost_when_it_learns_the_new_leader() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("kept");
+    let old = w.leader();
+    w.env.isolate(old, 3);
+    w.tick_for(10_000); // fenced; a new leader is elected
+    let new = w.leader();
+    assert_ne!(new, old);
+    // The ex-leader still believes it leads: acks=1 succeeds, acks=all cannot commit.
+    assert!(matches!(w.produce_at(old, Acks::Leader, "zombie"), Reply::Done(Response::Produce { .. })));
+    let Reply::Parked(token) = w.produce_at(old, Acks::All, "zombie-all") else { panic!("parks") };
+    assert!(matches!(w.produce_at(new, Acks::All, "new"), Reply::Parked(_) | Reply::Done(_)));
+    w.tick_for(1_000);
+    assert_eq!(w.cluster.poll_parked(w.now, &token), None);
+    w.env.heal();
+    w.tick_for(1_000);
+    assert_eq!(w.cluster.poll_parked(w.now, &token), Some(Response::Error(KafkaError::NotLeaderOrFollower)));
+    w.tick_for(2_000);
+    let values = w.values();
+    assert!(!values.contains(&"zombie".to_string()));
+    assert!(values.contains(&"new".to_string()));
+}
+
+#[test]
+fn after_a_leader_change_every_follower_log_is_a_prefix_consistent_copy_of_the_leader() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    for i in 0..3 {
+        w.produce_all(&format!("a{i}"));
+    }
+    let old = w.leader();
+    // Divergent suffix on the old leader, then it dies.
+    w.env.isolate(old, 3);
+    w.env.no_controller.remove(&old);
+    for i in 0..4 {
+        w.produce_at(old, Acks::Leader, &format!("div{i}"));
+    }
+    w.crash(old, CrashMode::ProcessKill);
+    w.env.heal();
+    w.tick_for(10_000);
+    for i in 0..2 {
+        w.produce_all(&format!("b{i}"));
+    }
+    w.restart(old);
+    w.tick_for(5_000);
+    let leader = w.leader();
+    let reference = w.cluster.replica_batches(&w.tp, leader);
+    for b in w.cluster.replicas(&w.tp) {
+        let batches = w.cluster.replica_batches(&w.tp, b);
+        assert_eq!(&reference[..batches.len()], &batches[..], "replica {b} diverges");
+        assert_eq!(batches.len(), reference.len(), "replica {b} caught up");
+    }
+    assert_eq!(w.values(), vec!["a0", "a1", "a2", "b0", "b1"]);
+}
+
+#[test]
+fn with_no_live_isr_member_and_unclean_election_off_the_partition_rejects_produce_and_fetch() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("a");
+    let leader = w.leader();
+    let followers: Vec<_> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    for &f in &followers {
+        w.crash(f, CrashMode::ProcessKill);
+    }
+    w.tick_for(10_000);
+    assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
+    w.crash(leader, CrashMode::ProcessKill);
+    for &f in &followers {
+        w.restart(f);
+    }
+    w.tick_for(10_000);
+    assert_eq!(w.cluster.leader(&w.tp), None, "offline: the only ISR member is down");
+    for b in followers {
+        assert_eq!(w.produce_at(b, Acks::Leader, "x"), Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower)));
+        assert_eq!(w.fetch_at(b, Isolation::ReadUncommitted, 0).error, Some(KafkaError::NotLeaderOrFollower));
+    }
+    let req = Request::Metadata { topics: Some(vec!["t".into()]) };
+    let Reply::Done(Response::Metadata { topics, .. }) = w.cluster.handle(w.now, 1.max(leader % 3 + 1), req) else {
+        panic!("metadata")
+    };
+    assert_eq!(topics["t"][0].leader, None);
+    // The last ISR member comes back and leads again, with its data.
+    w.restart(leader);
+    w.tick_for(5_000);
+    assert_eq!(w.cluster.leader(&w.tp), Some(leader));
+    assert_eq!(w.values(), vec!["a"]);
+}
+
+#[test]
+fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
+    let config = TopicConfig { unclean_leader_election_enable: true, ..TopicConfig::default() };
+    let mut w = World::new(3, 3, config);
+    let leader = w.leader();
+    let followers: Vec<_> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    for &f in &followers {
+        w.crash(f, CrashMode::ProcessKill);
+    }
+    w.tick_for(10_000);
+    assert!(matches!(w.produce_all("acked"), Response::Produce { .. }));
+    w.crash(leader, CrashMode::ProcessKill);
+    w.restart(followers[0]);
+    w.tick_for(10_000);
+    assert_eq!(w.cluster.leader(&w.tp), Some(followers[0]));
+    w.restart(leader);
+    w.tick_for(5_000);
+    assert!(w.values().is_empty(), "the acks=all write is lost: {:?}", w.values());
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(0), "the old leader truncated");
+}
+
+#[test]
+fn every_control_record_occupies_one_offset_and_is_never_delivered_to_an_application() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.produce_all("a");
+    let marker = w.cluster.append_control_batch(&w.tp, ProducerBatchHeader::NONE, record("COMMIT")).unwrap();
+    assert_eq!(marker, 1);
+    w.produce_all("b");
+    w.tick_for(TICK_MS);
+    let f = w.fetch_at(1, Isolation::ReadCommitted, 0);
+    let offsets: Vec<Offset> = f.records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, vec![0, 2], "offsets are not dense");
+    assert_eq!(f.next_fetch_offset, 3);
+    // Fetching at the marker skips past it.
+    let f = w.fetch_at(1, Isolation::ReadUncommitted, 1);
+    assert_eq!(f.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(w.values(), vec!["a", "b"]);
+}
+
+#[test]
+fn keyed_records_land_on_to_positive_murmur2_modulo_partition_count() {
+    use super::murmur2::partition_for_key;
+    for (key, p) in [("0", 2), ("1", 0), ("key-1", 0), ("", 0)] {
+        assert_eq!(partition_for_key(key.as_bytes(), 3), p, "key {key:?}");
+    }
+}
