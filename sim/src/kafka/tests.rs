@@ -463,3 +463,178 @@ fn keyed_records_land_on_to_positive_murmur2_modulo_partition_count() {
         assert_eq!(partition_for_key(key.as_bytes(), 3), p, "key {key:?}");
     }
 }
+
+// ------------------------------------------------------------------ request surface
+
+#[test]
+fn produce_to_a_follower_gets_not_leader_or_follower() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != w.leader()).unwrap();
+    let r = w.produce_at(follower, Acks::All, "x");
+    assert_eq!(r, Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower)));
+    let f = w.fetch_at(follower, Isolation::ReadUncommitted, 0);
+    assert_eq!(f.error, Some(KafkaError::NotLeaderOrFollower));
+}
+
+#[test]
+fn a_batch_over_max_message_bytes_is_rejected_with_message_too_large() {
+    let mut w = World::new(1, 1, TopicConfig { max_message_bytes: 100, ..TopicConfig::default() });
+    let big = "x".repeat(200);
+    assert_eq!(w.produce(Acks::Leader, &big), Reply::Done(Response::Error(KafkaError::MessageTooLarge)));
+    assert_eq!(w.cluster.log_end_offset(&w.tp, 1), Some(0));
+}
+
+#[test]
+fn acks_all_times_out_with_request_timed_out_but_the_batch_stays_and_may_commit() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let leader = w.leader();
+    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+        w.env.cut.insert((leader.min(f), leader.max(f)));
+    }
+    let Reply::Parked(token) = w.produce(Acks::All, "late") else { panic!("parks") };
+    let r = w.await_parked(token, 31_000);
+    assert_eq!(r, Response::Error(KafkaError::RequestTimedOut));
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
+    // The lagging followers leave the ISR after replica.lag.time.max.ms: the batch commits.
+    w.tick_for(1_000);
+    assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
+    assert_eq!(w.values(), vec!["late"]);
+}
+
+#[test]
+fn acks_0_and_acks_1_answer_at_once_with_minus_one_and_the_base_offset() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    assert!(matches!(w.produce(Acks::None, "a"), Reply::Done(Response::Produce { base_offset: -1, .. })));
+    let Reply::Done(r) = w.produce(Acks::Leader, "b") else { panic!("acks=1 answers at once") };
+    assert_eq!(base_offset(&r), 1);
+    assert_eq!(base_offset(&w.produce_all("c")), 2);
+}
+
+#[test]
+fn fetch_outside_log_start_and_leo_is_offset_out_of_range() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.produce_all("a");
+    assert_eq!(w.fetch_at(1, Isolation::ReadUncommitted, 2).error, Some(KafkaError::OffsetOutOfRange));
+    assert_eq!(w.fetch_at(1, Isolation::ReadUncommitted, -1).error, Some(KafkaError::OffsetOutOfRange));
+    let at_end = w.fetch_at(1, Isolation::ReadUncommitted, 1);
+    assert_eq!((at_end.error, at_end.records.len(), at_end.next_fetch_offset), (None, 0, 1));
+}
+
+#[test]
+fn fetch_respects_byte_limits_but_always_returns_the_first_batch() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    for i in 0..10 {
+        w.produce_all(&format!("{i:0>100}"));
+    }
+    let fetch = |w: &mut World, max_bytes: u32, partition_max_bytes: u32| {
+        let req = Request::Fetch {
+            isolation: Isolation::ReadUncommitted,
+            partitions: vec![(w.tp.clone(), 0)],
+            max_bytes,
+            partition_max_bytes,
+            max_wait_ms: 500,
+        };
+        match w.cluster.handle(w.now, 1, req) {
+            Reply::Done(Response::Fetch { mut partitions }) => partitions.remove(0).1,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(fetch(&mut w, 1, 1).records.len(), 1, "one batch even over the limits");
+    let batch = super::log::batch_size_bytes(&[record(&format!("{:0>100}", 0))]);
+    let f = fetch(&mut w, 3 * batch, 1 << 20);
+    assert_eq!((f.records.len(), f.next_fetch_offset), (3, 3));
+    let f = fetch(&mut w, 1 << 20, 2 * batch);
+    assert_eq!((f.records.len(), f.next_fetch_offset), (2, 2));
+}
+
+#[test]
+fn create_topic_rejects_duplicates_and_replication_above_live_brokers() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let create = |name: &str, partitions: u32, rf: u32| Request::CreateTopic {
+        name: name.into(),
+        partitions,
+        replication_factor: rf,
+        config: TopicConfig::default(),
+    };
+    let err = |e| Reply::Done(Response::Error(e));
+    assert_eq!(w.cluster.handle(0, 1, create("t", 1, 1)), err(KafkaError::TopicAlreadyExists));
+    assert_eq!(w.cluster.handle(0, 1, create("u", 1, 4)), err(KafkaError::InvalidReplicationFactor));
+    assert_eq!(w.cluster.handle(0, 1, create("u", 0, 1)), err(KafkaError::InvalidPartitions));
+    w.crash(3, CrashMode::ProcessKill);
+    w.tick_for(10_000);
+    assert_eq!(w.cluster.handle(w.now, 1, create("u", 1, 3)), err(KafkaError::InvalidReplicationFactor));
+    assert_eq!(w.cluster.handle(w.now, 1, create("u", 6, 2)), Reply::Done(Response::CreateTopic));
+    assert_eq!(w.cluster.topics(), vec!["t".to_string(), "u".to_string()]);
+}
+
+#[test]
+fn replicas_are_assigned_round_robin_like_kafka() {
+    let a = super::model::assign_replicas(&[1, 2, 3], 6, 3);
+    assert_eq!(a, vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2], vec![1, 3, 2], vec![2, 1, 3], vec![3, 2, 1]]);
+}
+
+#[test]
+fn metadata_lists_user_topics_and_omits_unknown_ones() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let Reply::Done(Response::Metadata { brokers, topics }) = w.cluster.handle(0, 2, Request::Metadata { topics: None }) else {
+        panic!()
+    };
+    assert_eq!(brokers, vec![1, 2, 3]);
+    assert_eq!(topics.keys().collect::<Vec<_>>(), vec!["t"]);
+    assert_eq!(topics["t"][0].leader, Some(1));
+    assert_eq!(topics["t"][0].isr, vec![1, 2, 3]);
+    let req = Request::Metadata { topics: Some(vec!["nope".into(), "__consumer_offsets".into()]) };
+    let Reply::Done(Response::Metadata { topics, .. }) = w.cluster.handle(0, 2, req) else { panic!() };
+    assert_eq!(topics.keys().collect::<Vec<_>>(), vec!["__consumer_offsets"]);
+}
+
+#[test]
+fn list_offsets_gives_log_start_and_the_high_watermark() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.produce_all("a");
+    w.produce_all("b");
+    let ask = |w: &mut World, spec| w.cluster.handle(w.now, 1, Request::ListOffsets { tp: w.tp.clone(), spec });
+    assert_eq!(ask(&mut w, OffsetSpec::Earliest), Reply::Done(Response::ListOffsets { offset: 0 }));
+    let latest = OffsetSpec::Latest(Isolation::ReadCommitted);
+    assert_eq!(ask(&mut w, latest), Reply::Done(Response::ListOffsets { offset: 2 }));
+}
+
+#[test]
+fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    // offsets_topic_num_partitions is 3 in these tests: "abc".hashCode() = 96354, % 3 = 0.
+    let tp = TopicPartition::new("__consumer_offsets", 0);
+    let leader = w.cluster.leader(&tp).unwrap();
+    let req = Request::FindCoordinator { key: "abc".into(), kind: CoordinatorKind::Group };
+    assert_eq!(w.cluster.handle(0, 3, req), Reply::Done(Response::FindCoordinator { broker: leader }));
+    assert_eq!(w.cluster.coordinator_for("abc", CoordinatorKind::Group), Some(leader));
+    // A group request at another broker is NOT_COORDINATOR.
+    let other = if leader == 1 { 2 } else { 1 };
+    let hb = Request::Heartbeat { group_id: "abc".into(), generation: 0, member_id: "m".into() };
+    assert_eq!(w.cluster.handle(0, other, hb), Reply::Done(Response::Error(KafkaError::NotCoordinator)));
+    // Offline coordinator partition: COORDINATOR_NOT_AVAILABLE.
+    for b in 1..=3 {
+        w.crash(b, CrashMode::ProcessKill);
+    }
+    w.restart(other);
+    w.tick_for(10_000);
+    if w.cluster.leader(&tp).is_none() {
+        let req = Request::FindCoordinator { key: "abc".into(), kind: CoordinatorKind::Group };
+        let r = w.cluster.handle(w.now, other, req);
+        assert_eq!(r, Reply::Done(Response::Error(KafkaError::CoordinatorNotAvailable)));
+    }
+}
+
+#[test]
+fn a_machine_crash_keeps_only_what_was_below_the_replicas_high_watermark() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("a");
+    let leader = w.leader();
+    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+        w.env.cut.insert((leader.min(f), leader.max(f)));
+    }
+    w.produce(Acks::Leader, "b");
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(2));
+    w.crash(leader, CrashMode::MachineCrash);
+    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
+}
