@@ -638,3 +638,202 @@ fn a_machine_crash_keeps_only_what_was_below_the_replicas_high_watermark() {
     w.crash(leader, CrashMode::MachineCrash);
     assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
 }
+
+// ------------------------------------------------------------------------ property
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const BROKERS: u32 = 3;
+    const PARTITIONS: u32 = 2;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Produce to `partition` at `via` (0 = the controller's leader, else that broker).
+        Produce { partition: u32, acks_all: bool, via: u32 },
+        Crash(BrokerId),
+        Restart(BrokerId),
+        Tick(u64),
+        CutLink(BrokerId, BrokerId),
+        CutController(BrokerId),
+        Heal,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let b = 1..=BROKERS;
+        prop_oneof![
+            6 => (0..PARTITIONS, any::<bool>(), 0..=BROKERS)
+                .prop_map(|(partition, acks_all, via)| Op::Produce { partition, acks_all, via }),
+            1 => b.clone().prop_map(Op::Crash),
+            1 => b.clone().prop_map(Op::Restart),
+            4 => (10u64..4_000).prop_map(Op::Tick),
+            1 => (b.clone(), b.clone()).prop_map(|(x, y)| Op::CutLink(x, y)),
+            1 => b.prop_map(Op::CutController),
+            1 => Just(Op::Heal),
+        ]
+    }
+
+    struct Run {
+        cluster: Cluster,
+        env: TestEnv,
+        now: TimeMs,
+        parked: Vec<(ParkToken, String, TopicPartition)>,
+        acked: Vec<(TopicPartition, String)>,
+        /// Per partition: (leader, epoch, HW) last seen.
+        hw_seen: BTreeMap<TopicPartition, (BrokerId, i32, Offset)>,
+        next_value: u64,
+    }
+
+    impl Run {
+        fn new(min_isr: u32) -> Self {
+            let cfg = ClusterConfig { offsets_topic_num_partitions: 1, ..ClusterConfig::default() };
+            let mut cluster = Cluster::new(BROKERS, cfg);
+            let config = TopicConfig { min_insync_replicas: min_isr, ..TopicConfig::default() };
+            let req = Request::CreateTopic { name: "t".into(), partitions: PARTITIONS, replication_factor: 3, config };
+            assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
+            Self {
+                cluster,
+                env: TestEnv::default(),
+                now: 0,
+                parked: Vec::new(),
+                acked: Vec::new(),
+                hw_seen: BTreeMap::new(),
+                next_value: 0,
+            }
+        }
+
+        fn apply(&mut self, op: &Op) {
+            match *op {
+                Op::Produce { partition, acks_all, via } => self.produce(partition, acks_all, via),
+                Op::Crash(b) => {
+                    if self.cluster.broker_alive(b) {
+                        self.cluster.crash_broker(self.now, b, CrashMode::ProcessKill);
+                        self.env.down.insert(b);
+                    }
+                }
+                Op::Restart(b) => {
+                    self.cluster.restart_broker(self.now, b);
+                    self.env.down.remove(&b);
+                }
+                Op::Tick(ms) => self.tick_for(ms),
+                Op::CutLink(x, y) if x != y => {
+                    self.env.cut.insert((x.min(y), x.max(y)));
+                }
+                Op::CutLink(..) => {}
+                Op::CutController(b) => {
+                    self.env.no_controller.insert(b);
+                }
+                Op::Heal => self.env.heal(),
+            }
+        }
+
+        fn produce(&mut self, partition: u32, acks_all: bool, via: u32) {
+            let tp = TopicPartition::new("t", partition);
+            let broker = if via == 0 { self.cluster.leader(&tp).unwrap_or(1) } else { via };
+            if !self.cluster.broker_alive(broker) {
+                return;
+            }
+            let value = format!("v{}", self.next_value);
+            self.next_value += 1;
+            let acks = if acks_all { Acks::All } else { Acks::Leader };
+            let req = Request::Produce {
+                tp: tp.clone(),
+                acks,
+                timeout_ms: 5_000,
+                header: ProducerBatchHeader::NONE,
+                records: vec![record(&value)],
+            };
+            match self.cluster.handle(self.now, broker, req) {
+                Reply::Parked(token) => self.parked.push((token, value, tp)),
+                Reply::Done(Response::Produce { .. }) if acks_all => self.acked.push((tp, value)),
+                Reply::Done(_) => {}
+            }
+        }
+
+        fn tick_for(&mut self, ms: u64) {
+            let end = self.now + ms;
+            while self.now < end {
+                self.now += TICK_MS;
+                self.cluster.tick(self.now, &self.env);
+                self.poll_parked();
+                self.check_hw_monotone();
+            }
+        }
+
+        fn poll_parked(&mut self) {
+            let mut still = Vec::new();
+            for (token, value, tp) in std::mem::take(&mut self.parked) {
+                match self.cluster.poll_parked(self.now, &token) {
+                    None => still.push((token, value, tp)),
+                    Some(Response::Produce { .. }) => self.acked.push((tp, value)),
+                    Some(_) => {}
+                }
+            }
+            self.parked = still;
+        }
+
+        fn check_hw_monotone(&mut self) {
+            for p in 0..PARTITIONS {
+                let tp = TopicPartition::new("t", p);
+                let (Some(leader), Some(hw)) = (self.cluster.leader(&tp), self.cluster.high_watermark(&tp)) else {
+                    continue;
+                };
+                let epoch = self.cluster.leader_epoch(&tp).unwrap();
+                if let Some(&(l, e, h)) = self.hw_seen.get(&tp) {
+                    if l == leader && e == epoch {
+                        assert!(hw >= h, "{tp}: HW went back from {h} to {hw} on leader {l} epoch {e}");
+                    }
+                }
+                self.hw_seen.insert(tp, (leader, epoch, hw));
+            }
+        }
+
+        /// Heals everything, restarts every broker and lets the cluster converge.
+        fn converge(&mut self) {
+            self.env.heal();
+            for b in 1..=BROKERS {
+                self.cluster.restart_broker(self.now, b);
+                self.env.down.remove(&b);
+            }
+            self.tick_for(45_000);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn acked_writes_survive_and_replicas_converge_under_kills_and_partitions(
+            ops in proptest::collection::vec(op(), 1..60),
+            min_isr in 1u32..=2,
+        ) {
+            let mut run = Run::new(min_isr);
+            for op in &ops {
+                run.apply(op);
+            }
+            run.converge();
+            for p in 0..PARTITIONS {
+                let tp = TopicPartition::new("t", p);
+                let leader = run.cluster.leader(&tp).expect("online after convergence");
+                let values: BTreeSet<String> = run
+                    .cluster
+                    .records(&tp)
+                    .into_iter()
+                    .map(|(_, r)| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+                    .collect();
+                for (_, v) in run.acked.iter().filter(|(t, _)| *t == tp) {
+                    prop_assert!(values.contains(v), "{tp}: acks=all write {v} lost");
+                }
+                let reference = run.cluster.replica_batches(&tp, leader);
+                for b in 1..=BROKERS {
+                    prop_assert_eq!(&run.cluster.replica_batches(&tp, b), &reference, "{} replica {}", tp, b);
+                }
+                prop_assert_eq!(run.cluster.isr(&tp).len(), 3);
+                let leo = run.cluster.log_end_offset(&tp, leader);
+                prop_assert_eq!(run.cluster.high_watermark(&tp), leo);
+            }
+        }
+    }
+}
