@@ -38,7 +38,11 @@ pub struct Batch {
 pub fn record_size_bytes(record: &Record) -> u32 {
     let key = record.key.as_ref().map_or(0, |k| k.len());
     let value = record.value.as_ref().map_or(0, |v| v.len());
-    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 2)
+        .sum();
     (8 + key + value + headers) as u32
 }
 
@@ -104,7 +108,11 @@ impl PartitionLog {
 
     /// Start offset of `epoch` in the cache, if present.
     pub fn epoch_start_offset(&self, epoch: i32) -> Option<Offset> {
-        self.epochs.iter().rev().find(|&&(e, _)| e == epoch).map(|&(_, s)| s)
+        self.epochs
+            .iter()
+            .rev()
+            .find(|&&(e, _)| e == epoch)
+            .map(|&(_, s)| s)
     }
 
     /// Index of the first batch whose last offset is ≥ `offset`.
@@ -117,7 +125,10 @@ impl PartitionLog {
     pub fn assign_epoch(&mut self, epoch: i32) {
         match self.epochs.last() {
             Some(&(e, _)) if e >= epoch => {
-                assert!(e == epoch, "leader epochs only grow: cache has {e}, assigned {epoch}")
+                assert!(
+                    e == epoch,
+                    "leader epochs only grow: cache has {e}, assigned {epoch}"
+                )
             }
             _ => self.epochs.push((epoch, self.log_end_offset)),
         }
@@ -137,22 +148,41 @@ impl PartitionLog {
         let last_offset = base_offset + records.len() as Offset - 1;
         let size_bytes = batch_size_bytes(&records);
         self.assign_epoch(epoch);
-        let batch =
-            Batch { base_offset, last_offset, leader_epoch: epoch, header, control, records, size_bytes };
+        let batch = Batch {
+            base_offset,
+            last_offset,
+            leader_epoch: epoch,
+            header,
+            control,
+            records,
+            size_bytes,
+        };
         self.append_batch(batch);
         (base_offset, last_offset)
     }
 
     /// Appends a batch as it is (a follower copying its leader, or the leader itself).
     pub fn append_batch(&mut self, batch: Batch) {
-        assert!(batch.base_offset == self.log_end_offset, "appends are contiguous at the LEO");
-        assert!(batch.last_offset >= batch.base_offset, "offsets increase within a batch");
+        assert!(
+            batch.base_offset == self.log_end_offset,
+            "appends are contiguous at the LEO"
+        );
+        assert!(
+            batch.last_offset >= batch.base_offset,
+            "offsets increase within a batch"
+        );
         if let Some(prev) = self.batches.last() {
-            assert!(prev.last_offset < batch.base_offset, "offsets increase on append");
+            assert!(
+                prev.last_offset < batch.base_offset,
+                "offsets increase on append"
+            );
         }
         match self.epochs.last() {
             Some(&(e, _)) if e > batch.leader_epoch => {
-                panic!("batch epoch {} below the cached epoch {e}", batch.leader_epoch)
+                panic!(
+                    "batch epoch {} below the cached epoch {e}",
+                    batch.leader_epoch
+                )
             }
             Some(&(e, _)) if e == batch.leader_epoch => {}
             _ => self.epochs.push((batch.leader_epoch, batch.base_offset)),
@@ -186,7 +216,10 @@ impl PartitionLog {
             return None;
         }
         let (found, _) = self.epochs[idx - 1];
-        let end = self.epochs.get(idx).map_or(self.log_end_offset, |&(_, start)| start);
+        let end = self
+            .epochs
+            .get(idx)
+            .map_or(self.log_end_offset, |&(_, start)| start);
         Some((found, end))
     }
 
@@ -196,7 +229,10 @@ impl PartitionLog {
     pub fn truncate_to(&mut self, offset: Offset) {
         let keep = self.batch_index_from(offset);
         self.batches.truncate(keep);
-        self.log_end_offset = self.batches.last().map_or(self.log_start_offset, |b| b.last_offset + 1);
+        self.log_end_offset = self
+            .batches
+            .last()
+            .map_or(self.log_start_offset, |b| b.last_offset + 1);
         let end = self.log_end_offset;
         self.epochs.retain(|&(_, start)| start < end);
         self.high_watermark = self.high_watermark.min(end);
@@ -213,7 +249,9 @@ pub fn truncation_offset(follower: &PartitionLog, leader: &PartitionLog) -> Offs
     let epochs = follower.epoch_cache();
     for i in (0..epochs.len()).rev() {
         let (epoch, _) = epochs[i];
-        let follower_end = epochs.get(i + 1).map_or(follower.log_end_offset(), |&(_, s)| s);
+        let follower_end = epochs
+            .get(i + 1)
+            .map_or(follower.log_end_offset(), |&(_, s)| s);
         if let Some((found, leader_end)) = leader.end_offset_for_epoch(epoch) {
             if found == epoch {
                 return leader_end.min(follower_end);

@@ -166,9 +166,16 @@ fn error(e: KafkaError) -> Reply {
 /// Kafka's deterministic round-robin placement (`AdminUtils.assignReplicasToBrokersRackUnaware`
 /// with start index and replica shift fixed at 0): partition `p`'s first replica is broker
 /// `p mod n`, the others follow with a shift that grows every `n` partitions.
-pub fn assign_replicas(brokers: &[BrokerId], partitions: u32, replication_factor: u32) -> Vec<Vec<BrokerId>> {
+pub fn assign_replicas(
+    brokers: &[BrokerId],
+    partitions: u32,
+    replication_factor: u32,
+) -> Vec<Vec<BrokerId>> {
     let n = brokers.len();
-    assert!(replication_factor as usize <= n, "replication factor <= broker count");
+    assert!(
+        replication_factor as usize <= n,
+        "replication factor <= broker count"
+    );
     let mut shift = 0usize;
     (0..partitions as usize)
         .map(|p| {
@@ -195,7 +202,12 @@ impl Cluster {
         assert!(broker_count >= 1, "a cluster has at least one broker");
         let groups = GroupCoordinator::new(config.clone());
         let brokers = (0..broker_count)
-            .map(|_| BrokerState { alive: true, fenced: false, last_heartbeat_ms: 0, needs_registration: false })
+            .map(|_| BrokerState {
+                alive: true,
+                fenced: false,
+                last_heartbeat_ms: 0,
+                needs_registration: false,
+            })
             .collect();
         let mut cluster = Self {
             config,
@@ -208,10 +220,16 @@ impl Cluster {
             hold_hw_under_min_isr: true,
         };
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
-        let rf = cluster.config.offsets_topic_replication_factor.clamp(1, broker_count);
+        let rf = cluster
+            .config
+            .offsets_topic_replication_factor
+            .clamp(1, broker_count);
         let offsets = TopicConfig::default();
         cluster.create_topic_unchecked(0, CONSUMER_OFFSETS_TOPIC, partitions, rf, offsets, true);
-        let txn = TopicConfig { min_insync_replicas: TRANSACTION_STATE_MIN_ISR, ..TopicConfig::default() };
+        let txn = TopicConfig {
+            min_insync_replicas: TRANSACTION_STATE_MIN_ISR,
+            ..TopicConfig::default()
+        };
         cluster.create_topic_unchecked(0, TRANSACTION_STATE_TOPIC, partitions, rf, txn, true);
         cluster
     }
@@ -235,12 +253,19 @@ impl Cluster {
     }
 
     fn state(&self, b: BrokerId) -> &BrokerState {
-        assert!(b >= 1 && b <= self.broker_count, "broker {b} out of 1..={}", self.broker_count);
+        assert!(
+            b >= 1 && b <= self.broker_count,
+            "broker {b} out of 1..={}",
+            self.broker_count
+        );
         &self.brokers[(b - 1) as usize]
     }
 
     fn partition(&self, tp: &TopicPartition) -> Option<&Partition> {
-        self.topics.get(&tp.topic)?.partitions.get(tp.partition as usize)
+        self.topics
+            .get(&tp.topic)?
+            .partitions
+            .get(tp.partition as usize)
     }
 
     /// Handles a client request arriving at broker `broker` at time `now`. A crashed broker
@@ -252,17 +277,36 @@ impl Cluster {
         }
         match request {
             Request::Metadata { topics } => Reply::Done(self.metadata(topics)),
-            Request::CreateTopic { name, partitions, replication_factor, config } => {
-                Reply::Done(self.create_topic(now, name, partitions, replication_factor, config))
-            }
-            Request::Produce { tp, acks, timeout_ms, header, records } => {
-                self.produce(now, broker, tp, acks, timeout_ms, header, records)
-            }
-            Request::Fetch { isolation, partitions, max_bytes, partition_max_bytes, .. } => {
-                Reply::Done(self.fetch(broker, isolation, &partitions, max_bytes, partition_max_bytes))
-            }
+            Request::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                config,
+            } => Reply::Done(self.create_topic(now, name, partitions, replication_factor, config)),
+            Request::Produce {
+                tp,
+                acks,
+                timeout_ms,
+                header,
+                records,
+            } => self.produce(now, broker, tp, acks, timeout_ms, header, records),
+            Request::Fetch {
+                isolation,
+                partitions,
+                max_bytes,
+                partition_max_bytes,
+                ..
+            } => Reply::Done(self.fetch(
+                broker,
+                isolation,
+                &partitions,
+                max_bytes,
+                partition_max_bytes,
+            )),
             Request::ListOffsets { tp, spec } => Reply::Done(self.list_offsets(broker, &tp, spec)),
-            Request::FindCoordinator { key, kind } => Reply::Done(self.find_coordinator(&key, kind)),
+            Request::FindCoordinator { key, kind } => {
+                Reply::Done(self.find_coordinator(&key, kind))
+            }
             group_request => self.group_request(now, broker, group_request),
         }
     }
@@ -278,7 +322,10 @@ impl Cluster {
         match *token {
             ParkToken::Group(t) => self.groups.poll_parked(now, t),
             ParkToken::Produce(n) => {
-                let pending = self.pending.get(&n).expect("poll of an unknown produce token");
+                let pending = self
+                    .pending
+                    .get(&n)
+                    .expect("poll of an unknown produce token");
                 let response = self.check_pending(now, pending);
                 if response.is_some() {
                     self.pending.remove(&n);
@@ -290,8 +337,12 @@ impl Cluster {
 
     /// `DelayedProduce.tryComplete` / `Partition.checkEnoughReplicasReachOffset`.
     fn check_pending(&self, now: TimeMs, pending: &PendingProduce) -> Option<Response> {
-        let p = self.partition(&pending.tp).expect("topics are never deleted");
-        let r = p.replica(pending.broker).expect("the produce was accepted by a replica");
+        let p = self
+            .partition(&pending.tp)
+            .expect("topics are never deleted");
+        let r = p
+            .replica(pending.broker)
+            .expect("the produce was accepted by a replica");
         if !r.believes_leader() || r.view_epoch != pending.leader_epoch {
             return Some(Response::Error(KafkaError::NotLeaderOrFollower));
         }
@@ -299,7 +350,10 @@ impl Cluster {
             if r.view_isr.len() < p.min_isr {
                 return Some(Response::Error(KafkaError::NotEnoughReplicasAfterAppend));
             }
-            return Some(Response::Produce { base_offset: pending.base_offset, log_append_time_ms: -1 });
+            return Some(Response::Produce {
+                base_offset: pending.base_offset,
+                log_append_time_ms: -1,
+            });
         }
         if now >= pending.deadline_ms {
             return Some(Response::Error(KafkaError::RequestTimedOut));
@@ -470,11 +524,20 @@ impl Cluster {
             .iter()
             .map(|assignment| Partition::new(assignment, config.min_insync_replicas, now))
             .collect();
-        self.topics.insert(name.to_string(), Topic { config, internal, partitions });
+        self.topics.insert(
+            name.to_string(),
+            Topic {
+                config,
+                internal,
+                partitions,
+            },
+        );
     }
 
     fn unfenced_brokers(&self) -> Vec<BrokerId> {
-        (1..=self.broker_count).filter(|&b| !self.state(b).fenced).collect()
+        (1..=self.broker_count)
+            .filter(|&b| !self.state(b).fenced)
+            .collect()
     }
 
     /// `Metadata` as the controller knows it. Every non-internal topic when `topics` is
@@ -507,7 +570,10 @@ impl Cluster {
                 .filter_map(|n| self.topics.get(&n).map(|t| (n, describe(t))))
                 .collect(),
         };
-        Response::Metadata { brokers: self.unfenced_brokers(), topics: map }
+        Response::Metadata {
+            brokers: self.unfenced_brokers(),
+            topics: map,
+        }
     }
 
     /// `Produce` of one batch (A.2–A.4).
@@ -532,7 +598,10 @@ impl Cluster {
         let Some(p) = topic.partitions.get_mut(tp.partition as usize) else {
             return error(KafkaError::UnknownTopicOrPartition);
         };
-        let Some(i) = p.index_of(broker).filter(|&i| p.replicas[i].believes_leader()) else {
+        let Some(i) = p
+            .index_of(broker)
+            .filter(|&i| p.replicas[i].believes_leader())
+        else {
             return error(KafkaError::NotLeaderOrFollower);
         };
         if records.is_empty() {
@@ -546,7 +615,9 @@ impl Cluster {
         }
         let epoch = p.replicas[i].view_epoch;
         let (base_offset, last_offset) =
-            p.replicas[i].log.append_as_leader(epoch, header, false, Arc::new(records));
+            p.replicas[i]
+                .log
+                .append_as_leader(epoch, header, false, Arc::new(records));
         let fenced = |b: BrokerId| brokers[(b - 1) as usize].fenced;
         let never = |_: BrokerId| false;
         let never2 = |_: BrokerId, _: BrokerId| false;
@@ -562,8 +633,14 @@ impl Cluster {
         // A local append re-evaluates the HW (a single-replica ISR commits at once).
         p.maybe_increment_hw(i, &reach);
         match acks {
-            Acks::None => Reply::Done(Response::Produce { base_offset: -1, log_append_time_ms: -1 }),
-            Acks::Leader => Reply::Done(Response::Produce { base_offset, log_append_time_ms: -1 }),
+            Acks::None => Reply::Done(Response::Produce {
+                base_offset: -1,
+                log_append_time_ms: -1,
+            }),
+            Acks::Leader => Reply::Done(Response::Produce {
+                base_offset,
+                log_append_time_ms: -1,
+            }),
             Acks::All => {
                 let pending = PendingProduce {
                     tp,
@@ -596,10 +673,19 @@ impl Cluster {
         max_bytes: u32,
         partition_max_bytes: u32,
     ) -> Response {
-        let mut budget = FetchBudget { left_bytes: max_bytes as u64, partition_max_bytes, any: false };
+        let mut budget = FetchBudget {
+            left_bytes: max_bytes as u64,
+            partition_max_bytes,
+            any: false,
+        };
         let partitions = partitions
             .iter()
-            .map(|(tp, offset)| (tp.clone(), self.fetch_partition(broker, tp, *offset, isolation, &mut budget)))
+            .map(|(tp, offset)| {
+                (
+                    tp.clone(),
+                    self.fetch_partition(broker, tp, *offset, isolation, &mut budget),
+                )
+            })
             .collect();
         Response::Fetch { partitions }
     }
@@ -621,12 +707,18 @@ impl Cluster {
             aborted: Vec::new(),
             next_fetch_offset: offset,
         };
-        let Some(p) = self.partition(tp) else { return failed(KafkaError::UnknownTopicOrPartition) };
+        let Some(p) = self.partition(tp) else {
+            return failed(KafkaError::UnknownTopicOrPartition);
+        };
         let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
             return failed(KafkaError::NotLeaderOrFollower);
         };
         let log = &r.log;
-        let (hw, lso, leo) = (log.high_watermark(), log.last_stable_offset(), log.log_end_offset());
+        let (hw, lso, leo) = (
+            log.high_watermark(),
+            log.last_stable_offset(),
+            log.log_end_offset(),
+        );
         assert!(lso <= hw, "LSO <= HW");
         assert!(hw <= leo, "HW <= LEO");
         if offset < log.log_start_offset() || offset > leo {
@@ -646,7 +738,8 @@ impl Cluster {
                 break;
             }
             let size = batch.size_bytes as u64;
-            let fits = partition_bytes + size <= budget.partition_max_bytes as u64 && size <= budget.left_bytes;
+            let fits = partition_bytes + size <= budget.partition_max_bytes as u64
+                && size <= budget.left_bytes;
             if budget.any && !fits {
                 break;
             }
@@ -666,7 +759,10 @@ impl Cluster {
             }
             out.next_fetch_offset = batch.last_offset + 1;
         }
-        assert!(out.records.iter().all(|f| f.offset < limit), "fetch returns only offsets < HW/LSO");
+        assert!(
+            out.records.iter().all(|f| f.offset < limit),
+            "fetch returns only offsets < HW/LSO"
+        );
         out
     }
 
@@ -742,8 +838,14 @@ impl Cluster {
         header: ProducerBatchHeader,
         marker: Record,
     ) -> Result<Offset, KafkaError> {
-        let topic = self.topics.get_mut(&tp.topic).ok_or(KafkaError::UnknownTopicOrPartition)?;
-        let p = topic.partitions.get_mut(tp.partition as usize).ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let topic = self
+            .topics
+            .get_mut(&tp.topic)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let p = topic
+            .partitions
+            .get_mut(tp.partition as usize)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
         let leader = p.leader.ok_or(KafkaError::NotLeaderOrFollower)?;
         let i = p.index_of(leader).expect("the leader is a replica");
         let r = &mut p.replicas[i];
@@ -751,7 +853,9 @@ impl Cluster {
             return Err(KafkaError::NotLeaderOrFollower);
         }
         let epoch = r.view_epoch;
-        let (base, last) = r.log.append_as_leader(epoch, header, true, Arc::new(vec![marker]));
+        let (base, last) = r
+            .log
+            .append_as_leader(epoch, header, true, Arc::new(vec![marker]));
         assert!(base == last, "a control batch takes exactly one offset");
         let batch = r.log.batches().last().expect("just appended");
         assert!(batch.control, "marker appended as a control batch");
@@ -772,7 +876,11 @@ struct FetchBudget {
 impl Cluster {
     /// User topics (internal `__consumer_offsets` / `__transaction_state` excluded), sorted.
     pub fn topics(&self) -> Vec<String> {
-        self.topics.iter().filter(|(_, t)| !t.internal).map(|(n, _)| n.clone()).collect()
+        self.topics
+            .iter()
+            .filter(|(_, t)| !t.internal)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Number of partitions of `topic`, `None` if unknown.
@@ -792,12 +900,16 @@ impl Cluster {
 
     /// Replica assignment in preference order (empty if unknown).
     pub fn replicas(&self, tp: &TopicPartition) -> Vec<BrokerId> {
-        self.partition(tp).map(|p| p.assignment()).unwrap_or_default()
+        self.partition(tp)
+            .map(|p| p.assignment())
+            .unwrap_or_default()
     }
 
     /// Committed ISR as the controller sees it (empty if unknown).
     pub fn isr(&self, tp: &TopicPartition) -> Vec<BrokerId> {
-        self.partition(tp).map(|p| p.isr.clone()).unwrap_or_default()
+        self.partition(tp)
+            .map(|p| p.isr.clone())
+            .unwrap_or_default()
     }
 
     /// HW of the current leader's replica; `None` while offline or unknown.
@@ -807,7 +919,12 @@ impl Cluster {
 
     /// LSO of the current leader's replica; `None` while offline or unknown.
     pub fn last_stable_offset(&self, tp: &TopicPartition) -> Option<Offset> {
-        Some(self.partition(tp)?.leader_replica()?.log.last_stable_offset())
+        Some(
+            self.partition(tp)?
+                .leader_replica()?
+                .log
+                .last_stable_offset(),
+        )
     }
 
     /// LEO of `broker`'s replica; `None` if it holds none.
@@ -822,20 +939,38 @@ impl Cluster {
 
     /// `(base_offset, last_offset, leader_epoch)` of every batch in `broker`'s replica, for
     /// comparing replicas; empty if it holds none.
-    pub fn replica_batches(&self, tp: &TopicPartition, broker: BrokerId) -> Vec<(Offset, Offset, i32)> {
-        let Some(r) = self.partition(tp).and_then(|p| p.replica(broker)) else { return Vec::new() };
-        r.log.batches().iter().map(|b| (b.base_offset, b.last_offset, b.leader_epoch)).collect()
+    pub fn replica_batches(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Vec<(Offset, Offset, i32)> {
+        let Some(r) = self.partition(tp).and_then(|p| p.replica(broker)) else {
+            return Vec::new();
+        };
+        r.log
+            .batches()
+            .iter()
+            .map(|b| (b.base_offset, b.last_offset, b.leader_epoch))
+            .collect()
     }
 
     /// The current leader's data records below its HW, in offset order (control records
     /// left out); empty while offline.
     pub fn records(&self, tp: &TopicPartition) -> Vec<(Offset, Record)> {
-        self.records_with_headers(tp).into_iter().map(|(o, r, _)| (o, r)).collect()
+        self.records_with_headers(tp)
+            .into_iter()
+            .map(|(o, r, _)| (o, r))
+            .collect()
     }
 
     /// Like [`Cluster::records`], with each record's batch producer header.
-    pub fn records_with_headers(&self, tp: &TopicPartition) -> Vec<(Offset, Record, ProducerBatchHeader)> {
-        let Some(r) = self.partition(tp).and_then(|p| p.leader_replica()) else { return Vec::new() };
+    pub fn records_with_headers(
+        &self,
+        tp: &TopicPartition,
+    ) -> Vec<(Offset, Record, ProducerBatchHeader)> {
+        let Some(r) = self.partition(tp).and_then(|p| p.leader_replica()) else {
+            return Vec::new();
+        };
         let hw = r.log.high_watermark();
         let mut out = Vec::new();
         for batch in r.log.batches().iter().take_while(|b| b.last_offset < hw) {
@@ -843,7 +978,11 @@ impl Cluster {
                 continue;
             }
             for (k, record) in batch.records.iter().enumerate() {
-                out.push((batch.base_offset + k as Offset, record.clone(), batch.header));
+                out.push((
+                    batch.base_offset + k as Offset,
+                    record.clone(),
+                    batch.header,
+                ));
             }
         }
         out

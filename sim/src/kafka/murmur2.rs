@@ -59,7 +59,8 @@ pub fn partition_for_key(key: &[u8], partition_count: u32) -> u32 {
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code units,
 /// wrapping 32-bit arithmetic.
 pub fn java_string_hash_code(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32))
+    s.encode_utf16()
+        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32))
 }
 
 /// Kafka's `Utils.abs`: `Math.abs` except that `Integer.MIN_VALUE` maps to 0 (this is what
@@ -76,7 +77,10 @@ pub fn java_utils_abs(x: i32) -> i32 {
 /// `Utils.abs(key.hashCode()) % partition_count` (`GroupCoordinatorService.partitionFor`,
 /// `TransactionStateManager.partitionFor`).
 pub fn coordinator_partition_for(key: &str, partition_count: u32) -> u32 {
-    assert!(partition_count > 0, "an internal topic has at least one partition");
+    assert!(
+        partition_count > 0,
+        "an internal topic has at least one partition"
+    );
     (java_utils_abs(java_string_hash_code(key)) as u32) % partition_count
 }
 

@@ -26,13 +26,20 @@ pub(crate) struct Remote {
 
 impl Remote {
     fn unknown(caught_up_ms: Option<TimeMs>) -> Self {
-        Self { leo: -1, last_caught_up_ms: caught_up_ms, last_fetch_ms: 0, last_fetch_leader_leo: -1 }
+        Self {
+            leo: -1,
+            last_caught_up_ms: caught_up_ms,
+            last_fetch_ms: 0,
+            last_fetch_leader_leo: -1,
+        }
     }
 
     /// `ReplicaState.isCaughtUp`.
     fn is_caught_up(&self, leader_leo: Offset, now: TimeMs, lag_max_ms: u64) -> bool {
         self.leo == leader_leo
-            || self.last_caught_up_ms.is_some_and(|t| now.saturating_sub(t) <= lag_max_ms)
+            || self
+                .last_caught_up_ms
+                .is_some_and(|t| now.saturating_sub(t) <= lag_max_ms)
     }
 }
 
@@ -116,7 +123,10 @@ impl Partition {
     /// A new partition led by the first replica at epoch 0 with every replica in the ISR;
     /// every replica learns that at once (topic creation).
     pub fn new(assignment: &[BrokerId], min_insync_replicas: u32, now: TimeMs) -> Self {
-        assert!(!assignment.is_empty(), "a partition has at least one replica");
+        assert!(
+            !assignment.is_empty(),
+            "a partition has at least one replica"
+        );
         let mut p = Self {
             replicas: assignment.iter().map(|&b| Replica::new(b)).collect(),
             leader: Some(assignment[0]),
@@ -157,7 +167,10 @@ impl Partition {
     /// ISR becomes just it); else offline. The epoch bumps whenever the leader changes.
     pub fn elect(&mut self, fenced: &dyn Fn(BrokerId) -> bool, unclean_allowed: bool) {
         let order = self.assignment();
-        let clean = order.iter().copied().find(|b| self.isr.contains(b) && !fenced(*b));
+        let clean = order
+            .iter()
+            .copied()
+            .find(|b| self.isr.contains(b) && !fenced(*b));
         let chosen = match clean {
             Some(b) => Some(b),
             None if unclean_allowed => {
@@ -177,7 +190,12 @@ impl Partition {
 
     /// The controller fences broker `b`: it leaves the ISR unless it is the last member, and
     /// if it led, a new leader is elected (possibly none).
-    pub fn on_broker_fenced(&mut self, b: BrokerId, fenced: &dyn Fn(BrokerId) -> bool, unclean: bool) {
+    pub fn on_broker_fenced(
+        &mut self,
+        b: BrokerId,
+        fenced: &dyn Fn(BrokerId) -> bool,
+        unclean: bool,
+    ) {
         if self.index_of(b).is_none() {
             return;
         }
@@ -190,7 +208,12 @@ impl Partition {
     }
 
     /// Broker `b` is unfenced: an offline partition may get a leader again.
-    pub fn on_broker_unfenced(&mut self, b: BrokerId, fenced: &dyn Fn(BrokerId) -> bool, unclean: bool) {
+    pub fn on_broker_unfenced(
+        &mut self,
+        b: BrokerId,
+        fenced: &dyn Fn(BrokerId) -> bool,
+        unclean: bool,
+    ) {
         if self.index_of(b).is_some() && self.leader.is_none() {
             self.elect(fenced, unclean);
         }
@@ -201,8 +224,12 @@ impl Partition {
     /// Replica `i` learns the controller's current state (leader, epoch, ISR).
     pub fn apply_view(&mut self, i: usize, now: TimeMs) {
         let (leader, epoch, isr) = (self.leader, self.leader_epoch, self.isr.clone());
-        let others: Vec<BrokerId> =
-            self.replicas.iter().map(|r| r.broker).filter(|&b| b != self.replicas[i].broker).collect();
+        let others: Vec<BrokerId> = self
+            .replicas
+            .iter()
+            .map(|r| r.broker)
+            .filter(|&b| b != self.replicas[i].broker)
+            .collect();
         let r = &mut self.replicas[i];
         if r.view_leader != leader || r.view_epoch != epoch {
             r.view_leader = leader;
@@ -228,7 +255,10 @@ impl Partition {
             let b = self.replicas[i].broker;
             if (reach.controller)(b) {
                 let r = &self.replicas[i];
-                if r.view_leader != self.leader || r.view_epoch != self.leader_epoch || r.view_isr != self.isr {
+                if r.view_leader != self.leader
+                    || r.view_epoch != self.leader_epoch
+                    || r.view_isr != self.isr
+                {
                     self.apply_view(i, reach.now);
                 }
             }
@@ -276,12 +306,20 @@ impl Partition {
         let fetch_offset = self.replicas[fi].log.log_end_offset();
         let leader = &mut self.replicas[li];
         let leader_leo = leader.log.log_end_offset();
-        assert!(fetch_offset <= leader_leo, "a follower is never ahead of its leader after truncation");
+        assert!(
+            fetch_offset <= leader_leo,
+            "a follower is never ahead of its leader after truncation"
+        );
         let remote = leader.remotes.entry(fb).or_insert(Remote::unknown(None));
         if fetch_offset >= leader_leo {
             remote.last_caught_up_ms = Some(now);
-        } else if fetch_offset >= remote.last_fetch_leader_leo && remote.last_fetch_leader_leo >= 0 {
-            remote.last_caught_up_ms = Some(remote.last_fetch_ms.max(remote.last_caught_up_ms.unwrap_or(0)));
+        } else if fetch_offset >= remote.last_fetch_leader_leo && remote.last_fetch_leader_leo >= 0
+        {
+            remote.last_caught_up_ms = Some(
+                remote
+                    .last_fetch_ms
+                    .max(remote.last_caught_up_ms.unwrap_or(0)),
+            );
         }
         remote.leo = fetch_offset;
         remote.last_fetch_ms = now;
@@ -302,7 +340,9 @@ impl Partition {
     /// leader of the current epoch and reach the controller (`AlterPartition`).
     fn may_alter_isr(&self, li: usize, reach: &Reach<'_>) -> bool {
         let r = &self.replicas[li];
-        self.leader == Some(r.broker) && self.leader_epoch == r.view_epoch && (reach.controller)(r.broker)
+        self.leader == Some(r.broker)
+            && self.leader_epoch == r.view_epoch
+            && (reach.controller)(r.broker)
     }
 
     /// `Partition.maybeExpandIsr` / `isFollowerInSync` (A.5).
@@ -311,8 +351,13 @@ impl Partition {
         if leader.view_isr.contains(&follower) || (reach.fenced)(follower) {
             return;
         }
-        let Some(remote) = leader.remotes.get(&follower) else { return };
-        let epoch_start = leader.log.epoch_start_offset(leader.view_epoch).unwrap_or(0);
+        let Some(remote) = leader.remotes.get(&follower) else {
+            return;
+        };
+        let epoch_start = leader
+            .log
+            .epoch_start_offset(leader.view_epoch)
+            .unwrap_or(0);
         let in_sync = remote.leo >= leader.log.high_watermark() && remote.leo >= epoch_start;
         if !in_sync || !self.may_alter_isr(li, reach) {
             return;
@@ -334,7 +379,9 @@ impl Partition {
             .filter(|&b| b != leader.broker)
             .filter(|b| {
                 leader.remotes.get(b).is_some_and(|r| {
-                    let stale = r.last_caught_up_ms.map_or(reach.now, |t| reach.now.saturating_sub(t));
+                    let stale = r
+                        .last_caught_up_ms
+                        .map_or(reach.now, |t| reach.now.saturating_sub(t));
                     r.leo != leo && stale > reach.lag_max_ms
                 })
             })
@@ -357,13 +404,17 @@ impl Partition {
         let mut hw = leo;
         for (b, remote) in &leader.remotes {
             let in_isr = leader.view_isr.contains(b);
-            let eligible = !(reach.fenced)(*b) && remote.is_caught_up(leo, reach.now, reach.lag_max_ms);
+            let eligible =
+                !(reach.fenced)(*b) && remote.is_caught_up(leo, reach.now, reach.lag_max_ms);
             if remote.leo < hw && (in_isr || eligible) {
                 hw = remote.leo;
             }
         }
         let old = leader.log.high_watermark();
         self.replicas[li].log.advance_high_watermark(hw.max(old));
-        assert!(self.replicas[li].log.high_watermark() >= old, "HW never decreases on a leader");
+        assert!(
+            self.replicas[li].log.high_watermark() >= old,
+            "HW never decreases on a leader"
+        );
     }
 }

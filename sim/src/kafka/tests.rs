@@ -56,11 +56,27 @@ struct World {
 impl World {
     /// `brokers` brokers, topic "t" with one partition and replication factor `rf`.
     fn new(brokers: u32, rf: u32, config: TopicConfig) -> Self {
-        let cfg = ClusterConfig { offsets_topic_num_partitions: 3, ..ClusterConfig::default() };
+        let cfg = ClusterConfig {
+            offsets_topic_num_partitions: 3,
+            ..ClusterConfig::default()
+        };
         let mut cluster = Cluster::new(brokers, cfg);
-        let req = Request::CreateTopic { name: "t".into(), partitions: 1, replication_factor: rf, config };
-        assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
-        Self { cluster, env: TestEnv::default(), now: 0, tp: TopicPartition::new("t", 0) }
+        let req = Request::CreateTopic {
+            name: "t".into(),
+            partitions: 1,
+            replication_factor: rf,
+            config,
+        };
+        assert_eq!(
+            cluster.handle(0, 1, req),
+            Reply::Done(Response::CreateTopic)
+        );
+        Self {
+            cluster,
+            env: TestEnv::default(),
+            now: 0,
+            tp: TopicPartition::new("t", 0),
+        }
     }
 
     fn tick_for(&mut self, ms: u64) {
@@ -98,7 +114,10 @@ impl World {
             if let Some(r) = self.cluster.poll_parked(self.now, &token) {
                 return r;
             }
-            assert!(self.now < end, "parked produce not completed after {ms_max} ms");
+            assert!(
+                self.now < end,
+                "parked produce not completed after {ms_max} ms"
+            );
             self.tick_for(TICK_MS);
         }
     }
@@ -111,7 +130,12 @@ impl World {
         }
     }
 
-    fn fetch_at(&mut self, broker: BrokerId, isolation: Isolation, offset: Offset) -> FetchPartition {
+    fn fetch_at(
+        &mut self,
+        broker: BrokerId,
+        isolation: Isolation,
+        offset: Offset,
+    ) -> FetchPartition {
         let req = Request::Fetch {
             isolation,
             partitions: vec![(self.tp.clone(), offset)],
@@ -161,7 +185,10 @@ fn base_offset(r: &Response) -> Offset {
 }
 
 fn min_isr(n: u32) -> TopicConfig {
-    TopicConfig { min_insync_replicas: n, ..TopicConfig::default() }
+    TopicConfig {
+        min_insync_replicas: n,
+        ..TopicConfig::default()
+    }
 }
 
 // ------------------------------------------------------------------- checklist A
@@ -170,17 +197,28 @@ fn min_isr(n: u32) -> TopicConfig {
 fn acks_all_below_min_isr_is_rejected_and_leaves_leo_unchanged() {
     let mut w = World::new(3, 3, min_isr(2));
     let leader = w.leader();
-    let followers: Vec<BrokerId> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    let followers: Vec<BrokerId> = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+        .collect();
     for &f in &followers {
         w.crash(f, CrashMode::ProcessKill);
     }
     w.tick_for(10_000); // fenced after broker.session.timeout.ms, removed from the ISR
     assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
     let leo = w.cluster.log_end_offset(&w.tp, leader);
-    assert_eq!(w.produce(Acks::All, "x"), Reply::Done(Response::Error(KafkaError::NotEnoughReplicas)));
+    assert_eq!(
+        w.produce(Acks::All, "x"),
+        Reply::Done(Response::Error(KafkaError::NotEnoughReplicas))
+    );
     assert_eq!(w.cluster.log_end_offset(&w.tp, leader), leo);
     // acks=1 is not checked against min ISR.
-    assert!(matches!(w.produce(Acks::Leader, "y"), Reply::Done(Response::Produce { .. })));
+    assert!(matches!(
+        w.produce(Acks::Leader, "y"),
+        Reply::Done(Response::Produce { .. })
+    ));
 }
 
 #[test]
@@ -189,30 +227,54 @@ fn acks_all_when_isr_shrinks_below_min_isr_after_append_returns_after_append_and
     let mut w = World::new(3, 3, min_isr(2));
     w.cluster.set_hold_hw_under_min_isr(false);
     let leader = w.leader();
-    let Reply::Parked(token) = w.produce(Acks::All, "x") else { panic!("acks=all parks") };
-    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+    let Reply::Parked(token) = w.produce(Acks::All, "x") else {
+        panic!("acks=all parks")
+    };
+    for f in w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+    {
         w.crash(f, CrashMode::ProcessKill);
     }
     let r = w.await_parked(token, 20_000);
     assert_eq!(r, Response::Error(KafkaError::NotEnoughReplicasAfterAppend));
     assert_eq!(w.cluster.isr(&w.tp), vec![leader]);
-    assert_eq!(w.values(), vec!["x"], "the batch is in the log and committed");
+    assert_eq!(
+        w.values(),
+        vec!["x"],
+        "the batch is in the log and committed"
+    );
 }
 
 #[test]
 fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
     let mut w = World::new(3, 3, min_isr(2));
     let leader = w.leader();
-    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+    for f in w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+    {
         w.crash(f, CrashMode::ProcessKill);
     }
     w.tick_for(10_000);
-    assert!(matches!(w.produce(Acks::Leader, "a"), Reply::Done(Response::Produce { base_offset: 0, .. })));
+    assert!(matches!(
+        w.produce(Acks::Leader, "a"),
+        Reply::Done(Response::Produce { base_offset: 0, .. })
+    ));
     w.tick_for(1_000);
     assert_eq!(w.cluster.high_watermark(&w.tp), Some(0));
     assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
     // A follower comes back, catches up, rejoins: the ISR reaches min ISR and the HW moves.
-    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != leader).unwrap();
+    let follower = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .find(|&b| b != leader)
+        .unwrap();
     w.restart(follower);
     w.tick_for(1_000);
     assert_eq!(w.cluster.isr(&w.tp).len(), 2);
@@ -220,15 +282,23 @@ fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
 }
 
 #[test]
-fn read_uncommitted_fetch_never_returns_offsets_at_or_above_hw_nor_read_committed_at_or_above_lso() {
+fn read_uncommitted_fetch_never_returns_offsets_at_or_above_hw_nor_read_committed_at_or_above_lso()
+{
     let mut w = World::new(3, 3, TopicConfig::default());
     let leader = w.leader();
     for i in 0..3 {
         w.produce_all(&format!("c{i}"));
     }
     // Two more appended but not replicated: a follower is cut off, so the HW stays at 3.
-    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != leader).unwrap();
-    w.env.cut.insert((leader.min(follower), leader.max(follower)));
+    let follower = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .find(|&b| b != leader)
+        .unwrap();
+    w.env
+        .cut
+        .insert((leader.min(follower), leader.max(follower)));
     w.produce(Acks::Leader, "u0");
     w.produce(Acks::Leader, "u1");
     w.tick_for(100);
@@ -238,7 +308,10 @@ fn read_uncommitted_fetch_never_returns_offsets_at_or_above_hw_nor_read_committe
     for iso in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
         let f = w.fetch_at(leader, iso, 0);
         assert_eq!(f.error, None);
-        assert!(f.records.iter().all(|r| r.offset < f.high_watermark && r.offset < f.last_stable_offset));
+        assert!(f
+            .records
+            .iter()
+            .all(|r| r.offset < f.high_watermark && r.offset < f.last_stable_offset));
         assert_eq!(f.records.len(), 3);
         assert_eq!(f.next_fetch_offset, 3);
         assert!(f.last_stable_offset <= f.high_watermark);
@@ -250,7 +323,10 @@ fn hw_never_exceeds_the_leo_of_any_isr_member_and_never_decreases_on_a_leader() 
     let mut w = World::new(3, 3, TopicConfig::default());
     let mut last: Option<(i32, Offset)> = None;
     for i in 0..50 {
-        w.produce(if i % 2 == 0 { Acks::All } else { Acks::Leader }, &format!("v{i}"));
+        w.produce(
+            if i % 2 == 0 { Acks::All } else { Acks::Leader },
+            &format!("v{i}"),
+        );
         if i == 20 {
             let l = w.leader();
             w.crash(l, CrashMode::ProcessKill);
@@ -263,7 +339,9 @@ fn hw_never_exceeds_the_leo_of_any_isr_member_and_never_decreases_on_a_leader() 
         }
         for _ in 0..30 {
             w.tick_for(TICK_MS);
-            let Some(hw) = w.cluster.high_watermark(&w.tp) else { continue };
+            let Some(hw) = w.cluster.high_watermark(&w.tp) else {
+                continue;
+            };
             let epoch = w.cluster.leader_epoch(&w.tp).unwrap();
             for b in w.cluster.isr(&w.tp) {
                 let leo = w.cluster.log_end_offset(&w.tp, b).unwrap();
@@ -294,12 +372,23 @@ fn with_clean_election_acks_all_batches_survive_single_broker_failures() {
             }
         }
         let victim = w.leader();
-        w.crash(victim, if round % 2 == 0 { CrashMode::ProcessKill } else { CrashMode::MachineCrash });
+        w.crash(
+            victim,
+            if round % 2 == 0 {
+                CrashMode::ProcessKill
+            } else {
+                CrashMode::MachineCrash
+            },
+        );
         w.tick_for(10_000);
         assert_ne!(w.cluster.leader(&w.tp), Some(victim));
         w.restart(victim);
         w.tick_for(5_000);
-        assert_eq!(w.cluster.isr(&w.tp).len(), 3, "restarted broker rejoined the ISR");
+        assert_eq!(
+            w.cluster.isr(&w.tp).len(),
+            3,
+            "restarted broker rejoined the ISR"
+        );
     }
     let values = w.values();
     for v in &acked {
@@ -317,7 +406,10 @@ fn acks_1_batch_acked_by_a_leader_that_dies_before_replication_is_lost_after_rej
     w.env.isolate(old, 3);
     w.env.no_controller.remove(&old);
     let r = w.produce(Acks::Leader, "lost");
-    assert!(matches!(r, Reply::Done(Response::Produce { base_offset: 1, .. })));
+    assert!(matches!(
+        r,
+        Reply::Done(Response::Produce { base_offset: 1, .. })
+    ));
     w.crash(old, CrashMode::ProcessKill);
     w.env.heal();
     w.tick_for(10_000);
@@ -326,7 +418,10 @@ fn acks_1_batch_acked_by_a_leader_that_dies_before_replication_is_lost_after_rej
     w.restart(old);
     w.tick_for(5_000);
     assert_eq!(w.values(), vec!["kept"]);
-    assert_eq!(w.cluster.log_end_offset(&w.tp, old), w.cluster.log_end_offset(&w.tp, new));
+    assert_eq!(
+        w.cluster.log_end_offset(&w.tp, old),
+        w.cluster.log_end_offset(&w.tp, new)
+    );
 }
 
 #[test]
@@ -339,14 +434,25 @@ fn a_partitioned_ex_leader_accepts_acks_1_writes_that_are_lost_when_it_learns_th
     let new = w.leader();
     assert_ne!(new, old);
     // The ex-leader still believes it leads: acks=1 succeeds, acks=all cannot commit.
-    assert!(matches!(w.produce_at(old, Acks::Leader, "zombie"), Reply::Done(Response::Produce { .. })));
-    let Reply::Parked(token) = w.produce_at(old, Acks::All, "zombie-all") else { panic!("parks") };
-    assert!(matches!(w.produce_at(new, Acks::All, "new"), Reply::Parked(_) | Reply::Done(_)));
+    assert!(matches!(
+        w.produce_at(old, Acks::Leader, "zombie"),
+        Reply::Done(Response::Produce { .. })
+    ));
+    let Reply::Parked(token) = w.produce_at(old, Acks::All, "zombie-all") else {
+        panic!("parks")
+    };
+    assert!(matches!(
+        w.produce_at(new, Acks::All, "new"),
+        Reply::Parked(_) | Reply::Done(_)
+    ));
     w.tick_for(1_000);
     assert_eq!(w.cluster.poll_parked(w.now, &token), None);
     w.env.heal();
     w.tick_for(1_000);
-    assert_eq!(w.cluster.poll_parked(w.now, &token), Some(Response::Error(KafkaError::NotLeaderOrFollower)));
+    assert_eq!(
+        w.cluster.poll_parked(w.now, &token),
+        Some(Response::Error(KafkaError::NotLeaderOrFollower))
+    );
     w.tick_for(2_000);
     let values = w.values();
     assert!(!values.contains(&"zombie".to_string()));
@@ -378,7 +484,11 @@ fn after_a_leader_change_every_follower_log_is_a_prefix_consistent_copy_of_the_l
     let reference = w.cluster.replica_batches(&w.tp, leader);
     for b in w.cluster.replicas(&w.tp) {
         let batches = w.cluster.replica_batches(&w.tp, b);
-        assert_eq!(&reference[..batches.len()], &batches[..], "replica {b} diverges");
+        assert_eq!(
+            &reference[..batches.len()],
+            &batches[..],
+            "replica {b} diverges"
+        );
         assert_eq!(batches.len(), reference.len(), "replica {b} caught up");
     }
     assert_eq!(w.values(), vec!["a0", "a1", "a2", "b0", "b1"]);
@@ -389,7 +499,12 @@ fn with_no_live_isr_member_and_unclean_election_off_the_partition_rejects_produc
     let mut w = World::new(3, 3, TopicConfig::default());
     w.produce_all("a");
     let leader = w.leader();
-    let followers: Vec<_> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    let followers: Vec<_> = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+        .collect();
     for &f in &followers {
         w.crash(f, CrashMode::ProcessKill);
     }
@@ -400,13 +515,27 @@ fn with_no_live_isr_member_and_unclean_election_off_the_partition_rejects_produc
         w.restart(f);
     }
     w.tick_for(10_000);
-    assert_eq!(w.cluster.leader(&w.tp), None, "offline: the only ISR member is down");
+    assert_eq!(
+        w.cluster.leader(&w.tp),
+        None,
+        "offline: the only ISR member is down"
+    );
     for b in followers {
-        assert_eq!(w.produce_at(b, Acks::Leader, "x"), Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower)));
-        assert_eq!(w.fetch_at(b, Isolation::ReadUncommitted, 0).error, Some(KafkaError::NotLeaderOrFollower));
+        assert_eq!(
+            w.produce_at(b, Acks::Leader, "x"),
+            Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower))
+        );
+        assert_eq!(
+            w.fetch_at(b, Isolation::ReadUncommitted, 0).error,
+            Some(KafkaError::NotLeaderOrFollower)
+        );
     }
-    let req = Request::Metadata { topics: Some(vec!["t".into()]) };
-    let Reply::Done(Response::Metadata { topics, .. }) = w.cluster.handle(w.now, 1.max(leader % 3 + 1), req) else {
+    let req = Request::Metadata {
+        topics: Some(vec!["t".into()]),
+    };
+    let Reply::Done(Response::Metadata { topics, .. }) =
+        w.cluster.handle(w.now, 1.max(leader % 3 + 1), req)
+    else {
         panic!("metadata")
     };
     assert_eq!(topics["t"][0].leader, None);
@@ -419,10 +548,18 @@ fn with_no_live_isr_member_and_unclean_election_off_the_partition_rejects_produc
 
 #[test]
 fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
-    let config = TopicConfig { unclean_leader_election_enable: true, ..TopicConfig::default() };
+    let config = TopicConfig {
+        unclean_leader_election_enable: true,
+        ..TopicConfig::default()
+    };
     let mut w = World::new(3, 3, config);
     let leader = w.leader();
-    let followers: Vec<_> = w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader).collect();
+    let followers: Vec<_> = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+        .collect();
     for &f in &followers {
         w.crash(f, CrashMode::ProcessKill);
     }
@@ -434,15 +571,26 @@ fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
     assert_eq!(w.cluster.leader(&w.tp), Some(followers[0]));
     w.restart(leader);
     w.tick_for(5_000);
-    assert!(w.values().is_empty(), "the acks=all write is lost: {:?}", w.values());
-    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(0), "the old leader truncated");
+    assert!(
+        w.values().is_empty(),
+        "the acks=all write is lost: {:?}",
+        w.values()
+    );
+    assert_eq!(
+        w.cluster.log_end_offset(&w.tp, leader),
+        Some(0),
+        "the old leader truncated"
+    );
 }
 
 #[test]
 fn every_control_record_occupies_one_offset_and_is_never_delivered_to_an_application() {
     let mut w = World::new(1, 1, TopicConfig::default());
     w.produce_all("a");
-    let marker = w.cluster.append_control_batch(&w.tp, ProducerBatchHeader::NONE, record("COMMIT")).unwrap();
+    let marker = w
+        .cluster
+        .append_control_batch(&w.tp, ProducerBatchHeader::NONE, record("COMMIT"))
+        .unwrap();
     assert_eq!(marker, 1);
     w.produce_all("b");
     w.tick_for(TICK_MS);
@@ -452,7 +600,10 @@ fn every_control_record_occupies_one_offset_and_is_never_delivered_to_an_applica
     assert_eq!(f.next_fetch_offset, 3);
     // Fetching at the marker skips past it.
     let f = w.fetch_at(1, Isolation::ReadUncommitted, 1);
-    assert_eq!(f.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(
+        f.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![2]
+    );
     assert_eq!(w.values(), vec!["a", "b"]);
 }
 
@@ -469,18 +620,36 @@ fn keyed_records_land_on_to_positive_murmur2_modulo_partition_count() {
 #[test]
 fn produce_to_a_follower_gets_not_leader_or_follower() {
     let mut w = World::new(3, 3, TopicConfig::default());
-    let follower = w.cluster.replicas(&w.tp).into_iter().find(|&b| b != w.leader()).unwrap();
+    let follower = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .find(|&b| b != w.leader())
+        .unwrap();
     let r = w.produce_at(follower, Acks::All, "x");
-    assert_eq!(r, Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower)));
+    assert_eq!(
+        r,
+        Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower))
+    );
     let f = w.fetch_at(follower, Isolation::ReadUncommitted, 0);
     assert_eq!(f.error, Some(KafkaError::NotLeaderOrFollower));
 }
 
 #[test]
 fn a_batch_over_max_message_bytes_is_rejected_with_message_too_large() {
-    let mut w = World::new(1, 1, TopicConfig { max_message_bytes: 100, ..TopicConfig::default() });
+    let mut w = World::new(
+        1,
+        1,
+        TopicConfig {
+            max_message_bytes: 100,
+            ..TopicConfig::default()
+        },
+    );
     let big = "x".repeat(200);
-    assert_eq!(w.produce(Acks::Leader, &big), Reply::Done(Response::Error(KafkaError::MessageTooLarge)));
+    assert_eq!(
+        w.produce(Acks::Leader, &big),
+        Reply::Done(Response::Error(KafkaError::MessageTooLarge))
+    );
     assert_eq!(w.cluster.log_end_offset(&w.tp, 1), Some(0));
 }
 
@@ -488,10 +657,17 @@ fn a_batch_over_max_message_bytes_is_rejected_with_message_too_large() {
 fn acks_all_times_out_with_request_timed_out_but_the_batch_stays_and_may_commit() {
     let mut w = World::new(3, 3, TopicConfig::default());
     let leader = w.leader();
-    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+    for f in w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+    {
         w.env.cut.insert((leader.min(f), leader.max(f)));
     }
-    let Reply::Parked(token) = w.produce(Acks::All, "late") else { panic!("parks") };
+    let Reply::Parked(token) = w.produce(Acks::All, "late") else {
+        panic!("parks")
+    };
     let r = w.await_parked(token, 31_000);
     assert_eq!(r, Response::Error(KafkaError::RequestTimedOut));
     assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
@@ -504,8 +680,16 @@ fn acks_all_times_out_with_request_timed_out_but_the_batch_stays_and_may_commit(
 #[test]
 fn acks_0_and_acks_1_answer_at_once_with_minus_one_and_the_base_offset() {
     let mut w = World::new(3, 3, TopicConfig::default());
-    assert!(matches!(w.produce(Acks::None, "a"), Reply::Done(Response::Produce { base_offset: -1, .. })));
-    let Reply::Done(r) = w.produce(Acks::Leader, "b") else { panic!("acks=1 answers at once") };
+    assert!(matches!(
+        w.produce(Acks::None, "a"),
+        Reply::Done(Response::Produce {
+            base_offset: -1,
+            ..
+        })
+    ));
+    let Reply::Done(r) = w.produce(Acks::Leader, "b") else {
+        panic!("acks=1 answers at once")
+    };
     assert_eq!(base_offset(&r), 1);
     assert_eq!(base_offset(&w.produce_all("c")), 2);
 }
@@ -514,10 +698,19 @@ fn acks_0_and_acks_1_answer_at_once_with_minus_one_and_the_base_offset() {
 fn fetch_outside_log_start_and_leo_is_offset_out_of_range() {
     let mut w = World::new(1, 1, TopicConfig::default());
     w.produce_all("a");
-    assert_eq!(w.fetch_at(1, Isolation::ReadUncommitted, 2).error, Some(KafkaError::OffsetOutOfRange));
-    assert_eq!(w.fetch_at(1, Isolation::ReadUncommitted, -1).error, Some(KafkaError::OffsetOutOfRange));
+    assert_eq!(
+        w.fetch_at(1, Isolation::ReadUncommitted, 2).error,
+        Some(KafkaError::OffsetOutOfRange)
+    );
+    assert_eq!(
+        w.fetch_at(1, Isolation::ReadUncommitted, -1).error,
+        Some(KafkaError::OffsetOutOfRange)
+    );
     let at_end = w.fetch_at(1, Isolation::ReadUncommitted, 1);
-    assert_eq!((at_end.error, at_end.records.len(), at_end.next_fetch_offset), (None, 0, 1));
+    assert_eq!(
+        (at_end.error, at_end.records.len(), at_end.next_fetch_offset),
+        (None, 0, 1)
+    );
 }
 
 #[test]
@@ -539,7 +732,11 @@ fn fetch_respects_byte_limits_but_always_returns_the_first_batch() {
             other => panic!("{other:?}"),
         }
     };
-    assert_eq!(fetch(&mut w, 1, 1).records.len(), 1, "one batch even over the limits");
+    assert_eq!(
+        fetch(&mut w, 1, 1).records.len(),
+        1,
+        "one batch even over the limits"
+    );
     let batch = super::log::batch_size_bytes(&[record(&format!("{:0>100}", 0))]);
     let f = fetch(&mut w, 3 * batch, 1 << 20);
     assert_eq!((f.records.len(), f.next_fetch_offset), (3, 3));
@@ -557,35 +754,69 @@ fn create_topic_rejects_duplicates_and_replication_above_live_brokers() {
         config: TopicConfig::default(),
     };
     let err = |e| Reply::Done(Response::Error(e));
-    assert_eq!(w.cluster.handle(0, 1, create("t", 1, 1)), err(KafkaError::TopicAlreadyExists));
-    assert_eq!(w.cluster.handle(0, 1, create("u", 1, 4)), err(KafkaError::InvalidReplicationFactor));
-    assert_eq!(w.cluster.handle(0, 1, create("u", 0, 1)), err(KafkaError::InvalidPartitions));
+    assert_eq!(
+        w.cluster.handle(0, 1, create("t", 1, 1)),
+        err(KafkaError::TopicAlreadyExists)
+    );
+    assert_eq!(
+        w.cluster.handle(0, 1, create("u", 1, 4)),
+        err(KafkaError::InvalidReplicationFactor)
+    );
+    assert_eq!(
+        w.cluster.handle(0, 1, create("u", 0, 1)),
+        err(KafkaError::InvalidPartitions)
+    );
     w.crash(3, CrashMode::ProcessKill);
     w.tick_for(10_000);
-    assert_eq!(w.cluster.handle(w.now, 1, create("u", 1, 3)), err(KafkaError::InvalidReplicationFactor));
-    assert_eq!(w.cluster.handle(w.now, 1, create("u", 6, 2)), Reply::Done(Response::CreateTopic));
+    assert_eq!(
+        w.cluster.handle(w.now, 1, create("u", 1, 3)),
+        err(KafkaError::InvalidReplicationFactor)
+    );
+    assert_eq!(
+        w.cluster.handle(w.now, 1, create("u", 6, 2)),
+        Reply::Done(Response::CreateTopic)
+    );
     assert_eq!(w.cluster.topics(), vec!["t".to_string(), "u".to_string()]);
 }
 
 #[test]
 fn replicas_are_assigned_round_robin_like_kafka() {
     let a = super::model::assign_replicas(&[1, 2, 3], 6, 3);
-    assert_eq!(a, vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2], vec![1, 3, 2], vec![2, 1, 3], vec![3, 2, 1]]);
+    assert_eq!(
+        a,
+        vec![
+            vec![1, 2, 3],
+            vec![2, 3, 1],
+            vec![3, 1, 2],
+            vec![1, 3, 2],
+            vec![2, 1, 3],
+            vec![3, 2, 1]
+        ]
+    );
 }
 
 #[test]
 fn metadata_lists_user_topics_and_omits_unknown_ones() {
     let mut w = World::new(3, 3, TopicConfig::default());
-    let Reply::Done(Response::Metadata { brokers, topics }) = w.cluster.handle(0, 2, Request::Metadata { topics: None }) else {
+    let Reply::Done(Response::Metadata { brokers, topics }) =
+        w.cluster.handle(0, 2, Request::Metadata { topics: None })
+    else {
         panic!()
     };
     assert_eq!(brokers, vec![1, 2, 3]);
     assert_eq!(topics.keys().collect::<Vec<_>>(), vec!["t"]);
     assert_eq!(topics["t"][0].leader, Some(1));
     assert_eq!(topics["t"][0].isr, vec![1, 2, 3]);
-    let req = Request::Metadata { topics: Some(vec!["nope".into(), "__consumer_offsets".into()]) };
-    let Reply::Done(Response::Metadata { topics, .. }) = w.cluster.handle(0, 2, req) else { panic!() };
-    assert_eq!(topics.keys().collect::<Vec<_>>(), vec!["__consumer_offsets"]);
+    let req = Request::Metadata {
+        topics: Some(vec!["nope".into(), "__consumer_offsets".into()]),
+    };
+    let Reply::Done(Response::Metadata { topics, .. }) = w.cluster.handle(0, 2, req) else {
+        panic!()
+    };
+    assert_eq!(
+        topics.keys().collect::<Vec<_>>(),
+        vec!["__consumer_offsets"]
+    );
 }
 
 #[test]
@@ -593,10 +824,25 @@ fn list_offsets_gives_log_start_and_the_high_watermark() {
     let mut w = World::new(1, 1, TopicConfig::default());
     w.produce_all("a");
     w.produce_all("b");
-    let ask = |w: &mut World, spec| w.cluster.handle(w.now, 1, Request::ListOffsets { tp: w.tp.clone(), spec });
-    assert_eq!(ask(&mut w, OffsetSpec::Earliest), Reply::Done(Response::ListOffsets { offset: 0 }));
+    let ask = |w: &mut World, spec| {
+        w.cluster.handle(
+            w.now,
+            1,
+            Request::ListOffsets {
+                tp: w.tp.clone(),
+                spec,
+            },
+        )
+    };
+    assert_eq!(
+        ask(&mut w, OffsetSpec::Earliest),
+        Reply::Done(Response::ListOffsets { offset: 0 })
+    );
     let latest = OffsetSpec::Latest(Isolation::ReadCommitted);
-    assert_eq!(ask(&mut w, latest), Reply::Done(Response::ListOffsets { offset: 2 }));
+    assert_eq!(
+        ask(&mut w, latest),
+        Reply::Done(Response::ListOffsets { offset: 2 })
+    );
 }
 
 #[test]
@@ -605,13 +851,29 @@ fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
     // offsets_topic_num_partitions is 3 in these tests: "abc".hashCode() = 96354, % 3 = 0.
     let tp = TopicPartition::new("__consumer_offsets", 0);
     let leader = w.cluster.leader(&tp).unwrap();
-    let req = Request::FindCoordinator { key: "abc".into(), kind: CoordinatorKind::Group };
-    assert_eq!(w.cluster.handle(0, 3, req), Reply::Done(Response::FindCoordinator { broker: leader }));
-    assert_eq!(w.cluster.coordinator_for("abc", CoordinatorKind::Group), Some(leader));
+    let req = Request::FindCoordinator {
+        key: "abc".into(),
+        kind: CoordinatorKind::Group,
+    };
+    assert_eq!(
+        w.cluster.handle(0, 3, req),
+        Reply::Done(Response::FindCoordinator { broker: leader })
+    );
+    assert_eq!(
+        w.cluster.coordinator_for("abc", CoordinatorKind::Group),
+        Some(leader)
+    );
     // A group request at another broker is NOT_COORDINATOR.
     let other = if leader == 1 { 2 } else { 1 };
-    let hb = Request::Heartbeat { group_id: "abc".into(), generation: 0, member_id: "m".into() };
-    assert_eq!(w.cluster.handle(0, other, hb), Reply::Done(Response::Error(KafkaError::NotCoordinator)));
+    let hb = Request::Heartbeat {
+        group_id: "abc".into(),
+        generation: 0,
+        member_id: "m".into(),
+    };
+    assert_eq!(
+        w.cluster.handle(0, other, hb),
+        Reply::Done(Response::Error(KafkaError::NotCoordinator))
+    );
     // Offline coordinator partition: COORDINATOR_NOT_AVAILABLE.
     for b in 1..=3 {
         w.crash(b, CrashMode::ProcessKill);
@@ -619,9 +881,15 @@ fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
     w.restart(other);
     w.tick_for(10_000);
     if w.cluster.leader(&tp).is_none() {
-        let req = Request::FindCoordinator { key: "abc".into(), kind: CoordinatorKind::Group };
+        let req = Request::FindCoordinator {
+            key: "abc".into(),
+            kind: CoordinatorKind::Group,
+        };
         let r = w.cluster.handle(w.now, other, req);
-        assert_eq!(r, Reply::Done(Response::Error(KafkaError::CoordinatorNotAvailable)));
+        assert_eq!(
+            r,
+            Reply::Done(Response::Error(KafkaError::CoordinatorNotAvailable))
+        );
     }
 }
 
@@ -630,7 +898,12 @@ fn a_machine_crash_keeps_only_what_was_below_the_replicas_high_watermark() {
     let mut w = World::new(3, 3, TopicConfig::default());
     w.produce_all("a");
     let leader = w.leader();
-    for f in w.cluster.replicas(&w.tp).into_iter().filter(|&b| b != leader) {
+    for f in w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .filter(|&b| b != leader)
+    {
         w.env.cut.insert((leader.min(f), leader.max(f)));
     }
     w.produce(Acks::Leader, "b");
@@ -652,7 +925,11 @@ mod property {
     #[derive(Debug, Clone)]
     enum Op {
         /// Produce to `partition` at `via` (0 = the controller's leader, else that broker).
-        Produce { partition: u32, acks_all: bool, via: u32 },
+        Produce {
+            partition: u32,
+            acks_all: bool,
+            via: u32,
+        },
         Crash(BrokerId),
         Restart(BrokerId),
         Tick(u64),
@@ -688,11 +965,25 @@ mod property {
 
     impl Run {
         fn new(min_isr: u32) -> Self {
-            let cfg = ClusterConfig { offsets_topic_num_partitions: 1, ..ClusterConfig::default() };
+            let cfg = ClusterConfig {
+                offsets_topic_num_partitions: 1,
+                ..ClusterConfig::default()
+            };
             let mut cluster = Cluster::new(BROKERS, cfg);
-            let config = TopicConfig { min_insync_replicas: min_isr, ..TopicConfig::default() };
-            let req = Request::CreateTopic { name: "t".into(), partitions: PARTITIONS, replication_factor: 3, config };
-            assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
+            let config = TopicConfig {
+                min_insync_replicas: min_isr,
+                ..TopicConfig::default()
+            };
+            let req = Request::CreateTopic {
+                name: "t".into(),
+                partitions: PARTITIONS,
+                replication_factor: 3,
+                config,
+            };
+            assert_eq!(
+                cluster.handle(0, 1, req),
+                Reply::Done(Response::CreateTopic)
+            );
             Self {
                 cluster,
                 env: TestEnv::default(),
@@ -706,10 +997,15 @@ mod property {
 
         fn apply(&mut self, op: &Op) {
             match *op {
-                Op::Produce { partition, acks_all, via } => self.produce(partition, acks_all, via),
+                Op::Produce {
+                    partition,
+                    acks_all,
+                    via,
+                } => self.produce(partition, acks_all, via),
                 Op::Crash(b) => {
                     if self.cluster.broker_alive(b) {
-                        self.cluster.crash_broker(self.now, b, CrashMode::ProcessKill);
+                        self.cluster
+                            .crash_broker(self.now, b, CrashMode::ProcessKill);
                         self.env.down.insert(b);
                     }
                 }
@@ -731,7 +1027,11 @@ mod property {
 
         fn produce(&mut self, partition: u32, acks_all: bool, via: u32) {
             let tp = TopicPartition::new("t", partition);
-            let broker = if via == 0 { self.cluster.leader(&tp).unwrap_or(1) } else { via };
+            let broker = if via == 0 {
+                self.cluster.leader(&tp).unwrap_or(1)
+            } else {
+                via
+            };
             if !self.cluster.broker_alive(broker) {
                 return;
             }
@@ -777,13 +1077,18 @@ mod property {
         fn check_hw_monotone(&mut self) {
             for p in 0..PARTITIONS {
                 let tp = TopicPartition::new("t", p);
-                let (Some(leader), Some(hw)) = (self.cluster.leader(&tp), self.cluster.high_watermark(&tp)) else {
+                let (Some(leader), Some(hw)) =
+                    (self.cluster.leader(&tp), self.cluster.high_watermark(&tp))
+                else {
                     continue;
                 };
                 let epoch = self.cluster.leader_epoch(&tp).unwrap();
                 if let Some(&(l, e, h)) = self.hw_seen.get(&tp) {
                     if l == leader && e == epoch {
-                        assert!(hw >= h, "{tp}: HW went back from {h} to {hw} on leader {l} epoch {e}");
+                        assert!(
+                            hw >= h,
+                            "{tp}: HW went back from {h} to {hw} on leader {l} epoch {e}"
+                        );
                     }
                 }
                 self.hw_seen.insert(tp, (leader, epoch, hw));
@@ -828,7 +1133,8 @@ mod property {
                 }
                 let reference = run.cluster.replica_batches(&tp, leader);
                 for b in 1..=BROKERS {
-                    prop_assert_eq!(&run.cluster.replica_batches(&tp, b), &reference, "{} replica {}", tp, b);
+                    let batches = run.cluster.replica_batches(&tp, b);
+                    prop_assert_eq!(&batches, &reference, "{} replica {}", tp, b);
                 }
                 prop_assert_eq!(run.cluster.isr(&tp).len(), 3);
                 let leo = run.cluster.log_end_offset(&tp, leader);
