@@ -366,21 +366,7 @@ impl Cluster {
     /// follower fetches with truncation; ISR shrink and expand; leader HW; group timers.
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
         self.controller_tick(now, env);
-        let brokers = &self.brokers;
-        let alive = |b: BrokerId| brokers[(b - 1) as usize].alive && env.broker_up(b);
-        let up: &dyn Fn(BrokerId) -> bool = &alive;
-        let link = |a: BrokerId, b: BrokerId| env.link_up(a, b);
-        let controller = |b: BrokerId| alive(b) && env.controller_link_up(b);
-        let fenced = |b: BrokerId| brokers[(b - 1) as usize].fenced;
-        let reach = Reach {
-            now,
-            up,
-            link: &link,
-            controller: &controller,
-            fenced: &fenced,
-            lag_max_ms: self.config.replica_lag_time_max_ms,
-            hold_hw_under_min_isr: self.hold_hw_under_min_isr,
-        };
+        let reach = self.reach(now, env);
         for topic in self.topics.values_mut() {
             for p in &mut topic.partitions {
                 p.sync_views(&reach);
@@ -388,6 +374,33 @@ impl Cluster {
             }
         }
         self.groups.tick(now);
+    }
+
+    /// Samples the environment once for this tick.
+    fn reach(&self, now: TimeMs, env: &dyn Env) -> Reach {
+        let ids = 1..=self.broker_count;
+        let up: Vec<bool> = ids
+            .clone()
+            .map(|b| self.state(b).alive && env.broker_up(b))
+            .collect();
+        let controller = ids
+            .clone()
+            .map(|b| up[(b - 1) as usize] && env.controller_link_up(b))
+            .collect();
+        let links = ids
+            .clone()
+            .flat_map(|a| ids.clone().map(move |b| (a, b)))
+            .map(|(a, b)| env.link_up(a, b))
+            .collect();
+        Reach {
+            now,
+            up,
+            controller,
+            fenced: self.brokers.iter().map(|s| s.fenced).collect(),
+            links,
+            lag_max_ms: self.config.replica_lag_time_max_ms,
+            hold_hw_under_min_isr: self.hold_hw_under_min_isr,
+        }
     }
 
     /// Heartbeats, registrations of restarted brokers, fencing after
@@ -618,15 +631,12 @@ impl Cluster {
             p.replicas[i]
                 .log
                 .append_as_leader(epoch, header, false, Arc::new(records));
-        let fenced = |b: BrokerId| brokers[(b - 1) as usize].fenced;
-        let never = |_: BrokerId| false;
-        let never2 = |_: BrokerId, _: BrokerId| false;
         let reach = Reach {
             now,
-            up: &never,
-            link: &never2,
-            controller: &never,
-            fenced: &fenced,
+            up: Vec::new(),
+            controller: Vec::new(),
+            fenced: brokers.iter().map(|s| s.fenced).collect(),
+            links: Vec::new(),
             lag_max_ms,
             hold_hw_under_min_isr: hold,
         };

@@ -58,6 +58,8 @@ pub(crate) struct Replica {
     pub truncated_for_epoch: Option<i32>,
     /// Leader only: the followers' fetch state.
     pub remotes: BTreeMap<BrokerId, Remote>,
+    /// [`Partition::version`] this view was taken at; `u64::MAX` = none.
+    pub view_version: u64,
 }
 
 impl Replica {
@@ -70,6 +72,7 @@ impl Replica {
             view_isr: Vec::new(),
             truncated_for_epoch: None,
             remotes: BTreeMap::new(),
+            view_version: u64::MAX,
         }
     }
 
@@ -85,23 +88,42 @@ impl Replica {
         self.view_isr.clear();
         self.truncated_for_epoch = None;
         self.remotes.clear();
+        self.view_version = u64::MAX;
     }
 }
 
-/// What a tick needs to know about brokers, besides the partition itself.
-pub(crate) struct Reach<'a> {
+/// What a tick needs to know about brokers, sampled once per tick (ids are 1-based).
+pub(crate) struct Reach {
     pub now: TimeMs,
-    /// Runs: alive in the model and up in the environment.
-    pub up: &'a dyn Fn(BrokerId) -> bool,
-    /// `from` reaches `to`.
-    pub link: &'a dyn Fn(BrokerId, BrokerId) -> bool,
-    /// Runs and reaches the controller.
-    pub controller: &'a dyn Fn(BrokerId) -> bool,
-    /// Fenced by the controller.
-    pub fenced: &'a dyn Fn(BrokerId) -> bool,
+    /// Per broker: runs (alive in the model and up in the environment).
+    pub up: Vec<bool>,
+    /// Per broker: runs and reaches the controller.
+    pub controller: Vec<bool>,
+    /// Per broker: fenced by the controller.
+    pub fenced: Vec<bool>,
+    /// `links[(from-1)*n + (to-1)]`: `from` reaches `to`.
+    pub links: Vec<bool>,
     pub lag_max_ms: u64,
     /// KIP-966 / KAFKA-15583 (3.7+): no HW advance while the ISR is below min ISR.
     pub hold_hw_under_min_isr: bool,
+}
+
+impl Reach {
+    pub fn up(&self, b: BrokerId) -> bool {
+        self.up[(b - 1) as usize]
+    }
+    pub fn controller(&self, b: BrokerId) -> bool {
+        self.controller[(b - 1) as usize]
+    }
+    pub fn fenced(&self, b: BrokerId) -> bool {
+        self.fenced[(b - 1) as usize]
+    }
+    /// Both directions work (a fetch is a request and a response).
+    pub fn linked(&self, a: BrokerId, b: BrokerId) -> bool {
+        let n = self.up.len();
+        let (a, b) = ((a - 1) as usize, (b - 1) as usize);
+        self.links[a * n + b] && self.links[b * n + a]
+    }
 }
 
 /// One partition: assignment, controller state and replicas.
@@ -117,6 +139,9 @@ pub(crate) struct Partition {
     pub isr: Vec<BrokerId>,
     /// Effective `min.insync.replicas` (min of the config and the replication factor).
     pub min_isr: usize,
+    /// Bumped at every change of leader, epoch or ISR, so replicas can tell a stale view
+    /// without comparing it (the partition epoch of KRaft's `PartitionRecord`).
+    pub version: u64,
 }
 
 impl Partition {
@@ -133,6 +158,7 @@ impl Partition {
             leader_epoch: 0,
             isr: assignment.to_vec(),
             min_isr: (min_insync_replicas.max(1) as usize).min(assignment.len()),
+            version: 0,
         };
         for i in 0..p.replicas.len() {
             p.apply_view(i, now);
@@ -186,6 +212,7 @@ impl Partition {
             self.leader = chosen;
             self.leader_epoch += 1;
         }
+        self.version += 1;
     }
 
     /// The controller fences broker `b`: it leaves the ISR unless it is the last member, and
@@ -201,6 +228,7 @@ impl Partition {
         }
         if self.isr.len() > 1 {
             self.isr.retain(|&m| m != b);
+            self.version += 1;
         }
         if self.leader == Some(b) {
             self.elect(fenced, unclean);
@@ -224,6 +252,7 @@ impl Partition {
     /// Replica `i` learns the controller's current state (leader, epoch, ISR).
     pub fn apply_view(&mut self, i: usize, now: TimeMs) {
         let (leader, epoch, isr) = (self.leader, self.leader_epoch, self.isr.clone());
+        let version = self.version;
         let others: Vec<BrokerId> = self
             .replicas
             .iter()
@@ -247,33 +276,31 @@ impl Partition {
             }
         }
         r.view_isr = isr;
+        r.view_version = version;
     }
 
     /// Every replica whose broker reaches the controller refreshes its view.
-    pub fn sync_views(&mut self, reach: &Reach<'_>) {
+    pub fn sync_views(&mut self, reach: &Reach) {
         for i in 0..self.replicas.len() {
-            let b = self.replicas[i].broker;
-            if (reach.controller)(b) {
-                let r = &self.replicas[i];
-                if r.view_leader != self.leader
-                    || r.view_epoch != self.leader_epoch
-                    || r.view_isr != self.isr
-                {
-                    self.apply_view(i, reach.now);
-                }
+            let r = &self.replicas[i];
+            if r.view_version != self.version && reach.controller(r.broker) {
+                self.apply_view(i, reach.now);
             }
         }
     }
 
     /// One round of follower fetches, then each believed leader's ISR shrink and HW update.
-    pub fn tick(&mut self, reach: &Reach<'_>) {
+    pub fn tick(&mut self, reach: &Reach) {
+        if self.tick_quiet(reach) {
+            return;
+        }
         for fi in 0..self.replicas.len() {
             let f = &self.replicas[fi];
             let Some(l) = f.view_leader else { continue };
-            if l == f.broker || !(reach.up)(f.broker) || !(reach.up)(l) {
+            if l == f.broker || !reach.up(f.broker) || !reach.up(l) {
                 continue;
             }
-            if !(reach.link)(f.broker, l) || !(reach.link)(l, f.broker) {
+            if !reach.linked(f.broker, l) {
                 continue;
             }
             let Some(li) = self.index_of(l) else { continue };
@@ -285,16 +312,56 @@ impl Partition {
             self.follower_fetch(fi, li, reach);
         }
         for li in 0..self.replicas.len() {
-            if self.replicas[li].believes_leader() && (reach.up)(self.replicas[li].broker) {
+            if self.replicas[li].believes_leader() && reach.up(self.replicas[li].broker) {
                 self.maybe_shrink_isr(li, reach);
                 self.maybe_increment_hw(li, reach);
             }
         }
     }
 
+    /// Fast path for a partition with nothing to do: every replica runs, reaches the leader,
+    /// is in the ISR, has the leader's LEO and HW, and knows the current epoch. A fetch round
+    /// would then change nothing but the followers' fetch times, which this sets directly.
+    /// Returns false (nothing touched) when any of that does not hold.
+    fn tick_quiet(&mut self, reach: &Reach) -> bool {
+        let Some(l) = self.leader else { return false };
+        let Some(li) = self.index_of(l) else {
+            return false;
+        };
+        let epoch = self.leader_epoch;
+        let leader = &self.replicas[li];
+        let (leo, hw) = (leader.log.log_end_offset(), leader.log.high_watermark());
+        let full = self.replicas.len();
+        if !leader.believes_leader() || leader.view_epoch != epoch || hw != leo {
+            return false;
+        }
+        if self.isr.len() != full || leader.view_isr.len() != full || !reach.up(l) {
+            return false;
+        }
+        for r in self.replicas.iter().filter(|r| r.broker != l) {
+            let b = r.broker;
+            let synced = r.view_leader == Some(l)
+                && r.view_epoch == epoch
+                && r.truncated_for_epoch == Some(epoch)
+                && r.log.log_end_offset() == leo
+                && r.log.high_watermark() == hw
+                && leader.remotes.get(&b).is_some_and(|m| m.leo == leo);
+            if !synced || !reach.up(b) || !reach.linked(b, l) {
+                return false;
+            }
+        }
+        let now = reach.now;
+        for remote in self.replicas[li].remotes.values_mut() {
+            remote.last_caught_up_ms = Some(now);
+            remote.last_fetch_ms = now;
+            remote.last_fetch_leader_leo = leo;
+        }
+        true
+    }
+
     /// Follower `fi` fetches from leader `li`: divergence check once per epoch, then copy
     /// the suffix it lacks (`ReplicaFetcherThread`, `Partition.updateFollowerFetchState`).
-    fn follower_fetch(&mut self, fi: usize, li: usize, reach: &Reach<'_>) {
+    fn follower_fetch(&mut self, fi: usize, li: usize, reach: &Reach) {
         let now = reach.now;
         let epoch = self.replicas[fi].view_epoch;
         if self.replicas[fi].truncated_for_epoch != Some(epoch) {
@@ -338,17 +405,17 @@ impl Partition {
 
     /// Whether the believed leader at `li` may change the ISR: it must be the controller's
     /// leader of the current epoch and reach the controller (`AlterPartition`).
-    fn may_alter_isr(&self, li: usize, reach: &Reach<'_>) -> bool {
+    fn may_alter_isr(&self, li: usize, reach: &Reach) -> bool {
         let r = &self.replicas[li];
         self.leader == Some(r.broker)
             && self.leader_epoch == r.view_epoch
-            && (reach.controller)(r.broker)
+            && reach.controller(r.broker)
     }
 
     /// `Partition.maybeExpandIsr` / `isFollowerInSync` (A.5).
-    fn maybe_expand_isr(&mut self, li: usize, follower: BrokerId, reach: &Reach<'_>) {
+    fn maybe_expand_isr(&mut self, li: usize, follower: BrokerId, reach: &Reach) {
         let leader = &self.replicas[li];
-        if leader.view_isr.contains(&follower) || (reach.fenced)(follower) {
+        if leader.view_isr.contains(&follower) || reach.fenced(follower) {
             return;
         }
         let Some(remote) = leader.remotes.get(&follower) else {
@@ -365,11 +432,12 @@ impl Partition {
         let order = self.assignment();
         self.isr.push(follower);
         self.isr.sort_by_key(|b| order.iter().position(|x| x == b));
+        self.version += 1;
         self.apply_view(li, reach.now);
     }
 
     /// `Partition.maybeShrinkIsr` / `getOutOfSyncReplicas` (A.5).
-    fn maybe_shrink_isr(&mut self, li: usize, reach: &Reach<'_>) {
+    fn maybe_shrink_isr(&mut self, li: usize, reach: &Reach) {
         let leader = &self.replicas[li];
         let leo = leader.log.log_end_offset();
         let out: Vec<BrokerId> = leader
@@ -390,12 +458,13 @@ impl Partition {
             return;
         }
         self.isr.retain(|b| !out.contains(b));
+        self.version += 1;
         self.apply_view(li, reach.now);
     }
 
     /// `Partition.maybeIncrementLeaderHW` (A.4): min LEO over the leader, the ISR and the
     /// caught-up ISR-eligible followers; never backwards; held under min ISR (3.7+).
-    pub fn maybe_increment_hw(&mut self, li: usize, reach: &Reach<'_>) {
+    pub fn maybe_increment_hw(&mut self, li: usize, reach: &Reach) {
         let leader = &self.replicas[li];
         if reach.hold_hw_under_min_isr && leader.view_isr.len() < self.min_isr {
             return;
@@ -405,7 +474,7 @@ impl Partition {
         for (b, remote) in &leader.remotes {
             let in_isr = leader.view_isr.contains(b);
             let eligible =
-                !(reach.fenced)(*b) && remote.is_caught_up(leo, reach.now, reach.lag_max_ms);
+                !reach.fenced(*b) && remote.is_caught_up(leo, reach.now, reach.lag_max_ms);
             if remote.leo < hw && (in_isr || eligible) {
                 hw = remote.leo;
             }

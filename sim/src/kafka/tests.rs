@@ -1143,3 +1143,47 @@ mod property {
         }
     }
 }
+
+/// Rough throughput of the model alone: 100,000 records through 3 brokers / 6 partitions,
+/// one record per produce, a tick after every `EOSIM_TICK_EVERY` (default 1) produces. Run with
+/// `cargo test -p eosim-sim --release -- --ignored model_throughput --nocapture`.
+#[test]
+#[ignore]
+fn model_throughput() {
+    let mut cluster = Cluster::new(3, ClusterConfig::default());
+    let config = TopicConfig::default();
+    let req = Request::CreateTopic { name: "t".into(), partitions: 6, replication_factor: 3, config };
+    assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
+    let env = TestEnv::default();
+    let start = std::time::Instant::now();
+    let mut now = 0;
+    let mut parked = Vec::new();
+    let every: u32 = std::env::var("EOSIM_TICK_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    for i in 0..100_000u32 {
+        let tp = TopicPartition::new("t", i % 6);
+        let leader = cluster.leader(&tp).unwrap();
+        let req = Request::Produce {
+            tp,
+            acks: Acks::All,
+            timeout_ms: 30_000,
+            header: ProducerBatchHeader::NONE,
+            records: vec![record("0123456789abcdef")],
+        };
+        if let Reply::Parked(t) = cluster.handle(now, leader, req) {
+            parked.push(t);
+        }
+        if i % every == every - 1 {
+            now += 1;
+            cluster.tick(now, &env);
+            parked.retain(|t| cluster.poll_parked(now, t).is_none());
+        }
+    }
+    for _ in 0..3 {
+        now += 1;
+        cluster.tick(now, &env);
+    }
+    parked.retain(|t| cluster.poll_parked(now, t).is_none());
+    let secs = start.elapsed().as_secs_f64();
+    println!("100000 records in {secs:.3} s = {:.0} records/s", 100_000.0 / secs);
+    assert!(parked.is_empty());
+}
