@@ -157,7 +157,13 @@ pub struct Cluster {
     pending: BTreeMap<u64, PendingProduce>,
     next_token: u64,
     hold_hw_under_min_isr: bool,
+    /// The environment as sampled at the previous tick, and a counter of its changes.
+    env_sample: Option<EnvSample>,
+    env_epoch: u64,
 }
+
+/// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
+type EnvSample = (Vec<bool>, Vec<bool>, Vec<bool>, Vec<bool>);
 
 fn error(e: KafkaError) -> Reply {
     Reply::Done(Response::Error(e))
@@ -218,6 +224,8 @@ impl Cluster {
             pending: BTreeMap::new(),
             next_token: 0,
             hold_hw_under_min_isr: true,
+            env_sample: None,
+            env_epoch: 0,
         };
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
         let rf = cluster
@@ -366,10 +374,20 @@ impl Cluster {
     /// follower fetches with truncation; ISR shrink and expand; leader HW; group timers.
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
         self.controller_tick(now, env);
-        let reach = self.reach(now, env);
+        let mut reach = self.reach(now, env);
+        let sample = (
+            reach.up.clone(),
+            reach.controller.clone(),
+            reach.fenced.clone(),
+            reach.links.clone(),
+        );
+        if self.env_sample.as_ref() != Some(&sample) {
+            self.env_epoch += 1;
+            self.env_sample = Some(sample);
+        }
+        reach.env_epoch = self.env_epoch;
         for topic in self.topics.values_mut() {
             for p in &mut topic.partitions {
-                p.sync_views(&reach);
                 p.tick(&reach);
             }
         }
@@ -400,6 +418,7 @@ impl Cluster {
             links,
             lag_max_ms: self.config.replica_lag_time_max_ms,
             hold_hw_under_min_isr: self.hold_hw_under_min_isr,
+            env_epoch: self.env_epoch,
         }
     }
 
@@ -466,6 +485,7 @@ impl Cluster {
             for topic in self.topics.values_mut() {
                 for p in &mut topic.partitions {
                     if let Some(j) = p.index_of(broker) {
+                        p.touch();
                         let log = &mut p.replicas[j].log;
                         let hw = log.high_watermark();
                         log.truncate_to(hw);
@@ -490,6 +510,7 @@ impl Cluster {
         for topic in self.topics.values_mut() {
             for p in &mut topic.partitions {
                 if let Some(j) = p.index_of(broker) {
+                    p.touch();
                     p.replicas[j].forget_views();
                 }
             }
@@ -627,6 +648,7 @@ impl Cluster {
             return error(KafkaError::NotEnoughReplicas);
         }
         let epoch = p.replicas[i].view_epoch;
+        p.touch();
         let (base_offset, last_offset) =
             p.replicas[i]
                 .log
@@ -639,6 +661,7 @@ impl Cluster {
             links: Vec::new(),
             lag_max_ms,
             hold_hw_under_min_isr: hold,
+            env_epoch: 0,
         };
         // A local append re-evaluates the HW (a single-replica ISR commits at once).
         p.maybe_increment_hw(i, &reach);
@@ -858,6 +881,7 @@ impl Cluster {
             .ok_or(KafkaError::UnknownTopicOrPartition)?;
         let leader = p.leader.ok_or(KafkaError::NotLeaderOrFollower)?;
         let i = p.index_of(leader).expect("the leader is a replica");
+        p.touch();
         let r = &mut p.replicas[i];
         if !r.believes_leader() {
             return Err(KafkaError::NotLeaderOrFollower);

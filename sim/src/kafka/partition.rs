@@ -106,6 +106,8 @@ pub(crate) struct Reach {
     pub lag_max_ms: u64,
     /// KIP-966 / KAFKA-15583 (3.7+): no HW advance while the ISR is below min ISR.
     pub hold_hw_under_min_isr: bool,
+    /// Changes whenever the sampled facts above (not `now`) differ from the previous tick's.
+    pub env_epoch: u64,
 }
 
 impl Reach {
@@ -142,6 +144,18 @@ pub(crate) struct Partition {
     /// Bumped at every change of leader, epoch or ISR, so replicas can tell a stale view
     /// without comparing it (the partition epoch of KRaft's `PartitionRecord`).
     pub version: u64,
+    /// Set while the partition is quiet (see [`Partition::tick_quiet`]) and nothing has
+    /// changed since: ticks then only move the followers' fetch times, kept here lazily.
+    quiet: Option<QuietStreak>,
+}
+
+/// A run of quiet ticks under one environment sample and one partition version.
+#[derive(Debug, Clone, Copy)]
+struct QuietStreak {
+    env_epoch: u64,
+    version: u64,
+    /// Time of the latest quiet tick: the followers' last fetch (and caught-up) time.
+    last_tick_ms: TimeMs,
 }
 
 impl Partition {
@@ -159,6 +173,7 @@ impl Partition {
             isr: assignment.to_vec(),
             min_isr: (min_insync_replicas.max(1) as usize).min(assignment.len()),
             version: 0,
+            quiet: None,
         };
         for i in 0..p.replicas.len() {
             p.apply_view(i, now);
@@ -291,7 +306,21 @@ impl Partition {
 
     /// One round of follower fetches, then each believed leader's ISR shrink and HW update.
     pub fn tick(&mut self, reach: &Reach) {
+        if let Some(q) = &mut self.quiet {
+            if q.env_epoch == reach.env_epoch && q.version == self.version {
+                q.last_tick_ms = reach.now;
+                return;
+            }
+        }
+        self.touch();
+        self.sync_views(reach);
         if self.tick_quiet(reach) {
+            let (env_epoch, version) = (reach.env_epoch, self.version);
+            self.quiet = Some(QuietStreak {
+                env_epoch,
+                version,
+                last_tick_ms: reach.now,
+            });
             return;
         }
         for fi in 0..self.replicas.len() {
@@ -319,6 +348,24 @@ impl Partition {
         }
     }
 
+    /// Ends a quiet streak: writes the followers' fetch times it kept lazily. Must precede
+    /// any change to the partition made outside [`Partition::tick`] (appends, crashes,
+    /// restarts); controller changes bump [`Partition::version`] instead.
+    pub fn touch(&mut self) {
+        let Some(q) = self.quiet.take() else { return };
+        let li = self
+            .leader
+            .and_then(|l| self.index_of(l))
+            .expect("a quiet partition has a leader");
+        let leader = &mut self.replicas[li];
+        let leo = leader.log.log_end_offset();
+        for remote in leader.remotes.values_mut() {
+            remote.last_caught_up_ms = Some(q.last_tick_ms);
+            remote.last_fetch_ms = q.last_tick_ms;
+            remote.last_fetch_leader_leo = leo;
+        }
+    }
+
     /// Fast path for a partition with nothing to do: every replica runs, reaches the leader,
     /// is in the ISR, has the leader's LEO and HW, and knows the current epoch. A fetch round
     /// would then change nothing but the followers' fetch times, which this sets directly.
@@ -332,7 +379,9 @@ impl Partition {
         let leader = &self.replicas[li];
         let (leo, hw) = (leader.log.log_end_offset(), leader.log.high_watermark());
         let full = self.replicas.len();
-        if !leader.believes_leader() || leader.view_epoch != epoch || hw != leo {
+        let current = |r: &Replica| r.view_version == self.version;
+        if !leader.believes_leader() || !current(leader) || leader.view_epoch != epoch || hw != leo
+        {
             return false;
         }
         if self.isr.len() != full || leader.view_isr.len() != full || !reach.up(l) {
@@ -340,7 +389,8 @@ impl Partition {
         }
         for r in self.replicas.iter().filter(|r| r.broker != l) {
             let b = r.broker;
-            let synced = r.view_leader == Some(l)
+            let synced = current(r)
+                && r.view_leader == Some(l)
                 && r.view_epoch == epoch
                 && r.truncated_for_epoch == Some(epoch)
                 && r.log.log_end_offset() == leo
