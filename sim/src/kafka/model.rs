@@ -160,6 +160,7 @@ pub struct Cluster {
     /// The environment as sampled at the previous tick, and a counter of its changes.
     env_sample: Option<EnvSample>,
     env_epoch: u64,
+    fast_paths: bool,
 }
 
 /// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
@@ -226,6 +227,7 @@ impl Cluster {
             hold_hw_under_min_isr: true,
             env_sample: None,
             env_epoch: 0,
+            fast_paths: true,
         };
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
         let rf = cluster
@@ -258,6 +260,13 @@ impl Cluster {
     /// complete with `NOT_ENOUGH_REPLICAS_AFTER_APPEND`.
     pub fn set_hold_hw_under_min_isr(&mut self, hold: bool) {
         self.hold_hw_under_min_isr = hold;
+    }
+
+    /// Turns the quiet-partition fast path of [`Cluster::tick`] off (tests compare runs with
+    /// and without it; results must be identical).
+    #[doc(hidden)]
+    pub fn set_fast_paths(&mut self, on: bool) {
+        self.fast_paths = on;
     }
 
     fn state(&self, b: BrokerId) -> &BrokerState {
@@ -419,6 +428,7 @@ impl Cluster {
             lag_max_ms: self.config.replica_lag_time_max_ms,
             hold_hw_under_min_isr: self.hold_hw_under_min_isr,
             env_epoch: self.env_epoch,
+            fast_paths: self.fast_paths,
         }
     }
 
@@ -662,6 +672,7 @@ impl Cluster {
             lag_max_ms,
             hold_hw_under_min_isr: hold,
             env_epoch: 0,
+            fast_paths: false,
         };
         // A local append re-evaluates the HW (a single-replica ISR commits at once).
         p.maybe_increment_hw(i, &reach);

@@ -1106,8 +1106,48 @@ mod property {
         }
     }
 
+    /// Everything a run can observe, for comparing two runs.
+    fn observe(run: &Run) -> Vec<String> {
+        let mut out = vec![format!("acked {:?}", run.acked)];
+        for p in 0..PARTITIONS {
+            let tp = TopicPartition::new("t", p);
+            let c = &run.cluster;
+            out.push(format!(
+                "{tp} leader {:?} epoch {:?} isr {:?}",
+                c.leader(&tp),
+                c.leader_epoch(&tp),
+                c.isr(&tp)
+            ));
+            for b in 1..=BROKERS {
+                let hw = c.replica_high_watermark(&tp, b);
+                out.push(format!(
+                    "{tp} {b} hw {hw:?} {:?}",
+                    c.replica_batches(&tp, b)
+                ));
+            }
+        }
+        out
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_quiet_partition_fast_path_changes_nothing_observable(
+            ops in proptest::collection::vec(op(), 1..60),
+        ) {
+            let mut fast = Run::new(2);
+            let mut slow = Run::new(2);
+            slow.cluster.set_fast_paths(false);
+            for op in &ops {
+                fast.apply(op);
+                slow.apply(op);
+                prop_assert_eq!(observe(&fast), observe(&slow), "after {:?}", op);
+            }
+            fast.converge();
+            slow.converge();
+            prop_assert_eq!(observe(&fast), observe(&slow));
+        }
 
         #[test]
         fn acked_writes_survive_and_replicas_converge_under_kills_and_partitions(
@@ -1152,13 +1192,24 @@ mod property {
 fn model_throughput() {
     let mut cluster = Cluster::new(3, ClusterConfig::default());
     let config = TopicConfig::default();
-    let req = Request::CreateTopic { name: "t".into(), partitions: 6, replication_factor: 3, config };
-    assert_eq!(cluster.handle(0, 1, req), Reply::Done(Response::CreateTopic));
+    let req = Request::CreateTopic {
+        name: "t".into(),
+        partitions: 6,
+        replication_factor: 3,
+        config,
+    };
+    assert_eq!(
+        cluster.handle(0, 1, req),
+        Reply::Done(Response::CreateTopic)
+    );
     let env = TestEnv::default();
     let start = std::time::Instant::now();
     let mut now = 0;
     let mut parked = Vec::new();
-    let every: u32 = std::env::var("EOSIM_TICK_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let every: u32 = std::env::var("EOSIM_TICK_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     for i in 0..100_000u32 {
         let tp = TopicPartition::new("t", i % 6);
         let leader = cluster.leader(&tp).unwrap();
@@ -1184,6 +1235,9 @@ fn model_throughput() {
     }
     parked.retain(|t| cluster.poll_parked(now, t).is_none());
     let secs = start.elapsed().as_secs_f64();
-    println!("100000 records in {secs:.3} s = {:.0} records/s", 100_000.0 / secs);
+    println!(
+        "100000 records in {secs:.3} s = {:.0} records/s",
+        100_000.0 / secs
+    );
     assert!(parked.is_empty());
 }
