@@ -38,7 +38,7 @@
 //! ```
 
 use super::group::GroupCoordinator;
-use super::log::batch_size_bytes;
+use super::log::{batch_size_bytes, PartitionLog};
 use super::murmur2::coordinator_partition_for;
 use super::partition::{Partition, Reach};
 use super::types::*;
@@ -685,24 +685,29 @@ impl Cluster {
                 base_offset,
                 log_append_time_ms: -1,
             }),
-            Acks::All => {
-                let pending = PendingProduce {
+            Acks::All => self.park(
+                now,
+                PendingProduce {
                     tp,
                     broker,
                     leader_epoch: epoch,
                     base_offset,
                     last_offset,
                     deadline_ms: now.saturating_add(timeout_ms),
-                };
-                if let Some(response) = self.check_pending(now, &pending) {
-                    return Reply::Done(response);
-                }
-                let token = self.next_token;
-                self.next_token += 1;
-                self.pending.insert(token, pending);
-                Reply::Parked(ParkToken::Produce(token))
-            }
+                },
+            ),
         }
+    }
+
+    /// Parks an acks=all produce (`DelayedProduce`), unless it can complete at once.
+    fn park(&mut self, now: TimeMs, pending: PendingProduce) -> Reply {
+        if let Some(response) = self.check_pending(now, &pending) {
+            return Reply::Done(response);
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending.insert(token, pending);
+        Reply::Parked(ParkToken::Produce(token))
     }
 
     /// `Fetch` from a consumer (A.9). Batches are whole: a partition returns batches while
@@ -776,33 +781,7 @@ impl Cluster {
         out.error = None;
         (out.high_watermark, out.last_stable_offset) = (hw, lso);
         out.log_start_offset = log.log_start_offset();
-        let mut partition_bytes = 0u64;
-        for batch in &log.batches()[log.batch_index_from(offset)..] {
-            if batch.last_offset >= limit {
-                break;
-            }
-            let size = batch.size_bytes as u64;
-            let fits = partition_bytes + size <= budget.partition_max_bytes as u64
-                && size <= budget.left_bytes;
-            if budget.any && !fits {
-                break;
-            }
-            budget.any = true;
-            budget.left_bytes = budget.left_bytes.saturating_sub(size);
-            partition_bytes += size;
-            if !batch.control {
-                let first = (offset - batch.base_offset).max(0) as usize;
-                for (k, record) in batch.records.iter().enumerate().skip(first) {
-                    out.records.push(FetchedRecord {
-                        offset: batch.base_offset + k as Offset,
-                        record: record.clone(),
-                        producer_id: batch.header.producer_id,
-                        transactional: batch.header.transactional,
-                    });
-                }
-            }
-            out.next_fetch_offset = batch.last_offset + 1;
-        }
+        read_batches(log, offset, limit, budget, &mut out);
         assert!(
             out.records.iter().all(|f| f.offset < limit),
             "fetch returns only offsets < HW/LSO"
@@ -914,6 +893,45 @@ struct FetchBudget {
     partition_max_bytes: u32,
     /// Whether any batch was returned yet (KIP-74: the first one always is).
     any: bool,
+}
+
+/// Copies whole batches below `limit` from `offset` on into `out`, within the fetch's byte
+/// budget (KIP-74: the response's first batch goes even over the limits). Control batches
+/// count and move `next_fetch_offset` but yield no records.
+fn read_batches(
+    log: &PartitionLog,
+    offset: Offset,
+    limit: Offset,
+    budget: &mut FetchBudget,
+    out: &mut FetchPartition,
+) {
+    let mut partition_bytes = 0u64;
+    for batch in &log.batches()[log.batch_index_from(offset)..] {
+        if batch.last_offset >= limit {
+            break;
+        }
+        let size = batch.size_bytes as u64;
+        let fits = partition_bytes + size <= budget.partition_max_bytes as u64
+            && size <= budget.left_bytes;
+        if budget.any && !fits {
+            break;
+        }
+        budget.any = true;
+        budget.left_bytes = budget.left_bytes.saturating_sub(size);
+        partition_bytes += size;
+        if !batch.control {
+            let first = (offset - batch.base_offset).max(0) as usize;
+            for (k, record) in batch.records.iter().enumerate().skip(first) {
+                out.records.push(FetchedRecord {
+                    offset: batch.base_offset + k as Offset,
+                    record: record.clone(),
+                    producer_id: batch.header.producer_id,
+                    transactional: batch.header.transactional,
+                });
+            }
+        }
+        out.next_fetch_offset = batch.last_offset + 1;
+    }
 }
 
 /// Introspection for tests, checkers and the runner. All of it reads the controller's
