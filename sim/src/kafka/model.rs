@@ -49,6 +49,8 @@ use std::sync::Arc;
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Name of the internal topic holding transaction coordinator state.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// How long after its deadline an unpolled parked produce is kept.
+const PARKED_PRODUCE_RETENTION_MS: u64 = 60_000;
 /// `transaction.state.log.min.isr` default (2), capped at the topic's replication factor.
 const TRANSACTION_STATE_MIN_ISR: u32 = 2;
 
@@ -293,7 +295,7 @@ impl Cluster {
             return error(KafkaError::RequestTimedOut);
         }
         match request {
-            Request::Metadata { topics } => Reply::Done(self.metadata(topics)),
+            Request::Metadata { topics } => Reply::Done(self.metadata(now, topics)),
             Request::CreateTopic {
                 name,
                 partitions,
@@ -334,15 +336,16 @@ impl Cluster {
     /// longer leads in the request's epoch, or with `REQUEST_TIMED_OUT` once `now` passes
     /// the request's timeout (the batch stays in the log and may still commit).
     ///
-    /// Panics on a produce token that was never issued or already completed.
+    /// A token that already completed, or was forgotten long after its deadline (a broker
+    /// killed while the request waited never polls again), answers `REQUEST_TIMED_OUT`.
     pub fn poll_parked(&mut self, now: TimeMs, token: &ParkToken) -> Option<Response> {
         match *token {
             ParkToken::Group(t) => self.groups.poll_parked(now, t),
             ParkToken::Produce(n) => {
-                let pending = self
-                    .pending
-                    .get(&n)
-                    .expect("poll of an unknown produce token");
+                let Some(pending) = self.pending.get(&n) else {
+                    // Completed already, or dropped long after its deadline (see `tick`).
+                    return Some(Response::Error(KafkaError::RequestTimedOut));
+                };
                 let response = self.check_pending(now, pending);
                 if response.is_some() {
                     self.pending.remove(&n);
@@ -400,6 +403,11 @@ impl Cluster {
                 p.tick(&reach);
             }
         }
+        // Parked produces nobody polled long after their deadline (their broker was killed
+        // while they waited) are dropped, so the map stays bounded.
+        let retention_ms = PARKED_PRODUCE_RETENTION_MS;
+        self.pending
+            .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
     }
 
@@ -587,8 +595,18 @@ impl Cluster {
     /// `Metadata` as the controller knows it. Every non-internal topic when `topics` is
     /// `None`; named topics otherwise, internal ones included. An unknown topic is left out
     /// of the map (Kafka answers it with `UNKNOWN_TOPIC_OR_PARTITION`; the response shape has
-    /// no per-topic error, so callers see it missing). Brokers: the unfenced ones.
-    fn metadata(&self, topics: Option<Vec<String>>) -> Response {
+    /// no per-topic error, so callers see it missing), unless `auto_create_topics_enable`
+    /// creates it. Brokers: the unfenced ones.
+    fn metadata(&mut self, now: TimeMs, topics: Option<Vec<String>>) -> Response {
+        if self.config.auto_create_topics_enable {
+            // `auto.create.topics.enable`: a named unknown topic is created with
+            // `num.partitions=1` and `default.replication.factor=1` (Kafka's defaults).
+            for name in topics.iter().flatten() {
+                if !self.topics.contains_key(name) && !self.unfenced_brokers().is_empty() {
+                    self.create_topic_unchecked(now, name, 1, 1, TopicConfig::default(), false);
+                }
+            }
+        }
         let describe = |t: &Topic| -> Vec<PartitionMetadata> {
             t.partitions
                 .iter()

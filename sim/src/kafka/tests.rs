@@ -1241,3 +1241,36 @@ fn model_throughput() {
     );
     assert!(parked.is_empty());
 }
+
+#[test]
+fn metadata_auto_creates_a_named_topic_when_auto_create_topics_is_enabled() {
+    let cfg = ClusterConfig {
+        auto_create_topics_enable: true,
+        ..ClusterConfig::default()
+    };
+    let mut cluster = Cluster::new(3, cfg);
+    let req = Request::Metadata {
+        topics: Some(vec!["auto".into()]),
+    };
+    let Reply::Done(Response::Metadata { topics, .. }) = cluster.handle(0, 1, req) else {
+        panic!()
+    };
+    assert_eq!(topics["auto"].len(), 1);
+    assert_eq!(cluster.topics(), vec!["auto".to_string()]);
+}
+
+#[test]
+fn a_parked_produce_nobody_polls_is_forgotten_after_its_deadline() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let leader = w.leader();
+    w.env.isolate(leader, 3);
+    w.env.no_controller.remove(&leader);
+    let Reply::Parked(token) = w.produce(Acks::All, "x") else {
+        panic!("parks")
+    };
+    assert_eq!(w.cluster.parked_produce_count(), 1);
+    w.tick_for(30_000 + 60_000 + 2 * TICK_MS);
+    assert_eq!(w.cluster.parked_produce_count(), 0);
+    let late = w.cluster.poll_parked(w.now, &token);
+    assert_eq!(late, Some(Response::Error(KafkaError::RequestTimedOut)));
+}
