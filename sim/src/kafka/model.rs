@@ -287,7 +287,11 @@ impl Cluster {
             .get(tp.partition as usize)
     }
 
-    /// Handles a client request arriving at broker `broker` at time `now`. A crashed broker
+    /// Handles a client request arriving at broker `broker` at time `now`. Produce, Fetch
+    /// and ListOffsets act on what `broker` believes (it must believe it leads the
+    /// partition, else `NOT_LEADER_OR_FOLLOWER`); Metadata, CreateTopic and FindCoordinator
+    /// answer from the controller's state. Fetch never parks: `max_wait_ms` is ignored and
+    /// an empty answer returns at once. A crashed broker
     /// answers nothing in reality; the service must not route requests to it, and the model
     /// answers `REQUEST_TIMED_OUT` if it does.
     pub fn handle(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
