@@ -1,1 +1,130 @@
-fn main() {}
+//! Simulator throughput: 3 brokers, 6 partitions (replication 3, acks=all), 100,000 records
+//! through a producer, the brokers and a group consumer, all in one madsim runtime.
+//!
+//! Reports records per wall second (criterion's throughput) and prints simulated seconds
+//! per wall second. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
+
+#[cfg(madsim)]
+mod bench {
+    use bytes::Bytes;
+    use criterion::{criterion_group, Criterion, Throughput};
+    use eosim::client::sim::{admin::SimAdmin, conn::Connection, consumer::SimConsumer};
+    use eosim::client::sim::producer::SimProducer;
+    use eosim::client::{Admin, AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig};
+    use eosim_sim::kafka::model::Cluster;
+    use eosim_sim::kafka::service::{broker_ip, serve_broker, KafkaWorld};
+    use eosim_sim::kafka::{ClusterConfig, Record, TopicConfig, TopicPartition};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::{Duration, Instant};
+
+    const RECORDS: u64 = 100_000;
+    const PARTITIONS: u32 = 6;
+    const BATCH_RECORDS: u64 = 500;
+
+    /// One run; returns (wall time, simulated time).
+    fn run_once(seed: u64) -> (Duration, Duration) {
+        std::thread::spawn(move || {
+            let runtime =
+                madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+            let wall = Instant::now();
+            let sim = runtime.block_on(pipeline());
+            (wall.elapsed(), sim)
+        })
+        .join()
+        .expect("bench run")
+    }
+
+    async fn pipeline() -> Duration {
+        let handle = madsim::runtime::Handle::current();
+        let config = ClusterConfig { group_initial_rebalance_delay_ms: 0, ..Default::default() };
+        let kafka = KafkaWorld::new(Cluster::new(3, config));
+        let ticker = kafka.clone();
+        let env = std::sync::Arc::new(AllUp);
+        handle
+            .create_node()
+            .ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)))
+            .init(move || ticker.clone().run_ticker(env.clone()))
+            .build();
+        for b in 1..=3 {
+            let k = kafka.clone();
+            handle.create_node().ip(broker_ip(b)).init(move || serve_broker(b, k.clone())).build();
+        }
+        let client = handle.create_node().ip(IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1))).build();
+        let start = madsim::time::Instant::now();
+        client.spawn(produce_and_consume()).await.expect("bench client");
+        start.elapsed()
+    }
+
+    async fn produce_and_consume() {
+        let conn = Connection::open(3).await.expect("connect");
+        let admin = SimAdmin::new(conn.clone(), Duration::from_secs(30));
+        admin.create_topic("bench", PARTITIONS, 3, TopicConfig::default()).await.expect("topic");
+        let producer = SimProducer::new(conn.clone(), ProducerConfig::default());
+        let mut sent = 0;
+        while sent < RECORDS {
+            let tp = TopicPartition::new("bench", (sent / BATCH_RECORDS) as u32 % PARTITIONS);
+            let batch = (sent..sent + BATCH_RECORDS)
+                .map(|i| Record {
+                    key: None,
+                    value: Some(Bytes::from(i.to_string())),
+                    headers: Vec::new(),
+                    timestamp_ms: 0,
+                })
+                .collect();
+            if producer.send_batch(&tp, batch).await.is_ok() {
+                sent += BATCH_RECORDS;
+            }
+        }
+        let mut config = ConsumerConfig::new("bench");
+        config.auto_offset_reset = AutoOffsetReset::Earliest;
+        config.max_poll_records = 5_000;
+        let mut consumer = SimConsumer::new(conn, config);
+        consumer.subscribe(&["bench".to_string()]).await.expect("subscribe");
+        let mut received = 0u64;
+        while received < RECORDS {
+            received += consumer.poll(Duration::from_millis(100)).await.expect("poll").len() as u64;
+        }
+    }
+
+    struct AllUp;
+    impl eosim_sim::kafka::model::Env for AllUp {
+        fn broker_up(&self, _: u32) -> bool {
+            true
+        }
+        fn link_up(&self, _: u32, _: u32) -> bool {
+            true
+        }
+        fn controller_link_up(&self, _: u32) -> bool {
+            true
+        }
+    }
+
+    fn simulator(c: &mut Criterion) {
+        let (wall, sim) = run_once(1);
+        println!(
+            "simulator: {RECORDS} records in {:.3} s wall, {:.1} s simulated: \
+             {:.0} records/s, {:.0} simulated s per wall s",
+            wall.as_secs_f64(),
+            sim.as_secs_f64(),
+            RECORDS as f64 / wall.as_secs_f64(),
+            sim.as_secs_f64() / wall.as_secs_f64()
+        );
+        let mut group = c.benchmark_group("simulator");
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(RECORDS));
+        group.bench_function("kafka_100k_records_3_brokers_6_partitions", |b| {
+            b.iter_custom(|iters| (0..iters).map(|i| run_once(i + 1).0).sum())
+        });
+        group.finish();
+    }
+
+    criterion_group!(pub benches, simulator);
+}
+
+#[cfg(madsim)]
+criterion::criterion_main!(bench::benches);
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!("the simulator bench needs --cfg madsim: run `cargo xtask bench`");
+}

@@ -164,3 +164,8 @@ where
         });
     }
 }
+
+/// Whether any message fault is set.
+pub fn message_faults_set() -> bool {
+    LINK_FAULTS.with(|t| !t.borrow().is_empty())
+}

@@ -1,1 +1,485 @@
-//! TODO
+//! Checkers: pure functions from a [`History`] to a [`CheckResult`].
+//!
+//! A checker first gathers the facts of a history into an [`Analysis`], then infers each
+//! [`Anomaly`] with one `<anomaly>_cases(&Analysis) -> Vec<Case>` function whose doc says
+//! what is inferred and from which ops. Which anomalies *fail* the run is not the checker's
+//! taste: it is [`forbidden_anomalies`] of the scenario's [`Claim`] and [`CheckOptions`],
+//! which a scenario can override with explicit `forbidden` / `allowed` lists.
+//!
+//! # Sections
+//! - [`Validity`], [`Anomaly`], [`Case`], [`CheckResult`]: what a checker answers.
+//! - [`Claim`], [`CheckOptions`], [`forbidden_anomalies`]: what the scenario promises.
+//! - [`Checker`], [`Compose`], [`KafkaChecker`], [`SinkChecker`], [`check_all`].
+//!
+//! # Which anomalies are forbidden
+//!
+//! Kafka-level anomalies depend on how the producer and consumers are configured, the
+//! end-to-end sink anomalies on the pipeline's claim. `F` = forbidden, `-` = reported only.
+//!
+//! | anomaly | exactly-once | at-least-once | at-most-once | condition |
+//! |---|---|---|---|---|
+//! | `lost-write` | F | F | F | unless `acks = "0"` (1) |
+//! | `inconsistent-offsets` | F | F | F | always |
+//! | `duplicate` | F | F | F | only with `idempotent_producer` (2) |
+//! | `unseen` | - | - | - | informational |
+//! | `nonmonotonic-poll`, `poll-skip` | F | F | F | only when not `subscribe` (3) |
+//! | `aborted-read` | F | F | F | only with `read_committed` |
+//! | `sink-lost` | F | F | - | |
+//! | `sink-duplicate` | F | - | F | |
+//! | `sink-reorder` | F | F | F | only with `per_key_order` |
+//! | `progress-ahead-of-data` | - | F | - | |
+//!
+//! (1) With `acks = "1"` it stays forbidden: that is how an unclean election's loss of
+//! acknowledged writes shows. (2) Retries of a plain producer may duplicate. (3) With group
+//! subscription a rebalance legitimately rewinds to the committed offset or moves on.
+//!
+//! `progress-ahead-of-data` is forbidden for at-least-once because that claim *is* "commit
+//! progress only after the data is durable". Exactly-once is judged on the final state: a
+//! progress record ahead of the data that a crash turned into a loss shows as `sink-lost`,
+//! and sinks that keep their own progress (KeeperMap, Doris labels) may legitimately run
+//! their Kafka offsets ahead; at-most-once commits first by design. Both still report it.
+//!
+//! # Validity
+//! `Invalid` when a forbidden anomaly is present; `Unknown` when the history lacks what a
+//! forbidden anomaly would be decided from (no final `LogState`, no `SinkState` while the
+//! scenario has a sink) or a checker panicked; `Valid` otherwise. Merged Invalid > Unknown >
+//! Valid, as Jepsen's `valid-priorities`.
+
+mod analysis;
+mod kafka;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use analysis::{AckedSend, Analysis, CommitOp, FinalLog, Observation, PollOp, Source, WriteOp};
+pub use kafka::{
+    aborted_read_cases, duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
+    nonmonotonic_poll_cases, poll_skip_cases, unseen_cases, KafkaChecker,
+};
+pub use sink::{
+    progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
+    SinkChecker,
+};
+
+use crate::history::History;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Whether a history satisfies what the scenario forbids.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Validity {
+    /// Nothing forbidden was found.
+    #[default]
+    Valid,
+    /// A forbidden anomaly was found.
+    Invalid,
+    /// Could not be decided: missing final state, or a checker failed. Never a pass.
+    Unknown,
+}
+
+impl Validity {
+    /// The merge of two verdicts: Invalid > Unknown > Valid.
+    pub fn merge(self, other: Validity) -> Validity {
+        fn rank(v: Validity) -> u8 {
+            match v {
+                Validity::Valid => 0,
+                Validity::Unknown => 1,
+                Validity::Invalid => 2,
+            }
+        }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// The anomalies the checkers infer, with Jepsen's names (`kebab-case` in JSON and TOML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Anomaly {
+    /// A send the broker acknowledged is absent from the final log.
+    LostWrite,
+    /// In the final log but never returned by any poll (informational for Kafka).
+    Unseen,
+    /// The same id at two offsets of the final log.
+    Duplicate,
+    /// One id at different offsets across observations, or one offset holding different ids.
+    InconsistentOffsets,
+    /// A consumer's successive polls of a partition went backwards.
+    NonmonotonicPoll,
+    /// A consumer skipped offsets that hold records.
+    PollSkip,
+    /// A read_committed consumer saw a record of an aborted transaction (reserved: the
+    /// history does not carry transaction outcomes yet).
+    AbortedRead,
+    /// A record committed to Kafka (in the final log) is absent from the final sink state.
+    SinkLost,
+    /// An id is held more than once in the final sink state.
+    SinkDuplicate,
+    /// Within one key, the sink's order differs from the log's offset order.
+    SinkReorder,
+    /// A committed offset is past a record of its partition the sink did not hold.
+    ProgressAheadOfData,
+}
+
+impl Anomaly {
+    /// Every anomaly, in declaration order.
+    pub const ALL: [Anomaly; 11] = [
+        Anomaly::LostWrite,
+        Anomaly::Unseen,
+        Anomaly::Duplicate,
+        Anomaly::InconsistentOffsets,
+        Anomaly::NonmonotonicPoll,
+        Anomaly::PollSkip,
+        Anomaly::AbortedRead,
+        Anomaly::SinkLost,
+        Anomaly::SinkDuplicate,
+        Anomaly::SinkReorder,
+        Anomaly::ProgressAheadOfData,
+    ];
+
+    /// The kebab-case name, as in JSON (`lost-write`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Anomaly::LostWrite => "lost-write",
+            Anomaly::Unseen => "unseen",
+            Anomaly::Duplicate => "duplicate",
+            Anomaly::InconsistentOffsets => "inconsistent-offsets",
+            Anomaly::NonmonotonicPoll => "nonmonotonic-poll",
+            Anomaly::PollSkip => "poll-skip",
+            Anomaly::AbortedRead => "aborted-read",
+            Anomaly::SinkLost => "sink-lost",
+            Anomaly::SinkDuplicate => "sink-duplicate",
+            Anomaly::SinkReorder => "sink-reorder",
+            Anomaly::ProgressAheadOfData => "progress-ahead-of-data",
+        }
+    }
+}
+
+impl std::fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The delivery claim of a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Claim {
+    /// Every record lands in the target once.
+    #[serde(alias = "exactly_once")]
+    ExactlyOnce,
+    /// Every record lands at least once; duplicates allowed.
+    #[serde(alias = "at_least_once")]
+    AtLeastOnce,
+    /// Every record lands at most once; losses allowed.
+    #[serde(alias = "at_most_once")]
+    AtMostOnce,
+}
+
+impl Claim {
+    /// The kebab-case name (`exactly-once`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Claim::ExactlyOnce => "exactly-once",
+            Claim::AtLeastOnce => "at-least-once",
+            Claim::AtMostOnce => "at-most-once",
+        }
+    }
+}
+
+/// The producer's `acks` setting, with Kafka's spelling: `"all"`, `"1"`, `"0"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProducerAcks {
+    /// `acks=all` (`-1`): acknowledged once every in-sync replica has it.
+    #[serde(rename = "all", alias = "-1")]
+    All,
+    /// `acks=1`: acknowledged by the leader alone.
+    #[serde(rename = "1")]
+    Leader,
+    /// `acks=0`: not acknowledged at all.
+    #[serde(rename = "0")]
+    None,
+}
+
+/// What a scenario tells its checkers. Embeddable in scenario TOML; every key is optional.
+///
+/// ## Default values
+/// `claim = "exactly-once"`, `acks = "all"`, `idempotent_producer = true` (Kafka ≥ 3.0),
+/// `subscribe = true`, `read_committed = false`, `per_key_order = true`, `sink = true`,
+/// `sink_topics = []` (every topic of the final logs), `forbidden = []`, `allowed = []`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckOptions {
+    /// The pipeline's delivery claim.
+    pub claim: Claim,
+    /// The producer's `acks`.
+    pub acks: ProducerAcks,
+    /// `enable.idempotence` of the producer: log duplicates are then forbidden.
+    pub idempotent_producer: bool,
+    /// Consumers use group subscription (rebalances), not manual assignment.
+    pub subscribe: bool,
+    /// Consumers read with `isolation.level=read_committed`.
+    pub read_committed: bool,
+    /// The claim promises per-key order in the target.
+    pub per_key_order: bool,
+    /// The scenario has a sink: a history without a final `SinkState` is then `Unknown`.
+    pub sink: bool,
+    /// Topics the sink consumes; empty = every topic that has a final `LogState`.
+    pub sink_topics: Vec<String>,
+    /// Anomalies forbidden in addition to the table (wins over `allowed`).
+    pub forbidden: Vec<Anomaly>,
+    /// Anomalies allowed despite the table.
+    pub allowed: Vec<Anomaly>,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            claim: Claim::ExactlyOnce,
+            acks: ProducerAcks::All,
+            idempotent_producer: true,
+            subscribe: true,
+            read_committed: false,
+            per_key_order: true,
+            sink: true,
+            sink_topics: Vec::new(),
+            forbidden: Vec::new(),
+            allowed: Vec::new(),
+        }
+    }
+}
+
+impl CheckOptions {
+    /// Defaults with the given claim.
+    pub fn for_claim(claim: Claim) -> Self {
+        Self {
+            claim,
+            ..Self::default()
+        }
+    }
+
+    /// [`forbidden_anomalies`] of `self.claim` and `self`.
+    pub fn forbidden_set(&self) -> BTreeSet<Anomaly> {
+        forbidden_anomalies(self.claim, self)
+    }
+}
+
+/// The anomalies that fail a run of `claim` under `options` (see the module's table), after
+/// the explicit `allowed` (removed) and `forbidden` (added, wins) lists.
+pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Anomaly> {
+    let mut set = BTreeSet::new();
+    let mut forbid = |anomaly: Anomaly, when: bool| {
+        if when {
+            set.insert(anomaly);
+        }
+    };
+    forbid(Anomaly::LostWrite, options.acks != ProducerAcks::None);
+    forbid(Anomaly::InconsistentOffsets, true);
+    forbid(Anomaly::Duplicate, options.idempotent_producer);
+    forbid(Anomaly::NonmonotonicPoll, !options.subscribe);
+    forbid(Anomaly::PollSkip, !options.subscribe);
+    forbid(Anomaly::AbortedRead, options.read_committed);
+    forbid(Anomaly::SinkLost, claim != Claim::AtMostOnce);
+    forbid(Anomaly::SinkDuplicate, claim != Claim::AtLeastOnce);
+    forbid(Anomaly::SinkReorder, options.per_key_order);
+    forbid(Anomaly::ProgressAheadOfData, claim == Claim::AtLeastOnce);
+    for anomaly in &options.allowed {
+        set.remove(anomaly);
+    }
+    set.extend(options.forbidden.iter().copied());
+    set
+}
+
+/// One instance of an anomaly: the records and ops it is inferred from, and a line of text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// Record ids involved.
+    pub ids: Vec<u64>,
+    /// Partition involved, if one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tp: Option<TopicPartition>,
+    /// Offsets involved, in the order the text names them.
+    pub offsets: Vec<Offset>,
+    /// Indexes of the history ops that are the evidence.
+    pub ops: Vec<usize>,
+    /// One line saying what was seen.
+    pub text: String,
+}
+
+/// A checker's answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// The verdict.
+    pub validity: Validity,
+    /// Every anomaly found, forbidden or not, with its cases (absent = none found).
+    pub anomalies: BTreeMap<Anomaly, Vec<Case>>,
+    /// The anomalies found that the scenario forbids, sorted.
+    pub forbidden: Vec<Anomaly>,
+    /// Sizes of what was checked (`acknowledged-sends`, `sink-rows`, ...).
+    pub counts: BTreeMap<String, u64>,
+    /// Why the verdict is `Unknown`, when it is.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+}
+
+impl CheckResult {
+    /// An `Unknown` result carrying `error`.
+    pub fn unknown(error: impl Into<String>) -> Self {
+        Self {
+            validity: Validity::Unknown,
+            error: Some(error.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A result from the cases found: empty case lists are dropped, `forbidden` is what is
+    /// present and forbidden by `options`, validity is `Invalid` if that is non-empty.
+    pub fn from_cases(
+        found: Vec<(Anomaly, Vec<Case>)>,
+        counts: BTreeMap<String, u64>,
+        options: &CheckOptions,
+    ) -> Self {
+        let anomalies: BTreeMap<Anomaly, Vec<Case>> = found
+            .into_iter()
+            .filter(|(_, cases)| !cases.is_empty())
+            .collect();
+        let forbidden_set = options.forbidden_set();
+        let forbidden: Vec<Anomaly> = anomalies
+            .keys()
+            .copied()
+            .filter(|a| forbidden_set.contains(a))
+            .collect();
+        let validity = if forbidden.is_empty() {
+            Validity::Valid
+        } else {
+            Validity::Invalid
+        };
+        Self {
+            validity,
+            anomalies,
+            forbidden,
+            counts,
+            error: None,
+        }
+    }
+
+    /// Folds `other` into `self`: validity merged, cases appended, forbidden united, counts
+    /// added, errors joined with `"; "`.
+    pub fn merge(&mut self, other: CheckResult) {
+        self.validity = self.validity.merge(other.validity);
+        for (anomaly, cases) in other.anomalies {
+            self.anomalies.entry(anomaly).or_default().extend(cases);
+        }
+        let forbidden: BTreeSet<Anomaly> = self
+            .forbidden
+            .iter()
+            .chain(other.forbidden.iter())
+            .copied()
+            .collect();
+        self.forbidden = forbidden.into_iter().collect();
+        for (name, n) in other.counts {
+            *self.counts.entry(name).or_default() += n;
+        }
+        self.error = match (self.error.take(), other.error) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The first `n` case texts of forbidden anomalies, then of the others.
+    pub fn case_texts(&self, n: usize) -> Vec<String> {
+        let forbidden = self
+            .anomalies
+            .iter()
+            .filter(|(a, _)| self.forbidden.contains(a));
+        let others = self
+            .anomalies
+            .iter()
+            .filter(|(a, _)| !self.forbidden.contains(a));
+        forbidden
+            .chain(others)
+            .flat_map(|(a, cases)| cases.iter().map(move |c| format!("{a}: {}", c.text)))
+            .take(n)
+            .collect()
+    }
+}
+
+/// A pure function from a history to a verdict.
+pub trait Checker {
+    /// Short name, the key in a [`Compose`].
+    fn name(&self) -> &'static str;
+    /// Checks `history` against what `options` forbid.
+    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult;
+}
+
+/// Several checkers run as one, as Jepsen's `compose`: results merged, and a checker that
+/// panics yields `Unknown` with the panic's text (Jepsen's `check-safe`), never a pass.
+#[derive(Default)]
+pub struct Compose {
+    /// The checkers, by name.
+    pub checkers: BTreeMap<&'static str, Box<dyn Checker>>,
+}
+
+impl Compose {
+    /// An empty composition.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a checker under its own name.
+    pub fn with(mut self, checker: impl Checker + 'static) -> Self {
+        self.checkers.insert(checker.name(), Box::new(checker));
+        self
+    }
+}
+
+impl Checker for Compose {
+    fn name(&self) -> &'static str {
+        "compose"
+    }
+
+    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
+        let mut merged = CheckResult::default();
+        for (name, checker) in &self.checkers {
+            let outcome = catch_unwind(AssertUnwindSafe(|| checker.check(history, options)));
+            let result = match outcome {
+                Ok(result) => result,
+                Err(panic) => CheckResult::unknown(format!(
+                    "checker {name} panicked: {}",
+                    panic_text(panic.as_ref())
+                )),
+            };
+            merged.merge(result);
+        }
+        merged
+    }
+}
+
+/// The message of a panic payload (`&str` or `String`), or a placeholder.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-text panic payload".to_string()
+    }
+}
+
+/// The standard composition: [`KafkaChecker`] and [`SinkChecker`].
+pub fn standard() -> Compose {
+    Compose::new().with(KafkaChecker).with(SinkChecker)
+}
+
+/// Runs [`standard`] over `history`.
+pub fn check_all(history: &History, options: &CheckOptions) -> CheckResult {
+    standard().check(history, options)
+}

@@ -1,1 +1,260 @@
-//! TODO
+//! Run reports: `results.json` (every number, machine-readable) and `summary.md` (the claims
+//! matrix a reader looks at first, then each violated or stalled scenario's counterexample).
+//!
+//! # Sections
+//! - [`RunReport`], [`ScenarioResult`], [`Verdict`], [`Counterexample`]: the report's shape,
+//!   which is also `results.json`'s.
+//! - [`write_report`]: writes both files.
+//! - [`write_seed_report`]: one seed's directory (`history.jsonl`, `results.json`,
+//!   `anomalies/<anomaly>.jsonl`, `report.md`).
+//! - [`fault_lines`], [`first_forbidden_op`], [`Counterexample::from_check`]: build a
+//!   counterexample from a failing seed's history and check result.
+//!
+//! # Example
+//! ```
+//! use eosim::report::{write_report, RunReport, ScenarioResult, Verdict};
+//! let mut result = ScenarioResult::new("ck-eos-kill", "clickhouse", "exactly-once");
+//! result.verdict = Verdict::Holds;
+//! result.seeds = 200;
+//! let report = RunReport {
+//!     run_id: "doc".into(),
+//!     build: "abc123".into(),
+//!     started_at: "2026-01-01T00:00:00Z".into(),
+//!     scenarios: vec![result],
+//! };
+//! let dir = std::env::temp_dir().join(format!("eosim-report-doc-{}", std::process::id()));
+//! write_report(&dir, &report).unwrap();
+//! assert!(std::fs::read_to_string(dir.join("summary.md")).unwrap().contains("ck-eos-kill"));
+//! std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+mod markdown;
+mod seed;
+#[cfg(test)]
+mod tests;
+
+pub use markdown::summary_markdown;
+pub use seed::{seed_markdown, write_seed_report, REPORT_CASES_MAX};
+
+use crate::checker::CheckResult;
+use crate::history::{History, OpKind, Value};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+/// What a scenario's runs established about its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Every seed's checkers found nothing the claim forbids.
+    Holds,
+    /// Some seed's checkers found a forbidden anomaly.
+    Violated,
+    /// The pipeline made no progress after the faults healed (or the checkers could not
+    /// decide because the drain never finished).
+    Stalled,
+    /// Not run (missing service, unsupported in this world).
+    Skipped,
+}
+
+impl Verdict {
+    /// The lowercase name (`holds`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::Violated => "violated",
+            Verdict::Stalled => "stalled",
+            Verdict::Skipped => "skipped",
+        }
+    }
+
+    /// Markdown that makes a bad verdict stand out: `**VIOLATED**`, `**STALLED**`.
+    pub fn markdown(self) -> String {
+        match self {
+            Verdict::Violated | Verdict::Stalled => {
+                format!("**{}**", self.name().to_uppercase())
+            }
+            Verdict::Holds | Verdict::Skipped => self.name().to_string(),
+        }
+    }
+}
+
+/// The first failing seed of a scenario, ready to replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Counterexample {
+    /// The seed.
+    pub seed: u64,
+    /// The exact command that replays it (`cargo xtask sim --scenario … --seed …`).
+    pub replay: String,
+    /// The nemesis ops up to the first forbidden anomaly, as `t=12.345s kill broker-2`.
+    pub faults: Vec<String>,
+    /// Where the seed's `history.jsonl` was written.
+    pub history_path: String,
+    /// The first few anomaly case texts, forbidden ones first.
+    pub anomalies: Vec<String>,
+}
+
+impl Counterexample {
+    /// Builds a counterexample from a seed's history and its check result: the faults that
+    /// preceded the first forbidden anomaly ([`first_forbidden_op`]) and up to `cases_max`
+    /// case texts.
+    pub fn from_check(
+        seed: u64,
+        replay: String,
+        history_path: String,
+        history: &History,
+        result: &CheckResult,
+        cases_max: usize,
+    ) -> Self {
+        Self {
+            seed,
+            replay,
+            faults: fault_lines(history, first_forbidden_op(result)),
+            history_path,
+            anomalies: result.case_texts(cases_max),
+        }
+    }
+}
+
+/// One scenario's results over all its seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Pipeline under test (`clickhouse-keepermap`, `jdbc-postgres`, ...).
+    pub pipeline: String,
+    /// The claim checked (`exactly-once`, ...).
+    pub claim: String,
+    /// What the runs established.
+    pub verdict: Verdict,
+    /// Number of seeds run.
+    pub seeds: u64,
+    /// Faults injected over all seeds (recoveries not counted).
+    pub faults_injected: u64,
+    /// Cases per anomaly over all seeds, forbidden or not (kebab-case names).
+    pub anomalies: BTreeMap<String, u64>,
+    /// Cases per forbidden anomaly over all seeds.
+    pub forbidden_anomalies: BTreeMap<String, u64>,
+    /// Coverage marks hit, with their hit counts over all seeds.
+    pub marks: BTreeMap<String, u64>,
+    /// Simulated time over all seeds, seconds.
+    pub sim_time_s: f64,
+    /// Wall-clock time over all seeds, seconds.
+    pub wall_time_s: f64,
+    /// The first failing seed, for a violated or stalled scenario.
+    pub counterexample: Option<Counterexample>,
+    /// Anything else a reader should know (skips, unknown verdicts, determinism checks).
+    pub notes: Vec<String>,
+}
+
+impl ScenarioResult {
+    /// An empty result (verdict `skipped`, no seeds) to fill in.
+    pub fn new(scenario: &str, pipeline: &str, claim: &str) -> Self {
+        Self {
+            scenario: scenario.to_string(),
+            pipeline: pipeline.to_string(),
+            claim: claim.to_string(),
+            verdict: Verdict::Skipped,
+            seeds: 0,
+            faults_injected: 0,
+            anomalies: BTreeMap::new(),
+            forbidden_anomalies: BTreeMap::new(),
+            marks: BTreeMap::new(),
+            sim_time_s: 0.0,
+            wall_time_s: 0.0,
+            counterexample: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Adds one seed's anomaly case counts (all, and forbidden) to the totals. Seeds, faults,
+    /// times, marks and the verdict are the runner's to set.
+    pub fn tally(&mut self, result: &CheckResult) {
+        for (anomaly, cases) in &result.anomalies {
+            let n = cases.len() as u64;
+            *self
+                .anomalies
+                .entry(anomaly.name().to_string())
+                .or_default() += n;
+            if result.forbidden.contains(anomaly) {
+                *self
+                    .forbidden_anomalies
+                    .entry(anomaly.name().to_string())
+                    .or_default() += n;
+            }
+        }
+    }
+}
+
+/// One run of the bench: several scenarios, one build.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Run identifier (also the report directory's name).
+    pub run_id: String,
+    /// Git sha of the build.
+    pub build: String,
+    /// Start time, RFC 3339.
+    pub started_at: String,
+    /// Results per scenario, in run order.
+    pub scenarios: Vec<ScenarioResult>,
+}
+
+/// Writes `dir/results.json` (pretty JSON of `report`) and `dir/summary.md`
+/// ([`summary_markdown`]), creating `dir` if needed.
+///
+/// # Errors
+/// Any I/O error creating the directory or writing either file.
+pub fn write_report(dir: &Path, report: &RunReport) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(report).map_err(io::Error::other)?;
+    std::fs::write(dir.join("results.json"), json + "\n")?;
+    std::fs::write(dir.join("summary.md"), summary_markdown(report))
+}
+
+/// The op index by which the first forbidden anomaly's evidence was complete: the minimum,
+/// over the cases of forbidden anomalies, of the latest op each case cites. `None` when no
+/// forbidden anomaly has a case.
+pub fn first_forbidden_op(result: &CheckResult) -> Option<usize> {
+    result
+        .anomalies
+        .iter()
+        .filter(|(anomaly, _)| result.forbidden.contains(anomaly))
+        .flat_map(|(_, cases)| cases.iter().filter_map(|c| c.ops.iter().max().copied()))
+        .min()
+}
+
+/// `t=12.345s` for a time in ns.
+pub fn time_text(time_ns: u64) -> String {
+    format!(
+        "t={}.{:03}s",
+        time_ns / 1_000_000_000,
+        (time_ns / 1_000_000) % 1000
+    )
+}
+
+/// The nemesis ops of `history` at or before op `until` (all when `None`), one line each:
+/// `t=12.345s kill broker-2`. An `invoke` immediately completed by the same fault gives one
+/// line, the invoke's.
+pub fn fault_lines(history: &History, until: Option<usize>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut open: Option<(&str, &str)> = None;
+    for op in history
+        .ops
+        .iter()
+        .take_while(|op| until.is_none_or(|u| op.index <= u))
+    {
+        let Value::Fault { name, detail } = &op.value else {
+            continue;
+        };
+        let this = (name.as_str(), detail.as_str());
+        if op.kind != OpKind::Invoke && open == Some(this) {
+            open = None;
+            continue;
+        }
+        open = (op.kind == OpKind::Invoke).then_some(this);
+        let line = format!("{} {name} {detail}", time_text(op.time_ns));
+        lines.push(line.trim_end().to_string());
+    }
+    lines
+}

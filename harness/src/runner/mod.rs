@@ -1,1 +1,289 @@
-//! TODO
+//! The simulation runner: one scenario, one seed, one fresh madsim runtime on a fresh OS
+//! thread (std's `RandomState` differs per thread, so nothing leaks between runs); then the
+//! checkers, and over many seeds the scenario's verdict.
+//!
+//! A run has three phases: setup (brokers, topic, processes), faults until
+//! `faults.until_ms`, and heal-and-drain: every fault is undone, every process restarted or
+//! resumed, and the pipeline must catch up (producers done, the sink's group committed up to
+//! every partition's high watermark) within `drain.time_s_max`, or the run is `stalled`.
+
+pub mod nemesis;
+pub mod world;
+
+use crate::history::{History, OpKind, RecordRef, Value};
+use crate::scenario::Scenario;
+use crate::workload::kafka_consume::{self, Context, SINK_GROUP};
+use eosim_sim::kafka::model::Cluster;
+use eosim_sim::kafka::service::KafkaWorld;
+use eosim_sim::kafka::{Offset, TopicConfig, TopicPartition};
+use eosim_sim::nemesis::ScheduledFault;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+use world::{now_ns, World};
+
+/// What one seed of one scenario produced.
+#[derive(Debug, Clone)]
+pub struct SeedOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// The recorded history.
+    pub history: History,
+    /// `Some(reason)` when the pipeline did not catch up within the drain bound.
+    pub stalled: Option<String>,
+    /// `Some(message)` when a model or component panicked (a crash verdict).
+    pub crashed: Option<String>,
+    /// Simulated time the run took, ms.
+    pub sim_time_ms: u64,
+    /// Coverage marks hit, with counts.
+    pub marks: BTreeMap<String, u64>,
+    /// Swarm parameters drawn for this seed, as `key=value` lines.
+    pub drawn: Vec<String>,
+}
+
+/// Runs `scenario` with `seed` in a fresh simulator on a fresh OS thread. `verbose` prints
+/// one line per fault as it happens.
+pub fn run_seed(scenario: &Scenario, seed: u64) -> SeedOutcome {
+    run_seed_with(scenario, seed, false)
+}
+
+/// As [`run_seed`], printing nemesis events when `verbose`.
+pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutcome {
+    let scenario = Arc::new(scenario.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("sim-{}-{seed}", scenario.name))
+        .spawn(move || {
+            let runtime = madsim::runtime::Runtime::with_seed_and_config(
+                seed,
+                madsim::Config::default(),
+            );
+            runtime.block_on(simulate(scenario, seed, verbose))
+        })
+        .expect("spawn a simulation thread");
+    match thread.join() {
+        Ok(outcome) => outcome,
+        Err(panic) => SeedOutcome {
+            seed,
+            history: History::default(),
+            stalled: None,
+            crashed: Some(panic_message(&panic)),
+            sim_time_ms: 0,
+            marks: BTreeMap::new(),
+            drawn: Vec::new(),
+        },
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else {
+        "panic with a non-text payload".into()
+    }
+}
+
+async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutcome {
+    let brokers = scenario.cluster.brokers;
+    let kafka = KafkaWorld::new(Cluster::new(brokers, scenario.cluster.to_config()));
+    let mut world = World::new(kafka, brokers);
+    world.add_kafka();
+    let ctx = Context {
+        scenario: scenario.clone(),
+        recorder: world.recorder.clone(),
+        shared: Arc::default(),
+    };
+    create_topic(&mut world, &scenario).await;
+    add_processes(&mut world, &ctx);
+    let (schedule, drawn) = match build_schedule(&world, &scenario) {
+        Ok(s) => s,
+        Err(e) => panic!("scenario {}: faults: {e}", scenario.name),
+    };
+    run_schedule(&world, &schedule, scenario.faults.until_ms, verbose).await;
+    let stalled = drain(&world, &ctx, &scenario, verbose).await;
+    record_final(&world, &ctx, &scenario);
+    SeedOutcome {
+        seed,
+        history: world.recorder.snapshot(),
+        stalled,
+        crashed: None,
+        sim_time_ms: now_ns() / 1_000_000,
+        marks: BTreeMap::new(),
+        drawn,
+    }
+}
+
+/// Creates the workload's topic from an `admin` node, waiting until it exists.
+async fn create_topic(world: &mut World, scenario: &Arc<Scenario>) {
+    use crate::client::sim::{admin::SimAdmin, conn::Connection};
+    use crate::client::Admin;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
+    let s = scenario.clone();
+    world.add_node("admin", IpAddr::V4(Ipv4Addr::new(10, 0, 9, 1)), move || {
+        let s = s.clone();
+        let done_tx = done_tx.clone();
+        async move {
+            let t = &s.topic;
+            let config = TopicConfig {
+                min_insync_replicas: t.min_insync_replicas,
+                unclean_leader_election_enable: t.unclean_leader_election_enable,
+                ..TopicConfig::default()
+            };
+            let result = match Connection::open(s.cluster.brokers).await {
+                Ok(conn) => SimAdmin::new(conn, Duration::from_secs(60))
+                    .create_topic(&t.name, t.partitions, t.replication_factor, config)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Some(tx) = done_tx.lock().expect("admin lock").take() {
+                let _ = tx.send(result);
+            }
+        }
+    });
+    match done_rx.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("scenario {}: cannot create topic: {e}", scenario.name),
+        Err(_) => panic!("scenario {}: the admin node died", scenario.name),
+    }
+}
+
+fn add_processes(world: &mut World, ctx: &Context) {
+    let w = &ctx.scenario.workload;
+    for i in 0..w.producers {
+        let name = format!("producer-{i}");
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
+        let (ctx, n) = (ctx.clone(), name.clone());
+        world.add_node(&name, ip, move || kafka_consume::producer_process(ctx.clone(), n.clone()));
+    }
+    for i in 0..w.consumers {
+        let name = format!("consumer-{i}");
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, i as u8 + 1));
+        let (ctx, n) = (ctx.clone(), name.clone());
+        world.add_node(&name, ip, move || kafka_consume::consumer_process(ctx.clone(), n.clone()));
+    }
+}
+
+/// The scenario's explicit faults and this seed's swarm, in time order.
+fn build_schedule(
+    world: &World,
+    scenario: &Scenario,
+) -> Result<(Vec<ScheduledFault>, Vec<String>), String> {
+    let mut schedule = scenario.faults.schedule.clone();
+    let mut drawn_lines = Vec::new();
+    if let Some(swarm) = &scenario.faults.swarm {
+        let drawn = nemesis::draw_swarm(swarm);
+        drawn_lines = drawn.lines();
+        let window = (2_000, scenario.faults.until_ms);
+        let (topic, partitions) = (&scenario.topic.name, scenario.topic.partitions);
+        schedule.extend(nemesis::swarm_schedule(swarm, &drawn, world, topic, partitions, window)?);
+    }
+    for f in &schedule {
+        if let Err(e) = world.resolve(&fault_targets(&f.fault)) {
+            return Err(format!("at_ms={}: {e}", f.at_ms));
+        }
+    }
+    schedule.sort_by_key(|f| f.at_ms);
+    Ok((schedule, drawn_lines))
+}
+
+fn fault_targets(fault: &eosim_sim::nemesis::Fault) -> Vec<String> {
+    use eosim_sim::nemesis::Fault;
+    match fault {
+        Fault::Kill { target, .. }
+        | Fault::Restart { target }
+        | Fault::Pause { target }
+        | Fault::Resume { target }
+        | Fault::Clog { target } => target.clone(),
+        Fault::Partition { source, target, .. } | Fault::Messages { source, target, .. } => {
+            source.iter().chain(target).cloned().collect()
+        }
+        Fault::KillLeader { .. } | Fault::Heal => Vec::new(),
+    }
+}
+
+async fn run_schedule(world: &World, schedule: &[ScheduledFault], until_ms: u64, verbose: bool) {
+    for f in schedule.iter().filter(|f| f.at_ms < until_ms) {
+        let now_ms = now_ns() / 1_000_000;
+        if f.at_ms > now_ms {
+            madsim::time::sleep(Duration::from_millis(f.at_ms - now_ms)).await;
+        }
+        nemesis::apply(world, &f.fault, verbose).expect("targets were resolved up front");
+    }
+    let now_ms = now_ns() / 1_000_000;
+    if until_ms > now_ms {
+        madsim::time::sleep(Duration::from_millis(until_ms - now_ms)).await;
+    }
+}
+
+/// Heals everything, then waits until producers are done and the sink's group has
+/// committed up to every partition's high watermark. Returns the stall reason, if any.
+async fn drain(world: &World, ctx: &Context, scenario: &Scenario, verbose: bool) -> Option<String> {
+    nemesis::recover_everything(world, verbose);
+    world.recorder.record(now_ns(), "nemesis", OpKind::Info, Value::Drain, None);
+    let deadline = now_ns() + scenario.drain.time_s_max * 1_000_000_000;
+    loop {
+        let lag = lagging_partitions(world, scenario);
+        if ctx.producers_done() && lag.is_empty() {
+            return None;
+        }
+        if now_ns() >= deadline {
+            let producers = if ctx.producers_done() { "done" } else { "not done" };
+            return Some(format!(
+                "no convergence after {} s sim time: producers {producers}; \
+                 committed behind high watermark on {}",
+                scenario.drain.time_s_max,
+                if lag.is_empty() { "no partition".to_string() } else { lag.join(", ") }
+            ));
+        }
+        madsim::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Partitions whose committed offset (group `sink`) is behind the high watermark, as text.
+fn lagging_partitions(world: &World, scenario: &Scenario) -> Vec<String> {
+    let cluster = world.kafka.cluster.lock().expect("cluster lock");
+    let committed: BTreeMap<TopicPartition, Offset> =
+        cluster.committed_offsets(SINK_GROUP).into_iter().collect();
+    (0..scenario.topic.partitions)
+        .map(|p| TopicPartition::new(scenario.topic.name.clone(), p))
+        .filter_map(|tp| {
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
+            let c = committed.get(&tp).copied().unwrap_or(0);
+            (c < hw).then(|| format!("{tp} (committed {c} < high watermark {hw})"))
+        })
+        .collect()
+}
+
+/// Records the final log, sink and committed offsets as process `final`.
+fn record_final(world: &World, ctx: &Context, scenario: &Scenario) {
+    let t = now_ns();
+    let cluster = world.kafka.cluster.lock().expect("cluster lock");
+    for p in 0..scenario.topic.partitions {
+        let tp = TopicPartition::new(scenario.topic.name.clone(), p);
+        let records = cluster
+            .records(&tp)
+            .into_iter()
+            .map(|(offset, record)| {
+                let text = |b: &Option<bytes::Bytes>| {
+                    b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+                };
+                RecordRef {
+                    id: text(&record.value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX),
+                    key: text(&record.key),
+                    tp: tp.clone(),
+                    offset,
+                }
+            })
+            .collect();
+        world.recorder.record(t, "final", OpKind::Ok, Value::LogState { tp, records }, None);
+    }
+    let offsets = cluster.committed_offsets(SINK_GROUP);
+    drop(cluster);
+    let rows = ctx.shared.lock().expect("shared lock").sink.clone();
+    world.recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
+    world.recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+}

@@ -1,22 +1,314 @@
 //! Group coordinators (classic protocol): membership, generations, rebalances, committed
-//! offsets. Behaviour follows `shared/models-reference.md` section D.
+//! offsets. Behaviour follows `shared/models-reference.md` section D, which paraphrases
+//! Kafka's `ClassicGroup.java` and `GroupMetadataManager.java`.
+//!
+//! # Shape
+//! One [`GroupCoordinator`] holds every group of the cluster; the cluster model checks that
+//! the receiving broker is the coordinator and delegates the six group requests to
+//! [`GroupCoordinator::handle`]. Membership and committed offsets live here and survive a
+//! coordinator move (Kafka reloads both from `__consumer_offsets`).
+//!
+//! # States ([`GroupState`])
+//! - `Empty`: no members. A JoinGroup starts the first rebalance, delayed by
+//!   `group.initial.rebalance.delay.ms` (extended while new members keep arriving, up to
+//!   the rebalance timeout, like Kafka's `InitialDelayedJoin`).
+//! - `PreparingRebalance`: JoinGroups park until every known member rejoined or the
+//!   rebalance timeout (the largest `rebalance_timeout_ms` of the members) passed; members
+//!   that did not rejoin are removed. Then the generation increments.
+//! - `CompletingRebalance`: the leader got the members and their topics; followers' SyncGroups
+//!   park until the leader's SyncGroup brings the assignment.
+//! - `Stable`: SyncGroup returns the member's assignment; heartbeats answer NONE.
+//! - `Dead`: unreachable for now (offset expiry is not modelled); handled per the table.
+//!
+//! Parked JoinGroup/SyncGroup requests get a token ([`ParkToken::Group`]); the service
+//! re-asks with [`GroupCoordinator::poll_parked`] after each tick.
+//!
+//! # Deliberate simplifications
+//! - Member ids are `consumer-<n>`, numbered per coordinator (no UUIDs: determinism).
+//! - No static membership (`group.instance.id`), no protocol negotiation (every member uses
+//!   the range assignor), no `group.max.size`, no offset retention.
+//! - OffsetCommit does not count as a heartbeat.
 
+use super::model::{ParkToken, Reply};
 use super::types::*;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The state of every consumer group in the cluster.
+#[cfg(test)]
+mod tests;
+
+/// Prefix of the member ids the coordinator hands out with `MEMBER_ID_REQUIRED`.
+pub const MEMBER_ID_PREFIX: &str = "consumer-";
+
+/// How long an answered parked request waits to be collected before it is forgotten, in ms.
+/// Longer than any request timeout a client uses, so only abandoned answers are dropped.
+const PARKED_READY_TTL_MS: u64 = 600_000;
+
+/// Upper bound on parked slots; a model queue must be bounded.
+const PARKED_SLOTS_MAX: usize = 100_000;
+
+/// The state of a classic consumer group (Kafka's `ClassicGroupState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum GroupState {
+    /// No members; offsets may exist.
+    Empty,
+    /// Waiting for members to (re)join.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Everyone has an assignment.
+    Stable,
+    /// Gone (offsets expired); not reached by the current model.
+    Dead,
+}
+
+/// A committed offset as `__consumer_offsets` holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// Next offset to read.
+    pub offset: Offset,
+    /// When it was committed, in ms (for offset retention, later).
+    pub commit_time_ms: TimeMs,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    session_timeout_ms: u64,
+    rebalance_timeout_ms: u64,
+    /// Subscribed topics, sorted and deduplicated.
+    topics: Vec<String>,
+    last_heartbeat_ms: TimeMs,
+    /// A parked JoinGroup ("awaiting join"); exempts the member from session expiry.
+    join_token: Option<u64>,
+    /// A parked SyncGroup ("awaiting sync"); exempts the member from session expiry.
+    sync_token: Option<u64>,
+}
+
+/// Kafka's `InitialDelayedJoin`: the first rebalance of an empty group waits a window and
+/// extends it while new members keep arriving, at most up to the rebalance timeout.
+#[derive(Debug, Clone, Copy)]
+struct InitialDelay {
+    window_end_ms: TimeMs,
+    remaining_ms: u64,
+    new_member_added: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    state: GroupState,
+    generation: i32,
+    leader: Option<String>,
+    members: BTreeMap<String, Member>,
+    /// KIP-394: ids handed out with MEMBER_ID_REQUIRED and not joined yet, with the time
+    /// at which they are forgotten (session timeout after being handed out).
+    pending_members: BTreeMap<String, TimeMs>,
+    /// PreparingRebalance: when the join phase ends whoever rejoined.
+    join_deadline_ms: TimeMs,
+    initial_delay: Option<InitialDelay>,
+    /// Members of the current generation that have not sent SyncGroup yet (KAFKA-13293's
+    /// pending sync); removed when `sync_deadline_ms` passes.
+    pending_sync: BTreeSet<String>,
+    sync_deadline_ms: TimeMs,
+    /// The leader's assignment of the current generation (Stable only).
+    assignments: BTreeMap<String, Vec<TopicPartition>>,
+    offsets: BTreeMap<TopicPartition, CommittedOffset>,
+}
+
+/// A parked request: still waiting, or answered and waiting to be collected.
+#[derive(Debug, Clone)]
+enum Slot {
+    Waiting,
+    Ready {
+        response: Response,
+        ready_at_ms: TimeMs,
+    },
+}
+
+/// Parked JoinGroup and SyncGroup requests, numbered by the coordinator.
+#[derive(Debug, Default)]
+struct Parked {
+    slots: BTreeMap<u64, Slot>,
+    next_token: u64,
+}
+
+impl Parked {
+    fn park(&mut self) -> u64 {
+        assert!(
+            self.slots.len() < PARKED_SLOTS_MAX,
+            "too many parked group requests"
+        );
+        let token = self.next_token;
+        self.next_token += 1;
+        self.slots.insert(token, Slot::Waiting);
+        token
+    }
+
+    fn answer(&mut self, token: u64, response: Response, now: TimeMs) {
+        let slot = self
+            .slots
+            .get_mut(&token)
+            .expect("answered token is parked");
+        assert!(
+            matches!(slot, Slot::Waiting),
+            "a parked request is answered once"
+        );
+        *slot = Slot::Ready {
+            response,
+            ready_at_ms: now,
+        };
+    }
+
+    /// The response if ready (and forgets the token), `None` while waiting.
+    fn take(&mut self, token: u64) -> Option<Response> {
+        match self.slots.get(&token) {
+            Some(Slot::Waiting) => None,
+            Some(Slot::Ready { .. }) => match self.slots.remove(&token) {
+                Some(Slot::Ready { response, .. }) => Some(response),
+                _ => unreachable!("checked above"),
+            },
+            // Forgotten after PARKED_READY_TTL_MS: the client rejoins, which is safe.
+            None => Some(Response::Error(KafkaError::RebalanceInProgress)),
+        }
+    }
+
+    /// A reply for a freshly parked token: `Done` if it was answered at once.
+    fn reply(&mut self, token: u64) -> Reply {
+        match self.slots.get(&token) {
+            Some(Slot::Ready { .. }) => Reply::Done(self.take(token).expect("ready")),
+            _ => Reply::Parked(ParkToken::Group(token)),
+        }
+    }
+
+    fn forget_old(&mut self, now: TimeMs) {
+        self.slots.retain(|_, slot| match slot {
+            Slot::Waiting => true,
+            Slot::Ready { ready_at_ms, .. } => now < *ready_at_ms + PARKED_READY_TTL_MS,
+        });
+    }
+}
+
+fn error(e: KafkaError) -> Reply {
+    Reply::Done(Response::Error(e))
+}
+
+/// The state of every consumer group in the cluster. See the module docs.
 #[derive(Debug)]
 pub struct GroupCoordinator {
     config: ClusterConfig,
+    groups: BTreeMap<String, Group>,
+    next_member_number: u64,
+    parked: Parked,
 }
+
+mod rebalance;
+mod requests;
 
 impl GroupCoordinator {
     /// No groups yet.
     pub fn new(config: ClusterConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            groups: BTreeMap::new(),
+            next_member_number: 1,
+            parked: Parked::default(),
+        }
     }
 
     /// The configuration it was built with.
     pub fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+
+    /// Handles one of the six group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+    /// OffsetCommit, OffsetFetch) at time `now`. JoinGroup and SyncGroup may park.
+    ///
+    /// # Panics
+    /// On any other request: the cluster model routes only group requests here.
+    pub fn handle(&mut self, now: TimeMs, request: Request) -> Reply {
+        let reply = match request {
+            Request::JoinGroup {
+                group_id,
+                member_id,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                topics,
+            } => {
+                let timeouts = (session_timeout_ms, rebalance_timeout_ms);
+                return self.join(now, group_id, member_id, timeouts, topics);
+            }
+            Request::SyncGroup {
+                group_id,
+                generation,
+                member_id,
+                assignments,
+            } => {
+                return self.sync(now, &group_id, generation, &member_id, assignments);
+            }
+            Request::Heartbeat {
+                group_id,
+                generation,
+                member_id,
+            } => self.heartbeat(now, &group_id, generation, &member_id),
+            Request::LeaveGroup {
+                group_id,
+                member_id,
+            } => self.leave(now, &group_id, &member_id),
+            Request::OffsetCommit {
+                group_id,
+                generation,
+                member_id,
+                offsets,
+            } => self.commit(now, &group_id, generation, &member_id, offsets),
+            Request::OffsetFetch {
+                group_id,
+                partitions,
+            } => self.fetch(&group_id, partitions),
+            other => panic!("not a group request: {other:?}"),
+        };
+        Reply::Done(reply)
+    }
+
+    /// Re-asks a parked JoinGroup or SyncGroup (`ParkToken::Group(token)`): its response
+    /// once answered (then the token is forgotten), `None` while it still waits. Runs
+    /// [`GroupCoordinator::tick`] at `now` first, so time-driven completions are never
+    /// missed (ticking twice at the same time changes nothing).
+    pub fn poll_parked(&mut self, now: TimeMs, token: u64) -> Option<Response> {
+        self.tick(now);
+        self.parked.take(token)
+    }
+
+    /// Advances time-driven behaviour to `now`: pending-member and session expiry, the
+    /// pending-sync deadline, the initial rebalance delay and the rebalance timeout.
+    pub fn tick(&mut self, now: TimeMs) {
+        for group in self.groups.values_mut() {
+            group.expire(now, &mut self.parked, &self.config);
+            group.try_complete_join(now, &mut self.parked, &self.config);
+        }
+        self.parked.forget_old(now);
+    }
+
+    /// The state of group `group_id`, if it exists.
+    pub fn state(&self, group_id: &str) -> Option<GroupState> {
+        self.groups.get(group_id).map(|g| g.state)
+    }
+
+    /// The current generation of group `group_id`, if it exists.
+    pub fn generation(&self, group_id: &str) -> Option<i32> {
+        self.groups.get(group_id).map(|g| g.generation)
+    }
+
+    /// The member ids of group `group_id`, sorted (empty if the group does not exist).
+    pub fn members(&self, group_id: &str) -> Vec<String> {
+        self.groups
+            .get(group_id)
+            .map(|g| g.members.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The committed offsets of group `group_id` (empty if none).
+    pub fn committed(&self, group_id: &str) -> BTreeMap<TopicPartition, CommittedOffset> {
+        self.groups
+            .get(group_id)
+            .map(|g| g.offsets.clone())
+            .unwrap_or_default()
     }
 }

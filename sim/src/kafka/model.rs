@@ -67,6 +67,7 @@ pub trait Env {
 
 /// How a broker dies (models-reference A.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum CrashMode {
     /// The process dies; the page cache survives: its log is intact up to its LEO.
     ProcessKill,

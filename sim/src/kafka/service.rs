@@ -25,3 +25,120 @@ pub fn broker_ip(b: BrokerId) -> IpAddr {
 pub fn broker_addr(b: BrokerId) -> SocketAddr {
     SocketAddr::new(broker_ip(b), KAFKA_PORT)
 }
+
+use super::model::{Env, Reply};
+use super::types::{Request, Response, TimeMs};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often the controller and followers act on their own when nothing wakes them, ms.
+pub const TICK_INTERVAL_IDLE_MS: u64 = 50;
+/// Delay between an append and the followers' fetch of it (one replica fetch round trip).
+pub const REPLICA_FETCH_DELAY_MS: u64 = 1;
+
+/// The cluster's shared state on the simulator side: the model, the clock origin, and the
+/// bells that wake the ticker (after an append) and parked requests (after a tick).
+#[derive(Clone)]
+pub struct KafkaWorld {
+    /// The model.
+    pub cluster: SharedCluster,
+    start: madsim::time::Instant,
+    ticked: Arc<Notify>,
+    dirty: Arc<Notify>,
+}
+
+impl KafkaWorld {
+    /// Wraps a model; time 0 is now.
+    pub fn new(cluster: Cluster) -> Self {
+        Self {
+            cluster: Arc::new(Mutex::new(cluster)),
+            start: madsim::time::Instant::now(),
+            ticked: Arc::default(),
+            dirty: Arc::default(),
+        }
+    }
+
+    /// Simulated ms since the world was made.
+    pub fn now_ms(&self) -> TimeMs {
+        self.start.elapsed().as_millis() as TimeMs
+    }
+
+    /// Runs the model's tick loop forever: every [`TICK_INTERVAL_IDLE_MS`], and
+    /// [`REPLICA_FETCH_DELAY_MS`] after any request changed something. Run it on the
+    /// controller node.
+    pub async fn run_ticker(self, env: Arc<dyn Env + Send + Sync>) {
+        loop {
+            let idle = madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS));
+            tokio::select! {
+                _ = idle => {}
+                _ = self.dirty.notified() => {
+                    madsim::time::sleep(Duration::from_millis(REPLICA_FETCH_DELAY_MS)).await;
+                }
+            }
+            let now = self.now_ms();
+            self.cluster.lock().expect("cluster lock").tick(now, env.as_ref());
+            self.ticked.notify_waiters();
+        }
+    }
+
+    /// Handles one request as broker `broker`, waiting for a parked one to complete or for
+    /// `park_timeout` (after which the model is asked one last time at that time).
+    pub async fn handle(&self, broker: BrokerId, request: Request) -> Response {
+        let park_timeout = park_timeout(&request);
+        let reply = {
+            let now = self.now_ms();
+            self.cluster.lock().expect("cluster lock").handle(now, broker, request)
+        };
+        self.dirty.notify_one();
+        let token = match reply {
+            Reply::Done(response) => return response,
+            Reply::Parked(token) => token,
+        };
+        let deadline = madsim::time::Instant::now() + park_timeout;
+        loop {
+            let ticked = self.ticked.notified();
+            let now = self.now_ms();
+            if let Some(response) =
+                self.cluster.lock().expect("cluster lock").poll_parked(now, &token)
+            {
+                return response;
+            }
+            let left = deadline.saturating_duration_since(madsim::time::Instant::now());
+            if madsim::time::timeout(left, ticked).await.is_err() {
+                // One tick past the deadline lets the model answer with its own timeout.
+                madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS)).await;
+                let now = self.now_ms();
+                let mut cluster = self.cluster.lock().expect("cluster lock");
+                if let Some(response) = cluster.poll_parked(now, &token) {
+                    return response;
+                }
+                return Response::Error(super::KafkaError::RequestTimedOut);
+            }
+        }
+    }
+}
+
+/// How long the broker keeps a request parked: the produce timeout, or the group's
+/// rebalance bound.
+fn park_timeout(request: &Request) -> Duration {
+    match request {
+        Request::Produce { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+        Request::JoinGroup { rebalance_timeout_ms, .. } => {
+            Duration::from_millis(rebalance_timeout_ms + TICK_INTERVAL_IDLE_MS * 2)
+        }
+        _ => Duration::from_secs(60),
+    }
+}
+
+/// Serves broker `broker` on `10.0.1.<broker>:9092` until the node is killed. Use it as a
+/// node's init function so a restart serves again.
+pub async fn serve_broker(broker: BrokerId, world: KafkaWorld) {
+    let endpoint = madsim::net::Endpoint::bind(broker_addr(broker))
+        .await
+        .expect("a broker node binds its own address");
+    crate::net::serve(endpoint, move |request: Request, _from| {
+        let world = world.clone();
+        async move { world.handle(broker, request).await }
+    })
+    .await;
+}

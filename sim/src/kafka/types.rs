@@ -415,6 +415,9 @@ pub enum Response {
         /// Members and the topics they subscribe to; filled for the leader only.
         members: BTreeMap<String, Vec<String>>,
     },
+    /// `JoinGroup` answered with `MEMBER_ID_REQUIRED` (79, KIP-394): the client rejoins with
+    /// the member id the coordinator assigned.
+    MemberIdRequired { member_id: String },
     SyncGroup { assignment: Vec<TopicPartition> },
     Heartbeat,
     LeaveGroup,

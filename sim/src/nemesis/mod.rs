@@ -1,1 +1,181 @@
-//! The nemesis: kinds of faults, explicit schedules and swarm settings.
+//! The nemesis: the faults eosim injects, as data.
+//!
+//! A [`Fault`] names its targets by node name (`broker-2`, `consumer-0`, `producer-0`, or a
+//! group such as `brokers`, `consumers`, `clients`, `all`). Scenario files hold explicit
+//! schedules of [`ScheduledFault`]s; [`Swarm`] settings let each seed draw its own fault mix
+//! and rates (FoundationDB's swarm testing). Every fault the runner injects is recorded in
+//! the history with its time, so a failing seed says what preceded the anomaly.
+//!
+//! The simulator side (turning a fault into madsim kills, clogs and message faults) lives
+//! in the harness runner; this module only says what a fault is.
+
+use crate::kafka::model::CrashMode;
+use serde::{Deserialize, Serialize};
+
+/// One fault or recovery. Serialized with `fault = "<kebab-case name>"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Fault {
+    /// Kill the target processes (SIGKILL). Brokers lose what `mode` says.
+    Kill {
+        /// Node names or groups.
+        target: Vec<String>,
+        /// For brokers: `process-kill` (default; the log survives) or `machine-crash`.
+        #[serde(default = "default_crash_mode")]
+        mode: CrashMode,
+    },
+    /// Start killed processes again.
+    Restart {
+        /// Node names or groups.
+        target: Vec<String>,
+    },
+    /// Pause the target processes (SIGSTOP): they neither act nor answer.
+    Pause {
+        /// Node names or groups.
+        target: Vec<String>,
+    },
+    /// Resume paused processes (SIGCONT).
+    Resume {
+        /// Node names or groups.
+        target: Vec<String>,
+    },
+    /// Cut the network between two groups of nodes; `one_way` cuts only source → target.
+    Partition {
+        /// One side.
+        source: Vec<String>,
+        /// The other side.
+        target: Vec<String>,
+        /// Cut only packets from `source` to `target`.
+        #[serde(default)]
+        one_way: bool,
+    },
+    /// Isolate nodes from everyone (both directions).
+    Clog {
+        /// Node names or groups.
+        target: Vec<String>,
+    },
+    /// Message faults on the links from `source` to `target` (requests) and back
+    /// (responses): drop, delay (hence reorder), duplicate, lose a response after the
+    /// request was applied.
+    Messages {
+        /// Client side.
+        source: Vec<String>,
+        /// Server side.
+        target: Vec<String>,
+        /// Probability a request is lost.
+        #[serde(default)]
+        drop_request_probability: f64,
+        /// Probability a response is lost after the request was applied.
+        #[serde(default)]
+        drop_response_probability: f64,
+        /// Probability a request is delivered twice.
+        #[serde(default)]
+        duplicate_probability: f64,
+        /// Extra delay bound in ms (uniform), which reorders requests.
+        #[serde(default)]
+        delay_ms_max: u64,
+    },
+    /// Kill the broker leading `topic`-`partition` (leader failover).
+    KillLeader {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Crash mode of the leader.
+        #[serde(default = "default_crash_mode")]
+        mode: CrashMode,
+    },
+    /// Undo every partition, clog and message fault.
+    Heal,
+}
+
+fn default_crash_mode() -> CrashMode {
+    CrashMode::ProcessKill
+}
+
+impl Fault {
+    /// The fault's kebab-case name, as in scenario files and histories.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::Kill { .. } => "kill",
+            Fault::Restart { .. } => "restart",
+            Fault::Pause { .. } => "pause",
+            Fault::Resume { .. } => "resume",
+            Fault::Partition { .. } => "partition",
+            Fault::Clog { .. } => "clog",
+            Fault::Messages { .. } => "messages",
+            Fault::KillLeader { .. } => "kill-leader",
+            Fault::Heal => "heal",
+        }
+    }
+}
+
+/// A fault at a point in simulated time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledFault {
+    /// When, in ms of simulated time since the run started.
+    pub at_ms: u64,
+    /// What.
+    #[serde(flatten)]
+    pub fault: Fault,
+}
+
+/// The kinds of fault a swarm may draw from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// Kill and later restart a process.
+    Kill,
+    /// Pause a process longer than session timeouts, then resume it.
+    Pause,
+    /// Partition two random groups of nodes (sometimes one way), then heal.
+    Partition,
+    /// Message faults on random links, then heal.
+    Messages,
+    /// Kill a partition leader, then restart it.
+    KillLeader,
+    /// Crash a broker machine (its unflushed log tail is lost), then restart it.
+    MachineCrash,
+}
+
+/// Swarm settings: each seed draws a subset of `kinds`, a fault interval within
+/// `[interval_ms_min, interval_ms_max]` and a fault duration within
+/// `[duration_ms_min, duration_ms_max]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Swarm {
+    /// Fault kinds to draw from.
+    pub kinds: Vec<FaultKind>,
+    /// Which nodes may be hit (names or groups). Default: brokers and clients.
+    #[serde(default = "default_swarm_targets")]
+    pub targets: Vec<String>,
+    /// Shortest gap between faults, ms.
+    #[serde(default = "default_interval_min")]
+    pub interval_ms_min: u64,
+    /// Longest gap between faults, ms.
+    #[serde(default = "default_interval_max")]
+    pub interval_ms_max: u64,
+    /// Shortest time a fault lasts before its recovery, ms.
+    #[serde(default = "default_duration_min")]
+    pub duration_ms_min: u64,
+    /// Longest time a fault lasts before its recovery, ms.
+    #[serde(default = "default_duration_max")]
+    pub duration_ms_max: u64,
+}
+
+fn default_swarm_targets() -> Vec<String> {
+    vec!["brokers".into(), "clients".into()]
+}
+fn default_interval_min() -> u64 {
+    1_000
+}
+fn default_interval_max() -> u64 {
+    10_000
+}
+fn default_duration_min() -> u64 {
+    1_000
+}
+fn default_duration_max() -> u64 {
+    20_000
+}

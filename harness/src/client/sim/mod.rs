@@ -3,4 +3,7 @@
 //! [`conn::Connection`] routes requests to brokers and keeps the metadata cache; the
 //! producer, consumer and admin are built on it.
 
+pub mod admin;
 pub mod conn;
+pub mod consumer;
+pub mod producer;

@@ -1,0 +1,267 @@
+//! The facts of a history that every anomaly is inferred from, gathered in one pass.
+
+use super::CheckOptions;
+use crate::history::{History, OpKind, RecordRef, Value};
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Where an observation of a record's position came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// An acknowledged send (`Send` ok with tp and offset).
+    Send,
+    /// A consumer poll.
+    Poll,
+    /// A final `LogState`.
+    Log,
+    /// A sink `Write`.
+    Write,
+    /// The final `SinkState`.
+    Sink,
+}
+
+/// One sighting of record `id` at (`tp`, `offset`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// Record id.
+    pub id: u64,
+    /// Partition.
+    pub tp: TopicPartition,
+    /// Offset.
+    pub offset: Offset,
+    /// Index of the op that saw it.
+    pub op: usize,
+    /// What kind of op.
+    pub source: Source,
+}
+
+/// An acknowledged send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckedSend {
+    /// Index of the `ok` op.
+    pub op: usize,
+    /// Partition, if the ack named it.
+    pub tp: Option<TopicPartition>,
+    /// Offset, if the ack named it (not with `acks=0`).
+    pub offset: Option<Offset>,
+}
+
+/// A partition's final log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalLog {
+    /// Index of the `LogState` op.
+    pub op: usize,
+    /// Records sorted by offset.
+    pub records: Vec<RecordRef>,
+}
+
+impl FinalLog {
+    /// Records with `low < offset < high`.
+    pub fn between(&self, low: Offset, high: Offset) -> &[RecordRef] {
+        let start = self.records.partition_point(|r| r.offset <= low);
+        let end = self.records.partition_point(|r| r.offset < high);
+        if start < end {
+            &self.records[start..end]
+        } else {
+            &[]
+        }
+    }
+}
+
+/// An ok poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollOp {
+    /// Op index.
+    pub op: usize,
+    /// Consumer process.
+    pub process: String,
+    /// Records returned, in order.
+    pub records: Vec<RecordRef>,
+}
+
+/// An ok sink write, or the final sink state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOp {
+    /// Op index.
+    pub op: usize,
+    /// Sink process.
+    pub process: String,
+    /// Rows made durable, in order.
+    pub rows: Vec<RecordRef>,
+}
+
+/// An ok offset commit (or the final committed offsets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOp {
+    /// Op index.
+    pub op: usize,
+    /// Next offsets to read per partition.
+    pub offsets: Vec<(TopicPartition, Offset)>,
+}
+
+/// What the checkers know about a history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Analysis {
+    /// Acknowledged sends by id (the first ack if several).
+    pub acked: BTreeMap<u64, AckedSend>,
+    /// Final logs by partition.
+    pub logs: BTreeMap<TopicPartition, FinalLog>,
+    /// Positions of each id in the final logs.
+    pub log_positions: BTreeMap<u64, Vec<(TopicPartition, Offset)>>,
+    /// Ok polls in history order.
+    pub polls: Vec<PollOp>,
+    /// Op indexes of `info` completions per process: Jepsen's process crash, after which the
+    /// process's polls start afresh.
+    pub crashes: BTreeMap<String, Vec<usize>>,
+    /// Every sighting of a record's position.
+    pub observations: Vec<Observation>,
+    /// Ok sink writes in history order.
+    pub writes: Vec<WriteOp>,
+    /// Ok offset commits in history order.
+    pub commits: Vec<CommitOp>,
+    /// The final sink state (op index, rows in storage order).
+    pub sink_state: Option<WriteOp>,
+    /// The final committed offsets of the sink's group.
+    pub committed_final: Option<CommitOp>,
+    /// Topics the sink consumes (empty = every topic with a final log).
+    pub sink_topics: BTreeSet<String>,
+}
+
+impl Analysis {
+    /// Gathers the facts of `history`.
+    pub fn new(history: &History, options: &CheckOptions) -> Self {
+        let mut a = Analysis {
+            sink_topics: options.sink_topics.iter().cloned().collect(),
+            ..Analysis::default()
+        };
+        for op in &history.ops {
+            if op.kind == OpKind::Info {
+                a.crashes
+                    .entry(op.process.clone())
+                    .or_default()
+                    .push(op.index);
+            }
+            if op.kind != OpKind::Ok {
+                continue;
+            }
+            a.add_ok(op.index, &op.process, &op.value);
+        }
+        for log in a.logs.values_mut() {
+            log.records.sort_by_key(|r| r.offset);
+        }
+        for (tp, log) in &a.logs {
+            for r in &log.records {
+                a.log_positions
+                    .entry(r.id)
+                    .or_default()
+                    .push((tp.clone(), r.offset));
+            }
+        }
+        a
+    }
+
+    fn add_ok(&mut self, op: usize, process: &str, value: &Value) {
+        match value {
+            Value::Send { id, tp, offset, .. } => {
+                let ack = AckedSend {
+                    op,
+                    tp: tp.clone(),
+                    offset: *offset,
+                };
+                self.acked.entry(*id).or_insert(ack);
+                if let (Some(tp), Some(offset)) = (tp, offset) {
+                    self.observe(*id, tp, *offset, op, Source::Send);
+                }
+            }
+            Value::Poll { records } => {
+                self.observe_all(records, op, Source::Poll);
+                let records = records.clone();
+                self.polls.push(PollOp {
+                    op,
+                    process: process.to_string(),
+                    records,
+                });
+            }
+            Value::Commit { offsets } => {
+                self.commits.push(CommitOp {
+                    op,
+                    offsets: offsets.clone(),
+                });
+            }
+            Value::Write { rows } => {
+                self.observe_all(rows, op, Source::Write);
+                let rows = rows.clone();
+                self.writes.push(WriteOp {
+                    op,
+                    process: process.to_string(),
+                    rows,
+                });
+            }
+            Value::SinkState { rows } => {
+                self.observe_all(rows, op, Source::Sink);
+                let rows = rows.clone();
+                self.sink_state = Some(WriteOp {
+                    op,
+                    process: process.to_string(),
+                    rows,
+                });
+            }
+            Value::CommittedOffsets { offsets } => {
+                self.committed_final = Some(CommitOp {
+                    op,
+                    offsets: offsets.clone(),
+                });
+            }
+            Value::LogState { tp, records } => {
+                self.observe_all(records, op, Source::Log);
+                let log = FinalLog {
+                    op,
+                    records: records.clone(),
+                };
+                self.logs.insert(tp.clone(), log);
+            }
+            Value::Fault { .. } | Value::Drain => {}
+        }
+    }
+
+    fn observe_all(&mut self, records: &[RecordRef], op: usize, source: Source) {
+        for r in records {
+            self.observe(r.id, &r.tp, r.offset, op, source);
+        }
+    }
+
+    fn observe(&mut self, id: u64, tp: &TopicPartition, offset: Offset, op: usize, s: Source) {
+        // acks=0 and some clients report offset -1: no position was observed.
+        if offset >= 0 {
+            let tp = tp.clone();
+            self.observations.push(Observation {
+                id,
+                tp,
+                offset,
+                op,
+                source: s,
+            });
+        }
+    }
+
+    /// Whether the sink consumes `tp`.
+    pub fn sink_reads(&self, tp: &TopicPartition) -> bool {
+        self.sink_topics.is_empty() || self.sink_topics.contains(&tp.topic)
+    }
+
+    /// Ids in the final sink state with their number of rows (empty without a sink state).
+    pub fn sink_counts(&self) -> BTreeMap<u64, u64> {
+        let mut counts = BTreeMap::new();
+        for row in self.sink_state.iter().flat_map(|s| s.rows.iter()) {
+            *counts.entry(row.id).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Whether `process` had an `info` op strictly between op indexes `after` and `before`.
+    pub fn crashed_between(&self, process: &str, after: usize, before: usize) -> bool {
+        self.crashes
+            .get(process)
+            .is_some_and(|ops| ops.iter().any(|&i| after < i && i < before))
+    }
+}

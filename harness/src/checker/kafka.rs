@@ -1,0 +1,327 @@
+//! Kafka-level anomalies: what the producers were told, what the consumers saw and what the
+//! partition logs hold after the drain.
+
+use super::analysis::{AckedSend, Analysis};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
+use crate::history::History;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Checks the Kafka layer: lost writes, duplicates, inconsistent offsets, unseen records,
+/// nonmonotonic polls and poll skips.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KafkaChecker;
+
+impl Checker for KafkaChecker {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
+        let a = Analysis::new(history, options);
+        let found = vec![
+            (Anomaly::LostWrite, lost_write_cases(&a)),
+            (Anomaly::Unseen, unseen_cases(&a)),
+            (Anomaly::Duplicate, duplicate_cases(&a)),
+            (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(&a)),
+            (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(&a)),
+            (Anomaly::PollSkip, poll_skip_cases(&a)),
+            (Anomaly::AbortedRead, aborted_read_cases(&a)),
+        ];
+        let unchecked = a.acked.values().filter(|ack| !judgeable(&a, ack)).count();
+        let mut counts = BTreeMap::new();
+        counts.insert("acknowledged-sends".to_string(), a.acked.len() as u64);
+        counts.insert("unchecked-acked-sends".to_string(), unchecked as u64);
+        let log_records: usize = a.logs.values().map(|l| l.records.len()).sum();
+        counts.insert("log-records".to_string(), log_records as u64);
+        counts.insert("polls".to_string(), a.polls.len() as u64);
+        let polled: usize = a.polls.iter().map(|p| p.records.len()).sum();
+        counts.insert("polled-records".to_string(), polled as u64);
+        let mut result = CheckResult::from_cases(found, counts, options);
+        if a.logs.is_empty() && !a.acked.is_empty() {
+            result.validity = result.validity.merge(Validity::Unknown);
+            result.error = Some("no final LogState: lost writes cannot be decided".to_string());
+        }
+        result
+    }
+}
+
+/// Whether the final log that would hold `ack` is known.
+fn judgeable(a: &Analysis, ack: &AckedSend) -> bool {
+    match &ack.tp {
+        Some(tp) => a.logs.contains_key(tp),
+        None => !a.logs.is_empty(),
+    }
+}
+
+fn at(tp: &Option<TopicPartition>, offset: Option<Offset>) -> String {
+    match (tp, offset) {
+        (Some(tp), Some(offset)) => format!("{tp}@{offset}"),
+        (Some(tp), None) => tp.to_string(),
+        _ => "an unknown partition".to_string(),
+    }
+}
+
+/// `lost-write`: a `Send` completed `ok` (the broker acknowledged it) whose id is in no final
+/// `LogState`. Judged only where the final log is known: the acknowledged partition's
+/// `LogState`, or any final log when the ack names no partition; other acks are counted as
+/// `unchecked-acked-sends`. A send that completed `info` may or may not have happened and is
+/// never a lost write.
+pub fn lost_write_cases(a: &Analysis) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (id, ack) in &a.acked {
+        if !judgeable(a, ack) || a.log_positions.contains_key(id) {
+            continue;
+        }
+        let mut ops = vec![ack.op];
+        ops.extend(ack.tp.as_ref().and_then(|tp| a.logs.get(tp)).map(|l| l.op));
+        cases.push(Case {
+            ids: vec![*id],
+            tp: ack.tp.clone(),
+            offsets: ack.offset.into_iter().collect(),
+            ops,
+            text: format!(
+                "send {id} acknowledged at {} (op {}) is absent from the final log",
+                at(&ack.tp, ack.offset),
+                ack.op
+            ),
+        });
+    }
+    cases
+}
+
+/// `unseen`: a record of the final log that no poll of any process returned, in a topic some
+/// poll read from. Informational: a consumer that stopped early or a group that never got
+/// the partition also leaves records unseen.
+pub fn unseen_cases(a: &Analysis) -> Vec<Case> {
+    let polled_topics: BTreeSet<&str> = a
+        .polls
+        .iter()
+        .flat_map(|p| p.records.iter().map(|r| r.tp.topic.as_str()))
+        .collect();
+    let polled_ids: BTreeSet<u64> = a
+        .polls
+        .iter()
+        .flat_map(|p| p.records.iter().map(|r| r.id))
+        .collect();
+    let mut cases = Vec::new();
+    for (tp, log) in a
+        .logs
+        .iter()
+        .filter(|(tp, _)| polled_topics.contains(tp.topic.as_str()))
+    {
+        for r in log.records.iter().filter(|r| !polled_ids.contains(&r.id)) {
+            cases.push(Case {
+                ids: vec![r.id],
+                tp: Some(tp.clone()),
+                offsets: vec![r.offset],
+                ops: vec![log.op],
+                text: format!("record {} at {tp}@{} was never polled", r.id, r.offset),
+            });
+        }
+    }
+    cases
+}
+
+/// `duplicate`: one id at two or more offsets of the final logs (a producer retry that the
+/// broker did not deduplicate).
+pub fn duplicate_cases(a: &Analysis) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (id, positions) in a.log_positions.iter().filter(|(_, p)| p.len() > 1) {
+        let places: Vec<String> = positions
+            .iter()
+            .map(|(tp, o)| format!("{tp}@{o}"))
+            .collect();
+        let ops: BTreeSet<usize> = positions.iter().map(|(tp, _)| a.logs[tp].op).collect();
+        cases.push(Case {
+            ids: vec![*id],
+            tp: Some(positions[0].0.clone()),
+            offsets: positions.iter().map(|(_, o)| *o).collect(),
+            ops: ops.into_iter().collect(),
+            text: format!(
+                "record {id} is in the final log {} times: {}",
+                places.len(),
+                places.join(", ")
+            ),
+        });
+    }
+    cases
+}
+
+type Position = (TopicPartition, Offset);
+
+/// `inconsistent-offsets`: observations (acks, polls, final logs, sink writes and sink state)
+/// disagree on where a record is. Two inferences:
+/// 1. one (partition, offset) was seen holding different ids (e.g. an acknowledged offset
+///    reused after an unclean leader election);
+/// 2. one id was seen at a position the final log does not hold it at, when the final log
+///    holds it somewhere; or, when no final log holds it, at two different positions.
+///
+/// An id the final log holds at several offsets is a `duplicate`, not this.
+pub fn inconsistent_offsets_cases(a: &Analysis) -> Vec<Case> {
+    let mut by_position: BTreeMap<Position, BTreeMap<u64, BTreeSet<usize>>> = BTreeMap::new();
+    let mut by_id: BTreeMap<u64, BTreeMap<Position, BTreeSet<usize>>> = BTreeMap::new();
+    for o in &a.observations {
+        let position = (o.tp.clone(), o.offset);
+        let ids = by_position.entry(position.clone()).or_default();
+        ids.entry(o.id).or_default().insert(o.op);
+        by_id
+            .entry(o.id)
+            .or_default()
+            .entry(position)
+            .or_default()
+            .insert(o.op);
+    }
+    let mut cases = Vec::new();
+    for ((tp, offset), ids) in by_position.iter().filter(|(_, ids)| ids.len() > 1) {
+        let listed: Vec<String> = ids.keys().map(u64::to_string).collect();
+        let ops: BTreeSet<usize> = ids.values().flatten().copied().collect();
+        cases.push(Case {
+            ids: ids.keys().copied().collect(),
+            tp: Some(tp.clone()),
+            offsets: vec![*offset],
+            ops: ops.into_iter().collect(),
+            text: format!("{tp}@{offset} was seen holding ids {}", listed.join(", ")),
+        });
+    }
+    for (id, positions) in &by_id {
+        cases.extend(stray_positions_case(a, *id, positions));
+    }
+    cases
+}
+
+/// Inference 2 of [`inconsistent_offsets_cases`] for one id.
+fn stray_positions_case(
+    a: &Analysis,
+    id: u64,
+    positions: &BTreeMap<Position, BTreeSet<usize>>,
+) -> Option<Case> {
+    let in_log: BTreeSet<&Position> = a.log_positions.get(&id).into_iter().flatten().collect();
+    let stray: Vec<(&Position, &BTreeSet<usize>)> = if in_log.is_empty() {
+        positions.iter().filter(|_| positions.len() > 1).collect()
+    } else {
+        positions
+            .iter()
+            .filter(|(p, _)| !in_log.contains(p))
+            .collect()
+    };
+    let ((tp, _), _) = stray.first()?;
+    let places: Vec<String> = stray
+        .iter()
+        .map(|((tp, o), _)| format!("{tp}@{o}"))
+        .collect();
+    let ops: BTreeSet<usize> = stray
+        .iter()
+        .flat_map(|(_, ops)| ops.iter().copied())
+        .collect();
+    Some(Case {
+        ids: vec![id],
+        tp: Some(tp.clone()),
+        offsets: stray.iter().map(|((_, o), _)| *o).collect(),
+        ops: ops.into_iter().collect(),
+        text: format!(
+            "record {id} was seen at {}, not where the final log has it",
+            places.join(", ")
+        ),
+    })
+}
+
+/// A read of one record: (poll op index, offset, id).
+type Read = (usize, Offset, u64);
+
+/// Two records one process read from one partition, one after the other.
+struct Step {
+    process: String,
+    tp: TopicPartition,
+    prev: Read,
+    next: Read,
+}
+
+/// Successive reads of each partition by each process, in history order, within and across
+/// polls. A process's `info` op (Jepsen's crash: the process is replaced) starts it afresh.
+fn poll_steps(a: &Analysis) -> Vec<Step> {
+    // Per process: the op of its last poll, and per partition its last read.
+    let mut last: BTreeMap<&str, (usize, BTreeMap<&TopicPartition, Read>)> = BTreeMap::new();
+    let mut steps = Vec::new();
+    for poll in &a.polls {
+        let (last_op, seen) = last.entry(poll.process.as_str()).or_default();
+        if a.crashed_between(&poll.process, *last_op, poll.op) {
+            seen.clear();
+        }
+        *last_op = poll.op;
+        for r in &poll.records {
+            let next = (poll.op, r.offset, r.id);
+            if let Some(prev) = seen.insert(&r.tp, next) {
+                let process = poll.process.clone();
+                steps.push(Step {
+                    process,
+                    tp: r.tp.clone(),
+                    prev,
+                    next,
+                });
+            }
+        }
+    }
+    steps
+}
+
+/// `nonmonotonic-poll`: one process read a partition at offset `o`, then (in the same or a
+/// later poll, with no crash of the process in between) at an offset `≤ o`.
+pub fn nonmonotonic_poll_cases(a: &Analysis) -> Vec<Case> {
+    poll_steps(a)
+        .into_iter()
+        .filter(|s| s.next.1 <= s.prev.1)
+        .map(|s| Case {
+            ids: vec![s.prev.2, s.next.2],
+            tp: Some(s.tp.clone()),
+            offsets: vec![s.prev.1, s.next.1],
+            ops: vec![s.prev.0, s.next.0],
+            text: format!(
+                "{} read {} at offset {} (op {}) then offset {} (op {})",
+                s.process, s.tp, s.prev.1, s.prev.0, s.next.1, s.next.0
+            ),
+        })
+        .collect()
+}
+
+/// `poll-skip`: one process read a partition at offset `o`, then next at `p > o`, while the
+/// final log holds records strictly between `o` and `p` (offsets are not dense: only records
+/// that exist count as skipped).
+pub fn poll_skip_cases(a: &Analysis) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for s in poll_steps(a).into_iter().filter(|s| s.next.1 > s.prev.1) {
+        let Some(log) = a.logs.get(&s.tp) else {
+            continue;
+        };
+        let skipped = log.between(s.prev.1, s.next.1);
+        if skipped.is_empty() {
+            continue;
+        }
+        let mut offsets = vec![s.prev.1];
+        offsets.extend(skipped.iter().map(|r| r.offset));
+        offsets.push(s.next.1);
+        cases.push(Case {
+            ids: skipped.iter().map(|r| r.id).collect(),
+            tp: Some(s.tp.clone()),
+            offsets,
+            ops: vec![s.prev.0, s.next.0],
+            text: format!(
+                "{} read {} at offset {} then {}, skipping {} record(s) from offset {}",
+                s.process,
+                s.tp,
+                s.prev.1,
+                s.next.1,
+                skipped.len(),
+                skipped[0].offset
+            ),
+        });
+    }
+    cases
+}
+
+/// `aborted-read`: a read_committed consumer returned a record of an aborted transaction.
+/// Reserved: the history does not yet record transaction outcomes (`Send` carries no
+/// transactional id, no `abort` op exists), so nothing is inferred and no case is returned.
+pub fn aborted_read_cases(_a: &Analysis) -> Vec<Case> {
+    Vec::new()
+}

@@ -1,0 +1,532 @@
+//! The simulated group consumer, shaped after Kafka's Java `KafkaConsumer` with the classic
+//! group protocol and the eager range assignor.
+//!
+//! # What happens where
+//! - [`Consumer::subscribe`] finds the group coordinator (FindCoordinator, retried on
+//!   COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR) and starts the heartbeat task.
+//! - [`Consumer::poll`] does what Java's `poll` does, in order: (re)join the group if needed
+//!   (eager: revoke everything first), position new partitions (OffsetFetch, then
+//!   `auto.offset.reset` via ListOffsets where nothing is committed), hand out buffered
+//!   records, else fetch from each partition's leader. At most `max.poll.records` per call;
+//!   the rest stays buffered.
+//! - The join loop (JoinGroup, SyncGroup, the leader's [`range_assign`]) runs as a task of
+//!   its own, so a rebalance progresses between polls and a poll's timeout does not abandon
+//!   a JoinGroup (Java's heartbeat thread drives the network client the same way). A poll
+//!   waits for it at most until its own timeout and then returns empty.
+//! - A heartbeat task sends Heartbeat every `heartbeat.interval.ms` while the member is in
+//!   a stable group, like Java's heartbeat thread. Both tasks run on the consumer's madsim
+//!   node: a paused node stops heartbeating and is removed after `session.timeout.ms`, as
+//!   in Kafka. If `poll` is not called within `max.poll.interval.ms` the heartbeat task
+//!   leaves the group (Java's poll timeout).
+//! - [`Consumer::commit`] sends OffsetCommit with the current generation; ILLEGAL_GENERATION,
+//!   UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS become [`ClientError::CommitFailed`] and the
+//!   next `poll` rejoins. It retries coordinator errors and timeouts for
+//!   `default.api.timeout.ms`, then reports [`ClientError::Timeout`].
+//!
+//! # read_committed
+//! The model hides control records, so the client cannot see ABORT markers the way Java's
+//! `CompletedFetch` does. Approximation: a transactional record is dropped when the fetch
+//! response lists an aborted transaction of its producer id with `first_offset ≤ offset`.
+//! This is exact unless one producer id has an aborted and a later committed transaction
+//! in the same fetched range; then the committed records are dropped too (visible as lost
+//! records in a history). The fix is for the fetch response to carry abort-marker offsets.
+//!
+//! # Not modelled
+//! Auto-commit (ConsumerConfig has no `enable.auto.commit`), cooperative rebalancing,
+//! static membership, fetch sessions, concurrent fetches to several leaders (they are sent
+//! one after the other).
+
+use super::conn::{needs_metadata_refresh, Connection};
+use crate::client::{AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig};
+use async_trait::async_trait;
+use eosim_sim::kafka::{
+    AbortedTxn, BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec,
+    Request, Response, TopicPartition,
+};
+use membership::{GroupClient, Joined};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, Instant};
+
+mod membership;
+#[cfg(test)]
+mod tests;
+
+pub use membership::range_assign;
+
+/// Java's `default.api.timeout.ms`: the bound on `commit`, in ms.
+pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
+/// Java's `retry.backoff.ms`: the pause before retrying a failed coordinator call, in ms.
+const RETRY_BACKOFF_MS: u64 = 100;
+/// Java waits this much longer than the rebalance timeout for JoinGroup, in ms.
+const JOIN_GROUP_TIMEOUT_EXTRA_MS: u64 = 5_000;
+
+/// A point in simulated time a call must finish by, with the bound it came from.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    bound_ms: u64,
+}
+
+impl Deadline {
+    fn after(bound: Duration) -> Self {
+        Self {
+            at: Instant::now() + bound,
+            bound_ms: bound.as_millis() as u64,
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+
+    fn expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// `limit`, cut to what is left.
+    fn cap(&self, limit: Duration) -> Duration {
+        limit.min(self.remaining())
+    }
+
+    fn timeout(&self, what: impl Into<String>) -> ClientError {
+        ClientError::Timeout {
+            what: what.into(),
+            timeout_ms: self.bound_ms,
+        }
+    }
+}
+
+/// A group consumer on the simulated cluster. See the module docs.
+pub struct SimConsumer {
+    group: GroupClient,
+    /// Subscribed topics, sorted; empty before `subscribe`.
+    topics: Vec<String>,
+    heartbeat_task: Option<JoinHandle<()>>,
+    /// The join loop of a rebalance in progress.
+    rebalance_task: Option<JoinHandle<Result<Joined, ClientError>>>,
+    assignment: Vec<TopicPartition>,
+    /// Next offset to fetch of each positioned partition.
+    positions: BTreeMap<TopicPartition, Offset>,
+    /// Assigned partitions whose committed offset is still to be fetched.
+    needs_committed: BTreeSet<TopicPartition>,
+    /// Partitions to position by `auto.offset.reset`.
+    needs_reset: BTreeSet<TopicPartition>,
+    buffer: VecDeque<ConsumedRecord>,
+}
+
+impl SimConsumer {
+    /// A consumer of group `config.group_id` over `conn`. Nothing is sent before
+    /// [`Consumer::subscribe`].
+    pub fn new(conn: Connection, config: ConsumerConfig) -> Self {
+        Self {
+            group: GroupClient::new(conn, config),
+            topics: Vec::new(),
+            heartbeat_task: None,
+            rebalance_task: None,
+            assignment: Vec::new(),
+            positions: BTreeMap::new(),
+            needs_committed: BTreeSet::new(),
+            needs_reset: BTreeSet::new(),
+            buffer: VecDeque::new(),
+        }
+    }
+
+    /// Eager: forget every partition, its position and buffered records (Java's
+    /// `onJoinPrepare` revoking all partitions).
+    fn revoke_all(&mut self) {
+        self.assignment.clear();
+        self.positions.clear();
+        self.needs_committed.clear();
+        self.needs_reset.clear();
+        self.buffer.clear();
+    }
+
+    /// Rejoins the group if it asked for it or we are not in a stable generation: revokes
+    /// everything, starts the join loop if none runs, and waits for it until `deadline`.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] while the rebalance goes on; the join loop's fatal errors.
+    async fn ensure_active_group(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+        if self.rebalance_task.is_none() {
+            let joined = {
+                let m = self.group.membership();
+                m.stable && !m.rejoin_needed
+            };
+            if joined {
+                return Ok(());
+            }
+            self.revoke_all();
+            self.group.membership().stable = false;
+            let task = self.group.clone().rebalance(self.topics.clone());
+            self.rebalance_task = Some(tokio::spawn(task));
+        }
+        let task = self.rebalance_task.as_mut().expect("started above");
+        let Ok(finished) = tokio::time::timeout(deadline.remaining(), task).await else {
+            return Err(deadline.timeout("rebalance"));
+        };
+        self.rebalance_task = None;
+        let joined = finished.map_err(|e| ClientError::Fatal(format!("join loop: {e}")))??;
+        let mut assignment = joined.assignment;
+        assignment.sort();
+        tracing::debug!(generation = joined.generation, ?assignment, "assigned");
+        self.needs_committed = assignment.iter().cloned().collect();
+        self.assignment = assignment;
+        Ok(())
+    }
+
+    /// Positions newly assigned partitions: committed offsets first, then
+    /// `auto.offset.reset`. Failures leave partitions unpositioned for the next poll.
+    async fn update_positions(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+        if !self.needs_committed.is_empty() {
+            let partitions: Vec<TopicPartition> = self.needs_committed.iter().cloned().collect();
+            let request = Request::OffsetFetch {
+                group_id: self.group.config.group_id.clone(),
+                partitions,
+            };
+            if let Ok(Response::OffsetFetch { offsets }) =
+                self.group.coordinator_request(request, deadline).await
+            {
+                for (tp, offset) in offsets {
+                    if !self.needs_committed.remove(&tp) {
+                        continue;
+                    }
+                    if offset >= 0 {
+                        self.positions.insert(tp, offset);
+                    } else {
+                        self.needs_reset.insert(tp);
+                    }
+                }
+            }
+        }
+        self.reset_positions(deadline).await
+    }
+
+    /// `auto.offset.reset` for every partition in `needs_reset`, via ListOffsets to its
+    /// leader.
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] under `auto.offset.reset=none` (Java's
+    /// `NoOffsetForPartitionException` / `OffsetOutOfRangeException`).
+    async fn reset_positions(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+        let Some(tp) = self.needs_reset.first().cloned() else {
+            return Ok(());
+        };
+        let spec = match self.group.config.auto_offset_reset {
+            AutoOffsetReset::Earliest => OffsetSpec::Earliest,
+            AutoOffsetReset::Latest => OffsetSpec::Latest(self.group.config.isolation_level),
+            AutoOffsetReset::None => {
+                let why = format!("no valid offset for {tp} and auto.offset.reset=none");
+                return Err(ClientError::Fatal(why));
+            }
+        };
+        for tp in self.needs_reset.clone() {
+            let Some(leader) = self.leader_of(&tp, deadline).await else {
+                continue;
+            };
+            let request = Request::ListOffsets {
+                tp: tp.clone(),
+                spec,
+            };
+            let timeout = deadline.cap(self.group.request_timeout());
+            match self.group.conn.request(leader, request, timeout).await {
+                Ok(Response::ListOffsets { offset }) => {
+                    self.needs_reset.remove(&tp);
+                    self.positions.insert(tp, offset);
+                }
+                Ok(Response::Error(e)) if needs_metadata_refresh(e) => {
+                    self.group.conn.invalidate(&tp.topic)
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The leader of `tp`, refreshing metadata once if it is not cached.
+    async fn leader_of(&self, tp: &TopicPartition, deadline: &Deadline) -> Option<BrokerId> {
+        if let Some(leader) = self.group.conn.leader(tp) {
+            return Some(leader);
+        }
+        self.refresh_metadata(deadline).await;
+        self.group.conn.leader(tp)
+    }
+
+    /// Refreshes the subscribed topics' metadata; a failure leaves the cache as it was.
+    async fn refresh_metadata(&self, deadline: &Deadline) {
+        let timeout = deadline.cap(self.group.request_timeout());
+        let _ = self
+            .group
+            .conn
+            .refresh_metadata(&self.topics, timeout)
+            .await;
+    }
+
+    fn fetch_request(
+        &self,
+        partitions: Vec<(TopicPartition, Offset)>,
+        deadline: &Deadline,
+    ) -> Request {
+        let config = &self.group.config;
+        let max_wait_ms = config
+            .fetch_max_wait_ms
+            .min(deadline.remaining().as_millis() as u64);
+        Request::Fetch {
+            isolation: config.isolation_level,
+            partitions,
+            max_bytes: config.fetch_max_bytes,
+            partition_max_bytes: config.max_partition_fetch_bytes,
+            max_wait_ms,
+        }
+    }
+
+    /// One round of fetches: positioned partitions grouped by leader, one Fetch each.
+    async fn fetch_once(&mut self, deadline: &Deadline) {
+        let mut by_leader: BTreeMap<BrokerId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
+        let mut leaderless = false;
+        for (tp, &offset) in &self.positions {
+            match self.group.conn.leader(tp) {
+                Some(leader) => by_leader
+                    .entry(leader)
+                    .or_default()
+                    .push((tp.clone(), offset)),
+                None => leaderless = true,
+            }
+        }
+        if leaderless {
+            self.refresh_metadata(deadline).await;
+        }
+        // A fetch may outlive a short poll, as Java's in-flight fetches do, up to
+        // request.timeout.ms.
+        let wait = Duration::from_millis(self.group.config.fetch_max_wait_ms);
+        let timeout = deadline
+            .remaining()
+            .max(wait)
+            .min(self.group.request_timeout());
+        for (leader, partitions) in by_leader {
+            let request = self.fetch_request(partitions.clone(), deadline);
+            match self.group.conn.request(leader, request, timeout).await {
+                Ok(Response::Fetch {
+                    partitions: results,
+                }) => {
+                    let requested: BTreeMap<_, _> = partitions.into_iter().collect();
+                    for (tp, result) in results {
+                        if let Some(&offset) = requested.get(&tp) {
+                            self.on_fetched(tp, offset, result);
+                        }
+                    }
+                }
+                Ok(Response::Error(e)) if needs_metadata_refresh(e) => partitions
+                    .iter()
+                    .for_each(|(tp, _)| self.group.conn.invalidate(&tp.topic)),
+                _ => {}
+            }
+        }
+    }
+
+    /// One partition's fetch result, if the partition is still at the fetched offset.
+    fn on_fetched(&mut self, tp: TopicPartition, fetch_offset: Offset, result: FetchPartition) {
+        if self.positions.get(&tp) != Some(&fetch_offset) {
+            return;
+        }
+        match result.error {
+            Some(KafkaError::OffsetOutOfRange) => {
+                self.positions.remove(&tp);
+                self.needs_reset.insert(tp);
+            }
+            Some(e) if needs_metadata_refresh(e) => self.group.conn.invalidate(&tp.topic),
+            Some(_) => {}
+            None => {
+                let mut next = result.next_fetch_offset.max(fetch_offset);
+                let records = match self.group.config.isolation_level {
+                    Isolation::ReadCommitted => drop_aborted(result.records, &result.aborted),
+                    Isolation::ReadUncommitted => result.records,
+                };
+                for fetched in records.into_iter().filter(|r| r.offset >= fetch_offset) {
+                    next = next.max(fetched.offset + 1);
+                    self.buffer.push_back(consumed(&tp, fetched));
+                }
+                self.positions.insert(tp, next);
+            }
+        }
+    }
+
+    /// Up to `max.poll.records` buffered records.
+    fn drain(&mut self) -> Vec<ConsumedRecord> {
+        let n = self
+            .buffer
+            .len()
+            .min(self.group.config.max_poll_records.max(1));
+        self.buffer.drain(..n).collect()
+    }
+
+    fn abort_tasks(&mut self) {
+        if let Some(task) = self.heartbeat_task.take() {
+            task.abort();
+        }
+        if let Some(task) = self.rebalance_task.take() {
+            task.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for SimConsumer {
+    async fn subscribe(&mut self, topics: &[String]) -> Result<(), ClientError> {
+        let mut topics = topics.to_vec();
+        topics.sort();
+        topics.dedup();
+        self.topics = topics;
+        if let Some(task) = self.rebalance_task.take() {
+            // The running join loop carries the old subscription.
+            task.abort();
+        }
+        {
+            let mut m = self.group.membership();
+            m.rejoin_needed = true;
+            m.last_poll = Instant::now();
+        }
+        if self.heartbeat_task.is_none() {
+            let task = self.group.clone().heartbeat_loop();
+            self.heartbeat_task = Some(tokio::spawn(task));
+        }
+        let deadline = Deadline::after(self.group.request_timeout());
+        self.group.ensure_coordinator(&deadline).await.map(|_| ())
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+        let deadline = Deadline::after(timeout);
+        self.group.membership().last_poll = Instant::now();
+        loop {
+            if !self.topics.is_empty() {
+                match self.ensure_active_group(&deadline).await {
+                    Ok(()) => self.update_positions(&deadline).await?,
+                    // Java's poll returns empty when the group is not ready in time.
+                    Err(ClientError::Timeout { .. }) => return Ok(Vec::new()),
+                    Err(e) => return Err(e),
+                }
+            }
+            if !self.buffer.is_empty() {
+                return Ok(self.drain());
+            }
+            if deadline.expired() {
+                return Ok(Vec::new());
+            }
+            self.fetch_once(&deadline).await;
+            if self.buffer.is_empty() {
+                backoff(&deadline).await;
+            }
+        }
+    }
+
+    async fn commit(&mut self, offsets: &[(TopicPartition, Offset)]) -> Result<(), ClientError> {
+        if offsets.is_empty() {
+            // Java's commitSync sends nothing for an empty map.
+            return Ok(());
+        }
+        let (member_id, generation) = {
+            let m = self.group.membership();
+            if !m.stable {
+                // Java: "the consumer is not part of an active group".
+                let e = if m.member_id.is_empty() {
+                    KafkaError::UnknownMemberId
+                } else {
+                    KafkaError::RebalanceInProgress
+                };
+                return Err(ClientError::CommitFailed(e));
+            }
+            (m.member_id.clone(), m.generation)
+        };
+        let request = Request::OffsetCommit {
+            group_id: self.group.config.group_id.clone(),
+            generation,
+            member_id,
+            offsets: offsets.to_vec(),
+        };
+        let deadline = Deadline::after(Duration::from_millis(DEFAULT_API_TIMEOUT_MS));
+        match self.group.coordinator_request(request, &deadline).await? {
+            Response::OffsetCommit => Ok(()),
+            Response::Error(
+                e @ (KafkaError::IllegalGeneration
+                | KafkaError::UnknownMemberId
+                | KafkaError::RebalanceInProgress),
+            ) => {
+                let mut m = self.group.membership();
+                m.on_error(e);
+                m.stable = false;
+                m.rejoin_needed = true;
+                Err(ClientError::CommitFailed(e))
+            }
+            Response::Error(e) => Err(ClientError::Kafka(e)),
+            other => Err(unexpected("OffsetCommit", &other)),
+        }
+    }
+
+    fn assignment(&self) -> Vec<TopicPartition> {
+        self.assignment.clone()
+    }
+
+    async fn close(&mut self) {
+        self.abort_tasks();
+        self.revoke_all();
+        let (coordinator, member_id) = {
+            let mut m = self.group.membership();
+            let left = (m.coordinator, m.member_id.clone());
+            m.reset();
+            m.rejoin_needed = false;
+            left
+        };
+        if let (Some(coordinator), false) = (coordinator, member_id.is_empty()) {
+            let group_id = self.group.config.group_id.clone();
+            let request = Request::LeaveGroup {
+                group_id,
+                member_id,
+            };
+            let _ = self
+                .group
+                .conn
+                .request(coordinator, request, self.group.request_timeout())
+                .await;
+        }
+    }
+}
+
+impl Drop for SimConsumer {
+    fn drop(&mut self) {
+        self.abort_tasks();
+    }
+}
+
+/// Drops the transactional records of aborted transactions: a record whose producer id
+/// has an aborted entry with `first_offset ≤ offset` (see the module docs for where this
+/// approximates Java's `CompletedFetch`).
+fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
+    records
+        .into_iter()
+        .filter(|r| {
+            !(r.transactional
+                && aborted
+                    .iter()
+                    .any(|a| a.producer_id == r.producer_id && a.first_offset <= r.offset))
+        })
+        .collect()
+}
+
+fn consumed(tp: &TopicPartition, fetched: FetchedRecord) -> ConsumedRecord {
+    ConsumedRecord {
+        tp: tp.clone(),
+        offset: fetched.offset,
+        key: fetched.record.key,
+        value: fetched.record.value,
+        headers: fetched.record.headers,
+    }
+}
+
+async fn backoff(deadline: &Deadline) {
+    sleep(deadline.cap(Duration::from_millis(RETRY_BACKOFF_MS))).await;
+}
+
+fn unexpected(api: &str, response: &Response) -> ClientError {
+    ClientError::Fatal(format!("unexpected {api} response {response:?}"))
+}

@@ -1,0 +1,401 @@
+//! The consumer's side of the classic group protocol: finding the coordinator, the join loop
+//! (JoinGroup, SyncGroup, the leader's range assignment) and the heartbeat task.
+//!
+//! The join loop and the heartbeats run as tasks of their own on the consumer's node, as
+//! Java's heartbeat thread drives the network client between polls: a rebalance progresses
+//! while the application is busy, and a paused node stops both.
+
+use super::{backoff, unexpected, Deadline, JOIN_GROUP_TIMEOUT_EXTRA_MS, RETRY_BACKOFF_MS};
+use crate::client::sim::conn::{request_name, Connection};
+use crate::client::{ClientError, ConsumerConfig};
+use eosim_sim::kafka::{BrokerId, CoordinatorKind, KafkaError, Request, Response, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::{sleep, Instant};
+
+/// Kafka's `RangeAssignor`: per topic, the subscribed members sorted by member id and the
+/// partitions in order; each member gets `n / m` consecutive partitions and the first
+/// `n % m` members one more. `members` maps member id to subscribed topics;
+/// `partition_counts` has the partition count of every known topic (topics without
+/// metadata are skipped, as in Kafka). Every member appears in the result.
+pub fn range_assign(
+    members: &BTreeMap<String, Vec<String>>,
+    partition_counts: &BTreeMap<String, u32>,
+) -> BTreeMap<String, Vec<TopicPartition>> {
+    let mut assignment: BTreeMap<String, Vec<TopicPartition>> =
+        members.keys().map(|m| (m.clone(), Vec::new())).collect();
+    for (topic, &n) in partition_counts {
+        // BTreeMap keys are already sorted by member id.
+        let subscribers: Vec<&String> = members
+            .iter()
+            .filter(|(_, topics)| topics.contains(topic))
+            .map(|(m, _)| m)
+            .collect();
+        let m = subscribers.len() as u32;
+        if m == 0 {
+            continue;
+        }
+        for (i, member) in (0u32..).zip(subscribers) {
+            let start = (n / m) * i + i.min(n % m);
+            let length = n / m + u32::from(i < n % m);
+            let partitions = (start..start + length).map(|p| TopicPartition::new(topic, p));
+            assignment
+                .get_mut(member)
+                .expect("listed member")
+                .extend(partitions);
+        }
+    }
+    assignment
+}
+
+/// Group membership as the coordinator last told it.
+#[derive(Debug)]
+pub(super) struct Membership {
+    pub coordinator: Option<BrokerId>,
+    /// Empty until the coordinator hands one out (MEMBER_ID_REQUIRED).
+    pub member_id: String,
+    /// -1 outside a generation.
+    pub generation: i32,
+    /// Joined and synced: heartbeats run and commits carry the generation.
+    pub stable: bool,
+    /// The group asked for a rejoin (REBALANCE_IN_PROGRESS, a fenced generation, a new
+    /// subscription); the next `poll` rejoins.
+    pub rejoin_needed: bool,
+    /// When `poll` was last called (for `max.poll.interval.ms`).
+    pub last_poll: Instant,
+}
+
+impl Membership {
+    /// Java's reaction to a group error from the coordinator.
+    pub fn on_error(&mut self, e: KafkaError) {
+        match e {
+            KafkaError::UnknownMemberId => self.reset(),
+            KafkaError::IllegalGeneration => {
+                self.generation = -1;
+                self.stable = false;
+                self.rejoin_needed = true;
+            }
+            KafkaError::RebalanceInProgress => self.rejoin_needed = true,
+            KafkaError::NotCoordinator
+            | KafkaError::CoordinatorNotAvailable
+            | KafkaError::CoordinatorLoadInProgress => self.coordinator = None,
+            _ => {}
+        }
+    }
+
+    /// Forgets the member id and generation (UNKNOWN_MEMBER_ID, leaving, poll timeout).
+    pub fn reset(&mut self) {
+        self.member_id.clear();
+        self.generation = -1;
+        self.stable = false;
+        self.rejoin_needed = true;
+    }
+}
+
+/// A finished rebalance: the generation joined and this member's assignment.
+#[derive(Debug)]
+pub(super) struct Joined {
+    pub generation: i32,
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// What a JoinGroup answered with a generation.
+struct JoinResult {
+    generation: i32,
+    member_id: String,
+    leader: String,
+    members: BTreeMap<String, Vec<String>>,
+}
+
+/// What the consumer, its join loop and its heartbeat task share. Cloning shares it.
+#[derive(Clone)]
+pub(super) struct GroupClient {
+    pub conn: Connection,
+    pub config: ConsumerConfig,
+    membership: Arc<Mutex<Membership>>,
+}
+
+impl GroupClient {
+    pub fn new(conn: Connection, config: ConsumerConfig) -> Self {
+        let membership = Membership {
+            coordinator: None,
+            member_id: String::new(),
+            generation: -1,
+            stable: false,
+            rejoin_needed: false,
+            last_poll: Instant::now(),
+        };
+        Self {
+            conn,
+            config,
+            membership: Arc::new(Mutex::new(membership)),
+        }
+    }
+
+    pub fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership.lock().expect("membership lock")
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.request_timeout_ms)
+    }
+
+    /// The group coordinator, found with FindCoordinator (retried on retriable errors,
+    /// asking the bootstrap brokers in turn) if unknown.
+    pub async fn ensure_coordinator(&self, deadline: &Deadline) -> Result<BrokerId, ClientError> {
+        loop {
+            if let Some(broker) = self.membership().coordinator {
+                return Ok(broker);
+            }
+            if deadline.expired() {
+                return Err(deadline.timeout("FindCoordinator"));
+            }
+            let key = self.config.group_id.clone();
+            let request = Request::FindCoordinator {
+                key,
+                kind: CoordinatorKind::Group,
+            };
+            let timeout = deadline.cap(self.request_timeout());
+            match self.conn.request_any(request, timeout).await {
+                Ok(Response::FindCoordinator { broker }) => {
+                    self.membership().coordinator = Some(broker);
+                    return Ok(broker);
+                }
+                Ok(Response::Error(e)) if e.is_retriable() => backoff(deadline).await,
+                Ok(Response::Error(e)) => return Err(ClientError::Kafka(e)),
+                Ok(other) => return Err(unexpected("FindCoordinator", &other)),
+                // The next bootstrap broker is asked on the next turn.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Sends `request` to the coordinator, re-finding it on coordinator errors and
+    /// timeouts, until `deadline`. Other responses (errors included) are returned.
+    pub async fn coordinator_request(
+        &self,
+        request: Request,
+        deadline: &Deadline,
+    ) -> Result<Response, ClientError> {
+        loop {
+            if deadline.expired() {
+                return Err(deadline.timeout(request_name(&request)));
+            }
+            let coordinator = self.ensure_coordinator(deadline).await?;
+            let timeout = deadline.cap(self.request_timeout());
+            match self
+                .conn
+                .request(coordinator, request.clone(), timeout)
+                .await
+            {
+                Ok(Response::Error(e)) if is_coordinator_error(e) => {
+                    self.membership().on_error(e);
+                    backoff(deadline).await;
+                }
+                Ok(response) => return Ok(response),
+                Err(_) => self.membership().coordinator = None,
+            }
+        }
+    }
+
+    /// The join loop, run as its own task: JoinGroup (again after MEMBER_ID_REQUIRED),
+    /// SyncGroup with the leader's assignment, until the member is stable in a generation
+    /// or a fatal error. It keeps trying while the coordinator cannot be reached, as Java
+    /// does; the polls waiting for it have their own deadlines.
+    pub async fn rebalance(self, topics: Vec<String>) -> Result<Joined, ClientError> {
+        loop {
+            let deadline = Deadline::after(self.request_timeout());
+            let coordinator = match self.ensure_coordinator(&deadline).await {
+                Ok(coordinator) => coordinator,
+                Err(ClientError::Timeout { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let Some(join) = self.join(coordinator, &topics).await? else {
+                continue;
+            };
+            if let Some(joined) = self.sync(coordinator, join).await? {
+                return Ok(joined);
+            }
+        }
+    }
+
+    /// Java bounds JoinGroup and SyncGroup by the rebalance timeout plus 5 s.
+    fn rebalance_request_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS)
+    }
+
+    /// One JoinGroup; `None` to try again.
+    async fn join(
+        &self,
+        coordinator: BrokerId,
+        topics: &[String],
+    ) -> Result<Option<JoinResult>, ClientError> {
+        let request = Request::JoinGroup {
+            group_id: self.config.group_id.clone(),
+            member_id: self.membership().member_id.clone(),
+            session_timeout_ms: self.config.session_timeout_ms,
+            rebalance_timeout_ms: self.config.max_poll_interval_ms,
+            topics: topics.to_vec(),
+        };
+        let timeout = self.rebalance_request_timeout();
+        match self.conn.request(coordinator, request, timeout).await {
+            Ok(Response::MemberIdRequired { member_id }) => {
+                self.membership().member_id = member_id;
+                Ok(None)
+            }
+            Ok(Response::JoinGroup {
+                generation,
+                member_id,
+                leader,
+                members,
+            }) => Ok(Some(JoinResult {
+                generation,
+                member_id,
+                leader,
+                members,
+            })),
+            Ok(Response::Error(e)) => self.on_rebalance_error(e).await.map(|()| None),
+            Ok(other) => Err(unexpected("JoinGroup", &other)),
+            // Java marks the coordinator unknown when a request to it times out.
+            Err(_) => {
+                self.membership().coordinator = None;
+                Ok(None)
+            }
+        }
+    }
+
+    /// One SyncGroup (the leader's with the range assignment); on success the member is
+    /// stable in the generation and heartbeats start.
+    async fn sync(
+        &self,
+        coordinator: BrokerId,
+        join: JoinResult,
+    ) -> Result<Option<Joined>, ClientError> {
+        let assignments = if join.leader == join.member_id {
+            self.leader_assignment(&join.members).await
+        } else {
+            BTreeMap::new()
+        };
+        let request = Request::SyncGroup {
+            group_id: self.config.group_id.clone(),
+            generation: join.generation,
+            member_id: join.member_id.clone(),
+            assignments,
+        };
+        match self
+            .conn
+            .request(coordinator, request, self.rebalance_request_timeout())
+            .await
+        {
+            Ok(Response::SyncGroup { assignment }) => {
+                let mut m = self.membership();
+                m.member_id = join.member_id;
+                m.generation = join.generation;
+                m.stable = true;
+                m.rejoin_needed = false;
+                Ok(Some(Joined {
+                    generation: join.generation,
+                    assignment,
+                }))
+            }
+            Ok(Response::Error(e)) => self.on_rebalance_error(e).await.map(|()| None),
+            Ok(other) => Err(unexpected("SyncGroup", &other)),
+            Err(_) => {
+                self.membership().coordinator = None;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A JoinGroup or SyncGroup error: adjust membership and back off, or give up.
+    async fn on_rebalance_error(&self, e: KafkaError) -> Result<(), ClientError> {
+        match e {
+            KafkaError::InvalidSessionTimeout | KafkaError::InconsistentGroupProtocol => Err(
+                ClientError::Fatal(format!("the group coordinator refused the member: {e}")),
+            ),
+            _ => {
+                self.membership().on_error(e);
+                sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// The leader's range assignment over the members' subscriptions, with partition
+    /// counts from fresh metadata (topics whose metadata cannot be had are skipped).
+    async fn leader_assignment(
+        &self,
+        members: &BTreeMap<String, Vec<String>>,
+    ) -> BTreeMap<String, Vec<TopicPartition>> {
+        let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
+        let topics: Vec<String> = topics.into_iter().collect();
+        let _ = self
+            .conn
+            .refresh_metadata(&topics, self.request_timeout())
+            .await;
+        let partition_counts = topics
+            .iter()
+            .filter_map(|t| self.conn.partition_count(t).map(|n| (t.clone(), n)))
+            .collect();
+        range_assign(members, &partition_counts)
+    }
+
+    /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat; a
+    /// `max.poll.interval.ms` without `poll` makes the member leave the group.
+    pub async fn heartbeat_loop(self) {
+        let interval = Duration::from_millis(self.config.heartbeat_interval_ms.max(1));
+        let max_poll_interval = Duration::from_millis(self.config.max_poll_interval_ms);
+        loop {
+            sleep(interval).await;
+            let (coordinator, member_id, generation, poll_overdue) = {
+                let m = self.membership();
+                let Some(coordinator) = m.coordinator.filter(|_| m.stable) else {
+                    continue;
+                };
+                let overdue = m.last_poll.elapsed() > max_poll_interval;
+                (coordinator, m.member_id.clone(), m.generation, overdue)
+            };
+            let group_id = self.config.group_id.clone();
+            if poll_overdue {
+                self.membership().reset();
+                let request = Request::LeaveGroup {
+                    group_id,
+                    member_id,
+                };
+                let _ = self
+                    .conn
+                    .request(coordinator, request, self.request_timeout())
+                    .await;
+                continue;
+            }
+            let request = Request::Heartbeat {
+                group_id,
+                generation,
+                member_id: member_id.clone(),
+            };
+            let result = self
+                .conn
+                .request(coordinator, request, self.request_timeout())
+                .await;
+            let mut m = self.membership();
+            if m.member_id != member_id || m.generation != generation {
+                continue;
+            }
+            match result {
+                Ok(Response::Error(e)) => m.on_error(e),
+                Ok(_) => {}
+                Err(_) => m.coordinator = None,
+            }
+        }
+    }
+}
+
+fn is_coordinator_error(e: KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::NotCoordinator
+            | KafkaError::CoordinatorNotAvailable
+            | KafkaError::CoordinatorLoadInProgress
+    )
+}

@@ -1,0 +1,525 @@
+//! The range assignor and the read_committed filter, pure; the consumer against a one-broker
+//! fake serving the real group coordinator, in madsim.
+
+use super::*;
+use eosim_sim::kafka::service::broker_ip;
+use std::sync::{Arc, Mutex};
+
+fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    list.iter()
+        .map(|(m, topics)| {
+            (
+                m.to_string(),
+                topics.iter().map(|t| t.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn partitions(topic: &str, list: &[u32]) -> Vec<TopicPartition> {
+    list.iter()
+        .map(|&p| TopicPartition::new(topic, p))
+        .collect()
+}
+
+#[test]
+fn range_assignor_gives_the_first_members_one_partition_more() {
+    let members = members(&[("c1", &["t"]), ("c2", &["t"]), ("c3", &["t"])]);
+    let counts = BTreeMap::from([("t".to_string(), 7)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(assignment["c1"], partitions("t", &[0, 1, 2]));
+    assert_eq!(assignment["c2"], partitions("t", &[3, 4]));
+    assert_eq!(assignment["c3"], partitions("t", &[5, 6]));
+}
+
+#[test]
+fn range_assignor_assigns_each_topic_separately_to_its_subscribers() {
+    let members = members(&[("a", &["t", "u"]), ("b", &["t"]), ("c", &["u"])]);
+    let counts = BTreeMap::from([("t".to_string(), 3), ("u".to_string(), 1)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(
+        assignment["a"],
+        [partitions("t", &[0, 1]), partitions("u", &[0])].concat()
+    );
+    assert_eq!(assignment["b"], partitions("t", &[2]));
+    assert_eq!(assignment["c"], Vec::new());
+}
+
+#[test]
+fn range_assignor_leaves_surplus_members_empty_and_skips_unknown_topics() {
+    let members = members(&[("a", &["t", "x"]), ("b", &["t"]), ("c", &["t"])]);
+    let counts = BTreeMap::from([("t".to_string(), 2)]);
+    let assignment = range_assign(&members, &counts);
+    assert_eq!(assignment["a"], partitions("t", &[0]));
+    assert_eq!(assignment["b"], partitions("t", &[1]));
+    assert_eq!(assignment["c"], Vec::new());
+}
+
+#[test]
+fn read_committed_drops_records_of_aborted_transactions_from_their_first_offset() {
+    let record = |offset, producer_id, transactional| FetchedRecord {
+        offset,
+        record: eosim_sim::kafka::Record {
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp_ms: 0,
+        },
+        producer_id,
+        transactional,
+    };
+    let records = vec![
+        record(0, 7, true),
+        record(1, 8, true),
+        record(2, 7, true),
+        record(3, -1, false),
+    ];
+    let aborted = [AbortedTxn {
+        producer_id: 7,
+        first_offset: 2,
+    }];
+    let kept: Vec<Offset> = drop_aborted(records, &aborted)
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(kept, vec![0, 1, 3]);
+}
+
+/// One broker serving the real group coordinator and a fixed log: topic `t` with
+/// [`PARTITIONS`] partitions of [`RECORDS_PER_PARTITION`] records each, leader broker 1.
+mod fake_broker {
+    use super::*;
+    use eosim_sim::kafka::group::GroupCoordinator;
+    use eosim_sim::kafka::model::{ParkToken, Reply};
+    use eosim_sim::kafka::service::broker_addr;
+    use eosim_sim::kafka::{ClusterConfig, PartitionMetadata, Record};
+
+    pub const TOPIC: &str = "t";
+    pub const PARTITIONS: u32 = 3;
+    pub const RECORDS_PER_PARTITION: i64 = 10;
+    const TICK_MS: u64 = 5;
+
+    type Shared = Arc<Mutex<GroupCoordinator>>;
+
+    pub async fn serve(start: Instant) {
+        let coordinator: Shared =
+            Arc::new(Mutex::new(GroupCoordinator::new(ClusterConfig::default())));
+        let ticker = coordinator.clone();
+        tokio::spawn(async move {
+            loop {
+                sleep(Duration::from_millis(TICK_MS)).await;
+                ticker
+                    .lock()
+                    .expect("lock")
+                    .tick(start.elapsed().as_millis() as u64);
+            }
+        });
+        let endpoint = madsim::net::Endpoint::bind(broker_addr(1))
+            .await
+            .expect("bind broker-1");
+        eosim_sim::net::serve(endpoint, move |request: Request, _from| {
+            let coordinator = coordinator.clone();
+            async move { answer(&coordinator, start, request).await }
+        })
+        .await;
+    }
+
+    async fn answer(coordinator: &Shared, start: Instant, request: Request) -> Response {
+        let now = || start.elapsed().as_millis() as u64;
+        match request {
+            Request::Metadata { .. } => metadata(),
+            Request::FindCoordinator { .. } => Response::FindCoordinator { broker: 1 },
+            Request::ListOffsets { spec, .. } => Response::ListOffsets {
+                offset: match spec {
+                    OffsetSpec::Earliest => 0,
+                    OffsetSpec::Latest(_) => RECORDS_PER_PARTITION,
+                },
+            },
+            Request::Fetch { partitions, .. } => fetch(partitions),
+            group_request => {
+                let reply = coordinator
+                    .lock()
+                    .expect("lock")
+                    .handle(now(), group_request);
+                match reply {
+                    Reply::Done(response) => response,
+                    Reply::Parked(ParkToken::Group(token)) => loop {
+                        sleep(Duration::from_millis(TICK_MS)).await;
+                        if let Some(r) = coordinator.lock().expect("lock").poll_parked(now(), token)
+                        {
+                            break r;
+                        }
+                    },
+                    Reply::Parked(other) => panic!("unexpected token {other:?}"),
+                }
+            }
+        }
+    }
+
+    fn metadata() -> Response {
+        let partitions = (0..PARTITIONS)
+            .map(|partition| PartitionMetadata {
+                partition,
+                leader: Some(1),
+                leader_epoch: 0,
+                replicas: vec![1],
+                isr: vec![1],
+            })
+            .collect();
+        Response::Metadata {
+            brokers: vec![1],
+            topics: BTreeMap::from([(TOPIC.into(), partitions)]),
+        }
+    }
+
+    /// At most 4 records per partition and fetch.
+    fn fetch(partitions: Vec<(TopicPartition, Offset)>) -> Response {
+        let partitions = partitions
+            .into_iter()
+            .map(|(tp, offset)| {
+                let end = (offset + 4).min(RECORDS_PER_PARTITION).max(offset);
+                let records = (offset..end)
+                    .map(|o| FetchedRecord {
+                        offset: o,
+                        record: Record {
+                            key: None,
+                            value: Some(format!("{tp}@{o}").into()),
+                            headers: Vec::new(),
+                            timestamp_ms: 0,
+                        },
+                        producer_id: -1,
+                        transactional: false,
+                    })
+                    .collect();
+                let error =
+                    (offset > RECORDS_PER_PARTITION).then_some(KafkaError::OffsetOutOfRange);
+                let result = FetchPartition {
+                    error,
+                    high_watermark: RECORDS_PER_PARTITION,
+                    last_stable_offset: RECORDS_PER_PARTITION,
+                    log_start_offset: 0,
+                    records,
+                    aborted: Vec::new(),
+                    next_fetch_offset: end,
+                };
+                (tp, result)
+            })
+            .collect();
+        Response::Fetch { partitions }
+    }
+}
+
+type Seen = Arc<Mutex<Vec<(TopicPartition, Offset)>>>;
+
+/// Subscribes, polls and commits what it got for `run_for`; returns the assignment it
+/// ended with and then closes the consumer if `close`.
+async fn consume(seen: Seen, run_for: Duration, close: bool) -> Vec<TopicPartition> {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut config = ConsumerConfig::new("g");
+    config.session_timeout_ms = 10_000;
+    config.heartbeat_interval_ms = 1_000;
+    config.max_poll_records = 3;
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    let mut consumer = SimConsumer::new(conn, config);
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let end = Instant::now() + run_for;
+    while Instant::now() < end {
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll");
+        assert!(records.len() <= 3, "max.poll.records is respected");
+        let mut next = BTreeMap::new();
+        for r in &records {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+            next.insert(r.tp.clone(), r.offset + 1);
+        }
+        if !next.is_empty() {
+            let offsets: Vec<_> = next.into_iter().collect();
+            consumer
+                .commit(&offsets)
+                .await
+                .expect("commit in a stable group");
+        }
+    }
+    let assignment = consumer.assignment();
+    if close {
+        consumer.close().await;
+    }
+    assignment
+}
+
+#[test]
+fn two_consumers_split_the_partitions_and_the_survivor_resumes_from_committed_offsets() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let seen = Seen::default();
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
+        let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(20), false));
+        sleep(Duration::from_secs(2)).await;
+        let task_b = b.spawn(consume(seen.clone(), Duration::from_secs(8), true));
+        let b_assignment = task_b.await.expect("consumer b");
+        let a_assignment = task_a.await.expect("consumer a");
+        assert_eq!(
+            b_assignment.len(),
+            1,
+            "b shared the first generation: {b_assignment:?}"
+        );
+        assert_eq!(
+            a_assignment.len(),
+            fake_broker::PARTITIONS as usize,
+            "a took over"
+        );
+        let mut seen = seen.lock().expect("lock").clone();
+        let total = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), total, "no record consumed twice");
+        let expected =
+            fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
+        assert_eq!(total, expected, "every record consumed");
+    });
+}
+
+fn test_config() -> ConsumerConfig {
+    let mut config = ConsumerConfig::new("g");
+    config.session_timeout_ms = 10_000;
+    config.heartbeat_interval_ms = 1_000;
+    config.max_poll_records = 3;
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config
+}
+
+/// Polls and commits until it has drained its partitions (at most 10 s), sleeps 20 s (the
+/// test pauses the node meanwhile), then commits its old offsets again and polls for 10 s
+/// more. Returns the commit's result after the pause and the final assignment.
+async fn consume_through_a_pause(seen: Seen) -> (Result<(), ClientError>, Vec<TopicPartition>) {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut consumer = SimConsumer::new(conn, test_config());
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let mut committed = BTreeMap::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll");
+        if records.is_empty() && !committed.is_empty() {
+            break;
+        }
+        for r in records {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+            committed.insert(r.tp, r.offset + 1);
+        }
+        let offsets: Vec<_> = committed.clone().into_iter().collect();
+        consumer
+            .commit(&offsets)
+            .await
+            .expect("commit before the pause");
+    }
+    assert!(!committed.is_empty(), "b consumed before the pause");
+    sleep(Duration::from_secs(20)).await;
+    let offsets: Vec<_> = committed.into_iter().collect();
+    let after_pause = consumer.commit(&offsets).await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        for r in consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll")
+        {
+            seen.lock().expect("lock").push((r.tp.clone(), r.offset));
+        }
+    }
+    (after_pause, consumer.assignment())
+}
+
+#[test]
+fn a_paused_consumer_is_removed_its_commit_fails_and_it_rejoins_after_resuming() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let seen = Seen::default();
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
+        let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(50), false));
+        let task_b = b.spawn(consume_through_a_pause(seen.clone()));
+        sleep(Duration::from_secs(12)).await;
+        handle.pause(b.id());
+        sleep(Duration::from_secs(22)).await;
+        handle.resume(b.id());
+        let (after_pause, b_assignment) = task_b.await.expect("consumer b");
+        let a_assignment = task_a.await.expect("consumer a");
+        let Err(ClientError::CommitFailed(_)) = after_pause else {
+            panic!("a removed member's commit must fail, got {after_pause:?}")
+        };
+        assert!(!b_assignment.is_empty(), "b rejoined");
+        assert!(!a_assignment.is_empty(), "a kept a share");
+        assert_eq!(
+            a_assignment.len() + b_assignment.len(),
+            fake_broker::PARTITIONS as usize
+        );
+        let mut seen = seen.lock().expect("lock").clone();
+        let total = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), total, "no record consumed twice");
+    });
+}
+
+/// Runs one consumer with `config` for 10 s after `setup` ran against the broker; returns
+/// what it consumed.
+fn consume_alone(config: ConsumerConfig, setup: Option<Request>) -> Vec<(TopicPartition, Offset)> {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async move {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let seen = Seen::default();
+        let task_seen = seen.clone();
+        node.spawn(async move {
+            let conn = Connection::open(1).await.expect("client endpoint");
+            if let Some(request) = setup {
+                let response = conn.request(1, request, Duration::from_secs(1)).await;
+                assert!(
+                    matches!(response, Ok(Response::OffsetCommit)),
+                    "{response:?}"
+                );
+            }
+            let mut consumer = SimConsumer::new(conn, config);
+            consumer
+                .subscribe(&[fake_broker::TOPIC.to_string()])
+                .await
+                .expect("subscribe");
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end {
+                for r in consumer
+                    .poll(Duration::from_millis(500))
+                    .await
+                    .expect("poll")
+                {
+                    task_seen.lock().expect("lock").push((r.tp, r.offset));
+                }
+            }
+        })
+        .await
+        .expect("consumer task");
+        let seen = seen.lock().expect("lock").clone();
+        seen
+    })
+}
+
+/// Checklist D: a consumer with no committed offset starts at the end (latest) or at the
+/// log start offset (earliest) per auto.offset.reset.
+#[test]
+fn without_a_committed_offset_latest_starts_at_the_end_and_earliest_at_the_start() {
+    let mut latest = test_config();
+    latest.auto_offset_reset = AutoOffsetReset::Latest;
+    assert_eq!(consume_alone(latest, None), Vec::new());
+    let all = consume_alone(test_config(), None);
+    let expected = fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
+    assert_eq!(all.len(), expected);
+}
+
+#[test]
+fn a_committed_offset_out_of_range_is_reset_by_auto_offset_reset() {
+    let simple_commit = Request::OffsetCommit {
+        group_id: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        offsets: vec![(TopicPartition::new(fake_broker::TOPIC, 0), 50)],
+    };
+    let seen = consume_alone(test_config(), Some(simple_commit));
+    let partition_0 = seen.iter().filter(|(tp, _)| tp.partition == 0).count();
+    assert_eq!(
+        partition_0,
+        fake_broker::RECORDS_PER_PARTITION as usize,
+        "reset to earliest"
+    );
+}
+
+#[test]
+fn auto_offset_reset_none_without_a_committed_offset_is_fatal() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let outcome = node
+            .spawn(async {
+                let conn = Connection::open(1).await.expect("client endpoint");
+                let mut config = test_config();
+                config.auto_offset_reset = AutoOffsetReset::None;
+                let mut consumer = SimConsumer::new(conn, config);
+                consumer
+                    .subscribe(&[fake_broker::TOPIC.to_string()])
+                    .await
+                    .expect("subscribe");
+                for _ in 0..40 {
+                    consumer.poll(Duration::from_millis(500)).await?;
+                }
+                Ok(())
+            })
+            .await
+            .expect("consumer task");
+        assert!(matches!(outcome, Err(ClientError::Fatal(_))), "{outcome:?}");
+    });
+}

@@ -1,0 +1,145 @@
+//! `summary.md`: the claims matrix, then a section per violated or stalled scenario, then the
+//! coverage marks hit.
+
+use super::{RunReport, ScenarioResult, Verdict};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// The text of `summary.md` for `report`.
+pub fn summary_markdown(report: &RunReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# eosim run {}\n", report.run_id);
+    let _ = writeln!(
+        out,
+        "build `{}`, started {}\n",
+        report.build, report.started_at
+    );
+    claims_matrix(&mut out, &report.scenarios);
+    let failing: Vec<&ScenarioResult> = report
+        .scenarios
+        .iter()
+        .filter(|s| matches!(s.verdict, Verdict::Violated | Verdict::Stalled))
+        .collect();
+    if !failing.is_empty() {
+        out.push_str("\n## Violated and stalled claims\n");
+        for scenario in failing {
+            failing_section(&mut out, scenario);
+        }
+    }
+    notes_section(&mut out, &report.scenarios);
+    marks_section(&mut out, &report.scenarios);
+    out
+}
+
+/// Notes of the scenarios that have no section of their own.
+fn notes_section(out: &mut String, scenarios: &[ScenarioResult]) {
+    let quiet = scenarios.iter().filter(|s| {
+        !matches!(s.verdict, Verdict::Violated | Verdict::Stalled) && !s.notes.is_empty()
+    });
+    for (n, s) in quiet.enumerate() {
+        if n == 0 {
+            out.push_str("\n## Notes\n\n");
+        }
+        for note in &s.notes {
+            let _ = writeln!(out, "- {}: {note}", s.scenario);
+        }
+    }
+}
+
+/// A table cell: `|` escaped, newlines flattened.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+fn counts_text(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".to_string();
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| format!("{name} ×{n}"))
+        .collect();
+    parts.join(", ")
+}
+
+fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
+    out.push_str("## Claims\n\n");
+    out.push_str(
+        "| scenario | pipeline | claim | verdict | seeds | faults | forbidden anomalies \
+         | counterexample |\n",
+    );
+    out.push_str("|---|---|---|---|---:|---:|---|---|\n");
+    for s in scenarios {
+        let counterexample = s.counterexample.as_ref().map_or("-".to_string(), |c| {
+            format!("seed {}: `{}`", c.seed, cell(&c.replay))
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(&s.scenario),
+            cell(&s.pipeline),
+            cell(&s.claim),
+            s.verdict.markdown(),
+            s.seeds,
+            s.faults_injected,
+            cell(&counts_text(&s.forbidden_anomalies)),
+            counterexample
+        );
+    }
+}
+
+fn failing_section(out: &mut String, s: &ScenarioResult) {
+    let _ = writeln!(out, "\n### {}: {}\n", s.scenario, s.verdict.markdown());
+    let _ = writeln!(
+        out,
+        "pipeline {}, claim {}, {} seed(s), {} fault(s), sim time {:.1} s, wall time {:.1} s\n",
+        s.pipeline, s.claim, s.seeds, s.faults_injected, s.sim_time_s, s.wall_time_s
+    );
+    let _ = writeln!(
+        out,
+        "Forbidden anomalies: {}  ",
+        counts_text(&s.forbidden_anomalies)
+    );
+    let _ = writeln!(out, "All anomalies: {}\n", counts_text(&s.anomalies));
+    if let Some(c) = &s.counterexample {
+        let _ = writeln!(
+            out,
+            "Counterexample: seed {}, history `{}`\n",
+            c.seed, c.history_path
+        );
+        let _ = writeln!(out, "```sh\n{}\n```\n", c.replay);
+        out.push_str("Faults before the first forbidden anomaly:\n\n");
+        if c.faults.is_empty() {
+            out.push_str("- none\n");
+        }
+        for line in &c.faults {
+            let _ = writeln!(out, "- `{line}`");
+        }
+        out.push_str("\nAnomaly cases:\n\n");
+        for text in &c.anomalies {
+            let _ = writeln!(out, "- {text}");
+        }
+    } else {
+        out.push_str("No counterexample recorded.\n");
+    }
+    if !s.notes.is_empty() {
+        out.push_str("\nNotes:\n\n");
+        for note in &s.notes {
+            let _ = writeln!(out, "- {note}");
+        }
+    }
+}
+
+fn marks_section(out: &mut String, scenarios: &[ScenarioResult]) {
+    out.push_str("\n## Coverage marks hit\n\n");
+    if scenarios.iter().all(|s| s.marks.is_empty()) {
+        out.push_str("No marks were hit.\n");
+        return;
+    }
+    out.push_str("| scenario | mark | hits |\n|---|---|---:|\n");
+    for s in scenarios {
+        for (mark, hits) in &s.marks {
+            let _ = writeln!(out, "| {} | `{}` | {hits} |", cell(&s.scenario), cell(mark));
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The nemesis at work: a swarm drawn per seed, a schedule merged from the scenario's
+//! explicit faults and the swarm's, and each fault turned into madsim kills, pauses,
+//! clogged links and message faults, recorded in the history.
+
+use super::world::{broker_name, World};
+use eosim_sim::kafka::model::CrashMode;
+use eosim_sim::kafka::TopicPartition;
+use eosim_sim::nemesis::{Fault, FaultKind, ScheduledFault, Swarm};
+use eosim_sim::net::{clear_message_faults, set_message_faults, MessageFaults};
+use madsim::net::NetSim;
+use madsim::rand::Rng;
+
+/// The swarm parameters drawn for one seed.
+#[derive(Debug, Clone)]
+pub struct DrawnSwarm {
+    /// Fault kinds this seed uses.
+    pub kinds: Vec<FaultKind>,
+    /// Mean gap between faults, ms.
+    pub interval_ms: u64,
+    /// Longest fault duration, ms.
+    pub duration_ms_max: u64,
+}
+
+impl DrawnSwarm {
+    /// `key=value` lines for the run header.
+    pub fn lines(&self) -> Vec<String> {
+        let kinds: Vec<String> =
+            self.kinds.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
+        vec![
+            format!("swarm.kinds={}", kinds.join(",")),
+            format!("swarm.interval_ms={}", self.interval_ms),
+            format!("swarm.duration_ms_max={}", self.duration_ms_max),
+        ]
+    }
+}
+
+/// Draws this seed's swarm: each kind kept with probability 1/2 (at least one), an
+/// interval and a duration bound within the configured ranges.
+pub fn draw_swarm(swarm: &Swarm) -> DrawnSwarm {
+    let mut rng = madsim::rand::thread_rng();
+    let mut kinds: Vec<FaultKind> =
+        swarm.kinds.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
+    if kinds.is_empty() && !swarm.kinds.is_empty() {
+        kinds.push(swarm.kinds[rng.gen_range(0..swarm.kinds.len())]);
+    }
+    let interval_ms = rng.gen_range(swarm.interval_ms_min..=swarm.interval_ms_max.max(swarm.interval_ms_min));
+    let duration_ms_max =
+        rng.gen_range(swarm.duration_ms_min..=swarm.duration_ms_max.max(swarm.duration_ms_min));
+    DrawnSwarm { kinds, interval_ms, duration_ms_max }
+}
+
+/// Expands a drawn swarm into faults with their recoveries between `from_ms` and
+/// `until_ms`, over the nodes `targets` resolves to.
+pub fn swarm_schedule(
+    swarm: &Swarm,
+    drawn: &DrawnSwarm,
+    world: &World,
+    topic: &str,
+    partitions: u32,
+    (from_ms, until_ms): (u64, u64),
+) -> Result<Vec<ScheduledFault>, String> {
+    let targets = world.resolve(&swarm.targets)?;
+    let mut rng = madsim::rand::thread_rng();
+    let mut out = Vec::new();
+    let mut at_ms = from_ms;
+    while !drawn.kinds.is_empty() && !targets.is_empty() {
+        at_ms += rng.gen_range(drawn.interval_ms / 2..=drawn.interval_ms * 3 / 2);
+        if at_ms >= until_ms {
+            break;
+        }
+        let kind = drawn.kinds[rng.gen_range(0..drawn.kinds.len())];
+        let node = targets[rng.gen_range(0..targets.len())].clone();
+        let other = targets[rng.gen_range(0..targets.len())].clone();
+        let end_ms = (at_ms + rng.gen_range(drawn.duration_ms_max / 4..=drawn.duration_ms_max))
+            .min(until_ms);
+        let (fault, recovery) = match kind {
+            FaultKind::Kill => kill_and_restart(node, CrashMode::ProcessKill),
+            FaultKind::MachineCrash if node.starts_with("broker-") => {
+                kill_and_restart(node, CrashMode::MachineCrash)
+            }
+            FaultKind::MachineCrash => kill_and_restart(node, CrashMode::ProcessKill),
+            FaultKind::Pause => (
+                Fault::Pause { target: vec![node.clone()] },
+                Fault::Resume { target: vec![node] },
+            ),
+            FaultKind::Partition => {
+                let one_way = rng.gen_bool(0.25);
+                (Fault::Partition { source: vec![node], target: vec![other], one_way }, Fault::Heal)
+            }
+            FaultKind::Messages => (message_fault(&mut rng, node, other), Fault::Heal),
+            FaultKind::KillLeader => {
+                let partition = rng.gen_range(0..partitions.max(1));
+                let topic = topic.to_string();
+                let mode = CrashMode::ProcessKill;
+                (Fault::KillLeader { topic, partition, mode }, Fault::Restart {
+                    target: vec!["brokers".into()],
+                })
+            }
+        };
+        out.push(ScheduledFault { at_ms, fault });
+        out.push(ScheduledFault { at_ms: end_ms, fault: recovery });
+    }
+    Ok(out)
+}
+
+fn kill_and_restart(node: String, mode: CrashMode) -> (Fault, Fault) {
+    (Fault::Kill { target: vec![node.clone()], mode }, Fault::Restart { target: vec![node] })
+}
+
+fn message_fault(rng: &mut impl Rng, source: String, target: String) -> Fault {
+    Fault::Messages {
+        source: vec![source],
+        target: vec![target],
+        drop_request_probability: rng.gen_range(0.0..0.3),
+        drop_response_probability: rng.gen_range(0.0..0.3),
+        duplicate_probability: rng.gen_range(0.0..0.3),
+        delay_ms_max: rng.gen_range(0..500),
+    }
+}
+
+/// Applies one fault now and records it. Unknown targets are errors (a scenario typo must
+/// not pass as a quiet run).
+pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> {
+    match fault {
+        Fault::Kill { target, mode } => {
+            for name in world.resolve(target)? {
+                kill(world, &name, *mode, verbose);
+            }
+        }
+        Fault::KillLeader { topic, partition, mode } => {
+            let tp = TopicPartition::new(topic.clone(), *partition);
+            let leader = world.kafka.cluster.lock().expect("cluster lock").leader(&tp);
+            match leader {
+                Some(b) => kill(world, &broker_name(b), *mode, verbose),
+                None => world.record_fault("kill-leader", format!("{tp} has no leader"), verbose),
+            }
+        }
+        Fault::Restart { target } => {
+            for name in world.resolve(target)? {
+                restart(world, &name, verbose);
+            }
+        }
+        Fault::Pause { target } | Fault::Resume { target } => {
+            let pause = matches!(fault, Fault::Pause { .. });
+            for name in world.resolve(target)? {
+                pause_or_resume(world, &name, pause, verbose);
+            }
+        }
+        Fault::Partition { source, target, one_way } => {
+            partition(world, &world.resolve(source)?, &world.resolve(target)?, *one_way, verbose)
+        }
+        Fault::Clog { target } => {
+            for name in world.resolve(target)? {
+                let (id, _) = world.node(&name).expect("resolved names exist");
+                NetSim::current().clog_node(id);
+                world.net.lock().expect("net lock").clogged.insert(name.clone());
+                world.record_fault("clog", format!("target=[{name}]"), verbose);
+            }
+        }
+        Fault::Messages { source, target, .. } => {
+            messages(world, fault, &world.resolve(source)?, &world.resolve(target)?, verbose)
+        }
+        Fault::Heal => heal(world, verbose),
+    }
+    Ok(())
+}
+
+fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
+    let mut net = world.net.lock().expect("net lock");
+    if !net.down.insert(name.to_string()) {
+        return;
+    }
+    net.paused.remove(name);
+    drop(net);
+    let (id, _) = world.node(name).expect("resolved names exist");
+    world.handle().kill(id);
+    if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
+        let now = world.kafka.now_ms();
+        world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);
+    }
+    let mode = match mode {
+        CrashMode::ProcessKill => "process-kill",
+        CrashMode::MachineCrash => "machine-crash",
+    };
+    world.record_fault("kill", format!("target=[{name}] mode={mode}"), verbose);
+}
+
+fn restart(world: &World, name: &str, verbose: bool) {
+    if !world.net.lock().expect("net lock").down.remove(name) {
+        return;
+    }
+    let (id, _) = world.node(name).expect("resolved names exist");
+    if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
+        let now = world.kafka.now_ms();
+        world.kafka.cluster.lock().expect("cluster lock").restart_broker(now, b);
+    }
+    world.handle().restart(id);
+    world.record_fault("restart", format!("target=[{name}]"), verbose);
+}
+
+fn pause_or_resume(world: &World, name: &str, pause: bool, verbose: bool) {
+    let mut net = world.net.lock().expect("net lock");
+    if net.down.contains(name) {
+        return;
+    }
+    let changed = if pause { net.paused.insert(name.to_string()) } else { net.paused.remove(name) };
+    drop(net);
+    if !changed {
+        return;
+    }
+    let (id, _) = world.node(name).expect("resolved names exist");
+    if pause {
+        world.handle().pause(id);
+    } else {
+        world.handle().resume(id);
+    }
+    let verb = if pause { "pause" } else { "resume" };
+    world.record_fault(verb, format!("target=[{name}]"), verbose);
+}
+
+fn partition(world: &World, source: &[String], target: &[String], one_way: bool, verbose: bool) {
+    let net_sim = NetSim::current();
+    let mut net = world.net.lock().expect("net lock");
+    for a in source {
+        for b in target.iter().filter(|b| *b != a) {
+            let (ia, _) = world.node(a).expect("resolved names exist");
+            let (ib, _) = world.node(b).expect("resolved names exist");
+            net_sim.clog_link(ia, ib);
+            net.cut.insert((a.clone(), b.clone()));
+            if !one_way {
+                net_sim.clog_link(ib, ia);
+                net.cut.insert((b.clone(), a.clone()));
+            }
+        }
+    }
+    drop(net);
+    let detail = format!(
+        "source=[{}] target=[{}] one_way={one_way}",
+        source.join(","),
+        target.join(",")
+    );
+    world.record_fault("partition", detail, verbose);
+}
+
+fn messages(world: &World, fault: &Fault, source: &[String], target: &[String], verbose: bool) {
+    let Fault::Messages {
+        drop_request_probability,
+        drop_response_probability,
+        duplicate_probability,
+        delay_ms_max,
+        ..
+    } = fault
+    else {
+        unreachable!("messages() gets a Messages fault");
+    };
+    let faults = MessageFaults {
+        drop_request_probability: *drop_request_probability,
+        drop_response_probability: *drop_response_probability,
+        duplicate_probability: *duplicate_probability,
+        delay_ms_max: *delay_ms_max,
+    };
+    for a in source {
+        for b in target.iter().filter(|b| *b != a) {
+            let (_, ip_a) = world.node(a).expect("resolved names exist");
+            let (_, ip_b) = world.node(b).expect("resolved names exist");
+            set_message_faults(ip_a, ip_b, faults);
+        }
+    }
+    let detail = format!(
+        "source=[{}] target=[{}] drop_request={:.2} drop_response={:.2} duplicate={:.2} \
+         delay_ms_max={}",
+        source.join(","),
+        target.join(","),
+        drop_request_probability,
+        drop_response_probability,
+        duplicate_probability,
+        delay_ms_max
+    );
+    world.record_fault("messages", detail, verbose);
+}
+
+/// Undoes every partition, clog and message fault.
+pub fn heal(world: &World, verbose: bool) {
+    let net_sim = NetSim::current();
+    let mut net = world.net.lock().expect("net lock");
+    if net.cut.is_empty() && net.clogged.is_empty() && !has_message_faults() {
+        return;
+    }
+    for (a, b) in std::mem::take(&mut net.cut) {
+        let (ia, _) = world.node(&a).expect("cut links join known nodes");
+        let (ib, _) = world.node(&b).expect("cut links join known nodes");
+        net_sim.unclog_link(ia, ib);
+    }
+    for name in std::mem::take(&mut net.clogged) {
+        let (id, _) = world.node(&name).expect("clogged nodes are known");
+        net_sim.unclog_node(id);
+    }
+    drop(net);
+    clear_message_faults();
+    world.record_fault("heal", String::new(), verbose);
+}
+
+fn has_message_faults() -> bool {
+    eosim_sim::net::message_faults_set()
+}
+
+/// The heal-and-drain start: heal the network, restart the dead, resume the paused.
+pub fn recover_everything(world: &World, verbose: bool) {
+    heal(world, verbose);
+    let all = world.names();
+    for name in &all {
+        restart(world, name, verbose);
+        pause_or_resume(world, name, false, verbose);
+    }
+}

@@ -1,0 +1,189 @@
+//! The simulated world of one run: named madsim nodes, what the nemesis has done to them,
+//! and the history recorder every process writes to.
+//!
+//! Node names and addresses: `controller` 10.0.0.2 (runs the model's tick loop),
+//! `broker-b` 10.0.1.b, `producer-i` 10.0.2.(i+1), `consumer-i` 10.0.3.(i+1),
+//! `admin` 10.0.9.1. Group names a fault may target: `brokers`, `producers`, `consumers`,
+//! `clients` (producers and consumers), `all`.
+
+use crate::history::{OpKind, Recorder, Value};
+use eosim_sim::kafka::model::Env;
+use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
+use eosim_sim::kafka::BrokerId;
+use madsim::runtime::{Handle, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+
+/// What the nemesis has done to nodes and links, by node name.
+#[derive(Debug, Default)]
+pub struct NetState {
+    /// Killed and not yet restarted.
+    pub down: BTreeSet<String>,
+    /// Paused and not yet resumed.
+    pub paused: BTreeSet<String>,
+    /// Directed links cut (source, target).
+    pub cut: BTreeSet<(String, String)>,
+    /// Nodes isolated from everyone.
+    pub clogged: BTreeSet<String>,
+}
+
+impl NetState {
+    fn reachable(&self, from: &str, to: &str) -> bool {
+        !self.clogged.contains(from)
+            && !self.clogged.contains(to)
+            && !self.cut.contains(&(from.to_string(), to.to_string()))
+    }
+}
+
+/// The model's view of the nemesis' work.
+#[derive(Clone)]
+pub struct EnvView(pub Arc<Mutex<NetState>>);
+
+impl Env for EnvView {
+    fn broker_up(&self, b: BrokerId) -> bool {
+        let state = self.0.lock().expect("net state lock");
+        let name = broker_name(b);
+        !state.down.contains(&name) && !state.paused.contains(&name)
+    }
+
+    fn link_up(&self, from: BrokerId, to: BrokerId) -> bool {
+        let state = self.0.lock().expect("net state lock");
+        state.reachable(&broker_name(from), &broker_name(to))
+    }
+
+    fn controller_link_up(&self, b: BrokerId) -> bool {
+        let state = self.0.lock().expect("net state lock");
+        let name = broker_name(b);
+        state.reachable(&name, "controller") && state.reachable("controller", &name)
+    }
+}
+
+/// Name of broker `b`.
+pub fn broker_name(b: BrokerId) -> String {
+    format!("broker-{b}")
+}
+
+/// The nodes of one run.
+pub struct World {
+    /// The Kafka model and its clock.
+    pub kafka: KafkaWorld,
+    /// What the nemesis did.
+    pub net: Arc<Mutex<NetState>>,
+    /// The history.
+    pub recorder: Recorder,
+    handle: Handle,
+    nodes: BTreeMap<String, (NodeId, IpAddr)>,
+    broker_count: u32,
+}
+
+impl World {
+    /// A world around `kafka` with `broker_count` brokers still to be added.
+    pub fn new(kafka: KafkaWorld, broker_count: u32) -> Self {
+        Self {
+            kafka,
+            net: Arc::default(),
+            recorder: Recorder::default(),
+            handle: Handle::current(),
+            nodes: BTreeMap::new(),
+            broker_count,
+        }
+    }
+
+    /// Number of brokers.
+    pub fn broker_count(&self) -> u32 {
+        self.broker_count
+    }
+
+    /// Adds a node named `name` at `ip` whose process is `init` (run again on restart).
+    pub fn add_node<F, Fut>(&mut self, name: &str, ip: IpAddr, init: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let node = self.handle.create_node().name(name).ip(ip).init(init).build();
+        self.nodes.insert(name.to_string(), (node.id(), ip));
+    }
+
+    /// Adds the controller node (tick loop) and the broker nodes.
+    pub fn add_kafka(&mut self) {
+        let kafka = self.kafka.clone();
+        let env = EnvView(self.net.clone());
+        self.add_node("controller", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), move || {
+            kafka.clone().run_ticker(Arc::new(env.clone()))
+        });
+        for b in 1..=self.broker_count {
+            let kafka = self.kafka.clone();
+            self.add_node(&broker_name(b), broker_ip(b), move || {
+                eosim_sim::kafka::service::serve_broker(b, kafka.clone())
+            });
+        }
+    }
+
+    /// Resolves node names and groups to node names, in a stable order.
+    pub fn resolve(&self, targets: &[String]) -> Result<Vec<String>, String> {
+        let mut out = BTreeSet::new();
+        for target in targets {
+            let prefix = match target.as_str() {
+                "brokers" => Some("broker-"),
+                "producers" => Some("producer-"),
+                "consumers" => Some("consumer-"),
+                "clients" | "all" => None,
+                name if self.nodes.contains_key(name) => {
+                    out.insert(name.to_string());
+                    continue;
+                }
+                other => return Err(format!("unknown node or group `{other}`")),
+            };
+            for name in self.nodes.keys() {
+                let hit = match (prefix, target.as_str()) {
+                    (Some(p), _) => name.starts_with(p),
+                    (None, "clients") => {
+                        name.starts_with("producer-") || name.starts_with("consumer-")
+                    }
+                    _ => name != "controller",
+                };
+                if hit {
+                    out.insert(name.clone());
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// The madsim node id and IP of `name`.
+    pub fn node(&self, name: &str) -> Option<(NodeId, IpAddr)> {
+        self.nodes.get(name).copied()
+    }
+
+    /// Every node name.
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.keys().cloned().collect()
+    }
+
+    /// The madsim handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Simulated ns since the run started.
+    pub fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    /// Records a nemesis op and prints its one-line status.
+    pub fn record_fault(&self, name: &str, detail: String, verbose: bool) {
+        let t = now_ns();
+        if verbose {
+            println!("t={:.3}s nemesis {name} {detail}", t as f64 / 1e9);
+        }
+        let value = Value::Fault { name: name.to_string(), detail };
+        self.recorder.record(t, "nemesis", OpKind::Info, value, None);
+    }
+}
+
+/// Simulated ns since the runtime started.
+pub fn now_ns() -> u64 {
+    madsim::time::TimeHandle::current().elapsed().as_nanos() as u64
+}

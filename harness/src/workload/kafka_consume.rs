@@ -1,0 +1,205 @@
+//! Pipeline `kafka-consume`: produce unique ids, consume them into a sink.
+//!
+//! # Model
+//! - The generator hands out ids `0..records`, each once, to whichever producer process asks
+//!   (Jepsen's generator lives outside the processes: a restarted producer takes the next
+//!   id, and an id whose send was cut short by a kill stays an `invoke` with no completion).
+//! - Record: key `k{id % keys}`, value the id in decimal. Partition: murmur2 of the key.
+//! - Consumers of group `sink` (`auto.offset.reset=earliest`) poll, and per batch either
+//!   write then commit (`after-processing`) or commit then write (`before-processing`).
+//!   The sink is a store outside the consumer processes, so it survives their crashes.
+//!
+//! # Ops recorded
+//! `send` invoke/ok/fail/info per id; `poll` ok per non-empty poll; `write` ok per batch
+//! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
+//! the sink and the committed offsets.
+
+use crate::client::sim::conn::Connection;
+use crate::client::sim::consumer::SimConsumer;
+use crate::client::sim::producer::SimProducer;
+use crate::client::{
+    AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, Producer,
+    ProducerConfig, ProducerRecord,
+};
+use crate::history::{OpKind, RecordRef, Recorder, Value};
+use crate::runner::world::now_ns;
+use crate::scenario::{CommitMode, Scenario};
+use bytes::Bytes;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The consumer group the sink's consumers join.
+pub const SINK_GROUP: &str = "sink";
+
+/// State shared by the processes of one run.
+#[derive(Debug, Default)]
+pub struct Shared {
+    next_id: u64,
+    /// Producer processes that took an id and have not yet found the generator empty.
+    pub active_producers: BTreeSet<String>,
+    /// The sink's rows, in write order.
+    pub sink: Vec<RecordRef>,
+}
+
+/// Everything a process needs.
+#[derive(Clone)]
+pub struct Context {
+    /// The scenario.
+    pub scenario: Arc<Scenario>,
+    /// The history.
+    pub recorder: Recorder,
+    /// Generator and sink.
+    pub shared: Arc<Mutex<Shared>>,
+}
+
+impl Context {
+    fn take_id(&self, process: &str) -> Option<u64> {
+        let mut shared = self.shared.lock().expect("shared lock");
+        if shared.next_id >= self.scenario.workload.records {
+            shared.active_producers.remove(process);
+            return None;
+        }
+        shared.active_producers.insert(process.to_string());
+        shared.next_id += 1;
+        Some(shared.next_id - 1)
+    }
+
+    fn record(&self, process: &str, kind: OpKind, value: Value, error: Option<String>) {
+        self.recorder.record(now_ns(), process, kind, value, error);
+    }
+
+    /// Whether every id was handed out and every producer went idle.
+    pub fn producers_done(&self) -> bool {
+        let shared = self.shared.lock().expect("shared lock");
+        shared.next_id >= self.scenario.workload.records && shared.active_producers.is_empty()
+    }
+}
+
+/// A producer process: sends ids from the generator until it is empty.
+pub async fn producer_process(ctx: Context, name: String) {
+    let w = &ctx.scenario.workload;
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let config = ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: false,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+        retries: w.retries,
+        ..ProducerConfig::default()
+    };
+    let producer = SimProducer::new(conn, config);
+    while let Some(id) = ctx.take_id(&name) {
+        let key = format!("k{}", id % u64::from(w.keys.max(1)));
+        let invoke = Value::Send { id, key: Some(key.clone()), tp: None, offset: None };
+        ctx.record(&name, OpKind::Invoke, invoke, None);
+        let record = ProducerRecord {
+            topic: ctx.scenario.topic.name.clone(),
+            partition: None,
+            key: Some(Bytes::from(key.clone())),
+            value: Some(Bytes::from(id.to_string())),
+            headers: Vec::new(),
+        };
+        let result = producer.send(record).await;
+        let (kind, tp, offset, error) = match result {
+            Ok(d) => {
+                let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
+                (OpKind::Ok, Some(tp), Some(d.offset), None)
+            }
+            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
+            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
+        };
+        ctx.record(&name, kind, Value::Send { id, key: Some(key), tp, offset }, error);
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+}
+
+/// A consumer process: polls, writes into the sink and commits, forever.
+pub async fn consumer_process(ctx: Context, name: String) {
+    let w = &ctx.scenario.workload;
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let mut config = ConsumerConfig::new(SINK_GROUP);
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config.session_timeout_ms = w.session_timeout_ms;
+    config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
+    config.max_poll_records = w.max_poll_records;
+    config.request_timeout_ms = w.request_timeout_ms;
+    let mut consumer = SimConsumer::new(conn, config);
+    let topics = vec![ctx.scenario.topic.name.clone()];
+    while consumer.subscribe(&topics).await.is_err() {
+        madsim::time::sleep(Duration::from_millis(500)).await;
+    }
+    loop {
+        let records = match consumer.poll(Duration::from_millis(200)).await {
+            Ok(records) => records,
+            Err(_) => {
+                madsim::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if records.is_empty() {
+            continue;
+        }
+        let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
+        ctx.record(&name, OpKind::Ok, Value::Poll { records: rows.clone() }, None);
+        let offsets = next_offsets(&records);
+        match w.commit {
+            CommitMode::AfterProcessing => {
+                write_sink(&ctx, &name, rows).await;
+                commit(&ctx, &name, &mut consumer, offsets).await;
+            }
+            CommitMode::BeforeProcessing => {
+                if commit(&ctx, &name, &mut consumer, offsets).await {
+                    write_sink(&ctx, &name, rows).await;
+                }
+            }
+        }
+    }
+}
+
+fn record_ref(r: &ConsumedRecord) -> RecordRef {
+    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+    RecordRef {
+        id: text(&r.value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX),
+        key: text(&r.key),
+        tp: r.tp.clone(),
+        offset: r.offset,
+    }
+}
+
+/// The next offset to read per partition after `records`.
+fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
+    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+    for r in records {
+        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
+        *entry = (*entry).max(r.offset + 1);
+    }
+    next.into_iter().collect()
+}
+
+/// Writes rows into the sink: durable only after `sink_write_ms` (a kill before then
+/// loses the write, as a crash before a database commit would).
+async fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
+    madsim::time::sleep(Duration::from_millis(ctx.scenario.workload.sink_write_ms)).await;
+    ctx.shared.lock().expect("shared lock").sink.extend(rows.iter().cloned());
+    ctx.record(name, OpKind::Ok, Value::Write { rows }, None);
+}
+
+/// Commits and records it; true when the commit certainly took effect.
+async fn commit(
+    ctx: &Context,
+    name: &str,
+    consumer: &mut SimConsumer,
+    offsets: Vec<(TopicPartition, Offset)>,
+) -> bool {
+    ctx.record(name, OpKind::Invoke, Value::Commit { offsets: offsets.clone() }, None);
+    let result: Result<(), ClientError> = consumer.commit(&offsets).await;
+    let (kind, error) = match &result {
+        Ok(()) => (OpKind::Ok, None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, Some(e.to_string())),
+    };
+    ctx.record(name, kind, Value::Commit { offsets }, error);
+    result.is_ok()
+}

@@ -1,0 +1,330 @@
+//! One group's state machine: joining, rebalancing, expiry. The request handlers in
+//! `requests.rs` validate and then call these.
+
+use super::{Group, GroupState, InitialDelay, Member, Parked};
+use crate::kafka::types::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a JoinGroup carries about the member.
+pub(super) struct JoinMetadata {
+    pub session_timeout_ms: u64,
+    pub rebalance_timeout_ms: u64,
+    /// Sorted and deduplicated.
+    pub topics: Vec<String>,
+}
+
+impl Group {
+    pub(super) fn new() -> Self {
+        Self {
+            state: GroupState::Empty,
+            generation: 0,
+            leader: None,
+            members: BTreeMap::new(),
+            pending_members: BTreeMap::new(),
+            join_deadline_ms: 0,
+            initial_delay: None,
+            pending_sync: BTreeSet::new(),
+            sync_deadline_ms: 0,
+            assignments: BTreeMap::new(),
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    /// The largest rebalance timeout of the members (Kafka's `rebalanceTimeoutMs`).
+    fn rebalance_timeout_ms(&self) -> u64 {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A member that was handed its id joins: it becomes a member awaiting join.
+    pub(super) fn add_member(
+        &mut self,
+        now: TimeMs,
+        member_id: &str,
+        meta: JoinMetadata,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) -> u64 {
+        let token = parked.park();
+        let member = Member {
+            session_timeout_ms: meta.session_timeout_ms,
+            rebalance_timeout_ms: meta.rebalance_timeout_ms,
+            topics: meta.topics,
+            last_heartbeat_ms: now,
+            join_token: Some(token),
+            sync_token: None,
+        };
+        self.members.insert(member_id.to_string(), member);
+        if self.leader.is_none() {
+            self.leader = Some(member_id.to_string());
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now, parked, config)
+            }
+            GroupState::PreparingRebalance => {
+                if let Some(delay) = self.initial_delay.as_mut() {
+                    delay.new_member_added = true;
+                }
+            }
+            GroupState::Dead => unreachable!("a dead group accepts no members"),
+        }
+        token
+    }
+
+    /// A known member sends JoinGroup again. `Err(response)` answers at once (same
+    /// metadata during CompletingRebalance, or a follower in Stable: the current
+    /// generation); `Ok(token)` parks it for the rebalance.
+    pub(super) fn rejoin(
+        &mut self,
+        now: TimeMs,
+        member_id: &str,
+        meta: JoinMetadata,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) -> Result<u64, Response> {
+        let is_leader = self.leader.as_deref() == Some(member_id);
+        let member = self
+            .members
+            .get_mut(member_id)
+            .expect("rejoin of a known member");
+        let changed = member.topics != meta.topics;
+        member.session_timeout_ms = meta.session_timeout_ms;
+        member.rebalance_timeout_ms = meta.rebalance_timeout_ms;
+        member.topics = meta.topics;
+        member.last_heartbeat_ms = now;
+        let rebalance = match self.state {
+            GroupState::PreparingRebalance => false,
+            GroupState::CompletingRebalance => changed,
+            GroupState::Stable => changed || is_leader,
+            GroupState::Empty | GroupState::Dead => {
+                return Err(Response::Error(KafkaError::UnknownMemberId))
+            }
+        };
+        if self.state != GroupState::PreparingRebalance && !rebalance {
+            return Err(self.join_response(member_id));
+        }
+        let token = parked.park();
+        let member = self.members.get_mut(member_id).expect("known member");
+        if let Some(old) = member.join_token.replace(token) {
+            // The client gave up on its earlier JoinGroup and sent a new one.
+            parked.answer(old, Response::Error(KafkaError::RebalanceInProgress), now);
+        }
+        if rebalance {
+            self.prepare_rebalance(now, parked, config);
+        }
+        Ok(token)
+    }
+
+    /// The JoinGroup response of the current generation for `member_id`; only the leader
+    /// gets the members and their topics.
+    fn join_response(&self, member_id: &str) -> Response {
+        let leader = self
+            .leader
+            .clone()
+            .expect("a group with members has a leader");
+        let members = if leader == member_id {
+            self.members
+                .iter()
+                .map(|(id, m)| (id.clone(), m.topics.clone()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Response::JoinGroup {
+            generation: self.generation,
+            member_id: member_id.to_string(),
+            leader,
+            members,
+        }
+    }
+
+    /// Moves to PreparingRebalance (Kafka's `prepareRebalance`): parked SyncGroups get
+    /// REBALANCE_IN_PROGRESS, the assignment is forgotten, the join deadline is set.
+    pub(super) fn prepare_rebalance(
+        &mut self,
+        now: TimeMs,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) {
+        for member in self.members.values_mut() {
+            if let Some(token) = member.sync_token.take() {
+                parked.answer(token, Response::Error(KafkaError::RebalanceInProgress), now);
+            }
+        }
+        self.assignments.clear();
+        self.pending_sync.clear();
+        let rebalance_timeout_ms = self.rebalance_timeout_ms();
+        self.initial_delay = if self.state == GroupState::Empty {
+            let delay_ms = config.group_initial_rebalance_delay_ms;
+            Some(InitialDelay {
+                window_end_ms: now + delay_ms,
+                remaining_ms: rebalance_timeout_ms.saturating_sub(delay_ms),
+                new_member_added: false,
+            })
+        } else {
+            None
+        };
+        self.join_deadline_ms = now + rebalance_timeout_ms;
+        self.state = GroupState::PreparingRebalance;
+    }
+
+    /// Ends the join phase if it is due: the initial delay ran out, or every known member
+    /// rejoined (and no handed-out id is pending), or the rebalance timeout passed.
+    pub(super) fn try_complete_join(
+        &mut self,
+        now: TimeMs,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        if let Some(delay) = self.initial_delay.as_mut() {
+            if now >= delay.window_end_ms && delay.new_member_added && delay.remaining_ms > 0 {
+                let extension_ms = config
+                    .group_initial_rebalance_delay_ms
+                    .min(delay.remaining_ms);
+                delay.window_end_ms += extension_ms;
+                delay.remaining_ms -= extension_ms;
+                delay.new_member_added = false;
+            }
+            if now < delay.window_end_ms {
+                return;
+            }
+        } else {
+            let all_joined = self.members.values().all(|m| m.join_token.is_some())
+                && self.pending_members.is_empty();
+            if !all_joined && now < self.join_deadline_ms {
+                return;
+            }
+        }
+        self.complete_join(now, parked);
+    }
+
+    /// Removes members that did not rejoin, starts the next generation and answers every
+    /// parked JoinGroup (Kafka's `completeClassicGroupJoin` and `initNextGeneration`).
+    fn complete_join(&mut self, now: TimeMs, parked: &mut Parked) {
+        let gone: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.join_token.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for member_id in gone {
+            self.remove_member(now, &member_id, parked);
+        }
+        let previous_generation = self.generation;
+        self.generation += 1;
+        assert!(
+            self.generation > previous_generation,
+            "generations only increase"
+        );
+        self.initial_delay = None;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            return;
+        }
+        self.state = GroupState::CompletingRebalance;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for member_id in &ids {
+            let response = self.join_response(member_id);
+            let member = self.members.get_mut(member_id).expect("listed member");
+            let token = member
+                .join_token
+                .take()
+                .expect("every remaining member rejoined");
+            member.last_heartbeat_ms = now;
+            parked.answer(token, response, now);
+        }
+        self.pending_sync = ids.into_iter().collect();
+        self.sync_deadline_ms = now + self.rebalance_timeout_ms();
+    }
+
+    /// Removes a member; its parked requests get UNKNOWN_MEMBER_ID. A new leader is the
+    /// smallest remaining member id. The caller decides whether the group rebalances.
+    pub(super) fn remove_member(&mut self, now: TimeMs, member_id: &str, parked: &mut Parked) {
+        let Some(member) = self.members.remove(member_id) else {
+            return;
+        };
+        for token in [member.join_token, member.sync_token].into_iter().flatten() {
+            parked.answer(token, Response::Error(KafkaError::UnknownMemberId), now);
+        }
+        self.pending_sync.remove(member_id);
+        self.assignments.remove(member_id);
+        if self.leader.as_deref() == Some(member_id) {
+            self.leader = self.members.keys().next().cloned();
+        }
+    }
+
+    /// After a member left or expired (Kafka's `removeMemberAndUpdateGroup`): a settled
+    /// group rebalances; a rebalance in progress may now be complete (or empty).
+    pub(super) fn member_removed(
+        &mut self,
+        now: TimeMs,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) {
+        if matches!(
+            self.state,
+            GroupState::Stable | GroupState::CompletingRebalance
+        ) {
+            self.prepare_rebalance(now, parked, config);
+        }
+        self.try_complete_join(now, parked, config);
+    }
+
+    /// Time-driven removals: handed-out ids never used, members silent for longer than
+    /// their session timeout (unless awaiting join or sync), and members that did not send
+    /// SyncGroup before the pending-sync deadline.
+    pub(super) fn expire(&mut self, now: TimeMs, parked: &mut Parked, config: &ClusterConfig) {
+        self.pending_members.retain(|_, expiry_ms| now < *expiry_ms);
+        let silent: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.join_token.is_none() && m.sync_token.is_none())
+            .filter(|(_, m)| now >= m.last_heartbeat_ms + m.session_timeout_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for member_id in silent {
+            self.remove_member(now, &member_id, parked);
+            self.member_removed(now, parked, config);
+        }
+        let syncing = matches!(
+            self.state,
+            GroupState::CompletingRebalance | GroupState::Stable
+        );
+        if syncing && !self.pending_sync.is_empty() && now >= self.sync_deadline_ms {
+            let late: Vec<String> = self.pending_sync.iter().cloned().collect();
+            for member_id in late {
+                self.remove_member(now, &member_id, parked);
+            }
+            self.prepare_rebalance(now, parked, config);
+        }
+    }
+
+    /// The leader's SyncGroup: stores the assignment (members missing from it get none,
+    /// unknown ids are ignored), moves to Stable and answers every parked SyncGroup.
+    pub(super) fn assign(
+        &mut self,
+        now: TimeMs,
+        mut assignments: BTreeMap<String, Vec<TopicPartition>>,
+        parked: &mut Parked,
+    ) {
+        self.assignments = self
+            .members
+            .keys()
+            .map(|id| (id.clone(), assignments.remove(id).unwrap_or_default()))
+            .collect();
+        self.state = GroupState::Stable;
+        for (member_id, member) in self.members.iter_mut() {
+            if let Some(token) = member.sync_token.take() {
+                let assignment = self.assignments[member_id].clone();
+                parked.answer(token, Response::SyncGroup { assignment }, now);
+            }
+        }
+    }
+}
