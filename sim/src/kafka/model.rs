@@ -97,27 +97,6 @@ pub enum Reply {
     Parked(ParkToken),
 }
 
-/// Temporary adapter so the model compiles against the group coordinator's agreed API
-/// before the groups branch merges. Method-call syntax resolves to inherent methods first,
-/// so once `GroupCoordinator` has its own `handle`/`poll_parked`/`tick`, these stubs are
-/// never called; delete this trait and its impl at the merge.
-trait GroupCoordinatorApi {
-    fn handle(&mut self, now: TimeMs, request: Request) -> Reply;
-    fn poll_parked(&mut self, now: TimeMs, token: u64) -> Option<Response>;
-    fn tick(&mut self, now: TimeMs);
-}
-
-#[allow(dead_code)]
-impl GroupCoordinatorApi for GroupCoordinator {
-    fn handle(&mut self, _now: TimeMs, _request: Request) -> Reply {
-        Reply::Done(Response::Error(KafkaError::CoordinatorNotAvailable))
-    }
-    fn poll_parked(&mut self, _now: TimeMs, _token: u64) -> Option<Response> {
-        Some(Response::Error(KafkaError::CoordinatorNotAvailable))
-    }
-    fn tick(&mut self, _now: TimeMs) {}
-}
-
 /// The controller's record of one broker.
 #[derive(Debug, Clone)]
 struct BrokerState {
@@ -1088,6 +1067,21 @@ impl Cluster {
     /// `FindCoordinator` would name); `None` while that partition is offline.
     pub fn coordinator_for(&self, key: &str, kind: CoordinatorKind) -> Option<BrokerId> {
         self.leader(&self.coordinator_partition(key, kind))
+    }
+
+    /// Committed offsets of group `group_id` as `(partition, next offset to read)`, in
+    /// partition order; empty if none.
+    pub fn committed_offsets(&self, group_id: &str) -> Vec<(TopicPartition, Offset)> {
+        self.groups
+            .committed(group_id)
+            .into_iter()
+            .map(|(tp, c)| (tp, c.offset))
+            .collect()
+    }
+
+    /// The group coordinators, for introspection (states, generations, members).
+    pub fn groups(&self) -> &GroupCoordinator {
+        &self.groups
     }
 
     /// Number of acks=all produces still parked.

@@ -1274,3 +1274,38 @@ fn a_parked_produce_nobody_polls_is_forgotten_after_its_deadline() {
     let late = w.cluster.poll_parked(w.now, &token);
     assert_eq!(late, Some(Response::Error(KafkaError::RequestTimedOut)));
 }
+
+#[test]
+fn group_requests_reach_the_group_coordinator_only_at_the_coordinator_broker() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let coordinator = w
+        .cluster
+        .coordinator_for("g", CoordinatorKind::Group)
+        .unwrap();
+    let join = || Request::JoinGroup {
+        group_id: "g".into(),
+        member_id: String::new(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        topics: vec!["t".into()],
+    };
+    let other = coordinator % 3 + 1;
+    let not_coordinator = Reply::Done(Response::Error(KafkaError::NotCoordinator));
+    assert_eq!(w.cluster.handle(0, other, join()), not_coordinator);
+    let r = w.cluster.handle(0, coordinator, join());
+    assert!(
+        matches!(r, Reply::Done(Response::MemberIdRequired { .. })),
+        "{r:?}"
+    );
+    let commit = Request::OffsetCommit {
+        group_id: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        offsets: vec![(w.tp.clone(), 5)],
+    };
+    assert_eq!(
+        w.cluster.handle(0, coordinator, commit),
+        Reply::Done(Response::OffsetCommit)
+    );
+    assert_eq!(w.cluster.committed_offsets("g"), vec![(w.tp.clone(), 5)]);
+}
