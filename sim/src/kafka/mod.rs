@@ -6,10 +6,14 @@
 //! madsim broker nodes. Behaviour follows `shared/models-reference.md` sections A and D.
 
 pub mod group;
+pub mod log;
 pub mod model;
 pub mod murmur2;
+mod partition;
 #[cfg(madsim)]
 pub mod service;
+#[cfg(test)]
+mod tests;
 pub mod types;
 
 pub use types::*;

@@ -10,9 +10,49 @@
 //! waiting for the rebalance, SyncGroup waiting for the leader) return [`Reply::Parked`];
 //! the service re-asks with [`Cluster::poll_parked`] after every tick until it gets a
 //! response or its own timeout fires.
+//!
+//! # Sections
+//! - Replication (models-reference A.1–A.6): `partition.rs` holds one partition's
+//!   controller state and replicas; `log.rs` one replica's log. A broker acts on what it
+//!   believes: views are refreshed only over a working controller link, so a partitioned
+//!   ex-leader keeps accepting acks=1 writes (A.2).
+//! - Controller (KRaft): brokers that run and reach the controller heartbeat at every tick;
+//!   one silent for more than `broker.session.timeout.ms` is fenced: it leaves every ISR
+//!   (unless it is the last member) and its leaderships move by election. A restarted broker
+//!   re-registers and is handled as an unclean shutdown (fenced, then unfenced): it comes
+//!   back as a follower outside the ISR, truncates, catches up and rejoins.
+//! - Requests: Produce, Fetch, ListOffsets, Metadata, CreateTopics, FindCoordinator here;
+//!   the six group requests are checked for the coordinator and handed to the
+//!   [`GroupCoordinator`].
+//!
+//! # Example
+//! ```
+//! use eosim_sim::kafka::model::{Cluster, Reply};
+//! use eosim_sim::kafka::*;
+//! let mut cluster = Cluster::new(3, ClusterConfig::default());
+//! let create = Request::CreateTopic {
+//!     name: "t".into(), partitions: 1, replication_factor: 3, config: TopicConfig::default(),
+//! };
+//! assert_eq!(cluster.handle(0, 1, create), Reply::Done(Response::CreateTopic));
+//! assert_eq!(cluster.leader(&TopicPartition::new("t", 0)), Some(1));
+//! ```
 
 use super::group::GroupCoordinator;
+use super::log::{batch_size_bytes, PartitionLog};
+use super::murmur2::coordinator_partition_for;
+use super::partition::{Partition, Reach};
 use super::types::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Name of the internal topic holding group metadata and committed offsets.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Name of the internal topic holding transaction coordinator state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// How long after its deadline an unpolled parked produce is kept.
+const PARKED_PRODUCE_RETENTION_MS: u64 = 60_000;
+/// `transaction.state.log.min.isr` default (2), capped at the topic's replication factor.
+const TRANSACTION_STATE_MIN_ISR: u32 = 2;
 
 /// What the environment tells the model at a tick: which brokers run and which links work.
 /// The nemesis owns these facts; the model only reads them.
@@ -31,8 +71,10 @@ pub trait Env {
 pub enum CrashMode {
     /// The process dies; the page cache survives: its log is intact up to its LEO.
     ProcessKill,
-    /// The machine dies: the unflushed tail of every log is lost (everything, since Kafka
-    /// does not fsync per write by default).
+    /// The machine dies: the unflushed tail of every log is lost. Kafka does not fsync per
+    /// write (`log.flush.interval.messages=Long.MAX_VALUE`), so the model keeps of each
+    /// replica only what is below that replica's own high watermark: the most a crash can
+    /// keep that the replica had already confirmed as committed; everything above is gone.
     MachineCrash,
 }
 
@@ -55,19 +97,133 @@ pub enum Reply {
     Parked(ParkToken),
 }
 
+/// The controller's record of one broker.
+#[derive(Debug, Clone)]
+struct BrokerState {
+    /// Process runs (false between `crash_broker` and `restart_broker`).
+    alive: bool,
+    /// Fenced by the controller: leads nothing, may not join an ISR.
+    fenced: bool,
+    last_heartbeat_ms: TimeMs,
+    /// Restarted and not yet re-registered with the controller.
+    needs_registration: bool,
+}
+
+/// One topic: configuration and partitions.
+#[derive(Debug, Clone)]
+struct Topic {
+    config: TopicConfig,
+    internal: bool,
+    partitions: Vec<Partition>,
+}
+
+/// An acks=all produce waiting for the HW.
+#[derive(Debug, Clone)]
+struct PendingProduce {
+    tp: TopicPartition,
+    broker: BrokerId,
+    leader_epoch: i32,
+    base_offset: Offset,
+    last_offset: Offset,
+    deadline_ms: TimeMs,
+}
+
 /// The whole Kafka cluster. See the module docs.
 #[derive(Debug)]
 pub struct Cluster {
     config: ClusterConfig,
     broker_count: u32,
     groups: GroupCoordinator,
+    brokers: Vec<BrokerState>,
+    topics: BTreeMap<String, Topic>,
+    pending: BTreeMap<u64, PendingProduce>,
+    next_token: u64,
+    hold_hw_under_min_isr: bool,
+    /// The environment as sampled at the previous tick, and a counter of its changes.
+    env_sample: Option<EnvSample>,
+    env_epoch: u64,
+    fast_paths: bool,
+}
+
+/// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
+type EnvSample = (Vec<bool>, Vec<bool>, Vec<bool>, Vec<bool>);
+
+fn error(e: KafkaError) -> Reply {
+    Reply::Done(Response::Error(e))
+}
+
+/// Kafka's deterministic round-robin placement (`AdminUtils.assignReplicasToBrokersRackUnaware`
+/// with start index and replica shift fixed at 0): partition `p`'s first replica is broker
+/// `p mod n`, the others follow with a shift that grows every `n` partitions.
+pub fn assign_replicas(
+    brokers: &[BrokerId],
+    partitions: u32,
+    replication_factor: u32,
+) -> Vec<Vec<BrokerId>> {
+    let n = brokers.len();
+    assert!(
+        replication_factor as usize <= n,
+        "replication factor <= broker count"
+    );
+    let mut shift = 0usize;
+    (0..partitions as usize)
+        .map(|p| {
+            if p > 0 && p % n == 0 {
+                shift += 1;
+            }
+            let first = p % n;
+            let mut replicas = vec![brokers[first]];
+            for j in 0..(replication_factor as usize).saturating_sub(1) {
+                let s = 1 + (shift + j) % (n - 1);
+                replicas.push(brokers[(first + s) % n]);
+            }
+            replicas
+        })
+        .collect()
 }
 
 impl Cluster {
-    /// A cluster of `broker_count` brokers with ids `1..=broker_count`, no topics.
+    /// A cluster of `broker_count` brokers with ids `1..=broker_count`, no user topics, and
+    /// the internal topics `__consumer_offsets` and `__transaction_state`, each with
+    /// `offsets_topic_num_partitions` partitions and replication factor
+    /// `min(offsets_topic_replication_factor, broker_count)`.
     pub fn new(broker_count: u32, config: ClusterConfig) -> Self {
+        assert!(broker_count >= 1, "a cluster has at least one broker");
         let groups = GroupCoordinator::new(config.clone());
-        Self { config, broker_count, groups }
+        let brokers = (0..broker_count)
+            .map(|_| BrokerState {
+                alive: true,
+                fenced: false,
+                last_heartbeat_ms: 0,
+                needs_registration: false,
+            })
+            .collect();
+        let mut cluster = Self {
+            config,
+            broker_count,
+            groups,
+            brokers,
+            topics: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            next_token: 0,
+            hold_hw_under_min_isr: true,
+            env_sample: None,
+            env_epoch: 0,
+            fast_paths: true,
+        };
+        let partitions = cluster.config.offsets_topic_num_partitions.max(1);
+        let rf = cluster
+            .config
+            .offsets_topic_replication_factor
+            .clamp(1, broker_count);
+        let offsets = TopicConfig::default();
+        cluster.create_topic_unchecked(0, CONSUMER_OFFSETS_TOPIC, partitions, rf, offsets, true);
+        let txn = TopicConfig {
+            min_insync_replicas: TRANSACTION_STATE_MIN_ISR,
+            ..TopicConfig::default()
+        };
+        cluster.create_topic_unchecked(0, TRANSACTION_STATE_TOPIC, partitions, rf, txn, true);
+        cluster
     }
 
     /// The configuration the cluster was built with.
@@ -80,35 +236,856 @@ impl Cluster {
         self.broker_count
     }
 
-    /// Handles a client request arriving at broker `broker` at time `now`.
+    /// Chooses the high-watermark rule under min ISR. `true` (default, Kafka 3.7+,
+    /// KAFKA-15583 / KIP-966): the HW does not advance while the ISR is smaller than
+    /// `min.insync.replicas`. `false`: the pre-3.7 rule, under which acks=all requests can
+    /// complete with `NOT_ENOUGH_REPLICAS_AFTER_APPEND`.
+    pub fn set_hold_hw_under_min_isr(&mut self, hold: bool) {
+        self.hold_hw_under_min_isr = hold;
+    }
+
+    /// Turns the quiet-partition fast path of [`Cluster::tick`] off (tests compare runs with
+    /// and without it; results must be identical).
+    #[doc(hidden)]
+    pub fn set_fast_paths(&mut self, on: bool) {
+        self.fast_paths = on;
+    }
+
+    fn state(&self, b: BrokerId) -> &BrokerState {
+        assert!(
+            b >= 1 && b <= self.broker_count,
+            "broker {b} out of 1..={}",
+            self.broker_count
+        );
+        &self.brokers[(b - 1) as usize]
+    }
+
+    fn partition(&self, tp: &TopicPartition) -> Option<&Partition> {
+        self.topics
+            .get(&tp.topic)?
+            .partitions
+            .get(tp.partition as usize)
+    }
+
+    /// Handles a client request arriving at broker `broker` at time `now`. Produce, Fetch
+    /// and ListOffsets act on what `broker` believes (it must believe it leads the
+    /// partition, else `NOT_LEADER_OR_FOLLOWER`); Metadata, CreateTopic and FindCoordinator
+    /// answer from the controller's state. Fetch never parks: `max_wait_ms` is ignored and
+    /// an empty answer returns at once. A crashed broker
+    /// answers nothing in reality; the service must not route requests to it, and the model
+    /// answers `REQUEST_TIMED_OUT` if it does.
     pub fn handle(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
-        let _ = (now, broker, &self.groups);
+        if !self.state(broker).alive {
+            return error(KafkaError::RequestTimedOut);
+        }
         match request {
-            _ => unimplemented!("the Kafka model is being written"),
+            Request::Metadata { topics } => Reply::Done(self.metadata(now, topics)),
+            Request::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                config,
+            } => Reply::Done(self.create_topic(now, name, partitions, replication_factor, config)),
+            Request::Produce {
+                tp,
+                acks,
+                timeout_ms,
+                header,
+                records,
+            } => self.produce(now, broker, tp, acks, timeout_ms, header, records),
+            Request::Fetch {
+                isolation,
+                partitions,
+                max_bytes,
+                partition_max_bytes,
+                ..
+            } => Reply::Done(self.fetch(
+                broker,
+                isolation,
+                &partitions,
+                max_bytes,
+                partition_max_bytes,
+            )),
+            Request::ListOffsets { tp, spec } => Reply::Done(self.list_offsets(broker, &tp, spec)),
+            Request::FindCoordinator { key, kind } => {
+                Reply::Done(self.find_coordinator(&key, kind))
+            }
+            group_request => self.group_request(now, broker, group_request),
         }
     }
 
-    /// Re-asks a parked request; `None` while it is still waiting.
+    /// Re-asks a parked request; `None` while it is still waiting. A produce completes when
+    /// its broker's HW passes the batch (NONE, or `NOT_ENOUGH_REPLICAS_AFTER_APPEND` when
+    /// the ISR is then below min ISR), with `NOT_LEADER_OR_FOLLOWER` once the broker no
+    /// longer leads in the request's epoch, or with `REQUEST_TIMED_OUT` once `now` passes
+    /// the request's timeout (the batch stays in the log and may still commit).
+    ///
+    /// A token that already completed, or was forgotten long after its deadline (a broker
+    /// killed while the request waited never polls again), answers `REQUEST_TIMED_OUT`.
     pub fn poll_parked(&mut self, now: TimeMs, token: &ParkToken) -> Option<Response> {
-        let _ = (now, token);
-        unimplemented!("the Kafka model is being written")
+        match *token {
+            ParkToken::Group(t) => self.groups.poll_parked(now, t),
+            ParkToken::Produce(n) => {
+                let Some(pending) = self.pending.get(&n) else {
+                    // Completed already, or dropped long after its deadline (see `tick`).
+                    return Some(Response::Error(KafkaError::RequestTimedOut));
+                };
+                let response = self.check_pending(now, pending);
+                if response.is_some() {
+                    self.pending.remove(&n);
+                }
+                response
+            }
+        }
     }
 
-    /// Advances what brokers and the controller do on their own up to `now`.
+    /// `DelayedProduce.tryComplete` / `Partition.checkEnoughReplicasReachOffset`.
+    fn check_pending(&self, now: TimeMs, pending: &PendingProduce) -> Option<Response> {
+        let p = self
+            .partition(&pending.tp)
+            .expect("topics are never deleted");
+        let r = p
+            .replica(pending.broker)
+            .expect("the produce was accepted by a replica");
+        if !r.believes_leader() || r.view_epoch != pending.leader_epoch {
+            return Some(Response::Error(KafkaError::NotLeaderOrFollower));
+        }
+        if r.log.high_watermark() > pending.last_offset {
+            if r.view_isr.len() < p.min_isr {
+                return Some(Response::Error(KafkaError::NotEnoughReplicasAfterAppend));
+            }
+            return Some(Response::Produce {
+                base_offset: pending.base_offset,
+                log_append_time_ms: -1,
+            });
+        }
+        if now >= pending.deadline_ms {
+            return Some(Response::Error(KafkaError::RequestTimedOut));
+        }
+        None
+    }
+
+    /// Advances what brokers and the controller do on their own up to `now`: controller
+    /// heartbeats, fencing and elections; brokers learning the controller's decisions;
+    /// follower fetches with truncation; ISR shrink and expand; leader HW; group timers.
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
-        let _ = (now, env);
-        unimplemented!("the Kafka model is being written")
+        self.controller_tick(now, env);
+        let mut reach = self.reach(now, env);
+        let sample = (
+            reach.up.clone(),
+            reach.controller.clone(),
+            reach.fenced.clone(),
+            reach.links.clone(),
+        );
+        if self.env_sample.as_ref() != Some(&sample) {
+            self.env_epoch += 1;
+            self.env_sample = Some(sample);
+        }
+        reach.env_epoch = self.env_epoch;
+        for topic in self.topics.values_mut() {
+            for p in &mut topic.partitions {
+                p.tick(&reach);
+            }
+        }
+        // Parked produces nobody polled long after their deadline (their broker was killed
+        // while they waited) are dropped, so the map stays bounded.
+        let retention_ms = PARKED_PRODUCE_RETENTION_MS;
+        self.pending
+            .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
+        self.groups.tick(now);
     }
 
-    /// Broker `broker` dies.
+    /// Samples the environment once for this tick.
+    fn reach(&self, now: TimeMs, env: &dyn Env) -> Reach {
+        let ids = 1..=self.broker_count;
+        let up: Vec<bool> = ids
+            .clone()
+            .map(|b| self.state(b).alive && env.broker_up(b))
+            .collect();
+        let controller = ids
+            .clone()
+            .map(|b| up[(b - 1) as usize] && env.controller_link_up(b))
+            .collect();
+        let links = ids
+            .clone()
+            .flat_map(|a| ids.clone().map(move |b| (a, b)))
+            .map(|(a, b)| env.link_up(a, b))
+            .collect();
+        Reach {
+            now,
+            up,
+            controller,
+            fenced: self.brokers.iter().map(|s| s.fenced).collect(),
+            links,
+            lag_max_ms: self.config.replica_lag_time_max_ms,
+            hold_hw_under_min_isr: self.hold_hw_under_min_isr,
+            env_epoch: self.env_epoch,
+            fast_paths: self.fast_paths,
+        }
+    }
+
+    /// Heartbeats, registrations of restarted brokers, fencing after
+    /// `broker.session.timeout.ms` of silence, unfencing (`BrokerHeartbeatManager`).
+    fn controller_tick(&mut self, now: TimeMs, env: &dyn Env) {
+        for b in 1..=self.broker_count {
+            let i = (b - 1) as usize;
+            let st = &self.brokers[i];
+            let reachable = st.alive && env.broker_up(b) && env.controller_link_up(b);
+            if reachable {
+                if st.needs_registration {
+                    // A new incarnation: the old one shut down uncleanly
+                    // (`ReplicationControlManager.handleBrokerUncleanShutdown`).
+                    self.brokers[i].needs_registration = false;
+                    if !self.brokers[i].fenced {
+                        self.fence(b);
+                    }
+                }
+                self.brokers[i].last_heartbeat_ms = now;
+                if self.brokers[i].fenced {
+                    self.unfence(b);
+                }
+            } else if !st.fenced
+                && now.saturating_sub(st.last_heartbeat_ms) > self.config.broker_session_timeout_ms
+            {
+                self.fence(b);
+            }
+        }
+    }
+
+    fn fence(&mut self, b: BrokerId) {
+        self.brokers[(b - 1) as usize].fenced = true;
+        let brokers = &self.brokers;
+        let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
+        for topic in self.topics.values_mut() {
+            let unclean = topic.config.unclean_leader_election_enable;
+            for p in &mut topic.partitions {
+                p.on_broker_fenced(b, &fenced, unclean);
+            }
+        }
+    }
+
+    fn unfence(&mut self, b: BrokerId) {
+        self.brokers[(b - 1) as usize].fenced = false;
+        let brokers = &self.brokers;
+        let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
+        for topic in self.topics.values_mut() {
+            let unclean = topic.config.unclean_leader_election_enable;
+            for p in &mut topic.partitions {
+                p.on_broker_unfenced(b, &fenced, unclean);
+            }
+        }
+    }
+
+    /// Broker `broker` dies. Its replicas keep their logs (`ProcessKill`) or keep only what
+    /// is below their own HW (`MachineCrash`, see [`CrashMode`]). The controller notices
+    /// only through missing heartbeats (`broker.session.timeout.ms`).
     pub fn crash_broker(&mut self, now: TimeMs, broker: BrokerId, mode: CrashMode) {
-        let _ = (now, broker, mode);
-        unimplemented!("the Kafka model is being written")
+        let _ = now;
+        let _ = self.state(broker);
+        self.brokers[(broker - 1) as usize].alive = false;
+        if mode == CrashMode::MachineCrash {
+            for topic in self.topics.values_mut() {
+                for p in &mut topic.partitions {
+                    if let Some(j) = p.index_of(broker) {
+                        p.touch();
+                        let log = &mut p.replicas[j].log;
+                        let hw = log.high_watermark();
+                        log.truncate_to(hw);
+                    }
+                }
+            }
+        }
     }
 
-    /// Broker `broker` starts again and recovers from its log.
+    /// Broker `broker` starts again and recovers from its log: it forgets what it knew of
+    /// leaders and ISRs, re-registers with the controller at its next heartbeat (handled as
+    /// an unclean shutdown of the previous incarnation) and rejoins as a follower. A no-op
+    /// for a broker that runs.
     pub fn restart_broker(&mut self, now: TimeMs, broker: BrokerId) {
-        let _ = (now, broker);
-        unimplemented!("the Kafka model is being written")
+        let _ = now;
+        let i = (broker - 1) as usize;
+        if self.state(broker).alive {
+            return;
+        }
+        self.brokers[i].alive = true;
+        self.brokers[i].needs_registration = true;
+        for topic in self.topics.values_mut() {
+            for p in &mut topic.partitions {
+                if let Some(j) = p.index_of(broker) {
+                    p.touch();
+                    p.replicas[j].forget_views();
+                }
+            }
+        }
+    }
+}
+
+/// Request handlers.
+impl Cluster {
+    /// `CreateTopics` at the controller: `TOPIC_ALREADY_EXISTS`, `INVALID_PARTITIONS` for 0
+    /// partitions, `INVALID_REPLICATION_FACTOR` when it is 0 or exceeds the unfenced brokers.
+    fn create_topic(
+        &mut self,
+        now: TimeMs,
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+    ) -> Response {
+        if self.topics.contains_key(&name) {
+            return Response::Error(KafkaError::TopicAlreadyExists);
+        }
+        if partitions == 0 {
+            return Response::Error(KafkaError::InvalidPartitions);
+        }
+        let live = self.unfenced_brokers().len() as u32;
+        if replication_factor == 0 || replication_factor > live {
+            return Response::Error(KafkaError::InvalidReplicationFactor);
+        }
+        self.create_topic_unchecked(now, &name, partitions, replication_factor, config, false);
+        Response::CreateTopic
+    }
+
+    fn create_topic_unchecked(
+        &mut self,
+        now: TimeMs,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+        internal: bool,
+    ) {
+        let brokers = self.unfenced_brokers();
+        let partitions = assign_replicas(&brokers, partitions, replication_factor)
+            .iter()
+            .map(|assignment| Partition::new(assignment, config.min_insync_replicas, now))
+            .collect();
+        self.topics.insert(
+            name.to_string(),
+            Topic {
+                config,
+                internal,
+                partitions,
+            },
+        );
+    }
+
+    fn unfenced_brokers(&self) -> Vec<BrokerId> {
+        (1..=self.broker_count)
+            .filter(|&b| !self.state(b).fenced)
+            .collect()
+    }
+
+    /// `Metadata` as the controller knows it. Every non-internal topic when `topics` is
+    /// `None`; named topics otherwise, internal ones included. An unknown topic is left out
+    /// of the map (Kafka answers it with `UNKNOWN_TOPIC_OR_PARTITION`; the response shape has
+    /// no per-topic error, so callers see it missing), unless `auto_create_topics_enable`
+    /// creates it. Brokers: the unfenced ones.
+    fn metadata(&mut self, now: TimeMs, topics: Option<Vec<String>>) -> Response {
+        if self.config.auto_create_topics_enable {
+            // `auto.create.topics.enable`: a named unknown topic is created with
+            // `num.partitions=1` and `default.replication.factor=1` (Kafka's defaults).
+            for name in topics.iter().flatten() {
+                if !self.topics.contains_key(name) && !self.unfenced_brokers().is_empty() {
+                    self.create_topic_unchecked(now, name, 1, 1, TopicConfig::default(), false);
+                }
+            }
+        }
+        let describe = |t: &Topic| -> Vec<PartitionMetadata> {
+            t.partitions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PartitionMetadata {
+                    partition: i as u32,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.assignment(),
+                    isr: p.isr.clone(),
+                })
+                .collect()
+        };
+        let map = match topics {
+            None => self
+                .topics
+                .iter()
+                .filter(|(_, t)| !t.internal)
+                .map(|(n, t)| (n.clone(), describe(t)))
+                .collect(),
+            Some(names) => names
+                .into_iter()
+                .filter_map(|n| self.topics.get(&n).map(|t| (n, describe(t))))
+                .collect(),
+        };
+        Response::Metadata {
+            brokers: self.unfenced_brokers(),
+            topics: map,
+        }
+    }
+
+    /// `Produce` of one batch (A.2–A.4).
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &mut self,
+        now: TimeMs,
+        broker: BrokerId,
+        tp: TopicPartition,
+        acks: Acks,
+        timeout_ms: u64,
+        header: ProducerBatchHeader,
+        records: Vec<Record>,
+    ) -> Reply {
+        let lag_max_ms = self.config.replica_lag_time_max_ms;
+        let hold = self.hold_hw_under_min_isr;
+        let brokers = &self.brokers;
+        let Some(topic) = self.topics.get_mut(&tp.topic) else {
+            return error(KafkaError::UnknownTopicOrPartition);
+        };
+        let max_message_bytes = topic.config.max_message_bytes;
+        let Some(p) = topic.partitions.get_mut(tp.partition as usize) else {
+            return error(KafkaError::UnknownTopicOrPartition);
+        };
+        let Some(i) = p
+            .index_of(broker)
+            .filter(|&i| p.replicas[i].believes_leader())
+        else {
+            return error(KafkaError::NotLeaderOrFollower);
+        };
+        if records.is_empty() {
+            return error(KafkaError::CorruptMessage);
+        }
+        if batch_size_bytes(&records) > max_message_bytes {
+            return error(KafkaError::MessageTooLarge);
+        }
+        if acks == Acks::All && p.replicas[i].view_isr.len() < p.min_isr {
+            return error(KafkaError::NotEnoughReplicas);
+        }
+        let epoch = p.replicas[i].view_epoch;
+        p.touch();
+        let (base_offset, last_offset) =
+            p.replicas[i]
+                .log
+                .append_as_leader(epoch, header, false, Arc::new(records));
+        let reach = Reach {
+            now,
+            up: Vec::new(),
+            controller: Vec::new(),
+            fenced: brokers.iter().map(|s| s.fenced).collect(),
+            links: Vec::new(),
+            lag_max_ms,
+            hold_hw_under_min_isr: hold,
+            env_epoch: 0,
+            fast_paths: false,
+        };
+        // A local append re-evaluates the HW (a single-replica ISR commits at once).
+        p.maybe_increment_hw(i, &reach);
+        match acks {
+            Acks::None => Reply::Done(Response::Produce {
+                base_offset: -1,
+                log_append_time_ms: -1,
+            }),
+            Acks::Leader => Reply::Done(Response::Produce {
+                base_offset,
+                log_append_time_ms: -1,
+            }),
+            Acks::All => self.park(
+                now,
+                PendingProduce {
+                    tp,
+                    broker,
+                    leader_epoch: epoch,
+                    base_offset,
+                    last_offset,
+                    deadline_ms: now.saturating_add(timeout_ms),
+                },
+            ),
+        }
+    }
+
+    /// Parks an acks=all produce (`DelayedProduce`), unless it can complete at once.
+    fn park(&mut self, now: TimeMs, pending: PendingProduce) -> Reply {
+        if let Some(response) = self.check_pending(now, &pending) {
+            return Reply::Done(response);
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending.insert(token, pending);
+        Reply::Parked(ParkToken::Produce(token))
+    }
+
+    /// `Fetch` from a consumer (A.9). Batches are whole: a partition returns batches while
+    /// they fit `partition_max_bytes` and the response's remaining `max_bytes`, except that
+    /// the first batch of the response is always returned (KIP-74). Control batches take
+    /// part in the limits and move `next_fetch_offset` but yield no records.
+    fn fetch(
+        &self,
+        broker: BrokerId,
+        isolation: Isolation,
+        partitions: &[(TopicPartition, Offset)],
+        max_bytes: u32,
+        partition_max_bytes: u32,
+    ) -> Response {
+        let mut budget = FetchBudget {
+            left_bytes: max_bytes as u64,
+            partition_max_bytes,
+            any: false,
+        };
+        let partitions = partitions
+            .iter()
+            .map(|(tp, offset)| {
+                (
+                    tp.clone(),
+                    self.fetch_partition(broker, tp, *offset, isolation, &mut budget),
+                )
+            })
+            .collect();
+        Response::Fetch { partitions }
+    }
+
+    fn fetch_partition(
+        &self,
+        broker: BrokerId,
+        tp: &TopicPartition,
+        offset: Offset,
+        isolation: Isolation,
+        budget: &mut FetchBudget,
+    ) -> FetchPartition {
+        let failed = |e: KafkaError| FetchPartition {
+            error: Some(e),
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            records: Vec::new(),
+            aborted: Vec::new(),
+            next_fetch_offset: offset,
+        };
+        let Some(p) = self.partition(tp) else {
+            return failed(KafkaError::UnknownTopicOrPartition);
+        };
+        let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
+            return failed(KafkaError::NotLeaderOrFollower);
+        };
+        let log = &r.log;
+        let (hw, lso, leo) = (
+            log.high_watermark(),
+            log.last_stable_offset(),
+            log.log_end_offset(),
+        );
+        assert!(lso <= hw, "LSO <= HW");
+        assert!(hw <= leo, "HW <= LEO");
+        if offset < log.log_start_offset() || offset > leo {
+            return failed(KafkaError::OffsetOutOfRange);
+        }
+        let limit = match isolation {
+            Isolation::ReadUncommitted => hw,
+            Isolation::ReadCommitted => lso,
+        };
+        let mut out = failed(KafkaError::OffsetOutOfRange);
+        out.error = None;
+        (out.high_watermark, out.last_stable_offset) = (hw, lso);
+        out.log_start_offset = log.log_start_offset();
+        read_batches(log, offset, limit, budget, &mut out);
+        assert!(
+            out.records.iter().all(|f| f.offset < limit),
+            "fetch returns only offsets < HW/LSO"
+        );
+        out
+    }
+
+    /// `ListOffsets` at the leader: earliest = log start, latest = HW (read_uncommitted) or
+    /// LSO (read_committed).
+    fn list_offsets(&self, broker: BrokerId, tp: &TopicPartition, spec: OffsetSpec) -> Response {
+        let Some(p) = self.partition(tp) else {
+            return Response::Error(KafkaError::UnknownTopicOrPartition);
+        };
+        let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
+            return Response::Error(KafkaError::NotLeaderOrFollower);
+        };
+        let offset = match spec {
+            OffsetSpec::Earliest => r.log.log_start_offset(),
+            OffsetSpec::Latest(Isolation::ReadUncommitted) => r.log.high_watermark(),
+            OffsetSpec::Latest(Isolation::ReadCommitted) => r.log.last_stable_offset(),
+        };
+        Response::ListOffsets { offset }
+    }
+
+    /// The internal partition owning `key` and its topic name.
+    fn coordinator_partition(&self, key: &str, kind: CoordinatorKind) -> TopicPartition {
+        let topic = match kind {
+            CoordinatorKind::Group => CONSUMER_OFFSETS_TOPIC,
+            CoordinatorKind::Transaction => TRANSACTION_STATE_TOPIC,
+        };
+        let count = self.topics[topic].partitions.len() as u32;
+        TopicPartition::new(topic, coordinator_partition_for(key, count))
+    }
+
+    /// `FindCoordinator`: the leader of partition `Utils.abs(key.hashCode()) % partitions`
+    /// of `__consumer_offsets` / `__transaction_state`; `COORDINATOR_NOT_AVAILABLE` while
+    /// that partition is offline.
+    fn find_coordinator(&self, key: &str, kind: CoordinatorKind) -> Response {
+        let tp = self.coordinator_partition(key, kind);
+        match self.leader(&tp) {
+            Some(broker) => Response::FindCoordinator { broker },
+            None => Response::Error(KafkaError::CoordinatorNotAvailable),
+        }
+    }
+
+    /// The six group requests: `COORDINATOR_NOT_AVAILABLE` while the group's partition of
+    /// `__consumer_offsets` is offline, `NOT_COORDINATOR` at a broker that does not believe
+    /// it leads that partition, else handed to the group coordinator.
+    fn group_request(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
+        let group_id = match &request {
+            Request::JoinGroup { group_id, .. }
+            | Request::SyncGroup { group_id, .. }
+            | Request::Heartbeat { group_id, .. }
+            | Request::LeaveGroup { group_id, .. }
+            | Request::OffsetCommit { group_id, .. }
+            | Request::OffsetFetch { group_id, .. } => group_id.clone(),
+            other => unreachable!("not a group request: {other:?}"),
+        };
+        let tp = self.coordinator_partition(&group_id, CoordinatorKind::Group);
+        let p = self.partition(&tp).expect("internal topics exist");
+        if p.leader.is_none() {
+            return error(KafkaError::CoordinatorNotAvailable);
+        }
+        if !p.replica(broker).is_some_and(|r| r.believes_leader()) {
+            return error(KafkaError::NotCoordinator);
+        }
+        self.groups.handle(now, request)
+    }
+
+    /// Appends a control batch (a transaction marker, `WriteTxnMarkers`) at the partition's
+    /// leader: one record, one offset, never returned to applications (A.7). The hook the
+    /// transactions module uses; returns the marker's offset, or `NOT_LEADER_OR_FOLLOWER`
+    /// while the partition is offline.
+    pub fn append_control_batch(
+        &mut self,
+        tp: &TopicPartition,
+        header: ProducerBatchHeader,
+        marker: Record,
+    ) -> Result<Offset, KafkaError> {
+        let topic = self
+            .topics
+            .get_mut(&tp.topic)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let p = topic
+            .partitions
+            .get_mut(tp.partition as usize)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let leader = p.leader.ok_or(KafkaError::NotLeaderOrFollower)?;
+        let i = p.index_of(leader).expect("the leader is a replica");
+        p.touch();
+        let r = &mut p.replicas[i];
+        if !r.believes_leader() {
+            return Err(KafkaError::NotLeaderOrFollower);
+        }
+        let epoch = r.view_epoch;
+        let (base, last) = r
+            .log
+            .append_as_leader(epoch, header, true, Arc::new(vec![marker]));
+        assert!(base == last, "a control batch takes exactly one offset");
+        let batch = r.log.batches().last().expect("just appended");
+        assert!(batch.control, "marker appended as a control batch");
+        Ok(base)
+    }
+}
+
+/// Byte limits of one fetch response.
+struct FetchBudget {
+    left_bytes: u64,
+    partition_max_bytes: u32,
+    /// Whether any batch was returned yet (KIP-74: the first one always is).
+    any: bool,
+}
+
+/// Copies whole batches below `limit` from `offset` on into `out`, within the fetch's byte
+/// budget (KIP-74: the response's first batch goes even over the limits). Control batches
+/// count and move `next_fetch_offset` but yield no records.
+fn read_batches(
+    log: &PartitionLog,
+    offset: Offset,
+    limit: Offset,
+    budget: &mut FetchBudget,
+    out: &mut FetchPartition,
+) {
+    let mut partition_bytes = 0u64;
+    for batch in &log.batches()[log.batch_index_from(offset)..] {
+        if batch.last_offset >= limit {
+            break;
+        }
+        let size = batch.size_bytes as u64;
+        let fits = partition_bytes + size <= budget.partition_max_bytes as u64
+            && size <= budget.left_bytes;
+        if budget.any && !fits {
+            break;
+        }
+        budget.any = true;
+        budget.left_bytes = budget.left_bytes.saturating_sub(size);
+        partition_bytes += size;
+        if !batch.control {
+            let first = (offset - batch.base_offset).max(0) as usize;
+            for (k, record) in batch.records.iter().enumerate().skip(first) {
+                out.records.push(FetchedRecord {
+                    offset: batch.base_offset + k as Offset,
+                    record: record.clone(),
+                    producer_id: batch.header.producer_id,
+                    transactional: batch.header.transactional,
+                });
+            }
+        }
+        out.next_fetch_offset = batch.last_offset + 1;
+    }
+}
+
+/// Introspection for tests, checkers and the runner. All of it reads the controller's
+/// current leader (and its replica) unless a broker is named.
+impl Cluster {
+    /// User topics (internal `__consumer_offsets` / `__transaction_state` excluded), sorted.
+    pub fn topics(&self) -> Vec<String> {
+        self.topics
+            .iter()
+            .filter(|(_, t)| !t.internal)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Number of partitions of `topic`, `None` if unknown.
+    pub fn partition_count(&self, topic: &str) -> Option<u32> {
+        self.topics.get(topic).map(|t| t.partitions.len() as u32)
+    }
+
+    /// Current leader as the controller sees it; `None` while offline or unknown.
+    pub fn leader(&self, tp: &TopicPartition) -> Option<BrokerId> {
+        self.partition(tp)?.leader
+    }
+
+    /// Current leader epoch as the controller sees it.
+    pub fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        Some(self.partition(tp)?.leader_epoch)
+    }
+
+    /// Replica assignment in preference order (empty if unknown).
+    pub fn replicas(&self, tp: &TopicPartition) -> Vec<BrokerId> {
+        self.partition(tp)
+            .map(|p| p.assignment())
+            .unwrap_or_default()
+    }
+
+    /// Committed ISR as the controller sees it (empty if unknown).
+    pub fn isr(&self, tp: &TopicPartition) -> Vec<BrokerId> {
+        self.partition(tp)
+            .map(|p| p.isr.clone())
+            .unwrap_or_default()
+    }
+
+    /// HW of the current leader's replica; `None` while offline or unknown.
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<Offset> {
+        Some(self.partition(tp)?.leader_replica()?.log.high_watermark())
+    }
+
+    /// LSO of the current leader's replica; `None` while offline or unknown.
+    pub fn last_stable_offset(&self, tp: &TopicPartition) -> Option<Offset> {
+        Some(
+            self.partition(tp)?
+                .leader_replica()?
+                .log
+                .last_stable_offset(),
+        )
+    }
+
+    /// LEO of `broker`'s replica; `None` if it holds none.
+    pub fn log_end_offset(&self, tp: &TopicPartition, broker: BrokerId) -> Option<Offset> {
+        Some(self.partition(tp)?.replica(broker)?.log.log_end_offset())
+    }
+
+    /// HW as `broker`'s replica knows it; `None` if it holds none.
+    pub fn replica_high_watermark(&self, tp: &TopicPartition, broker: BrokerId) -> Option<Offset> {
+        Some(self.partition(tp)?.replica(broker)?.log.high_watermark())
+    }
+
+    /// `(base_offset, last_offset, leader_epoch)` of every batch in `broker`'s replica, for
+    /// comparing replicas; empty if it holds none.
+    pub fn replica_batches(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Vec<(Offset, Offset, i32)> {
+        let Some(r) = self.partition(tp).and_then(|p| p.replica(broker)) else {
+            return Vec::new();
+        };
+        r.log
+            .batches()
+            .iter()
+            .map(|b| (b.base_offset, b.last_offset, b.leader_epoch))
+            .collect()
+    }
+
+    /// The current leader's data records below its HW, in offset order (control records
+    /// left out); empty while offline.
+    pub fn records(&self, tp: &TopicPartition) -> Vec<(Offset, Record)> {
+        self.records_with_headers(tp)
+            .into_iter()
+            .map(|(o, r, _)| (o, r))
+            .collect()
+    }
+
+    /// Like [`Cluster::records`], with each record's batch producer header.
+    pub fn records_with_headers(
+        &self,
+        tp: &TopicPartition,
+    ) -> Vec<(Offset, Record, ProducerBatchHeader)> {
+        let Some(r) = self.partition(tp).and_then(|p| p.leader_replica()) else {
+            return Vec::new();
+        };
+        let hw = r.log.high_watermark();
+        let mut out = Vec::new();
+        for batch in r.log.batches().iter().take_while(|b| b.last_offset < hw) {
+            if batch.control {
+                continue;
+            }
+            for (k, record) in batch.records.iter().enumerate() {
+                out.push((
+                    batch.base_offset + k as Offset,
+                    record.clone(),
+                    batch.header,
+                ));
+            }
+        }
+        out
+    }
+
+    /// Whether broker `b`'s process runs (not between crash and restart).
+    pub fn broker_alive(&self, b: BrokerId) -> bool {
+        self.state(b).alive
+    }
+
+    /// Whether the controller has fenced broker `b`.
+    pub fn broker_fenced(&self, b: BrokerId) -> bool {
+        self.state(b).fenced
+    }
+
+    /// The broker that leads the internal partition owning `key` (the coordinator
+    /// `FindCoordinator` would name); `None` while that partition is offline.
+    pub fn coordinator_for(&self, key: &str, kind: CoordinatorKind) -> Option<BrokerId> {
+        self.leader(&self.coordinator_partition(key, kind))
+    }
+
+    /// Committed offsets of group `group_id` as `(partition, next offset to read)`, in
+    /// partition order; empty if none.
+    pub fn committed_offsets(&self, group_id: &str) -> Vec<(TopicPartition, Offset)> {
+        self.groups
+            .committed(group_id)
+            .into_iter()
+            .map(|(tp, c)| (tp, c.offset))
+            .collect()
+    }
+
+    /// The group coordinators, for introspection (states, generations, members).
+    pub fn groups(&self) -> &GroupCoordinator {
+        &self.groups
+    }
+
+    /// Number of acks=all produces still parked.
+    pub fn parked_produce_count(&self) -> usize {
+        self.pending.len()
     }
 }

@@ -1,0 +1,262 @@
+//! One replica's copy of a partition log: batches, log end offset, high watermark and the
+//! leader-epoch cache (models-reference A.1, A.6, A.7).
+//!
+//! Mirrors `UnifiedLog` (`core/.../log/UnifiedLog.scala`) and `LeaderEpochFileCache`
+//! (`storage/.../epoch/LeaderEpochFileCache.java`) reduced to what the model needs. Batches
+//! share their records through an `Arc`, so a follower copying a suffix of its leader's log
+//! clones pointers, not records.
+
+use super::types::*;
+use std::sync::Arc;
+
+/// Bytes of a record batch header (`DefaultRecordBatch.RECORD_BATCH_OVERHEAD`).
+pub const BATCH_OVERHEAD_BYTES: u32 = 61;
+
+/// A record batch as stored (`DefaultRecordBatch`): offsets, the epoch of the leader that
+/// appended it, the producer header and whether it is a control batch.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Offset of the first record.
+    pub base_offset: Offset,
+    /// Offset of the last record (`base_offset + n - 1`; control batches: `base_offset`).
+    pub last_offset: Offset,
+    /// `partitionLeaderEpoch`: epoch of the leader that appended the batch.
+    pub leader_epoch: i32,
+    /// Producer id / epoch / base sequence / transactional flag (KIP-98).
+    pub header: ProducerBatchHeader,
+    /// `isControl`: a transaction marker; takes one offset, never returned to applications.
+    pub control: bool,
+    /// The records (one for a control batch: its key and value encode the marker).
+    pub records: Arc<Vec<Record>>,
+    /// Approximate size in bytes (header plus records), for `max.message.bytes` and fetch
+    /// limits.
+    pub size_bytes: u32,
+}
+
+/// Approximate serialized size of one record in a v2 batch: a few varint bytes of
+/// overhead plus key, value and headers.
+pub fn record_size_bytes(record: &Record) -> u32 {
+    let key = record.key.as_ref().map_or(0, |k| k.len());
+    let value = record.value.as_ref().map_or(0, |v| v.len());
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 2)
+        .sum();
+    (8 + key + value + headers) as u32
+}
+
+/// Size of a batch holding `records`.
+pub fn batch_size_bytes(records: &[Record]) -> u32 {
+    BATCH_OVERHEAD_BYTES + records.iter().map(record_size_bytes).sum::<u32>()
+}
+
+/// One replica's log of one partition.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionLog {
+    batches: Vec<Batch>,
+    log_start_offset: Offset,
+    log_end_offset: Offset,
+    high_watermark: Offset,
+    /// `(epoch, start offset)`, epochs strictly increasing, start offsets non-decreasing.
+    epochs: Vec<(i32, Offset)>,
+}
+
+impl PartitionLog {
+    /// An empty log starting at offset 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `logStartOffset`: first offset still retained.
+    pub fn log_start_offset(&self) -> Offset {
+        self.log_start_offset
+    }
+
+    /// LEO: the offset the next appended record gets.
+    pub fn log_end_offset(&self) -> Offset {
+        self.log_end_offset
+    }
+
+    /// HW as this replica knows it.
+    pub fn high_watermark(&self) -> Offset {
+        self.high_watermark
+    }
+
+    /// LSO. Without transactions it equals the HW; the transactions module lowers it to the
+    /// first offset of the earliest open transaction (`ProducerStateManager.firstUnstableOffset`).
+    pub fn last_stable_offset(&self) -> Offset {
+        let lso = self.high_watermark;
+        assert!(lso <= self.high_watermark, "LSO <= HW");
+        lso
+    }
+
+    /// The batches in offset order.
+    pub fn batches(&self) -> &[Batch] {
+        &self.batches
+    }
+
+    /// The leader-epoch cache: `(epoch, start offset)` in epoch order.
+    pub fn epoch_cache(&self) -> &[(i32, Offset)] {
+        &self.epochs
+    }
+
+    /// Latest epoch in the cache, if any.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.last().map(|&(e, _)| e)
+    }
+
+    /// Start offset of `epoch` in the cache, if present.
+    pub fn epoch_start_offset(&self, epoch: i32) -> Option<Offset> {
+        self.epochs
+            .iter()
+            .rev()
+            .find(|&&(e, _)| e == epoch)
+            .map(|&(_, s)| s)
+    }
+
+    /// Index of the first batch whose last offset is ≥ `offset`.
+    pub fn batch_index_from(&self, offset: Offset) -> usize {
+        self.batches.partition_point(|b| b.last_offset < offset)
+    }
+
+    /// `LeaderEpochFileCache.assign` when this replica becomes leader of `epoch`: records
+    /// that `epoch` starts at the current LEO.
+    pub fn assign_epoch(&mut self, epoch: i32) {
+        match self.epochs.last() {
+            Some(&(e, _)) if e >= epoch => {
+                assert!(
+                    e == epoch,
+                    "leader epochs only grow: cache has {e}, assigned {epoch}"
+                )
+            }
+            _ => self.epochs.push((epoch, self.log_end_offset)),
+        }
+    }
+
+    /// Leader-side append of records (or a control record) stamped with `epoch`. Returns
+    /// `(base_offset, last_offset)`.
+    pub fn append_as_leader(
+        &mut self,
+        epoch: i32,
+        header: ProducerBatchHeader,
+        control: bool,
+        records: Arc<Vec<Record>>,
+    ) -> (Offset, Offset) {
+        assert!(!records.is_empty(), "a batch holds at least one record");
+        let base_offset = self.log_end_offset;
+        let last_offset = base_offset + records.len() as Offset - 1;
+        let size_bytes = batch_size_bytes(&records);
+        self.assign_epoch(epoch);
+        let batch = Batch {
+            base_offset,
+            last_offset,
+            leader_epoch: epoch,
+            header,
+            control,
+            records,
+            size_bytes,
+        };
+        self.append_batch(batch);
+        (base_offset, last_offset)
+    }
+
+    /// Appends a batch as it is (a follower copying its leader, or the leader itself).
+    pub fn append_batch(&mut self, batch: Batch) {
+        assert!(
+            batch.base_offset == self.log_end_offset,
+            "appends are contiguous at the LEO"
+        );
+        assert!(
+            batch.last_offset >= batch.base_offset,
+            "offsets increase within a batch"
+        );
+        if let Some(prev) = self.batches.last() {
+            assert!(
+                prev.last_offset < batch.base_offset,
+                "offsets increase on append"
+            );
+        }
+        match self.epochs.last() {
+            Some(&(e, _)) if e > batch.leader_epoch => {
+                panic!(
+                    "batch epoch {} below the cached epoch {e}",
+                    batch.leader_epoch
+                )
+            }
+            Some(&(e, _)) if e == batch.leader_epoch => {}
+            _ => self.epochs.push((batch.leader_epoch, batch.base_offset)),
+        }
+        self.log_end_offset = batch.last_offset + 1;
+        self.batches.push(batch);
+        assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
+    }
+
+    /// Leader: raises the HW to `hw` (never lowers it, `maybeIncrementLeaderHW`).
+    pub fn advance_high_watermark(&mut self, hw: Offset) {
+        assert!(hw <= self.log_end_offset, "HW <= LEO");
+        if hw > self.high_watermark {
+            self.high_watermark = hw;
+        }
+    }
+
+    /// Follower: HW from a fetch response, `min(own LEO, leader HW)`; may go down after a
+    /// truncation or with a new leader that knows less (A.4).
+    pub fn set_follower_high_watermark(&mut self, leader_hw: Offset) {
+        self.high_watermark = leader_hw.min(self.log_end_offset);
+        assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
+    }
+
+    /// `endOffsetForEpoch`: the largest cached epoch ≤ `epoch` and the offset where it ends
+    /// (the next epoch's start, or the LEO for the latest). `None` when `epoch` precedes
+    /// every cached epoch.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, Offset)> {
+        let idx = self.epochs.partition_point(|&(e, _)| e <= epoch);
+        if idx == 0 {
+            return None;
+        }
+        let (found, _) = self.epochs[idx - 1];
+        let end = self
+            .epochs
+            .get(idx)
+            .map_or(self.log_end_offset, |&(_, start)| start);
+        Some((found, end))
+    }
+
+    /// Removes every batch at or after `offset` (a batch straddling `offset` goes whole, as
+    /// `LogSegment.truncateTo` does), and the epoch-cache entries starting at or after the
+    /// new end (`truncateFromEnd`). The HW follows the LEO down.
+    pub fn truncate_to(&mut self, offset: Offset) {
+        let keep = self.batch_index_from(offset);
+        self.batches.truncate(keep);
+        self.log_end_offset = self
+            .batches
+            .last()
+            .map_or(self.log_start_offset, |b| b.last_offset + 1);
+        let end = self.log_end_offset;
+        self.epochs.retain(|&(_, start)| start < end);
+        self.high_watermark = self.high_watermark.min(end);
+        assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
+    }
+}
+
+/// Where follower `follower` must truncate before fetching from `leader` (A.6,
+/// `AbstractFetcherThread.getOffsetTruncationState`, KIP-279): walking the follower's epochs
+/// from the latest, the first epoch the leader also has ends at `min(leader's end of it,
+/// follower's end of it)`; epochs the leader never had are divergent. No common epoch:
+/// truncate to the leader's log start.
+pub fn truncation_offset(follower: &PartitionLog, leader: &PartitionLog) -> Offset {
+    let epochs = follower.epoch_cache();
+    for i in (0..epochs.len()).rev() {
+        let (epoch, _) = epochs[i];
+        let follower_end = epochs
+            .get(i + 1)
+            .map_or(follower.log_end_offset(), |&(_, s)| s);
+        if let Some((found, leader_end)) = leader.end_offset_for_epoch(epoch) {
+            if found == epoch {
+                return leader_end.min(follower_end);
+            }
+        }
+    }
+    leader.log_start_offset().min(follower.log_end_offset())
+}
