@@ -252,7 +252,8 @@ impl Pipeline for KafkaConsume {
             lag.push("producers not done".to_string());
         }
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed = cluster.committed_offsets(SINK_GROUP);
+        let committed: BTreeMap<TopicPartition, Offset> =
+            cluster.committed_offsets(SINK_GROUP).into_iter().collect();
         for tp in self.partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
@@ -280,7 +281,7 @@ impl Pipeline for KafkaConsume {
             let value = Value::LogState { tp, records };
             self.ctx.recorder.record(t, "final", OpKind::Ok, value, None);
         }
-        let offsets = cluster.committed_offsets(SINK_GROUP).into_iter().collect();
+        let offsets = cluster.committed_offsets(SINK_GROUP);
         drop(cluster);
         let rows = self.ctx.shared.lock().expect("shared lock").sink.clone();
         let recorder = &self.ctx.recorder;
