@@ -35,3 +35,6 @@ pub mod service;
 pub mod types;
 
 pub use error::{ChError, ErrorCode};
+
+#[cfg(test)]
+mod tests;
