@@ -111,7 +111,11 @@ pub struct ChError {
 impl ChError {
     /// An error with `code` and `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), keeper_error: None }
+        Self {
+            code,
+            message: message.into(),
+            keeper_error: None,
+        }
     }
 }
 
@@ -119,7 +123,10 @@ impl From<KeeperError> for ChError {
     /// `KEEPER_EXCEPTION` (999) carrying the Keeper error, as ClickHouse's
     /// `Coordination::Exception` does.
     fn from(e: KeeperError) -> Self {
-        let mut error = Self::new(ErrorCode::KeeperException, format!("Coordination::Exception: {e}"));
+        let mut error = Self::new(
+            ErrorCode::KeeperException,
+            format!("Coordination::Exception: {e}"),
+        );
         error.keeper_error = Some(e);
         error
     }

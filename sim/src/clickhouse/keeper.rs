@@ -286,7 +286,11 @@ fn valid_path(path: &str) -> bool {
 impl Keeper {
     /// An empty tree (just `/`), no sessions.
     pub fn new() -> Self {
-        let root = Znode { data: Vec::new(), stat: Stat::default(), children: BTreeSet::new() };
+        let root = Znode {
+            data: Vec::new(),
+            stat: Stat::default(),
+            children: BTreeSet::new(),
+        };
         Self {
             nodes: BTreeMap::from([("/".to_string(), root)]),
             sessions: BTreeMap::new(),
@@ -299,7 +303,13 @@ impl Keeper {
     pub fn open_session(&mut self, now_ms: u64, timeout_ms: u64) -> SessionId {
         let id = self.next_session;
         self.next_session += 1;
-        self.sessions.insert(id, Session { timeout_ms, last_heard_ms: now_ms });
+        self.sessions.insert(
+            id,
+            Session {
+                timeout_ms,
+                last_heard_ms: now_ms,
+            },
+        );
         id
     }
 
@@ -321,7 +331,10 @@ impl Keeper {
     /// [`KeeperError::SessionExpired`] when the session has expired.
     pub fn heartbeat(&mut self, now_ms: u64, session: SessionId) -> Result<(), KeeperError> {
         self.tick(now_ms);
-        let s = self.sessions.get_mut(&session).ok_or(KeeperError::SessionExpired)?;
+        let s = self
+            .sessions
+            .get_mut(&session)
+            .ok_or(KeeperError::SessionExpired)?;
         s.last_heard_ms = s.last_heard_ms.max(now_ms);
         Ok(())
     }
@@ -353,7 +366,8 @@ impl Keeper {
         self.zxid += 1;
         let mut undo = Undo::new();
         for path in owned {
-            self.apply_delete(&path, -1, &mut undo).expect("ephemeral nodes have no children");
+            self.apply_delete(&path, -1, &mut undo)
+                .expect("ephemeral nodes have no children");
         }
     }
 
@@ -392,7 +406,11 @@ impl Keeper {
         data: &[u8],
         mode: CreateMode,
     ) -> Result<String, KeeperError> {
-        let op = Op::Create { path: path.to_string(), data: data.to_vec(), mode };
+        let op = Op::Create {
+            path: path.to_string(),
+            data: data.to_vec(),
+            mode,
+        };
         self.single(session, op).map(|r| match r {
             OpResult::Created(p) => p,
             other => unreachable!("create returned {other:?}"),
@@ -404,7 +422,11 @@ impl Keeper {
     /// # Errors
     /// `NoNode`, `BadVersion`.
     pub fn set(&mut self, path: &str, data: &[u8], version: i32) -> Result<Stat, KeeperError> {
-        let op = Op::Set { path: path.to_string(), data: data.to_vec(), version };
+        let op = Op::Set {
+            path: path.to_string(),
+            data: data.to_vec(),
+            version,
+        };
         self.single(None, op).map(|r| match r {
             OpResult::Set(stat) => stat,
             other => unreachable!("set returned {other:?}"),
@@ -416,11 +438,20 @@ impl Keeper {
     /// # Errors
     /// `NoNode`, `BadVersion`, `NotEmpty`.
     pub fn delete(&mut self, path: &str, version: i32) -> Result<(), KeeperError> {
-        self.single(None, Op::Delete { path: path.to_string(), version }).map(|_| ())
+        self.single(
+            None,
+            Op::Delete {
+                path: path.to_string(),
+                version,
+            },
+        )
+        .map(|_| ())
     }
 
     fn single(&mut self, session: Option<SessionId>, op: Op) -> Result<OpResult, KeeperError> {
-        self.multi(session, vec![op]).map(|mut r| r.remove(0)).map_err(|e| e.error)
+        self.multi(session, vec![op])
+            .map(|mut r| r.remove(0))
+            .map_err(|e| e.error)
     }
 
     /// Applies `ops` atomically as one transaction: all of them or none.
@@ -457,10 +488,19 @@ impl Keeper {
         undo.push((path.to_string(), self.nodes.get(path).cloned()));
     }
 
-    fn apply(&mut self, session: Option<SessionId>, op: Op, undo: &mut Undo) -> Result<OpResult, KeeperError> {
+    fn apply(
+        &mut self,
+        session: Option<SessionId>,
+        op: Op,
+        undo: &mut Undo,
+    ) -> Result<OpResult, KeeperError> {
         match op {
             Op::Create { path, data, mode } => self.apply_create(session, &path, data, mode, undo),
-            Op::Set { path, data, version } => {
+            Op::Set {
+                path,
+                data,
+                version,
+            } => {
                 let node = self.nodes.get(&path).ok_or(KeeperError::NoNode)?;
                 if version != -1 && version != node.stat.version {
                     return Err(KeeperError::BadVersion);
@@ -473,9 +513,9 @@ impl Keeper {
                 node.stat.mzxid = zxid;
                 Ok(OpResult::Set(node.stat))
             }
-            Op::Delete { path, version } => {
-                self.apply_delete(&path, version, undo).map(|()| OpResult::Deleted)
-            }
+            Op::Delete { path, version } => self
+                .apply_delete(&path, version, undo)
+                .map(|()| OpResult::Deleted),
             Op::Check { path, version } => {
                 let node = self.nodes.get(&path).ok_or(KeeperError::NoNode)?;
                 if version != -1 && version != node.stat.version {
@@ -523,12 +563,29 @@ impl Keeper {
         parent_node.children.insert(name);
         parent_node.stat.cversion += 1;
         parent_node.stat.num_children += 1;
-        let stat = Stat { czxid: self.zxid, mzxid: self.zxid, ephemeral_owner: owner, ..Stat::default() };
-        self.nodes.insert(path.clone(), Znode { data, stat, children: BTreeSet::new() });
+        let stat = Stat {
+            czxid: self.zxid,
+            mzxid: self.zxid,
+            ephemeral_owner: owner,
+            ..Stat::default()
+        };
+        self.nodes.insert(
+            path.clone(),
+            Znode {
+                data,
+                stat,
+                children: BTreeSet::new(),
+            },
+        );
         Ok(OpResult::Created(path))
     }
 
-    fn apply_delete(&mut self, path: &str, version: i32, undo: &mut Undo) -> Result<(), KeeperError> {
+    fn apply_delete(
+        &mut self,
+        path: &str,
+        version: i32,
+        undo: &mut Undo,
+    ) -> Result<(), KeeperError> {
         if path == "/" {
             return Err(KeeperError::BadArguments);
         }
@@ -581,7 +638,9 @@ impl Keeper {
         request: KeeperRequest,
     ) -> Result<KeeperResponse, KeeperError> {
         if let KeeperRequest::OpenSession { timeout_ms } = request {
-            return Ok(KeeperResponse::SessionOpened(self.open_session(now_ms, timeout_ms)));
+            return Ok(KeeperResponse::SessionOpened(
+                self.open_session(now_ms, timeout_ms),
+            ));
         }
         if let Some(s) = session {
             self.heartbeat(now_ms, s)?;
@@ -593,13 +652,15 @@ impl Keeper {
                 Ok(KeeperResponse::Ok)
             }
             KeeperRequest::Heartbeat => Ok(KeeperResponse::Ok),
-            KeeperRequest::Create { path, data, mode } => {
-                self.create(session, &path, &data, mode).map(KeeperResponse::Created)
-            }
+            KeeperRequest::Create { path, data, mode } => self
+                .create(session, &path, &data, mode)
+                .map(KeeperResponse::Created),
             KeeperRequest::Get { path } => self.get(&path).map(|(d, s)| KeeperResponse::Data(d, s)),
-            KeeperRequest::Set { path, data, version } => {
-                self.set(&path, &data, version).map(KeeperResponse::Stat)
-            }
+            KeeperRequest::Set {
+                path,
+                data,
+                version,
+            } => self.set(&path, &data, version).map(KeeperResponse::Stat),
             KeeperRequest::Delete { path, version } => {
                 self.delete(&path, version).map(|()| KeeperResponse::Ok)
             }

@@ -56,11 +56,14 @@ pub struct KeeperMapTable {
 }
 
 fn base64_url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..=chunk.len() {
             out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -86,15 +89,24 @@ impl KeeperMapTable {
     /// 60 if it does not exist, 36 if it is not a KeeperMap table or KeeperMap is disabled.
     pub fn resolve(ch: &ClickHouse, table: &str) -> Result<Self, ChError> {
         let def = ch.table(table).ok_or_else(|| {
-            ChError::new(ErrorCode::UnknownTable, format!("Table default.{table} doesn't exist"))
+            ChError::new(
+                ErrorCode::UnknownTable,
+                format!("Table default.{table} doesn't exist"),
+            )
         })?;
-        let Engine::KeeperMap { root_path, keys_limit } = &def.engine else {
+        let Engine::KeeperMap {
+            root_path,
+            keys_limit,
+        } = &def.engine
+        else {
             let msg = format!("Table {table} is not a KeeperMap table");
             return Err(ChError::new(ErrorCode::BadArguments, msg));
         };
-        let prefix = ch.config().keeper_map_path_prefix.as_deref().ok_or_else(|| {
-            ChError::new(ErrorCode::BadArguments, "KeeperMap is disabled")
-        })?;
+        let prefix = ch
+            .config()
+            .keeper_map_path_prefix
+            .as_deref()
+            .ok_or_else(|| ChError::new(ErrorCode::BadArguments, "KeeperMap is disabled"))?;
         let key = def.primary_key.as_deref().expect("checked at create");
         Ok(Self {
             def: def.clone(),
@@ -106,7 +118,11 @@ impl KeeperMapTable {
 
     /// The znode of `key`.
     pub fn key_path(&self, key: &Value) -> String {
-        format!("{}/{}", self.data_path, base64_url(key_text(key).as_bytes()))
+        format!(
+            "{}/{}",
+            self.data_path,
+            base64_url(key_text(key).as_bytes())
+        )
     }
 
     /// The znode path and data of `row`.
@@ -132,7 +148,10 @@ impl KeeperMapTable {
 /// 117 when the data is not what [`KeeperMapTable::encode`] writes.
 pub fn decode(data: &[u8]) -> Result<Row, ChError> {
     serde_json::from_slice(data).map_err(|e| {
-        ChError::new(ErrorCode::IncorrectData, format!("bad KeeperMap value: {e}"))
+        ChError::new(
+            ErrorCode::IncorrectData,
+            format!("bad KeeperMap value: {e}"),
+        )
     })
 }
 
@@ -168,15 +187,21 @@ pub fn prepare_insert(ch: &ClickHouse, insert: &Insert) -> Result<PreparedInsert
     ch.check_settings(&insert.settings)?;
     let mut entries = BTreeMap::new();
     for (i, json) in insert.rows.iter().enumerate() {
-        let row = ch.convert_row(&table.def, json, &insert.settings).map_err(|mut e| {
-            e.message = format!("{}: (at row {})", e.message, i + 1);
-            e
-        })?;
+        let row = ch
+            .convert_row(&table.def, json, &insert.settings)
+            .map_err(|mut e| {
+                e.message = format!("{}: (at row {})", e.message, i + 1);
+                e
+            })?;
         let (path, data) = table.encode(&row);
         entries.insert(path, data);
     }
     let strict = insert.settings.keeper_map_strict_mode.unwrap_or(false);
-    Ok(PreparedInsert { table, entries: entries.into_iter().collect(), strict })
+    Ok(PreparedInsert {
+        table,
+        entries: entries.into_iter().collect(),
+        strict,
+    })
 }
 
 /// The `multi` for `prepared`, given which keys exist (`existing[i]` for entry `i`, from
@@ -190,7 +215,11 @@ pub fn insert_ops(
     existing: &[bool],
     keys_now: u64,
 ) -> Result<Vec<Op>, ChError> {
-    assert_eq!(existing.len(), prepared.entries.len(), "one existence flag per key");
+    assert_eq!(
+        existing.len(),
+        prepared.entries.len(),
+        "one existence flag per key"
+    );
     let new_keys = existing.iter().filter(|e| !**e).count() as u64;
     if let Some(limit) = prepared.table.keys_limit {
         if keys_now + new_keys > limit {
@@ -204,9 +233,17 @@ pub fn insert_ops(
         .zip(existing)
         .map(|((path, data), exists)| {
             if *exists && !prepared.strict {
-                Op::Set { path: path.clone(), data: data.clone(), version: -1 }
+                Op::Set {
+                    path: path.clone(),
+                    data: data.clone(),
+                    version: -1,
+                }
             } else {
-                Op::Create { path: path.clone(), data: data.clone(), mode: CreateMode::Persistent }
+                Op::Create {
+                    path: path.clone(),
+                    data: data.clone(),
+                    mode: CreateMode::Persistent,
+                }
             }
         })
         .collect())
@@ -224,7 +261,9 @@ pub fn multi_error(e: MultiError) -> ChError {
 /// # Errors
 /// 999 on a Keeper error.
 pub fn create_paths(keeper: &mut Keeper, table: &KeeperMapTable) -> Result<(), ChError> {
-    keeper.create_recursive(&table.data_path).map_err(ChError::from)
+    keeper
+        .create_recursive(&table.data_path)
+        .map_err(ChError::from)
 }
 
 /// `INSERT INTO <KeeperMap table>` against a local Keeper; returns the rows' key count.
@@ -234,9 +273,14 @@ pub fn create_paths(keeper: &mut Keeper, table: &KeeperMapTable) -> Result<(), C
 /// existing key: node exists; no data node: no node).
 pub fn insert(ch: &ClickHouse, keeper: &mut Keeper, insert: &Insert) -> Result<usize, ChError> {
     let prepared = prepare_insert(ch, insert)?;
-    let keys_now = keeper.exists(&prepared.table.data_path).map_or(0, |s| s.num_children);
-    let existing: Vec<bool> =
-        prepared.entries.iter().map(|(p, _)| keeper.exists(p).is_some()).collect();
+    let keys_now = keeper
+        .exists(&prepared.table.data_path)
+        .map_or(0, |s| s.num_children);
+    let existing: Vec<bool> = prepared
+        .entries
+        .iter()
+        .map(|(p, _)| keeper.exists(p).is_some())
+        .collect();
     let ops = insert_ops(&prepared, &existing, keys_now as u64)?;
     keeper.multi(None, ops).map_err(multi_error)?;
     Ok(prepared.entries.len())
@@ -255,7 +299,10 @@ pub fn get(
     let table = KeeperMapTable::resolve(ch, table)?;
     let key = table.key_value(ch, key)?;
     match keeper.get(&table.key_path(&key)) {
-        Ok((data, stat)) => Ok(Some(VersionedRow { row: decode(&data)?, version: stat.version })),
+        Ok((data, stat)) => Ok(Some(VersionedRow {
+            row: decode(&data)?,
+            version: stat.version,
+        })),
         Err(KeeperError::NoNode) => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -294,7 +341,9 @@ pub fn put_if_version(
 ) -> Result<i32, ChError> {
     let (path, data) = prepare_put(ch, table, row)?;
     match expected {
-        None => keeper.create(None, &path, &data, CreateMode::Persistent).map(|_| 0),
+        None => keeper
+            .create(None, &path, &data, CreateMode::Persistent)
+            .map(|_| 0),
         Some(version) => keeper.set(&path, &data, version).map(|s| s.version),
     }
     .map_err(ChError::from)

@@ -36,5 +36,7 @@ pub mod types;
 
 pub use error::{ChError, ErrorCode};
 
+#[cfg(all(test, madsim))]
+mod service_tests;
 #[cfg(test)]
 mod tests;

@@ -51,7 +51,9 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { keeper_map_path_prefix: Some("/keeper_map_tables".to_string()) }
+        Self {
+            keeper_map_path_prefix: Some("/keeper_map_tables".to_string()),
+        }
     }
 }
 
@@ -184,7 +186,9 @@ pub struct ClickHouse {
 pub fn block_hash(bytes: &[u8]) -> u128 {
     const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-    bytes.iter().fold(OFFSET, |h, b| (h ^ u128::from(*b)).wrapping_mul(PRIME))
+    bytes
+        .iter()
+        .fold(OFFSET, |h, b| (h ^ u128::from(*b)).wrapping_mul(PRIME))
 }
 
 fn block_id(partition_id: &str, hash: u128) -> String {
@@ -192,7 +196,10 @@ fn block_id(partition_id: &str, hash: u128) -> String {
 }
 
 fn unknown_table(name: &str) -> ChError {
-    ChError::new(ErrorCode::UnknownTable, format!("Table default.{name} doesn't exist"))
+    ChError::new(
+        ErrorCode::UnknownTable,
+        format!("Table default.{name} doesn't exist"),
+    )
 }
 
 fn unknown_setting(name: &str) -> ChError {
@@ -202,7 +209,11 @@ fn unknown_setting(name: &str) -> ChError {
 impl ClickHouse {
     /// A server of version `profile` with `config` and no tables.
     pub fn new(profile: VersionProfile, config: ServerConfig) -> Self {
-        Self { profile, config, tables: BTreeMap::new() }
+        Self {
+            profile,
+            config,
+            tables: BTreeMap::new(),
+        }
     }
 
     /// The version profile.
@@ -238,7 +249,11 @@ impl ClickHouse {
             return Err(ChError::new(ErrorCode::TableAlreadyExists, msg));
         }
         self.check_engine(&def)?;
-        let key_columns = def.order_by.iter().chain(&def.partition_by).chain(&def.primary_key);
+        let key_columns = def
+            .order_by
+            .iter()
+            .chain(&def.partition_by)
+            .chain(&def.primary_key);
         let version = def.engine.replacing().and_then(|v| v.as_ref());
         for c in key_columns.chain(version) {
             if def.column_index(c).is_none() {
@@ -257,6 +272,12 @@ impl ClickHouse {
         Ok(())
     }
 
+    /// `DROP TABLE`: forgets the table, its parts and its block ids (KeeperMap data stays
+    /// in Keeper). Returns whether it existed.
+    pub fn drop_table(&mut self, table: &str) -> bool {
+        self.tables.remove(table).is_some()
+    }
+
     fn check_engine(&self, def: &TableDef) -> Result<(), ChError> {
         if def.settings.non_replicated_deduplication_window.is_some()
             && !self.profile.has_token_and_non_replicated_dedup()
@@ -271,7 +292,8 @@ impl ClickHouse {
             return Err(ChError::new(ErrorCode::UnknownStorage, msg));
         }
         if self.config.keeper_map_path_prefix.is_none() {
-            let msg = "KeeperMap is disabled because 'keeper_map_path_prefix' config is not defined";
+            let msg =
+                "KeeperMap is disabled because 'keeper_map_path_prefix' config is not defined";
             return Err(ChError::new(ErrorCode::BadArguments, msg));
         }
         if def.primary_key.is_none() {
@@ -346,7 +368,10 @@ impl ClickHouse {
     /// 60, 115, or 36 for a KeeperMap table (use [`super::keeper_map`]). A conversion
     /// error is not an `Err` here: it ends the plan ([`InsertPlan::error`]).
     pub fn plan_insert(&self, insert: &Insert) -> Result<InsertPlan, ChError> {
-        let table = self.tables.get(&insert.table).ok_or_else(|| unknown_table(&insert.table))?;
+        let table = self
+            .tables
+            .get(&insert.table)
+            .ok_or_else(|| unknown_table(&insert.table))?;
         self.check_settings(&insert.settings)?;
         if matches!(table.def.engine, Engine::KeeperMap { .. }) {
             let msg = "KeeperMap tables are written through keeper_map::insert";
@@ -368,16 +393,19 @@ impl ClickHouse {
                 .iter()
                 .enumerate()
                 .map(|(i, json)| {
-                    self.convert_row(&table.def, json, &insert.settings).map_err(|mut e| {
-                        e.message = format!("{}: (at row {})", e.message, n * block_size + i + 1);
-                        e
-                    })
+                    self.convert_row(&table.def, json, &insert.settings)
+                        .map_err(|mut e| {
+                            e.message =
+                                format!("{}: (at row {})", e.message, n * block_size + i + 1);
+                            e
+                        })
                 })
                 .collect();
             match converted {
                 Ok(rows) => {
                     let token = insert.settings.insert_deduplication_token.as_deref();
-                    plan.blocks.push(split_block(&table.def, rows, token.map(|t| (t, n))));
+                    plan.blocks
+                        .push(split_block(&table.def, rows, token.map(|t| (t, n))));
                 }
                 Err(e) => {
                     plan.error = Some(e);
@@ -400,13 +428,20 @@ impl ClickHouse {
         index: usize,
     ) -> Result<Vec<PartOutcome>, ChError> {
         let profile = self.profile;
-        let table = self.tables.get_mut(&plan.table).ok_or_else(|| unknown_table(&plan.table))?;
+        let table = self
+            .tables
+            .get_mut(&plan.table)
+            .ok_or_else(|| unknown_table(&plan.table))?;
         let mut outcomes = Vec::new();
         for part in &plan.blocks[index] {
             let rows = part.rows.len();
             let block_id = part.block_id.clone();
             if plan.deduplicate && table.is_duplicate(profile, now_ms, &block_id) {
-                outcomes.push(PartOutcome::Deduplicated { block: index, block_id, rows });
+                outcomes.push(PartOutcome::Deduplicated {
+                    block: index,
+                    block_id,
+                    rows,
+                });
                 continue;
             }
             let number = table.next_block_number;
@@ -418,7 +453,12 @@ impl ClickHouse {
                 block_id: block_id.clone(),
                 rows: part.rows.clone(),
             });
-            outcomes.push(PartOutcome::Written { block: index, part: name, block_id, rows });
+            outcomes.push(PartOutcome::Written {
+                block: index,
+                part: name,
+                block_id,
+                rows,
+            });
         }
         Ok(outcomes)
     }
@@ -444,9 +484,14 @@ impl ClickHouse {
         blocks_max: usize,
     ) -> Result<InsertSummary, ChError> {
         let plan = self.plan_insert(insert)?;
-        let mut summary = InsertSummary { blocks_total: plan.blocks.len(), ..Default::default() };
+        let mut summary = InsertSummary {
+            blocks_total: plan.blocks.len(),
+            ..Default::default()
+        };
         for index in 0..plan.blocks.len().min(blocks_max) {
-            summary.parts.extend(self.commit_block(now_ms, &plan, index)?);
+            summary
+                .parts
+                .extend(self.commit_block(now_ms, &plan, index)?);
             summary.blocks_applied += 1;
         }
         match plan.error {
@@ -479,8 +524,14 @@ impl ClickHouse {
         let version = version_column.as_ref().and_then(|c| t.def.column_index(c));
         let key_of = |row: &Row| -> Vec<Value> {
             let partition = partition_id(&t.def, row);
-            let key = t.def.order_by.iter().map(|c| row[t.def.column_index(c).expect("checked")].clone());
-            std::iter::once(Value::String(partition)).chain(key).collect()
+            let key = t
+                .def
+                .order_by
+                .iter()
+                .map(|c| row[t.def.column_index(c).expect("checked")].clone());
+            std::iter::once(Value::String(partition))
+                .chain(key)
+                .collect()
         };
         let mut winners: BTreeMap<Vec<Value>, Row> = BTreeMap::new();
         for row in rows {
@@ -512,7 +563,9 @@ impl ClickHouse {
 
     /// The block ids `table` currently remembers, oldest first.
     pub fn block_ids(&self, table: &str) -> Vec<String> {
-        let Some(t) = self.tables.get(table) else { return Vec::new() };
+        let Some(t) = self.tables.get(table) else {
+            return Vec::new();
+        };
         if t.def.engine.is_replicated() {
             let mut ids: Vec<_> = t.block_ids.replicated.iter().collect();
             ids.sort_by_key(|(_, (seq, _))| *seq);
@@ -532,7 +585,8 @@ impl Table {
             if ids.replicated.contains_key(block_id) {
                 return true;
             }
-            ids.replicated.insert(block_id.to_string(), (ids.next_seq, now_ms));
+            ids.replicated
+                .insert(block_id.to_string(), (ids.next_seq, now_ms));
             ids.next_seq += 1;
             if settings.cleanup_delay_period_ms == Some(0) {
                 self.trim_replicated(profile);
@@ -563,8 +617,10 @@ impl Table {
             .unwrap_or(profile.replicated_deduplication_window_seconds());
         let ids = &mut self.block_ids.replicated;
         let newest_ms = ids.values().map(|(_, t)| *t).max().unwrap_or(0);
-        let mut by_age: Vec<(u64, u64, String)> =
-            ids.iter().map(|(id, (seq, t))| (*seq, *t, id.clone())).collect();
+        let mut by_age: Vec<(u64, u64, String)> = ids
+            .iter()
+            .map(|(id, (seq, t))| (*seq, *t, id.clone()))
+            .collect();
         by_age.sort();
         let excess = by_age.len().saturating_sub(count_max);
         for (i, (_, t, id)) in by_age.into_iter().enumerate() {
@@ -572,13 +628,18 @@ impl Table {
                 ids.remove(&id);
             }
         }
-        assert!(ids.len() <= count_max, "the window holds at most its count after a trim");
+        assert!(
+            ids.len() <= count_max,
+            "the window holds at most its count after a trim"
+        );
     }
 }
 
 /// The partition id of `row`: the partition column's value as text (`all` without one).
 fn partition_id(def: &TableDef, row: &Row) -> String {
-    let Some(column) = &def.partition_by else { return "all".to_string() };
+    let Some(column) = &def.partition_by else {
+        return "all".to_string();
+    };
     match &row[def.column_index(column).expect("checked at create")] {
         Value::UInt(v) => v.to_string(),
         Value::Int(v) => v.to_string(),
@@ -594,16 +655,20 @@ fn partition_id(def: &TableDef, row: &Row) -> String {
 fn split_block(def: &TableDef, rows: Vec<Row>, token: Option<(&str, usize)>) -> Vec<PlannedPart> {
     let mut by_partition: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for row in rows {
-        by_partition.entry(partition_id(def, &row)).or_default().push(row);
+        by_partition
+            .entry(partition_id(def, &row))
+            .or_default()
+            .push(row);
     }
-    let key: Vec<usize> =
-        def.order_by.iter().map(|c| def.column_index(c).expect("checked at create")).collect();
+    let key: Vec<usize> = def
+        .order_by
+        .iter()
+        .map(|c| def.column_index(c).expect("checked at create"))
+        .collect();
     by_partition
         .into_iter()
         .map(|(partition_id, mut rows)| {
-            rows.sort_by(|a, b| {
-                key.iter().map(|&i| &a[i]).cmp(key.iter().map(|&i| &b[i]))
-            });
+            rows.sort_by(|a, b| key.iter().map(|&i| &a[i]).cmp(key.iter().map(|&i| &b[i])));
             let hash = match token {
                 Some((token, n)) => block_hash(format!("{token}_{n}").as_bytes()),
                 None => {
@@ -612,7 +677,11 @@ fn split_block(def: &TableDef, rows: Vec<Row>, token: Option<(&str, usize)>) -> 
                     block_hash(&bytes)
                 }
             };
-            PlannedPart { block_id: block_id(&partition_id, hash), partition_id, rows }
+            PlannedPart {
+                block_id: block_id(&partition_id, hash),
+                partition_id,
+                rows,
+            }
         })
         .collect()
 }

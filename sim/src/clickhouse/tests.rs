@@ -12,11 +12,15 @@ fn server(profile: VersionProfile) -> ClickHouse {
 }
 
 fn rows(ids: std::ops::Range<u64>) -> Vec<Json> {
-    ids.map(|id| json!({"id": id, "name": format!("n{id}")})).collect()
+    ids.map(|id| json!({"id": id, "name": format!("n{id}")}))
+        .collect()
 }
 
 fn table(engine: Engine) -> TableDef {
-    let columns = vec![Column::new("id", ColumnType::UInt64), Column::new("name", ColumnType::String)];
+    let columns = vec![
+        Column::new("id", ColumnType::UInt64),
+        Column::new("name", ColumnType::String),
+    ];
     TableDef::new("t", columns, engine, &["id"])
 }
 
@@ -65,10 +69,15 @@ mod clickhouse_model {
         let b_same = ch.insert(1, &Insert::new("t", rows(100..200))).unwrap();
         assert_eq!(b_same.rows_deduplicated(), 100);
         for start in [200, 300, 400] {
-            ch.insert(2, &Insert::new("t", rows(start..start + 100))).unwrap();
+            ch.insert(2, &Insert::new("t", rows(start..start + 100)))
+                .unwrap();
         }
         let zombie = ch.insert(3, &Insert::new("t", rows(100..200))).unwrap();
-        assert_eq!(zombie.rows_written(), 100, "the evicted block id no longer deduplicates");
+        assert_eq!(
+            zombie.rows_written(),
+            100,
+            "the evicted block id no longer deduplicates"
+        );
         assert_eq!(ids(&ch, false).len(), 500);
     }
 
@@ -80,7 +89,11 @@ mod clickhouse_model {
         ch.insert(10, &Insert::new("t", rows(0..1))).unwrap();
         ch.insert(20, &Insert::new("t", rows(1..2))).unwrap();
         let before = ch.insert(30, &Insert::new("t", rows(0..1))).unwrap();
-        assert_eq!(before.rows_deduplicated(), 1, "beyond the count but not yet cleaned up");
+        assert_eq!(
+            before.rows_deduplicated(),
+            1,
+            "beyond the count but not yet cleaned up"
+        );
         ch.tick(30_000);
         assert_eq!(ch.block_ids("t").len(), 1);
         let after = ch.insert(30_001, &Insert::new("t", rows(0..1))).unwrap();
@@ -95,16 +108,34 @@ mod clickhouse_model {
         ch.create_table(def).unwrap();
         ch.insert(0, &Insert::new("t", rows(0..1))).unwrap();
         ch.insert(20_000, &Insert::new("t", rows(1..2))).unwrap();
-        assert_eq!(ch.block_ids("t").len(), 1, "measured from the newest block id");
-        assert_eq!(ch.insert(20_001, &Insert::new("t", rows(0..1))).unwrap().rows_written(), 1);
+        assert_eq!(
+            ch.block_ids("t").len(),
+            1,
+            "measured from the newest block id"
+        );
+        assert_eq!(
+            ch.insert(20_001, &Insert::new("t", rows(0..1)))
+                .unwrap()
+                .rows_written(),
+            1
+        );
     }
 
     #[test]
     fn version_profiles_set_the_replicated_window() {
-        assert_eq!(VersionProfile::V18_16.replicated_deduplication_window(), 100);
+        assert_eq!(
+            VersionProfile::V18_16.replicated_deduplication_window(),
+            100
+        );
         assert_eq!(VersionProfile::V23_7.replicated_deduplication_window(), 100);
-        assert_eq!(VersionProfile::V23_11.replicated_deduplication_window(), 1000);
-        assert_eq!(VersionProfile::V25_9.replicated_deduplication_window(), 10000);
+        assert_eq!(
+            VersionProfile::V23_11.replicated_deduplication_window(),
+            1000
+        );
+        assert_eq!(
+            VersionProfile::V25_9.replicated_deduplication_window(),
+            10000
+        );
     }
 
     #[test]
@@ -124,37 +155,64 @@ mod clickhouse_model {
         def.settings.non_replicated_deduplication_window = Some(2);
         ch.create_table(def).unwrap();
         ch.insert(0, &Insert::new("t", rows(0..1))).unwrap();
-        assert_eq!(ch.insert(0, &Insert::new("t", rows(0..1))).unwrap().rows_written(), 0);
+        assert_eq!(
+            ch.insert(0, &Insert::new("t", rows(0..1)))
+                .unwrap()
+                .rows_written(),
+            0
+        );
         ch.insert(0, &Insert::new("t", rows(1..2))).unwrap();
         ch.insert(0, &Insert::new("t", rows(2..3))).unwrap();
         // FIFO of 2: the first id is gone at insert time.
-        assert_eq!(ch.insert(0, &Insert::new("t", rows(0..1))).unwrap().rows_written(), 1);
+        assert_eq!(
+            ch.insert(0, &Insert::new("t", rows(0..1)))
+                .unwrap()
+                .rows_written(),
+            1
+        );
     }
 
     #[test]
     fn token_names_the_block_so_different_data_with_the_same_token_is_dropped() {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::ReplicatedMergeTree)).unwrap();
-        ch.insert(0, &Insert::new("t", rows(0..5)).token("p0-0-4")).unwrap();
-        let other = ch.insert(0, &Insert::new("t", rows(5..10)).token("p0-0-4")).unwrap();
+        ch.insert(0, &Insert::new("t", rows(0..5)).token("p0-0-4"))
+            .unwrap();
+        let other = ch
+            .insert(0, &Insert::new("t", rows(5..10)).token("p0-0-4"))
+            .unwrap();
         assert_eq!(other.rows_deduplicated(), 5);
-        let fresh = ch.insert(0, &Insert::new("t", rows(0..5)).token("p0-0-4b")).unwrap();
-        assert_eq!(fresh.rows_written(), 5, "same data, other token: not deduplicated");
+        let fresh = ch
+            .insert(0, &Insert::new("t", rows(0..5)).token("p0-0-4b"))
+            .unwrap();
+        assert_eq!(
+            fresh.rows_written(),
+            5,
+            "same data, other token: not deduplicated"
+        );
     }
 
     #[test]
     fn token_blocks_are_numbered_so_another_split_is_not_deduplicated() {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::ReplicatedMergeTree)).unwrap();
-        let first = ch.insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2)).unwrap();
+        let first = ch
+            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2))
+            .unwrap();
         let ids_first: Vec<_> = first.parts.iter().map(block_id).collect();
         assert_eq!(first.blocks_total, 2);
-        let same = ch.insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2)).unwrap();
+        let same = ch
+            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2))
+            .unwrap();
         assert_eq!(same.rows_deduplicated(), 4);
         // One block of 4 is "x_0": it collides with the first block only.
-        let resplit = ch.insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(4)).unwrap();
+        let resplit = ch
+            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(4))
+            .unwrap();
         assert_eq!(resplit.rows_deduplicated(), 4);
-        let three = ch.insert(0, &Insert::new("t", rows(0..6)).token("x").block_size(2)).unwrap();
+        let three = ch
+            .insert(0, &Insert::new("t", rows(0..6)).token("x").block_size(2))
+            .unwrap();
         assert_eq!((three.rows_deduplicated(), three.rows_written()), (4, 2));
         assert_ne!(ids_first[0], ids_first[1]);
     }
@@ -171,7 +229,9 @@ mod clickhouse_model {
     fn insert_cut_by_max_insert_block_size_makes_one_part_per_block() {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::MergeTree)).unwrap();
-        let summary = ch.insert(0, &Insert::new("t", rows(0..10)).block_size(3)).unwrap();
+        let summary = ch
+            .insert(0, &Insert::new("t", rows(0..10)).block_size(3))
+            .unwrap();
         assert_eq!(summary.blocks_total, 4);
         assert_eq!(ch.parts("t").unwrap().len(), 4);
         assert_eq!(ch.parts("t").unwrap()[0].name, "all_1_1_0");
@@ -197,7 +257,9 @@ mod clickhouse_model {
         ch.create_table(table(Engine::MergeTree)).unwrap();
         let mut body = rows(0..4);
         body[3] = json!({"id": {"bad": 1}, "name": "x"});
-        let err = ch.insert(0, &Insert::new("t", body).block_size(2)).unwrap_err();
+        let err = ch
+            .insert(0, &Insert::new("t", body).block_size(2))
+            .unwrap_err();
         assert_eq!(err.code, ErrorCode::CannotParseInputAssertionFailed);
         assert!(err.message.contains("at row 4"), "{}", err.message);
         assert_eq!(ids(&ch, false), vec![0, 1]);
@@ -206,13 +268,21 @@ mod clickhouse_model {
     #[test]
     fn replacing_merge_tree_final_keeps_the_highest_version_per_key() {
         let mut ch = server(VersionProfile::V23_7);
-        let mut def = table(Engine::ReplacingMergeTree { version_column: Some("v".into()) });
+        let mut def = table(Engine::ReplacingMergeTree {
+            version_column: Some("v".into()),
+        });
         def.columns.push(Column::new("v", ColumnType::UInt32));
         ch.create_table(def).unwrap();
         let r = |id: u64, name: &str, v: u32| json!({"id": id, "name": name, "v": v});
-        ch.insert(0, &Insert::new("t", vec![r(1, "new", 2), r(2, "only", 1)])).unwrap();
-        ch.insert(0, &Insert::new("t", vec![r(1, "old", 1)])).unwrap();
-        assert_eq!(ch.select("t", false).unwrap().len(), 3, "no merges: duplicates stay");
+        ch.insert(0, &Insert::new("t", vec![r(1, "new", 2), r(2, "only", 1)]))
+            .unwrap();
+        ch.insert(0, &Insert::new("t", vec![r(1, "old", 1)]))
+            .unwrap();
+        assert_eq!(
+            ch.select("t", false).unwrap().len(),
+            3,
+            "no merges: duplicates stay"
+        );
         let final_rows = ch.select("t", true).unwrap();
         assert_eq!(final_rows.len(), 2);
         assert_eq!(final_rows[0][1], Value::String("new".into()));
@@ -221,10 +291,18 @@ mod clickhouse_model {
     #[test]
     fn replacing_merge_tree_without_version_keeps_the_last_inserted_row() {
         let mut ch = server(VersionProfile::V23_7);
-        ch.create_table(table(Engine::ReplacingMergeTree { version_column: None })).unwrap();
-        ch.insert(0, &Insert::new("t", vec![json!({"id": 1, "name": "a"})])).unwrap();
-        ch.insert(0, &Insert::new("t", vec![json!({"id": 1, "name": "b"})])).unwrap();
-        assert_eq!(ch.select("t", true).unwrap()[0][1], Value::String("b".into()));
+        ch.create_table(table(Engine::ReplacingMergeTree {
+            version_column: None,
+        }))
+        .unwrap();
+        ch.insert(0, &Insert::new("t", vec![json!({"id": 1, "name": "a"})]))
+            .unwrap();
+        ch.insert(0, &Insert::new("t", vec![json!({"id": 1, "name": "b"})]))
+            .unwrap();
+        assert_eq!(
+            ch.select("t", true).unwrap()[0][1],
+            Value::String("b".into())
+        );
     }
 
     #[test]
@@ -232,14 +310,21 @@ mod clickhouse_model {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::MergeTree)).unwrap();
         let err = ch.select("t", true).unwrap_err();
-        assert_eq!((err.code, err.code.number()), (ErrorCode::IllegalFinal, 181));
+        assert_eq!(
+            (err.code, err.code.number()),
+            (ErrorCode::IllegalFinal, 181)
+        );
     }
 
     #[test]
     fn uint8_overflow_wraps_in_json_each_row_as_the_real_parser_does() {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(TableDef::kafka2ck()).unwrap();
-        ch.insert(0, &Insert::new("kafka2ck", vec![json!({"id": 300, "name": "x"})])).unwrap();
+        ch.insert(
+            0,
+            &Insert::new("kafka2ck", vec![json!({"id": 300, "name": "x"})]),
+        )
+        .unwrap();
         assert_eq!(ch.select("kafka2ck", false).unwrap()[0][0], Value::UInt(44));
     }
 
@@ -250,8 +335,15 @@ mod clickhouse_model {
         let mut insert = Insert::new("kafka2ck", vec![json!({"id": 256, "name": "x"})]);
         insert.settings.integer_overflow = IntegerOverflow::Throw;
         let err = ch.insert(0, &insert).unwrap_err();
-        assert_eq!((err.code.name(), err.code.number()), ("ARGUMENT_OUT_OF_BOUND", 69));
-        assert!(err.to_string().starts_with("Code: 69. DB::Exception: Value 256"), "{err}");
+        assert_eq!(
+            (err.code.name(), err.code.number()),
+            ("ARGUMENT_OUT_OF_BOUND", 69)
+        );
+        assert!(
+            err.to_string()
+                .starts_with("Code: 69. DB::Exception: Value 256"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -262,12 +354,18 @@ mod clickhouse_model {
         assert_eq!(ch.insert(0, &insert).unwrap_err().code.number(), 117);
         insert.settings.input_format_skip_unknown_fields = Some(true);
         ch.insert(0, &insert).unwrap();
-        assert_eq!(ch.select("kafka2ck", false).unwrap()[0][1], Value::String(String::new()));
+        assert_eq!(
+            ch.select("kafka2ck", false).unwrap()[0][1],
+            Value::String(String::new())
+        );
     }
 
     #[test]
     fn null_becomes_the_default_on_23_and_fails_on_18_16() {
-        for (profile, ok) in [(VersionProfile::V23_7, true), (VersionProfile::V18_16, false)] {
+        for (profile, ok) in [
+            (VersionProfile::V23_7, true),
+            (VersionProfile::V18_16, false),
+        ] {
             let mut ch = server(profile);
             ch.create_table(TableDef::kafka2ck()).unwrap();
             let insert = Insert::new("kafka2ck", vec![json!({"id": null, "name": "x"})]);
@@ -283,7 +381,8 @@ mod clickhouse_model {
             Column::new("at", ColumnType::DateTime),
             Column::new("note", ColumnType::Nullable(Box::new(ColumnType::String))),
         ];
-        ch.create_table(TableDef::new("t", columns, Engine::MergeTree, &["id"])).unwrap();
+        ch.create_table(TableDef::new("t", columns, Engine::MergeTree, &["id"]))
+            .unwrap();
         let row = json!({"id": -3, "at": "2024-02-29 12:34:56", "note": null});
         ch.insert(0, &Insert::new("t", vec![row])).unwrap();
         let got = &ch.select("t", false).unwrap()[0];
@@ -291,31 +390,49 @@ mod clickhouse_model {
         assert_eq!(got[1].to_json(), json!("2024-02-29 12:34:56"));
         assert_eq!(got[2], Value::Null);
         let bad = Insert::new("t", vec![json!({"id": 1, "at": "yesterday"})]);
-        assert_eq!(ch.insert(0, &bad).unwrap_err().code, ErrorCode::CannotParseDatetime);
+        assert_eq!(
+            ch.insert(0, &bad).unwrap_err().code,
+            ErrorCode::CannotParseDatetime
+        );
     }
 
     #[test]
     fn version_18_16_knows_neither_keeper_map_nor_the_token() {
         let mut ch = server(VersionProfile::V18_16);
         let columns = vec![Column::new("key", ColumnType::String)];
-        let err = ch.create_table(TableDef::keeper_map("s", columns, "/s", "key")).unwrap_err();
+        let err = ch
+            .create_table(TableDef::keeper_map("s", columns, "/s", "key"))
+            .unwrap_err();
         assert_eq!(err.code.number(), 56);
         assert!(err.message.contains("Unknown table engine KeeperMap"));
         ch.create_table(TableDef::kafka2ck()).unwrap();
         let insert = Insert::new("kafka2ck", vec![json!({"id": 1})]).token("t");
         let err = ch.insert(0, &insert).unwrap_err();
-        assert_eq!((err.code.number(), err.message.as_str()), (115, "Unknown setting insert_deduplication_token"));
+        assert_eq!(
+            (err.code.number(), err.message.as_str()),
+            (115, "Unknown setting insert_deduplication_token")
+        );
     }
 
     #[test]
     fn unknown_table_is_code_60() {
         let mut ch = server(VersionProfile::V23_7);
-        assert_eq!(ch.insert(0, &Insert::new("nope", vec![])).unwrap_err().code.number(), 60);
+        assert_eq!(
+            ch.insert(0, &Insert::new("nope", vec![]))
+                .unwrap_err()
+                .code
+                .number(),
+            60
+        );
     }
 
     #[test]
     fn datetime_text_round_trips() {
-        for text in ["1970-01-01 00:00:00", "2000-03-01 00:00:01", "2106-02-07 06:28:15"] {
+        for text in [
+            "1970-01-01 00:00:00",
+            "2000-03-01 00:00:01",
+            "2106-02-07 06:28:15",
+        ] {
             assert_eq!(format_datetime(parse_datetime(text).unwrap()), text);
         }
         assert_eq!(parse_datetime("2106-02-07 06:28:16"), None, "beyond UInt32");
@@ -333,15 +450,25 @@ mod keeper_model {
         assert_eq!(k.set("/a", b"3", 0), Err(KeeperError::BadVersion));
         assert_eq!(KeeperError::BadVersion.code(), -103);
         assert_eq!(k.get("/a").unwrap().0, b"2");
-        assert_eq!(k.set("/a", b"4", -1).unwrap().version, 2, "-1 sets unconditionally");
+        assert_eq!(
+            k.set("/a", b"4", -1).unwrap().version,
+            2,
+            "-1 sets unconditionally"
+        );
     }
 
     #[test]
     fn create_of_an_existing_node_is_nodeexists_and_without_parent_nonode() {
         let mut k = Keeper::new();
         k.create(None, "/a", b"", CreateMode::Persistent).unwrap();
-        assert_eq!(k.create(None, "/a", b"", CreateMode::Persistent), Err(KeeperError::NodeExists));
-        assert_eq!(k.create(None, "/x/y", b"", CreateMode::Persistent), Err(KeeperError::NoNode));
+        assert_eq!(
+            k.create(None, "/a", b"", CreateMode::Persistent),
+            Err(KeeperError::NodeExists)
+        );
+        assert_eq!(
+            k.create(None, "/x/y", b"", CreateMode::Persistent),
+            Err(KeeperError::NoNode)
+        );
         assert_eq!(k.delete("/", -1), Err(KeeperError::BadArguments));
     }
 
@@ -360,8 +487,10 @@ mod keeper_model {
         let mut k = Keeper::new();
         let s = k.open_session(0, 30_000);
         let other = k.open_session(0, 30_000);
-        k.create(Some(s), "/owner", b"A", CreateMode::Ephemeral).unwrap();
-        k.create(Some(other), "/other", b"B", CreateMode::Ephemeral).unwrap();
+        k.create(Some(s), "/owner", b"A", CreateMode::Ephemeral)
+            .unwrap();
+        k.create(Some(other), "/other", b"B", CreateMode::Ephemeral)
+            .unwrap();
         k.heartbeat(20_000, other).unwrap();
         assert_eq!(k.tick(30_000), Vec::<i64>::new(), "not before the timeout");
         assert_eq!(k.tick(30_001), vec![s]);
@@ -386,22 +515,40 @@ mod keeper_model {
         let mut k = Keeper::new();
         k.create(None, "/a", b"1", CreateMode::Persistent).unwrap();
         let ops = vec![
-            Op::Create { path: "/b".into(), data: b"2".to_vec(), mode: CreateMode::Persistent },
-            Op::Set { path: "/a".into(), data: b"x".to_vec(), version: 0 },
-            Op::Check { path: "/a".into(), version: 0 },
+            Op::Create {
+                path: "/b".into(),
+                data: b"2".to_vec(),
+                mode: CreateMode::Persistent,
+            },
+            Op::Set {
+                path: "/a".into(),
+                data: b"x".to_vec(),
+                version: 0,
+            },
+            Op::Check {
+                path: "/a".into(),
+                version: 0,
+            },
         ];
         let err = k.multi(None, ops).unwrap_err();
         assert_eq!((err.index, err.error), (2, KeeperError::BadVersion));
         assert!(k.exists("/b").is_none());
-        assert_eq!(k.get("/a").unwrap(), (b"1".to_vec(), k.exists("/a").unwrap()));
+        assert_eq!(
+            k.get("/a").unwrap(),
+            (b"1".to_vec(), k.exists("/a").unwrap())
+        );
         assert_eq!(k.exists("/").unwrap().num_children, 1);
     }
 
     #[test]
     fn sequential_nodes_get_increasing_suffixes() {
         let mut k = Keeper::new();
-        let a = k.create(None, "/q-", b"", CreateMode::PersistentSequential).unwrap();
-        let b = k.create(None, "/q-", b"", CreateMode::PersistentSequential).unwrap();
+        let a = k
+            .create(None, "/q-", b"", CreateMode::PersistentSequential)
+            .unwrap();
+        let b = k
+            .create(None, "/q-", b"", CreateMode::PersistentSequential)
+            .unwrap();
         assert_eq!((a.as_str(), b.as_str()), ("/q-0000000000", "/q-0000000001"));
     }
 
@@ -409,7 +556,11 @@ mod keeper_model {
     fn requests_from_an_expired_session_fail() {
         let mut k = Keeper::new();
         let s = k.open_session(0, 100);
-        let r = k.handle(500, Some(s), super::super::keeper::KeeperRequest::Exists { path: "/".into() });
+        let r = k.handle(
+            500,
+            Some(s),
+            super::super::keeper::KeeperRequest::Exists { path: "/".into() },
+        );
         assert_eq!(r, Err(KeeperError::SessionExpired));
     }
 }
@@ -443,16 +594,36 @@ mod keeper_map_engine {
     #[test]
     fn keeper_map_put_then_get_returns_the_record_and_its_version() {
         let (ch, mut keeper) = setup();
-        assert_eq!(keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0")).unwrap(), None);
-        keeper_map::insert(&ch, &mut keeper, &Insert::new("connect_state", vec![record(0, 99, "BEFORE")]))
+        assert_eq!(
+            keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0")).unwrap(),
+            None
+        );
+        keeper_map::insert(
+            &ch,
+            &mut keeper,
+            &Insert::new("connect_state", vec![record(0, 99, "BEFORE")]),
+        )
+        .unwrap();
+        keeper_map::insert(
+            &ch,
+            &mut keeper,
+            &Insert::new("connect_state", vec![record(0, 99, "AFTER")]),
+        )
+        .unwrap();
+        let got = keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0"))
+            .unwrap()
             .unwrap();
-        keeper_map::insert(&ch, &mut keeper, &Insert::new("connect_state", vec![record(0, 99, "AFTER")]))
-            .unwrap();
-        let got = keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0")).unwrap().unwrap();
         assert_eq!(got.version, 1, "non-strict INSERT overwrites with set(-1)");
         assert_eq!(got.row[3], Value::String("AFTER".into()));
-        assert_eq!(keeper_map::select(&ch, &keeper, "connect_state").unwrap().len(), 1);
-        assert!(keeper.exists("/keeper_map_tables/connect_state/data").is_some());
+        assert_eq!(
+            keeper_map::select(&ch, &keeper, "connect_state")
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(keeper
+            .exists("/keeper_map_tables/connect_state/data")
+            .is_some());
     }
 
     #[test]
@@ -474,23 +645,58 @@ mod keeper_map_engine {
         keeper_map::insert(&ch, &mut keeper, &insert).unwrap();
         insert.rows = vec![json!({"key": "a"}), json!({"key": "b"})];
         assert!(keeper_map::insert(&ch, &mut keeper, &insert).is_err());
-        assert_eq!(keeper_map::get(&ch, &keeper, "connect_state", &json!("a")).unwrap(), None);
+        assert_eq!(
+            keeper_map::get(&ch, &keeper, "connect_state", &json!("a")).unwrap(),
+            None
+        );
     }
 
     #[test]
     fn keeper_map_conditional_write_fails_on_a_stale_version() {
         let (ch, mut keeper) = setup();
-        let v0 = keeper_map::put_if_version(&ch, &mut keeper, "connect_state", &record(0, 99, "BEFORE"), None)
-            .unwrap();
+        let v0 = keeper_map::put_if_version(
+            &ch,
+            &mut keeper,
+            "connect_state",
+            &record(0, 99, "BEFORE"),
+            None,
+        )
+        .unwrap();
         assert_eq!(v0, 0);
-        let again = keeper_map::put_if_version(&ch, &mut keeper, "connect_state", &record(0, 99, "X"), None);
-        assert_eq!(again.unwrap_err().keeper_error, Some(KeeperError::NodeExists));
-        let v1 = keeper_map::put_if_version(&ch, &mut keeper, "connect_state", &record(0, 99, "AFTER"), Some(0))
-            .unwrap();
+        let again = keeper_map::put_if_version(
+            &ch,
+            &mut keeper,
+            "connect_state",
+            &record(0, 99, "X"),
+            None,
+        );
+        assert_eq!(
+            again.unwrap_err().keeper_error,
+            Some(KeeperError::NodeExists)
+        );
+        let v1 = keeper_map::put_if_version(
+            &ch,
+            &mut keeper,
+            "connect_state",
+            &record(0, 99, "AFTER"),
+            Some(0),
+        )
+        .unwrap();
         assert_eq!(v1, 1);
-        let stale = keeper_map::put_if_version(&ch, &mut keeper, "connect_state", &record(9, 9, "Z"), Some(0));
-        assert_eq!(stale.unwrap_err().keeper_error, Some(KeeperError::BadVersion));
-        let got = keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0")).unwrap().unwrap();
+        let stale = keeper_map::put_if_version(
+            &ch,
+            &mut keeper,
+            "connect_state",
+            &record(9, 9, "Z"),
+            Some(0),
+        );
+        assert_eq!(
+            stale.unwrap_err().keeper_error,
+            Some(KeeperError::BadVersion)
+        );
+        let got = keeper_map::get(&ch, &keeper, "connect_state", &json!("t-0"))
+            .unwrap()
+            .unwrap();
         assert_eq!(got.row[3], Value::String("AFTER".into()));
     }
 
@@ -499,27 +705,47 @@ mod keeper_map_engine {
         let mut ch = server(VersionProfile::V23_7);
         let mut keeper = Keeper::new();
         let mut def = state_table();
-        def.engine = Engine::KeeperMap { root_path: "/s".into(), keys_limit: Some(1) };
+        def.engine = Engine::KeeperMap {
+            root_path: "/s".into(),
+            keys_limit: Some(1),
+        };
         ch.create_table(def).unwrap();
         let table = keeper_map::KeeperMapTable::resolve(&ch, "connect_state").unwrap();
         keeper_map::create_paths(&mut keeper, &table).unwrap();
-        keeper_map::insert(&ch, &mut keeper, &Insert::new("connect_state", vec![json!({"key": "a"})]))
-            .unwrap();
-        let err = keeper_map::insert(&ch, &mut keeper, &Insert::new("connect_state", vec![json!({"key": "b"})]))
-            .unwrap_err();
+        keeper_map::insert(
+            &ch,
+            &mut keeper,
+            &Insert::new("connect_state", vec![json!({"key": "a"})]),
+        )
+        .unwrap();
+        let err = keeper_map::insert(
+            &ch,
+            &mut keeper,
+            &Insert::new("connect_state", vec![json!({"key": "b"})]),
+        )
+        .unwrap_err();
         assert_eq!(err.code, ErrorCode::LimitExceeded);
     }
 
     #[test]
     fn keeper_map_needs_a_path_prefix() {
-        let mut ch = ClickHouse::new(VersionProfile::V23_7, ServerConfig { keeper_map_path_prefix: None });
-        assert_eq!(ch.create_table(state_table()).unwrap_err().code, ErrorCode::BadArguments);
+        let mut ch = ClickHouse::new(
+            VersionProfile::V23_7,
+            ServerConfig {
+                keeper_map_path_prefix: None,
+            },
+        );
+        assert_eq!(
+            ch.create_table(state_table()).unwrap_err().code,
+            ErrorCode::BadArguments
+        );
     }
 }
 
 mod keeper_proptest {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::btree_map::Entry;
     use std::collections::BTreeMap;
 
     #[derive(Debug, Clone)]
@@ -551,11 +777,12 @@ mod keeper_proptest {
                 match op {
                     KOp::Create(key, v) => {
                         let got = k.create(None, &format!("/k{key}"), &[v], CreateMode::Persistent);
-                        let want = if reference.contains_key(&key) {
-                            Err(KeeperError::NodeExists)
-                        } else {
-                            reference.insert(key, (vec![v], 0));
-                            Ok(format!("/k{key}"))
+                        let want = match reference.entry(key) {
+                            Entry::Occupied(_) => Err(KeeperError::NodeExists),
+                            Entry::Vacant(slot) => {
+                                slot.insert((vec![v], 0));
+                                Ok(format!("/k{key}"))
+                            }
                         };
                         prop_assert_eq!(got, want);
                     }

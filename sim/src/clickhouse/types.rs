@@ -227,7 +227,10 @@ pub struct Conversion {
 fn parse_error(column: &str, ty: &ColumnType, got: &Json) -> ChError {
     ChError::new(
         ErrorCode::CannotParseInputAssertionFailed,
-        format!("Cannot parse input: value {got} for column {column} of type {}", ty.name()),
+        format!(
+            "Cannot parse input: value {got} for column {column} of type {}",
+            ty.name()
+        ),
     )
 }
 
@@ -237,9 +240,18 @@ fn parse_error(column: &str, ty: &ColumnType, got: &Json) -> ChError {
 /// 27 for a JSON shape the type cannot read, 41 for bad DateTime text, 69 for an
 /// out-of-range integer under [`IntegerOverflow::Throw`], 27 for NULL in a non-Nullable
 /// column when NULL is not turned into the default.
-pub fn convert(column: &str, ty: &ColumnType, json: &Json, c: Conversion) -> Result<Value, ChError> {
+pub fn convert(
+    column: &str,
+    ty: &ColumnType,
+    json: &Json,
+    c: Conversion,
+) -> Result<Value, ChError> {
     if let ColumnType::Nullable(inner) = ty {
-        return if json.is_null() { Ok(Value::Null) } else { convert(column, inner, json, c) };
+        return if json.is_null() {
+            Ok(Value::Null)
+        } else {
+            convert(column, inner, json, c)
+        };
     }
     if json.is_null() {
         return if c.null_as_default {
@@ -282,7 +294,10 @@ fn cannot_parse_datetime(column: &str, json: &Json) -> ChError {
 /// bools as 0/1 (ClickHouse issue #798). `None` for anything else.
 fn json_integer(json: &Json) -> Option<i128> {
     match json {
-        Json::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+        Json::Number(n) => n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from)),
         Json::String(s) => s.trim().parse::<i128>().ok(),
         Json::Bool(b) => Some(i128::from(*b)),
         _ => None,
@@ -292,7 +307,10 @@ fn json_integer(json: &Json) -> Option<i128> {
 fn out_of_bound(column: &str, ty: &ColumnType, v: i128) -> ChError {
     ChError::new(
         ErrorCode::ArgumentOutOfBound,
-        format!("Value {v} cannot be safely converted into type {} (column {column})", ty.name()),
+        format!(
+            "Value {v} cannot be safely converted into type {} (column {column})",
+            ty.name()
+        ),
     )
 }
 
@@ -304,7 +322,11 @@ fn convert_unsigned(
     overflow: IntegerOverflow,
 ) -> Result<Value, ChError> {
     let v = json_integer(json).ok_or_else(|| parse_error(column, ty, json))?;
-    let max = if bits == 64 { u64::MAX as i128 } else { (1i128 << bits) - 1 };
+    let max = if bits == 64 {
+        u64::MAX as i128
+    } else {
+        (1i128 << bits) - 1
+    };
     if (0..=max).contains(&v) {
         return Ok(Value::UInt(v as u64));
     }
@@ -350,9 +372,17 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 /// Parses `YYYY-MM-DD hh:mm:ss` (or `YYYY-MM-DD`) as UTC seconds since the epoch.
 pub fn parse_datetime(text: &str) -> Option<u32> {
     let (date, time) = text.split_once(' ').unwrap_or((text, "00:00:00"));
-    let d: Vec<i64> = date.split('-').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-    let t: Vec<i64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-    let ([y, mo, da], [h, mi, s]) = (d.as_slice(), t.as_slice()) else { return None };
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let ([y, mo, da], [h, mi, s]) = (d.as_slice(), t.as_slice()) else {
+        return None;
+    };
     let valid = (1..=12).contains(mo) && (1..=31).contains(da) && *h < 24 && *mi < 60 && *s < 60;
     if !valid {
         return None;
@@ -375,7 +405,12 @@ pub fn format_datetime(secs: u32) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// A table column.
@@ -390,7 +425,10 @@ pub struct Column {
 impl Column {
     /// A column `name ty`.
     pub fn new(name: &str, ty: ColumnType) -> Self {
-        Self { name: name.to_string(), ty }
+        Self {
+            name: name.to_string(),
+            ty,
+        }
     }
 }
 
@@ -424,7 +462,10 @@ pub enum Engine {
 impl Engine {
     /// Whether the engine is one of the Replicated*MergeTree engines.
     pub fn is_replicated(&self) -> bool {
-        matches!(self, Self::ReplicatedMergeTree | Self::ReplicatedReplacingMergeTree { .. })
+        matches!(
+            self,
+            Self::ReplicatedMergeTree | Self::ReplicatedReplacingMergeTree { .. }
+        )
     }
 
     /// Whether the engine collapses rows under FINAL, and by which version column.
@@ -502,8 +543,16 @@ impl TableDef {
     }
 
     /// A KeeperMap table at `root_path` keyed by `primary_key`.
-    pub fn keeper_map(name: &str, columns: Vec<Column>, root_path: &str, primary_key: &str) -> Self {
-        let engine = Engine::KeeperMap { root_path: root_path.to_string(), keys_limit: None };
+    pub fn keeper_map(
+        name: &str,
+        columns: Vec<Column>,
+        root_path: &str,
+        primary_key: &str,
+    ) -> Self {
+        let engine = Engine::KeeperMap {
+            root_path: root_path.to_string(),
+            keys_limit: None,
+        };
         let mut def = Self::new(name, columns, engine, &[]);
         def.primary_key = Some(primary_key.to_string());
         def
@@ -511,7 +560,10 @@ impl TableDef {
 
     /// The seed's table: `kafka2ck(id UInt8, name String) ENGINE=MergeTree ORDER BY id`.
     pub fn kafka2ck() -> Self {
-        let columns = vec![Column::new("id", ColumnType::UInt8), Column::new("name", ColumnType::String)];
+        let columns = vec![
+            Column::new("id", ColumnType::UInt8),
+            Column::new("name", ColumnType::String),
+        ];
         Self::new("kafka2ck", columns, Engine::MergeTree, &["id"])
     }
 
@@ -552,7 +604,11 @@ pub struct Insert {
 impl Insert {
     /// An insert of `rows` into `table` with default settings.
     pub fn new(table: &str, rows: Vec<Json>) -> Self {
-        Self { table: table.to_string(), rows, settings: InsertSettings::default() }
+        Self {
+            table: table.to_string(),
+            rows,
+            settings: InsertSettings::default(),
+        }
     }
 
     /// Parses a JSONEachRow body (one object per line; blank lines skipped).
@@ -561,7 +617,11 @@ impl Insert {
     /// 27 `CANNOT_PARSE_INPUT_ASSERTION_FAILED` at the first line that is not JSON.
     pub fn json_each_row(table: &str, body: &str) -> Result<Self, ChError> {
         let mut rows = Vec::new();
-        for (i, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (i, line) in body
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let row = serde_json::from_str(line).map_err(|e| {
                 ChError::new(
                     ErrorCode::CannotParseInputAssertionFailed,
