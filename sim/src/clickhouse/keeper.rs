@@ -563,6 +563,10 @@ impl Keeper {
         parent_node.children.insert(name);
         parent_node.stat.cversion += 1;
         parent_node.stat.num_children += 1;
+        assert_eq!(
+            parent_node.stat.num_children as usize,
+            parent_node.children.len()
+        );
         let stat = Stat {
             czxid: self.zxid,
             mzxid: self.zxid,
@@ -603,6 +607,10 @@ impl Keeper {
         parent_node.children.remove(name);
         parent_node.stat.cversion += 1;
         parent_node.stat.num_children -= 1;
+        assert_eq!(
+            parent_node.stat.num_children as usize,
+            parent_node.children.len()
+        );
         self.nodes.remove(path);
         Ok(())
     }

@@ -20,8 +20,8 @@
 //!
 //! Simplifications: keys are encoded as URL-safe base64 of the key's text (ClickHouse
 //! base64-encodes the key's binary serialization), values as JSON of the whole row
-//! (ClickHouse stores the other columns in its binary serialization); the table's `metadata` and `tables`
-//! znodes are not created.
+//! (ClickHouse stores the other columns in its binary serialization); the table's
+//! `metadata` and `tables` znodes are not created.
 //!
 //! The functions come in two layers: pure steps ([`prepare_insert`], [`insert_ops`],
 //! [`decode`]) that the service drives over RPC, and synchronous drivers ([`insert`],

@@ -10,6 +10,8 @@
 //! - [`keeper::Keeper`]: a linearizable znode tree with versions, `multi`, sessions and
 //!   ephemeral nodes.
 //! - [`keeper_map`]: the KeeperMap engine over Keeper.
+//! - [`protocol`]: the clickhouse node's requests and responses, and
+//!   [`model::ClickHouse::handle`], which serves them against local models.
 //! - `service` (under `--cfg madsim`): the `clickhouse` node (10.0.6.1:8123) and the
 //!   `keeper` node (10.0.6.2:9181).
 //!
@@ -30,6 +32,7 @@ pub mod error;
 pub mod keeper;
 pub mod keeper_map;
 pub mod model;
+pub mod protocol;
 #[cfg(madsim)]
 pub mod service;
 pub mod types;

@@ -96,6 +96,10 @@ pub enum PartOutcome {
 }
 
 /// The result of an INSERT (or of the prefix of one that ran).
+///
+/// A real client learns none of this: ClickHouse answers a deduplicated INSERT exactly
+/// like a written one. Components under test must not branch on it; it is for the
+/// history, the checkers and the tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InsertSummary {
     /// Blocks the INSERT was cut into.

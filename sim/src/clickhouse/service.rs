@@ -31,7 +31,8 @@ use super::error::{ChError, ErrorCode};
 use super::keeper::{CreateMode, Keeper, KeeperError, KeeperRequest, KeeperResponse, SessionId};
 use super::keeper_map::{self, KeeperMapTable, VersionedRow};
 use super::model::{ClickHouse, InsertSummary};
-use super::types::{Engine, Insert, Row, TableDef};
+pub use super::protocol::{ChReply, ChRequest, ChResponse};
+use super::types::{Engine, Insert, TableDef};
 use madsim::net::Endpoint;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -84,59 +85,6 @@ pub struct KeeperCall {
 
 /// The keeper node's answer.
 pub type KeeperReply = Result<KeeperResponse, KeeperError>;
-
-/// A request to the clickhouse node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ChRequest {
-    /// `CREATE TABLE` (KeeperMap tables also get their Keeper paths).
-    CreateTable(TableDef),
-    /// `INSERT ... FORMAT JSONEachRow` into any table.
-    Insert(Insert),
-    /// `SELECT * FROM table [FINAL]`.
-    Select {
-        /// Table.
-        table: String,
-        /// `FINAL`.
-        final_: bool,
-    },
-    /// `SELECT * FROM <KeeperMap table> WHERE key = <key>`, with the row's version.
-    KeeperMapGet {
-        /// Table.
-        table: String,
-        /// The key (JSON, converted to the key column's type).
-        key: serde_json::Value,
-    },
-    /// Write one KeeperMap row only if its version is `expected_version` (`None`: only
-    /// if the key is new). See [`keeper_map::put_if_version`].
-    KeeperMapPutIfVersion {
-        /// Table.
-        table: String,
-        /// The row (JSON object).
-        row: serde_json::Value,
-        /// Expected version.
-        expected_version: Option<i32>,
-    },
-}
-
-/// A successful answer of the clickhouse node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ChResponse {
-    /// Done (CREATE TABLE).
-    Ok,
-    /// A MergeTree-family INSERT ran.
-    Inserted(InsertSummary),
-    /// A KeeperMap INSERT wrote this many keys.
-    KeysWritten(usize),
-    /// SELECT result.
-    Rows(Vec<Row>),
-    /// A KeeperMap get.
-    Got(Option<VersionedRow>),
-    /// A conditional write succeeded with this new version.
-    Version(i32),
-}
-
-/// The clickhouse node's answer.
-pub type ChReply = Result<ChResponse, ChError>;
 
 /// The shared models and their clock. Cloning shares them.
 #[derive(Clone)]

@@ -728,6 +728,43 @@ mod keeper_map_engine {
     }
 
     #[test]
+    fn handle_serves_the_sink_requests_against_local_models() {
+        use super::super::protocol::{ChRequest, ChResponse};
+        let mut ch = server(VersionProfile::V23_7);
+        let mut keeper = Keeper::new();
+        let mut run = |r: ChRequest| ch.handle(0, &mut keeper, r);
+        assert_eq!(
+            run(ChRequest::CreateTable(state_table())),
+            Ok(ChResponse::Ok)
+        );
+        run(ChRequest::CreateTable(TableDef::kafka2ck())).unwrap();
+        let insert = Insert::new("kafka2ck", vec![json!({"id": 7, "name": "x"})]);
+        assert!(matches!(
+            run(ChRequest::Insert(insert)),
+            Ok(ChResponse::Inserted(_))
+        ));
+        let put = ChRequest::KeeperMapPutIfVersion {
+            table: "connect_state".into(),
+            row: record(0, 99, "BEFORE"),
+            expected_version: None,
+        };
+        assert_eq!(run(put), Ok(ChResponse::Version(0)));
+        let get = ChRequest::KeeperMapGet {
+            table: "connect_state".into(),
+            key: json!("t-0"),
+        };
+        let Ok(ChResponse::Got(Some(got))) = run(get) else {
+            panic!("no record")
+        };
+        assert_eq!(got.row[1], Value::UInt(0));
+        let select = ChRequest::Select {
+            table: "connect_state".into(),
+            final_: false,
+        };
+        assert!(matches!(run(select), Ok(ChResponse::Rows(rows)) if rows.len() == 1));
+    }
+
+    #[test]
     fn keeper_map_needs_a_path_prefix() {
         let mut ch = ClickHouse::new(
             VersionProfile::V23_7,
@@ -770,53 +807,65 @@ mod keeper_proptest {
     proptest! {
         /// Versioned compare-and-set against a map of key → (data, version).
         #[test]
-        fn keeper_versioned_cas_matches_a_reference_map(ops in proptest::collection::vec(op(), 1..60)) {
-            let mut k = Keeper::new();
-            let mut reference: BTreeMap<u8, (Vec<u8>, i32)> = BTreeMap::new();
-            for op in ops {
-                match op {
-                    KOp::Create(key, v) => {
-                        let got = k.create(None, &format!("/k{key}"), &[v], CreateMode::Persistent);
-                        let want = match reference.entry(key) {
-                            Entry::Occupied(_) => Err(KeeperError::NodeExists),
-                            Entry::Vacant(slot) => {
-                                slot.insert((vec![v], 0));
-                                Ok(format!("/k{key}"))
-                            }
-                        };
-                        prop_assert_eq!(got, want);
-                    }
-                    KOp::Set(key, v, expected) => {
-                        let got = k.set(&format!("/k{key}"), &[v], expected).map(|s| s.version);
-                        let want = match reference.get_mut(&key) {
-                            None => Err(KeeperError::NoNode),
-                            Some((_, ver)) if expected != -1 && expected != *ver => Err(KeeperError::BadVersion),
-                            Some(entry) => {
-                                *entry = (vec![v], entry.1 + 1);
-                                Ok(entry.1)
-                            }
-                        };
-                        prop_assert_eq!(got, want);
-                    }
-                    KOp::Delete(key, expected) => {
-                        let got = k.delete(&format!("/k{key}"), expected);
-                        let want = match reference.get(&key) {
-                            None => Err(KeeperError::NoNode),
-                            Some((_, ver)) if expected != -1 && expected != *ver => Err(KeeperError::BadVersion),
-                            Some(_) => {
-                                reference.remove(&key);
-                                Ok(())
-                            }
-                        };
-                        prop_assert_eq!(got, want);
-                    }
-                    KOp::Get(key) => {
-                        let got = k.get(&format!("/k{key}")).map(|(d, s)| (d, s.version)).ok();
-                        prop_assert_eq!(got, reference.get(&key).cloned());
-                    }
+        fn keeper_versioned_cas_matches_a_reference_map(
+            ops in proptest::collection::vec(op(), 1..60)
+        ) {
+            check_against_reference(ops)?;
+        }
+    }
+
+    type Reference = BTreeMap<u8, (Vec<u8>, i32)>;
+
+    /// What a conditional write or delete of `key` expecting `expected` should answer.
+    fn expect_version(reference: &Reference, key: u8, expected: i32) -> Result<(), KeeperError> {
+        match reference.get(&key) {
+            None => Err(KeeperError::NoNode),
+            Some((_, v)) if expected != -1 && expected != *v => Err(KeeperError::BadVersion),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn check_against_reference(ops: Vec<KOp>) -> Result<(), TestCaseError> {
+        let mut k = Keeper::new();
+        let mut reference = Reference::new();
+        for op in ops {
+            match op {
+                KOp::Create(key, v) => {
+                    let got = k.create(None, &format!("/k{key}"), &[v], CreateMode::Persistent);
+                    let want = match reference.entry(key) {
+                        Entry::Occupied(_) => Err(KeeperError::NodeExists),
+                        Entry::Vacant(slot) => {
+                            slot.insert((vec![v], 0));
+                            Ok(format!("/k{key}"))
+                        }
+                    };
+                    prop_assert_eq!(got, want);
+                }
+                KOp::Set(key, v, expected) => {
+                    let got = k
+                        .set(&format!("/k{key}"), &[v], expected)
+                        .map(|s| s.version);
+                    let want = expect_version(&reference, key, expected).map(|()| {
+                        let entry = reference.get_mut(&key).expect("checked");
+                        *entry = (vec![v], entry.1 + 1);
+                        entry.1
+                    });
+                    prop_assert_eq!(got, want);
+                }
+                KOp::Delete(key, expected) => {
+                    let got = k.delete(&format!("/k{key}"), expected);
+                    let want = expect_version(&reference, key, expected).map(|()| {
+                        reference.remove(&key);
+                    });
+                    prop_assert_eq!(got, want);
+                }
+                KOp::Get(key) => {
+                    let got = k.get(&format!("/k{key}")).map(|(d, s)| (d, s.version)).ok();
+                    prop_assert_eq!(got, reference.get(&key).cloned());
                 }
             }
-            prop_assert_eq!(k.children("/").unwrap().len(), reference.len());
         }
+        prop_assert_eq!(k.children("/").unwrap().len(), reference.len());
+        Ok(())
     }
 }
