@@ -22,10 +22,11 @@
 //! block, between any two, or after the last.
 //!
 //! Replicated block ids live in the ClickHouse model rather than under
-//! `<zk path>/blocks` in Keeper (one server, so per-table state is the same thing); the
-//! Keeper check only makes Keeper's availability matter. A connection lost during a
-//! Replicated part commit (`UNKNOWN_STATUS_OF_INSERT`, 319) is not produced; a lost
-//! response to the client (a [`crate::net`] fault) gives the same ambiguity.
+//! `<zk path>/blocks` in Keeper (one server, so per-table state is the same thing). A
+//! Replicated block is bracketed by two Keeper round trips: one before the commit (fails
+//! with `TABLE_IS_READ_ONLY`, 242, nothing committed) and one after it (fails with
+//! `UNKNOWN_STATUS_OF_INSERT`, 319, the part *is* committed), so losing Keeper around
+//! a commit leaves either outcome, as ClickHouse's single Keeper `multi` does.
 
 use super::error::{ChError, ErrorCode};
 use super::keeper::{CreateMode, Keeper, KeeperError, KeeperRequest, KeeperResponse, SessionId};
@@ -326,24 +327,47 @@ impl Handler {
         for index in 0..plan.blocks.len() {
             madsim::time::sleep(Duration::from_millis(BLOCK_WRITE_MS)).await;
             if replicated {
-                let check = KeeperRequest::Exists {
-                    path: "/".to_string(),
-                };
-                if let Err(e) = self.keeper.call(check).await {
-                    let msg = format!("Table is in readonly mode: {}", e.message);
-                    return Err(ChError::new(ErrorCode::TableIsReadOnly, msg));
-                }
+                self.keeper_before_commit().await?;
             }
             let now = self.world.now_ms();
             summary
                 .parts
                 .extend(self.world.server().commit_block(now, &plan, index)?);
             summary.blocks_applied += 1;
+            if replicated {
+                self.keeper_after_commit().await?;
+            }
         }
         match plan.error {
             Some(e) => Err(e),
             None => Ok(ChResponse::Inserted(summary)),
         }
+    }
+
+    /// A Replicated part commit starts in Keeper: without Keeper the table is read-only
+    /// and nothing is committed.
+    async fn keeper_before_commit(&self) -> Result<(), ChError> {
+        let check = KeeperRequest::Exists {
+            path: "/".to_string(),
+        };
+        self.keeper.call(check).await.map(drop).map_err(|e| {
+            let msg = format!("Table is in readonly mode: {}", e.message);
+            ChError::new(ErrorCode::TableIsReadOnly, msg)
+        })
+    }
+
+    /// The Keeper answer that confirms a Replicated part commit. When it is lost the
+    /// part is committed but the client hears `UNKNOWN_STATUS_OF_INSERT` (319): with
+    /// [`Self::keeper_before_commit`], a Keeper connection loss around a commit leaves
+    /// either outcome, as models-reference F.6 says.
+    async fn keeper_after_commit(&self) -> Result<(), ChError> {
+        let check = KeeperRequest::Exists {
+            path: "/".to_string(),
+        };
+        self.keeper.call(check).await.map(drop).map_err(|e| {
+            let msg = format!("Unknown status, client must retry. Reason: {}", e.message);
+            ChError::new(ErrorCode::UnknownStatusOfInsert, msg)
+        })
     }
 
     async fn insert_keeper_map(&self, insert: &Insert) -> ChReply {

@@ -275,3 +275,30 @@ async fn replicated_insert_is_refused_while_keeper_is_down() {
         0
     );
 }
+
+#[madsim::test]
+async fn keeper_lost_during_a_replicated_insert_is_read_only_or_unknown_status() {
+    let nodes = start(VersionProfile::V23_7);
+    let mut def = TableDef::kafka2ck();
+    def.engine = Engine::ReplicatedMergeTree;
+    let task = nodes.client.spawn(async move {
+        madsim::time::sleep(Duration::from_millis(10)).await;
+        call(ChRequest::CreateTable(def)).await.unwrap().unwrap();
+        let insert = Insert::new("kafka2ck", kafka2ck_rows(200)).block_size(1);
+        call(ChRequest::Insert(insert)).await.unwrap()
+    });
+    madsim::time::sleep(Duration::from_millis(300)).await;
+    Handle::current().kill(nodes.keeper);
+    let err = task.await.unwrap().unwrap_err();
+    let codes = [ErrorCode::TableIsReadOnly, ErrorCode::UnknownStatusOfInsert];
+    assert!(codes.contains(&err.code), "{err}");
+    let parts = nodes
+        .world
+        .server
+        .lock()
+        .unwrap()
+        .parts("kafka2ck")
+        .unwrap()
+        .len();
+    assert!(parts > 0 && parts < 200, "a prefix was committed: {parts}");
+}
