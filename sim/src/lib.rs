@@ -6,6 +6,8 @@
 //! # Sections
 //! - [`kafka`]: the Kafka model (`kafka::model::Cluster`, a pure state machine) and, under
 //!   `--cfg madsim`, the broker nodes serving it.
+//! - [`clickhouse`]: the ClickHouse model (MergeTree tables, insert deduplication,
+//!   KeeperMap) and the Keeper model, with their nodes under `--cfg madsim`.
 //! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
 //!   duplicate, lose a response after the request was applied).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
@@ -14,6 +16,7 @@
 //! clients (in `eosim`, the harness crate).
 #![deny(missing_docs)]
 
+pub mod clickhouse;
 pub mod kafka;
 pub mod nemesis;
 pub mod postgres;
