@@ -1,1 +1,5 @@
-//! sim tests
+//! Simulation tests: whole scenarios run in madsim, judged by the checkers. Built only with
+//! `--cfg madsim` (`cargo xtask test` does that).
+#![cfg(madsim)]
+
+mod kafka_consume;
