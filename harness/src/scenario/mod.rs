@@ -314,7 +314,9 @@ pub struct DrainSpec {
 
 impl Default for DrainSpec {
     fn default() -> Self {
-        Self { time_s_max: default_drain_time() }
+        Self {
+            time_s_max: default_drain_time(),
+        }
     }
 }
 
@@ -397,8 +399,10 @@ impl Scenario {
                 }
             })?;
         if scenario.name.is_empty() {
-            scenario.name =
-                file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            scenario.name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
         }
         scenario.validate(file)?;
         Ok(scenario)
@@ -409,8 +413,10 @@ impl Scenario {
     /// # Errors
     /// [`ScenarioError::Io`] or [`ScenarioError::Invalid`].
     pub fn load(file: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| ScenarioError::Io { file: file.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(file).map_err(|source| ScenarioError::Io {
+            file: file.to_path_buf(),
+            source,
+        })?;
         Self::parse(file, &text)
     }
 
@@ -426,14 +432,20 @@ impl Scenario {
         if self.topic.replication_factor > self.cluster.brokers {
             return Err(invalid(
                 "topic.replication_factor",
-                format!("{} exceeds the {} brokers", self.topic.replication_factor, self.cluster.brokers),
+                format!(
+                    "{} exceeds the {} brokers",
+                    self.topic.replication_factor, self.cluster.brokers
+                ),
             ));
         }
         if self.topic.partitions == 0 {
             return Err(invalid("topic.partitions", "expected at least 1".into()));
         }
         if self.workload.producers == 0 || self.workload.consumers == 0 {
-            return Err(invalid("workload", "expected at least 1 producer and 1 consumer".into()));
+            return Err(invalid(
+                "workload",
+                "expected at least 1 producer and 1 consumer".into(),
+            ));
         }
         Ok(())
     }
