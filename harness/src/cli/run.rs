@@ -248,7 +248,10 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
         .map(|c| (c.seed, c.replay.clone()));
     if class == ExitClass::Expected {
         let forbidden = result.forbidden_anomalies.join(",");
-        println!("PASSED {stats} verdict=violated forbidden={forbidden} (expected: demonstrates a known failure)");
+        println!(
+            "PASSED {stats} verdict=violated forbidden={forbidden} \
+             (expected: demonstrates a known failure)"
+        );
     } else {
         let failure = match result.verdict {
             Verdict::Violated => "invalid",
