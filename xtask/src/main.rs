@@ -32,7 +32,11 @@ const MADSIM_TARGET_DIR: &str = "target/madsim";
 const CHAOS_SEEDS: u64 = 200;
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "eosim's build and run scripts")]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "eosim's build and run scripts"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Task,

@@ -144,12 +144,12 @@ fn run_scenario(
 ) -> (ScenarioResult, ExitClass) {
     let (base, count) = seed_range(args, scenario);
     let last = base.saturating_add(count - 1);
-    println!(
-        "SEED={base}..={last} scenario={} build={build} seeds={count}",
-        scenario.name
-    );
-    // A single seed is a replay: show its whole header.
+    // A single seed is a replay: its own header block says it all.
     let verbose = args.verbose || count == 1;
+    if count > 1 {
+        let name = &scenario.name;
+        println!("SEED={base}..={last} scenario={name} build={build} seeds={count}");
+    }
     let bar = progress_bar(&scenario.name, count, !args.no_progress);
     let started = Instant::now();
     let mut seeds = Vec::new();
