@@ -22,7 +22,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// The target dir of simulation builds, so switching cfgs does not rebuild everything.
@@ -120,12 +120,25 @@ fn main() -> ExitCode {
 /// Runs a task; returns the exit code to propagate.
 fn run(task: Task) -> Result<u8> {
     let root = workspace_root();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
     std::env::set_current_dir(&root)
         .with_context(|| format!("cannot enter the workspace root {}", root.display()))?;
+    // Paths given relative to where the user stands, made relative to the root again.
+    let rebase = |path: &Path| rebase(path, &cwd, &root);
     match task {
-        Task::Sim(args) => sim(&args),
-        Task::Replay(args) => eosim_seed("replay", &args),
-        Task::Determinism(args) => eosim_seed("determinism", &args),
+        Task::Sim(mut args) => {
+            args.scenarios = args.scenarios.iter().map(|p| rebase(p)).collect();
+            args.out = args.out.as_deref().map(rebase);
+            sim(&args)
+        }
+        Task::Replay(mut args) => {
+            args.scenario = rebase(&args.scenario);
+            eosim_seed("replay", &args)
+        }
+        Task::Determinism(mut args) => {
+            args.scenario = rebase(&args.scenario);
+            eosim_seed("determinism", &args)
+        }
         Task::Test => test(),
         Task::Bench { criterion_args } => bench(&criterion_args),
         Task::Report => report(),
@@ -138,6 +151,30 @@ fn run(task: Task) -> Result<u8> {
             no_progress: false,
             out: None,
         }),
+    }
+}
+
+/// `path` as given from `cwd`, expressed from `root` (relative when it lies under it).
+fn rebase(path: &Path, cwd: &Path, root: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    // Lexically, without touching the file system: `harness/../scenarios` → `scenarios`.
+    let mut absolute = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::ParentDir => {
+                absolute.pop();
+            }
+            Component::CurDir => {}
+            other => absolute.push(other),
+        }
+    }
+    match absolute.strip_prefix(root) {
+        Ok(relative) => relative.to_path_buf(),
+        Err(_) => absolute,
     }
 }
 

@@ -171,10 +171,43 @@ fn run_scenario(
     }
     bar.finish_and_clear();
     let wall_time_s = started.elapsed().as_secs_f64();
-    let result = aggregate(scenario, path, run_dir, &seeds, wall_time_s);
-    let class = exit_class(&result, expected_verdict(scenario));
+    let mut result = aggregate(scenario, path, run_dir, &seeds, wall_time_s);
+    let mut class = exit_class(&result, expected_verdict(scenario));
+    if let Some(note) = recheck_determinism(scenario, path, &result, &seeds) {
+        println!("{note}");
+        result.notes.push(note);
+        class = class.max(ExitClass::Violated);
+    }
     print_scenario_end(&result, class);
     (result, class)
+}
+
+/// Runs one seed again (the counterexample's, else the first) and compares history hashes,
+/// so every replay command printed is known to reproduce. `Some(note)` when they differ.
+fn recheck_determinism(
+    scenario: &Scenario,
+    path: &Path,
+    result: &ScenarioResult,
+    seeds: &[SeedVerdict],
+) -> Option<String> {
+    let seed = result.counterexample.as_ref().map(|c| c.seed);
+    let first = seeds
+        .iter()
+        .find(|s| Some(s.seed) == seed)
+        .or_else(|| seeds.first())?;
+    let again = run_guarded(scenario, first.seed).history.hash();
+    if again == first.hash {
+        return None;
+    }
+    Some(format!(
+        "NONDETERMINISTIC scenario={} seed={} history-hash: {} then {again}; \
+         compare with `cargo xtask determinism --scenario {} --seed {}`",
+        scenario.name,
+        first.seed,
+        first.hash,
+        path.display(),
+        first.seed
+    ))
 }
 
 fn progress_bar(name: &str, count: u64, enabled: bool) -> ProgressBar {

@@ -685,7 +685,10 @@ impl Scenario {
                 ensure(
                     kebab,
                     &format!("check.{field}[{i}]"),
-                    format!("expected a kebab-case anomaly name such as \"lost-write\", found \"{name}\""),
+                    format!(
+                        "expected a kebab-case anomaly name such as \"lost-write\", \
+                         found \"{name}\""
+                    ),
                 )?;
             }
         }
