@@ -19,7 +19,7 @@
 //! ## Environment
 //! `RUSTFLAGS` set by the caller is kept and `--cfg madsim` appended for simulation builds.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
@@ -32,6 +32,10 @@ const MADSIM_TARGET_DIR: &str = "target/madsim";
 const CHAOS_SEEDS: u64 = 200;
 
 #[derive(Parser)]
+#[command(
+    after_help = "`cargo xtask sim`, `replay` and `determinism` exit with eosim's codes: 0 as \
+                  expected, 1 violated, 2 config error, 3 stalled, 4 crash (see the README)."
+)]
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
@@ -112,10 +116,23 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("xtask: error: {e:#}");
-            ExitCode::from(2)
+            // A failed build exits with cargo's code; xtask's own errors with 2.
+            ExitCode::from(e.downcast_ref::<ChildFailed>().map_or(2, |c| c.0))
         }
     }
 }
+
+/// A child process that had to succeed exited with this code.
+#[derive(Debug)]
+struct ChildFailed(u8);
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for ChildFailed {}
 
 /// Runs a task; returns the exit code to propagate.
 fn run(task: Task) -> Result<u8> {
@@ -232,7 +249,8 @@ fn build_eosim(release: bool) -> Result<PathBuf> {
     cmd.env("EOSIM_BUILD", git_build_id());
     let code = status(&mut cmd)?;
     if code != 0 {
-        bail!("building eosim under --cfg madsim failed (exit {code})");
+        return Err(anyhow::Error::new(ChildFailed(code))
+            .context("building eosim under --cfg madsim failed"));
     }
     let profile = if release { "release" } else { "debug" };
     Ok(Path::new(MADSIM_TARGET_DIR)

@@ -25,8 +25,19 @@ use std::process::ExitCode;
 /// Base seed when `--seed` is not given: seed `i` of a scenario is `DEFAULT_SEED_BASE + i`.
 pub const DEFAULT_SEED_BASE: u64 = 1;
 
+/// Exit codes, as `--help` shows them.
+const EXIT_CODES_HELP: &str = "Exit codes:
+  0  every scenario came out as expected (including expected violations)
+  1  a claim expected to hold was violated, an expected violation was not found,
+     or a seed did not replay to the same history
+  2  configuration error: bad scenario file or arguments
+  3  stalled: the pipeline did not catch up within drain.time_s_max
+  4  crash: a model or component panicked
+When scenarios end differently, the highest code wins.";
+
 /// `eosim`'s arguments.
 #[derive(Debug, Parser)]
+#[command(after_help = EXIT_CODES_HELP)]
 #[command(
     name = "eosim",
     version,
