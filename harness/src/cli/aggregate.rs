@@ -81,12 +81,14 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
 /// Checks one seed's history and classifies the seed.
 pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
     let check = check_all(&outcome.history, &check_options(scenario));
+    // A stalled run has not delivered everything yet, so records missing from the sink are
+    // inconclusive: the stall is the finding (its anomalies are still listed).
     let class = if let Some(message) = &outcome.crashed {
         SeedClass::Crashed(message.clone())
-    } else if check.validity == Validity::Invalid {
-        SeedClass::Invalid
     } else if let Some(reason) = &outcome.stalled {
         SeedClass::Stalled(reason.clone())
+    } else if check.validity == Validity::Invalid {
+        SeedClass::Invalid
     } else if check.validity == Validity::Unknown {
         SeedClass::Unknown
     } else {
