@@ -344,6 +344,81 @@ mod tests {
         );
     }
 
+    fn scenario(expect: &str) -> Scenario {
+        let text = format!(
+            "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n\
+             [check]\nexpect = \"{expect}\"\n"
+        );
+        Scenario::parse(Path::new("scenarios/x.toml"), &text).expect("parses")
+    }
+
+    #[test]
+    fn an_expected_violation_exits_zero_and_says_so() {
+        let scenario = scenario("violated");
+        let seeds = vec![seed(1, SeedClass::Holds, 0), seed(2, SeedClass::Invalid, 1)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(result.verdict, Verdict::Violated);
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Expected
+        );
+        assert!(result
+            .notes
+            .iter()
+            .any(|n| n.contains("expected: demonstrates a known failure")));
+        let counterexample = result.counterexample.expect("a counterexample");
+        assert_eq!(
+            counterexample.replay,
+            "cargo xtask sim --scenario scenarios/x.toml --seed 2"
+        );
+        assert_eq!(
+            counterexample.history_path,
+            Path::new("r/x/2/history.jsonl")
+        );
+        assert_eq!(result.anomalies.get("lost-write"), Some(&1));
+    }
+
+    #[test]
+    fn an_expected_violation_that_is_not_found_exits_one() {
+        let scenario = scenario("violated");
+        let seeds = vec![seed(1, SeedClass::Holds, 0)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(result.verdict, Verdict::Holds);
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Violated
+        );
+    }
+
+    #[test]
+    fn a_violation_of_a_claim_expected_to_hold_exits_one() {
+        let scenario = scenario("holds");
+        let seeds = vec![seed(1, SeedClass::Invalid, 0)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Violated
+        );
+    }
+
     #[test]
     fn a_crash_outranks_a_violation() {
         let seeds = vec![
