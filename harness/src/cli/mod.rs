@@ -72,7 +72,7 @@ pub struct SimArgs {
     /// Base seed: seed i runs as S + i. Alone, runs exactly seed S.
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
-    /// Report directory; the run goes into DIR/<run-id>, DIR/latest points at it.
+    /// Report directory; each run goes into DIR/RUN_ID, and DIR/latest points at it.
     #[arg(long, value_name = "DIR", default_value = "reports")]
     pub out: PathBuf,
     /// No progress bars.
