@@ -13,9 +13,11 @@
 //! - [`checker`]: pure functions from a history to a verdict, with Jepsen's anomaly names.
 //! - [`runner`]: runs a scenario for a seed in the simulator.
 //! - [`report`]: `results.json` and `summary.md`.
+//! - [`cli`]: the `eosim` command line (`sim`, `replay`, `determinism`).
 #![deny(missing_docs)]
 
 pub mod checker;
+pub mod cli;
 pub mod client;
 pub mod history;
 pub mod report;

@@ -1,1 +1,383 @@
-fn main() {}
+//! `cargo xtask`: eosim's scripts, in Rust.
+//!
+//! # Sections
+//! - `cargo xtask sim [--scenario PATH]... [--seeds N] [--seed S] [--release]`: builds the
+//!   `eosim` binary under `--cfg madsim` (in its own target dir, `target/madsim`) and runs
+//!   `eosim sim` with the same arguments; by default every `scenarios/*.toml`. Ends with a
+//!   report in `reports/<run-id>/` (`reports/latest` points at it).
+//! - `cargo xtask replay --scenario PATH --seed S` and `cargo xtask determinism ...`: the
+//!   `eosim` subcommands of the same names, built the same way.
+//! - `cargo xtask test`: `cargo test --workspace` (normal cfg), then the simulation tests
+//!   under `--cfg madsim`.
+//! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
+//! - `cargo xtask report`: prints `reports/latest/summary.md`.
+//! - `cargo xtask chaos`: the catalogue over many seeds in release mode (a long swarm run).
+//!
+//! Every child's exit code is propagated, so `cargo xtask sim` exits with `eosim`'s codes
+//! (0 as expected, 1 violated, 2 config error, 3 stalled, 4 crash; see the README).
+//!
+//! ## Environment
+//! `RUSTFLAGS` set by the caller is kept and `--cfg madsim` appended for simulation builds.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The target dir of simulation builds, so switching cfgs does not rebuild everything.
+const MADSIM_TARGET_DIR: &str = "target/madsim";
+
+/// Seeds per scenario in `cargo xtask chaos`.
+const CHAOS_SEEDS: u64 = 200;
+
+#[derive(Parser)]
+#[command(
+    after_help = "`cargo xtask sim`, `replay` and `determinism` exit with eosim's codes: 0 as \
+                  expected, 1 violated, 2 config error, 3 stalled, 4 crash (see the README)."
+)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "eosim's build and run scripts"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run the scenario catalogue (or the given scenarios) in simulation and write a report.
+    Sim(SimArgs),
+    /// Replay one seed of one scenario, printing its history.
+    Replay(SeedArgs),
+    /// Run one seed twice and compare the history hashes.
+    Determinism(SeedArgs),
+    /// Ordinary tests, then the simulation tests under --cfg madsim.
+    Test,
+    /// Criterion benches under --cfg madsim.
+    Bench {
+        /// Extra arguments for criterion (after `--`).
+        #[arg(last = true)]
+        criterion_args: Vec<String>,
+    },
+    /// Print the latest report's summary.
+    Report,
+    /// The whole catalogue over many seeds, in release mode.
+    Chaos {
+        /// Seeds per scenario.
+        #[arg(long, default_value_t = CHAOS_SEEDS)]
+        seeds: u64,
+    },
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Scenario file; repeat for several. Default: every scenarios/*.toml.
+    #[arg(long = "scenario", value_name = "PATH")]
+    scenarios: Vec<PathBuf>,
+    /// Seeds per scenario. Default: each scenario's `seeds`.
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Base seed; alone, runs exactly this seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Build eosim in release mode.
+    #[arg(long)]
+    release: bool,
+    /// Print every seed's header and history hash, not only failing ones.
+    #[arg(long, short)]
+    verbose: bool,
+    /// No progress bars.
+    #[arg(long)]
+    no_progress: bool,
+    /// Report directory. Default: reports.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct SeedArgs {
+    /// Scenario file.
+    #[arg(long, value_name = "PATH")]
+    scenario: PathBuf,
+    /// Seed.
+    #[arg(long)]
+    seed: u64,
+    /// Build eosim in release mode.
+    #[arg(long)]
+    release: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            // A failed build exits with cargo's code; xtask's own errors with 2.
+            ExitCode::from(e.downcast_ref::<ChildFailed>().map_or(2, |c| c.0))
+        }
+    }
+}
+
+/// A child process that had to succeed exited with this code.
+#[derive(Debug)]
+struct ChildFailed(u8);
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for ChildFailed {}
+
+/// Runs a task; returns the exit code to propagate.
+fn run(task: Task) -> Result<u8> {
+    let root = workspace_root();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    std::env::set_current_dir(&root)
+        .with_context(|| format!("cannot enter the workspace root {}", root.display()))?;
+    // Paths given relative to where the user stands, made relative to the root again.
+    let rebase = |path: &Path| rebase(path, &cwd, &root);
+    match task {
+        Task::Sim(mut args) => {
+            args.scenarios = args.scenarios.iter().map(|p| rebase(p)).collect();
+            args.out = args.out.as_deref().map(rebase);
+            sim(&args)
+        }
+        Task::Replay(mut args) => {
+            args.scenario = rebase(&args.scenario);
+            eosim_seed("replay", &args)
+        }
+        Task::Determinism(mut args) => {
+            args.scenario = rebase(&args.scenario);
+            eosim_seed("determinism", &args)
+        }
+        Task::Test => test(),
+        Task::Bench { criterion_args } => bench(&criterion_args),
+        Task::Report => report(),
+        Task::Chaos { seeds } => sim(&SimArgs {
+            scenarios: Vec::new(),
+            seeds: Some(seeds),
+            seed: None,
+            release: true,
+            verbose: false,
+            no_progress: false,
+            out: None,
+        }),
+    }
+}
+
+/// `path` as given from `cwd`, expressed from `root` (relative when it lies under it).
+fn rebase(path: &Path, cwd: &Path, root: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    // Lexically, without touching the file system: `harness/../scenarios` → `scenarios`.
+    let mut absolute = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::ParentDir => {
+                absolute.pop();
+            }
+            Component::CurDir => {}
+            other => absolute.push(other),
+        }
+    }
+    match absolute.strip_prefix(root) {
+        Ok(relative) => relative.to_path_buf(),
+        Err(_) => absolute,
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest dir.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+fn sim(args: &SimArgs) -> Result<u8> {
+    let binary = build_eosim(args.release)?;
+    let mut cmd = Command::new(binary);
+    cmd.arg("sim");
+    for scenario in &args.scenarios {
+        cmd.arg("--scenario").arg(scenario);
+    }
+    if let Some(seeds) = args.seeds {
+        cmd.arg("--seeds").arg(seeds.to_string());
+    }
+    if let Some(seed) = args.seed {
+        cmd.arg("--seed").arg(seed.to_string());
+    }
+    if let Some(out) = &args.out {
+        cmd.arg("--out").arg(out);
+    }
+    if args.verbose {
+        cmd.arg("--verbose");
+    }
+    if args.no_progress {
+        cmd.arg("--no-progress");
+    }
+    status(&mut cmd)
+}
+
+fn eosim_seed(subcommand: &str, args: &SeedArgs) -> Result<u8> {
+    let binary = build_eosim(args.release)?;
+    let mut cmd = Command::new(binary);
+    cmd.arg(subcommand)
+        .arg("--scenario")
+        .arg(&args.scenario)
+        .arg("--seed")
+        .arg(args.seed.to_string());
+    status(&mut cmd)
+}
+
+/// Builds the `eosim` binary under `--cfg madsim` and returns its path.
+fn build_eosim(release: bool) -> Result<PathBuf> {
+    let mut cmd = cargo_madsim();
+    cmd.args(["build", "--package", "eosim", "--bin", "eosim"]);
+    if release {
+        cmd.arg("--release");
+    }
+    // The binary prints its build in every run header; cargo rebuilds only the binary when
+    // this changes, since `option_env!` reads are tracked.
+    cmd.env("EOSIM_BUILD", git_build_id());
+    let code = status(&mut cmd)?;
+    if code != 0 {
+        return Err(anyhow::Error::new(ChildFailed(code))
+            .context("building eosim under --cfg madsim failed"));
+    }
+    let profile = if release { "release" } else { "debug" };
+    Ok(Path::new(MADSIM_TARGET_DIR)
+        .join(profile)
+        .join(exe("eosim")))
+}
+
+fn exe(name: &str) -> String {
+    format!("{name}{}", std::env::consts::EXE_SUFFIX)
+}
+
+fn test() -> Result<u8> {
+    let steps: [(&str, bool, &[&str]); 3] = [
+        (
+            "ordinary tests (normal cfg)",
+            false,
+            &["test", "--workspace"],
+        ),
+        (
+            "simulation tests (--cfg madsim)",
+            true,
+            &["test", "-p", "eosim", "--lib", "--test", "sim"],
+        ),
+        (
+            "model tests (--cfg madsim)",
+            true,
+            &["test", "-p", "eosim-sim"],
+        ),
+    ];
+    for (what, madsim, args) in steps {
+        eprintln!("xtask: {what}: cargo {}", args.join(" "));
+        let mut cmd = if madsim { cargo_madsim() } else { cargo() };
+        cmd.args(args);
+        let code = status(&mut cmd)?;
+        if code != 0 {
+            eprintln!("xtask: {what} failed (exit {code})");
+            return Ok(code);
+        }
+    }
+    Ok(0)
+}
+
+fn bench(criterion_args: &[String]) -> Result<u8> {
+    let mut cmd = cargo_madsim();
+    cmd.args(["bench", "-p", "eosim-benches"]);
+    if !criterion_args.is_empty() {
+        cmd.arg("--").args(criterion_args);
+    }
+    status(&mut cmd)
+}
+
+fn report() -> Result<u8> {
+    let summary = Path::new("reports/latest/summary.md");
+    let text = std::fs::read_to_string(summary).with_context(|| {
+        format!(
+            "no report at {}: run `cargo xtask sim` first",
+            summary.display()
+        )
+    })?;
+    let dir = std::fs::canonicalize("reports/latest").unwrap_or_else(|_| "reports/latest".into());
+    println!("{}\n", dir.display());
+    print!("{text}");
+    Ok(0)
+}
+
+/// `cargo` as the one running xtask, without the variables it set for this process.
+fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.env_remove("CARGO_ENCODED_RUSTFLAGS");
+    cmd
+}
+
+/// `cargo` with `--cfg madsim` and the simulation target dir.
+fn cargo_madsim() -> Command {
+    let mut cmd = cargo();
+    let mut flags = std::env::var("RUSTFLAGS").unwrap_or_default();
+    if !flags.split_whitespace().any(|f| f == "madsim") {
+        flags = format!("{flags} --cfg madsim").trim().to_string();
+    }
+    cmd.env("RUSTFLAGS", flags)
+        .env("CARGO_TARGET_DIR", MADSIM_TARGET_DIR);
+    cmd
+}
+
+/// Runs a child to completion; its exit code, or 128 + signal on Unix like a shell.
+fn status(cmd: &mut Command) -> Result<u8> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    if let Some(code) = status.code() {
+        return Ok(u8::try_from(code).unwrap_or(1));
+    }
+    Ok(signal_code(&status))
+}
+
+#[cfg(unix)]
+fn signal_code(status: &std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .signal()
+        .map_or(1, |s| u8::try_from(128 + s).unwrap_or(1))
+}
+
+#[cfg(not(unix))]
+fn signal_code(_status: &std::process::ExitStatus) -> u8 {
+    1
+}
+
+/// The short git commit, `-dirty` when the work tree has changes; `unknown` without git.
+fn git_build_id() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(sha) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{sha}-dirty")
+    } else {
+        sha
+    }
+}

@@ -28,7 +28,7 @@
 
 use crate::checker::Claim;
 use eosim_sim::kafka::{Acks, ClusterConfig};
-use eosim_sim::nemesis::{ScheduledFault, Swarm};
+use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -278,15 +278,65 @@ mod acks_serde {
         })
     }
 
+    /// `acks` as Kafka spells it: the strings "0", "1", "all" ("-1"), or the integers
+    /// 0, 1, -1.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Number(i64),
+    }
+
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Acks, D::Error> {
-        match String::deserialize(d)?.as_str() {
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("acks must be \"0\", \"1\" or \"all\" (or 0, 1, -1)")
+        })?;
+        let text = match raw {
+            Raw::Text(text) => text,
+            Raw::Number(n) => n.to_string(),
+        };
+        match text.as_str() {
             "0" => Ok(Acks::None),
             "1" => Ok(Acks::Leader),
             "all" | "-1" => Ok(Acks::All),
             other => Err(serde::de::Error::custom(format!(
-                "acks must be \"0\", \"1\" or \"all\", found \"{other}\""
+                "acks must be \"0\", \"1\" or \"all\" (or 0, 1, -1), found \"{other}\""
             ))),
         }
+    }
+}
+
+/// `[[faults.schedule]]` entries, read as `at_ms` plus a [`Fault`].
+///
+/// [`ScheduledFault`] flattens the fault into itself and also denies unknown fields, a
+/// combination serde does not support (every fault key is then "unknown"); reading each
+/// entry as a table, taking `at_ms` out and reading the rest as a `Fault` (which denies
+/// unknown keys itself) gives the same strictness, and the `faults.schedule[i]` key path.
+mod schedule_serde {
+    use eosim_sim::nemesis::{Fault, ScheduledFault};
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+
+    struct Entry(ScheduledFault);
+
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let mut table = toml::Table::deserialize(d)?;
+            let at_ms = table
+                .remove("at_ms")
+                .ok_or_else(|| D::Error::missing_field("at_ms"))?;
+            let at_ms = u64::deserialize(at_ms).map_err(|e| {
+                D::Error::custom(format!("at_ms: {}", super::humanize(e.message())))
+            })?;
+            let fault = Fault::deserialize(toml::Value::Table(table))
+                .map_err(|e| D::Error::custom(super::humanize(e.message())))?;
+            Ok(Entry(ScheduledFault { at_ms, fault }))
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ScheduledFault>, D::Error> {
+        let entries = Vec::<Entry>::deserialize(d)?;
+        Ok(entries.into_iter().map(|Entry(fault)| fault).collect())
     }
 }
 
@@ -295,7 +345,7 @@ mod acks_serde {
 #[serde(deny_unknown_fields)]
 pub struct FaultSpec {
     /// Faults at fixed times.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "schedule_serde::deserialize")]
     pub schedule: Vec<ScheduledFault>,
     /// Random faults drawn per seed.
     #[serde(default)]
@@ -321,7 +371,9 @@ pub struct DrainSpec {
 
 impl Default for DrainSpec {
     fn default() -> Self {
-        Self { time_s_max: default_drain_time() }
+        Self {
+            time_s_max: default_drain_time(),
+        }
     }
 }
 
@@ -391,21 +443,30 @@ impl Scenario {
     /// Parses scenario text; `file` is only used in errors and for the default name.
     ///
     /// # Errors
-    /// [`ScenarioError::Invalid`] with the key path and what was expected.
+    /// [`ScenarioError::Invalid`] with the key path and what was expected; syntax errors
+    /// also give the line and column.
     pub fn parse(file: &Path, text: &str) -> Result<Self, ScenarioError> {
         let deserializer = toml::Deserializer::new(text);
         let mut scenario: Scenario =
             serde_path_to_error::deserialize(deserializer).map_err(|e| {
                 let key = e.path().to_string();
+                let inner = e.into_inner();
+                let mut message = humanize(inner.message().trim());
+                if let Some(span) = inner.span() {
+                    let (line, column) = line_column(text, span.start);
+                    message = format!("{message} (at line {line}, column {column})");
+                }
                 ScenarioError::Invalid {
                     file: file.to_path_buf(),
                     key: if key == "." { "<root>".into() } else { key },
-                    message: e.into_inner().message().trim().to_string(),
+                    message,
                 }
             })?;
         if scenario.name.is_empty() {
-            scenario.name =
-                file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            scenario.name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
         }
         scenario.validate(file)?;
         Ok(scenario)
@@ -416,32 +477,258 @@ impl Scenario {
     /// # Errors
     /// [`ScenarioError::Io`] or [`ScenarioError::Invalid`].
     pub fn load(file: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| ScenarioError::Io { file: file.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(file).map_err(|source| ScenarioError::Io {
+            file: file.to_path_buf(),
+            source,
+        })?;
         Self::parse(file, &text)
     }
 
+    /// Checks what serde cannot: relations between keys, ranges, node names.
     fn validate(&self, file: &Path) -> Result<(), ScenarioError> {
-        let invalid = |key: &str, message: String| ScenarioError::Invalid {
-            file: file.to_path_buf(),
-            key: key.to_string(),
-            message,
+        let checks = [
+            self.check_cluster(),
+            self.check_workload(),
+            self.check_faults(),
+        ];
+        let first = checks
+            .into_iter()
+            .find_map(Result::err)
+            .or_else(|| self.check_check().err());
+        match first {
+            None => Ok(()),
+            Some((key, message)) => Err(ScenarioError::Invalid {
+                file: file.to_path_buf(),
+                key,
+                message,
+            }),
+        }
+    }
+
+    fn check_cluster(&self) -> Result<(), (String, String)> {
+        let (brokers, topic) = (self.cluster.brokers, &self.topic);
+        ensure(
+            (1..=9).contains(&brokers),
+            "cluster.brokers",
+            format!("expected 1..=9 brokers, found {brokers}"),
+        )?;
+        ensure(
+            topic.replication_factor >= 1 && topic.replication_factor <= brokers,
+            "topic.replication_factor",
+            format!(
+                "expected 1..={brokers} (at most the {brokers} brokers of [cluster]), found {}",
+                topic.replication_factor
+            ),
+        )?;
+        ensure(
+            topic.min_insync_replicas >= 1 && topic.min_insync_replicas <= topic.replication_factor,
+            "topic.min_insync_replicas",
+            format!(
+                "expected 1..={} (at most topic.replication_factor), found {}",
+                topic.replication_factor, topic.min_insync_replicas
+            ),
+        )?;
+        ensure(
+            topic.partitions >= 1,
+            "topic.partitions",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            !topic.name.is_empty(),
+            "topic.name",
+            "expected a non-empty name".into(),
+        )
+    }
+
+    fn check_workload(&self) -> Result<(), (String, String)> {
+        let w = &self.workload;
+        ensure(
+            self.seeds >= 1,
+            "seeds",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.records >= 1,
+            "workload.records",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.keys >= 1,
+            "workload.keys",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.producers >= 1,
+            "workload.producers",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.consumers >= 1,
+            "workload.consumers",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.max_poll_records >= 1,
+            "workload.max_poll_records",
+            "expected at least 1, found 0".into(),
+        )
+    }
+
+    fn check_faults(&self) -> Result<(), (String, String)> {
+        for (i, scheduled) in self.faults.schedule.iter().enumerate() {
+            let key = format!("faults.schedule[{i}]");
+            self.check_fault(&key, &scheduled.fault)?;
+        }
+        let Some(swarm) = &self.faults.swarm else {
+            return Ok(());
         };
-        if self.cluster.brokers == 0 || self.cluster.brokers > 9 {
-            return Err(invalid("cluster.brokers", "expected 1..=9 brokers".into()));
+        ensure(
+            !swarm.kinds.is_empty(),
+            "faults.swarm.kinds",
+            "expected at least one fault kind".into(),
+        )?;
+        for (i, target) in swarm.targets.iter().enumerate() {
+            self.check_node(&format!("faults.swarm.targets[{i}]"), target)?;
         }
-        if self.topic.replication_factor > self.cluster.brokers {
-            return Err(invalid(
-                "topic.replication_factor",
-                format!("{} exceeds the {} brokers", self.topic.replication_factor, self.cluster.brokers),
-            ));
-        }
-        if self.topic.partitions == 0 {
-            return Err(invalid("topic.partitions", "expected at least 1".into()));
-        }
-        if self.workload.producers == 0 || self.workload.consumers == 0 {
-            return Err(invalid("workload", "expected at least 1 producer and 1 consumer".into()));
+        ensure(
+            swarm.interval_ms_min <= swarm.interval_ms_max,
+            "faults.swarm.interval_ms_min",
+            format!(
+                "expected at most interval_ms_max ({})",
+                swarm.interval_ms_max
+            ),
+        )?;
+        ensure(
+            swarm.duration_ms_min <= swarm.duration_ms_max,
+            "faults.swarm.duration_ms_min",
+            format!(
+                "expected at most duration_ms_max ({})",
+                swarm.duration_ms_max
+            ),
+        )
+    }
+
+    fn check_fault(&self, key: &str, fault: &Fault) -> Result<(), (String, String)> {
+        let nodes: Vec<(&str, &String)> = match fault {
+            Fault::Kill { target, .. }
+            | Fault::Restart { target }
+            | Fault::Pause { target }
+            | Fault::Resume { target }
+            | Fault::Clog { target } => target.iter().map(|t| ("target", t)).collect(),
+            Fault::Partition { source, target, .. } | Fault::Messages { source, target, .. } => {
+                let source = source.iter().map(|t| ("source", t));
+                source.chain(target.iter().map(|t| ("target", t))).collect()
+            }
+            Fault::KillLeader {
+                topic, partition, ..
+            } => {
+                ensure(
+                    *topic == self.topic.name,
+                    &format!("{key}.topic"),
+                    format!("expected the scenario's topic \"{}\"", self.topic.name),
+                )?;
+                return ensure(
+                    *partition < self.topic.partitions,
+                    &format!("{key}.partition"),
+                    format!("expected 0..{}, found {partition}", self.topic.partitions),
+                );
+            }
+            Fault::Heal => Vec::new(),
+        };
+        for (field, node) in nodes {
+            self.check_node(&format!("{key}.{field}"), node)?;
         }
         Ok(())
     }
+
+    /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a
+    /// group (`brokers`, `producers`, `consumers`, `clients`, `all`).
+    fn check_node(&self, key: &str, node: &str) -> Result<(), (String, String)> {
+        if NODE_GROUPS.contains(&node) {
+            return Ok(());
+        }
+        let (brokers, w) = (self.cluster.brokers, &self.workload);
+        let known = match node
+            .rsplit_once('-')
+            .map(|(kind, n)| (kind, n.parse::<u32>()))
+        {
+            Some(("broker", Ok(n))) => (1..=brokers).contains(&n),
+            Some(("producer", Ok(n))) => n < w.producers,
+            Some(("consumer", Ok(n))) => n < w.consumers,
+            _ => false,
+        };
+        ensure(
+            known,
+            key,
+            format!(
+                "unknown node \"{node}\": expected one of {}, broker-1..=broker-{brokers}, \
+                 producer-0..=producer-{}, consumer-0..=consumer-{}",
+                NODE_GROUPS.join(", "),
+                w.producers - 1,
+                w.consumers - 1
+            ),
+        )
+    }
+
+    fn check_check(&self) -> Result<(), (String, String)> {
+        let expect = self.check.expect.as_deref();
+        ensure(
+            matches!(expect, None | Some("holds") | Some("violated")),
+            "check.expect",
+            format!(
+                "expected \"holds\" or \"violated\", found \"{}\"",
+                expect.unwrap_or("")
+            ),
+        )?;
+        for (field, names) in [
+            ("forbidden", &self.check.forbidden),
+            ("allowed", &self.check.allowed),
+        ] {
+            for (i, name) in names.iter().enumerate() {
+                let kebab = !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                ensure(
+                    kebab,
+                    &format!("check.{field}[{i}]"),
+                    format!(
+                        "expected a kebab-case anomaly name such as \"lost-write\", \
+                         found \"{name}\""
+                    ),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Node groups a fault may name instead of single nodes.
+const NODE_GROUPS: [&str; 5] = ["brokers", "producers", "consumers", "clients", "all"];
+
+/// `Err((key, message))` unless `condition` holds.
+fn ensure(condition: bool, key: &str, message: String) -> Result<(), (String, String)> {
+    if condition {
+        Ok(())
+    } else {
+        Err((key.to_string(), message))
+    }
+}
+
+/// Serde's Rust type names in words a scenario author uses.
+fn humanize(message: &str) -> String {
+    message
+        .replace("expected u64", "expected a whole number >= 0")
+        .replace("expected u32", "expected a whole number >= 0")
+        .replace("expected usize", "expected a whole number >= 0")
+        .replace("expected f64", "expected a number")
+        .replace('\n', "; ")
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }

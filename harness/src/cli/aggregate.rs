@@ -1,0 +1,430 @@
+//! From seed outcomes to a scenario's verdict: run the checkers on each seed's history,
+//! classify the seed, then merge the seeds into a [`ScenarioResult`] with a counterexample
+//! (the failing seed with the fewest faults before its first forbidden anomaly; ties go to
+//! the smallest seed).
+//!
+//! The checker and report types come from [`super::contract`] until the checkers branch
+//! merges; swapping them means changing the `use` line below.
+
+use super::contract::{
+    check_all, CheckOptions, CheckResult, Counterexample, ScenarioResult, Validity, Verdict,
+};
+use super::output::format_op;
+use super::ExitClass;
+use crate::history::{History, Value};
+use crate::runner::SeedOutcome;
+use crate::scenario::Scenario;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// How one seed came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedClass {
+    /// The history satisfies the claim.
+    Holds,
+    /// The history shows a forbidden anomaly.
+    Invalid,
+    /// A checker could not decide (not a pass).
+    Unknown,
+    /// The pipeline did not catch up within the drain bound; the reason.
+    Stalled(String),
+    /// A model or component panicked; the message.
+    Crashed(String),
+}
+
+impl SeedClass {
+    /// The class name printed in `FAILED ... class=…`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SeedClass::Holds => "holds",
+            SeedClass::Invalid => "invalid",
+            SeedClass::Unknown => "unknown",
+            SeedClass::Stalled(_) => "stalled",
+            SeedClass::Crashed(_) => "crash",
+        }
+    }
+}
+
+/// One seed, judged. Keeps what the scenario result needs, not the history.
+#[derive(Debug, Clone)]
+pub struct SeedVerdict {
+    /// The seed.
+    pub seed: u64,
+    /// Its class.
+    pub class: SeedClass,
+    /// The checkers' result.
+    pub check: CheckResult,
+    /// `history-hash`.
+    pub hash: String,
+    /// Faults injected (recoveries not counted).
+    pub faults: u64,
+    /// Fault and recovery lines before the first forbidden anomaly (all, when none).
+    pub faults_before_anomaly: Vec<String>,
+    /// Faults (recoveries not counted) before the first forbidden anomaly.
+    pub faults_before_anomaly_count: u64,
+    /// Simulated time, ms.
+    pub sim_time_ms: u64,
+    /// Coverage marks hit.
+    pub marks: BTreeMap<String, u64>,
+}
+
+/// The checker options a scenario asks for: its claim, acks and `[check]` overrides.
+pub fn check_options(scenario: &Scenario) -> CheckOptions {
+    CheckOptions {
+        claim: scenario.claim,
+        acks: scenario.workload.acks,
+        forbidden: scenario.check.forbidden.clone(),
+        allowed: scenario.check.allowed.clone(),
+    }
+}
+
+/// Checks one seed's history and classifies the seed.
+pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
+    let check = check_all(&outcome.history, &check_options(scenario));
+    // A stalled run has not delivered everything yet, so records missing from the sink are
+    // inconclusive: the stall is the finding (its anomalies are still listed).
+    let class = if let Some(message) = &outcome.crashed {
+        SeedClass::Crashed(message.clone())
+    } else if let Some(reason) = &outcome.stalled {
+        SeedClass::Stalled(reason.clone())
+    } else if check.validity == Validity::Invalid {
+        SeedClass::Invalid
+    } else if check.validity == Validity::Unknown {
+        SeedClass::Unknown
+    } else {
+        SeedClass::Holds
+    };
+    let first = first_forbidden_op(&check);
+    let (faults_before_anomaly, faults_before_anomaly_count) =
+        faults_before(&outcome.history, first);
+    SeedVerdict {
+        seed: outcome.seed,
+        class,
+        hash: outcome.history.hash(),
+        faults: outcome.history.fault_count() as u64,
+        faults_before_anomaly,
+        faults_before_anomaly_count,
+        sim_time_ms: outcome.sim_time_ms,
+        marks: outcome.marks.clone(),
+        check,
+    }
+}
+
+/// The history index of the earliest op in any case of a forbidden anomaly.
+fn first_forbidden_op(check: &CheckResult) -> Option<usize> {
+    check
+        .forbidden
+        .iter()
+        .filter_map(|a| check.anomalies.get(a))
+        .flatten()
+        .filter_map(|case| case.ops.iter().min().copied())
+        .min()
+}
+
+/// Nemesis lines before `limit` (the whole history when `None`) and how many are faults.
+fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64) {
+    let end = limit.unwrap_or(usize::MAX);
+    let mut lines = Vec::new();
+    let mut count = 0;
+    for op in history.ops.iter().take_while(|op| op.index < end) {
+        if let Value::Fault { name, .. } = &op.value {
+            lines.push(format_op(op));
+            if !crate::history::is_recovery(name) {
+                count += 1;
+            }
+        }
+    }
+    (lines, count)
+}
+
+/// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
+pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
+    let any = |f: fn(&SeedClass) -> bool| seeds.iter().any(|s| f(&s.class));
+    if any(|c| matches!(c, SeedClass::Crashed(_))) {
+        Verdict::Crashed
+    } else if any(|c| matches!(c, SeedClass::Invalid | SeedClass::Unknown)) {
+        Verdict::Violated
+    } else if any(|c| matches!(c, SeedClass::Stalled(_))) {
+        Verdict::Stalled
+    } else {
+        Verdict::Holds
+    }
+}
+
+/// The verdict the scenario file expects (`check.expect`, default holds).
+pub fn expected_verdict(scenario: &Scenario) -> Verdict {
+    match scenario.check.expect.as_deref() {
+        Some("violated") => Verdict::Violated,
+        _ => Verdict::Holds,
+    }
+}
+
+/// Whether a seed counts towards the scenario's verdict (and may be its counterexample).
+fn matches_verdict(class: &SeedClass, verdict: Verdict) -> bool {
+    match verdict {
+        Verdict::Crashed => matches!(class, SeedClass::Crashed(_)),
+        Verdict::Violated => matches!(class, SeedClass::Invalid | SeedClass::Unknown),
+        Verdict::Stalled => matches!(class, SeedClass::Stalled(_)),
+        Verdict::Holds | Verdict::Skipped => false,
+    }
+}
+
+/// The counterexample seed: fewest faults before its first forbidden anomaly, then the
+/// smallest seed.
+pub fn counterexample_seed(seeds: &[SeedVerdict], verdict: Verdict) -> Option<&SeedVerdict> {
+    seeds
+        .iter()
+        .filter(|s| matches_verdict(&s.class, verdict))
+        .min_by_key(|s| (s.faults_before_anomaly_count, s.seed))
+}
+
+/// Where a failing seed's history goes: `<run_dir>/<scenario>/<seed>/history.jsonl`.
+pub fn history_path(run_dir: &Path, scenario: &str, seed: u64) -> PathBuf {
+    run_dir
+        .join(scenario)
+        .join(seed.to_string())
+        .join("history.jsonl")
+}
+
+/// The exact command that replays a seed.
+pub fn replay_command(scenario_path: &Path, seed: u64) -> String {
+    format!(
+        "cargo xtask sim --scenario {} --seed {seed}",
+        scenario_path.display()
+    )
+}
+
+/// Merges judged seeds into the scenario's result.
+pub fn aggregate(
+    scenario: &Scenario,
+    scenario_path: &Path,
+    run_dir: &Path,
+    seeds: &[SeedVerdict],
+    wall_time_s: f64,
+) -> ScenarioResult {
+    let verdict = scenario_verdict(seeds);
+    let mut anomalies: BTreeMap<String, u64> = BTreeMap::new();
+    let mut forbidden: BTreeSet<String> = BTreeSet::new();
+    let mut marks: BTreeMap<String, u64> = BTreeMap::new();
+    for s in seeds {
+        for (anomaly, cases) in &s.check.anomalies {
+            *anomalies.entry(anomaly.name().to_string()).or_default() += cases.len() as u64;
+        }
+        forbidden.extend(s.check.forbidden.iter().map(|a| a.name().to_string()));
+        for (mark, n) in &s.marks {
+            *marks.entry(mark.clone()).or_default() += n;
+        }
+    }
+    let counterexample = counterexample_seed(seeds, verdict).map(|s| Counterexample {
+        seed: s.seed,
+        replay: replay_command(scenario_path, s.seed),
+        faults: s.faults_before_anomaly.clone(),
+        history_path: history_path(run_dir, &scenario.name, s.seed),
+        anomalies: s
+            .check
+            .forbidden
+            .iter()
+            .map(|a| a.name().to_string())
+            .collect(),
+    });
+    ScenarioResult {
+        scenario: scenario.name.clone(),
+        pipeline: scenario.pipeline.name().to_string(),
+        claim: claim_name(scenario),
+        verdict,
+        seeds: seeds.len() as u64,
+        faults_injected: seeds.iter().map(|s| s.faults).sum(),
+        anomalies,
+        forbidden_anomalies: forbidden.into_iter().collect(),
+        marks,
+        sim_time_s: seeds.iter().map(|s| s.sim_time_ms).sum::<u64>() as f64 / 1_000.0,
+        wall_time_s,
+        counterexample,
+        notes: notes(scenario, seeds, verdict),
+    }
+}
+
+fn claim_name(scenario: &Scenario) -> String {
+    serde_json::to_value(scenario.claim)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{:?}", scenario.claim))
+}
+
+/// Remarks: expected failures, missed expected failures, the first crash and stall.
+fn notes(scenario: &Scenario, seeds: &[SeedVerdict], verdict: Verdict) -> Vec<String> {
+    let mut notes = Vec::new();
+    let expected = expected_verdict(scenario);
+    if expected == Verdict::Violated && verdict == Verdict::Violated {
+        notes.push("expected: demonstrates a known failure".to_string());
+    } else if expected == Verdict::Violated && verdict == Verdict::Holds {
+        notes.push(format!(
+            "expected violated, but the claim held on all {} seeds: the known failure was \
+             not reproduced",
+            seeds.len()
+        ));
+    }
+    for s in seeds {
+        match &s.class {
+            SeedClass::Crashed(m) => notes.push(format!("seed {} crashed: {m}", s.seed)),
+            SeedClass::Stalled(r) => notes.push(format!("seed {} stalled: {r}", s.seed)),
+            SeedClass::Unknown => notes.push(format!("seed {}: a checker was unknown", s.seed)),
+            SeedClass::Holds | SeedClass::Invalid => continue,
+        }
+        // One crash or stall note is enough to start from; the rest are in the seed lines.
+        break;
+    }
+    notes
+}
+
+/// The exit class of a scenario's result given what its file expects.
+pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
+    match (result.verdict, expected) {
+        (Verdict::Crashed, _) => ExitClass::Crash,
+        (v, e) if v == e => ExitClass::Expected,
+        (Verdict::Stalled, _) => ExitClass::Stalled,
+        (Verdict::Skipped, _) => ExitClass::Expected,
+        _ => ExitClass::Violated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::contract::{Anomaly, Case};
+
+    fn seed(seed: u64, class: SeedClass, faults_before: u64) -> SeedVerdict {
+        let mut anomalies = BTreeMap::new();
+        let mut forbidden = Vec::new();
+        if class == SeedClass::Invalid {
+            anomalies.insert(
+                Anomaly::LostWrite,
+                vec![Case {
+                    ops: vec![3],
+                    detail: "x".into(),
+                }],
+            );
+            forbidden.push(Anomaly::LostWrite);
+        }
+        let validity = if forbidden.is_empty() {
+            Validity::Valid
+        } else {
+            Validity::Invalid
+        };
+        SeedVerdict {
+            seed,
+            class,
+            check: CheckResult {
+                validity,
+                anomalies,
+                forbidden,
+            },
+            hash: String::new(),
+            faults: faults_before + 1,
+            faults_before_anomaly: Vec::new(),
+            faults_before_anomaly_count: faults_before,
+            sim_time_ms: 1_000,
+            marks: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_counterexample_is_the_failing_seed_with_fewest_faults_then_smallest() {
+        let seeds = vec![
+            seed(1, SeedClass::Holds, 0),
+            seed(2, SeedClass::Invalid, 5),
+            seed(3, SeedClass::Invalid, 2),
+            seed(4, SeedClass::Invalid, 2),
+        ];
+        let verdict = scenario_verdict(&seeds);
+        assert_eq!(verdict, Verdict::Violated);
+        assert_eq!(
+            counterexample_seed(&seeds, verdict).map(|s| s.seed),
+            Some(3)
+        );
+    }
+
+    fn scenario(expect: &str) -> Scenario {
+        let text = format!(
+            "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n\
+             [check]\nexpect = \"{expect}\"\n"
+        );
+        Scenario::parse(Path::new("scenarios/x.toml"), &text).expect("parses")
+    }
+
+    #[test]
+    fn an_expected_violation_exits_zero_and_says_so() {
+        let scenario = scenario("violated");
+        let seeds = vec![seed(1, SeedClass::Holds, 0), seed(2, SeedClass::Invalid, 1)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(result.verdict, Verdict::Violated);
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Expected
+        );
+        assert!(result
+            .notes
+            .iter()
+            .any(|n| n.contains("expected: demonstrates a known failure")));
+        let counterexample = result.counterexample.expect("a counterexample");
+        assert_eq!(
+            counterexample.replay,
+            "cargo xtask sim --scenario scenarios/x.toml --seed 2"
+        );
+        assert_eq!(
+            counterexample.history_path,
+            Path::new("r/x/2/history.jsonl")
+        );
+        assert_eq!(result.anomalies.get("lost-write"), Some(&1));
+    }
+
+    #[test]
+    fn an_expected_violation_that_is_not_found_exits_one() {
+        let scenario = scenario("violated");
+        let seeds = vec![seed(1, SeedClass::Holds, 0)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(result.verdict, Verdict::Holds);
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Violated
+        );
+    }
+
+    #[test]
+    fn a_violation_of_a_claim_expected_to_hold_exits_one() {
+        let scenario = scenario("holds");
+        let seeds = vec![seed(1, SeedClass::Invalid, 0)];
+        let result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &seeds,
+            0.0,
+        );
+        assert_eq!(
+            exit_class(&result, expected_verdict(&scenario)),
+            ExitClass::Violated
+        );
+    }
+
+    #[test]
+    fn a_crash_outranks_a_violation() {
+        let seeds = vec![
+            seed(1, SeedClass::Invalid, 0),
+            seed(2, SeedClass::Crashed("x".into()), 0),
+        ];
+        assert_eq!(scenario_verdict(&seeds), Verdict::Crashed);
+    }
+}

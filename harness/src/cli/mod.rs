@@ -1,0 +1,155 @@
+//! The `eosim` command line: `sim`, `replay` and `determinism`.
+//!
+//! Simulation needs the binary built with `--cfg madsim`, which `cargo xtask sim` does; a
+//! binary built without it only explains that.
+//!
+//! # Sections
+//! - [`Cli`] and [`Command`]: the arguments (clap derive).
+//! - [`ExitClass`]: one documented exit code per outcome class.
+//! - `aggregate` (under `--cfg madsim`): seed outcomes → a scenario's verdict.
+//! - `run` (under `--cfg madsim`): the subcommands.
+//! - [`output`]: one-line renderings of ops, headers and durations.
+//! - [`contract`]: PLACEHOLDER checker and report types until the checkers branch merges.
+
+#[cfg(madsim)]
+pub mod aggregate;
+pub mod contract;
+pub mod output;
+#[cfg(madsim)]
+mod run;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Base seed when `--seed` is not given: seed `i` of a scenario is `DEFAULT_SEED_BASE + i`.
+pub const DEFAULT_SEED_BASE: u64 = 1;
+
+/// Exit codes, as `--help` shows them.
+const EXIT_CODES_HELP: &str = "Exit codes:
+  0  every scenario came out as expected (including expected violations)
+  1  a claim expected to hold was violated, an expected violation was not found,
+     or a seed did not replay to the same history
+  2  configuration error: bad scenario file or arguments
+  3  stalled: the pipeline did not catch up within drain.time_s_max
+  4  crash: a model or component panicked
+When scenarios end differently, the highest code wins.";
+
+/// `eosim`'s arguments.
+#[derive(Debug, Parser)]
+#[command(after_help = EXIT_CODES_HELP)]
+#[command(
+    name = "eosim",
+    version,
+    about = "Deterministic simulation of Kafka → database pipelines"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run scenarios over many seeds and write a report.
+    Sim(SimArgs),
+    /// Run one seed, print its history op by op, write history.jsonl.
+    Replay(SeedArgs),
+    /// Run one seed twice and compare the history hashes.
+    Determinism(SeedArgs),
+}
+
+/// `eosim sim` arguments.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Scenario file; repeat for several. Default: every scenarios/*.toml.
+    #[arg(long = "scenario", value_name = "PATH")]
+    pub scenarios: Vec<PathBuf>,
+    /// Seeds per scenario. Default: the scenario's `seeds`, or 1 when `--seed` is given.
+    #[arg(long)]
+    pub seeds: Option<u64>,
+    /// Base seed: seed i runs as S + i. Alone, runs exactly seed S.
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// Report directory; each run goes into DIR/RUN_ID, and DIR/latest points at it.
+    #[arg(long, value_name = "DIR", default_value = "reports")]
+    pub out: PathBuf,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print every seed's header and history hash, not only failing ones.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// `eosim replay` / `eosim determinism` arguments.
+#[derive(Debug, Args)]
+pub struct SeedArgs {
+    /// Scenario file.
+    #[arg(long, value_name = "PATH")]
+    pub scenario: PathBuf,
+    /// Seed.
+    #[arg(long)]
+    pub seed: u64,
+    /// Where replay writes `<scenario>/<seed>/history.jsonl`.
+    #[arg(long, value_name = "DIR", default_value = "reports/replay")]
+    pub out: PathBuf,
+}
+
+/// The outcome classes and their exit codes. When a run has several, the highest code
+/// wins (crash 4 > stalled 3 > config 2 > violated 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExitClass {
+    /// 0: every claim came out as expected (including expected violations).
+    Expected = 0,
+    /// 1: a claim expected to hold was violated, an expected violation was not found, or
+    /// a replay was not deterministic.
+    Violated = 1,
+    /// 2: a bad scenario file or bad arguments.
+    Config = 2,
+    /// 3: stalled: the pipeline did not catch up within `drain.time_s_max`.
+    Stalled = 3,
+    /// 4: crash: a model or component panicked.
+    Crash = 4,
+}
+
+impl ExitClass {
+    /// The process exit code.
+    pub fn code(self) -> ExitCode {
+        ExitCode::from(self as u8)
+    }
+}
+
+/// Parses the arguments and runs; the binary's whole `main`.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let usage = e.use_stderr();
+            let _ = e.print();
+            return if usage {
+                ExitClass::Config.code()
+            } else {
+                ExitClass::Expected.code()
+            };
+        }
+    };
+    dispatch(cli).code()
+}
+
+#[cfg(madsim)]
+fn dispatch(cli: Cli) -> ExitClass {
+    run::dispatch(cli)
+}
+
+#[cfg(not(madsim))]
+fn dispatch(cli: Cli) -> ExitClass {
+    let _ = cli;
+    eprintln!(
+        "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\
+         Run the scenarios in simulation with `cargo xtask sim` (it builds eosim with\n\
+         RUSTFLAGS=\"--cfg madsim\" in target/madsim). Real backends come in a later issue."
+    );
+    ExitClass::Config
+}

@@ -1,0 +1,144 @@
+//! One-line renderings for the terminal: history ops, durations, run headers (STYLE §15).
+
+use crate::history::{Op, OpKind, Value};
+use eosim_sim::kafka::{Offset, TopicPartition};
+
+/// Ids listed per poll or write line before eliding the rest.
+const IDS_SHOWN_MAX: usize = 8;
+
+/// One op as a line: `t=12.345s nemesis kill broker-2`,
+/// `t=0.120s producer-0 ok send id=3 key=k3 tp=events-1 offset=5`.
+pub fn format_op(op: &Op) -> String {
+    let t = format!(
+        "t={}.{:03}s",
+        op.time_ns / 1_000_000_000,
+        op.time_ns / 1_000_000 % 1_000
+    );
+    let body = match &op.value {
+        // Faults read as the nemesis's verbs, without the phase.
+        Value::Fault { name, detail } => format!("{name} {detail}").trim_end().to_string(),
+        value => format!("{} {}", kind_name(op.kind), format_value(value)),
+    };
+    let mut line = format!("{t} {} {body}", op.process);
+    if let Some(error) = &op.error {
+        line.push_str(&format!(" error={error:?}"));
+    }
+    line
+}
+
+fn kind_name(kind: OpKind) -> &'static str {
+    match kind {
+        OpKind::Invoke => "invoke",
+        OpKind::Ok => "ok",
+        OpKind::Fail => "fail",
+        OpKind::Info => "info",
+    }
+}
+
+fn format_value(value: &Value) -> String {
+    match value {
+        Value::Send {
+            id,
+            key,
+            tp,
+            offset,
+        } => {
+            let mut s = format!("send id={id}");
+            if let Some(key) = key {
+                s.push_str(&format!(" key={key}"));
+            }
+            if let Some(tp) = tp {
+                s.push_str(&format!(" tp={tp}"));
+            }
+            if let Some(offset) = offset {
+                s.push_str(&format!(" offset={offset}"));
+            }
+            s
+        }
+        Value::Poll { records } => format!("poll {}", ids(records.iter().map(|r| r.id))),
+        Value::Write { rows } => format!("write {}", ids(rows.iter().map(|r| r.id))),
+        Value::SinkState { rows } => format!("sink-state {}", ids(rows.iter().map(|r| r.id))),
+        Value::Commit { offsets } => format!("commit {}", offsets_text(offsets)),
+        Value::CommittedOffsets { offsets } => {
+            format!("committed-offsets {}", offsets_text(offsets))
+        }
+        Value::LogState { tp, records } => {
+            format!("log-state tp={tp} {}", ids(records.iter().map(|r| r.id)))
+        }
+        Value::Fault { name, detail } => format!("{name} {detail}"),
+        Value::Drain => "drain".to_string(),
+    }
+}
+
+fn ids(ids: impl ExactSizeIterator<Item = u64>) -> String {
+    let n = ids.len();
+    let shown: Vec<String> = ids.take(IDS_SHOWN_MAX).map(|id| id.to_string()).collect();
+    let more = if n > IDS_SHOWN_MAX { ",…" } else { "" };
+    format!("n={n} ids=[{}{more}]", shown.join(","))
+}
+
+fn offsets_text(offsets: &[(TopicPartition, Offset)]) -> String {
+    let parts: Vec<String> = offsets.iter().map(|(tp, o)| format!("{tp}={o}")).collect();
+    parts.join(" ")
+}
+
+/// Simulated time as `3h12m`, `4m05s` or `12.3s`.
+pub fn format_sim_time(seconds: f64) -> String {
+    // Truncation to whole seconds is intended above a minute.
+    let whole = seconds.max(0.0) as u64;
+    if whole >= 3_600 {
+        format!("{}h{:02}m", whole / 3_600, whole % 3_600 / 60)
+    } else if whole >= 60 {
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{seconds:.1}s")
+    }
+}
+
+/// The run header of one seed: `SEED=… scenario=… build=…`, then each drawn swarm
+/// parameter as its own `key=value` line.
+pub fn seed_header(seed: u64, scenario: &str, build: &str, drawn: &[String]) -> String {
+    let mut s = format!("SEED={seed} scenario={scenario} build={build}");
+    for line in drawn {
+        s.push_str("\n  ");
+        s.push_str(line);
+    }
+    s
+}
+
+/// The build id: `EOSIM_BUILD` at compile time (set by `cargo xtask`), else at run time,
+/// else `unknown`.
+pub fn build_id() -> String {
+    option_env!("EOSIM_BUILD")
+        .map(str::to_string)
+        .or_else(|| std::env::var("EOSIM_BUILD").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_reads_as_the_nemesis_verb() {
+        let op = Op {
+            index: 4,
+            time_ns: 12_345_000_000,
+            process: "nemesis".into(),
+            kind: OpKind::Info,
+            value: Value::Fault {
+                name: "kill".into(),
+                detail: "broker-2".into(),
+            },
+            error: None,
+        };
+        assert_eq!(format_op(&op), "t=12.345s nemesis kill broker-2");
+    }
+
+    #[test]
+    fn sim_time_uses_the_largest_units() {
+        assert_eq!(format_sim_time(11_520.0), "3h12m");
+        assert_eq!(format_sim_time(245.0), "4m05s");
+        assert_eq!(format_sim_time(12.34), "12.3s");
+    }
+}

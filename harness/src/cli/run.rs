@@ -1,0 +1,479 @@
+//! The subcommands under `--cfg madsim`: `sim`, `replay`, `determinism`.
+
+use super::aggregate::{
+    aggregate, exit_class, expected_verdict, history_path, judge_seed, replay_command, SeedClass,
+    SeedVerdict,
+};
+use super::contract::{write_report, RunReport, ScenarioResult, Verdict};
+use super::output::{build_id, format_op, format_sim_time, seed_header};
+use super::{Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
+use crate::history::History;
+use crate::runner::{run_seed, SeedOutcome};
+use crate::scenario::Scenario;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Where `eosim sim` looks for scenarios when none is given.
+const SCENARIO_DIR: &str = "scenarios";
+
+/// Runs the chosen subcommand.
+pub(super) fn dispatch(cli: Cli) -> ExitClass {
+    match cli.command {
+        Command::Sim(args) => sim(&args),
+        Command::Replay(args) => replay(&args),
+        Command::Determinism(args) => determinism(&args),
+    }
+}
+
+/// A problem that ends the run before or after the seeds: exit 2.
+fn config_error(message: impl std::fmt::Display) -> ExitClass {
+    eprintln!("eosim: error: {message}");
+    ExitClass::Config
+}
+
+fn sim(args: &SimArgs) -> ExitClass {
+    if args.seeds == Some(0) {
+        return config_error("--seeds must be at least 1");
+    }
+    let scenarios = match load_scenarios(&args.scenarios) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let build = build_id();
+    let started_at = rfc3339(SystemTime::now());
+    let (run_id, run_dir) = match create_run_dir(&args.out) {
+        Ok(r) => r,
+        Err(e) => {
+            return config_error(format!(
+                "cannot create a run dir in {}: {e}",
+                args.out.display()
+            ))
+        }
+    };
+    let mut exit = ExitClass::Expected;
+    let mut results = Vec::new();
+    for (path, scenario) in &scenarios {
+        let (result, class) = run_scenario(path, scenario, args, &run_dir, &build);
+        exit = exit.max(class);
+        results.push(result);
+    }
+    let report = RunReport {
+        run_id: run_id.clone(),
+        build,
+        started_at,
+        scenarios: results,
+    };
+    if let Err(e) = write_report(&run_dir, &report) {
+        return config_error(format!(
+            "cannot write the report in {}: {e}",
+            run_dir.display()
+        ));
+    }
+    if let Err(e) = point_latest(&args.out, &run_id) {
+        eprintln!(
+            "eosim: warning: cannot update {}/latest: {e}",
+            args.out.display()
+        );
+    }
+    println!("report: {}", run_dir.join("summary.md").display());
+    exit
+}
+
+/// Loads every scenario before running any, so a bad file fails fast with exit 2.
+fn load_scenarios(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {
+    let paths = if given.is_empty() {
+        catalogue()?
+    } else {
+        given.to_vec()
+    };
+    let mut names = BTreeSet::new();
+    let mut scenarios = Vec::new();
+    for path in paths {
+        let scenario = Scenario::load(&path).map_err(|e| e.to_string())?;
+        if !names.insert(scenario.name.clone()) {
+            return Err(format!(
+                "{}: scenario name `{}` is used twice",
+                path.display(),
+                scenario.name
+            ));
+        }
+        scenarios.push((path, scenario));
+    }
+    Ok(scenarios)
+}
+
+/// Every `scenarios/*.toml`, sorted.
+fn catalogue() -> Result<Vec<PathBuf>, String> {
+    let dir = Path::new(SCENARIO_DIR);
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        format!(
+            "cannot read {}/: {e} (run from the workspace root or pass --scenario)",
+            dir.display()
+        )
+    })?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(format!("no *.toml scenario in {}/", dir.display()));
+    }
+    Ok(paths)
+}
+
+/// Seed `i` runs as `base + i`; `--seed S` alone runs exactly S.
+fn seed_range(args: &SimArgs, scenario: &Scenario) -> (u64, u64) {
+    let base = args.seed.unwrap_or(DEFAULT_SEED_BASE);
+    let count = args.seeds.unwrap_or(if args.seed.is_some() {
+        1
+    } else {
+        scenario.seeds
+    });
+    (base, count)
+}
+
+fn run_scenario(
+    path: &Path,
+    scenario: &Scenario,
+    args: &SimArgs,
+    run_dir: &Path,
+    build: &str,
+) -> (ScenarioResult, ExitClass) {
+    let (base, count) = seed_range(args, scenario);
+    let last = base.saturating_add(count - 1);
+    // A single seed is a replay: its own header block says it all.
+    let verbose = args.verbose || count == 1;
+    if count > 1 {
+        let name = &scenario.name;
+        println!("SEED={base}..={last} scenario={name} build={build} seeds={count}");
+    }
+    let bar = progress_bar(&scenario.name, count, !args.no_progress);
+    let started = Instant::now();
+    let mut seeds = Vec::new();
+    for seed in base..=last {
+        let outcome = run_guarded(scenario, seed);
+        let verdict = judge_seed(scenario, &outcome);
+        let failing = verdict.class != SeedClass::Holds;
+        if failing {
+            write_history(
+                &history_path(run_dir, &scenario.name, seed),
+                &outcome.history,
+            );
+        }
+        if failing || verbose {
+            bar.suspend(|| print_seed(scenario, build, &outcome, &verdict));
+        }
+        bar.inc(1);
+        seeds.push(verdict);
+    }
+    bar.finish_and_clear();
+    let wall_time_s = started.elapsed().as_secs_f64();
+    let mut result = aggregate(scenario, path, run_dir, &seeds, wall_time_s);
+    let mut class = exit_class(&result, expected_verdict(scenario));
+    if let Some(note) = recheck_determinism(scenario, path, &result, &seeds) {
+        println!("{note}");
+        result.notes.push(note);
+        class = class.max(ExitClass::Violated);
+    }
+    print_scenario_end(&result, class);
+    (result, class)
+}
+
+/// Runs one seed again (the counterexample's, else the first) and compares history hashes,
+/// so every replay command printed is known to reproduce. `Some(note)` when they differ.
+fn recheck_determinism(
+    scenario: &Scenario,
+    path: &Path,
+    result: &ScenarioResult,
+    seeds: &[SeedVerdict],
+) -> Option<String> {
+    let seed = result.counterexample.as_ref().map(|c| c.seed);
+    let first = seeds
+        .iter()
+        .find(|s| Some(s.seed) == seed)
+        .or_else(|| seeds.first())?;
+    let again = run_guarded(scenario, first.seed).history.hash();
+    if again == first.hash {
+        return None;
+    }
+    Some(format!(
+        "NONDETERMINISTIC scenario={} seed={} history-hash: {} then {again}; \
+         compare with `cargo xtask determinism --scenario {} --seed {}`",
+        scenario.name,
+        first.seed,
+        first.hash,
+        path.display(),
+        first.seed
+    ))
+}
+
+fn progress_bar(name: &str, count: u64, enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(count);
+    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} seeds {elapsed}")
+        .expect("the progress template is valid")
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(name.to_string());
+    bar
+}
+
+/// Runs a seed; a panic escaping the runner itself becomes a crash outcome.
+fn run_guarded(scenario: &Scenario, seed: u64) -> SeedOutcome {
+    let run = std::panic::AssertUnwindSafe(|| run_seed(scenario, seed));
+    std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic with a non-text payload".to_string());
+        SeedOutcome {
+            seed,
+            history: History::default(),
+            stalled: None,
+            crashed: Some(message),
+            sim_time_ms: 0,
+            marks: Default::default(),
+            drawn: Vec::new(),
+        }
+    })
+}
+
+fn print_seed(scenario: &Scenario, build: &str, outcome: &SeedOutcome, verdict: &SeedVerdict) {
+    println!(
+        "{}",
+        seed_header(outcome.seed, &scenario.name, build, &outcome.drawn)
+    );
+    let anomalies: Vec<&str> = verdict.check.forbidden.iter().map(|a| a.name()).collect();
+    let mut line = format!("  class={} faults={}", verdict.class.name(), verdict.faults);
+    if !anomalies.is_empty() {
+        line.push_str(&format!(" forbidden={}", anomalies.join(",")));
+    }
+    match &verdict.class {
+        SeedClass::Crashed(m) => line.push_str(&format!(" panic={m:?}")),
+        SeedClass::Stalled(r) => line.push_str(&format!(" reason={r:?}")),
+        _ => {}
+    }
+    println!("{line}");
+    println!("history-hash: {}", verdict.hash);
+}
+
+fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
+    let stats = format!(
+        "scenario={} seeds={} faults={} sim_time={}",
+        result.scenario,
+        result.seeds,
+        result.faults_injected,
+        format_sim_time(result.sim_time_s)
+    );
+    if class == ExitClass::Expected && result.verdict == Verdict::Holds {
+        println!("PASSED {stats}");
+        return;
+    }
+    let replay = result
+        .counterexample
+        .as_ref()
+        .map(|c| (c.seed, c.replay.clone()));
+    if class == ExitClass::Expected {
+        let forbidden = result.forbidden_anomalies.join(",");
+        println!(
+            "PASSED {stats} verdict=violated forbidden={forbidden} \
+             (expected: demonstrates a known failure)"
+        );
+    } else {
+        let failure = match result.verdict {
+            Verdict::Violated => "invalid",
+            Verdict::Stalled => "stalled",
+            Verdict::Crashed => "crash",
+            Verdict::Holds => "expected-violation-not-found",
+            Verdict::Skipped => "skipped",
+        };
+        let seed = replay
+            .as_ref()
+            .map(|(s, _)| format!(" seed={s}"))
+            .unwrap_or_default();
+        println!(
+            "FAILED scenario={} class={failure}{seed} {}",
+            result.scenario,
+            stats_tail(result)
+        );
+    }
+    if let Some((_, command)) = replay {
+        println!("  replay: {command}");
+    }
+}
+
+fn stats_tail(result: &ScenarioResult) -> String {
+    format!("seeds={} faults={}", result.seeds, result.faults_injected)
+}
+
+fn write_history(path: &Path, history: &History) {
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, history.to_jsonl()));
+    if let Err(e) = written {
+        eprintln!("eosim: warning: cannot write {}: {e}", path.display());
+    }
+}
+
+/// Creates `<out>/<run-id>`; the id is the UTC start time, made unique with a suffix.
+fn create_run_dir(out: &Path) -> std::io::Result<(String, PathBuf)> {
+    std::fs::create_dir_all(out)?;
+    let stamp = run_stamp(SystemTime::now());
+    for n in 1u32.. {
+        let run_id = if n == 1 {
+            stamp.clone()
+        } else {
+            format!("{stamp}-{n}")
+        };
+        let dir = out.join(&run_id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((run_id, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("u32 run-id suffixes exhausted")
+}
+
+/// Points `<out>/latest` at the run dir (a relative symlink, replaced atomically).
+#[cfg(unix)]
+fn point_latest(out: &Path, run_id: &str) -> std::io::Result<()> {
+    let tmp = out.join(format!(".latest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(run_id, &tmp)?;
+    std::fs::rename(&tmp, out.join("latest"))
+}
+
+/// Without symlinks, `latest` is a file naming the run dir.
+#[cfg(not(unix))]
+fn point_latest(out: &Path, run_id: &str) -> std::io::Result<()> {
+    std::fs::write(out.join("latest"), run_id)
+}
+
+fn replay(args: &SeedArgs) -> ExitClass {
+    let scenario = match Scenario::load(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let build = build_id();
+    let outcome = run_guarded(&scenario, args.seed);
+    println!(
+        "{}",
+        seed_header(args.seed, &scenario.name, &build, &outcome.drawn)
+    );
+    for op in &outcome.history.ops {
+        println!("{}", format_op(op));
+    }
+    let path = history_path(&args.out, &scenario.name, args.seed);
+    write_history(&path, &outcome.history);
+    let verdict = judge_seed(&scenario, &outcome);
+    print_seed(&scenario, &build, &outcome, &verdict);
+    println!("history: {}", path.display());
+    match verdict.class {
+        SeedClass::Crashed(_) => ExitClass::Crash,
+        SeedClass::Stalled(_) => ExitClass::Stalled,
+        SeedClass::Invalid | SeedClass::Unknown
+            if expected_verdict(&scenario) != Verdict::Violated =>
+        {
+            ExitClass::Violated
+        }
+        _ => ExitClass::Expected,
+    }
+}
+
+fn determinism(args: &SeedArgs) -> ExitClass {
+    let scenario = match Scenario::load(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let build = build_id();
+    let first = run_guarded(&scenario, args.seed);
+    let second = run_guarded(&scenario, args.seed);
+    println!(
+        "{}",
+        seed_header(args.seed, &scenario.name, &build, &first.drawn)
+    );
+    let (a, b) = (first.history.hash(), second.history.hash());
+    if a == b && first.drawn == second.drawn {
+        println!("history-hash: {a}");
+        println!(
+            "deterministic: 2 runs, {} ops, same history",
+            first.history.ops.len()
+        );
+        return ExitClass::Expected;
+    }
+    println!("history-hash: {a} (run 1)");
+    println!("history-hash: {b} (run 2)");
+    let diverged = first
+        .history
+        .ops
+        .iter()
+        .zip(&second.history.ops)
+        .find(|(x, y)| x != y);
+    match diverged {
+        Some((x, y)) => {
+            println!("first difference at op {}:", x.index);
+            println!("  run 1: {}", format_op(x));
+            println!("  run 2: {}", format_op(y));
+        }
+        None => println!(
+            "one history is a prefix of the other ({} vs {} ops) or the drawn parameters differ",
+            first.history.ops.len(),
+            second.history.ops.len()
+        ),
+    }
+    println!(
+        "NONDETERMINISTIC scenario={} seed={} build={build}",
+        scenario.name, args.seed
+    );
+    println!("  replay: {}", replay_command(&args.scenario, args.seed));
+    ExitClass::Violated
+}
+
+/// `20261129T184919Z`.
+fn run_stamp(time: SystemTime) -> String {
+    let (y, mo, d, h, mi, s) = utc_fields(time);
+    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
+}
+
+/// `2026-11-29T18:49:19Z`.
+fn rfc3339(time: SystemTime) -> String {
+    let (y, mo, d, h, mi, s) = utc_fields(time);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// Civil UTC date and time (Howard Hinnant's days-to-civil algorithm).
+fn utc_fields(time: SystemTime) -> (i64, u32, u32, u64, u64, u64) {
+    let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rem / 3_600, rem % 3_600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn run_stamps_are_utc_civil_time() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_891_759);
+        assert_eq!(rfc3339(t), "2026-11-28T18:49:19Z");
+        assert_eq!(run_stamp(UNIX_EPOCH), "19700101T000000Z");
+    }
+}

@@ -1,0 +1,290 @@
+//! The scenario catalogue parses, stays within its budget, and malformed scenario files are
+//! rejected with errors that name the file, the key and what was expected.
+
+use eosim::scenario::{Scenario, ScenarioError};
+use std::path::{Path, PathBuf};
+
+/// The catalogue must run in a few minutes: records and seeds per scenario stay small.
+const RECORDS_MAX: u64 = 500;
+const SEEDS_MIN: u64 = 10;
+const SEEDS_MAX: u64 = 30;
+
+/// The two keys every scenario needs.
+const HEAD: &str = "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n";
+
+fn catalogue() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Parses `HEAD` plus `body` as `scenarios/bad.toml` and returns the error text.
+fn error_of(body: &str) -> String {
+    let text = format!("{HEAD}{body}");
+    match Scenario::parse(Path::new("scenarios/bad.toml"), &text) {
+        Ok(s) => panic!("expected an error for {body:?}, parsed {s:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(
+            message.contains(part),
+            "{message:?} does not mention {part:?}"
+        );
+    }
+}
+
+#[test]
+fn every_catalogue_file_parses_and_fits_the_budget() {
+    let paths = catalogue();
+    assert!(
+        paths.len() >= 6,
+        "expected at least 6 scenarios, found {paths:?}"
+    );
+    for path in paths {
+        let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("utf-8 stem");
+        assert_eq!(
+            scenario.name,
+            stem,
+            "{}: name differs from the file name",
+            path.display()
+        );
+        assert!(
+            !scenario.description.is_empty(),
+            "{}: no description",
+            path.display()
+        );
+        assert!(
+            scenario.workload.records <= RECORDS_MAX,
+            "{}: records",
+            path.display()
+        );
+        let seeds = scenario.seeds;
+        assert!(
+            (SEEDS_MIN..=SEEDS_MAX).contains(&seeds),
+            "{}: seeds {seeds}",
+            path.display()
+        );
+        let text = std::fs::read_to_string(&path).expect("readable");
+        assert!(
+            text.starts_with('#'),
+            "{}: opens without a comment",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn scenarios_that_demonstrate_failures_expect_violated() {
+    for path in catalogue() {
+        let scenario = Scenario::load(&path).expect("parses");
+        let demonstrates = scenario.name.contains("loses");
+        let expect = scenario.check.expect.as_deref().unwrap_or("holds");
+        assert_eq!(
+            expect == "violated",
+            demonstrates,
+            "{}: expect = {expect}, but the name says otherwise",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn an_unknown_key_names_the_file_the_key_and_the_known_keys() {
+    let message = error_of("[workload]\nrecord = 5\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`workload.record`",
+            "unknown field `record`",
+            "`records`",
+        ],
+    );
+}
+
+#[test]
+fn a_wrong_type_for_records_names_the_key_and_the_expected_type() {
+    let message = error_of("[workload]\nrecords = \"many\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`workload.records`",
+            "string \"many\"",
+            "expected a whole number",
+        ],
+    );
+    assert_mentions(&message, &["line 4"]);
+}
+
+#[test]
+fn a_negative_record_count_is_rejected() {
+    let message = error_of("[workload]\nrecords = -3\n");
+    assert_mentions(
+        &message,
+        &["`workload.records`", "expected a whole number >= 0"],
+    );
+}
+
+#[test]
+fn bad_acks_lists_the_accepted_values() {
+    let message = error_of("[workload]\nacks = \"2\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`workload.acks`",
+            r#""0", "1" or "all""#,
+            r#"found "2""#,
+        ],
+    );
+}
+
+#[test]
+fn acks_may_be_written_as_kafka_integers() {
+    for (acks, expected) in [("1", "1"), ("-1", "all"), ("\"all\"", "all"), ("0", "0")] {
+        let text = format!("{HEAD}[workload]\nacks = {acks}\n");
+        let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
+        let json = serde_json::to_value(&scenario.workload).expect("serializes");
+        assert_eq!(json["acks"], expected, "acks = {acks}");
+    }
+}
+
+#[test]
+fn a_replication_factor_above_the_broker_count_is_rejected() {
+    let message = error_of("[cluster]\nbrokers = 2\n[topic]\nreplication_factor = 3\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`topic.replication_factor`",
+            "at most the 2 brokers",
+            "found 3",
+        ],
+    );
+}
+
+#[test]
+fn min_insync_replicas_above_the_replication_factor_is_rejected() {
+    let message = error_of("[topic]\nreplication_factor = 2\nmin_insync_replicas = 3\n");
+    assert_mentions(
+        &message,
+        &[
+            "`topic.min_insync_replicas`",
+            "at most topic.replication_factor",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_fault_names_its_schedule_entry_and_the_known_faults() {
+    let message = error_of("[[faults.schedule]]\nat_ms = 5\nfault = \"explode\"\ntarget = []\n");
+    assert_mentions(
+        &message,
+        &[
+            "`faults.schedule[0]`",
+            "unknown variant `explode`",
+            "`kill`",
+        ],
+    );
+}
+
+#[test]
+fn a_fault_on_a_node_that_does_not_exist_is_rejected() {
+    let message =
+        error_of("[[faults.schedule]]\nat_ms = 5\nfault = \"kill\"\ntarget = [\"broker-7\"]\n");
+    assert_mentions(
+        &message,
+        &[
+            "`faults.schedule[0].target`",
+            "unknown node \"broker-7\"",
+            "broker-1..=broker-3",
+        ],
+    );
+}
+
+#[test]
+fn kill_leader_must_name_the_scenario_topic_and_an_existing_partition() {
+    let fault = "[[faults.schedule]]\nat_ms = 5\nfault = \"kill-leader\"\n";
+    let message = error_of(&format!("{fault}topic = \"orders\"\npartition = 0\n"));
+    assert_mentions(&message, &["`faults.schedule[0].topic`", "\"events\""]);
+    let message = error_of(&format!("{fault}topic = \"events\"\npartition = 3\n"));
+    assert_mentions(
+        &message,
+        &["`faults.schedule[0].partition`", "expected 0..3"],
+    );
+}
+
+#[test]
+fn check_expect_accepts_only_holds_or_violated() {
+    let message = error_of("[check]\nexpect = \"maybe\"\n");
+    assert_mentions(
+        &message,
+        &["`check.expect`", r#""holds" or "violated""#, "maybe"],
+    );
+}
+
+#[test]
+fn a_syntax_error_gives_its_line() {
+    let message = error_of("[workload\n");
+    assert_mentions(&message, &["scenarios/bad.toml", "line 3"]);
+}
+
+#[test]
+fn a_missing_claim_names_the_key() {
+    let error = Scenario::parse(Path::new("x.toml"), "pipeline = \"kafka-consume\"\n")
+        .expect_err("claim is required");
+    assert_mentions(&error.to_string(), &["x.toml", "missing field `claim`"]);
+}
+
+#[test]
+fn a_missing_file_is_an_io_error_naming_it() {
+    let error = Scenario::load(Path::new("scenarios/does-not-exist.toml")).expect_err("missing");
+    assert!(matches!(error, ScenarioError::Io { .. }), "{error:?}");
+    assert_mentions(
+        &error.to_string(),
+        &["scenarios/does-not-exist.toml", "cannot read"],
+    );
+}
+
+#[test]
+fn an_unknown_key_in_a_schedule_entry_is_rejected() {
+    let message = error_of(
+        "[[faults.schedule]]\nat_ms = 5\nfault = \"kill\"\ntarget = [\"brokers\"]\nbogus = 1\n",
+    );
+    assert_mentions(
+        &message,
+        &["`faults.schedule[0]`", "unknown field `bogus`", "`target`"],
+    );
+    let message = error_of("[[faults.schedule]]\nfault = \"heal\"\n");
+    assert_mentions(&message, &["`faults.schedule[0]`", "missing field `at_ms`"]);
+}
+
+#[test]
+fn a_schedule_entry_reads_as_a_time_and_a_fault() {
+    use eosim_sim::kafka::model::CrashMode;
+    use eosim_sim::nemesis::Fault;
+    let body = "[[faults.schedule]]\nat_ms = 26000\nfault = \"kill-leader\"\n\
+                topic = \"events\"\npartition = 2\nmode = \"machine-crash\"\n";
+    let scenario = Scenario::parse(Path::new("ok.toml"), &format!("{HEAD}{body}")).expect("ok");
+    let entry = &scenario.faults.schedule[0];
+    assert_eq!(entry.at_ms, 26_000);
+    let expected = Fault::KillLeader {
+        topic: "events".into(),
+        partition: 2,
+        mode: CrashMode::MachineCrash,
+    };
+    assert_eq!(entry.fault, expected);
+}
