@@ -3,18 +3,14 @@
 //! (the failing seed with the fewest faults before its first forbidden anomaly; ties go to
 //! the smallest seed).
 //!
-//! The checker and report types come from [`super::contract`] until the checkers branch
-//! merges; swapping them means changing the `use` line below.
-
-use super::contract::{
-    check_all, CheckOptions, CheckResult, Counterexample, ScenarioResult, Validity, Verdict,
-};
+use crate::checker::{check_all, Anomaly, CheckOptions, CheckResult, ProducerAcks, Validity};
+use crate::report::{Counterexample, ScenarioResult, Verdict};
 use super::output::format_op;
 use super::ExitClass;
 use crate::history::{History, Value};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How one seed came out.
@@ -70,11 +66,22 @@ pub struct SeedVerdict {
 
 /// The checker options a scenario asks for: its claim, acks and `[check]` overrides.
 pub fn check_options(scenario: &Scenario) -> CheckOptions {
+    let anomalies = |names: &[String]| -> Vec<Anomaly> {
+        let known = |n: &String| Anomaly::ALL.into_iter().find(|a| a.name() == n);
+        names.iter().filter_map(known).collect()
+    };
     CheckOptions {
         claim: scenario.claim,
-        acks: scenario.workload.acks,
-        forbidden: scenario.check.forbidden.clone(),
-        allowed: scenario.check.allowed.clone(),
+        acks: match scenario.workload.acks {
+            eosim_sim::kafka::Acks::All => ProducerAcks::All,
+            eosim_sim::kafka::Acks::Leader => ProducerAcks::Leader,
+            eosim_sim::kafka::Acks::None => ProducerAcks::None,
+        },
+        // The simulated producer is not idempotent yet: a retried batch may land twice.
+        idempotent_producer: false,
+        forbidden: anomalies(&scenario.check.forbidden),
+        allowed: anomalies(&scenario.check.allowed),
+        ..CheckOptions::for_claim(scenario.claim)
     }
 }
 
@@ -204,13 +211,16 @@ pub fn aggregate(
 ) -> ScenarioResult {
     let verdict = scenario_verdict(seeds);
     let mut anomalies: BTreeMap<String, u64> = BTreeMap::new();
-    let mut forbidden: BTreeSet<String> = BTreeSet::new();
+    let mut forbidden: BTreeMap<String, u64> = BTreeMap::new();
     let mut marks: BTreeMap<String, u64> = BTreeMap::new();
     for s in seeds {
         for (anomaly, cases) in &s.check.anomalies {
             *anomalies.entry(anomaly.name().to_string()).or_default() += cases.len() as u64;
         }
-        forbidden.extend(s.check.forbidden.iter().map(|a| a.name().to_string()));
+        for anomaly in &s.check.forbidden {
+            let cases = s.check.anomalies.get(anomaly).map_or(0, Vec::len) as u64;
+            *forbidden.entry(anomaly.name().to_string()).or_default() += cases;
+        }
         for (mark, n) in &s.marks {
             *marks.entry(mark.clone()).or_default() += n;
         }
@@ -219,13 +229,8 @@ pub fn aggregate(
         seed: s.seed,
         replay: replay_command(scenario_path, s.seed),
         faults: s.faults_before_anomaly.clone(),
-        history_path: history_path(run_dir, &scenario.name, s.seed),
-        anomalies: s
-            .check
-            .forbidden
-            .iter()
-            .map(|a| a.name().to_string())
-            .collect(),
+        history_path: history_path(run_dir, &scenario.name, s.seed).display().to_string(),
+        anomalies: s.check.case_texts(8),
     });
     ScenarioResult {
         scenario: scenario.name.clone(),
@@ -235,7 +240,7 @@ pub fn aggregate(
         seeds: seeds.len() as u64,
         faults_injected: seeds.iter().map(|s| s.faults).sum(),
         anomalies,
-        forbidden_anomalies: forbidden.into_iter().collect(),
+        forbidden_anomalies: forbidden,
         marks,
         sim_time_s: seeds.iter().map(|s| s.sim_time_ms).sum::<u64>() as f64 / 1_000.0,
         wall_time_s,
@@ -291,7 +296,7 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::contract::{Anomaly, Case};
+    use crate::checker::{Anomaly, Case};
 
     fn seed(seed: u64, class: SeedClass, faults_before: u64) -> SeedVerdict {
         let mut anomalies = BTreeMap::new();

@@ -9,11 +9,9 @@
 //! - `aggregate` (under `--cfg madsim`): seed outcomes → a scenario's verdict.
 //! - `run` (under `--cfg madsim`): the subcommands.
 //! - [`output`]: one-line renderings of ops, headers and durations.
-//! - [`contract`]: PLACEHOLDER checker and report types until the checkers branch merges.
 
 #[cfg(madsim)]
 pub mod aggregate;
-pub mod contract;
 pub mod output;
 #[cfg(madsim)]
 mod run;

@@ -4,7 +4,7 @@ use super::aggregate::{
     aggregate, exit_class, expected_verdict, history_path, judge_seed, replay_command, SeedClass,
     SeedVerdict,
 };
-use super::contract::{write_report, RunReport, ScenarioResult, Verdict};
+use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
 use super::output::{build_id, format_op, format_sim_time, seed_header};
 use super::{Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
 use crate::history::History;
@@ -280,7 +280,8 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
         .as_ref()
         .map(|c| (c.seed, c.replay.clone()));
     if class == ExitClass::Expected {
-        let forbidden = result.forbidden_anomalies.join(",");
+        let forbidden: Vec<&str> = result.forbidden_anomalies.keys().map(String::as_str).collect();
+        let forbidden = forbidden.join(",");
         println!(
             "PASSED {stats} verdict=violated forbidden={forbidden} \
              (expected: demonstrates a known failure)"

@@ -56,6 +56,9 @@ pub enum Verdict {
     Stalled,
     /// Not run (missing service, unsupported in this world).
     Skipped,
+    /// A model or component panicked: a bug in eosim or an invariant the model asserts, not
+    /// a verdict on the claim.
+    Crashed,
 }
 
 impl Verdict {
@@ -66,13 +69,14 @@ impl Verdict {
             Verdict::Violated => "violated",
             Verdict::Stalled => "stalled",
             Verdict::Skipped => "skipped",
+            Verdict::Crashed => "crashed",
         }
     }
 
     /// Markdown that makes a bad verdict stand out: `**VIOLATED**`, `**STALLED**`.
     pub fn markdown(self) -> String {
         match self {
-            Verdict::Violated | Verdict::Stalled => {
+            Verdict::Violated | Verdict::Stalled | Verdict::Crashed => {
                 format!("**{}**", self.name().to_uppercase())
             }
             Verdict::Holds | Verdict::Skipped => self.name().to_string(),

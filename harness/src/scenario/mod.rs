@@ -685,17 +685,13 @@ impl Scenario {
             ("allowed", &self.check.allowed),
         ] {
             for (i, name) in names.iter().enumerate() {
-                let kebab = !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                let known = crate::checker::Anomaly::ALL.iter().any(|a| a.name() == name);
+                let names: Vec<&str> =
+                    crate::checker::Anomaly::ALL.iter().map(|a| a.name()).collect();
                 ensure(
-                    kebab,
+                    known,
                     &format!("check.{field}[{i}]"),
-                    format!(
-                        "expected a kebab-case anomaly name such as \"lost-write\", \
-                         found \"{name}\""
-                    ),
+                    format!("expected one of {}, found \"{name}\"", names.join(", ")),
                 )?;
             }
         }
