@@ -70,6 +70,9 @@ impl KafkaWorld {
         loop {
             let idle = madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS));
             tokio::select! {
+                // `biased`: tokio picks branches with a thread-local RNG otherwise, which
+                // would break replay.
+                biased;
                 _ = idle => {}
                 _ = self.dirty.notified() => {
                     madsim::time::sleep(Duration::from_millis(REPLICA_FETCH_DELAY_MS)).await;
