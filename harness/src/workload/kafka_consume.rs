@@ -136,12 +136,16 @@ pub async fn consumer_process(ctx: Context, name: String) {
     loop {
         let records = match consumer.poll(Duration::from_millis(200)).await {
             Ok(records) => records,
-            Err(_) => {
+            Err(e) => {
+                eprintln!("DEBUG {name} poll error {e}");
                 madsim::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };
         if records.is_empty() {
+            if std::env::var("EOSIM_DEBUG").is_ok() {
+                eprintln!("DEBUG t={} {name} empty poll assignment={:?}", now_ns() / 1_000_000, consumer.assignment());
+            }
             continue;
         }
         let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
@@ -260,6 +264,15 @@ impl Pipeline for KafkaConsume {
             if c < hw {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
+        }
+        if lag.len() > usize::from(!self.ctx.producers_done()) {
+            let groups = cluster.groups();
+            lag.push(format!(
+                "group {SINK_GROUP}: state {:?}, generation {:?}, members {:?}",
+                groups.state(SINK_GROUP),
+                groups.generation(SINK_GROUP),
+                groups.members(SINK_GROUP)
+            ));
         }
         lag
     }
