@@ -310,6 +310,14 @@ impl Cluster {
             Request::FindCoordinator { key, kind } => {
                 Reply::Done(self.find_coordinator(&key, kind))
             }
+            Request::InitProducerId { .. }
+            | Request::AddPartitionsToTxn { .. }
+            | Request::AddOffsetsToTxn { .. }
+            | Request::TxnOffsetCommit { .. }
+            | Request::EndTxn { .. } => {
+                // Placeholder until the transactions module lands: refused, never ignored.
+                error(KafkaError::InvalidTxnState)
+            }
             group_request => self.group_request(now, broker, group_request),
         }
     }

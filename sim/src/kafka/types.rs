@@ -395,6 +395,42 @@ pub enum Request {
     },
     /// `OffsetFetch`.
     OffsetFetch { group_id: String, partitions: Vec<TopicPartition> },
+    /// `InitProducerId` (KIP-98, KIP-360): a new producer id, or with a `transactional_id`
+    /// the id of that transactional id with its epoch bumped (fencing older instances).
+    /// `producer_id`/`producer_epoch` are -1 on first init, the current ones on a re-init.
+    InitProducerId {
+        transactional_id: Option<String>,
+        transaction_timeout_ms: u64,
+        producer_id: i64,
+        producer_epoch: i16,
+    },
+    /// `AddPartitionsToTxn` (to the transaction coordinator).
+    AddPartitionsToTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<TopicPartition>,
+    },
+    /// `AddOffsetsToTxn`: adds the group's `__consumer_offsets` partition to the transaction.
+    AddOffsetsToTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: String,
+    },
+    /// `TxnOffsetCommit` (to the group coordinator), with the consumer's generation and member
+    /// id (KIP-447) so a zombie's commit is fenced.
+    TxnOffsetCommit {
+        transactional_id: String,
+        group_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        generation: i32,
+        member_id: String,
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// `EndTxn`: commit (`commit = true`) or abort.
+    EndTxn { transactional_id: String, producer_id: i64, producer_epoch: i16, commit: bool },
 }
 
 /// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
@@ -424,5 +460,13 @@ pub enum Response {
     OffsetCommit,
     /// Committed offsets; -1 where none.
     OffsetFetch { offsets: Vec<(TopicPartition, Offset)> },
+    /// The producer id and epoch to use.
+    InitProducerId { producer_id: i64, producer_epoch: i16 },
+    /// Per-partition result of `AddPartitionsToTxn` (`None` = added).
+    AddPartitionsToTxn { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    AddOffsetsToTxn,
+    /// Per-partition result of `TxnOffsetCommit` (`None` = pending until EndTxn).
+    TxnOffsetCommit { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    EndTxn,
     Error(KafkaError),
 }
