@@ -70,7 +70,12 @@ pub fn swarm_schedule(
         }
         let kind = drawn.kinds[rng.gen_range(0..drawn.kinds.len())];
         let node = targets[rng.gen_range(0..targets.len())].clone();
-        let other = targets[rng.gen_range(0..targets.len())].clone();
+        // The other end of a partition or message fault: any target but `node` itself.
+        let others: Vec<&String> = targets.iter().filter(|t| **t != node).collect();
+        let other = match others.len() {
+            0 => node.clone(),
+            n => others[rng.gen_range(0..n)].clone(),
+        };
         let end_ms = (at_ms + rng.gen_range(drawn.duration_ms_max / 4..=drawn.duration_ms_max))
             .min(until_ms);
         let (fault, recovery) = match kind {
