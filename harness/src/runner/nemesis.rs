@@ -177,8 +177,12 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
     }
     net.paused.remove(name);
     drop(net);
-    let (id, _) = world.node(name).expect("resolved names exist");
+    let (id, ip) = world.node(name).expect("resolved names exist");
     world.handle().kill(id);
+    if mode == CrashMode::ProcessKill {
+        // The kernel outlives the process and resets its connections (RST).
+        eosim_sim::net::reset_connections(ip);
+    }
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);
@@ -194,12 +198,15 @@ fn restart(world: &World, name: &str, verbose: bool) {
     if !world.net.lock().expect("net lock").down.remove(name) {
         return;
     }
-    let (id, _) = world.node(name).expect("resolved names exist");
+    let (id, ip) = world.node(name).expect("resolved names exist");
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").restart_broker(now, b);
     }
     world.handle().restart(id);
+    // The new incarnation answers whatever still waits on the old one (a crashed machine's
+    // connections, requests sent while it was down) with RST.
+    eosim_sim::net::reset_connections(ip);
     world.record_fault("restart", format!("target=[{name}]"), verbose);
 }
 
