@@ -235,7 +235,10 @@ impl RealConsumer {
     /// A timeout after `request.timeout.ms`, or the coordinator's error.
     pub async fn committed(&self, tps: &[TopicPartition]) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
         let consumer = Arc::clone(self.inner()?);
-        let query = tpl_of(&tps.iter().map(|tp| (tp.clone(), -1)).collect::<Vec<_>>())?;
+        let mut query = TopicPartitionList::with_capacity(tps.len());
+        for tp in tps {
+            query.add_partition(&tp.topic, tp.partition as i32);
+        }
         let timeout_ms = self.config.request_timeout_ms;
         let tpl = tokio::task::spawn_blocking(move || {
             consumer.committed_offsets(query, Duration::from_millis(timeout_ms))
