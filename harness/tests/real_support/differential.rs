@@ -265,11 +265,14 @@ impl RealWorld {
             let config = ProducerConfig { acks, enable_idempotence: acks == Acks::All, ..Default::default() };
             producers.push((acks, RealProducer::new(bootstrap, config).map_err(|e| e.to_string())?));
         }
+        // rdkafka's StreamConsumer spawns a task at creation: it needs the runtime's context.
+        let _context = rt.enter();
         let committer = RealConsumer::new(bootstrap, ConsumerConfig::new(&group)).map_err(|e| e.to_string())?;
         let watermarks: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .create()
             .map_err(|e| e.to_string())?;
+        drop(_context);
         Ok(Self { rt, bootstrap: bootstrap.into(), topic, group, producers, committer, watermarks })
     }
 
@@ -338,6 +341,7 @@ impl RealWorld {
     /// A fresh consumer assigned at `from` reads until `end` (the high watermark).
     fn fetch(&self, partition: u32, from: Offset, end: Offset) -> Result<Vec<(Offset, Bytes, Bytes)>, String> {
         let group = format!("{}-reader", self.group);
+        let _context = self.rt.enter();
         let mut reader = RealConsumer::new(&self.bootstrap, ConsumerConfig::new(group)).map_err(|e| e.to_string())?;
         reader.assign(&[(TopicPartition::new(&self.topic, partition), from)]).map_err(|e| e.to_string())?;
         let started = Instant::now();

@@ -204,7 +204,9 @@ fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
 }
 
 impl RealConsumer {
-    /// A consumer of group `config.group_id` on `bootstrap_servers`.
+    /// A consumer of group `config.group_id` on `bootstrap_servers`. Call it inside a tokio
+    /// runtime (rdkafka's `StreamConsumer` spawns its wake-up task there): within `async`
+    /// code, or after `Runtime::enter`.
     ///
     /// # Errors
     /// [`ClientError::Fatal`] when librdkafka rejects the configuration.

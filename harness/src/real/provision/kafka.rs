@@ -84,8 +84,18 @@ fn check_jars(lib: &Path) -> Result<(), ProvisionError> {
 }
 
 /// A KRaft cluster id: 16 random bytes in unpadded URL-safe base64 (22 characters), as
-/// `kafka-storage random-uuid` prints.
+/// `kafka-storage random-uuid` prints. Like Kafka's `Uuid.randomUuid`, never one that
+/// starts with `-`: the storage tool's argument parser would read it as an option.
 fn random_cluster_id() -> String {
+    loop {
+        let id = random_base64_id();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_base64_id() -> String {
     let mut bytes = [0u8; 16];
     let filled = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
@@ -473,5 +483,6 @@ mod tests {
         assert_eq!(id.len(), 22);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert_ne!(id, random_cluster_id());
+        assert!((0..1000).all(|_| !random_cluster_id().starts_with('-')));
     }
 }
