@@ -29,19 +29,35 @@ fn postgres_starts_answers_survives_kill_and_pause_and_leaves_nothing() {
     let dir = service_dir("postgres");
     let mut pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
     let rt = runtime();
-    assert_eq!(rt.block_on(pg_select_one(&pg.connection_string())).expect("SELECT 1"), 1);
+    assert_eq!(
+        rt.block_on(pg_select_one(&pg.connection_string()))
+            .expect("SELECT 1"),
+        1
+    );
     let first = pg.pid().expect("running");
     pg.kill();
     assert_group_gone("postgres", first);
     timed("postgres restart after SIGKILL", || pg.restart()).expect("restarts");
-    assert_eq!(rt.block_on(pg_select_one(&pg.connection_string())).expect("SELECT 1"), 1);
+    assert_eq!(
+        rt.block_on(pg_select_one(&pg.connection_string()))
+            .expect("SELECT 1"),
+        1
+    );
     pg.pause();
     let paused = rt.block_on(async {
-        tokio::time::timeout(Duration::from_millis(1500), pg_select_one(&pg.connection_string())).await
+        tokio::time::timeout(
+            Duration::from_millis(1500),
+            pg_select_one(&pg.connection_string()),
+        )
+        .await
     });
     assert!(paused.is_err(), "a paused postgres must not answer");
     pg.resume();
-    assert_eq!(rt.block_on(pg_select_one(&pg.connection_string())).expect("SELECT 1"), 1);
+    assert_eq!(
+        rt.block_on(pg_select_one(&pg.connection_string()))
+            .expect("SELECT 1"),
+        1
+    );
     let pgid = pg.pid().expect("running");
     pg.stop();
     assert_group_gone("postgres", pgid);
@@ -51,12 +67,19 @@ fn http_query(port: u16, sql: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let body = sql.as_bytes();
-    let head = format!("POST / HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", body.len());
+    let head = format!(
+        "POST / HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
     s.write_all(head.as_bytes())?;
     s.write_all(body)?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
-    Ok(response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+    Ok(response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
 }
 
 #[test]
@@ -65,15 +88,30 @@ fn clickhouse_starts_answers_survives_kill_and_leaves_nothing() {
         return;
     }
     let dir = service_dir("clickhouse");
-    let mut ch = timed("clickhouse start", || ClickHouse::start(dir.path())).expect("clickhouse starts");
-    assert_eq!(http_query(ch.http_port(), "SELECT version()").unwrap().trim(), "18.16.1");
-    http_query(ch.http_port(), "CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x").unwrap();
+    let mut ch =
+        timed("clickhouse start", || ClickHouse::start(dir.path())).expect("clickhouse starts");
+    assert_eq!(
+        http_query(ch.http_port(), "SELECT version()")
+            .unwrap()
+            .trim(),
+        "18.16.1"
+    );
+    http_query(
+        ch.http_port(),
+        "CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x",
+    )
+    .unwrap();
     http_query(ch.http_port(), "INSERT INTO t VALUES (1), (2), (3)").unwrap();
     let first = ch.pid().expect("running");
     ch.kill();
     assert_group_gone("clickhouse", first);
     timed("clickhouse restart after SIGKILL", || ch.restart()).expect("restarts");
-    assert_eq!(http_query(ch.http_port(), "SELECT count() FROM t").unwrap().trim(), "3");
+    assert_eq!(
+        http_query(ch.http_port(), "SELECT count() FROM t")
+            .unwrap()
+            .trim(),
+        "3"
+    );
     ch.pause();
     ch.resume();
     assert_eq!(http_query(ch.http_port(), "SELECT 1").unwrap().trim(), "1");
@@ -97,9 +135,12 @@ fn zookeeper_starts_answers_survives_kill_and_leaves_nothing() {
         return;
     }
     let dir = service_dir("zookeeper");
-    let mut zk = timed("zookeeper start", || ZooKeeper::start(dir.path())).expect("zookeeper starts");
+    let mut zk =
+        timed("zookeeper start", || ZooKeeper::start(dir.path())).expect("zookeeper starts");
     assert_eq!(four_letter(zk.port(), "ruok").unwrap(), "imok");
-    assert!(four_letter(zk.port(), "srvr").unwrap().contains("Mode: standalone"));
+    assert!(four_letter(zk.port(), "srvr")
+        .unwrap()
+        .contains("Mode: standalone"));
     let first = zk.pid().expect("running");
     zk.kill();
     assert_group_gone("zookeeper", first);
@@ -134,7 +175,12 @@ fn ctrl_c_kills_every_service_process() {
     }
     let exe = std::env::current_exe().expect("test binary");
     let mut child = std::process::Command::new(exe)
-        .args(["--exact", "ctrl_c_helper_starts_clickhouse_and_waits", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "ctrl_c_helper_starts_clickhouse_and_waits",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("EOSIM_CTRL_C_HELPER", "1")
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -143,12 +189,19 @@ fn ctrl_c_kills_every_service_process() {
     let pid: i32 = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("SERVICE_PID=").map(|p| p.trim().parse().expect("pid")))
+        .find_map(|l| {
+            l.strip_prefix("SERVICE_PID=")
+                .map(|p| p.trim().parse().expect("pid"))
+        })
         .expect("helper printed the service pid");
     assert!(group_exists(pid), "clickhouse runs before Ctrl-C");
     // SAFETY: kill with a pid we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("helper exits");
-    assert_eq!(status.code(), Some(EXIT_CODE_SIGNALLED), "exit code after Ctrl-C");
+    assert_eq!(
+        status.code(),
+        Some(EXIT_CODE_SIGNALLED),
+        "exit code after Ctrl-C"
+    );
     assert_group_gone("clickhouse (after Ctrl-C)", pid);
 }

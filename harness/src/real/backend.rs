@@ -90,8 +90,15 @@ pub fn docker_available() -> Result<(), BackendUnavailable> {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-    Err(BackendUnavailable::NoDocker(format!("{}: {}", out.status, line.trim())))
+    let line = stderr
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no output");
+    Err(BackendUnavailable::NoDocker(format!(
+        "{}: {}",
+        out.status,
+        line.trim()
+    )))
 }
 
 #[cfg(test)]
@@ -109,6 +116,8 @@ mod tests {
     #[test]
     fn missing_docker_message_says_skipped() {
         let e = BackendUnavailable::NoDocker("exit status: 1: Cannot connect".into());
-        assert!(e.to_string().starts_with("skipped: no Docker daemon answers (docker info failed:"));
+        assert!(e
+            .to_string()
+            .starts_with("skipped: no Docker daemon answers (docker info failed:"));
     }
 }

@@ -107,6 +107,10 @@ pub enum ProvisionError {
 
 impl ProvisionError {
     pub(crate) fn io(service: &str, path: &Path, e: std::io::Error) -> Self {
-        ProvisionError::Io { service: service.into(), path: path.into(), reason: e.to_string() }
+        ProvisionError::Io {
+            service: service.into(),
+            path: path.into(),
+            reason: e.to_string(),
+        }
     }
 }

@@ -45,7 +45,9 @@ pub fn install_teardown_on_signal() {
 pub fn kill_all_live_groups() -> usize {
     let groups: Vec<i32> = match LIVE_GROUPS.lock() {
         Ok(mut g) => std::mem::take(&mut *g).into_iter().collect(),
-        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()).into_iter().collect(),
+        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner())
+            .into_iter()
+            .collect(),
     };
     for pgid in &groups {
         signal_group(*pgid, libc::SIGKILL);
@@ -66,7 +68,10 @@ pub fn kill_all_live_groups() -> usize {
 
 /// The process groups currently registered (for tests that check nothing is left behind).
 pub fn live_groups() -> Vec<i32> {
-    LIVE_GROUPS.lock().map(|g| g.iter().copied().collect()).unwrap_or_default()
+    LIVE_GROUPS
+        .lock()
+        .map(|g| g.iter().copied().collect())
+        .unwrap_or_default()
 }
 
 fn register(pgid: i32) {
@@ -119,7 +124,9 @@ impl Launch {
             .append(true)
             .open(&self.log_path)
             .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
-        let log_err = log.try_clone().map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -150,17 +157,25 @@ impl ServiceProcess {
     /// [`ProvisionError::Spawn`] when the program cannot be started.
     pub fn spawn(launch: Launch) -> Result<Self, ProvisionError> {
         install_teardown_on_signal();
-        let mut p = Self { launch, child: None, paused: false };
+        let mut p = Self {
+            launch,
+            child: None,
+            paused: false,
+        };
         p.start()?;
         Ok(p)
     }
 
     fn start(&mut self) -> Result<(), ProvisionError> {
-        let child = self.launch.command()?.spawn().map_err(|e| ProvisionError::Spawn {
-            service: self.launch.service.clone(),
-            program: self.launch.program.clone(),
-            reason: e.to_string(),
-        })?;
+        let child = self
+            .launch
+            .command()?
+            .spawn()
+            .map_err(|e| ProvisionError::Spawn {
+                service: self.launch.service.clone(),
+                program: self.launch.program.clone(),
+                reason: e.to_string(),
+            })?;
         register(child.id() as i32);
         self.child = Some(child);
         self.paused = false;
@@ -247,7 +262,9 @@ impl ServiceProcess {
     /// [`ProvisionError::Spawn`]; [`ProvisionError::StillRunning`] if it was never stopped.
     pub fn restart(&mut self) -> Result<(), ProvisionError> {
         if self.is_running() {
-            return Err(ProvisionError::StillRunning { service: self.launch.service.clone() });
+            return Err(ProvisionError::StillRunning {
+                service: self.launch.service.clone(),
+            });
         }
         self.start()
     }
@@ -332,4 +349,95 @@ pub fn free_ports(count: usize) -> Result<Vec<u16>, ProvisionError> {
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<_, _>>()
         .map_err(|e| ProvisionError::io("ports", Path::new("127.0.0.1:0"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(dir: &Path, script: &str) -> Launch {
+        Launch {
+            service: "test-service".into(),
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
+            cwd: dir.to_path_buf(),
+            log_path: dir.join("test-service.log"),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn kill_takes_the_whole_process_group_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "sleep 100 & sleep 100")).unwrap();
+        let pgid = p.pid().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(live_groups().contains(&pgid));
+        p.kill();
+        assert!(!group_exists(pgid), "a forked grandchild survived");
+        assert!(!live_groups().contains(&pgid));
+    }
+
+    #[test]
+    fn drop_kills_and_restart_runs_the_same_command_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "echo started; sleep 100")).unwrap();
+        assert!(matches!(
+            p.restart(),
+            Err(ProvisionError::StillRunning { .. })
+        ));
+        let log_path = dir.path().join("test-service.log");
+        let started = |n: usize| {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.matches("started").count() >= n
+        };
+        wait_healthy(&mut p, 5_000, || {
+            started(1).then_some(()).ok_or("not yet".to_string())
+        })
+        .unwrap();
+        p.kill();
+        p.restart().unwrap();
+        wait_healthy(&mut p, 5_000, || {
+            started(2).then_some(()).ok_or("not yet".to_string())
+        })
+        .unwrap();
+        let pgid = p.pid().unwrap();
+        p.pause();
+        assert!(p.is_paused());
+        p.resume();
+        drop(p);
+        assert!(!group_exists(pgid));
+    }
+
+    #[test]
+    fn a_service_that_never_answers_is_not_ready_naming_it_and_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "sleep 100")).unwrap();
+        let err = wait_healthy(&mut p, 300, || Err::<(), _>("connection refused".into()));
+        let Err(ProvisionError::NotReady {
+            service,
+            log_path,
+            last_error,
+            ..
+        }) = err
+        else {
+            panic!("expected NotReady, got {err:?}");
+        };
+        assert_eq!(service, "test-service");
+        assert_eq!(log_path, dir.path().join("test-service.log"));
+        assert_eq!(last_error, "connection refused");
+    }
+
+    #[test]
+    fn a_service_that_exits_is_not_ready_with_its_exit_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p =
+            ServiceProcess::spawn(launch(dir.path(), "echo no config >&2; exit 3")).unwrap();
+        let err = wait_healthy(&mut p, 10_000, || Err::<(), _>("refused".into())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("test-service did not come up"), "{text}");
+        assert!(text.contains("exit status: 3"), "{text}");
+        assert!(text.contains("test-service.log"), "{text}");
+    }
 }

@@ -46,17 +46,30 @@ pub enum Observation {
     /// Where a record landed.
     Produced { partition: u32, offset: Offset },
     /// Whether a commit succeeded (error text otherwise), and the committed offsets after it.
-    Committed { result: Result<(), String>, committed: Vec<(u32, Offset)> },
+    Committed {
+        result: Result<(), String>,
+        committed: Vec<(u32, Offset)>,
+    },
     /// Records read: (offset, key, value).
-    Fetched { partition: u32, from: Offset, records: Vec<(Offset, Bytes, Bytes)> },
+    Fetched {
+        partition: u32,
+        from: Offset,
+        records: Vec<(Offset, Bytes, Bytes)>,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     let acks = prop_oneof![Just(Acks::None), Just(Acks::Leader), Just(Acks::All)];
     prop_oneof![
         6 => (0u8..8, acks).prop_map(|(key, acks)| Op::Produce { key, acks }),
-        2 => (0..PARTITIONS, 0u8..=4).prop_map(|(partition, quarter)| Op::Commit { partition, quarter }),
-        2 => (0..PARTITIONS, 0u8..=4).prop_map(|(partition, quarter)| Op::Fetch { partition, quarter }),
+        2 => (0..PARTITIONS, 0u8..=4).prop_map(|(partition, quarter)| Op::Commit {
+            partition,
+            quarter
+        }),
+        2 => (0..PARTITIONS, 0u8..=4).prop_map(|(partition, quarter)| Op::Fetch {
+            partition,
+            quarter
+        }),
     ]
 }
 
@@ -71,7 +84,12 @@ fn key_bytes(key: u8) -> Bytes {
 
 /// Runs `cases` generated sequences against the real broker at `bootstrap` and the model.
 pub fn run(bootstrap: &str, cases: u32) {
-    let config = Config { cases, max_shrink_iters: 16, failure_persistence: None, ..Config::default() };
+    let config = Config {
+        cases,
+        max_shrink_iters: 16,
+        failure_persistence: None,
+        ..Config::default()
+    };
     let mut runner = TestRunner::new(config);
     let case = AtomicU32::new(0);
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
@@ -113,8 +131,14 @@ impl ModelWorld {
     const STEPS_MAX: u32 = 100_000;
 
     fn new() -> Self {
-        let config = ClusterConfig { group_initial_rebalance_delay_ms: 0, ..ClusterConfig::default() };
-        let mut w = Self { cluster: Cluster::new(1, config), now: 0 };
+        let config = ClusterConfig {
+            group_initial_rebalance_delay_ms: 0,
+            ..ClusterConfig::default()
+        };
+        let mut w = Self {
+            cluster: Cluster::new(1, config),
+            now: 0,
+        };
         w.advance(1_000);
         w
     }
@@ -138,7 +162,10 @@ impl ModelWorld {
                 return response;
             }
         }
-        panic!("model: parked request not answered within {} steps", Self::STEPS_MAX);
+        panic!(
+            "model: parked request not answered within {} steps",
+            Self::STEPS_MAX
+        );
     }
 
     fn run(ops: &[Op]) -> Vec<Observation> {
@@ -178,7 +205,10 @@ impl ModelWorld {
                 });
                 hw[partition as usize] += 1;
                 match response {
-                    Response::Produce { base_offset, .. } => Observation::Produced { partition, offset: base_offset },
+                    Response::Produce { base_offset, .. } => Observation::Produced {
+                        partition,
+                        offset: base_offset,
+                    },
                     other => panic!("model: produce answered {other:?}"),
                 }
             }
@@ -194,19 +224,34 @@ impl ModelWorld {
                     Response::OffsetCommit => Ok(()),
                     other => Err(format!("{other:?}")),
                 };
-                Observation::Committed { result, committed: self.committed() }
+                Observation::Committed {
+                    result,
+                    committed: self.committed(),
+                }
             }
             Op::Fetch { partition, quarter } => {
                 let from = offset_at(hw, partition, quarter);
-                Observation::Fetched { partition, from, records: self.fetch(partition, from) }
+                Observation::Fetched {
+                    partition,
+                    from,
+                    records: self.fetch(partition, from),
+                }
             }
         }
     }
 
     fn committed(&mut self) -> Vec<(u32, Offset)> {
-        let partitions = (0..PARTITIONS).map(|p| TopicPartition::new("t", p)).collect();
-        match self.call(Request::OffsetFetch { group_id: "g".into(), partitions }) {
-            Response::OffsetFetch { offsets } => offsets.into_iter().map(|(tp, o)| (tp.partition, o)).collect(),
+        let partitions = (0..PARTITIONS)
+            .map(|p| TopicPartition::new("t", p))
+            .collect();
+        match self.call(Request::OffsetFetch {
+            group_id: "g".into(),
+            partitions,
+        }) {
+            Response::OffsetFetch { offsets } => offsets
+                .into_iter()
+                .map(|(tp, o)| (tp.partition, o))
+                .collect(),
             other => panic!("model: offset fetch answered {other:?}"),
         }
     }
@@ -223,8 +268,13 @@ impl ModelWorld {
                 partition_max_bytes: 1_048_576,
                 max_wait_ms: 0,
             });
-            let Response::Fetch { partitions } = response else { panic!("model: fetch answered {response:?}") };
-            let (_, p) = partitions.into_iter().next().expect("one partition asked, one answered");
+            let Response::Fetch { partitions } = response else {
+                panic!("model: fetch answered {response:?}")
+            };
+            let (_, p) = partitions
+                .into_iter()
+                .next()
+                .expect("one partition asked, one answered");
             assert_eq!(p.error, None, "model: fetch error");
             for r in &p.records {
                 let key = r.record.key.clone().unwrap_or_default();
@@ -257,23 +307,40 @@ impl RealWorld {
         let rt = super::real_support::runtime();
         let topic = format!("diff-{case}");
         let group = format!("g-diff-{case}");
-        let admin = eosim::client::real::RealAdmin::new(bootstrap, WAIT_MAX).map_err(|e| e.to_string())?;
+        let admin =
+            eosim::client::real::RealAdmin::new(bootstrap, WAIT_MAX).map_err(|e| e.to_string())?;
         rt.block_on(admin.create_topic(&topic, PARTITIONS, 1, TopicConfig::default()))
             .map_err(|e| format!("create topic {topic}: {e}"))?;
         let mut producers = Vec::new();
         for acks in [Acks::None, Acks::Leader, Acks::All] {
-            let config = ProducerConfig { acks, enable_idempotence: acks == Acks::All, ..Default::default() };
-            producers.push((acks, RealProducer::new(bootstrap, config).map_err(|e| e.to_string())?));
+            let config = ProducerConfig {
+                acks,
+                enable_idempotence: acks == Acks::All,
+                ..Default::default()
+            };
+            producers.push((
+                acks,
+                RealProducer::new(bootstrap, config).map_err(|e| e.to_string())?,
+            ));
         }
         // rdkafka's StreamConsumer spawns a task at creation: it needs the runtime's context.
         let _context = rt.enter();
-        let committer = RealConsumer::new(bootstrap, ConsumerConfig::new(&group)).map_err(|e| e.to_string())?;
+        let committer =
+            RealConsumer::new(bootstrap, ConsumerConfig::new(&group)).map_err(|e| e.to_string())?;
         let watermarks: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .create()
             .map_err(|e| e.to_string())?;
         drop(_context);
-        Ok(Self { rt, bootstrap: bootstrap.into(), topic, group, producers, committer, watermarks })
+        Ok(Self {
+            rt,
+            bootstrap: bootstrap.into(),
+            topic,
+            group,
+            producers,
+            committer,
+            watermarks,
+        })
     }
 
     fn run(bootstrap: &str, case: u32, ops: &[Op]) -> Result<Vec<Observation>, String> {
@@ -289,7 +356,12 @@ impl RealWorld {
     fn apply(&mut self, i: usize, op: &Op, hw: &mut [Offset]) -> Result<Observation, String> {
         match *op {
             Op::Produce { key, acks } => {
-                let producer = &self.producers.iter().find(|(a, _)| *a == acks).expect("one per acks").1;
+                let producer = &self
+                    .producers
+                    .iter()
+                    .find(|(a, _)| *a == acks)
+                    .expect("one per acks")
+                    .1;
                 let record = ProducerRecord {
                     topic: self.topic.clone(),
                     partition: None,
@@ -297,26 +369,47 @@ impl RealWorld {
                     value: Some(Bytes::from(format!("op{i}"))),
                     headers: Vec::new(),
                 };
-                let d = self.rt.block_on(producer.send(record)).map_err(|e| format!("produce: {e}"))?;
+                let d = self
+                    .rt
+                    .block_on(producer.send(record))
+                    .map_err(|e| format!("produce: {e}"))?;
                 hw[d.partition as usize] += 1;
                 // acks=0 returns before the append: wait for it, so that the next record
                 // (maybe from another producer's connection) cannot overtake it.
                 self.wait_high_watermark(d.partition, hw[d.partition as usize])?;
-                Ok(Observation::Produced { partition: d.partition, offset: d.offset })
+                Ok(Observation::Produced {
+                    partition: d.partition,
+                    offset: d.offset,
+                })
             }
             Op::Commit { partition, quarter } => {
                 let offset = offset_at(hw, partition, quarter);
                 let tp = TopicPartition::new(&self.topic, partition);
-                let result = self.rt.block_on(self.committer.commit(&[(tp, offset)])).map_err(|e| e.to_string());
-                let all: Vec<TopicPartition> = (0..PARTITIONS).map(|p| TopicPartition::new(&self.topic, p)).collect();
-                let committed = self.rt.block_on(self.committer.committed(&all)).map_err(|e| e.to_string())?;
-                let committed = committed.into_iter().map(|(tp, o)| (tp.partition, o)).collect();
+                let result = self
+                    .rt
+                    .block_on(self.committer.commit(&[(tp, offset)]))
+                    .map_err(|e| e.to_string());
+                let all: Vec<TopicPartition> = (0..PARTITIONS)
+                    .map(|p| TopicPartition::new(&self.topic, p))
+                    .collect();
+                let committed = self
+                    .rt
+                    .block_on(self.committer.committed(&all))
+                    .map_err(|e| e.to_string())?;
+                let committed = committed
+                    .into_iter()
+                    .map(|(tp, o)| (tp.partition, o))
+                    .collect();
                 Ok(Observation::Committed { result, committed })
             }
             Op::Fetch { partition, quarter } => {
                 let from = offset_at(hw, partition, quarter);
                 let records = self.fetch(partition, from, hw[partition as usize])?;
-                Ok(Observation::Fetched { partition, from, records })
+                Ok(Observation::Fetched {
+                    partition,
+                    from,
+                    records,
+                })
             }
         }
     }
@@ -332,30 +425,51 @@ impl RealWorld {
                 return Ok(());
             }
             if started.elapsed() > WAIT_MAX {
-                return Err(format!("{}-{partition}: high watermark {high} < {at_least}", self.topic));
+                return Err(format!(
+                    "{}-{partition}: high watermark {high} < {at_least}",
+                    self.topic
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     /// A fresh consumer assigned at `from` reads until `end` (the high watermark).
-    fn fetch(&self, partition: u32, from: Offset, end: Offset) -> Result<Vec<(Offset, Bytes, Bytes)>, String> {
+    fn fetch(
+        &self,
+        partition: u32,
+        from: Offset,
+        end: Offset,
+    ) -> Result<Vec<(Offset, Bytes, Bytes)>, String> {
         let group = format!("{}-reader", self.group);
         let _context = self.rt.enter();
-        let mut reader = RealConsumer::new(&self.bootstrap, ConsumerConfig::new(group)).map_err(|e| e.to_string())?;
-        reader.assign(&[(TopicPartition::new(&self.topic, partition), from)]).map_err(|e| e.to_string())?;
+        let mut reader = RealConsumer::new(&self.bootstrap, ConsumerConfig::new(group))
+            .map_err(|e| e.to_string())?;
+        reader
+            .assign(&[(TopicPartition::new(&self.topic, partition), from)])
+            .map_err(|e| e.to_string())?;
         let started = Instant::now();
         let mut records = Vec::new();
         let mut position = from;
         while position < end && started.elapsed() < WAIT_MAX {
-            let polled = self.rt.block_on(reader.poll(Duration::from_millis(200))).map_err(|e| e.to_string())?;
+            let polled = self
+                .rt
+                .block_on(reader.poll(Duration::from_millis(200)))
+                .map_err(|e| e.to_string())?;
             for r in polled {
                 position = r.offset + 1;
-                records.push((r.offset, r.key.unwrap_or_default(), r.value.unwrap_or_default()));
+                records.push((
+                    r.offset,
+                    r.key.unwrap_or_default(),
+                    r.value.unwrap_or_default(),
+                ));
             }
         }
         if position < end {
-            return Err(format!("{}-{partition}: read up to {position}, not {end}", self.topic));
+            return Err(format!(
+                "{}-{partition}: read up to {position}, not {end}",
+                self.topic
+            ));
         }
         self.rt.block_on(reader.close());
         Ok(records)

@@ -29,9 +29,13 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A temporary directory for one service; kept (not deleted) when `EOSIM_KEEP_DIRS=1`.
 pub fn service_dir(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new().prefix(&format!("eosim-{name}-")).tempdir().expect("temp dir");
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("eosim-{name}-"))
+        .tempdir()
+        .expect("temp dir");
     if std::env::var("EOSIM_KEEP_DIRS").as_deref() == Ok("1") {
-        let _ = std::io::stderr().write_all(format!("{name}: {}\n", dir.path().display()).as_bytes());
+        let _ =
+            std::io::stderr().write_all(format!("{name}: {}\n", dir.path().display()).as_bytes());
     }
     dir
 }
@@ -42,13 +46,19 @@ pub fn processes_in_group(pgid: i32) -> Vec<String> {
         .args(["-g", &pgid.to_string(), "-a"])
         .output()
         .expect("pgrep runs (procps)");
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// Asserts that no process of group `pgid` is left.
 pub fn assert_group_gone(service: &str, pgid: i32) {
     let left = processes_in_group(pgid);
-    assert!(left.is_empty(), "{service}: processes left behind in group {pgid}: {left:?}");
+    assert!(
+        left.is_empty(),
+        "{service}: processes left behind in group {pgid}: {left:?}"
+    );
 }
 
 /// Times `f`, prints `<what> took <ms> ms` past the capture, returns its value.

@@ -16,15 +16,41 @@ use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 const KNOWN: [KafkaError; 35] = {
     use KafkaError::*;
     [
-        OffsetOutOfRange, CorruptMessage, UnknownTopicOrPartition, LeaderNotAvailable,
-        NotLeaderOrFollower, RequestTimedOut, MessageTooLarge, CoordinatorLoadInProgress,
-        CoordinatorNotAvailable, NotCoordinator, NotEnoughReplicas, NotEnoughReplicasAfterAppend,
-        IllegalGeneration, InconsistentGroupProtocol, UnknownMemberId, InvalidSessionTimeout,
-        RebalanceInProgress, TopicAlreadyExists, InvalidPartitions, InvalidReplicationFactor,
-        OutOfOrderSequenceNumber, DuplicateSequenceNumber, InvalidProducerEpoch, InvalidTxnState,
-        InvalidProducerIdMapping, InvalidTransactionTimeout, ConcurrentTransactions,
-        TransactionCoordinatorFenced, ProducerFenced, UnknownProducerId, FencedLeaderEpoch,
-        UnknownLeaderEpoch, MemberIdRequired, FencedInstanceId, TransactionAbortable,
+        OffsetOutOfRange,
+        CorruptMessage,
+        UnknownTopicOrPartition,
+        LeaderNotAvailable,
+        NotLeaderOrFollower,
+        RequestTimedOut,
+        MessageTooLarge,
+        CoordinatorLoadInProgress,
+        CoordinatorNotAvailable,
+        NotCoordinator,
+        NotEnoughReplicas,
+        NotEnoughReplicasAfterAppend,
+        IllegalGeneration,
+        InconsistentGroupProtocol,
+        UnknownMemberId,
+        InvalidSessionTimeout,
+        RebalanceInProgress,
+        TopicAlreadyExists,
+        InvalidPartitions,
+        InvalidReplicationFactor,
+        OutOfOrderSequenceNumber,
+        DuplicateSequenceNumber,
+        InvalidProducerEpoch,
+        InvalidTxnState,
+        InvalidProducerIdMapping,
+        InvalidTransactionTimeout,
+        ConcurrentTransactions,
+        TransactionCoordinatorFenced,
+        ProducerFenced,
+        UnknownProducerId,
+        FencedLeaderEpoch,
+        UnknownLeaderEpoch,
+        MemberIdRequired,
+        FencedInstanceId,
+        TransactionAbortable,
     ]
 };
 
@@ -49,7 +75,10 @@ pub fn is_timeout(code: RDKafkaErrorCode) -> bool {
 /// Maps a librdkafka error code; `what` and `timeout_ms` describe the call for a timeout.
 pub fn from_code(code: RDKafkaErrorCode, what: &str, timeout_ms: u64) -> ClientError {
     if is_timeout(code) {
-        return ClientError::Timeout { what: format!("{what} ({code})"), timeout_ms };
+        return ClientError::Timeout {
+            what: format!("{what} ({code})"),
+            timeout_ms,
+        };
     }
     match kafka_error(code) {
         Some(e) => ClientError::Kafka(e),
@@ -84,24 +113,45 @@ mod tests {
 
     #[test]
     fn broker_codes_map_to_the_models_errors() {
-        assert_eq!(kafka_error(RDKafkaErrorCode::NotEnoughReplicas), Some(KafkaError::NotEnoughReplicas));
-        assert_eq!(kafka_error(RDKafkaErrorCode::TopicAlreadyExists), Some(KafkaError::TopicAlreadyExists));
-        assert_eq!(kafka_error(RDKafkaErrorCode::ProducerFenced), Some(KafkaError::ProducerFenced));
+        assert_eq!(
+            kafka_error(RDKafkaErrorCode::NotEnoughReplicas),
+            Some(KafkaError::NotEnoughReplicas)
+        );
+        assert_eq!(
+            kafka_error(RDKafkaErrorCode::TopicAlreadyExists),
+            Some(KafkaError::TopicAlreadyExists)
+        );
+        assert_eq!(
+            kafka_error(RDKafkaErrorCode::ProducerFenced),
+            Some(KafkaError::ProducerFenced)
+        );
         assert_eq!(kafka_error(RDKafkaErrorCode::MessageTimedOut), None);
     }
 
     #[test]
     fn delivery_timeout_is_ambiguous() {
         let e = from_code(RDKafkaErrorCode::MessageTimedOut, "produce", 120_000);
-        assert!(matches!(e, ClientError::Timeout { timeout_ms: 120_000, .. }));
+        assert!(matches!(
+            e,
+            ClientError::Timeout {
+                timeout_ms: 120_000,
+                ..
+            }
+        ));
         assert!(e.is_ambiguous());
     }
 
     #[test]
     fn rebalance_on_commit_is_commit_failed() {
         let e = RdKafkaError::ConsumerCommit(RDKafkaErrorCode::RebalanceInProgress);
-        assert_eq!(from_commit(&e, 1000), ClientError::CommitFailed(KafkaError::RebalanceInProgress));
+        assert_eq!(
+            from_commit(&e, 1000),
+            ClientError::CommitFailed(KafkaError::RebalanceInProgress)
+        );
         let e = RdKafkaError::ConsumerCommit(RDKafkaErrorCode::IllegalGeneration);
-        assert_eq!(from_commit(&e, 1000), ClientError::CommitFailed(KafkaError::IllegalGeneration));
+        assert_eq!(
+            from_commit(&e, 1000),
+            ClientError::CommitFailed(KafkaError::IllegalGeneration)
+        );
     }
 }

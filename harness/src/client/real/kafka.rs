@@ -8,11 +8,11 @@ use crate::client::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
-use rdkafka::error::RDKafkaErrorCode;
 use futures::FutureExt;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -44,7 +44,10 @@ pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) 
         .set("acks", acks_value(config.acks))
         .set("enable.idempotence", idempotent.to_string())
         .set("request.timeout.ms", config.request_timeout_ms.to_string())
-        .set("delivery.timeout.ms", config.delivery_timeout_ms.to_string())
+        .set(
+            "delivery.timeout.ms",
+            config.delivery_timeout_ms.to_string(),
+        )
         .set("retries", retries.to_string())
         .set("retry.backoff.ms", config.retry_backoff_ms.to_string())
         .set("log_level", "3");
@@ -59,7 +62,9 @@ pub struct RealProducer {
 
 impl std::fmt::Debug for RealProducer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealProducer").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("RealProducer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -91,7 +96,10 @@ fn owned_headers(headers: &[(String, Bytes)]) -> Option<OwnedHeaders> {
     }
     let mut h = OwnedHeaders::new_with_capacity(headers.len());
     for (key, value) in headers {
-        h = h.insert(Header { key, value: Some(&value[..]) });
+        h = h.insert(Header {
+            key,
+            value: Some(&value[..]),
+        });
     }
     Some(h)
 }
@@ -118,7 +126,11 @@ impl Producer for RealProducer {
             Ok(d) => Ok(Delivery {
                 partition: d.partition as u32,
                 // acks=0 has no offset; librdkafka reports an invalid one (-1001).
-                offset: if self.config.acks == Acks::None || d.offset < 0 { -1 } else { d.offset },
+                offset: if self.config.acks == Acks::None || d.offset < 0 {
+                    -1
+                } else {
+                    d.offset
+                },
             }),
             Err((e, _)) => Err(from_rdkafka(&e, "produce", timeout_ms)),
         }
@@ -148,10 +160,19 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", config.session_timeout_ms.to_string())
-        .set("heartbeat.interval.ms", config.heartbeat_interval_ms.to_string())
-        .set("max.poll.interval.ms", config.max_poll_interval_ms.to_string())
+        .set(
+            "heartbeat.interval.ms",
+            config.heartbeat_interval_ms.to_string(),
+        )
+        .set(
+            "max.poll.interval.ms",
+            config.max_poll_interval_ms.to_string(),
+        )
         .set("fetch.max.bytes", config.fetch_max_bytes.to_string())
-        .set("max.partition.fetch.bytes", config.max_partition_fetch_bytes.to_string())
+        .set(
+            "max.partition.fetch.bytes",
+            config.max_partition_fetch_bytes.to_string(),
+        )
         .set("fetch.wait.max.ms", config.fetch_max_wait_ms.to_string())
         .set("socket.timeout.ms", config.request_timeout_ms.to_string())
         .set("isolation.level", isolation)
@@ -168,7 +189,9 @@ pub struct RealConsumer {
 
 impl std::fmt::Debug for RealConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealConsumer").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("RealConsumer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -179,8 +202,12 @@ fn closed() -> ClientError {
 fn tpl_of(offsets: &[(TopicPartition, Offset)]) -> Result<TopicPartitionList, ClientError> {
     let mut tpl = TopicPartitionList::with_capacity(offsets.len());
     for (tp, offset) in offsets {
-        tpl.add_partition_offset(&tp.topic, tp.partition as i32, rdkafka::Offset::Offset(*offset))
-            .map_err(|e| from_rdkafka(&e, "offset list", 0))?;
+        tpl.add_partition_offset(
+            &tp.topic,
+            tp.partition as i32,
+            rdkafka::Offset::Offset(*offset),
+        )
+        .map_err(|e| from_rdkafka(&e, "offset list", 0))?;
     }
     Ok(tpl)
 }
@@ -190,7 +217,12 @@ fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
         .headers()
         .map(|h| {
             h.iter()
-                .map(|h| (h.key.to_string(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        Bytes::copy_from_slice(h.value.unwrap_or_default()),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -214,7 +246,10 @@ impl RealConsumer {
         let consumer: StreamConsumer = consumer_client_config(bootstrap_servers, &config)
             .create()
             .map_err(|e| ClientError::Fatal(format!("consumer configuration: {e}")))?;
-        Ok(Self { consumer: Some(Arc::new(consumer)), config })
+        Ok(Self {
+            consumer: Some(Arc::new(consumer)),
+            config,
+        })
     }
 
     fn inner(&self) -> Result<&Arc<StreamConsumer>, ClientError> {
@@ -228,14 +263,19 @@ impl RealConsumer {
     /// When librdkafka rejects the assignment.
     pub fn assign(&mut self, positions: &[(TopicPartition, Offset)]) -> Result<(), ClientError> {
         let tpl = tpl_of(positions)?;
-        self.inner()?.assign(&tpl).map_err(|e| from_rdkafka(&e, "assign", 0))
+        self.inner()?
+            .assign(&tpl)
+            .map_err(|e| from_rdkafka(&e, "assign", 0))
     }
 
     /// The group's committed offsets of `tps` (-1 where none), from the coordinator.
     ///
     /// # Errors
     /// A timeout after `request.timeout.ms`, or the coordinator's error.
-    pub async fn committed(&self, tps: &[TopicPartition]) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+    pub async fn committed(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
         let consumer = Arc::clone(self.inner()?);
         let mut query = TopicPartitionList::with_capacity(tps.len());
         for tp in tps {
@@ -270,7 +310,9 @@ impl RealConsumer {
     fn poll_error(e: &rdkafka::error::KafkaError) -> Option<ClientError> {
         use rdkafka::error::KafkaError as E;
         match e {
-            E::MessageConsumptionFatal(code) => Some(ClientError::Fatal(format!("consume: {code}"))),
+            E::MessageConsumptionFatal(code) => {
+                Some(ClientError::Fatal(format!("consume: {code}")))
+            }
             E::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
                 Some(ClientError::Kafka(KafkaError::OffsetOutOfRange))
             }
@@ -284,7 +326,9 @@ impl RealConsumer {
 impl Consumer for RealConsumer {
     async fn subscribe(&mut self, topics: &[String]) -> Result<(), ClientError> {
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        self.inner()?.subscribe(&names).map_err(|e| from_rdkafka(&e, "subscribe", 0))
+        self.inner()?
+            .subscribe(&names)
+            .map_err(|e| from_rdkafka(&e, "subscribe", 0))
     }
 
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
@@ -324,8 +368,12 @@ impl Consumer for RealConsumer {
     }
 
     fn assignment(&self) -> Vec<TopicPartition> {
-        let Ok(consumer) = self.inner() else { return Vec::new() };
-        let Ok(tpl) = consumer.assignment() else { return Vec::new() };
+        let Ok(consumer) = self.inner() else {
+            return Vec::new();
+        };
+        let Ok(tpl) = consumer.assignment() else {
+            return Vec::new();
+        };
         let mut tps: Vec<TopicPartition> = tpl
             .elements()
             .iter()
@@ -353,7 +401,9 @@ pub struct RealAdmin {
 
 impl std::fmt::Debug for RealAdmin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealAdmin").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("RealAdmin")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -384,11 +434,17 @@ impl Admin for RealAdmin {
         let min_isr = config.min_insync_replicas.to_string();
         let unclean = config.unclean_leader_election_enable.to_string();
         let max_bytes = config.max_message_bytes.to_string();
-        let topic = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(replication_factor as i32))
-            .set("min.insync.replicas", &min_isr)
-            .set("unclean.leader.election.enable", &unclean)
-            .set("max.message.bytes", &max_bytes);
-        let opts = AdminOptions::new().operation_timeout(Some(self.timeout)).request_timeout(Some(self.timeout));
+        let topic = NewTopic::new(
+            name,
+            partitions as i32,
+            TopicReplication::Fixed(replication_factor as i32),
+        )
+        .set("min.insync.replicas", &min_isr)
+        .set("unclean.leader.election.enable", &unclean)
+        .set("max.message.bytes", &max_bytes);
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
         let timeout_ms = self.timeout.as_millis() as u64;
         let results = self
             .admin
@@ -398,7 +454,9 @@ impl Admin for RealAdmin {
         match results.into_iter().next() {
             Some(Ok(_)) => Ok(()),
             Some(Err((_, code))) => Err(from_code(code, "create topic", timeout_ms)),
-            None => Err(ClientError::Fatal(format!("create topic {name}: no result"))),
+            None => Err(ClientError::Fatal(format!(
+                "create topic {name}: no result"
+            ))),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! ClickHouse from Debian's package (18.16): `clickhouse-server --config-file` with a
 //! generated config under the caller's directory.
 
-use super::{create_dir, render, require_program, single_service_faults, write_file, Probe, Single};
+use super::{
+    create_dir, render, require_program, single_service_faults, write_file, Probe, Single,
+};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use std::io::{Read, Write};
@@ -30,21 +32,30 @@ single_service_faults!(ClickHouse);
 fn http_ping(port: u16) -> Probe {
     Box::new(move || {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
-        s.write_all(b"GET /ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+        let mut s =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(b"GET /ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .map_err(|e| e.to_string())?;
         let mut response = String::new();
         s.read_to_string(&mut response).map_err(|e| e.to_string())?;
-        if response.starts_with("HTTP/1.") && response.contains(" 200 ") && response.ends_with("Ok.\n") {
+        if response.starts_with("HTTP/1.")
+            && response.contains(" 200 ")
+            && response.ends_with("Ok.\n")
+        {
             return Ok(());
         }
-        Err(format!("unexpected answer to /ping: {:?}", response.lines().next()))
+        Err(format!(
+            "unexpected answer to /ping: {:?}",
+            response.lines().next()
+        ))
     })
 }
 
 impl ClickHouse {
     /// Starts a server with its data and logs under `dir` (`clickhouse-server.log`,
-    /// `clickhouse-server.err.log`, stdout in `stdout.log`). See [`ClickHouse::start_with_zookeeper`].
+    /// `clickhouse-server.err.log`). See [`ClickHouse::start_with_zookeeper`].
     ///
     /// # Errors
     /// As [`ClickHouse::start_with_zookeeper`].
@@ -58,7 +69,10 @@ impl ClickHouse {
     /// # Errors
     /// [`ProvisionError::Missing`] without `clickhouse-server`, [`ProvisionError::NotReady`]
     /// when `/ping` does not answer within 60 s.
-    pub fn start_with_zookeeper(dir: &Path, zookeeper: Option<&str>) -> Result<ClickHouse, ProvisionError> {
+    pub fn start_with_zookeeper(
+        dir: &Path,
+        zookeeper: Option<&str>,
+    ) -> Result<ClickHouse, ProvisionError> {
         let program = require_program("clickhouse", Path::new("clickhouse-server"))?;
         create_dir("clickhouse", dir)?;
         let ports = free_ports(2)?;
@@ -86,8 +100,17 @@ impl ClickHouse {
             user: None,
         };
         let process = ServiceProcess::spawn(launch)?;
-        let single = Single::start(process, http_ping(http_port), START_TIMEOUT_MS, libc::SIGTERM)?;
-        Ok(ClickHouse { single, http_port, tcp_port })
+        let single = Single::start(
+            process,
+            http_ping(http_port),
+            START_TIMEOUT_MS,
+            libc::SIGTERM,
+        )?;
+        Ok(ClickHouse {
+            single,
+            http_port,
+            tcp_port,
+        })
     }
 
     /// The HTTP interface's URL, `http://127.0.0.1:<port>` (for the `clickhouse` crate).

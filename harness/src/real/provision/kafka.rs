@@ -71,7 +71,10 @@ pub fn kafka_lib_dir() -> PathBuf {
 
 fn check_jars(lib: &Path) -> Result<(), ProvisionError> {
     let has_broker = std::fs::read_dir(lib)
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-")))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-"))
+        })
         .unwrap_or(false);
     if has_broker {
         return Ok(());
@@ -107,8 +110,7 @@ fn random_base64_id() -> String {
             .unwrap_or(0);
         bytes = (nanos ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
     }
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bits: u32 = 0;
     let mut bit_count = 0;
     let mut out = String::with_capacity(22);
@@ -137,11 +139,15 @@ struct NodeLayout {
 fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, ProvisionError> {
     let n = options.broker_count as usize;
     let ports = free_ports(2 * n)?;
-    let voters: Vec<String> =
-        (0..n).map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1])).collect();
+    let voters: Vec<String> = (0..n)
+        .map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1]))
+        .collect();
     let rf = options.broker_count.min(3);
-    let extra: String =
-        options.extra_properties.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    let extra: String = options
+        .extra_properties
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
     let mut nodes = Vec::with_capacity(n);
     for i in 0..n {
         let node_dir = dir.join(format!("kafka-{}", i + 1));
@@ -157,12 +163,20 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
                 ("log_dir", node_dir.join("data").display().to_string()),
                 ("replication_factor", rf.to_string()),
                 ("txn_min_isr", rf.min(2).to_string()),
-                ("offsets_topic_num_partitions", options.offsets_topic_num_partitions.to_string()),
+                (
+                    "offsets_topic_num_partitions",
+                    options.offsets_topic_num_partitions.to_string(),
+                ),
                 ("extra", extra.clone()),
             ],
         );
         write_file("kafka", &properties, &text)?;
-        nodes.push(NodeLayout { node_id: i as i32 + 1, port: ports[2 * i], dir: node_dir, properties });
+        nodes.push(NodeLayout {
+            node_id: i as i32 + 1,
+            port: ports[2 * i],
+            dir: node_dir,
+            properties,
+        });
     }
     Ok(nodes)
 }
@@ -198,11 +212,19 @@ fn format_storage(
                         .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
                         .arg(&node.properties);
                     let log = node.dir.join("format.log");
-                    run_step(&format!("kafka-{}", node.node_id), "storage format", cmd, &log)
+                    run_step(
+                        &format!("kafka-{}", node.node_id),
+                        "storage format",
+                        cmd,
+                        &log,
+                    )
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("format thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("format thread panicked"))
+            .collect()
     });
     results.into_iter().collect()
 }
@@ -255,9 +277,17 @@ impl Kafka {
                 user: None,
             };
             let process = ServiceProcess::spawn(launch)?;
-            nodes.push(Node { node_id: node.node_id, port: node.port, process });
+            nodes.push(Node {
+                node_id: node.node_id,
+                port: node.port,
+                process,
+            });
         }
-        let mut kafka = Kafka { nodes, options, cluster_id };
+        let mut kafka = Kafka {
+            nodes,
+            options,
+            cluster_id,
+        };
         let all: Vec<i32> = kafka.nodes.iter().map(|n| n.node_id).collect();
         kafka.wait_registered(&all, kafka.options.start_timeout_ms)?;
         Ok(kafka)
@@ -272,13 +302,19 @@ fn fetch_metadata(bootstrap: &str, timeout: Duration) -> Result<Metadata, String
         .set("log_level", "0")
         .create()
         .map_err(|e| e.to_string())?;
-    consumer.fetch_metadata(None, timeout).map_err(|e| e.to_string())
+    consumer
+        .fetch_metadata(None, timeout)
+        .map_err(|e| e.to_string())
 }
 
 impl Kafka {
     /// `bootstrap.servers` for clients: every node, `127.0.0.1:<port>,...`.
     pub fn bootstrap_servers(&self) -> String {
-        let addrs: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         addrs.join(",")
     }
 
@@ -301,11 +337,17 @@ impl Kafka {
     }
 
     fn node(&self, node_id: i32) -> Result<&Node, ProvisionError> {
-        self.nodes.iter().find(|n| n.node_id == node_id).ok_or_else(|| unknown_node(node_id))
+        self.nodes
+            .iter()
+            .find(|n| n.node_id == node_id)
+            .ok_or_else(|| unknown_node(node_id))
     }
 
     fn node_mut(&mut self, node_id: i32) -> Result<&mut Node, ProvisionError> {
-        self.nodes.iter_mut().find(|n| n.node_id == node_id).ok_or_else(|| unknown_node(node_id))
+        self.nodes
+            .iter_mut()
+            .find(|n| n.node_id == node_id)
+            .ok_or_else(|| unknown_node(node_id))
     }
 
     /// Waits until each of `node_ids` answers a metadata request itself and is listed as a
@@ -328,7 +370,8 @@ impl Kafka {
             if let Some(status) = node.process.exit_status() {
                 last_error = format!("process exited ({status}); last: {last_error}");
             }
-            if started.elapsed() >= Duration::from_millis(timeout_ms) || !node.process.is_running() {
+            if started.elapsed() >= Duration::from_millis(timeout_ms) || !node.process.is_running()
+            {
                 return Err(ProvisionError::NotReady {
                     service: node.process.service().to_string(),
                     log_path: node.process.log_path().to_path_buf(),
@@ -360,7 +403,11 @@ impl Kafka {
     ///
     /// # Errors
     /// When metadata cannot be fetched or the partition does not exist.
-    pub fn partition_leader(&self, topic: &str, partition: i32) -> Result<Option<i32>, ProvisionError> {
+    pub fn partition_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i32>, ProvisionError> {
         let m = self.metadata(10_000)?;
         let t = m.topics().iter().find(|t| t.name() == topic);
         let p = t.and_then(|t| t.partitions().iter().find(|p| p.id() == partition));
@@ -379,10 +426,12 @@ impl Kafka {
     /// # Errors
     /// When the partition has no leader or metadata cannot be fetched.
     pub fn kill_leader(&mut self, topic: &str, partition: i32) -> Result<i32, ProvisionError> {
-        let leader = self.partition_leader(topic, partition)?.ok_or_else(|| ProvisionError::Invalid {
-            service: "kafka".into(),
-            reason: format!("{topic}-{partition} has no leader to kill"),
-        })?;
+        let leader =
+            self.partition_leader(topic, partition)?
+                .ok_or_else(|| ProvisionError::Invalid {
+                    service: "kafka".into(),
+                    reason: format!("{topic}-{partition} has no leader to kill"),
+                })?;
         self.kill(leader)?;
         Ok(leader)
     }
@@ -466,7 +515,10 @@ impl Kafka {
 }
 
 fn unknown_node(node_id: i32) -> ProvisionError {
-    ProvisionError::Invalid { service: "kafka".into(), reason: format!("no node {node_id}") }
+    ProvisionError::Invalid {
+        service: "kafka".into(),
+        reason: format!("no node {node_id}"),
+    }
 }
 
 fn broker_list(m: &Metadata) -> Vec<i32> {
@@ -481,7 +533,9 @@ mod tests {
     fn cluster_id_is_22_url_safe_characters() {
         let id = random_cluster_id();
         assert_eq!(id.len(), 22);
-        assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert_ne!(id, random_cluster_id());
         assert!((0..1000).all(|_| !random_cluster_id().starts_with('-')));
     }

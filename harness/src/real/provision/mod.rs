@@ -1,12 +1,12 @@
 //! Native provisioning: each service a child process on loopback ports, its files and log
 //! in a directory the caller owns (a `tempfile::TempDir`, say).
 //!
-//! | service | start | health check | default timeout |
+//! | service | started as | health check | timeout |
 //! |---|---|---|---|
-//! | [`Kafka`] | `kafka.tools.StorageTool format`, then `java -cp lib/* kafka.Kafka` per node | metadata lists every broker (rdkafka) | 120 s |
-//! | [`Postgres`] | `initdb`, then `postgres -D` as a non-root user | `pg_isready` | 60 s |
-//! | [`ClickHouse`] | `clickhouse-server --config-file` | HTTP `GET /ping` answers `Ok.` | 60 s |
-//! | [`ZooKeeper`] | `java -cp zookeeper.jar QuorumPeerMain zoo.cfg` | four-letter `ruok` answers `imok` | 60 s |
+//! | [`Kafka`] | `StorageTool format`, `java kafka.Kafka` per node | every broker registered | 120 s |
+//! | [`Postgres`] | `initdb`, `postgres -D` as a non-root user | `pg_isready` | 60 s |
+//! | [`ClickHouse`] | `clickhouse-server --config-file` | HTTP `GET /ping` is `Ok.` | 60 s |
+//! | [`ZooKeeper`] | `java QuorumPeerMain zoo.cfg` | `ruok` is `imok`, `srvr` has a mode | 60 s |
 //!
 //! A service that does not come up in time is a [`ProvisionError::NotReady`] naming it and
 //! its log file. Every handle kills its process groups when dropped; see
@@ -67,7 +67,9 @@ pub(crate) struct Single {
 
 impl std::fmt::Debug for Single {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Single").field("process", &self.process).finish_non_exhaustive()
+        f.debug_struct("Single")
+            .field("process", &self.process)
+            .finish_non_exhaustive()
     }
 }
 
@@ -79,14 +81,19 @@ impl Single {
         start_timeout_ms: u64,
         stop_signal: i32,
     ) -> Result<Self, ProvisionError> {
-        let mut s = Self { process, probe, start_timeout_ms, stop_signal };
+        let mut s = Self {
+            process,
+            probe,
+            start_timeout_ms,
+            stop_signal,
+        };
         s.wait()?;
         Ok(s)
     }
 
     fn wait(&mut self) -> Result<(), ProvisionError> {
         let probe = &self.probe;
-        wait_healthy(&mut self.process, self.start_timeout_ms, || probe())
+        wait_healthy(&mut self.process, self.start_timeout_ms, probe)
     }
 
     /// Graceful stop with the service's own signal, SIGKILL after `grace`.
@@ -145,7 +152,10 @@ pub(crate) fn render(template: &str, values: &[(&str, String)]) -> String {
     for (key, value) in values {
         out = out.replace(&format!("{{{{{key}}}}}"), value);
     }
-    assert!(!out.contains("{{"), "unrendered placeholder in a service template");
+    assert!(
+        !out.contains("{{"),
+        "unrendered placeholder in a service template"
+    );
     out
 }
 
@@ -166,15 +176,22 @@ pub(crate) fn run_step(
     mut cmd: Command,
     log_path: &Path,
 ) -> Result<(), ProvisionError> {
-    let log = std::fs::File::create(log_path).map_err(|e| ProvisionError::io(service, log_path, e))?;
-    let log_err = log.try_clone().map_err(|e| ProvisionError::io(service, log_path, e))?;
+    let log =
+        std::fs::File::create(log_path).map_err(|e| ProvisionError::io(service, log_path, e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| ProvisionError::io(service, log_path, e))?;
     let program = PathBuf::from(cmd.get_program());
     let status = cmd
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
         .status()
-        .map_err(|e| ProvisionError::Spawn { service: service.into(), program, reason: e.to_string() })?;
+        .map_err(|e| ProvisionError::Spawn {
+            service: service.into(),
+            program,
+            reason: e.to_string(),
+        })?;
     if status.success() {
         return Ok(());
     }
@@ -196,7 +213,9 @@ pub(crate) fn last_lines(path: &Path, n: usize) -> String {
 
 /// `JAVA` or `java`.
 pub(crate) fn java() -> PathBuf {
-    std::env::var_os("JAVA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("java"))
+    std::env::var_os("JAVA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("java"))
 }
 
 /// Whether `program` can be found (an absolute path that exists, or a name on `PATH`).
@@ -205,7 +224,9 @@ pub(crate) fn find_program(program: &Path) -> Option<PathBuf> {
         return program.exists().then(|| program.to_path_buf());
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 /// `program` if installed, else [`ProvisionError::Missing`] pointing at the install script.
@@ -226,7 +247,10 @@ mod tests {
 
     #[test]
     fn render_replaces_every_placeholder() {
-        let out = render("a={{a}} b={{b}} a={{a}}", &[("a", "1".into()), ("b", "x".into())]);
+        let out = render(
+            "a={{a}} b={{b}} a={{a}}",
+            &[("a", "1".into()), ("b", "x".into())],
+        );
         assert_eq!(out, "a=1 b=x a=1");
     }
 }

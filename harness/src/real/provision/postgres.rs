@@ -58,11 +58,15 @@ fn server_user() -> Result<Option<(u32, u32)>, ProvisionError> {
         Some(n) => vec![n],
         None => vec!["eosim".into(), "nobody".into()],
     };
-    names.iter().find_map(|n| lookup_user(n)).map(Some).ok_or_else(|| ProvisionError::Missing {
-        service: "postgres".into(),
-        what: format!("a non-root user to run as (tried {})", names.join(", ")),
-        hint: "run .ci/install-real-services, or set EOSIM_PG_USER".into(),
-    })
+    names
+        .iter()
+        .find_map(|n| lookup_user(n))
+        .map(Some)
+        .ok_or_else(|| ProvisionError::Missing {
+            service: "postgres".into(),
+            what: format!("a non-root user to run as (tried {})", names.join(", ")),
+            hint: "run .ci/install-real-services, or set EOSIM_PG_USER".into(),
+        })
 }
 
 fn chown(path: &Path, (uid, gid): (u32, u32)) -> Result<(), ProvisionError> {
@@ -78,12 +82,26 @@ fn allow_traverse(dir: &Path) -> Result<(), ProvisionError> {
         .map_err(|e| ProvisionError::io("postgres", dir, e))
 }
 
-fn initdb(bin: &Path, data_dir: &Path, user: Option<(u32, u32)>, log: &Path) -> Result<(), ProvisionError> {
+fn initdb(
+    bin: &Path,
+    data_dir: &Path,
+    user: Option<(u32, u32)>,
+    log: &Path,
+) -> Result<(), ProvisionError> {
     let initdb = require_program("postgres", &bin.join("initdb"))?;
     let mut cmd = Command::new(initdb);
     cmd.arg("-D")
         .arg(data_dir)
-        .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        .args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
         .env("LC_ALL", "C");
     if let Some((uid, gid)) = user {
         std::os::unix::process::CommandExt::uid(&mut cmd, uid);
@@ -96,7 +114,16 @@ fn pg_isready(bin: &Path, port: u16) -> Probe {
     let program = bin.join("pg_isready");
     Box::new(move || {
         let out = Command::new(&program)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-U", "postgres"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "1",
+                "-U",
+                "postgres",
+            ])
             .output()
             .map_err(|e| format!("cannot run pg_isready: {e}"))?;
         if out.status.success() {
@@ -151,8 +178,17 @@ impl Postgres {
             user,
         };
         let process = ServiceProcess::spawn(launch)?;
-        let single = Single::start(process, pg_isready(&bin, port), START_TIMEOUT_MS, libc::SIGINT)?;
-        Ok(Postgres { single, port, data_dir })
+        let single = Single::start(
+            process,
+            pg_isready(&bin, port),
+            START_TIMEOUT_MS,
+            libc::SIGINT,
+        )?;
+        Ok(Postgres {
+            single,
+            port,
+            data_dir,
+        })
     }
 
     /// The TCP port on 127.0.0.1.
@@ -162,7 +198,10 @@ impl Postgres {
 
     /// A tokio-postgres / libpq connection string for database `postgres`.
     pub fn connection_string(&self) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.port)
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
     }
 
     /// The data directory.

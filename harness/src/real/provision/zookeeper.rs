@@ -2,7 +2,9 @@
 //! org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg`. The jar's manifest names its
 //! dependencies in /usr/share/java; slf4j-simple makes it log to stdout.
 
-use super::{create_dir, java, render, require_program, single_service_faults, write_file, Probe, Single};
+use super::{
+    create_dir, java, render, require_program, single_service_faults, write_file, Probe, Single,
+};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use std::io::{Read, Write};
@@ -29,8 +31,10 @@ single_service_faults!(ZooKeeper);
 /// Sends a four-letter command and reads the whole answer.
 fn four_letter(port: u16, word: &[u8]) -> Result<String, String> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
     s.write_all(word).map_err(|e| e.to_string())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
@@ -49,7 +53,10 @@ fn ruok_and_serving(port: u16) -> Probe {
         if srvr.contains("Mode: ") {
             return Ok(());
         }
-        Err(format!("srvr answered {:?}", srvr.lines().next().unwrap_or_default()))
+        Err(format!(
+            "srvr answered {:?}",
+            srvr.lines().next().unwrap_or_default()
+        ))
     })
 }
 
@@ -65,7 +72,13 @@ impl ZooKeeper {
         require_program("zookeeper", Path::new(ZOOKEEPER_JAR))?;
         create_dir("zookeeper", &dir.join("data"))?;
         let port = free_ports(1)?[0];
-        let cfg = render(ZOO_CFG, &[("dir", dir.display().to_string()), ("port", port.to_string())]);
+        let cfg = render(
+            ZOO_CFG,
+            &[
+                ("dir", dir.display().to_string()),
+                ("port", port.to_string()),
+            ],
+        );
         let cfg_path = dir.join("zoo.cfg");
         write_file("zookeeper", &cfg_path, &cfg)?;
         let mut classpath = ZOOKEEPER_JAR.to_string();
@@ -88,7 +101,12 @@ impl ZooKeeper {
             user: None,
         };
         let process = ServiceProcess::spawn(launch)?;
-        let single = Single::start(process, ruok_and_serving(port), START_TIMEOUT_MS, libc::SIGTERM)?;
+        let single = Single::start(
+            process,
+            ruok_and_serving(port),
+            START_TIMEOUT_MS,
+            libc::SIGTERM,
+        )?;
         Ok(ZooKeeper { single, port })
     }
 
