@@ -314,3 +314,46 @@ fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
         differential::run(&kafka.bootstrap_servers(), cases)
     });
 }
+
+/// A member that does not poll within `max.poll.interval.ms` leaves the group; its commit
+/// afterwards fails as Java's `CommitFailedException` does, which is not ambiguous: the
+/// offsets were not committed.
+///
+/// A rebalance alone does not make a librdkafka commit fail, unlike Java's: librdkafka
+/// rejoins in its background thread without the application polling, and then commits in
+/// the new generation, even offsets of partitions the member no longer owns.
+#[test]
+fn commit_after_max_poll_interval_is_commit_failed() {
+    if !real_enabled("commit_after_max_poll_interval_is_commit_failed") {
+        return;
+    }
+    let dir = service_dir("kafka-poll-interval");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        admin
+            .create_topic("slow", 2, 1, TopicConfig::default())
+            .await
+            .unwrap();
+        let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        produce_all(&producer, "slow", &keys).await;
+        let mut config = consumer_config("g-slow");
+        config.session_timeout_ms = 6_000;
+        config.max_poll_interval_ms = 6_000;
+        let mut a = RealConsumer::new(&bootstrap, config).unwrap();
+        a.subscribe(&["slow".to_string()]).await.unwrap();
+        let seen = poll_until(&mut a, 10, Duration::from_secs(60)).await;
+        assert_eq!(seen.len(), 10);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        let err = a
+            .commit(&next_offsets(&seen))
+            .await
+            .expect_err("member left the group");
+        assert!(matches!(err, ClientError::CommitFailed(_)), "got {err:?}");
+        assert!(!err.is_ambiguous());
+        a.close().await;
+    });
+}
