@@ -290,6 +290,12 @@ fn leader_failover_on_three_brokers_keeps_acknowledged_records() {
         "every acknowledged record survives the failover, in order"
     );
     timed("restart killed broker", || kafka.restart(old)).expect("old leader rejoins");
+    let pids = kafka.pids();
+    assert_eq!(pids.len(), 3);
+    timed("stop 3 brokers (SIGTERM)", || kafka.stop());
+    for pid in pids {
+        real_support::assert_group_gone("kafka", pid);
+    }
 }
 
 /// Generated sequences of produce (key, acks) / commit / fetch run against one real broker

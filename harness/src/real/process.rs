@@ -241,12 +241,24 @@ impl ServiceProcess {
     /// Graceful stop: `signal` (SIGTERM, or SIGINT for PostgreSQL's fast shutdown) to the
     /// group, SIGKILL after `grace`.
     pub fn stop(&mut self, signal: i32, grace: Duration) {
+        self.begin_stop(signal);
+        self.finish_stop(Instant::now() + grace);
+    }
+
+    /// Sends the stop `signal` to the group (after SIGCONT if paused) without waiting, so
+    /// that several services can shut down at once; [`finish_stop`](Self::finish_stop)
+    /// waits.
+    pub fn begin_stop(&mut self, signal: i32) {
         let Some(pgid) = self.pid() else { return };
         if self.paused {
             signal_group(pgid, libc::SIGCONT);
+            self.paused = false;
         }
         signal_group(pgid, signal);
-        let deadline = Instant::now() + grace;
+    }
+
+    /// Waits until the process has exited, SIGKILLs its group at `deadline`.
+    pub fn finish_stop(&mut self, deadline: Instant) {
         while Instant::now() < deadline {
             if !self.is_running() {
                 return;

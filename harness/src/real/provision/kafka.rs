@@ -506,10 +506,14 @@ impl Kafka {
         self.nodes.iter().filter_map(|n| n.process.pid()).collect()
     }
 
-    /// Stops every node: SIGTERM (controlled shutdown), SIGKILL after 15 s.
+    /// Stops every node at once: SIGTERM (controlled shutdown), SIGKILL after 15 s.
     pub fn stop(mut self) {
         for node in &mut self.nodes {
-            node.process.stop(libc::SIGTERM, Duration::from_secs(15));
+            node.process.begin_stop(libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for node in &mut self.nodes {
+            node.process.finish_stop(deadline);
         }
     }
 }
