@@ -302,8 +302,6 @@ fn leader_failover_on_three_brokers_keeps_acknowledged_records() {
 /// and against `eosim_sim::kafka::model::Cluster`; offsets, committed offsets and what a
 /// consumer reads must be equal. See `real_support/differential.rs`.
 #[test]
-#[ignore = "needs the Kafka model (kafka-log and groups branches): on this branch \
-            model::Cluster is still a stub; remove this ignore once they are merged"]
 fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
     if !real_enabled("model_and_real_kafka_agree_on_offsets_commits_and_fetches") {
         return;
