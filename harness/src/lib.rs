@@ -13,7 +13,6 @@
 //! - [`checker`]: pure functions from a history to a verdict, with Jepsen's anomaly names.
 //! - [`runner`]: runs a scenario for a seed in the simulator.
 //! - [`report`]: `results.json` and `summary.md`.
-//! - `real` (not under `--cfg madsim`): provisioning of real services and faults by signal.
 #![deny(missing_docs)]
 
 pub mod checker;
