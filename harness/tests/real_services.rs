@@ -161,7 +161,12 @@ fn ctrl_c_helper_starts_clickhouse_and_waits() {
     }
     let dir = service_dir("clickhouse-ctrl-c");
     let ch = ClickHouse::start(dir.path()).expect("clickhouse starts");
-    let line = format!("SERVICE_PID={}\n", ch.pid().expect("running"));
+    // The process exits on the signal, so the temp dir is not dropped: the parent removes it.
+    let line = format!(
+        "SERVICE_DIR={}\nSERVICE_PID={}\n",
+        dir.path().display(),
+        ch.pid().expect("running")
+    );
     let _ = std::io::stdout().write_all(line.as_bytes());
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_secs(120));
@@ -186,9 +191,10 @@ fn ctrl_c_kills_every_service_process() {
         .spawn()
         .expect("helper starts");
     let stdout = child.stdout.take().expect("piped");
-    let pid: i32 = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let dir = lines.find_map(|l| l.strip_prefix("SERVICE_DIR=").map(str::to_string));
+    let dir = dir.expect("helper printed its directory");
+    let pid: i32 = lines
         .find_map(|l| {
             l.strip_prefix("SERVICE_PID=")
                 .map(|p| p.trim().parse().expect("pid"))
@@ -204,4 +210,5 @@ fn ctrl_c_kills_every_service_process() {
         "exit code after Ctrl-C"
     );
     assert_group_gone("clickhouse (after Ctrl-C)", pid);
+    std::fs::remove_dir_all(&dir).expect("remove the helper's directory");
 }
