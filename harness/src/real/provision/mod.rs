@@ -3,7 +3,7 @@
 //!
 //! | service | started as | health check | timeout |
 //! |---|---|---|---|
-//! | [`Kafka`] | `StorageTool format`, `java kafka.Kafka` per node | every broker registered | 120 s |
+//! | [`Kafka`] | `StorageTool format`, `java kafka.Kafka` per node | brokers registered | 120 s |
 //! | [`Postgres`] | `initdb`, `postgres -D` as a non-root user | `pg_isready` | 60 s |
 //! | [`ClickHouse`] | `clickhouse-server --config-file` | HTTP `GET /ping` is `Ok.` | 60 s |
 //! | [`ZooKeeper`] | `java QuorumPeerMain zoo.cfg` | `ruok` is `imok`, `srvr` has a mode | 60 s |
