@@ -23,6 +23,8 @@ pub mod cli;
 pub mod client;
 pub mod connect;
 pub mod history;
+#[cfg(not(madsim))]
+pub mod real;
 pub mod report;
 #[cfg(madsim)]
 pub mod runner;
