@@ -28,7 +28,10 @@ pub struct TopicPartition {
 impl TopicPartition {
     /// Builds a topic-partition.
     pub fn new(topic: impl Into<String>, partition: u32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 }
 
@@ -78,8 +81,12 @@ pub struct ProducerBatchHeader {
 
 impl ProducerBatchHeader {
     /// The header of a non-idempotent batch.
-    pub const NONE: Self =
-        Self { producer_id: -1, producer_epoch: -1, base_sequence: -1, transactional: false };
+    pub const NONE: Self = Self {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        transactional: false,
+    };
 }
 
 /// `isolation.level` of a fetch.
@@ -114,7 +121,11 @@ pub struct TopicConfig {
 
 impl Default for TopicConfig {
     fn default() -> Self {
-        Self { min_insync_replicas: 1, unclean_leader_election_enable: false, max_message_bytes: 1_048_588 }
+        Self {
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            max_message_bytes: 1_048_588,
+        }
     }
 }
 
@@ -140,8 +151,53 @@ pub struct ClusterConfig {
     /// a typo in a scenario is an error, not a new topic.
     pub auto_create_topics_enable: bool,
     /// Whether a broker rebuilds producer state on failover (true in every real Kafka;
-    /// false is the F10 bug switch, used by the transactions issue).
+    /// false is the F10 bug switch: a new leader starts with no producer state, so a retried
+    /// batch it had replicated is appended again, cases.md F10).
     pub producer_state_survives_failover: bool,
+    /// Which transaction protocol the brokers speak (models-reference C.9). Default
+    /// [`TxnProtocol::Kip890Part1`] (Kafka 3.6–3.9 with
+    /// `transaction.partition.verification.enable=true`).
+    pub transaction_protocol: TxnProtocol,
+    /// `transaction.max.timeout.ms`: InitProducerId with a larger timeout gets
+    /// `INVALID_TRANSACTION_TIMEOUT`. Default 900000.
+    pub transaction_max_timeout_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the
+    /// coordinator looks for timed-out transactions. Default 10000.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// `transactional.id.expiration.ms`: idle Empty/Complete* transactional ids are removed.
+    /// Default 604800000 (7 days).
+    pub transactional_id_expiration_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`. Default 3600000.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
+    /// `producer.id.expiration.ms` (KIP-854): partition producer state without an open
+    /// transaction and older than this (by batch timestamps) is dropped. Default 86400000.
+    pub producer_id_expiration_ms: u64,
+    /// `producer.id.expiration.check.interval.ms`. Default 600000.
+    pub producer_id_expiration_check_interval_ms: u64,
+}
+
+/// The transaction protocol generation (models-reference C.9, KIP-890).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnProtocol {
+    /// Before KIP-890 (Kafka ≤ 3.5, or `transaction.partition.verification.enable=false`):
+    /// a transactional produce from a producer with no open transaction on the partition
+    /// opens one there, whatever the coordinator knows. A produce delayed past its
+    /// transaction's abort marker hangs the partition (LSO stuck); one delayed into the next
+    /// transaction of the same epoch joins it (cases.md F8).
+    PreKip890,
+    /// KIP-890 part 1 (3.6+): such a produce is checked with the coordinator
+    /// (`AddPartitionsToTxn` `verifyOnly`) and rejected with `INVALID_TXN_STATE` unless the
+    /// partition is in the producer's ongoing transaction of that epoch. F8(a) is fixed,
+    /// F8(b) is not (same epoch, partition legitimately in the next transaction).
+    #[default]
+    Kip890Part1,
+    /// Transaction version 2 (KIP-890 part 2, Kafka 4.0): part 1, plus EndTxn bumps the
+    /// epoch of every transaction (markers carry the new epoch; the EndTxn answer is
+    /// [`Response::EndTxnV5`]), and the partition leader adds a partition to the
+    /// transaction implicitly on its first transactional produce. A late produce or EndTxn
+    /// of an earlier transaction carries an older epoch and is fenced.
+    Tv2,
 }
 
 impl Default for ClusterConfig {
@@ -156,6 +212,13 @@ impl Default for ClusterConfig {
             offsets_topic_replication_factor: 3,
             auto_create_topics_enable: false,
             producer_state_survives_failover: true,
+            transaction_protocol: TxnProtocol::default(),
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
+            producer_id_expiration_ms: 86_400_000,
+            producer_id_expiration_check_interval_ms: 600_000,
         }
     }
 }
@@ -199,6 +262,7 @@ pub enum KafkaError {
     MemberIdRequired,
     FencedInstanceId,
     TransactionAbortable,
+    UnstableOffsetCommit,
 }
 
 impl KafkaError {
@@ -241,6 +305,7 @@ impl KafkaError {
             MemberIdRequired => 79,
             FencedInstanceId => 82,
             TransactionAbortable => 120,
+            UnstableOffsetCommit => 88,
         }
     }
 
@@ -260,6 +325,7 @@ impl KafkaError {
                 | NotEnoughReplicas
                 | NotEnoughReplicasAfterAppend
                 | ConcurrentTransactions
+                | UnstableOffsetCommit
                 | FencedLeaderEpoch
                 | UnknownLeaderEpoch
         )
@@ -286,13 +352,21 @@ pub struct FetchedRecord {
     pub transactional: bool,
 }
 
-/// An aborted transaction as listed in a read_committed fetch response.
+/// An aborted transaction as listed in a read_committed fetch response: Kafka's transaction
+/// index entry (`AbortedTxn`: producer id, first offset, last offset).
+///
+/// Exact client-side filtering: a fetched record with `transactional == true` is aborted
+/// iff some entry has its `producer_id` and `first_offset <= offset < last_offset`.
+/// Transactions of one producer id never overlap on a partition, and every data record of
+/// an aborted transaction lies in that range (the ABORT marker at `last_offset` closes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AbortedTxn {
     /// Producer id of the aborted transaction.
     pub producer_id: i64,
     /// Offset of its first record in this partition.
     pub first_offset: Offset,
+    /// Offset of its ABORT control record (the transaction's last offset here).
+    pub last_offset: Offset,
 }
 
 /// Per-partition part of a fetch response.
@@ -346,7 +420,12 @@ pub enum Request {
     /// `Metadata`: every topic when `topics` is `None`.
     Metadata { topics: Option<Vec<String>> },
     /// `CreateTopics` (admin).
-    CreateTopic { name: String, partitions: u32, replication_factor: u32, config: TopicConfig },
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+    },
     /// `Produce` of one batch to one partition.
     Produce {
         tp: TopicPartition,
@@ -364,7 +443,10 @@ pub enum Request {
         max_wait_ms: u64,
     },
     /// `ListOffsets`.
-    ListOffsets { tp: TopicPartition, spec: OffsetSpec },
+    ListOffsets {
+        tp: TopicPartition,
+        spec: OffsetSpec,
+    },
     /// `FindCoordinator`.
     FindCoordinator { key: String, kind: CoordinatorKind },
     /// `JoinGroup` (classic protocol, range assignor computed by the leader client).
@@ -383,7 +465,11 @@ pub enum Request {
         assignments: BTreeMap<String, Vec<TopicPartition>>,
     },
     /// `Heartbeat`.
-    Heartbeat { group_id: String, generation: i32, member_id: String },
+    Heartbeat {
+        group_id: String,
+        generation: i32,
+        member_id: String,
+    },
     /// `LeaveGroup`.
     LeaveGroup { group_id: String, member_id: String },
     /// `OffsetCommit`; generation -1 and empty member id for a simple (admin) commit.
@@ -394,7 +480,10 @@ pub enum Request {
         offsets: Vec<(TopicPartition, Offset)>,
     },
     /// `OffsetFetch`.
-    OffsetFetch { group_id: String, partitions: Vec<TopicPartition> },
+    OffsetFetch {
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+    },
     /// `InitProducerId` (KIP-98, KIP-360): a new producer id, or with a `transactional_id`
     /// the id of that transactional id with its epoch bumped (fencing older instances).
     /// `producer_id`/`producer_epoch` are -1 on first init, the current ones on a re-init.
@@ -430,20 +519,44 @@ pub enum Request {
         offsets: Vec<(TopicPartition, Offset)>,
     },
     /// `EndTxn`: commit (`commit = true`) or abort.
-    EndTxn { transactional_id: String, producer_id: i64, producer_epoch: i16, commit: bool },
+    EndTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    },
+    /// `OffsetFetch` with `require_stable = true` (KIP-447; Java consumers in read_committed):
+    /// `UNSTABLE_OFFSET_COMMIT` (88, retriable) while any asked partition has transactional
+    /// offsets pending; otherwise as [`Request::OffsetFetch`].
+    OffsetFetchStable {
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+    },
 }
 
 /// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub enum Response {
-    Metadata { brokers: Vec<BrokerId>, topics: BTreeMap<String, Vec<PartitionMetadata>> },
+    Metadata {
+        brokers: Vec<BrokerId>,
+        topics: BTreeMap<String, Vec<PartitionMetadata>>,
+    },
     CreateTopic,
     /// Base offset of the appended (or, for a duplicate, the original) batch; -1 for acks=0.
-    Produce { base_offset: Offset, log_append_time_ms: i64 },
-    Fetch { partitions: Vec<(TopicPartition, FetchPartition)> },
-    ListOffsets { offset: Offset },
-    FindCoordinator { broker: BrokerId },
+    Produce {
+        base_offset: Offset,
+        log_append_time_ms: i64,
+    },
+    Fetch {
+        partitions: Vec<(TopicPartition, FetchPartition)>,
+    },
+    ListOffsets {
+        offset: Offset,
+    },
+    FindCoordinator {
+        broker: BrokerId,
+    },
     JoinGroup {
         generation: i32,
         member_id: String,
@@ -453,20 +566,40 @@ pub enum Response {
     },
     /// `JoinGroup` answered with `MEMBER_ID_REQUIRED` (79, KIP-394): the client rejoins with
     /// the member id the coordinator assigned.
-    MemberIdRequired { member_id: String },
-    SyncGroup { assignment: Vec<TopicPartition> },
+    MemberIdRequired {
+        member_id: String,
+    },
+    SyncGroup {
+        assignment: Vec<TopicPartition>,
+    },
     Heartbeat,
     LeaveGroup,
     OffsetCommit,
     /// Committed offsets; -1 where none.
-    OffsetFetch { offsets: Vec<(TopicPartition, Offset)> },
+    OffsetFetch {
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
     /// The producer id and epoch to use.
-    InitProducerId { producer_id: i64, producer_epoch: i16 },
+    InitProducerId {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
     /// Per-partition result of `AddPartitionsToTxn` (`None` = added).
-    AddPartitionsToTxn { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    AddPartitionsToTxn {
+        results: Vec<(TopicPartition, Option<KafkaError>)>,
+    },
     AddOffsetsToTxn,
     /// Per-partition result of `TxnOffsetCommit` (`None` = pending until EndTxn).
-    TxnOffsetCommit { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    TxnOffsetCommit {
+        results: Vec<(TopicPartition, Option<KafkaError>)>,
+    },
     EndTxn,
+    /// `EndTxn` v5 answer under transaction version 2 (KIP-890 part 2): the producer id and
+    /// the bumped epoch the producer must use from its next transaction on (sequences
+    /// restart at 0 with a new epoch).
+    EndTxnV5 {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
     Error(KafkaError),
 }
