@@ -61,12 +61,7 @@ pub fn clear_message_faults() {
 }
 
 fn faults_on(source: IpAddr, target: IpAddr) -> MessageFaults {
-    LINK_FAULTS.with(|t| {
-        t.borrow()
-            .get(&(source, target))
-            .copied()
-            .unwrap_or_default()
-    })
+    LINK_FAULTS.with(|t| t.borrow().get(&(source, target)).copied().unwrap_or_default())
 }
 
 fn draw(probability: f64) -> bool {
@@ -110,9 +105,7 @@ where
     Resp: Send + Sync + 'static,
 {
     let timeout_ms = timeout.as_millis() as u64;
-    let source = endpoint
-        .local_addr()
-        .map_err(|e| RpcError::Transport(e.to_string()))?;
+    let source = endpoint.local_addr().map_err(|e| RpcError::Transport(e.to_string()))?;
     let faults = faults_on(source.ip(), target.ip());
     let response_tag: u64 = madsim::rand::random();
     let exchange = async {
@@ -123,11 +116,7 @@ where
         if draw(faults.drop_request_probability) {
             std::future::pending::<()>().await;
         }
-        let copies = if draw(faults.duplicate_probability) {
-            2
-        } else {
-            1
-        };
+        let copies = if draw(faults.duplicate_probability) { 2 } else { 1 };
         for _ in 0..copies {
             let envelope: Envelope<Req> = (response_tag, request.clone());
             endpoint
@@ -139,9 +128,7 @@ where
             .recv_from_raw(response_tag)
             .await
             .map_err(|e| RpcError::Transport(e.to_string()))?;
-        Ok(*payload
-            .downcast::<Resp>()
-            .expect("response type matches the request type"))
+        Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
     };
     madsim::time::timeout(timeout, exchange)
         .await
@@ -162,23 +149,18 @@ where
         let Ok((payload, from)) = endpoint.recv_from_raw(REQUEST_TAG).await else {
             return;
         };
-        let (response_tag, request) = *payload
-            .downcast::<Envelope<Req>>()
-            .expect("request type matches the service");
+        let (response_tag, request) =
+            *payload.downcast::<Envelope<Req>>().expect("request type matches the service");
         let handler = handler.clone();
         let endpoint = endpoint.clone();
         madsim::task::spawn(async move {
             let response = handler(request, from).await;
-            let Ok(local) = endpoint.local_addr() else {
-                return;
-            };
+            let Ok(local) = endpoint.local_addr() else { return };
             if draw(faults_on(from.ip(), local.ip()).drop_response_probability) {
                 return;
             }
             // A send error means the caller is gone; there is nobody to tell.
-            let _ = endpoint
-                .send_to_raw(from, response_tag, Box::new(response))
-                .await;
+            let _ = endpoint.send_to_raw(from, response_tag, Box::new(response)).await;
         });
     }
 }

@@ -79,10 +79,7 @@ impl KafkaWorld {
                 }
             }
             let now = self.now_ms();
-            self.cluster
-                .lock()
-                .expect("cluster lock")
-                .tick(now, env.as_ref());
+            self.cluster.lock().expect("cluster lock").tick(now, env.as_ref());
             self.ticked.notify_waiters();
         }
     }
@@ -93,10 +90,7 @@ impl KafkaWorld {
         let park_timeout = park_timeout(&request);
         let reply = {
             let now = self.now_ms();
-            self.cluster
-                .lock()
-                .expect("cluster lock")
-                .handle(now, broker, request)
+            self.cluster.lock().expect("cluster lock").handle(now, broker, request)
         };
         self.dirty.notify_one();
         let token = match reply {
@@ -107,11 +101,8 @@ impl KafkaWorld {
         loop {
             let ticked = self.ticked.notified();
             let now = self.now_ms();
-            if let Some(response) = self
-                .cluster
-                .lock()
-                .expect("cluster lock")
-                .poll_parked(now, &token)
+            if let Some(response) =
+                self.cluster.lock().expect("cluster lock").poll_parked(now, &token)
             {
                 return response;
             }
@@ -135,10 +126,9 @@ impl KafkaWorld {
 fn park_timeout(request: &Request) -> Duration {
     match request {
         Request::Produce { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
-        Request::JoinGroup {
-            rebalance_timeout_ms,
-            ..
-        } => Duration::from_millis(rebalance_timeout_ms + TICK_INTERVAL_IDLE_MS * 2),
+        Request::JoinGroup { rebalance_timeout_ms, .. } => {
+            Duration::from_millis(rebalance_timeout_ms + TICK_INTERVAL_IDLE_MS * 2)
+        }
         _ => Duration::from_secs(60),
     }
 }
