@@ -82,7 +82,7 @@ pub enum Validation {
 }
 
 /// The producer state of one replica of one partition. See the module docs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerState {
     producers: BTreeMap<i64, ProducerEntry>,
     /// Open transactions: producer id → first offset (`ongoingTxns`).

@@ -287,6 +287,21 @@ impl Cluster {
         self.next_producer_expiry_scan_ms = now + interval;
     }
 
+    /// Broker `broker`'s producer state of `tp` (B.2), for introspection; `None` if it holds
+    /// no replica.
+    pub fn producer_state(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Option<&crate::kafka::producer_state::ProducerState> {
+        Some(self.partition(tp)?.replica(broker)?.log.producer_state())
+    }
+
+    /// The batches of broker `broker`'s replica of `tp` (empty if it holds none).
+    pub fn replica_log_batches(&self, tp: &TopicPartition, broker: BrokerId) -> Vec<crate::kafka::log::Batch> {
+        self.partition(tp).and_then(|p| p.replica(broker)).map_or(Vec::new(), |r| r.log.batches().to_vec())
+    }
+
     /// The transaction coordinators, for introspection (states, epochs, partitions).
     pub fn transactions(&self) -> &crate::kafka::txn::TransactionCoordinator {
         &self.txns
