@@ -9,6 +9,7 @@ use bytes::Bytes;
 use std::collections::BTreeSet;
 
 mod checklist;
+mod protocol;
 mod property;
 
 /// Every broker up unless listed; links cut both ways.
