@@ -126,6 +126,11 @@ impl ProducerState {
         self.ongoing.get(&producer_id).copied()
     }
 
+    /// Open transactions on this partition: producer id → first offset.
+    pub fn ongoing_txns(&self) -> &BTreeMap<i64, Offset> {
+        &self.ongoing
+    }
+
     /// Number of open transactions on this partition.
     pub fn ongoing_txn_count(&self) -> usize {
         self.ongoing.len()
