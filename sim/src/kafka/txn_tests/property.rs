@@ -135,7 +135,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (0usize..2).prop_map(Op::Init),
         3 => (0usize..2, 0u32..2).prop_map(|(t, p)| Op::Add(t, p)),
-        5 => (0usize..2, 0u32..2).prop_map(|(t, p)| Op::Produce(t, p)),
+        8 => (0usize..2, 0u32..2).prop_map(|(t, p)| Op::Produce(t, p)),
         1 => (0usize..2, 0u32..2).prop_map(|(t, p)| Op::Stale(t, p)),
         3 => (0usize..2, any::<bool>()).prop_map(|(t, c)| Op::End(t, c)),
         2 => (1u64..12_000).prop_map(Op::Tick),
@@ -222,6 +222,10 @@ impl Run {
     }
 
     fn add(&mut self, t: usize, p: u32) {
+        if self.clients[t].ids.is_none() || self.clients[t].broken {
+            // A producer with no usable id initialises first (as rdkafka's would).
+            self.init(t);
+        }
         let c = &self.clients[t];
         let Some(ids) = c.ids.filter(|_| !c.broken) else { return };
         if c.open.is_none() {
@@ -271,6 +275,9 @@ impl Run {
     }
 
     fn produce(&mut self, t: usize, p: u32) {
+        if !self.clients[t].added.contains(&p) {
+            self.add(t, p);
+        }
         let c = &self.clients[t];
         let Some(i) = c.open.filter(|_| !c.broken && c.added.contains(&p)) else { return };
         if !self.produce_for(i, p) {
@@ -409,7 +416,7 @@ fn run_coordinator(protocol: TxnProtocol, ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
     fn coordinator_with_kip_890_part_1_keeps_read_committed_exact(ops in proptest::collection::vec(op(), 1..40)) {
         run_coordinator(TxnProtocol::Kip890Part1, ops);
