@@ -9,8 +9,8 @@ use bytes::Bytes;
 use std::collections::BTreeSet;
 
 mod checklist;
-mod protocol;
 mod property;
+mod protocol;
 
 /// Every broker up unless listed; links cut both ways.
 #[derive(Debug, Default, Clone)]

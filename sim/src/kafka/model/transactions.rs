@@ -86,18 +86,7 @@ impl Cluster {
                 producer_epoch,
                 partitions,
                 ..
-            } => {
-                if partitions.iter().any(|tp| self.partition(tp).is_none()) {
-                    return Response::Error(KafkaError::UnknownTopicOrPartition);
-                }
-                let ids = (producer_id, producer_epoch);
-                match self.txns.add_partitions(now, &tid, ids, &partitions) {
-                    Ok(()) => Response::AddPartitionsToTxn {
-                        results: partitions.into_iter().map(|tp| (tp, None)).collect(),
-                    },
-                    Err(e) => Response::Error(e),
-                }
-            }
+            } => self.add_partitions(now, &tid, (producer_id, producer_epoch), partitions),
             Request::AddOffsetsToTxn {
                 producer_id,
                 producer_epoch,
@@ -120,6 +109,26 @@ impl Cluster {
                 .txns
                 .end_txn(now, &tid, (producer_id, producer_epoch), commit),
             _ => unreachable!("matched above"),
+        }
+    }
+
+    /// AddPartitionsToTxn: `UNKNOWN_TOPIC_OR_PARTITION` for the whole request if any
+    /// partition does not exist (nothing is added), else the coordinator's answer.
+    fn add_partitions(
+        &mut self,
+        now: TimeMs,
+        tid: &str,
+        ids: (i64, i16),
+        partitions: Vec<TopicPartition>,
+    ) -> Response {
+        if partitions.iter().any(|tp| self.partition(tp).is_none()) {
+            return Response::Error(KafkaError::UnknownTopicOrPartition);
+        }
+        match self.txns.add_partitions(now, tid, ids, &partitions) {
+            Ok(()) => Response::AddPartitionsToTxn {
+                results: partitions.into_iter().map(|tp| (tp, None)).collect(),
+            },
+            Err(e) => Response::Error(e),
         }
     }
 
@@ -298,8 +307,14 @@ impl Cluster {
     }
 
     /// The batches of broker `broker`'s replica of `tp` (empty if it holds none).
-    pub fn replica_log_batches(&self, tp: &TopicPartition, broker: BrokerId) -> Vec<crate::kafka::log::Batch> {
-        self.partition(tp).and_then(|p| p.replica(broker)).map_or(Vec::new(), |r| r.log.batches().to_vec())
+    pub fn replica_log_batches(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Vec<crate::kafka::log::Batch> {
+        self.partition(tp)
+            .and_then(|p| p.replica(broker))
+            .map_or(Vec::new(), |r| r.log.batches().to_vec())
     }
 
     /// The transaction coordinators, for introspection (states, epochs, partitions).

@@ -64,7 +64,10 @@ fn idempotent(w: &mut World) -> (i64, i16) {
         producer_epoch: -1,
     };
     match w.send_to(1, req) {
-        Response::InitProducerId { producer_id, producer_epoch } => (producer_id, producer_epoch),
+        Response::InitProducerId {
+            producer_id,
+            producer_epoch,
+        } => (producer_id, producer_epoch),
         other => panic!("{other:?}"),
     }
 }
@@ -82,12 +85,20 @@ fn a_retried_batch_among_the_last_5_is_acknowledged_with_its_original_offset_and
     let mut offsets = Vec::new();
     for k in 0..5 {
         let seq = k * 2;
-        offsets.push(offset(&w.produce(&tp(0), header(pid, epoch, seq, false), &["a", "b"])));
+        offsets.push(offset(&w.produce(
+            &tp(0),
+            header(pid, epoch, seq, false),
+            &["a", "b"],
+        )));
     }
     let end = leo(&w, &tp(0));
     for k in 0..5 {
         let again = w.produce(&tp(0), header(pid, epoch, k * 2, false), &["a", "b"]);
-        assert_eq!(offset(&again), offsets[k as usize], "duplicate {k} answered with its offset");
+        assert_eq!(
+            offset(&again),
+            offsets[k as usize],
+            "duplicate {k} answered with its offset"
+        );
     }
     assert_eq!(leo(&w, &tp(0)), end, "nothing appended twice");
 }
@@ -116,7 +127,10 @@ fn a_sequence_gap_returns_45_and_a_lower_epoch_returns_47_and_neither_changes_le
     let stale = w.produce(&tp(0), header(pid, 2, 1, false), &["v"]);
     assert_eq!(err(&stale), KafkaError::InvalidProducerEpoch);
     let new_epoch_not_at_zero = w.produce(&tp(0), header(pid, 4, 5, false), &["v"]);
-    assert_eq!(err(&new_epoch_not_at_zero), KafkaError::OutOfOrderSequenceNumber);
+    assert_eq!(
+        err(&new_epoch_not_at_zero),
+        KafkaError::OutOfOrderSequenceNumber
+    );
     assert_eq!(leo(&w, &tp(0)), end);
     offset(&w.produce(&tp(0), header(pid, 4, 0, false), &["v"]));
 }
@@ -154,7 +168,10 @@ fn f10_retry_after_failover(survives: bool) -> (Vec<String>, Offset, Offset) {
 fn after_leader_failover_the_new_leader_deduplicates_retries_of_every_batch_it_had_replicated() {
     let (log, first, retry) = f10_retry_after_failover(true);
     assert_eq!(log.len(), 10, "the batch once");
-    assert_eq!(first, retry, "the retry is answered with the original offset");
+    assert_eq!(
+        first, retry,
+        "the retry is answered with the original offset"
+    );
 }
 
 #[test]
@@ -175,15 +192,31 @@ fn after_producer_id_expiration_of_inactivity_the_entry_is_gone_and_a_retry_dupl
     offset(&w.produce(&tp(0), header(pid, epoch, 0, false), &["v"]));
     w.tick_for(30_000);
     let leader = w.cluster.leader(&tp(0)).unwrap();
-    assert!(w.cluster.producer_state(&tp(0), leader).unwrap().entry(pid).is_some());
+    assert!(w
+        .cluster
+        .producer_state(&tp(0), leader)
+        .unwrap()
+        .entry(pid)
+        .is_some());
     w.tick_for(50_000);
-    assert!(w.cluster.producer_state(&tp(0), leader).unwrap().entry(pid).is_none(), "expired");
+    assert!(
+        w.cluster
+            .producer_state(&tp(0), leader)
+            .unwrap()
+            .entry(pid)
+            .is_none(),
+        "expired"
+    );
     let retry = w.produce(&tp(0), header(pid, epoch, 0, false), &["v"]);
-    assert_eq!(offset(&retry), 1, "appended again: the documented limit of idempotence");
+    assert_eq!(
+        offset(&retry),
+        1,
+        "appended again: the documented limit of idempotence"
+    );
 }
 
 #[test]
-fn producer_state_after_restart_and_truncation_equals_the_state_obtained_by_replaying_the_surviving_log() {
+fn producer_state_after_restart_and_truncation_equals_a_replay_of_the_surviving_log() {
     use crate::kafka::producer_state::ProducerState;
     let mut w = World::new(TxnProtocol::default());
     let ids = w.init("tx");
@@ -195,7 +228,11 @@ fn producer_state_after_restart_and_truncation_equals_the_state_obtained_by_repl
     w.settle();
     let old = w.cluster.leader(&tp(0)).unwrap();
     // Cut the leader off, let it take acks=1 writes the others never see, then bring it back.
-    w.env.cut.extend([(1, 2), (1, 3), (2, 3)].into_iter().filter(|&(a, b)| a == old || b == old));
+    w.env.cut.extend(
+        [(1, 2), (1, 3), (2, 3)]
+            .into_iter()
+            .filter(|&(a, b)| a == old || b == old),
+    );
     let req = Request::Produce {
         tp: tp(0),
         acks: Acks::Leader,
@@ -214,15 +251,22 @@ fn producer_state_after_restart_and_truncation_equals_the_state_obtained_by_repl
         let batches = w.cluster.replica_log_batches(&tp(0), b);
         let hw = w.cluster.replica_high_watermark(&tp(0), b).unwrap();
         let replayed = ProducerState::rebuild(&batches, hw);
-        assert_eq!(w.cluster.producer_state(&tp(0), b), Some(&replayed), "broker {b}");
+        assert_eq!(
+            w.cluster.producer_state(&tp(0), b),
+            Some(&replayed),
+            "broker {b}"
+        );
     }
-    assert!(!w.read(&tp(0), Isolation::ReadUncommitted).contains(&"lost".to_string()));
+    assert!(!w
+        .read(&tp(0), Isolation::ReadUncommitted)
+        .contains(&"lost".to_string()));
 }
 
 // ------------------------------------------------------------------------ C: transactions
 
 #[test]
-fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fences_the_producer() {
+fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fences_the_producer()
+{
     let mut w = World::new(TxnProtocol::default());
     let tid = "tx";
     let b = w.txn_coordinator(tid);
@@ -232,7 +276,13 @@ fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fe
         producer_id: -1,
         producer_epoch: -1,
     };
-    let Response::InitProducerId { producer_id, producer_epoch } = w.send_to(b, init) else { panic!() };
+    let Response::InitProducerId {
+        producer_id,
+        producer_epoch,
+    } = w.send_to(b, init)
+    else {
+        panic!()
+    };
     let ids = (producer_id, producer_epoch);
     w.tick_for(5_000);
     w.add(tid, ids, &[tp(0)]);
@@ -242,7 +292,11 @@ fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fe
         w.tick_for(TICK_MS);
         assert!(w.now < start + 40_000, "never timed out");
     }
-    assert!(w.now > start + 15_000, "aborted at {} before start {start} + 15000", w.now);
+    assert!(
+        w.now > start + 15_000,
+        "aborted at {} before start {start} + 15000",
+        w.now
+    );
     w.settle();
     assert_eq!(w.state(tid), TxnState::CompleteAbort);
     assert_eq!(err(&w.end(tid, ids, true)), KafkaError::ProducerFenced);
@@ -254,7 +308,7 @@ fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fe
 }
 
 #[test]
-fn init_producer_id_on_an_ongoing_transaction_aborts_it_and_returns_51_first_then_epoch_at_least_old_plus_2() {
+fn init_producer_id_on_an_ongoing_txn_aborts_it_returns_51_then_epoch_at_least_old_plus_2() {
     let mut w = World::new(TxnProtocol::default());
     let zombie = w.init("tx");
     w.add("tx", zombie, &[tp(0)]);
@@ -268,7 +322,12 @@ fn init_producer_id_on_an_ongoing_transaction_aborts_it_and_returns_51_first_the
     assert_eq!(err(&w.txn("tx", req)), KafkaError::ConcurrentTransactions);
     let fresh = w.init("tx");
     assert_eq!(fresh.0, zombie.0);
-    assert!(fresh.1 >= zombie.1 + 2, "epoch {} after {}", fresh.1, zombie.1);
+    assert!(
+        fresh.1 >= zombie.1 + 2,
+        "epoch {} after {}",
+        fresh.1,
+        zombie.1
+    );
     assert_eq!(err(&w.end("tx", zombie, true)), KafkaError::ProducerFenced);
     let z = w.produce(&tp(0), header(zombie.0, zombie.1, 1, true), &["zombie2"]);
     assert_eq!(err(&z), KafkaError::InvalidProducerEpoch);
@@ -276,7 +335,7 @@ fn init_producer_id_on_an_ongoing_transaction_aborts_it_and_returns_51_first_the
 }
 
 #[test]
-fn any_produce_with_an_epoch_lower_than_the_partitions_stored_epoch_is_rejected_with_47_and_not_appended() {
+fn a_produce_with_an_epoch_below_the_partitions_stored_epoch_gets_47_and_is_not_appended() {
     let mut w = World::new(TxnProtocol::PreKip890);
     let old = w.init("tx");
     w.add("tx", old, &[tp(0)]);
@@ -307,12 +366,20 @@ fn end_txn_commit_returns_before_the_markers_and_lso_advances_only_once_the_mark
         w.env.cut.insert((c.min(l), c.max(l)));
     }
     assert_eq!(w.end("tx", ids, true), Response::EndTxn);
-    assert_eq!(w.state("tx"), TxnState::PrepareCommit, "answered before any marker");
+    assert_eq!(
+        w.state("tx"),
+        TxnState::PrepareCommit,
+        "answered before any marker"
+    );
     assert_eq!(w.lso(&tp(0)), 0);
     assert!(w.read_committed(&tp(0)).is_empty());
     if cut_ok {
         w.tick_for(1_000);
-        assert_eq!(w.lso(&tp(0)), 0, "no marker while the coordinator is cut off");
+        assert_eq!(
+            w.lso(&tp(0)),
+            0,
+            "no marker while the coordinator is cut off"
+        );
         w.env.cut.clear();
     }
     w.settle();
@@ -326,30 +393,53 @@ fn committing_twice_returns_none_and_aborting_after_a_completed_commit_returns_4
     let ids = w.init("tx");
     w.add("tx", ids, &[tp(0)]);
     assert_eq!(w.end("tx", ids, true), Response::EndTxn);
-    assert_eq!(err(&w.end("tx", ids, true)), KafkaError::ConcurrentTransactions, "still PrepareCommit");
+    assert_eq!(
+        err(&w.end("tx", ids, true)),
+        KafkaError::ConcurrentTransactions,
+        "still PrepareCommit"
+    );
     w.settle();
     assert_eq!(w.end("tx", ids, true), Response::EndTxn);
     assert_eq!(err(&w.end("tx", ids, false)), KafkaError::InvalidTxnState);
     let fresh = w.init("tx");
-    assert_eq!(err(&w.end("tx", fresh, true)), KafkaError::InvalidTxnState, "Empty + EndTxn");
+    assert_eq!(
+        err(&w.end("tx", fresh, true)),
+        KafkaError::InvalidTxnState,
+        "Empty + EndTxn"
+    );
 }
 
 #[test]
 fn add_partitions_checks_the_producer_id_mapping_and_the_epoch() {
     let mut w = World::new(TxnProtocol::default());
     let ids = w.init("tx");
-    assert_eq!(err(&w.add("tx", (ids.0 + 1, ids.1), &[tp(0)])), KafkaError::InvalidProducerIdMapping);
-    assert_eq!(err(&w.add("nobody", ids, &[tp(0)])), KafkaError::InvalidProducerIdMapping);
-    assert_eq!(err(&w.add("tx", (ids.0, ids.1 + 1), &[tp(0)])), KafkaError::ProducerFenced);
+    assert_eq!(
+        err(&w.add("tx", (ids.0 + 1, ids.1), &[tp(0)])),
+        KafkaError::InvalidProducerIdMapping
+    );
+    assert_eq!(
+        err(&w.add("nobody", ids, &[tp(0)])),
+        KafkaError::InvalidProducerIdMapping
+    );
+    assert_eq!(
+        err(&w.add("tx", (ids.0, ids.1 + 1), &[tp(0)])),
+        KafkaError::ProducerFenced
+    );
     let unknown = TopicPartition::new("missing", 0);
-    assert_eq!(err(&w.add("tx", ids, &[unknown])), KafkaError::UnknownTopicOrPartition);
+    assert_eq!(
+        err(&w.add("tx", ids, &[unknown])),
+        KafkaError::UnknownTopicOrPartition
+    );
     let too_long = Request::InitProducerId {
         transactional_id: Some("tx".into()),
         transaction_timeout_ms: 900_001,
         producer_id: -1,
         producer_epoch: -1,
     };
-    assert_eq!(err(&w.txn("tx", too_long)), KafkaError::InvalidTransactionTimeout);
+    assert_eq!(
+        err(&w.txn("tx", too_long)),
+        KafkaError::InvalidTransactionTimeout
+    );
 }
 
 #[test]
@@ -400,7 +490,11 @@ fn join(w: &mut World, group: &str) -> (String, i32) {
         };
         match w.send_to(c, req) {
             Response::MemberIdRequired { member_id } => member = member_id,
-            Response::JoinGroup { generation, member_id, .. } => {
+            Response::JoinGroup {
+                generation,
+                member_id,
+                ..
+            } => {
                 let sync = Request::SyncGroup {
                     group_id: group.into(),
                     generation,
@@ -416,7 +510,13 @@ fn join(w: &mut World, group: &str) -> (String, i32) {
     panic!("never joined")
 }
 
-fn txn_commit(w: &mut World, ids: (i64, i16), member: &str, generation: i32, at: Offset) -> Response {
+fn txn_commit(
+    w: &mut World,
+    ids: (i64, i16),
+    member: &str,
+    generation: i32,
+    at: Offset,
+) -> Response {
     let c = w.group_coordinator("g");
     let req = Request::TxnOffsetCommit {
         transactional_id: "tx".into(),
@@ -442,7 +542,13 @@ fn add_offsets(w: &mut World, ids: (i64, i16)) -> Response {
 
 fn fetch_stable(w: &mut World) -> Response {
     let c = w.group_coordinator("g");
-    w.send_to(c, Request::OffsetFetchStable { group_id: "g".into(), partitions: vec![tp(1)] })
+    w.send_to(
+        c,
+        Request::OffsetFetchStable {
+            group_id: "g".into(),
+            partitions: vec![tp(1)],
+        },
+    )
 }
 
 #[test]
@@ -466,17 +572,29 @@ fn pending_offsets_become_visible_exactly_when_the_commit_marker_is_written_and_
     let (member, generation) = join(&mut w, "g");
     let ids = w.init("tx");
     add_offsets(&mut w, ids);
-    assert!(matches!(txn_commit(&mut w, ids, &member, generation, 7), Response::TxnOffsetCommit { .. }));
+    assert!(matches!(
+        txn_commit(&mut w, ids, &member, generation, 7),
+        Response::TxnOffsetCommit { .. }
+    ));
     assert_eq!(err(&fetch_stable(&mut w)), KafkaError::UnstableOffsetCommit);
-    assert!(w.cluster.committed_offsets("g").is_empty(), "pending, invisible");
+    assert!(
+        w.cluster.committed_offsets("g").is_empty(),
+        "pending, invisible"
+    );
     w.end("tx", ids, false);
     w.settle();
-    assert!(w.cluster.committed_offsets("g").is_empty(), "dropped on abort");
+    assert!(
+        w.cluster.committed_offsets("g").is_empty(),
+        "dropped on abort"
+    );
     assert!(matches!(fetch_stable(&mut w), Response::OffsetFetch { .. }));
     add_offsets(&mut w, ids);
     txn_commit(&mut w, ids, &member, generation, 9);
     w.end("tx", ids, true);
-    assert!(w.cluster.committed_offsets("g").is_empty(), "not before the marker");
+    assert!(
+        w.cluster.committed_offsets("g").is_empty(),
+        "not before the marker"
+    );
     w.settle();
     assert_eq!(w.cluster.committed_offsets("g"), vec![(tp(1), 9)]);
 }

@@ -45,11 +45,17 @@ fn ps_op() -> impl Strategy<Value = PsOp> {
 }
 
 /// Validates and (if valid) appends like the leader does; returns the answer.
-fn ps_send(log: &mut PartitionLog, h: ProducerBatchHeader, count: usize) -> Result<Offset, KafkaError> {
+fn ps_send(
+    log: &mut PartitionLog,
+    h: ProducerBatchHeader,
+    count: usize,
+) -> Result<Offset, KafkaError> {
     match log.producer_state().validate(&h, count)? {
         Validation::Duplicate { first_offset, .. } => Ok(first_offset),
         Validation::Append => {
-            let records = (0..count).map(|i| record(&format!("{}-{i}", h.base_sequence), 0)).collect();
+            let records = (0..count)
+                .map(|i| record(&format!("{}-{i}", h.base_sequence), 0))
+                .collect();
             Ok(log.append_as_leader(0, h, false, Arc::new(records)).0)
         }
     }
@@ -78,7 +84,11 @@ fn run_producer_state(ops: Vec<PsOp>) {
                 let (seq, count, at) = sent[sent.len() - 1 - back];
                 let answer = ps_send(&mut log, header(pid, epoch, seq, false), count);
                 if back < NUM_RETAINED {
-                    assert_eq!(answer, Ok(at), "a retry of a retained batch gets its offset");
+                    assert_eq!(
+                        answer,
+                        Ok(at),
+                        "a retry of a retained batch gets its offset"
+                    );
                 } else {
                     assert_eq!(answer, Err(KafkaError::OutOfOrderSequenceNumber));
                 }
@@ -99,7 +109,13 @@ fn run_producer_state(ops: Vec<PsOp>) {
     let actual: Vec<(i16, i32, usize)> = log
         .batches()
         .iter()
-        .map(|b| (b.header.producer_epoch, b.header.base_sequence, b.records.len()))
+        .map(|b| {
+            (
+                b.header.producer_epoch,
+                b.header.base_sequence,
+                b.records.len(),
+            )
+        })
         .collect();
     assert_eq!(actual, expected_log, "each batch exactly once, in order");
 }
@@ -184,7 +200,11 @@ fn tid(t: usize) -> String {
 
 impl Run {
     fn send_txn(&mut self, t: usize, request: Request) -> Response {
-        match self.w.cluster.coordinator_for(&tid(t), CoordinatorKind::Transaction) {
+        match self
+            .w
+            .cluster
+            .coordinator_for(&tid(t), CoordinatorKind::Transaction)
+        {
             Some(b) => self.w.send_to(b, request),
             None => Response::Error(KafkaError::CoordinatorNotAvailable),
         }
@@ -207,7 +227,10 @@ impl Run {
             producer_epoch: -1,
         };
         match self.send_txn(t, req) {
-            Response::InitProducerId { producer_id, producer_epoch } => {
+            Response::InitProducerId {
+                producer_id,
+                producer_epoch,
+            } => {
                 self.close(t, Outcome::Abort);
                 self.clients[t].ids = Some((producer_id, producer_epoch));
                 self.clients[t].broken = false;
@@ -227,9 +250,16 @@ impl Run {
             self.init(t);
         }
         let c = &self.clients[t];
-        let Some(ids) = c.ids.filter(|_| !c.broken) else { return };
+        let Some(ids) = c.ids.filter(|_| !c.broken) else {
+            return;
+        };
         if c.open.is_none() {
-            let inst = Instance { ids, outcome: Outcome::Open, acked: vec![], unknown: vec![] };
+            let inst = Instance {
+                ids,
+                outcome: Outcome::Open,
+                acked: vec![],
+                unknown: vec![],
+            };
             self.instances.push(inst);
             self.clients[t].open = Some(self.instances.len() - 1);
         }
@@ -263,13 +293,23 @@ impl Run {
         let answer = match leader {
             Some(b) if self.w.cluster.broker_alive(b) => {
                 let records = vec![record(&value, self.w.now as i64)];
-                let req = Request::Produce { tp: tp(p), acks: Acks::All, timeout_ms: 5_000, header: h, records };
+                let req = Request::Produce {
+                    tp: tp(p),
+                    acks: Acks::All,
+                    timeout_ms: 5_000,
+                    header: h,
+                    records,
+                };
                 self.w.send_to(b, req)
             }
             _ => Response::Error(KafkaError::NotLeaderOrFollower),
         };
         let ok = matches!(answer, Response::Produce { .. });
-        let list = if ok { &mut self.instances[i].acked } else { &mut self.instances[i].unknown };
+        let list = if ok {
+            &mut self.instances[i].acked
+        } else {
+            &mut self.instances[i].unknown
+        };
         list.push((p, value));
         ok
     }
@@ -279,14 +319,18 @@ impl Run {
             self.add(t, p);
         }
         let c = &self.clients[t];
-        let Some(i) = c.open.filter(|_| !c.broken && c.added.contains(&p)) else { return };
+        let Some(i) = c.open.filter(|_| !c.broken && c.added.contains(&p)) else {
+            return;
+        };
         if !self.produce_for(i, p) {
             self.clients[t].broken = true;
         }
     }
 
     fn stale(&mut self, t: usize, p: u32) {
-        let Some(current) = self.clients[t].ids else { return };
+        let Some(current) = self.clients[t].ids else {
+            return;
+        };
         let earlier = (0..self.instances.len())
             .rev()
             .find(|&i| self.instances[i].ids.0 == current.0 && self.instances[i].ids.1 < current.1);
@@ -297,13 +341,37 @@ impl Run {
 
     fn end(&mut self, t: usize, commit: bool) {
         let c = &self.clients[t];
-        let (Some(ids), Some(_)) = (c.ids, c.open) else { return };
+        let (Some(ids), Some(_)) = (c.ids, c.open) else {
+            return;
+        };
         let commit = commit && !c.broken;
-        let req = Request::EndTxn { transactional_id: tid(t), producer_id: ids.0, producer_epoch: ids.1, commit };
+        let req = Request::EndTxn {
+            transactional_id: tid(t),
+            producer_id: ids.0,
+            producer_epoch: ids.1,
+            commit,
+        };
         match self.send_txn(t, req) {
-            Response::EndTxn => self.close(t, if commit { Outcome::Commit } else { Outcome::Abort }),
-            Response::EndTxnV5 { producer_id, producer_epoch } => {
-                self.close(t, if commit { Outcome::Commit } else { Outcome::Abort });
+            Response::EndTxn => self.close(
+                t,
+                if commit {
+                    Outcome::Commit
+                } else {
+                    Outcome::Abort
+                },
+            ),
+            Response::EndTxnV5 {
+                producer_id,
+                producer_epoch,
+            } => {
+                self.close(
+                    t,
+                    if commit {
+                        Outcome::Commit
+                    } else {
+                        Outcome::Abort
+                    },
+                );
                 self.clients[t].ids = Some((producer_id, producer_epoch));
             }
             Response::Error(KafkaError::ProducerFenced | KafkaError::InvalidProducerIdMapping) => {
@@ -325,7 +393,9 @@ impl Run {
             Op::Kill(b) => {
                 let alive = (1..=3).filter(|&x| self.w.cluster.broker_alive(x)).count();
                 if self.w.cluster.broker_alive(b) && alive == 3 {
-                    self.w.cluster.crash_broker(self.w.now, b, CrashMode::ProcessKill);
+                    self.w
+                        .cluster
+                        .crash_broker(self.w.now, b, CrashMode::ProcessKill);
                     self.w.env.down.insert(b);
                 }
             }
@@ -345,8 +415,10 @@ impl Run {
             }
         }
         for p in 0..2 {
-            let (Some(hw), Some(lso)) = (self.w.cluster.high_watermark(&tp(p)), self.w.cluster.last_stable_offset(&tp(p)))
-            else {
+            let (Some(hw), Some(lso)) = (
+                self.w.cluster.high_watermark(&tp(p)),
+                self.w.cluster.last_stable_offset(&tp(p)),
+            ) else {
                 continue;
             };
             assert!(lso <= hw, "LSO {lso} > HW {hw}");
@@ -359,12 +431,25 @@ impl Run {
     /// KIP-890: no partition holds a transaction its producer's coordinator does not know.
     fn check_open_txns_belong_to_the_coordinator(&self, p: u32) {
         let leader = self.w.cluster.leader(&tp(p)).expect("checked online");
-        let state = self.w.cluster.producer_state(&tp(p), leader).expect("replica");
+        let state = self
+            .w
+            .cluster
+            .producer_state(&tp(p), leader)
+            .expect("replica");
         let txns = self.w.cluster.transactions();
         for pid in state.ongoing_txns().keys() {
-            let m = txns.transactional_id_of(*pid).and_then(|t| txns.txn(t)).expect("known producer");
-            let open = matches!(m.state, TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort);
-            assert!(open && m.partitions.contains(&tp(p)), "hanging transaction of {pid} on t-{p}: {m:?}");
+            let m = txns
+                .transactional_id_of(*pid)
+                .and_then(|t| txns.txn(t))
+                .expect("known producer");
+            let open = matches!(
+                m.state,
+                TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+            );
+            assert!(
+                open && m.partitions.contains(&tp(p)),
+                "hanging transaction of {pid} on t-{p}: {m:?}"
+            );
         }
     }
 
@@ -388,7 +473,10 @@ impl Run {
                     assert_eq!(visible, want, "{v} of {inst:?}");
                 }
                 if inst.outcome != Outcome::Commit {
-                    assert!(unknown.clone().all(|v| !seen.contains(v)), "aborted record visible");
+                    assert!(
+                        unknown.clone().all(|v| !seen.contains(v)),
+                        "aborted record visible"
+                    );
                 }
             }
             assert_eq!(self.w.lso(&tp(p)), self.w.hw(&tp(p)), "LSO stuck on t-{p}");
@@ -415,20 +503,24 @@ fn run_coordinator(protocol: TxnProtocol, ops: Vec<Op>) {
     }
 }
 
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(op(), 1..40)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
-    fn coordinator_with_kip_890_part_1_keeps_read_committed_exact(ops in proptest::collection::vec(op(), 1..40)) {
+    fn coordinator_with_kip_890_part_1_keeps_read_committed_exact(ops in ops()) {
         run_coordinator(TxnProtocol::Kip890Part1, ops);
     }
 
     #[test]
-    fn coordinator_with_transaction_version_2_keeps_read_committed_exact(ops in proptest::collection::vec(op(), 1..40)) {
+    fn coordinator_with_transaction_version_2_keeps_read_committed_exact(ops in ops()) {
         run_coordinator(TxnProtocol::Tv2, ops);
     }
 
     #[test]
-    fn coordinator_before_kip_890_keeps_epochs_monotonic_and_lso_below_hw(ops in proptest::collection::vec(op(), 1..40)) {
+    fn coordinator_before_kip_890_keeps_epochs_monotonic_and_lso_below_hw(ops in ops()) {
         run_coordinator(TxnProtocol::PreKip890, ops);
     }
 }

@@ -7,7 +7,10 @@ use super::*;
 fn epoch_after(end: &Response, ids: (i64, i16)) -> (i64, i16) {
     match end {
         Response::EndTxn => ids,
-        Response::EndTxnV5 { producer_id, producer_epoch } => (*producer_id, *producer_epoch),
+        Response::EndTxnV5 {
+            producer_id,
+            producer_epoch,
+        } => (*producer_id, *producer_epoch),
         other => panic!("EndTxn failed: {other:?}"),
     }
 }
@@ -46,8 +49,15 @@ fn f8a_before_kip_890_a_produce_delayed_past_the_abort_marker_hangs_the_partitio
     let a2_offset = offset(&r);
     assert_eq!(w.lso(&tp(0)), a2_offset, "LSO stuck at the hanging batch");
     assert!(w.hw(&tp(0)) > a2_offset + 1);
-    assert!(w.read_committed(&tp(0)).is_empty(), "every read_committed consumer stalls");
-    assert_eq!(w.state("tx"), TxnState::CompleteAbort, "the coordinator knows no transaction");
+    assert!(
+        w.read_committed(&tp(0)).is_empty(),
+        "every read_committed consumer stalls"
+    );
+    assert_eq!(
+        w.state("tx"),
+        TxnState::CompleteAbort,
+        "the coordinator knows no transaction"
+    );
 }
 
 #[test]
@@ -86,19 +96,27 @@ fn f8b(protocol: TxnProtocol) -> (Vec<String>, Response, World) {
 fn f8b_before_kip_890_a_produce_delayed_into_the_next_transaction_joins_it() {
     let (seen, r, _) = f8b(TxnProtocol::PreKip890);
     offset(&r);
-    assert_eq!(seen, vec!["a2", "b1"], "a2 of the aborted txn1 committed with txn2");
+    assert_eq!(
+        seen,
+        vec!["a2", "b1"],
+        "a2 of the aborted txn1 committed with txn2"
+    );
 }
 
 #[test]
 fn f8b_with_kip_890_part_1_a_produce_delayed_into_the_next_transaction_still_joins_it() {
     let (seen, r, _) = f8b(TxnProtocol::Kip890Part1);
     offset(&r);
-    assert_eq!(seen, vec!["a2", "b1"], "part 1 does not fix F8(b): same epoch");
+    assert_eq!(
+        seen,
+        vec!["a2", "b1"],
+        "part 1 does not fix F8(b): same epoch"
+    );
 }
 
 #[test]
 fn f8b_with_transaction_version_2_the_late_produce_is_fenced_and_never_visible() {
-    let (seen, r, mut w) = f8b(TxnProtocol::Tv2);
+    let (seen, r, w) = f8b(TxnProtocol::Tv2);
     assert_eq!(err(&r), KafkaError::InvalidProducerEpoch);
     assert_eq!(seen, vec!["b1"]);
     assert_eq!(w.lso(&tp(0)), w.hw(&tp(0)));
@@ -128,7 +146,11 @@ fn kafka_17754_with_transaction_version_1_a_delayed_end_txn_commits_the_next_tra
     for protocol in [TxnProtocol::PreKip890, TxnProtocol::Kip890Part1] {
         let (seen, late, x2) = delayed_end_txn(protocol);
         assert_eq!(late, Response::EndTxn, "{protocol:?}");
-        assert_eq!(seen, vec!["n", "x1"], "{protocol:?}: x1 committed without x2");
+        assert_eq!(
+            seen,
+            vec!["n", "x1"],
+            "{protocol:?}: x1 committed without x2"
+        );
         if protocol == TxnProtocol::Kip890Part1 {
             assert_eq!(err(&x2), KafkaError::InvalidTxnState);
         }
@@ -151,11 +173,18 @@ fn with_transaction_version_2_every_end_txn_bumps_the_epoch_and_a_retry_is_answe
     let end = w.end("tx", ids, true);
     let next = epoch_after(&end, ids);
     assert_eq!(next, (ids.0, ids.1 + 1));
-    assert_eq!(err(&w.end("tx", ids, true)), KafkaError::ConcurrentTransactions);
+    assert_eq!(
+        err(&w.end("tx", ids, true)),
+        KafkaError::ConcurrentTransactions
+    );
     w.settle();
     assert_eq!(w.end("tx", ids, true), end, "retry after completion");
     assert_eq!(err(&w.end("tx", ids, false)), KafkaError::InvalidTxnState);
-    assert_eq!(err(&w.end("tx", next, true)), KafkaError::InvalidTxnState, "no txn with the new epoch");
+    assert_eq!(
+        err(&w.end("tx", next, true)),
+        KafkaError::InvalidTxnState,
+        "no txn with the new epoch"
+    );
 }
 
 #[test]
@@ -164,7 +193,13 @@ fn with_transaction_version_2_the_first_transactional_produce_adds_the_partition
     let ids = w.init("tx");
     offset(&w.produce(&tp(1), header(ids.0, ids.1, 0, true), &["implicit"]));
     assert_eq!(w.state("tx"), TxnState::Ongoing);
-    assert!(w.cluster.transactions().txn("tx").unwrap().partitions.contains(&tp(1)));
+    assert!(w
+        .cluster
+        .transactions()
+        .txn("tx")
+        .unwrap()
+        .partitions
+        .contains(&tp(1)));
     w.end("tx", ids, true);
     w.settle();
     assert_eq!(w.read_committed(&tp(1)), vec!["implicit"]);
