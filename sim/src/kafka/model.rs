@@ -24,6 +24,16 @@
 //! - Requests: Produce, Fetch, ListOffsets, Metadata, CreateTopics, FindCoordinator here;
 //!   the six group requests are checked for the coordinator and handed to the
 //!   [`GroupCoordinator`].
+//! - Idempotence and transactions (models-reference B, C): every replica's log carries its
+//!   [`crate::kafka::producer_state::ProducerState`], applied on every append (leader and
+//!   follower) and rebuilt on truncation, so it travels with replication. Produce validates
+//!   against it (B.3) and, for a batch opening a transaction, against the coordinator as
+//!   [`TxnProtocol`] says (C.9). InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and
+//!   EndTxn go to the [`crate::kafka::txn::TransactionCoordinator`] on the leader of the
+//!   id's `__transaction_state` partition; TxnOffsetCommit and `OffsetFetchStable` to the
+//!   group coordinator (KIP-447). Markers are written in [`Cluster::tick`]
+//!   (`model/transactions.rs`). Read_committed fetches stop at the LSO and list the aborted
+//!   transactions of the range ([`AbortedTxn`]).
 //!
 //! # Example
 //! ```

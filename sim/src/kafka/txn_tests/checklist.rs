@@ -609,3 +609,63 @@ fn a_fenced_producer_cannot_commit_offsets_through_its_transaction() {
     let r = txn_commit(&mut w, zombie, &member, generation, 3);
     assert_eq!(err(&r), KafkaError::ProducerFenced);
 }
+
+#[test]
+fn sequences_wrap_from_i32_max_to_zero() {
+    let mut w = World::new(TxnProtocol::default());
+    let (pid, epoch) = idempotent(&mut w);
+    offset(&w.produce(&tp(0), header(pid, epoch, i32::MAX - 1, false), &["a", "b", "c"]));
+    let wrong = w.produce(&tp(0), header(pid, epoch, i32::MAX, false), &["d"]);
+    assert_eq!(err(&wrong), KafkaError::OutOfOrderSequenceNumber);
+    assert_eq!(offset(&w.produce(&tp(0), header(pid, epoch, 1, false), &["d"])), 3);
+}
+
+#[test]
+fn an_expired_transactional_id_answers_its_old_producer_id_with_invalid_producer_id_mapping() {
+    let mut w = World::with(ClusterConfig {
+        transactional_id_expiration_ms: 60_000,
+        transaction_remove_expired_transaction_cleanup_interval_ms: 10_000,
+        ..ClusterConfig::default()
+    });
+    let ids = w.init("tx");
+    w.tick_for(90_000);
+    assert!(w.cluster.transactions().txn("tx").is_none(), "expired");
+    assert_eq!(err(&w.add("tx", ids, &[tp(0)])), KafkaError::InvalidProducerIdMapping);
+    let fresh = w.init("tx");
+    assert_ne!(fresh.0, ids.0, "a new producer id");
+}
+
+#[test]
+fn the_transaction_coordinator_is_not_available_while_its_state_partition_is_under_min_isr() {
+    let mut w = World::new(TxnProtocol::default());
+    let ids = w.init("tx");
+    let c = w.txn_coordinator("tx");
+    let others: Vec<BrokerId> = (1..=3).filter(|&b| b != c).collect();
+    for b in others {
+        w.cluster.crash_broker(w.now, b, CrashMode::ProcessKill);
+        w.env.down.insert(b);
+    }
+    w.tick_for(40_000);
+    assert_eq!(w.txn_coordinator("tx"), c, "still leads, alone in the ISR");
+    assert_eq!(err(&w.add("tx", ids, &[tp(0)])), KafkaError::CoordinatorNotAvailable);
+}
+
+#[test]
+fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_answer() {
+    let mut w = World::new(TxnProtocol::default());
+    let first = w.init("tx");
+    let bump = |ids: (i64, i16)| Request::InitProducerId {
+        transactional_id: Some("tx".into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: ids.0,
+        producer_epoch: ids.1,
+    };
+    let Response::InitProducerId { producer_id, producer_epoch } = w.txn("tx", bump(first)) else {
+        panic!("KIP-360 bump refused")
+    };
+    assert_eq!((producer_id, producer_epoch), (first.0, first.1 + 1));
+    let again = w.txn("tx", bump(first));
+    assert_eq!(again, Response::InitProducerId { producer_id, producer_epoch }, "a retry");
+    let unknown = w.txn("tx", bump((first.0, first.1 + 7)));
+    assert_eq!(err(&unknown), KafkaError::ProducerFenced);
+}
