@@ -233,7 +233,10 @@ impl ProducerState {
         while entry.batches.len() > NUM_BATCHES_TO_RETAIN {
             entry.batches.pop_front();
         }
-        assert!(entry.batches.len() <= NUM_BATCHES_TO_RETAIN, "at most 5 retained batches");
+        assert!(
+            entry.batches.len() <= NUM_BATCHES_TO_RETAIN,
+            "at most 5 retained batches"
+        );
         if header.transactional {
             self.ongoing
                 .entry(header.producer_id)
@@ -268,7 +271,10 @@ impl ProducerState {
         let Some(first) = self.ongoing.remove(&header.producer_id) else {
             return;
         };
-        assert!(first < batch.base_offset, "a transaction starts before its marker");
+        assert!(
+            first < batch.base_offset,
+            "a transaction starts before its marker"
+        );
         if batch.base_offset >= high_watermark {
             self.unreplicated.insert(first, batch.base_offset);
         }

@@ -134,10 +134,11 @@ impl Cluster {
 
     /// TxnOffsetCommit and OffsetFetch with `require_stable`, at the group coordinator
     /// (C.7): the producer is checked against its transaction (as the append to
-    /// `__consumer_offsets` would), then the group's generation and member.
+    /// `__consumer_offsets` would), then the group's generation and member. Under TV2 the
+    /// offsets partition joins the transaction implicitly (AddOffsetsToTxn still works).
     pub(super) fn txn_group_request(
         &mut self,
-        _now: TimeMs,
+        now: TimeMs,
         broker: BrokerId,
         request: Request,
     ) -> Response {
@@ -164,6 +165,12 @@ impl Cluster {
             } => {
                 let offsets_tp = self.coordinator_partition(&group_id, CoordinatorKind::Group);
                 let ids = (producer_id, producer_epoch);
+                if self.config.transaction_protocol == TxnProtocol::Tv2 {
+                    // TxnOffsetCommit v5 adds the offsets partition implicitly (KIP-890
+                    // part 2; errors surface in the check below).
+                    let tp = std::slice::from_ref(&offsets_tp);
+                    let _ = self.txns.add_partitions(now, &transactional_id, ids, tp);
+                }
                 if let Err(e) =
                     self.txns
                         .check_txn_offset_commit(&transactional_id, ids, &offsets_tp)

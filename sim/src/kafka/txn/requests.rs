@@ -137,7 +137,10 @@ impl TransactionCoordinator {
         self.transition(now, tid, TxnState::Ongoing);
         let m = self.txns.get_mut(tid).expect("checked");
         m.partitions.extend(partitions.iter().cloned());
-        assert!(!m.partitions.is_empty(), "an Ongoing transaction has partitions");
+        assert!(
+            !m.partitions.is_empty(),
+            "an Ongoing transaction has partitions"
+        );
         Ok(())
     }
 

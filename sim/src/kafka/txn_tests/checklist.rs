@@ -614,10 +614,17 @@ fn a_fenced_producer_cannot_commit_offsets_through_its_transaction() {
 fn sequences_wrap_from_i32_max_to_zero() {
     let mut w = World::new(TxnProtocol::default());
     let (pid, epoch) = idempotent(&mut w);
-    offset(&w.produce(&tp(0), header(pid, epoch, i32::MAX - 1, false), &["a", "b", "c"]));
+    offset(&w.produce(
+        &tp(0),
+        header(pid, epoch, i32::MAX - 1, false),
+        &["a", "b", "c"],
+    ));
     let wrong = w.produce(&tp(0), header(pid, epoch, i32::MAX, false), &["d"]);
     assert_eq!(err(&wrong), KafkaError::OutOfOrderSequenceNumber);
-    assert_eq!(offset(&w.produce(&tp(0), header(pid, epoch, 1, false), &["d"])), 3);
+    assert_eq!(
+        offset(&w.produce(&tp(0), header(pid, epoch, 1, false), &["d"])),
+        3
+    );
 }
 
 #[test]
@@ -630,7 +637,10 @@ fn an_expired_transactional_id_answers_its_old_producer_id_with_invalid_producer
     let ids = w.init("tx");
     w.tick_for(90_000);
     assert!(w.cluster.transactions().txn("tx").is_none(), "expired");
-    assert_eq!(err(&w.add("tx", ids, &[tp(0)])), KafkaError::InvalidProducerIdMapping);
+    assert_eq!(
+        err(&w.add("tx", ids, &[tp(0)])),
+        KafkaError::InvalidProducerIdMapping
+    );
     let fresh = w.init("tx");
     assert_ne!(fresh.0, ids.0, "a new producer id");
 }
@@ -647,7 +657,10 @@ fn the_transaction_coordinator_is_not_available_while_its_state_partition_is_und
     }
     w.tick_for(40_000);
     assert_eq!(w.txn_coordinator("tx"), c, "still leads, alone in the ISR");
-    assert_eq!(err(&w.add("tx", ids, &[tp(0)])), KafkaError::CoordinatorNotAvailable);
+    assert_eq!(
+        err(&w.add("tx", ids, &[tp(0)])),
+        KafkaError::CoordinatorNotAvailable
+    );
 }
 
 #[test]
@@ -660,12 +673,45 @@ fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_ans
         producer_id: ids.0,
         producer_epoch: ids.1,
     };
-    let Response::InitProducerId { producer_id, producer_epoch } = w.txn("tx", bump(first)) else {
+    let Response::InitProducerId {
+        producer_id,
+        producer_epoch,
+    } = w.txn("tx", bump(first))
+    else {
         panic!("KIP-360 bump refused")
     };
     assert_eq!((producer_id, producer_epoch), (first.0, first.1 + 1));
     let again = w.txn("tx", bump(first));
-    assert_eq!(again, Response::InitProducerId { producer_id, producer_epoch }, "a retry");
+    assert_eq!(
+        again,
+        Response::InitProducerId {
+            producer_id,
+            producer_epoch
+        },
+        "a retry"
+    );
     let unknown = w.txn("tx", bump((first.0, first.1 + 7)));
     assert_eq!(err(&unknown), KafkaError::ProducerFenced);
+}
+
+#[test]
+fn with_kip_890_txn_offset_commit_outside_the_transaction_is_rejected_but_tv2_adds_it() {
+    for (protocol, accepted) in [(TxnProtocol::Kip890Part1, false), (TxnProtocol::Tv2, true)] {
+        let mut w = World::new(protocol);
+        let (member, generation) = join(&mut w, "g");
+        let ids = w.init("tx");
+        let r = txn_commit(&mut w, ids, &member, generation, 4);
+        assert_eq!(
+            matches!(r, Response::TxnOffsetCommit { .. }),
+            accepted,
+            "{protocol:?}: {r:?}"
+        );
+        if accepted {
+            w.end("tx", ids, true);
+            w.settle();
+            assert_eq!(w.cluster.committed_offsets("g"), vec![(tp(1), 4)]);
+        } else {
+            assert_eq!(err(&r), KafkaError::InvalidTxnState);
+        }
+    }
 }
