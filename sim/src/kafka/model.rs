@@ -750,6 +750,16 @@ impl Cluster {
         header: &ProducerBatchHeader,
     ) -> Result<(), KafkaError> {
         let (pid, epoch) = (header.producer_id, header.producer_epoch);
+        if self.config.transaction_protocol != TxnProtocol::PreKip890 {
+            // The leader must reach the producer's coordinator; Kafka answers produce with
+            // the retriable NOT_ENOUGH_REPLICAS when it cannot (KIP-890 part 1).
+            let tid = self.txns.transactional_id_of(pid);
+            let coordinator =
+                tid.and_then(|t| self.coordinator_for(t, CoordinatorKind::Transaction));
+            if tid.is_some() && !coordinator.is_some_and(|b| self.state(b).alive) {
+                return Err(KafkaError::NotEnoughReplicas);
+            }
+        }
         match self.config.transaction_protocol {
             TxnProtocol::PreKip890 => Ok(()),
             TxnProtocol::Kip890Part1 => self.txns.verify_produce(pid, epoch, tp),

@@ -17,6 +17,7 @@ mod protocol;
 pub(super) struct TestEnv {
     pub down: BTreeSet<BrokerId>,
     pub cut: BTreeSet<(BrokerId, BrokerId)>,
+    pub no_controller: BTreeSet<BrokerId>,
 }
 
 impl Env for TestEnv {
@@ -27,7 +28,7 @@ impl Env for TestEnv {
         !self.cut.contains(&(from.min(to), from.max(to)))
     }
     fn controller_link_up(&self, b: BrokerId) -> bool {
-        !self.down.contains(&b)
+        !self.down.contains(&b) && !self.no_controller.contains(&b)
     }
 }
 

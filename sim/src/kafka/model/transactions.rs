@@ -13,7 +13,9 @@ impl Cluster {
     /// Where `key`'s coordinator must be: `COORDINATOR_NOT_AVAILABLE` while its partition is
     /// offline (or, for transactions, while that partition's ISR is below
     /// `transaction.state.log.min.isr`, as the state write would fail), `NOT_COORDINATOR` at
-    /// a broker that does not believe it leads the partition.
+    /// a broker that does not believe it leads the partition, or that still believes it but
+    /// was replaced by the controller (its write to the internal topic cannot complete; a
+    /// zombie coordinator changes nothing).
     fn check_coordinator(
         &self,
         broker: BrokerId,
@@ -28,6 +30,9 @@ impl Cluster {
         let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
             return Err(KafkaError::NotCoordinator);
         };
+        if p.leader != Some(broker) || r.view_epoch != p.leader_epoch {
+            return Err(KafkaError::NotCoordinator);
+        }
         if kind == CoordinatorKind::Transaction && r.view_isr.len() < p.min_isr {
             return Err(KafkaError::CoordinatorNotAvailable);
         }

@@ -715,3 +715,29 @@ fn with_kip_890_txn_offset_commit_outside_the_transaction_is_rejected_but_tv2_ad
         }
     }
 }
+
+#[test]
+fn a_partitioned_ex_coordinator_that_still_believes_it_leads_changes_nothing() {
+    let mut w = World::new(TxnProtocol::default());
+    let ids = w.init("tx");
+    w.add("tx", ids, &[tp(0)]);
+    let old = w.txn_coordinator("tx");
+    for b in (1..=3).filter(|&b| b != old) {
+        w.env.cut.insert((old.min(b), old.max(b)));
+    }
+    w.env.no_controller.insert(old);
+    w.tick_for(15_000);
+    assert_ne!(
+        w.txn_coordinator("tx"),
+        old,
+        "the controller moved the coordinator"
+    );
+    let end = Request::EndTxn {
+        transactional_id: "tx".into(),
+        producer_id: ids.0,
+        producer_epoch: ids.1,
+        commit: true,
+    };
+    assert_eq!(err(&w.send_to(old, end)), KafkaError::NotCoordinator);
+    assert_eq!(w.state("tx"), TxnState::Ongoing);
+}
