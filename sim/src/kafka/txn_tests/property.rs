@@ -145,6 +145,9 @@ enum Op {
     Tick(u64),
     Kill(BrokerId),
     Restart(BrokerId),
+    /// Cuts broker `b` off from the other brokers and the controller.
+    Isolate(BrokerId),
+    Heal,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -157,6 +160,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1u64..12_000).prop_map(Op::Tick),
         1 => (1u32..4).prop_map(Op::Kill),
         1 => (1u32..4).prop_map(Op::Restart),
+        1 => (1u32..4).prop_map(Op::Isolate),
+        1 => Just(Op::Heal),
     ]
 }
 
@@ -403,6 +408,18 @@ impl Run {
                 self.w.env.down.remove(&b);
                 self.w.cluster.restart_broker(self.w.now, b);
             }
+            Op::Isolate(b) => {
+                if self.w.env.no_controller.is_empty() {
+                    for o in (1..=3).filter(|&o| o != b) {
+                        self.w.env.cut.insert((b.min(o), b.max(o)));
+                    }
+                    self.w.env.no_controller.insert(b);
+                }
+            }
+            Op::Heal => {
+                self.w.env.cut.clear();
+                self.w.env.no_controller.clear();
+            }
         }
     }
 
@@ -456,6 +473,8 @@ impl Run {
     /// Heals everything, lets timeouts and markers finish, and compares read_committed
     /// with the reference.
     fn check_end(&mut self) {
+        self.w.env.cut.clear();
+        self.w.env.no_controller.clear();
         for b in 1..=3 {
             self.w.env.down.remove(&b);
             self.w.cluster.restart_broker(self.w.now, b);
