@@ -79,6 +79,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         },
         // The simulated producer is not idempotent yet: a retried batch may land twice.
         idempotent_producer: false,
+        sink: scenario.pipeline.has_record_sink(),
         forbidden: anomalies(&scenario.check.forbidden),
         allowed: anomalies(&scenario.check.allowed),
         ..CheckOptions::for_claim(scenario.claim)

@@ -174,6 +174,7 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
     drop(net);
     let (id, _) = world.node(name).expect("resolved names exist");
     world.handle().kill(id);
+    world.notify_kill(name);
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);
