@@ -163,6 +163,7 @@ pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
 pub fn expected_verdict(scenario: &Scenario) -> Verdict {
     match scenario.check.expect.as_deref() {
         Some("violated") => Verdict::Violated,
+        Some("stalled") => Verdict::Stalled,
         _ => Verdict::Holds,
     }
 }

@@ -403,7 +403,7 @@ pub struct CheckSpec {
     /// Anomaly names allowed although the claim forbids them.
     #[serde(default)]
     pub allowed: Vec<String>,
-    /// The verdict this scenario is expected to reach (`holds` or `violated`), when the
+    /// The verdict this scenario is expected to reach (`holds`, `violated` or `stalled`), when the
     /// scenario exists to show a known failure. The run reports what it found either way;
     /// the test suite compares.
     #[serde(default)]
@@ -480,6 +480,10 @@ pub struct ConnectSpec {
     /// task crash). Default 0.
     #[serde(default)]
     pub task_crash_probability: f64,
+    /// When the operator creates the connector, ms after the start (so a case can have
+    /// all its events in the topic before the first poll). Default 0.
+    #[serde(default)]
+    pub connector_create_at_ms: u64,
 }
 
 impl Default for ConnectSpec {
@@ -850,10 +854,10 @@ impl Scenario {
     fn check_check(&self) -> Result<(), (String, String)> {
         let expect = self.check.expect.as_deref();
         ensure(
-            matches!(expect, None | Some("holds") | Some("violated")),
+            matches!(expect, None | Some("holds") | Some("violated") | Some("stalled")),
             "check.expect",
             format!(
-                "expected \"holds\" or \"violated\", found \"{}\"",
+                "expected \"holds\", \"violated\" or \"stalled\", found \"{}\"",
                 expect.unwrap_or("")
             ),
         )?;

@@ -203,6 +203,11 @@ async fn operator_process(ctx: Context) {
             madsim::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    let at_ms = ctx.scenario.connect.connector_create_at_ms;
+    let now_ms = now_ns() / 1_000_000;
+    if at_ms > now_ms {
+        madsim::time::sleep(Duration::from_millis(at_ms - now_ms)).await;
+    }
     let raw = ctx.scenario.connector.clone();
     if ctx.herder.create_connector(&raw).is_ok() {
         let value = Value::ConnectorConfig { connector: ctx.connector.name.clone(), config: raw };
