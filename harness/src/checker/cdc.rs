@@ -419,3 +419,117 @@ pub fn cdc_skipped_cases(a: &CdcAnalysis) -> Vec<Case> {
     }
     cases
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::Claim;
+    use serde_json::json;
+
+    fn config() -> BTreeMap<String, String> {
+        let pairs = [
+            ("name", "s"),
+            ("connector.class", "io.confluent.connect.jdbc.JdbcSinkConnector"),
+            ("topics", "t"),
+            ("connection.url", "jdbc:postgresql://10.0.5.1:5432/db"),
+            ("col.names", "id,v"),
+            ("pk.fields", "id"),
+            ("writeMode", "upsert"),
+            ("value.converter.schemas.enable", "false"),
+            ("key.converter.schemas.enable", "false"),
+            ("errors.deadletterqueue.topic.name", "dlq"),
+        ];
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn c(id: i64, v: &str) -> String {
+        json!({"op": "c", "before": null, "after": {"id": id, "v": v}}).to_string()
+    }
+
+    fn u(id: i64, v: &str) -> String {
+        json!({"op": "u", "before": {"id": id}, "after": {"id": id, "v": v}}).to_string()
+    }
+
+    /// A history: connector config, source log of `values`, optional reads, the final
+    /// table, committed offset `committed`, an empty DLQ.
+    fn history(values: &[String], reads: &[&[(i64, &str)]], table: &[(i64, &str)], committed: i64) -> History {
+        let tp = TopicPartition::new("t", 0);
+        let mut h = History::default();
+        let ok = OpKind::Ok;
+        h.push(0, "operator", ok, Value::ConnectorConfig { connector: "s".into(), config: config() }, None);
+        let rows = |rows: &[(i64, &str)]| rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect();
+        for read in reads {
+            let value = Value::TableRead { table: "t".into(), columns: vec!["id".into(), "v".into()], rows: rows(read) };
+            h.push(1, "reader", ok, value, None);
+        }
+        let records = values.iter().enumerate().map(|(i, v)| SourceRecord {
+            id: i as u64,
+            offset: i as i64,
+            key: None,
+            value: Some(v.clone()),
+        });
+        h.push(2, "final", ok, Value::SourceLog { tp: tp.clone(), records: records.collect() }, None);
+        let state = Value::TableState { table: "t".into(), columns: vec!["id".into(), "v".into()], rows: rows(table) };
+        h.push(2, "final", ok, state, None);
+        h.push(2, "final", ok, Value::DlqState { topic: "dlq".into(), records: Vec::new() }, None);
+        h.push(2, "final", ok, Value::CommittedOffsets { offsets: vec![(tp, committed)] }, None);
+        h
+    }
+
+    fn check(h: &History) -> CheckResult {
+        CdcChecker.check(h, &CheckOptions::for_claim(Claim::ExactlyOnce))
+    }
+
+    #[test]
+    fn every_change_applied_once_in_order_is_valid() {
+        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a2"), (2, "b")], 3);
+        let r = check(&h);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(4));
+    }
+
+    #[test]
+    fn cdc_final_state_an_update_lost_leaves_the_old_version() {
+        // The update of id 1 was committed as consumed (offset 3) but never applied.
+        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a"), (2, "b")], 3);
+        let r = check(&h);
+        assert!(r.forbidden.contains(&Anomaly::CdcFinalState), "{:?}", r.case_texts(4));
+    }
+
+    #[test]
+    fn cdc_final_state_a_stopped_task_may_end_at_a_prefix_past_its_commit() {
+        // Committed offset 1: the table may stop at any record from there on...
+        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a"), (2, "b")], 1);
+        assert_eq!(check(&h).validity, Validity::Valid);
+        // ...but not skip one: id 2 missing while the update after it is applied.
+        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a2")], 1);
+        assert!(check(&h).forbidden.contains(&Anomaly::CdcFinalState));
+    }
+
+    #[test]
+    fn cdc_duplicate_row_two_rows_of_one_key() {
+        let h = history(&[c(1, "a")], &[], &[(1, "a"), (1, "a")], 1);
+        assert!(check(&h).anomalies.contains_key(&Anomaly::CdcDuplicateRow));
+    }
+
+    #[test]
+    fn cdc_regression_a_reader_sees_an_older_version_after_a_newer_one() {
+        // A replay from an older committed offset re-applies `c(1,a)` after `u(1,a2)`:
+        // readers see a2 then a, then a2 again. Reported, not forbidden.
+        let reads: &[&[(i64, &str)]] = &[&[(1, "a2")], &[(1, "a")], &[(1, "a2")]];
+        let h = history(&[c(1, "a"), u(1, "a2")], reads, &[(1, "a2")], 2);
+        let r = check(&h);
+        assert_eq!(r.anomalies[&Anomaly::CdcRegression].len(), 1);
+        assert_eq!(r.validity, Validity::Valid);
+        let forward: &[&[(i64, &str)]] = &[&[(1, "a")], &[(1, "a2")]];
+        let h = history(&[c(1, "a"), u(1, "a2")], forward, &[(1, "a2")], 2);
+        assert!(!check(&h).anomalies.contains_key(&Anomaly::CdcRegression));
+    }
+
+    #[test]
+    fn cdc_skipped_a_poison_record_neither_applied_nor_in_the_dlq() {
+        let h = history(&[c(1, "a"), "not json".into(), c(2, "b")], &[], &[(1, "a"), (2, "b")], 3);
+        let r = check(&h);
+        assert_eq!(r.anomalies[&Anomaly::CdcSkipped][0].ids, vec![1]);
+        assert_eq!(r.validity, Validity::Invalid);
+    }
+}

@@ -270,6 +270,9 @@ impl WorkerSinkTask {
         }
         let p = self.rt.task_crash_probability;
         if p > 0.0 && madsim::rand::thread_rng().gen_bool(p.min(1.0)) {
+            let detail = format!("target=[{}-{}] on {}", self.a.connector, self.a.task, self.worker);
+            let fault = Value::Fault { name: "task-crash".into(), detail };
+            self.rt.record("nemesis", OpKind::Info, fault, None);
             return Err("injected task crash (fault point after put)".into());
         }
         Ok(())
