@@ -857,7 +857,8 @@ impl Scenario {
             matches!(expect, None | Some("holds") | Some("violated") | Some("stalled")),
             "check.expect",
             format!(
-                "expected \"holds\", \"violated\" or \"stalled\", found \"{}\"",
+                "expected \"holds\" or \"violated\" (or \"stalled\" for a liveness failure), \
+                 found \"{}\"",
                 expect.unwrap_or("")
             ),
         )?;

@@ -1,7 +1,7 @@
 //! Pipeline `connect-jdbc` (P2) and the field cases F3–F6: the exact final tables, DLQ
 //! contents and task states each case must end with.
 
-use eosim::checker::{check_all, Anomaly, CheckResult, Validity};
+use eosim::checker::{check_all, Anomaly, CheckOptions, CheckResult, Claim, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::history::{DlqRecord, History, Value};
 use eosim::runner::{run_seed, SeedOutcome};
@@ -217,4 +217,17 @@ fn f6_truncate_ignored_keeps_every_row_and_op_r_upserts_in_insert_mode() {
     assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
     assert_eq!(table(&outcome.history), [r#"[1,"one"]"#, r#"[2,"two"]"#, r#"[3,"three'"]"#]);
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
+}
+
+#[test]
+fn f3_insert_without_a_primary_key_duplicates_every_replayed_row() {
+    let s = load("f3-insert-without-primary-key");
+    let (outcome, result) = run(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(table(&outcome.history).len(), 200, "ids 1..100, each twice");
+    assert_eq!(result.validity, Validity::Valid, "at-least-once allows duplicates");
+    let exactly_once = CheckOptions { claim: Claim::ExactlyOnce, ..check_options(&s) };
+    let strict = check_all(&outcome.history, &exactly_once);
+    assert_eq!(strict.validity, Validity::Invalid);
+    assert_eq!(strict.forbidden, vec![Anomaly::CdcDuplicateRow]);
 }
