@@ -93,7 +93,10 @@ impl CdcAnalysis {
     }
 
     fn flag(&self, key: &str) -> bool {
-        self.config.as_ref().and_then(|c| c.raw.get(key)).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        self.config
+            .as_ref()
+            .and_then(|c| c.raw.get(key))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
     fn columns(&self) -> Vec<String> {
@@ -108,8 +111,14 @@ impl CdcAnalysis {
     /// Interprets one source record: `Ok(None)` when it has no effect by configuration.
     fn change(&self, r: &SourceRecord) -> Result<Change, String> {
         let config = self.config.as_ref().ok_or("no connector configuration")?;
-        let key_conv = Converter { class: config.key_converter.clone(), schemas_enable: config.key_schemas_enable };
-        let value_conv = Converter { class: config.value_converter.clone(), schemas_enable: config.value_schemas_enable };
+        let key_conv = Converter {
+            class: config.key_converter.clone(),
+            schemas_enable: config.key_schemas_enable,
+        };
+        let value_conv = Converter {
+            class: config.value_converter.clone(),
+            schemas_enable: config.value_schemas_enable,
+        };
         let bytes = |t: &Option<String>| t.as_ref().map(|t| bytes::Bytes::from(t.clone()));
         let key = key_conv.to_connect_data(bytes(&r.key).as_ref())?;
         let value = value_conv.to_connect_data(bytes(&r.value).as_ref())?;
@@ -133,14 +142,20 @@ impl CdcAnalysis {
                 put(rows, after)
             }
             Change::Update { before, after } => {
-                if let Some(b) = before.as_ref().filter(|b| canonical_key(b, &self.pk).is_some()) {
+                if let Some(b) = before
+                    .as_ref()
+                    .filter(|b| canonical_key(b, &self.pk).is_some())
+                {
                     remove(rows, b)?;
                 }
                 put(rows, after)
             }
             Change::Delete { before } => remove(rows, before),
             Change::Tombstone { key } if self.flag("delete.enabled") => {
-                let row = key.as_ref().and_then(|k| key_row(k, &self.pk)).ok_or("a tombstone without a key")?;
+                let row = key
+                    .as_ref()
+                    .and_then(|k| key_row(k, &self.pk))
+                    .ok_or("a tombstone without a key")?;
                 remove(rows, &row)
             }
             Change::Truncate if self.flag("truncate.enabled") => {
@@ -152,16 +167,22 @@ impl CdcAnalysis {
     }
 
     fn project(&self, row: &JsonRow) -> JsonRow {
-        self.columns().into_iter().map(|c| {
-            let v = row.get(&c).cloned().unwrap_or(Json::Null);
-            (c, v)
-        }).collect()
+        self.columns()
+            .into_iter()
+            .map(|c| {
+                let v = row.get(&c).cloned().unwrap_or(Json::Null);
+                (c, v)
+            })
+            .collect()
     }
 
     /// The records of `tp` the reference applies (not in the DLQ), in offset order.
     fn applied(&self, records: &[SourceRecord]) -> Vec<SourceRecord> {
-        let mut out: Vec<SourceRecord> =
-            records.iter().filter(|r| !self.dlq_ids.contains(&r.id)).cloned().collect();
+        let mut out: Vec<SourceRecord> = records
+            .iter()
+            .filter(|r| !self.dlq_ids.contains(&r.id))
+            .cloned()
+            .collect();
         out.sort_by_key(|r| r.offset);
         out
     }
@@ -170,7 +191,9 @@ impl CdcAnalysis {
     fn final_rows(&self) -> (Rows, Vec<String>) {
         let mut rows = Rows::new();
         let mut dups = Vec::new();
-        let Some((_, columns, values)) = &self.table else { return (rows, dups) };
+        let Some((_, columns, values)) = &self.table else {
+            return (rows, dups);
+        };
         for v in values {
             let row: JsonRow = columns.iter().cloned().zip(v.iter().cloned()).collect();
             let key = canonical_key(&row, &self.pk).unwrap_or_else(|| "[null]".into());
@@ -183,8 +206,13 @@ impl CdcAnalysis {
 }
 
 fn split(v: Option<&String>) -> Vec<String> {
-    v.map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
-        .unwrap_or_default()
+    v.map(|s| {
+        s.split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The key's values as canonical text: integral strings become numbers, so `"1"` and `1`
@@ -196,7 +224,9 @@ fn canonical_key(row: &JsonRow, pk: &[String]) -> Option<String> {
         let v = match v {
             Json::Null => return None,
             Json::String(s) => s.parse::<i64>().map_or(v.clone(), Json::from),
-            Json::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) && n.as_i64().is_none() => {
+            Json::Number(n)
+                if n.as_f64().is_some_and(|f| f.fract() == 0.0) && n.as_i64().is_none() =>
+            {
                 Json::from(n.as_f64().unwrap_or_default() as i64)
             }
             _ => v.clone(),
@@ -216,7 +246,9 @@ fn same_value(expected: &Json, actual: &Json) -> bool {
     };
     match (expected, actual) {
         (Json::Number(_), _) | (_, Json::Number(_)) => match (num(expected), num(actual)) {
-            (Some(a), Some(b)) => a == b || (a - b).abs() <= 1e-6 * a.abs().max(1.0) || a as f32 == b as f32,
+            (Some(a), Some(b)) => {
+                a == b || (a - b).abs() <= 1e-6 * a.abs().max(1.0) || a as f32 == b as f32
+            }
             _ => false,
         },
         (Json::String(a), Json::Object(_) | Json::Array(_)) => {
@@ -228,7 +260,9 @@ fn same_value(expected: &Json, actual: &Json) -> bool {
 
 fn same_row(expected: &JsonRow, actual: &JsonRow) -> bool {
     expected.len() == actual.len()
-        && expected.iter().all(|(k, v)| actual.get(k).is_some_and(|a| same_value(v, a)))
+        && expected
+            .iter()
+            .all(|(k, v)| actual.get(k).is_some_and(|a| same_value(v, a)))
 }
 
 impl Checker for CdcChecker {
@@ -251,7 +285,10 @@ impl Checker for CdcChecker {
         let events: usize = a.sources.values().map(|(_, r)| r.len()).sum();
         counts.insert("cdc-events".to_string(), events as u64);
         counts.insert("cdc-dlq".to_string(), a.dlq_ids.len() as u64);
-        counts.insert("cdc-table-rows".to_string(), a.table.as_ref().map_or(0, |t| t.2.len()) as u64);
+        counts.insert(
+            "cdc-table-rows".to_string(),
+            a.table.as_ref().map_or(0, |t| t.2.len()) as u64,
+        );
         counts.insert("cdc-reads".to_string(), a.reads.len() as u64);
         let mut result = CheckResult::from_cases(found, counts, options);
         let missing = if a.table.is_none() {
@@ -272,7 +309,9 @@ impl Checker for CdcChecker {
 /// `cdc-final-state` (see the module docs): per partition, the longest admissible prefix
 /// whose reference equals the table on the partition's keys; rows no event names.
 pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
-    let Some((table_op, _, _)) = &a.table else { return Vec::new() };
+    let Some((table_op, _, _)) = &a.table else {
+        return Vec::new();
+    };
     let (table, _) = a.final_rows();
     let mut cases = Vec::new();
     let mut named: BTreeSet<String> = BTreeSet::new();
@@ -280,11 +319,21 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
         let applied = a.applied(records);
         let (states, keys) = prefix_states(a, &applied);
         named.extend(keys.iter().cloned());
-        let actual: Rows = table.iter().filter(|(k, _)| keys.contains(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let actual: Rows = table
+            .iter()
+            .filter(|(k, _)| keys.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let end = records.iter().map(|r| r.offset + 1).max().unwrap_or(0);
         let committed = a.committed.get(tp).copied().unwrap_or(0);
-        let min_k = if committed >= end { applied.len() } else { applied.partition_point(|r| r.offset < committed) };
-        let matched = (min_k..=applied.len()).rev().any(|k| rows_equal(&states[k], &actual));
+        let min_k = if committed >= end {
+            applied.len()
+        } else {
+            applied.partition_point(|r| r.offset < committed)
+        };
+        let matched = (min_k..=applied.len())
+            .rev()
+            .any(|k| rows_equal(&states[k], &actual));
         if !matched {
             let full = &states[applied.len()];
             cases.push(Case {
@@ -292,7 +341,11 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
                 tp: Some(tp.clone()),
                 offsets: vec![committed],
                 ops: vec![*op, *table_op],
-                text: format!("{tp}: table differs from the changes applied once up to any record at or past the committed offset {committed}: {}", diff_text(full, &actual)),
+                text: format!(
+                    "{tp}: table differs from the changes applied once up to any record at \
+                     or past the committed offset {committed}: {}",
+                    diff_text(full, &actual)
+                ),
             });
         }
     }
@@ -326,25 +379,38 @@ fn prefix_states(a: &CdcAnalysis, applied: &[SourceRecord]) -> (Vec<Rows>, BTree
 
 fn change_keys(a: &CdcAnalysis, change: &Change) -> Vec<String> {
     let rows: Vec<JsonRow> = match change {
-        Change::Create { after } | Change::Read { after } | Change::Row { row: after } => vec![after.clone()],
+        Change::Create { after } | Change::Read { after } | Change::Row { row: after } => {
+            vec![after.clone()]
+        }
         Change::Update { before, after } => before.iter().cloned().chain([after.clone()]).collect(),
         Change::Delete { before } => vec![before.clone()],
-        Change::Tombstone { key } => key.as_ref().and_then(|k| key_row(k, &a.pk)).into_iter().collect(),
+        Change::Tombstone { key } => key
+            .as_ref()
+            .and_then(|k| key_row(k, &a.pk))
+            .into_iter()
+            .collect(),
         Change::Truncate => Vec::new(),
     };
-    rows.iter().filter_map(|r| canonical_key(r, &a.pk)).collect()
+    rows.iter()
+        .filter_map(|r| canonical_key(r, &a.pk))
+        .collect()
 }
 
 fn rows_equal(expected: &Rows, actual: &Rows) -> bool {
     expected.len() == actual.len()
-        && expected.iter().all(|(k, e)| actual.get(k).is_some_and(|x| same_row(e, x)))
+        && expected
+            .iter()
+            .all(|(k, e)| actual.get(k).is_some_and(|x| same_row(e, x)))
 }
 
 fn diff_text(expected: &Rows, actual: &Rows) -> String {
     let mut parts = Vec::new();
     for (k, e) in expected {
         match actual.get(k) {
-            None => parts.push(format!("{k} missing (expected {})", Json::Object(e.clone()))),
+            None => parts.push(format!(
+                "{k} missing (expected {})",
+                Json::Object(e.clone())
+            )),
             Some(x) if !same_row(e, x) => parts.push(format!(
                 "{k} is {} (expected {})",
                 Json::Object(x.clone()),
@@ -354,7 +420,10 @@ fn diff_text(expected: &Rows, actual: &Rows) -> String {
         }
     }
     for (k, x) in actual.iter().filter(|(k, _)| !expected.contains_key(*k)) {
-        parts.push(format!("{k} = {} should not exist", Json::Object(x.clone())));
+        parts.push(format!(
+            "{k} = {} should not exist",
+            Json::Object(x.clone())
+        ));
     }
     let n = parts.len();
     parts.truncate(4);
@@ -363,10 +432,18 @@ fn diff_text(expected: &Rows, actual: &Rows) -> String {
 
 /// `cdc-duplicate-row`: keys held by several rows of the final table.
 pub fn cdc_duplicate_row_cases(a: &CdcAnalysis) -> Vec<Case> {
-    let Some((op, _, _)) = &a.table else { return Vec::new() };
+    let Some((op, _, _)) = &a.table else {
+        return Vec::new();
+    };
     let (_, dups) = a.final_rows();
     dups.into_iter()
-        .map(|k| Case { ids: Vec::new(), tp: None, offsets: Vec::new(), ops: vec![*op], text: format!("key {k} is held by more than one row") })
+        .map(|k| Case {
+            ids: Vec::new(),
+            tp: None,
+            offsets: Vec::new(),
+            ops: vec![*op],
+            text: format!("key {k} is held by more than one row"),
+        })
         .collect()
 }
 
@@ -378,9 +455,16 @@ pub fn cdc_regression_cases(a: &CdcAnalysis) -> Vec<Case> {
         for r in a.applied(records) {
             index += 1;
             let Ok(change) = a.change(&r) else { continue };
-            if let Change::Create { after } | Change::Read { after } | Change::Row { row: after } | Change::Update { after, .. } = &change {
+            if let Change::Create { after }
+            | Change::Read { after }
+            | Change::Row { row: after }
+            | Change::Update { after, .. } = &change
+            {
                 if let Some(k) = canonical_key(after, &a.pk) {
-                    versions.entry(k).or_default().push((index, a.project(after)));
+                    versions
+                        .entry(k)
+                        .or_default()
+                        .push((index, a.project(after)));
                 }
             }
         }
@@ -390,11 +474,31 @@ pub fn cdc_regression_cases(a: &CdcAnalysis) -> Vec<Case> {
     for (op, columns, rows) in &a.reads {
         for v in rows {
             let row: JsonRow = a.project(&columns.iter().cloned().zip(v.iter().cloned()).collect());
-            let Some(key) = canonical_key(&row, &a.pk) else { continue };
-            let Some(version) = versions.get(&key).and_then(|vs| vs.iter().rev().find(|(_, r)| same_row(r, &row)).map(|(i, _)| *i)) else { continue };
+            let Some(key) = canonical_key(&row, &a.pk) else {
+                continue;
+            };
+            let Some(version) = versions.get(&key).and_then(|vs| {
+                vs.iter()
+                    .rev()
+                    .find(|(_, r)| same_row(r, &row))
+                    .map(|(i, _)| *i)
+            }) else {
+                continue;
+            };
             if let Some((last, last_op)) = seen.get(&key) {
                 if version < *last {
-                    cases.push(Case { ids: Vec::new(), tp: None, offsets: Vec::new(), ops: vec![*last_op, *op], text: format!("row {key} went back from the version of change #{last} to that of change #{version}") });
+                    let text = format!(
+                        "row {key} went back from the version of change #{last} to that of \
+                         change #{version}"
+                    );
+                    let ops = vec![*last_op, *op];
+                    cases.push(Case {
+                        ids: Vec::new(),
+                        tp: None,
+                        offsets: Vec::new(),
+                        ops,
+                        text,
+                    });
                 }
             }
             seen.insert(key, (version, *op));
@@ -413,7 +517,19 @@ pub fn cdc_skipped_cases(a: &CdcAnalysis) -> Vec<Case> {
         let end = a.committed.get(tp).copied().unwrap_or(0);
         for r in a.applied(records).iter().filter(|r| r.offset < end) {
             if let Err(e) = a.change(r) {
-                cases.push(Case { ids: vec![r.id], tp: Some(tp.clone()), offsets: vec![r.offset], ops: vec![*op], text: format!("record {} at {tp} offset {} ({e}) is below the committed offset but neither applied nor in the DLQ", r.id, r.offset) });
+                let text = format!(
+                    "record {} at {tp} offset {} ({e}) is below the committed offset but \
+                     neither applied nor in the DLQ",
+                    r.id, r.offset
+                );
+                let (ids, offsets) = (vec![r.id], vec![r.offset]);
+                cases.push(Case {
+                    ids,
+                    tp: Some(tp.clone()),
+                    offsets,
+                    ops: vec![*op],
+                    text,
+                });
             }
         }
     }
@@ -429,7 +545,10 @@ mod tests {
     fn config() -> BTreeMap<String, String> {
         let pairs = [
             ("name", "s"),
-            ("connector.class", "io.confluent.connect.jdbc.JdbcSinkConnector"),
+            (
+                "connector.class",
+                "io.confluent.connect.jdbc.JdbcSinkConnector",
+            ),
             ("topics", "t"),
             ("connection.url", "jdbc:postgresql://10.0.5.1:5432/db"),
             ("col.names", "id,v"),
@@ -439,7 +558,10 @@ mod tests {
             ("key.converter.schemas.enable", "false"),
             ("errors.deadletterqueue.topic.name", "dlq"),
         ];
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn c(id: i64, v: &str) -> String {
@@ -452,14 +574,33 @@ mod tests {
 
     /// A history: connector config, source log of `values`, optional reads, the final
     /// table, committed offset `committed`, an empty DLQ.
-    fn history(values: &[String], reads: &[&[(i64, &str)]], table: &[(i64, &str)], committed: i64) -> History {
+    fn history(
+        values: &[String],
+        reads: &[&[(i64, &str)]],
+        table: &[(i64, &str)],
+        committed: i64,
+    ) -> History {
         let tp = TopicPartition::new("t", 0);
         let mut h = History::default();
         let ok = OpKind::Ok;
-        h.push(0, "operator", ok, Value::ConnectorConfig { connector: "s".into(), config: config() }, None);
-        let rows = |rows: &[(i64, &str)]| rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect();
+        h.push(
+            0,
+            "operator",
+            ok,
+            Value::ConnectorConfig {
+                connector: "s".into(),
+                config: config(),
+            },
+            None,
+        );
+        let rows =
+            |rows: &[(i64, &str)]| rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect();
         for read in reads {
-            let value = Value::TableRead { table: "t".into(), columns: vec!["id".into(), "v".into()], rows: rows(read) };
+            let value = Value::TableRead {
+                table: "t".into(),
+                columns: vec!["id".into(), "v".into()],
+                rows: rows(read),
+            };
             h.push(1, "reader", ok, value, None);
         }
         let records = values.iter().enumerate().map(|(i, v)| SourceRecord {
@@ -468,12 +609,46 @@ mod tests {
             key: None,
             value: Some(v.clone()),
         });
-        h.push(2, "final", ok, Value::SourceLog { tp: tp.clone(), records: records.collect() }, None);
-        let state = Value::TableState { table: "t".into(), columns: vec!["id".into(), "v".into()], rows: rows(table) };
+        h.push(
+            2,
+            "final",
+            ok,
+            Value::SourceLog {
+                tp: tp.clone(),
+                records: records.collect(),
+            },
+            None,
+        );
+        let state = Value::TableState {
+            table: "t".into(),
+            columns: vec!["id".into(), "v".into()],
+            rows: rows(table),
+        };
         h.push(2, "final", ok, state, None);
-        h.push(2, "final", ok, Value::DlqState { topic: "dlq".into(), records: Vec::new() }, None);
-        h.push(2, "final", ok, Value::CommittedOffsets { offsets: vec![(tp, committed)] }, None);
+        h.push(
+            2,
+            "final",
+            ok,
+            Value::DlqState {
+                topic: "dlq".into(),
+                records: Vec::new(),
+            },
+            None,
+        );
+        h.push(
+            2,
+            "final",
+            ok,
+            Value::CommittedOffsets {
+                offsets: vec![(tp, committed)],
+            },
+            None,
+        );
         h
+    }
+
+    fn table_rows(rows: &[(i64, &str)]) -> Vec<Vec<Json>> {
+        rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect()
     }
 
     fn check(h: &History) -> CheckResult {
@@ -482,7 +657,12 @@ mod tests {
 
     #[test]
     fn every_change_applied_once_in_order_is_valid() {
-        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a2"), (2, "b")], 3);
+        let h = history(
+            &[c(1, "a"), c(2, "b"), u(1, "a2")],
+            &[],
+            &[(1, "a2"), (2, "b")],
+            3,
+        );
         let r = check(&h);
         assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(4));
     }
@@ -490,15 +670,29 @@ mod tests {
     #[test]
     fn cdc_final_state_an_update_lost_leaves_the_old_version() {
         // The update of id 1 was committed as consumed (offset 3) but never applied.
-        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a"), (2, "b")], 3);
+        let h = history(
+            &[c(1, "a"), c(2, "b"), u(1, "a2")],
+            &[],
+            &[(1, "a"), (2, "b")],
+            3,
+        );
         let r = check(&h);
-        assert!(r.forbidden.contains(&Anomaly::CdcFinalState), "{:?}", r.case_texts(4));
+        assert!(
+            r.forbidden.contains(&Anomaly::CdcFinalState),
+            "{:?}",
+            r.case_texts(4)
+        );
     }
 
     #[test]
     fn cdc_final_state_a_stopped_task_may_end_at_a_prefix_past_its_commit() {
         // Committed offset 1: the table may stop at any record from there on...
-        let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a"), (2, "b")], 1);
+        let h = history(
+            &[c(1, "a"), c(2, "b"), u(1, "a2")],
+            &[],
+            &[(1, "a"), (2, "b")],
+            1,
+        );
         assert_eq!(check(&h).validity, Validity::Valid);
         // ...but not skip one: id 2 missing while the update after it is applied.
         let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a2")], 1);
@@ -527,7 +721,12 @@ mod tests {
 
     #[test]
     fn cdc_skipped_a_poison_record_neither_applied_nor_in_the_dlq() {
-        let h = history(&[c(1, "a"), "not json".into(), c(2, "b")], &[], &[(1, "a"), (2, "b")], 3);
+        let h = history(
+            &[c(1, "a"), "not json".into(), c(2, "b")],
+            &[],
+            &[(1, "a"), (2, "b")],
+            3,
+        );
         let r = check(&h);
         assert_eq!(r.anomalies[&Anomaly::CdcSkipped][0].ids, vec![1]);
         assert_eq!(r.validity, Validity::Invalid);

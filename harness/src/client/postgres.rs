@@ -15,7 +15,12 @@ use eosim_sim::postgres::{PgError, Reply, Row, Statement};
 pub enum PgClientError {
     /// The server answered with an error (`tokio_postgres::Error::as_db_error`). For a
     /// batch, `index` is the failing statement; the transaction was rolled back whole.
-    #[error("{}SQLSTATE {}: {}", index.map(|i| format!("statement {i}: ")).unwrap_or_default(), error.code.code(), error.message)]
+    #[error(
+        "{}SQLSTATE {}: {}",
+        index.map(|i| format!("statement {i}: ")).unwrap_or_default(),
+        error.code.code(),
+        error.message
+    )]
     Db {
         /// Index of the failing statement in a batch.
         index: Option<usize>,
@@ -85,7 +90,12 @@ pub trait PostgresClient: Send {
     /// # Errors
     /// As [`PostgresClient::execute`].
     async fn select(&mut self, table: &str) -> Result<TableRows, PgClientError> {
-        match self.execute(Statement::Select { table: table.to_string() }).await? {
+        match self
+            .execute(Statement::Select {
+                table: table.to_string(),
+            })
+            .await?
+        {
             Reply::Rows { columns, rows } => Ok(TableRows { columns, rows }),
             Reply::Affected(_) => Err(PgClientError::Connection("SELECT returned no rows".into())),
         }

@@ -134,14 +134,21 @@ pub fn number<T: std::str::FromStr>(
     default: &str,
 ) -> Result<T, ConfigError> {
     let value = get(raw, key, default);
-    value.trim().parse().map_err(|_| invalid(key, value, "a whole number"))
+    value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, value, "a whole number"))
 }
 
 /// Parses `key` as a boolean (`true` / `false`, any case).
 ///
 /// # Errors
 /// [`ConfigError::InvalidValue`].
-pub fn boolean(raw: &BTreeMap<String, String>, key: &str, default: &str) -> Result<bool, ConfigError> {
+pub fn boolean(
+    raw: &BTreeMap<String, String>,
+    key: &str,
+    default: &str,
+) -> Result<bool, ConfigError> {
     let value = get(raw, key, default);
     match value.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
@@ -175,7 +182,10 @@ pub fn check_keys(raw: &BTreeMap<String, String>, known: &[&[&str]]) -> Result<(
             }
             _ => String::new(),
         };
-        return Err(ConfigError::UnknownKey { key: key.clone(), hint });
+        return Err(ConfigError::UnknownKey {
+            key: key.clone(),
+            hint,
+        });
     }
     Ok(())
 }
@@ -189,7 +199,10 @@ impl ConnectorConfig {
     pub fn parse(raw: &BTreeMap<String, String>, sink_keys: &[&str]) -> Result<Self, ConfigError> {
         check_keys(raw, &[FRAMEWORK_KEYS, sink_keys])?;
         let required = |key: &str| {
-            raw.get(key).filter(|v| !v.is_empty()).cloned().ok_or(ConfigError::Missing(key.into()))
+            raw.get(key)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .ok_or(ConfigError::Missing(key.into()))
         };
         let topics: Vec<String> = required("topics")?
             .split(',')
@@ -206,10 +219,16 @@ impl ConnectorConfig {
             if v == JSON_CONVERTER || v == STRING_CONVERTER {
                 Ok(v.to_string())
             } else {
-                Err(invalid(key, v, &format!("{JSON_CONVERTER} or {STRING_CONVERTER}")))
+                Err(invalid(
+                    key,
+                    v,
+                    &format!("{JSON_CONVERTER} or {STRING_CONVERTER}"),
+                ))
             }
         };
-        let dlq = get(raw, "errors.deadletterqueue.topic.name", "").trim().to_string();
+        let dlq = get(raw, "errors.deadletterqueue.topic.name", "")
+            .trim()
+            .to_string();
         Ok(Self {
             name: required("name")?,
             connector_class: required("connector.class")?,
@@ -223,8 +242,16 @@ impl ConnectorConfig {
             retry_timeout_ms: number(raw, "errors.retry.timeout", "0")?,
             retry_delay_max_ms: number(raw, "errors.retry.delay.max.ms", "60000")?,
             dlq_topic: (!dlq.is_empty()).then_some(dlq),
-            dlq_replication_factor: number(raw, "errors.deadletterqueue.topic.replication.factor", "3")?,
-            dlq_context_headers: boolean(raw, "errors.deadletterqueue.context.headers.enable", "false")?,
+            dlq_replication_factor: number(
+                raw,
+                "errors.deadletterqueue.topic.replication.factor",
+                "3",
+            )?,
+            dlq_context_headers: boolean(
+                raw,
+                "errors.deadletterqueue.context.headers.enable",
+                "false",
+            )?,
             isolation_level: parse_isolation(raw)?,
             max_poll_records: number(raw, "consumer.override.max.poll.records", "500")?,
             raw: raw.clone(),

@@ -29,10 +29,14 @@ impl Converter {
             return Ok(None);
         };
         if self.class == STRING_CONVERTER {
-            return Ok(Some(Value::String(String::from_utf8_lossy(bytes).into_owned())));
+            return Ok(Some(Value::String(
+                String::from_utf8_lossy(bytes).into_owned(),
+            )));
         }
         let json: Value = serde_json::from_slice(bytes).map_err(|e| {
-            format!("Converting byte[] to Kafka Connect data failed due to serialization error: {e}")
+            format!(
+                "Converting byte[] to Kafka Connect data failed due to serialization error: {e}"
+            )
         })?;
         if !self.schemas_enable {
             return Ok(Some(json));
@@ -43,11 +47,13 @@ impl Converter {
             {
                 Ok(map.remove("payload").filter(|p| !p.is_null()))
             }
-            _ => Err("JsonConverter with schemas.enable requires \"schema\" and \"payload\" \
+            _ => Err(
+                "JsonConverter with schemas.enable requires \"schema\" and \"payload\" \
                       fields and may not contain additional fields. If you are trying to \
                       deserialize plain JSON data, set schemas.enable=false in your converter \
                       configuration."
-                .to_string()),
+                    .to_string(),
+            ),
         }
     }
 }
@@ -58,26 +64,38 @@ mod tests {
     use crate::connect::config::JSON_CONVERTER;
 
     fn json(schemas_enable: bool) -> Converter {
-        Converter { class: JSON_CONVERTER.into(), schemas_enable }
+        Converter {
+            class: JSON_CONVERTER.into(),
+            schemas_enable,
+        }
     }
 
     #[test]
     fn plain_json_needs_schemas_disabled() {
         let bytes = Bytes::from_static(br#"{"id":1}"#);
-        assert_eq!(json(false).to_connect_data(Some(&bytes)), Ok(Some(serde_json::json!({"id":1}))));
+        assert_eq!(
+            json(false).to_connect_data(Some(&bytes)),
+            Ok(Some(serde_json::json!({"id":1})))
+        );
         assert!(json(true).to_connect_data(Some(&bytes)).is_err());
     }
 
     #[test]
     fn schema_envelope_yields_its_payload() {
         let bytes = Bytes::from_static(br#"{"schema":{"type":"int32"},"payload":5}"#);
-        assert_eq!(json(true).to_connect_data(Some(&bytes)), Ok(Some(serde_json::json!(5))));
+        assert_eq!(
+            json(true).to_connect_data(Some(&bytes)),
+            Ok(Some(serde_json::json!(5)))
+        );
     }
 
     #[test]
     fn null_bytes_are_a_tombstone_and_garbage_is_an_error() {
         assert_eq!(json(false).to_connect_data(None), Ok(None));
         let bad = Bytes::from_static(b"not json");
-        assert!(json(false).to_connect_data(Some(&bad)).unwrap_err().contains("serialization"));
+        assert!(json(false)
+            .to_connect_data(Some(&bad))
+            .unwrap_err()
+            .contains("serialization"));
     }
 }

@@ -62,10 +62,12 @@ pub fn parse_change(key: Option<&Value>, value: Option<&Value>) -> Result<Change
         return Ok(Change::Tombstone { key: key.cloned() });
     };
     let Value::Object(map) = value else {
-        return Err(format!("expected a JSON object as the record value, found {value}"));
+        return Err(format!(
+            "expected a JSON object as the record value, found {value}"
+        ));
     };
-    let is_envelope = map.contains_key("op")
-        && (map.contains_key("before") || map.contains_key("after"));
+    let is_envelope =
+        map.contains_key("op") && (map.contains_key("before") || map.contains_key("after"));
     if !is_envelope {
         return Ok(Change::Row { row: map.clone() });
     }
@@ -80,12 +82,23 @@ pub fn parse_change(key: Option<&Value>, value: Option<&Value>) -> Result<Change
     };
     let op = map.get("op").and_then(Value::as_str).unwrap_or_default();
     match op {
-        "c" => Ok(Change::Create { after: need("after", op)? }),
-        "r" => Ok(Change::Read { after: need("after", op)? }),
-        "u" => Ok(Change::Update { before: row("before"), after: need("after", op)? }),
-        "d" => Ok(Change::Delete { before: need("before", op)? }),
+        "c" => Ok(Change::Create {
+            after: need("after", op)?,
+        }),
+        "r" => Ok(Change::Read {
+            after: need("after", op)?,
+        }),
+        "u" => Ok(Change::Update {
+            before: row("before"),
+            after: need("after", op)?,
+        }),
+        "d" => Ok(Change::Delete {
+            before: need("before", op)?,
+        }),
         "t" => Ok(Change::Truncate),
-        other => Err(format!("unknown op '{other}' (expected one of c, u, d, r, t)")),
+        other => Err(format!(
+            "unknown op '{other}' (expected one of c, u, d, r, t)"
+        )),
     }
 }
 
@@ -126,7 +139,11 @@ mod tests {
     fn seed_update_changes_the_key() {
         let v = json!({"before": {"id":2}, "after": {"id": 1, "name": "44"}, "op": "u",
                        "transaction": null});
-        let Ok(Change::Update { before: Some(b), after }) = parse_change(None, Some(&v)) else {
+        let Ok(Change::Update {
+            before: Some(b),
+            after,
+        }) = parse_change(None, Some(&v))
+        else {
             panic!("an update")
         };
         let pk = vec!["id".to_string()];
@@ -139,6 +156,9 @@ mod tests {
         assert!(parse_change(None, Some(&json!({"op":"x","after":{}}))).is_err());
         let flat = parse_change(None, Some(&json!({"id": 3})));
         assert!(matches!(flat, Ok(Change::Row { .. })));
-        assert!(matches!(parse_change(None, None), Ok(Change::Tombstone { key: None })));
+        assert!(matches!(
+            parse_change(None, None),
+            Ok(Change::Tombstone { key: None })
+        ));
     }
 }

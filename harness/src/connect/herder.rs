@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// A task's state (`AbstractStatus.State`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TaskState {
     /// Assigned (or waiting for a worker) and not started yet.
@@ -98,7 +100,11 @@ impl Herder {
     /// A herder for workers configured with `config`; `parser` validates connector
     /// configurations.
     pub fn new(config: WorkerConfig, parser: ConfigParser) -> Self {
-        Self { inner: Arc::default(), config, parser }
+        Self {
+            inner: Arc::default(),
+            config,
+            parser,
+        }
     }
 
     /// The worker configuration.
@@ -124,9 +130,16 @@ impl Herder {
                 expected: "a name not in use".into(),
             });
         }
-        let slot = TaskSlot { worker: None, state: TaskState::Unassigned, trace: None, run: 0 };
+        let slot = TaskSlot {
+            worker: None,
+            state: TaskState::Unassigned,
+            trace: None,
+            run: 0,
+        };
         let tasks = vec![slot; config.tasks_max as usize];
-        state.connectors.insert(config.name.clone(), (config, tasks));
+        state
+            .connectors
+            .insert(config.name.clone(), (config, tasks));
         Ok(())
     }
 
@@ -163,8 +176,13 @@ impl Herder {
     /// When the connector or task does not exist.
     pub fn restart_task(&self, name: &str, task: u32) -> Result<(), String> {
         let mut state = self.lock();
-        let (_, tasks) = state.connectors.get_mut(name).ok_or(format!("no connector {name}"))?;
-        let slot = tasks.get_mut(task as usize).ok_or(format!("no task {name}-{task}"))?;
+        let (_, tasks) = state
+            .connectors
+            .get_mut(name)
+            .ok_or(format!("no connector {name}"))?;
+        let slot = tasks
+            .get_mut(task as usize)
+            .ok_or(format!("no task {name}-{task}"))?;
         slot.run += 1;
         slot.state = TaskState::Unassigned;
         slot.trace = None;
@@ -190,10 +208,16 @@ impl Herder {
     /// A worker process started: it joins, and every task it still owns starts afresh.
     pub fn register(&self, worker: &str, now_ms: u64) {
         let mut state = self.lock();
-        let slot = WorkerSlot { last_heartbeat_ms: now_ms, departed_at_ms: None };
+        let slot = WorkerSlot {
+            last_heartbeat_ms: now_ms,
+            departed_at_ms: None,
+        };
         state.workers.insert(worker.to_string(), slot);
         for (_, tasks) in state.connectors.values_mut() {
-            for t in tasks.iter_mut().filter(|t| t.worker.as_deref() == Some(worker)) {
+            for t in tasks
+                .iter_mut()
+                .filter(|t| t.worker.as_deref() == Some(worker))
+            {
                 t.run += 1;
                 t.state = TaskState::Unassigned;
                 t.trace = None;
@@ -250,7 +274,12 @@ impl Herder {
             for (id, t) in tasks.iter().enumerate() {
                 if t.worker.as_deref() == Some(worker) {
                     let (connector, task) = (name.clone(), id as u32);
-                    out.push(Assignment { connector, task, run: t.run, state: t.state });
+                    out.push(Assignment {
+                        connector,
+                        task,
+                        run: t.run,
+                        state: t.state,
+                    });
                 }
             }
         }
@@ -268,7 +297,9 @@ impl Herder {
         trace: Option<String>,
     ) -> bool {
         let mut state = self.lock();
-        let Some((_, tasks)) = state.connectors.get_mut(connector) else { return false };
+        let Some((_, tasks)) = state.connectors.get_mut(connector) else {
+            return false;
+        };
         match tasks.get_mut(task as usize) {
             Some(slot) if slot.run == run => {
                 slot.state = new;
@@ -318,12 +349,22 @@ mod tests {
     use crate::connect::config::ConnectorConfig;
 
     fn herder(delay_ms: u64) -> Herder {
-        let mut config = WorkerConfig::default();
-        config.scheduled_rebalance_max_delay_ms = delay_ms;
+        let config = WorkerConfig {
+            scheduled_rebalance_max_delay_ms: delay_ms,
+            ..WorkerConfig::default()
+        };
         let parser: ConfigParser = Arc::new(|raw| ConnectorConfig::parse(raw, &[]));
         let h = Herder::new(config, parser);
-        let raw = [("name", "c"), ("connector.class", "x"), ("topics", "t"), ("tasks.max", "2")];
-        let raw = raw.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let raw = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("tasks.max", "2"),
+        ];
+        let raw = raw
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         h.create_connector(&raw).expect("valid config");
         h
     }
@@ -351,8 +392,14 @@ mod tests {
         let a = h.assignments("connect-1")[0].clone();
         assert!(h.set_state("c", a.task, a.run, TaskState::Failed, Some("boom".into())));
         h.rebalance(1_000);
-        assert_eq!(h.status("c").unwrap()[a.task as usize].state, TaskState::Failed);
+        assert_eq!(
+            h.status("c").unwrap()[a.task as usize].state,
+            TaskState::Failed
+        );
         assert_eq!(h.restart_failed("c"), vec![a.task]);
-        assert_eq!(h.status("c").unwrap()[a.task as usize].state, TaskState::Unassigned);
+        assert_eq!(
+            h.status("c").unwrap()[a.task as usize].state,
+            TaskState::Unassigned
+        );
     }
 }

@@ -87,7 +87,9 @@ pub async fn worker_process(rt: WorkerRuntime, name: String) {
         rt.herder.rebalance(now_ms());
         let owned = rt.herder.assignments(&name);
         running.retain(|key, (run, handle)| {
-            let keep = owned.iter().any(|a| (&a.connector, a.task) == (&key.0, key.1) && a.run == *run);
+            let keep = owned
+                .iter()
+                .any(|a| (&a.connector, a.task) == (&key.0, key.1) && a.run == *run);
             if !keep {
                 handle.abort();
             }
@@ -107,8 +109,13 @@ pub async fn worker_process(rt: WorkerRuntime, name: String) {
 
 /// Runs one task until it fails (then records FAILED) or is aborted.
 pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
-    let Some(config) = rt.herder.connector_config(&a.connector) else { return };
-    if !rt.herder.set_state(&a.connector, a.task, a.run, TaskState::Running, None) {
+    let Some(config) = rt.herder.connector_config(&a.connector) else {
+        return;
+    };
+    if !rt
+        .herder
+        .set_state(&a.connector, a.task, a.run, TaskState::Running, None)
+    {
         return;
     }
     rt.record(&worker, OpKind::Ok, status_value(&a, "RUNNING", None), None);
@@ -116,23 +123,40 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
     };
-    let mut task = match WorkerSinkTask::start(rt.clone(), worker.clone(), a.clone(), config, sink).await {
-        Ok(t) => t,
-        Err(e) => return fail(&rt, &worker, &a, e),
-    };
+    let mut task =
+        match WorkerSinkTask::start(rt.clone(), worker.clone(), a.clone(), config, sink).await {
+            Ok(t) => t,
+            Err(e) => return fail(&rt, &worker, &a, e),
+        };
     let trace = task.run().await;
     task.consumer.close().await;
     fail(&rt, &worker, &a, trace);
 }
 
 fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
-    Value::TaskStatus { connector: a.connector.clone(), task: a.task, state: state.into(), trace }
+    Value::TaskStatus {
+        connector: a.connector.clone(),
+        task: a.task,
+        state: state.into(),
+        trace,
+    }
 }
 
 fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
-    let applied = rt.herder.set_state(&a.connector, a.task, a.run, TaskState::Failed, Some(trace.clone()));
+    let applied = rt.herder.set_state(
+        &a.connector,
+        a.task,
+        a.run,
+        TaskState::Failed,
+        Some(trace.clone()),
+    );
     if applied {
-        rt.record(worker, OpKind::Ok, status_value(a, "FAILED", Some(trace)), None);
+        rt.record(
+            worker,
+            OpKind::Ok,
+            status_value(a, "FAILED", Some(trace)),
+            None,
+        );
     }
 }
 
@@ -200,11 +224,16 @@ impl WorkerSinkTask {
         sink: Box<dyn SinkTask>,
     ) -> Result<Self, String> {
         let wc = rt.herder.worker_config().clone();
-        let conn = Connection::open(rt.brokers).await.map_err(|e| e.to_string())?;
+        let conn = Connection::open(rt.brokers)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut cc = ConsumerConfig::new(config.group_id());
         cc.auto_offset_reset = AutoOffsetReset::Earliest;
         cc.session_timeout_ms = wc.session_timeout_ms;
-        cc.heartbeat_interval_ms = wc.heartbeat_interval_ms.min(wc.session_timeout_ms / 3).max(100);
+        cc.heartbeat_interval_ms = wc
+            .heartbeat_interval_ms
+            .min(wc.session_timeout_ms / 3)
+            .max(100);
         cc.max_poll_records = config.max_poll_records;
         cc.isolation_level = config.isolation_level;
         cc.request_timeout_ms = 5_000;
@@ -218,8 +247,14 @@ impl WorkerSinkTask {
             delivery_timeout_ms: 30_000,
             ..ProducerConfig::default()
         };
-        let dlq = config.dlq_topic.as_ref().map(|_| SimProducer::new(conn, dlq_config));
-        let converter = |class: &str, schemas_enable| Converter { class: class.into(), schemas_enable };
+        let dlq = config
+            .dlq_topic
+            .as_ref()
+            .map(|_| SimProducer::new(conn, dlq_config));
+        let converter = |class: &str, schemas_enable| Converter {
+            class: class.into(),
+            schemas_enable,
+        };
         Ok(Self {
             key_converter: converter(&config.key_converter, config.key_schemas_enable),
             value_converter: converter(&config.value_converter, config.value_schemas_enable),
@@ -248,7 +283,8 @@ impl WorkerSinkTask {
     async fn iteration(&mut self) -> Result<(), String> {
         if now_ms() >= self.next_commit_ms {
             self.commit().await;
-            self.next_commit_ms = now_ms() + self.rt.herder.worker_config().offset_flush_interval_ms;
+            self.next_commit_ms =
+                now_ms() + self.rt.herder.worker_config().offset_flush_interval_ms;
         }
         let records = match self.consumer.poll(Duration::from_millis(500)).await {
             Ok(r) => r,
@@ -265,13 +301,22 @@ impl WorkerSinkTask {
         if !batch.is_empty() {
             self.put(batch, &originals).await?;
         }
-        for (tp, offset) in processed.into_iter().filter(|(tp, _)| self.assigned.contains(tp)) {
+        for (tp, offset) in processed
+            .into_iter()
+            .filter(|(tp, _)| self.assigned.contains(tp))
+        {
             self.current.insert(tp, offset);
         }
         let p = self.rt.task_crash_probability;
         if p > 0.0 && madsim::rand::thread_rng().gen_bool(p.min(1.0)) {
-            let detail = format!("target=[{}-{}] on {}", self.a.connector, self.a.task, self.worker);
-            let fault = Value::Fault { name: "task-crash".into(), detail };
+            let detail = format!(
+                "target=[{}-{}] on {}",
+                self.a.connector, self.a.task, self.worker
+            );
+            let fault = Value::Fault {
+                name: "task-crash".into(),
+                detail,
+            };
             self.rt.record("nemesis", OpKind::Info, fault, None);
             return Err("injected task crash (fault point after put)".into());
         }
@@ -315,7 +360,11 @@ impl WorkerSinkTask {
         &mut self,
         records: Vec<ConsumedRecord>,
     ) -> Result<
-        (Vec<SinkRecord>, BTreeMap<TopicPartition, Offset>, BTreeMap<(TopicPartition, Offset), ConsumedRecord>),
+        (
+            Vec<SinkRecord>,
+            BTreeMap<TopicPartition, Offset>,
+            BTreeMap<(TopicPartition, Offset), ConsumedRecord>,
+        ),
         String,
     > {
         let mut batch = Vec::new();
@@ -349,7 +398,13 @@ impl WorkerSinkTask {
                         self.value_converter.class.clone()
                     };
                     let exception_class = "org.apache.kafka.connect.errors.DataException";
-                    let errant = ErrantRecord { original: r, stage, class_name, exception_class, message };
+                    let errant = ErrantRecord {
+                        original: r,
+                        stage,
+                        class_name,
+                        exception_class,
+                        message,
+                    };
                     self.report_converter_error(errant).await?;
                 }
             }
@@ -400,7 +455,9 @@ impl WorkerSinkTask {
     /// Writes errant records to the DLQ (when configured), with Connect's context headers
     /// when `errors.deadletterqueue.context.headers.enable=true`.
     async fn write_dlq(&self, errant: Vec<ErrantRecord>) {
-        let (Some(producer), Some(topic)) = (&self.dlq, &self.config.dlq_topic) else { return };
+        let (Some(producer), Some(topic)) = (&self.dlq, &self.config.dlq_topic) else {
+            return;
+        };
         for e in errant {
             let mut headers = e.original.headers.clone();
             if self.config.dlq_context_headers {
@@ -430,7 +487,10 @@ impl WorkerSinkTask {
             ("class.name", e.class_name.clone()),
             ("exception.class.name", e.exception_class.to_string()),
             ("exception.message", e.message.clone()),
-            ("exception.stacktrace", format!("{}: {}", e.exception_class, e.message)),
+            (
+                "exception.stacktrace",
+                format!("{}: {}", e.exception_class, e.message),
+            ),
         ];
         pairs
             .into_iter()
@@ -445,7 +505,8 @@ impl WorkerSinkTask {
             return;
         }
         let timeout = Duration::from_millis(self.rt.herder.worker_config().offset_flush_timeout_ms);
-        let Ok(Ok(offsets)) = tokio::time::timeout(timeout, self.sink.pre_commit(&self.current)).await
+        let Ok(Ok(offsets)) =
+            tokio::time::timeout(timeout, self.sink.pre_commit(&self.current)).await
         else {
             return;
         };
@@ -457,7 +518,9 @@ impl WorkerSinkTask {
         if offsets.is_empty() {
             return;
         }
-        let value = || Value::Commit { offsets: offsets.clone() };
+        let value = || Value::Commit {
+            offsets: offsets.clone(),
+        };
         self.rt.record(&self.worker, OpKind::Invoke, value(), None);
         let (kind, error) = match self.consumer.commit(&offsets).await {
             Ok(()) => (OpKind::Ok, None),

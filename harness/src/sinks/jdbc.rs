@@ -130,7 +130,11 @@ impl JdbcSinkConfig {
         let col_types = parse_types(raw)?;
         if !col_types.is_empty() && col_types.len() != col_names.len() {
             let expected = format!("{} types, one per col.names entry", col_names.len());
-            return Err(config::invalid("col.types", config::get(raw, "col.types", ""), &expected));
+            return Err(config::invalid(
+                "col.types",
+                config::get(raw, "col.types", ""),
+                &expected,
+            ));
         }
         let write_mode = match config::get(raw, "writeMode", "insert") {
             "insert" => WriteMode::Insert,
@@ -212,7 +216,11 @@ impl JdbcSinkTask {
     /// A task writing through `client`.
     pub fn new(config: JdbcSinkConfig, client: Box<dyn PostgresClient>) -> Self {
         let retries_left = config.max_retries;
-        Self { config, client, retries_left }
+        Self {
+            config,
+            client,
+            retries_left,
+        }
     }
 
     fn columns_of<'a>(&'a self, row: &'a JsonRow) -> Vec<String> {
@@ -230,8 +238,14 @@ impl JdbcSinkTask {
             .map(|c| row.get(c).map_or(Value::Null, Value::from_json))
             .collect();
         let on_conflict = if upsert && !self.config.pk_fields.is_empty() {
-            let set = columns.iter().filter(|c| !self.config.pk_fields.contains(c)).cloned();
-            OnConflict::DoUpdate { conflict_target: self.config.pk_fields.clone(), set: set.collect() }
+            let set = columns
+                .iter()
+                .filter(|c| !self.config.pk_fields.contains(c))
+                .cloned();
+            OnConflict::DoUpdate {
+                conflict_target: self.config.pk_fields.clone(),
+                set: set.collect(),
+            }
         } else {
             OnConflict::None
         };
@@ -258,7 +272,10 @@ impl JdbcSinkTask {
 
     fn delete(&self, row: &JsonRow) -> Result<Statement, String> {
         let where_pk = self.key_values(row)?;
-        Ok(Statement::Delete { table: self.config.table.clone(), where_pk })
+        Ok(Statement::Delete {
+            table: self.config.table.clone(),
+            where_pk,
+        })
     }
 
     /// The statements one record becomes (none for a skipped tombstone or truncate).
@@ -269,7 +286,9 @@ impl JdbcSinkTask {
         let upsert = self.config.write_mode == WriteMode::Upsert;
         let change = parse_change(record.key.as_ref(), record.value.as_ref())?;
         let statements = match change {
-            Change::Create { after } | Change::Row { row: after } => vec![self.insert(&after, upsert)],
+            Change::Create { after } | Change::Row { row: after } => {
+                vec![self.insert(&after, upsert)]
+            }
             Change::Read { after } => vec![self.insert(&after, true)],
             Change::Update { before, after } => self.update(before.as_ref(), &after, upsert)?,
             Change::Delete { before } => vec![self.delete(&before)?],
@@ -282,7 +301,9 @@ impl JdbcSinkTask {
             }
             Change::Tombstone { .. } => Vec::new(),
             Change::Truncate if self.config.truncate_enabled => {
-                vec![Statement::Truncate { table: self.config.table.clone() }]
+                vec![Statement::Truncate {
+                    table: self.config.table.clone(),
+                }]
             }
             Change::Truncate => Vec::new(),
         };
@@ -306,7 +327,11 @@ impl JdbcSinkTask {
             out.push(self.insert(after, true));
             return Ok(out);
         }
-        let target = if old_key.is_some() { before.expect("checked") } else { after };
+        let target = if old_key.is_some() {
+            before.expect("checked")
+        } else {
+            after
+        };
         let where_pk = self.key_values(target)?;
         let set = self
             .columns_of(after)
@@ -316,7 +341,11 @@ impl JdbcSinkTask {
                 (c, v)
             })
             .collect();
-        Ok(vec![Statement::Update { table: self.config.table.clone(), set, where_pk }])
+        Ok(vec![Statement::Update {
+            table: self.config.table.clone(),
+            set,
+            where_pk,
+        }])
     }
 
     /// Writes one chunk in one transaction, reporting and dropping errant records until it
@@ -333,7 +362,7 @@ impl JdbcSinkTask {
             for (i, record) in chunk.iter().enumerate() {
                 match self.statements(record) {
                     Ok(s) => {
-                        owner.extend(std::iter::repeat(i).take(s.len()));
+                        owner.extend(std::iter::repeat_n(i, s.len()));
                         statements.extend(s);
                     }
                     Err(e) => {
@@ -355,9 +384,10 @@ impl JdbcSinkTask {
                     self.retries_left = self.config.max_retries;
                     return Ok(());
                 }
-                Err(PgClientError::Db { index: Some(index), error })
-                    if is_data_error(error.code) && index < owner.len() =>
-                {
+                Err(PgClientError::Db {
+                    index: Some(index),
+                    error,
+                }) if is_data_error(error.code) && index < owner.len() => {
                     let record = chunk.remove(owner[index]);
                     let text = format!("SQLSTATE {}: {}", error.code.code(), error.message);
                     reporter.report(&record, &text)?;
@@ -430,7 +460,11 @@ pub fn parse_connector(
     let config = crate::connect::config::ConnectorConfig::parse(raw, KEYS)?;
     if !CONNECTOR_CLASSES.contains(&config.connector_class.as_str()) {
         let expected = format!("one of {}", CONNECTOR_CLASSES.join(", "));
-        return Err(config::invalid("connector.class", &config.connector_class, &expected));
+        return Err(config::invalid(
+            "connector.class",
+            &config.connector_class,
+            &expected,
+        ));
     }
     JdbcSinkConfig::parse(raw, &config.topics)?;
     Ok(config)
@@ -444,12 +478,18 @@ mod tests {
         let pairs = [
             ("name", "adb4pg-jdbc-sink"),
             ("topics", "server1.dbo.t1"),
-            ("connector.class", "io.confluent.connect.jdbc.Adb4PgSinkConnector"),
+            (
+                "connector.class",
+                "io.confluent.connect.jdbc.Adb4PgSinkConnector",
+            ),
             ("connection.url", "jdbc:postgresql://10.0.5.1:5432/db"),
             ("connection.user", "u"),
             ("connection.password", "p"),
             ("col.names", "a,b,c,d,e,f,g"),
-            ("col.types", "integer,bigint,smallint,real,doublepericision,timestamp,varchar"),
+            (
+                "col.types",
+                "integer,bigint,smallint,real,doublepericision,timestamp,varchar",
+            ),
             ("pk.fields", "a"),
             ("schemas.enable", "false"),
             ("target.tablename", "t1"),
@@ -458,9 +498,15 @@ mod tests {
             ("table.name.format", "t1"),
             ("batch.size", "1"),
             ("value.converter.schemas.enable", "false"),
-            ("value.converter", "org.apache.kafka.connect.json.JsonConverter"),
+            (
+                "value.converter",
+                "org.apache.kafka.connect.json.JsonConverter",
+            ),
         ];
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -478,6 +524,9 @@ mod tests {
         let mut raw = seed_config();
         raw.insert("connector.url".into(), "x".into());
         let e = parse_connector(&raw).unwrap_err().to_string();
-        assert!(e.contains("connector.url") && e.contains("connection.url"), "{e}");
+        assert!(
+            e.contains("connector.url") && e.contains("connection.url"),
+            "{e}"
+        );
     }
 }

@@ -106,9 +106,15 @@ fn build_events(scenario: &Scenario) -> Vec<Event> {
         .events
         .iter()
         .enumerate()
-        .map(|(i, e)| Event { id: i as u64, key: e.key.clone(), value: e.value.clone() })
+        .map(|(i, e)| Event {
+            id: i as u64,
+            key: e.key.clone(),
+            value: e.value.clone(),
+        })
         .collect();
-    let Some(g) = &scenario.cdc.generate else { return events };
+    let Some(g) = &scenario.cdc.generate else {
+        return events;
+    };
     let mut rng = madsim::rand::thread_rng();
     let mut present: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
     let table = &scenario.topic.name;
@@ -131,14 +137,20 @@ fn build_events(scenario: &Scenario) -> Vec<Event> {
             "source": {"table": table, "seq": id}, "transaction": null,
         });
         let key = serde_json::json!({"id": k}).to_string();
-        events.push(Event { id, key: Some(key), value: Some(value.to_string()) });
+        events.push(Event {
+            id,
+            key: Some(key),
+            value: Some(value.to_string()),
+        });
     }
     events
 }
 
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
@@ -150,7 +162,12 @@ async fn producer_process(ctx: Context, name: String) {
     let producer = SimProducer::new(conn, config);
     let topic = ctx.scenario.topic.name.clone();
     while let Some(e) = ctx.take_event(&name) {
-        let invoke = Value::Send { id: e.id, key: e.key.clone(), tp: None, offset: None };
+        let invoke = Value::Send {
+            id: e.id,
+            key: e.key.clone(),
+            tp: None,
+            offset: None,
+        };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let record = ProducerRecord {
             topic: topic.clone(),
@@ -162,11 +179,26 @@ async fn producer_process(ctx: Context, name: String) {
             headers: vec![(ID_HEADER.to_string(), Bytes::from(e.id.to_string()))],
         };
         let (kind, tp, offset, error) = match producer.send(record).await {
-            Ok(d) => (OpKind::Ok, Some(TopicPartition::new(topic.clone(), d.partition)), Some(d.offset), None),
+            Ok(d) => (
+                OpKind::Ok,
+                Some(TopicPartition::new(topic.clone(), d.partition)),
+                Some(d.offset),
+                None,
+            ),
             Err(err) if err.is_ambiguous() => (OpKind::Info, None, None, Some(err.to_string())),
             Err(err) => (OpKind::Fail, None, None, Some(err.to_string())),
         };
-        ctx.record(&name, kind, Value::Send { id: e.id, key: e.key, tp, offset }, error);
+        ctx.record(
+            &name,
+            kind,
+            Value::Send {
+                id: e.id,
+                key: e.key,
+                tp,
+                offset,
+            },
+            error,
+        );
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }
@@ -179,11 +211,19 @@ fn create_statement(t: &TableSpec) -> Statement {
         .map(|spec| {
             let lower = spec.to_ascii_lowercase();
             let not_null = lower.trim_end().ends_with("not null");
-            let body = if not_null { &spec[..lower.rfind("not null").expect("found")] } else { spec };
+            let body = if not_null {
+                &spec[..lower.rfind("not null").expect("found")]
+            } else {
+                spec
+            };
             let (name, ty) = body.trim().split_once(' ').unwrap_or((body.trim(), "text"));
             let ty = ColumnType::parse(ty).unwrap_or(ColumnType::Text);
             let column = Column::new(name, ty);
-            if not_null { column.not_null() } else { column }
+            if not_null {
+                column.not_null()
+            } else {
+                column
+            }
         })
         .collect();
     Statement::CreateTable(CreateTable {
@@ -210,7 +250,10 @@ async fn operator_process(ctx: Context) {
     }
     let raw = ctx.scenario.connector.clone();
     if ctx.herder.create_connector(&raw).is_ok() {
-        let value = Value::ConnectorConfig { connector: ctx.connector.name.clone(), config: raw };
+        let value = Value::ConnectorConfig {
+            connector: ctx.connector.name.clone(),
+            config: raw,
+        };
         ctx.record(name, OpKind::Ok, value, None);
     }
     let after_ms = ctx.scenario.connect.restart_failed_after_ms;
@@ -227,9 +270,14 @@ async fn operator_process(ctx: Context) {
                 continue;
             }
             let since = *failed_since.entry(t.id).or_insert(now_ms);
-            if now_ms - since >= after_ms && ctx.herder.restart_task(&ctx.connector.name, t.id).is_ok() {
+            if now_ms - since >= after_ms
+                && ctx.herder.restart_task(&ctx.connector.name, t.id).is_ok()
+            {
                 failed_since.remove(&t.id);
-                let value = Value::RestartTask { connector: ctx.connector.name.clone(), task: t.id };
+                let value = Value::RestartTask {
+                    connector: ctx.connector.name.clone(),
+                    task: t.id,
+                };
                 ctx.record(name, OpKind::Ok, value, None);
             }
         }
@@ -242,14 +290,23 @@ async fn reader_process(ctx: Context) {
     let mut last = None;
     loop {
         madsim::time::sleep(Duration::from_millis(ctx.scenario.cdc.read_interval_ms)).await;
-        let Ok(rows) = client.select(&ctx.sink.table).await else { continue };
-        let json: Vec<Vec<serde_json::Value>> =
-            rows.rows.iter().map(|r| r.iter().map(value_to_json).collect()).collect();
+        let Ok(rows) = client.select(&ctx.sink.table).await else {
+            continue;
+        };
+        let json: Vec<Vec<serde_json::Value>> = rows
+            .rows
+            .iter()
+            .map(|r| r.iter().map(value_to_json).collect())
+            .collect();
         if last.as_ref() == Some(&json) {
             continue;
         }
         last = Some(json.clone());
-        let value = Value::TableRead { table: ctx.sink.table.clone(), columns: rows.columns, rows: json };
+        let value = Value::TableRead {
+            table: ctx.sink.table.clone(),
+            columns: rows.columns,
+            rows: json,
+        };
         ctx.record("reader", OpKind::Ok, value, None);
     }
 }
@@ -263,7 +320,8 @@ impl ConnectJdbc {
     /// The pipeline of `scenario` (validated at load), recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         let connector = parse_connector(&scenario.connector).expect("validated at load");
-        let sink = JdbcSinkConfig::parse(&scenario.connector, &connector.topics).expect("validated");
+        let sink =
+            JdbcSinkConfig::parse(&scenario.connector, &connector.topics).expect("validated");
         let worker = WorkerConfig::parse(&scenario.connect.worker).expect("validated at load");
         let parser: ConfigParser = Arc::new(parse_connector);
         let ctx = Context {
@@ -281,14 +339,20 @@ impl ConnectJdbc {
 
     fn partitions(&self) -> Vec<TopicPartition> {
         let t = &self.ctx.scenario.topic;
-        (0..t.partitions).map(|p| TopicPartition::new(t.name.clone(), p)).collect()
+        (0..t.partitions)
+            .map(|p| TopicPartition::new(t.name.clone(), p))
+            .collect()
     }
 
     fn runtime(&self, world: &World) -> WorkerRuntime {
         let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
         let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig| {
-            let sink = JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
-            Ok(Box::new(JdbcSinkTask::new(sink, Box::new(SimPostgres::new(timeout_ms)))) as _)
+            let sink =
+                JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
+            Ok(Box::new(JdbcSinkTask::new(
+                sink,
+                Box::new(SimPostgres::new(timeout_ms)),
+            )) as _)
         });
         WorkerRuntime {
             herder: self.ctx.herder.clone(),
@@ -309,15 +373,26 @@ impl Pipeline for ConnectJdbc {
         let mut topics = vec![self.ctx.scenario.topic.clone()];
         if let Some(dlq) = &self.ctx.connector.dlq_topic {
             let t = &self.ctx.scenario.topic;
-            let replication_factor = self.ctx.connector.dlq_replication_factor.min(t.replication_factor);
-            topics.push(TopicSpec { name: dlq.clone(), partitions: 1, replication_factor, ..t.clone() });
+            let replication_factor = self
+                .ctx
+                .connector
+                .dlq_replication_factor
+                .min(t.replication_factor);
+            topics.push(TopicSpec {
+                name: dlq.clone(),
+                partitions: 1,
+                replication_factor,
+                ..t.clone()
+            });
         }
         topics
     }
 
     fn start(&mut self, world: &mut World) {
         let pg = self.ctx.pg.clone();
-        world.add_node("postgres", postgres_ip(), move || serve_postgres(pg.clone()));
+        world.add_node("postgres", postgres_ip(), move || {
+            serve_postgres(pg.clone())
+        });
         let pg = self.ctx.pg.clone();
         world.on_kill(Box::new(move |name, ip| {
             if name == "postgres" {
@@ -331,11 +406,15 @@ impl Pipeline for ConnectJdbc {
         let rt = self.runtime(world);
         for i in 1..=self.ctx.scenario.connect.workers {
             let (rt, name) = (rt.clone(), format!("connect-{i}"));
-            world.add_node(&name.clone(), ip(4, i as u8), move || worker_process(rt.clone(), name.clone()));
+            world.add_node(&name.clone(), ip(4, i as u8), move || {
+                worker_process(rt.clone(), name.clone())
+            });
         }
         for i in 0..self.ctx.scenario.workload.producers {
             let (ctx, name) = (self.ctx.clone(), format!("producer-{i}"));
-            world.add_node(&name.clone(), ip(2, i as u8 + 1), move || producer_process(ctx.clone(), name.clone()));
+            world.add_node(&name.clone(), ip(2, i as u8 + 1), move || {
+                producer_process(ctx.clone(), name.clone())
+            });
         }
         if self.ctx.scenario.cdc.read_interval_ms > 0 {
             let ctx = self.ctx.clone();
@@ -352,7 +431,8 @@ impl Pipeline for ConnectJdbc {
         }
         let group = self.ctx.connector.group_id();
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> = cluster.committed_offsets(&group).into_iter().collect();
+        let committed: BTreeMap<TopicPartition, Offset> =
+            cluster.committed_offsets(&group).into_iter().collect();
         for tp in self.partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
@@ -361,9 +441,17 @@ impl Pipeline for ConnectJdbc {
             }
         }
         if !lag.is_empty() {
-            for t in self.ctx.herder.status(&self.ctx.connector.name).unwrap_or_default() {
+            for t in self
+                .ctx
+                .herder
+                .status(&self.ctx.connector.name)
+                .unwrap_or_default()
+            {
                 let trace = t.trace.map(|t| format!(": {t}")).unwrap_or_default();
-                lag.push(format!("task {}-{} {:?} on {:?}{trace}", self.ctx.connector.name, t.id, t.state, t.worker_id));
+                lag.push(format!(
+                    "task {}-{} {:?} on {:?}{trace}",
+                    self.ctx.connector.name, t.id, t.state, t.worker_id
+                ));
             }
         }
         lag
@@ -371,7 +459,11 @@ impl Pipeline for ConnectJdbc {
 
     fn record_final(&self, world: &World) {
         let t = now_ns();
-        let rec = |value: Value| self.ctx.recorder.record(t, "final", OpKind::Ok, value, None);
+        let rec = |value: Value| {
+            self.ctx
+                .recorder
+                .record(t, "final", OpKind::Ok, value, None)
+        };
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
         for tp in self.partitions() {
             let records = cluster.records(&tp);
@@ -381,33 +473,59 @@ impl Pipeline for ConnectJdbc {
                 tp: tp.clone(),
                 offset: *offset,
             });
-            rec(Value::LogState { tp: tp.clone(), records: refs.collect() });
+            rec(Value::LogState {
+                tp: tp.clone(),
+                records: refs.collect(),
+            });
             let source = records.iter().map(|(offset, r)| SourceRecord {
                 id: id_of(&r.headers),
                 offset: *offset,
                 key: text(&r.key),
                 value: text(&r.value),
             });
-            rec(Value::SourceLog { tp, records: source.collect() });
+            rec(Value::SourceLog {
+                tp,
+                records: source.collect(),
+            });
         }
         rec(self.table_state());
         if let Some(topic) = &self.ctx.connector.dlq_topic {
             let tp = TopicPartition::new(topic.clone(), 0);
-            let records = cluster.records(&tp).into_iter().map(|(offset, r)| DlqRecord {
-                id: id_of(&r.headers),
-                tp: tp.clone(),
-                offset,
-                headers: r.headers.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect(),
+            let records = cluster
+                .records(&tp)
+                .into_iter()
+                .map(|(offset, r)| DlqRecord {
+                    id: id_of(&r.headers),
+                    tp: tp.clone(),
+                    offset,
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                        .collect(),
+                });
+            rec(Value::DlqState {
+                topic: topic.clone(),
+                records: records.collect(),
             });
-            rec(Value::DlqState { topic: topic.clone(), records: records.collect() });
         }
         let offsets = cluster.committed_offsets(&self.ctx.connector.group_id());
         drop(cluster);
         rec(Value::CommittedOffsets { offsets });
-        for s in self.ctx.herder.status(&self.ctx.connector.name).unwrap_or_default() {
+        for s in self
+            .ctx
+            .herder
+            .status(&self.ctx.connector.name)
+            .unwrap_or_default()
+        {
             let state = format!("{:?}", s.state).to_uppercase();
             let connector = self.ctx.connector.name.clone();
-            rec(Value::TaskStatus { connector, task: s.id, state, trace: s.trace });
+            rec(Value::TaskStatus {
+                connector,
+                task: s.id,
+                state,
+                trace: s.trace,
+            });
         }
     }
 }
@@ -417,16 +535,29 @@ impl ConnectJdbc {
         let db = self.ctx.pg.db.lock().expect("database lock");
         let name = self.ctx.sink.table.clone();
         let Some(table) = db.table(&name) else {
-            return Value::TableState { table: name, columns: Vec::new(), rows: Vec::new() };
+            return Value::TableState {
+                table: name,
+                columns: Vec::new(),
+                rows: Vec::new(),
+            };
         };
         let columns = table.columns.iter().map(|c| c.name.clone()).collect();
-        let rows = table.rows().map(|r| r.iter().map(value_to_json).collect()).collect();
-        Value::TableState { table: name, columns, rows }
+        let rows = table
+            .rows()
+            .map(|r| r.iter().map(value_to_json).collect())
+            .collect();
+        Value::TableState {
+            table: name,
+            columns,
+            rows,
+        }
     }
 }
 
 fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// The `eosim.id` header's value; `u64::MAX` without one.

@@ -10,7 +10,9 @@ use std::path::Path;
 
 /// Loads `scenarios/<name>.toml` from the workspace root.
 pub fn load(name: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(format!("{name}.toml"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(format!("{name}.toml"));
     Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -28,9 +30,11 @@ pub fn table(h: &History) -> Vec<String> {
         .iter()
         .rev()
         .find_map(|op| match &op.value {
-            Value::TableState { rows, .. } => {
-                Some(rows.iter().map(|r| serde_json::Value::Array(r.clone()).to_string()).collect())
-            }
+            Value::TableState { rows, .. } => Some(
+                rows.iter()
+                    .map(|r| serde_json::Value::Array(r.clone()).to_string())
+                    .collect(),
+            ),
             _ => None,
         })
         .expect("a final table state")
@@ -79,7 +83,12 @@ fn upsert_under_worker_kills_and_pauses_ends_with_the_exact_table() {
     for seed in 1..=3 {
         let (outcome, result) = run(&s, seed);
         assert_eq!(outcome.stalled, None, "seed {seed}");
-        assert_eq!(result.validity, Validity::Valid, "seed {seed}: {:?}", result.case_texts(8));
+        assert_eq!(
+            result.validity,
+            Validity::Valid,
+            "seed {seed}: {:?}",
+            result.case_texts(8)
+        );
         assert!(result.counts["cdc-events"] >= 300, "{:?}", result.counts);
         assert!(result.counts["cdc-table-rows"] > 0);
         assert!(!result.anomalies.contains_key(&Anomaly::CdcFinalState));
@@ -88,7 +97,9 @@ fn upsert_under_worker_kills_and_pauses_ends_with_the_exact_table() {
 
 /// Rows `[id, v]` for ids `1..=n` with `v = 'a'`, except id 5 = 'b' (F3's right answer).
 fn f3_rows() -> Vec<String> {
-    (1..=100).map(|i| format!("[{i},\"{}\"]", if i == 5 { "b" } else { "a" })).collect()
+    (1..=100)
+        .map(|i| format!("[{i},\"{}\"]", if i == 5 { "b" } else { "a" }))
+        .collect()
 }
 
 #[test]
@@ -96,25 +107,46 @@ fn f3_upsert_replay_after_the_database_commit_leaves_100_rows_and_a_running_task
     let s = load("f3-upsert-crash-between-commit-and-offset-flush");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     assert_eq!(table(&outcome.history), f3_rows());
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
     assert_eq!(committed(&outcome.history), vec![(0, 101)]);
-    let restarted = outcome.history.ops.iter().any(|op| matches!(&op.value,
-        Value::TaskStatus { state, .. } if state == "RUNNING") && op.time_ns > 9_000_000_000);
-    assert!(restarted, "the task ran again after the worker restart (the replay happened)");
+    let restarted = outcome.history.ops.iter().any(|op| {
+        matches!(&op.value,
+        Value::TaskStatus { state, .. } if state == "RUNNING")
+            && op.time_ns > 9_000_000_000
+    });
+    assert!(
+        restarted,
+        "the task ran again after the worker restart (the replay happened)"
+    );
 }
 
 #[test]
 fn f3_insert_mode_replay_fails_on_duplicate_keys_and_the_task_stays_failed() {
     let s = load("f3-insert-crash-between-commit-and-offset-flush");
     let (outcome, result) = run(&s, 1);
-    let stall = outcome.stalled.expect("the pipeline stalls: a liveness violation");
-    assert!(stall.contains("23505") && stall.contains("Failed"), "{stall}");
+    let stall = outcome
+        .stalled
+        .expect("the pipeline stalls: a liveness violation");
+    assert!(
+        stall.contains("23505") && stall.contains("Failed"),
+        "{stall}"
+    );
     assert_eq!(task_states(&outcome.history), vec!["FAILED"]);
     // What was committed before the crash is all there, once.
     assert_eq!(table(&outcome.history), f3_rows());
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
 }
 
 #[test]
@@ -122,7 +154,12 @@ fn f4_tolerance_all_isolates_poison_records_into_the_dlq_and_writes_the_rest_onc
     let s = load("f4-poison-tolerance-all");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     let ids: Vec<String> = table(&outcome.history)
         .iter()
         .map(|r| serde_json::from_str::<serde_json::Value>(r).unwrap()[0].to_string())
@@ -131,16 +168,26 @@ fn f4_tolerance_all_isolates_poison_records_into_the_dlq_and_writes_the_rest_onc
     let dlq: Vec<(String, String)> = dlq(&outcome.history)
         .iter()
         .map(|r| {
-            let h = |k: &str| r.header(&format!("__connect.errors.{k}")).unwrap_or("").to_string();
+            let h = |k: &str| {
+                r.header(&format!("__connect.errors.{k}"))
+                    .unwrap_or("")
+                    .to_string()
+            };
             assert_eq!(h("topic"), "t");
             assert_eq!(h("partition"), "0");
             assert!(!h("exception.message").is_empty());
             (h("offset"), h("stage"))
         })
         .collect();
-    let expected = [("3", "VALUE_CONVERTER"), ("5", "TASK_PUT"), ("7", "TASK_PUT")];
-    let expected: Vec<(String, String)> =
-        expected.iter().map(|(o, s)| (o.to_string(), s.to_string())).collect();
+    let expected = [
+        ("3", "VALUE_CONVERTER"),
+        ("5", "TASK_PUT"),
+        ("7", "TASK_PUT"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(o, s)| (o.to_string(), s.to_string()))
+        .collect();
     assert_eq!(dlq, expected);
     let messages: Vec<String> = dlq_messages(&outcome.history);
     assert!(messages[1].contains("23502"), "{messages:?}");
@@ -152,7 +199,11 @@ fn f4_tolerance_all_isolates_poison_records_into_the_dlq_and_writes_the_rest_onc
 fn dlq_messages(h: &History) -> Vec<String> {
     dlq(h)
         .iter()
-        .map(|r| r.header("__connect.errors.exception.message").unwrap_or("").to_string())
+        .map(|r| {
+            r.header("__connect.errors.exception.message")
+                .unwrap_or("")
+                .to_string()
+        })
         .collect()
 }
 
@@ -160,7 +211,10 @@ fn dlq_messages(h: &History) -> Vec<String> {
 fn f4_tolerance_none_stops_at_the_first_bad_record_and_skips_nothing() {
     let s = load("f4-poison-tolerance-none");
     let (outcome, result) = run(&s, 1);
-    assert!(outcome.stalled.is_some(), "the task stops: the pipeline stalls");
+    assert!(
+        outcome.stalled.is_some(),
+        "the task stops: the pipeline stalls"
+    );
     assert_eq!(task_states(&outcome.history), vec!["FAILED"]);
     // The whole poll (ids 1..10) was being converted when id 4 failed: nothing was put.
     assert_eq!(table(&outcome.history), Vec::<String>::new());
@@ -169,8 +223,17 @@ fn f4_tolerance_none_stops_at_the_first_bad_record_and_skips_nothing() {
         .iter()
         .map(|r| r.header("__connect.errors.stage").unwrap_or("").to_string())
         .collect();
-    assert_eq!(stages, ["VALUE_CONVERTER"], "the failing record still reaches the DLQ");
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        stages,
+        ["VALUE_CONVERTER"],
+        "the failing record still reaches the DLQ"
+    );
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
 }
 
 #[test]
@@ -178,8 +241,16 @@ fn f5_envelope_deletes_and_tombstones_leave_rows_2_prime_3_4() {
     let s = load("f5-tombstones-envelope");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    assert_eq!(table(&outcome.history), [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert_eq!(
+        table(&outcome.history),
+        [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]
+    );
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
 }
 
@@ -188,8 +259,16 @@ fn f5_flattened_tombstone_deletes_and_leaves_rows_2_prime_3_4() {
     let s = load("f5-tombstones-flattened");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    assert_eq!(table(&outcome.history), [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert_eq!(
+        table(&outcome.history),
+        [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]
+    );
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
 }
 
@@ -198,7 +277,12 @@ fn f6_truncate_honoured_leaves_only_what_came_after_it() {
     let s = load("f6-truncate-honoured");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     assert_eq!(table(&outcome.history), [r#"[3,"three'"]"#]);
     let stages: Vec<String> = dlq(&outcome.history)
         .iter()
@@ -214,8 +298,16 @@ fn f6_truncate_ignored_keeps_every_row_and_op_r_upserts_in_insert_mode() {
     let s = load("f6-truncate-ignored");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    assert_eq!(table(&outcome.history), [r#"[1,"one"]"#, r#"[2,"two"]"#, r#"[3,"three'"]"#]);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert_eq!(
+        table(&outcome.history),
+        [r#"[1,"one"]"#, r#"[2,"two"]"#, r#"[3,"three'"]"#]
+    );
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
 }
 
@@ -225,8 +317,15 @@ fn f3_insert_without_a_primary_key_duplicates_every_replayed_row() {
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
     assert_eq!(table(&outcome.history).len(), 200, "ids 1..100, each twice");
-    assert_eq!(result.validity, Validity::Valid, "at-least-once allows duplicates");
-    let exactly_once = CheckOptions { claim: Claim::ExactlyOnce, ..check_options(&s) };
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "at-least-once allows duplicates"
+    );
+    let exactly_once = CheckOptions {
+        claim: Claim::ExactlyOnce,
+        ..check_options(&s)
+    };
     let strict = check_all(&outcome.history, &exactly_once);
     assert_eq!(strict.validity, Validity::Invalid);
     assert_eq!(strict.forbidden, vec![Anomaly::CdcDuplicateRow]);

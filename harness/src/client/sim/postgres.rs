@@ -20,7 +20,11 @@ impl SimPostgres {
     /// A client whose calls wait at most `timeout_ms` (tokio-postgres has no timeout of
     /// its own; the JDBC driver's `socketTimeout` plays this part).
     pub fn new(timeout_ms: u64) -> Self {
-        Self { endpoint: None, session: None, timeout: Duration::from_millis(timeout_ms) }
+        Self {
+            endpoint: None,
+            session: None,
+            timeout: Duration::from_millis(timeout_ms),
+        }
     }
 
     async fn call(&mut self, request: Request, what: &str) -> Result<Response, PgClientError> {
@@ -51,7 +55,9 @@ impl SimPostgres {
                 self.session = Some(s);
                 Ok(s)
             }
-            other => Err(PgClientError::Connection(format!("unexpected reply {other:?}"))),
+            other => Err(PgClientError::Connection(format!(
+                "unexpected reply {other:?}"
+            ))),
         }
     }
 
@@ -68,10 +74,14 @@ impl SimPostgres {
 impl PostgresClient for SimPostgres {
     async fn execute(&mut self, statement: Statement) -> Result<Reply, PgClientError> {
         let session = self.session().await?;
-        let response = self.call(Request::Execute { session, statement }, "execute").await?;
+        let response = self
+            .call(Request::Execute { session, statement }, "execute")
+            .await?;
         let result = match response {
             Response::Executed(r) => r.map_err(|error| PgClientError::Db { index: None, error }),
-            other => Err(PgClientError::Connection(format!("unexpected reply {other:?}"))),
+            other => Err(PgClientError::Connection(format!(
+                "unexpected reply {other:?}"
+            ))),
         };
         if let Err(e) = &result {
             self.forget_lost_session(e);
@@ -84,13 +94,18 @@ impl PostgresClient for SimPostgres {
         statements: Vec<Statement>,
     ) -> Result<Vec<Reply>, PgClientError> {
         let session = self.session().await?;
-        let request = Request::ExecuteBatch { session, statements };
+        let request = Request::ExecuteBatch {
+            session,
+            statements,
+        };
         let result = match self.call(request, "execute batch").await? {
             Response::Batch(r) => r.map_err(|e| PgClientError::Db {
                 index: Some(e.index),
                 error: e.error,
             }),
-            other => Err(PgClientError::Connection(format!("unexpected reply {other:?}"))),
+            other => Err(PgClientError::Connection(format!(
+                "unexpected reply {other:?}"
+            ))),
         };
         if let Err(e) = &result {
             self.forget_lost_session(e);
