@@ -330,3 +330,22 @@ fn f3_insert_without_a_primary_key_duplicates_every_replayed_row() {
     assert_eq!(strict.validity, Validity::Invalid);
     assert_eq!(strict.forbidden, vec![Anomaly::CdcDuplicateRow]);
 }
+
+#[test]
+fn test15_column_types_map_and_values_that_do_not_fit_go_to_the_dlq_with_their_sqlstate() {
+    let s = load("p2-test15-column-types");
+    let (outcome, result) = run(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    let row = concat!(
+        r#"[9007199254740993,12,-7,123456,true,1.5,2.25,-0.5,"2024-02-29","13:45:00+02","#,
+        r#""2024-02-29 13:45:00+00","text",{"k":[1,2]}]"#
+    );
+    assert_eq!(table(&outcome.history), [row]);
+    let messages = [
+        "SQLSTATE 22003: smallint out of range",
+        "SQLSTATE 22008: date/time field value out of range: \"2023-02-30\"",
+        "SQLSTATE 22P02: invalid input syntax for type boolean: \"maybe\"",
+    ];
+    assert_eq!(dlq_messages(&outcome.history), messages);
+}
