@@ -402,4 +402,20 @@ mod tests {
             TaskState::Unassigned
         );
     }
+
+    #[test]
+    fn control_api_creates_reports_and_deletes_a_connector() {
+        let h = herder(0);
+        h.register("connect-1", 0);
+        h.rebalance(0);
+        let status = h.status("c").expect("created");
+        assert_eq!(status.len(), 2);
+        assert!(status.iter().all(|t| t.worker_id.as_deref() == Some("connect-1")));
+        let raw = [("name", "c"), ("connector.class", "x"), ("topics", "t")];
+        let raw = raw.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(h.create_connector(&raw).is_err(), "the name is in use");
+        assert!(h.delete_connector("c"));
+        assert!(h.status("c").is_none());
+        assert!(h.assignments("connect-1").is_empty());
+    }
 }

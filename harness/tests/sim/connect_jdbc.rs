@@ -349,3 +349,15 @@ fn test15_column_types_map_and_values_that_do_not_fit_go_to_the_dlq_with_their_s
     ];
     assert_eq!(dlq_messages(&outcome.history), messages);
 }
+
+#[test]
+fn an_unknown_connector_key_is_a_scenario_error_naming_it() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/f5-tombstones-envelope.toml"),
+    )
+    .expect("readable");
+    let bad = text.replace("\"connection.user\"", "\"connector.user\"");
+    let e = Scenario::parse(Path::new("bad.toml"), &bad).unwrap_err().to_string();
+    assert!(e.contains("`connector`") && e.contains("connector.user"), "{e}");
+    assert!(e.contains("connection.user"), "a hint names the right key: {e}");
+}
