@@ -24,6 +24,10 @@
 //! - `auto.create=true` creates the table from `col.names`, `col.types` and `pk.fields`
 //!   when the task opens.
 //!
+//! - Bug switch (cases.md F5): `eosim.bug.ignore.tombstones=true` skips tombstones even
+//!   with `delete.enabled=true`, as the faulty sink did; the change-data checker, which
+//!   reads the configuration's intent, then reports the row that was never deleted.
+//!
 //! ## Default values
 //! `writeMode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
 //! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
@@ -63,6 +67,7 @@ pub const KEYS: &[&str] = &[
     "truncate.enabled",
     "max.retries",
     "retry.backoff.ms",
+    "eosim.bug.ignore.tombstones",
 ];
 
 /// `writeMode`.
@@ -104,6 +109,9 @@ pub struct JdbcSinkConfig {
     pub max_retries: u32,
     /// `retry.backoff.ms`.
     pub retry_backoff_ms: u64,
+    /// Bug switch `eosim.bug.ignore.tombstones` (cases.md F5's reported outcome "row 1
+    /// never deleted"): tombstones are skipped even with `delete.enabled=true`.
+    pub bug_ignore_tombstones: bool,
 }
 
 fn list(raw: &BTreeMap<String, String>, key: &str) -> Vec<String> {
@@ -162,6 +170,7 @@ impl JdbcSinkConfig {
             truncate_enabled: config::boolean(raw, "truncate.enabled", "false")?,
             max_retries: config::number(raw, "max.retries", "10")?,
             retry_backoff_ms: config::number(raw, "retry.backoff.ms", "3000")?,
+            bug_ignore_tombstones: config::boolean(raw, "eosim.bug.ignore.tombstones", "false")?,
         })
     }
 
@@ -292,7 +301,9 @@ impl JdbcSinkTask {
             Change::Read { after } => vec![self.insert(&after, true)],
             Change::Update { before, after } => self.update(before.as_ref(), &after, upsert)?,
             Change::Delete { before } => vec![self.delete(&before)?],
-            Change::Tombstone { key } if self.config.delete_enabled => {
+            Change::Tombstone { key }
+                if self.config.delete_enabled && !self.config.bug_ignore_tombstones =>
+            {
                 let row = key
                     .as_ref()
                     .and_then(|k| key_row(k, &self.config.pk_fields))

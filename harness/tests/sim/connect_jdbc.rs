@@ -361,3 +361,16 @@ fn an_unknown_connector_key_is_a_scenario_error_naming_it() {
     assert!(e.contains("`connector`") && e.contains("connector.user"), "{e}");
     assert!(e.contains("connection.user"), "a hint names the right key: {e}");
 }
+
+#[test]
+fn f5_bug_switch_ignoring_tombstones_is_reported_as_a_wrong_final_state() {
+    let s = load("f5-bug-ignored-tombstone-loses-delete");
+    let (outcome, result) = run(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    let rows = [r#"[1,"one"]"#, r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#];
+    assert_eq!(table(&outcome.history), rows);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.forbidden, vec![Anomaly::CdcFinalState]);
+    let text = &result.anomalies[&Anomaly::CdcFinalState][0].text;
+    assert!(text.contains("[1]") && text.contains("should not exist"), "{text}");
+}
