@@ -593,8 +593,7 @@ mod tests {
             },
             None,
         );
-        let rows =
-            |rows: &[(i64, &str)]| rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect();
+        let rows = table_rows;
         for read in reads {
             let value = Value::TableRead {
                 table: "t".into(),

@@ -410,9 +410,14 @@ mod tests {
         h.rebalance(0);
         let status = h.status("c").expect("created");
         assert_eq!(status.len(), 2);
-        assert!(status.iter().all(|t| t.worker_id.as_deref() == Some("connect-1")));
+        assert!(status
+            .iter()
+            .all(|t| t.worker_id.as_deref() == Some("connect-1")));
         let raw = [("name", "c"), ("connector.class", "x"), ("topics", "t")];
-        let raw = raw.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let raw = raw
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         assert!(h.create_connector(&raw).is_err(), "the name is in use");
         assert!(h.delete_connector("c"));
         assert!(h.status("c").is_none());

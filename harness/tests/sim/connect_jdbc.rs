@@ -336,7 +336,12 @@ fn test15_column_types_map_and_values_that_do_not_fit_go_to_the_dlq_with_their_s
     let s = load("p2-test15-column-types");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     let row = concat!(
         r#"[9007199254740993,12,-7,123456,true,1.5,2.25,-0.5,"2024-02-29","13:45:00+02","#,
         r#""2024-02-29 13:45:00+00","text",{"k":[1,2]}]"#
@@ -357,9 +362,17 @@ fn an_unknown_connector_key_is_a_scenario_error_naming_it() {
     )
     .expect("readable");
     let bad = text.replace("\"connection.user\"", "\"connector.user\"");
-    let e = Scenario::parse(Path::new("bad.toml"), &bad).unwrap_err().to_string();
-    assert!(e.contains("`connector`") && e.contains("connector.user"), "{e}");
-    assert!(e.contains("connection.user"), "a hint names the right key: {e}");
+    let e = Scenario::parse(Path::new("bad.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`connector`") && e.contains("connector.user"),
+        "{e}"
+    );
+    assert!(
+        e.contains("connection.user"),
+        "a hint names the right key: {e}"
+    );
 }
 
 #[test]
@@ -367,10 +380,18 @@ fn f5_bug_switch_ignoring_tombstones_is_reported_as_a_wrong_final_state() {
     let s = load("f5-bug-ignored-tombstone-loses-delete");
     let (outcome, result) = run(&s, 1);
     assert_eq!(outcome.stalled, None);
-    let rows = [r#"[1,"one"]"#, r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#];
+    let rows = [
+        r#"[1,"one"]"#,
+        r#"[2,"two'"]"#,
+        r#"[3,"three"]"#,
+        r#"[4,"four"]"#,
+    ];
     assert_eq!(table(&outcome.history), rows);
     assert_eq!(result.validity, Validity::Invalid);
     assert_eq!(result.forbidden, vec![Anomaly::CdcFinalState]);
     let text = &result.anomalies[&Anomaly::CdcFinalState][0].text;
-    assert!(text.contains("[1]") && text.contains("should not exist"), "{text}");
+    assert!(
+        text.contains("[1]") && text.contains("should not exist"),
+        "{text}"
+    );
 }
