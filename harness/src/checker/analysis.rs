@@ -220,7 +220,8 @@ impl Analysis {
                 };
                 self.logs.insert(tp.clone(), log);
             }
-            Value::Fault { .. } | Value::Drain => {}
+            // Faults, markers and the change-data variants (see `checker::cdc`).
+            _ => {}
         }
     }
 

@@ -28,6 +28,10 @@
 //! | `sink-duplicate` | F | - | F | |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
 //! | `progress-ahead-of-data` | - | F | - | |
+//! | `cdc-final-state` | F | F | - | change data ([`cdc`]) |
+//! | `cdc-duplicate-row` | F | - | F | change data |
+//! | `cdc-regression` | - | - | - | change data: readers saw a replay |
+//! | `cdc-skipped` | F | F | F | change data, with a DLQ |
 //!
 //! (1) With `acks = "1"` it stays forbidden: that is how an unclean election's loss of
 //! acknowledged writes shows. (2) Retries of a plain producer may duplicate. (3) With group
@@ -46,6 +50,7 @@
 //! Valid, as Jepsen's `valid-priorities`.
 
 mod analysis;
+pub mod cdc;
 mod kafka;
 mod sink;
 #[cfg(test)]
@@ -127,11 +132,20 @@ pub enum Anomaly {
     SinkReorder,
     /// A committed offset is past a record of its partition the sink did not hold.
     ProgressAheadOfData,
+    /// Change data: the final table differs from every change applied once in per-key
+    /// order (see [`cdc`]).
+    CdcFinalState,
+    /// Change data: a key is held by more than one row.
+    CdcDuplicateRow,
+    /// Change data: a reader saw a row go back to an older version.
+    CdcRegression,
+    /// Change data: a record that cannot be applied was dropped without reaching the DLQ.
+    CdcSkipped,
 }
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 11] = [
+    pub const ALL: [Anomaly; 15] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -143,6 +157,10 @@ impl Anomaly {
         Anomaly::SinkDuplicate,
         Anomaly::SinkReorder,
         Anomaly::ProgressAheadOfData,
+        Anomaly::CdcFinalState,
+        Anomaly::CdcDuplicateRow,
+        Anomaly::CdcRegression,
+        Anomaly::CdcSkipped,
     ];
 
     /// The kebab-case name, as in JSON (`lost-write`).
@@ -159,6 +177,10 @@ impl Anomaly {
             Anomaly::SinkDuplicate => "sink-duplicate",
             Anomaly::SinkReorder => "sink-reorder",
             Anomaly::ProgressAheadOfData => "progress-ahead-of-data",
+            Anomaly::CdcFinalState => "cdc-final-state",
+            Anomaly::CdcDuplicateRow => "cdc-duplicate-row",
+            Anomaly::CdcRegression => "cdc-regression",
+            Anomaly::CdcSkipped => "cdc-skipped",
         }
     }
 }
@@ -291,6 +313,9 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::SinkDuplicate, claim != Claim::AtLeastOnce);
     forbid(Anomaly::SinkReorder, options.per_key_order);
     forbid(Anomaly::ProgressAheadOfData, claim == Claim::AtLeastOnce);
+    forbid(Anomaly::CdcFinalState, claim != Claim::AtMostOnce);
+    forbid(Anomaly::CdcDuplicateRow, claim != Claim::AtLeastOnce);
+    forbid(Anomaly::CdcSkipped, true);
     for anomaly in &options.allowed {
         set.remove(anomaly);
     }
@@ -474,9 +499,10 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The standard composition: [`KafkaChecker`] and [`SinkChecker`].
+/// The standard composition: [`KafkaChecker`], [`SinkChecker`] and [`cdc::CdcChecker`]
+/// (which only speaks for change-data histories).
 pub fn standard() -> Compose {
-    Compose::new().with(KafkaChecker).with(SinkChecker)
+    Compose::new().with(KafkaChecker).with(SinkChecker).with(cdc::CdcChecker)
 }
 
 /// Runs [`standard`] over `history`.

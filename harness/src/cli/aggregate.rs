@@ -79,6 +79,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         },
         // The simulated producer is not idempotent yet: a retried batch may land twice.
         idempotent_producer: false,
+        sink: scenario.pipeline.has_record_sink(),
         forbidden: anomalies(&scenario.check.forbidden),
         allowed: anomalies(&scenario.check.allowed),
         ..CheckOptions::for_claim(scenario.claim)
@@ -162,6 +163,7 @@ pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
 pub fn expected_verdict(scenario: &Scenario) -> Verdict {
     match scenario.check.expect.as_deref() {
         Some("violated") => Verdict::Violated,
+        Some("stalled") => Verdict::Stalled,
         _ => Verdict::Holds,
     }
 }

@@ -67,6 +67,7 @@ fn format_value(value: &Value) -> String {
         }
         Value::Fault { name, detail } => format!("{name} {detail}"),
         Value::Drain => "drain".to_string(),
+        other => other.connect_text().unwrap_or_default(),
     }
 }
 

@@ -283,8 +283,9 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
         let forbidden: Vec<&str> = result.forbidden_anomalies.keys().map(String::as_str).collect();
         let forbidden = forbidden.join(",");
         println!(
-            "PASSED {stats} verdict=violated forbidden={forbidden} \
-             (expected: demonstrates a known failure)"
+            "PASSED {stats} verdict={} forbidden={forbidden} \
+             (expected: demonstrates a known failure)",
+            result.verdict.name()
         );
     } else {
         let failure = match result.verdict {

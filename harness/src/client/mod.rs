@@ -12,6 +12,7 @@ use std::time::Duration;
 
 #[cfg(not(madsim))]
 pub mod real;
+pub mod postgres;
 #[cfg(madsim)]
 pub mod sim;
 

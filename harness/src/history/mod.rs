@@ -9,6 +9,7 @@
 use eosim_sim::kafka::{Offset, TopicPartition};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// The phase of an operation.
@@ -97,6 +98,127 @@ pub enum Value {
     },
     /// A marker: the heal-and-drain phase started.
     Drain,
+    /// A connector was created through the control API with this configuration.
+    ConnectorConfig {
+        /// Connector name.
+        connector: String,
+        /// Its configuration, Kafka Connect's keys.
+        config: BTreeMap<String, String>,
+    },
+    /// A task changed state (`RUNNING`, `FAILED`, ...), as a worker saw it.
+    TaskStatus {
+        /// Connector name.
+        connector: String,
+        /// Task id.
+        task: u32,
+        /// New state, as Connect's REST API spells it.
+        state: String,
+        /// The failure's text, for `FAILED`.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        trace: Option<String>,
+    },
+    /// An operator restarted a task through the control API.
+    RestartTask {
+        /// Connector name.
+        connector: String,
+        /// Task id.
+        task: u32,
+    },
+    /// The final contents of a source partition up to its high watermark, with keys and
+    /// values as text (what a change-data checker replays).
+    SourceLog {
+        /// Partition.
+        tp: TopicPartition,
+        /// Records in offset order.
+        records: Vec<SourceRecord>,
+    },
+    /// A reader's `SELECT * ... ORDER BY pk` of a target table during the run.
+    TableRead {
+        /// Table name.
+        table: String,
+        /// Column names.
+        columns: Vec<String>,
+        /// Rows, each value as JSON.
+        rows: Vec<Vec<serde_json::Value>>,
+    },
+    /// The final contents of a target table after the drain.
+    TableState {
+        /// Table name.
+        table: String,
+        /// Column names.
+        columns: Vec<String>,
+        /// Rows, each value as JSON.
+        rows: Vec<Vec<serde_json::Value>>,
+    },
+    /// The final contents of a dead-letter queue topic after the drain.
+    DlqState {
+        /// Topic name.
+        topic: String,
+        /// Records in partition then offset order.
+        records: Vec<DlqRecord>,
+    },
+}
+
+/// A source record as text: the id the workload gave it (header `eosim.id`), its offset,
+/// key and value (`None` = null; a value that is not UTF-8 is shown lossily).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// Unique id.
+    pub id: u64,
+    /// Offset.
+    pub offset: Offset,
+    /// Key text.
+    pub key: Option<String>,
+    /// Value text; `None` is a tombstone.
+    pub value: Option<String>,
+}
+
+/// A dead-letter queue record: the original record's id and its headers (the
+/// `__connect.errors.*` context among them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DlqRecord {
+    /// The original record's id (its `eosim.id` header), `u64::MAX` without one.
+    pub id: u64,
+    /// Where the DLQ record is.
+    pub tp: TopicPartition,
+    /// Its offset in the DLQ.
+    pub offset: Offset,
+    /// Headers as text, in order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl DlqRecord {
+    /// The value of header `name`, if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+impl Value {
+    /// One line for the change-data variants (`None` for the others).
+    pub fn connect_text(&self) -> Option<String> {
+        let text = match self {
+            Value::ConnectorConfig { connector, config } => {
+                format!("connector-config {connector} keys={}", config.len())
+            }
+            Value::TaskStatus { connector, task, state, trace } => {
+                let trace = trace.as_deref().map(|t| format!(" trace={t}")).unwrap_or_default();
+                format!("task-status {connector}-{task} {state}{trace}")
+            }
+            Value::RestartTask { connector, task } => format!("restart-task {connector}-{task}"),
+            Value::SourceLog { tp, records } => format!("source-log tp={tp} n={}", records.len()),
+            Value::TableRead { table, rows, .. } => format!("table-read {table} rows={}", rows.len()),
+            Value::TableState { table, rows, .. } => {
+                format!("table-state {table} rows={}", rows.len())
+            }
+            Value::DlqState { topic, records } => {
+                let ids: Vec<String> = records.iter().map(|r| r.id.to_string()).collect();
+                format!("dlq-state {topic} ids=[{}]", ids.join(","))
+            }
+            _ => return None,
+        };
+        Some(text)
+    }
 }
 
 /// One line of a history.

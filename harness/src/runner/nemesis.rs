@@ -183,6 +183,7 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
         // The kernel outlives the process and resets its connections (RST).
         eosim_sim::net::reset_connections(ip);
     }
+    world.notify_kill(name);
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);

@@ -77,7 +77,12 @@ pub struct World {
     handle: Handle,
     nodes: BTreeMap<String, (NodeId, IpAddr)>,
     broker_count: u32,
+    kill_hooks: Vec<KillHook>,
 }
+
+/// Told the name and IP of every node the nemesis kills (a pipeline's servers outside
+/// Kafka need it: PostgreSQL loses its sessions, or notices a client's sockets closing).
+pub type KillHook = Box<dyn Fn(&str, IpAddr)>;
 
 impl World {
     /// A world around `kafka` with `broker_count` brokers still to be added.
@@ -89,6 +94,21 @@ impl World {
             handle: Handle::current(),
             nodes: BTreeMap::new(),
             broker_count,
+            kill_hooks: Vec::new(),
+        }
+    }
+
+    /// Registers a hook called for every killed node.
+    pub fn on_kill(&mut self, hook: KillHook) {
+        self.kill_hooks.push(hook);
+    }
+
+    /// Calls the kill hooks for `name` (the nemesis does, after killing it).
+    pub fn notify_kill(&self, name: &str) {
+        if let Some((_, ip)) = self.node(name) {
+            for hook in &self.kill_hooks {
+                hook(name, ip);
+            }
         }
     }
 

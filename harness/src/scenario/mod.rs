@@ -30,6 +30,7 @@ use crate::checker::Claim;
 use eosim_sim::kafka::{Acks, ClusterConfig};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A scenario file could not be used.
@@ -62,6 +63,10 @@ pub enum Pipeline {
     /// Producers write ids into a topic; a consumer group copies them into an in-memory
     /// sink, committing offsets before or after the write (`workload.commit`).
     KafkaConsume,
+    /// P2: a producer writes change events (Debezium envelopes or flattened rows); Kafka
+    /// Connect workers run the JDBC sink into PostgreSQL (`[connect]`, `[connector]`,
+    /// `[postgres]`, `[cdc]`).
+    ConnectJdbc,
 }
 
 impl Pipeline {
@@ -69,7 +74,14 @@ impl Pipeline {
     pub fn name(self) -> &'static str {
         match self {
             Pipeline::KafkaConsume => "kafka-consume",
+            Pipeline::ConnectJdbc => "connect-jdbc",
         }
+    }
+
+    /// Whether the pipeline's target is a record sink judged by `SinkChecker` (a final
+    /// `SinkState`); change-data pipelines are judged by `CdcChecker` instead.
+    pub fn has_record_sink(self) -> bool {
+        matches!(self, Pipeline::KafkaConsume)
     }
 }
 
@@ -391,7 +403,7 @@ pub struct CheckSpec {
     /// Anomaly names allowed although the claim forbids them.
     #[serde(default)]
     pub allowed: Vec<String>,
-    /// The verdict this scenario is expected to reach (`holds` or `violated`), when the
+    /// The verdict this scenario is expected to reach (`holds`, `violated` or `stalled`), when the
     /// scenario exists to show a known failure. The run reports what it found either way;
     /// the test suite compares.
     #[serde(default)]
@@ -433,6 +445,135 @@ pub struct Scenario {
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,
+    /// Kafka Connect workers (pipeline `connect-jdbc`).
+    #[serde(default)]
+    pub connect: ConnectSpec,
+    /// The connector's configuration, Kafka Connect's keys → string values (pipeline
+    /// `connect-jdbc`); validated by the connector class.
+    #[serde(default)]
+    pub connector: BTreeMap<String, String>,
+    /// The PostgreSQL target (pipeline `connect-jdbc`).
+    #[serde(default)]
+    pub postgres: PostgresSpec,
+    /// The change events to produce (pipeline `connect-jdbc`).
+    #[serde(default)]
+    pub cdc: CdcSpec,
+}
+
+/// `[connect]`: the worker group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectSpec {
+    /// Worker processes `connect-1..=connect-<workers>`. Default 2.
+    #[serde(default = "default_two")]
+    pub workers: u32,
+    /// Worker configuration, Kafka Connect's keys (`offset.flush.interval.ms`,
+    /// `offset.flush.timeout.ms`, `session.timeout.ms`, `heartbeat.interval.ms`,
+    /// `scheduled.rebalance.max.delay.ms`, `group.id`).
+    #[serde(default)]
+    pub worker: BTreeMap<String, String>,
+    /// An operator restarts FAILED tasks through the control API once they have been
+    /// failed this long, ms; 0 = nobody acts (Connect's behaviour). Default 0.
+    #[serde(default)]
+    pub restart_failed_after_ms: u64,
+    /// Fault point: probability that a task throws right after a successful `put` (a
+    /// task crash). Default 0.
+    #[serde(default)]
+    pub task_crash_probability: f64,
+    /// When the operator creates the connector, ms after the start (so a case can have
+    /// all its events in the topic before the first poll). Default 0.
+    #[serde(default)]
+    pub connector_create_at_ms: u64,
+}
+
+impl Default for ConnectSpec {
+    fn default() -> Self {
+        toml::from_str("").expect("every connect key has a default")
+    }
+}
+
+/// `[postgres]`: the target database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSpec {
+    /// A table the DBA creates before the connector starts (else `auto.create`).
+    #[serde(default)]
+    pub table: Option<TableSpec>,
+    /// The JDBC client's socket timeout, ms. Default 5000.
+    #[serde(default = "default_request_timeout")]
+    pub client_timeout_ms: u64,
+}
+
+impl Default for PostgresSpec {
+    fn default() -> Self {
+        toml::from_str("").expect("every postgres key has a default")
+    }
+}
+
+/// `[postgres.table]`: `CREATE TABLE name (columns..., PRIMARY KEY (primary_key...))`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSpec {
+    /// Table name.
+    pub name: String,
+    /// Columns as `"<name> <type>[ not null]"` (`"note varchar(10)"`).
+    pub columns: Vec<String>,
+    /// Primary-key columns; empty for none.
+    #[serde(default)]
+    pub primary_key: Vec<String>,
+}
+
+/// `[cdc]`: which change events the producer writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CdcSpec {
+    /// Explicit events, produced in order (`{ key = '{"id":1}', value = '...' }`; a
+    /// missing value is a tombstone, a missing key a null key).
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+    /// Generated events, after the explicit ones.
+    #[serde(default)]
+    pub generate: Option<GenerateSpec>,
+    /// A reader selects the target table this often, ms, recording what it saw (for
+    /// regressions); 0 = no reader. Default 0.
+    #[serde(default)]
+    pub read_interval_ms: u64,
+}
+
+/// One explicit event: key and value as raw text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// Key text; absent = null key.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Value text; absent = tombstone.
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+/// `[cdc.generate]`: Debezium envelopes over table `(id bigint, v bigint, name text)`,
+/// keys `0..keys`: a `c` for an absent key, else `u` or `d`; `v` is the event id, so
+/// every version of a row is distinct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateSpec {
+    /// Events to generate. Default 200.
+    #[serde(default = "default_generated_events")]
+    pub events: u64,
+    /// Distinct keys. Default 10.
+    #[serde(default = "default_keys")]
+    pub keys: u32,
+    /// Probability that an event on an existing key is a delete. Default 0.1.
+    #[serde(default = "default_delete_probability")]
+    pub delete_probability: f64,
+}
+
+fn default_generated_events() -> u64 {
+    200
+}
+fn default_delete_probability() -> f64 {
+    0.1
 }
 
 fn default_seeds() -> u64 {
@@ -489,6 +630,7 @@ impl Scenario {
         let checks = [
             self.check_cluster(),
             self.check_workload(),
+            self.check_connect(),
             self.check_faults(),
         ];
         let first = checks
@@ -641,11 +783,50 @@ impl Scenario {
         Ok(())
     }
 
-    /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a
-    /// group (`brokers`, `producers`, `consumers`, `clients`, `all`).
+    /// The `connect-jdbc` sections: the connector configuration parses (an unknown key is
+    /// an error naming it) and reads the scenario's topic.
+    fn check_connect(&self) -> Result<(), (String, String)> {
+        if self.pipeline != Pipeline::ConnectJdbc {
+            return Ok(());
+        }
+        ensure(
+            (1..=9).contains(&self.connect.workers),
+            "connect.workers",
+            format!("expected 1..=9 workers, found {}", self.connect.workers),
+        )?;
+        if let Err(e) = crate::connect::config::WorkerConfig::parse(&self.connect.worker) {
+            return Err(("connect.worker".into(), e.to_string()));
+        }
+        let config = crate::sinks::jdbc::parse_connector(&self.connector)
+            .map_err(|e| ("connector".to_string(), e.to_string()))?;
+        ensure(
+            config.topics == [self.topic.name.clone()],
+            "connector.topics",
+            format!("expected the scenario's topic \"{}\"", self.topic.name),
+        )?;
+        ensure(
+            !self.cdc.events.is_empty() || self.cdc.generate.is_some(),
+            "cdc",
+            "expected cdc.events or cdc.generate".into(),
+        )
+    }
+
+    /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..,
+    /// `connect-1`..`connect-<workers>`, `postgres`) or a group (`brokers`, `producers`,
+    /// `consumers`, `clients`, `all`).
     fn check_node(&self, key: &str, node: &str) -> Result<(), (String, String)> {
         if NODE_GROUPS.contains(&node) {
             return Ok(());
+        }
+        if self.pipeline == Pipeline::ConnectJdbc {
+            let workers = self.connect.workers;
+            let known = match node.strip_prefix("connect-").map(str::parse::<u32>) {
+                Some(Ok(n)) => (1..=workers).contains(&n),
+                _ => ["postgres", "reader", "operator"].contains(&node),
+            };
+            if known {
+                return Ok(());
+            }
         }
         let (brokers, w) = (self.cluster.brokers, &self.workload);
         let known = match node
@@ -673,10 +854,11 @@ impl Scenario {
     fn check_check(&self) -> Result<(), (String, String)> {
         let expect = self.check.expect.as_deref();
         ensure(
-            matches!(expect, None | Some("holds") | Some("violated")),
+            matches!(expect, None | Some("holds") | Some("violated") | Some("stalled")),
             "check.expect",
             format!(
-                "expected \"holds\" or \"violated\", found \"{}\"",
+                "expected \"holds\" or \"violated\" (or \"stalled\" for a liveness failure), \
+                 found \"{}\"",
                 expect.unwrap_or("")
             ),
         )?;

@@ -1,2 +1,4 @@
 //! Sink connectors under test, one file per external system, each a
 //! [`crate::connect::task::SinkTask`].
+
+pub mod jdbc;

@@ -4,7 +4,11 @@
 //! [`kafka_consume`]: producers write unique ids into a topic; a consumer group copies them
 //! into an in-memory sink (a durable store outside every process), committing before or after
 //! each write.
+//!
+//! [`connect_jdbc`]: change events through Kafka Connect workers and the JDBC sink into
+//! PostgreSQL (P2).
 
+pub mod connect_jdbc;
 pub mod kafka_consume;
 
 use crate::history::Recorder;
@@ -29,5 +33,6 @@ pub trait Pipeline {
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
         PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
+        PipelineKind::ConnectJdbc => Box::new(connect_jdbc::ConnectJdbc::new(scenario, recorder)),
     }
 }

@@ -2,4 +2,5 @@
 //! `--cfg madsim` (`cargo xtask test` does that).
 #![cfg(madsim)]
 
+mod connect_jdbc;
 mod kafka_consume;

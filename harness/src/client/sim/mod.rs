@@ -6,4 +6,5 @@
 pub mod admin;
 pub mod conn;
 pub mod consumer;
+pub mod postgres;
 pub mod producer;

@@ -1,0 +1,543 @@
+//! The JDBC sink into PostgreSQL (and PostgreSQL-compatible warehouses such as ADBPG),
+//! with the configuration of the seed's `Adb4PgSinkConnector` (a fork of Confluent's
+//! `JdbcSinkConnector`).
+//!
+//! # Behaviour
+//! - Records are Debezium envelopes or flattened rows ([`crate::connect::debezium`]).
+//! - `put` writes its records in chunks of `batch.size`; each chunk is one database
+//!   transaction ([`PostgresClient::execute_batch`]), one statement per record (two for an
+//!   update that changes the key).
+//! - `writeMode=insert`: `c` and flattened rows are plain `INSERT`s (a replayed record
+//!   fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`. `writeMode=upsert`:
+//!   `INSERT ... ON CONFLICT (pk) DO UPDATE SET <other columns> = EXCLUDED.<column>`, and
+//!   a `u` whose key changes first deletes the old key. `op=r` is always an upsert.
+//! - `d` deletes by `before`'s key; a tombstone deletes by the record key when
+//!   `delete.enabled=true` and is skipped otherwise; `t` truncates when
+//!   `truncate.enabled=true` (Debezium JDBC sink's name) and is skipped otherwise.
+//! - A statement failing with a data error (SQLSTATE class `22`, `23502` not-null) names
+//!   its record: it is reported through the errant-record reporter (KIP-610) with its
+//!   SQLSTATE and message, and the chunk is retried without it. An unknown `op` is reported
+//!   the same way. With `errors.tolerance=none` the reporter fails the task.
+//! - Any other database error (`23505` in insert mode, a timeout, a lost connection) is
+//!   retried `max.retries` times, `retry.backoff.ms` apart, as a `RetriableException`
+//!   (the worker redelivers the same records); then the task fails.
+//! - `auto.create=true` creates the table from `col.names`, `col.types` and `pk.fields`
+//!   when the task opens.
+//!
+//! - Bug switch (cases.md F5): `eosim.bug.ignore.tombstones=true` skips tombstones even
+//!   with `delete.enabled=true`, as the faulty sink did; the change-data checker, which
+//!   reads the configuration's intent, then reports the row that was never deleted.
+//!
+//! ## Default values
+//! `writeMode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
+//! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
+
+use crate::client::postgres::{PgClientError, PostgresClient};
+use crate::connect::config::{self, ConfigError};
+use crate::connect::debezium::{key_of, key_row, parse_change, Change, JsonRow};
+use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use async_trait::async_trait;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::postgres::{
+    Column, ColumnType, CreateTable, Insert, OnConflict, SqlState, Statement, Value,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The connector classes this sink answers to.
+pub const CONNECTOR_CLASSES: &[&str] = &[
+    "io.confluent.connect.jdbc.Adb4PgSinkConnector",
+    "io.confluent.connect.jdbc.JdbcSinkConnector",
+];
+
+/// The sink's own configuration keys.
+pub const KEYS: &[&str] = &[
+    "connection.url",
+    "connection.user",
+    "connection.password",
+    "col.names",
+    "col.types",
+    "pk.fields",
+    "target.tablename",
+    "table.name.format",
+    "batch.size",
+    "writeMode",
+    "auto.create",
+    "delete.enabled",
+    "truncate.enabled",
+    "max.retries",
+    "retry.backoff.ms",
+    "eosim.bug.ignore.tombstones",
+];
+
+/// `writeMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Plain `INSERT` (the seed's default): at-least-once.
+    Insert,
+    /// `INSERT ... ON CONFLICT DO UPDATE`: idempotent with a primary key.
+    Upsert,
+}
+
+/// The sink's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JdbcSinkConfig {
+    /// `connection.url` (`jdbc:postgresql://host:port/db`).
+    pub connection_url: String,
+    /// `connection.user`.
+    pub connection_user: String,
+    /// The target table: `target.tablename`, else `table.name.format` with `${topic}`
+    /// replaced by the first topic.
+    pub table: String,
+    /// `col.names`; empty = the record's fields.
+    pub col_names: Vec<String>,
+    /// `col.types`, parsed, one per `col.names` entry.
+    pub col_types: Vec<ColumnType>,
+    /// `pk.fields`.
+    pub pk_fields: Vec<String>,
+    /// `batch.size`: records per database transaction.
+    pub batch_size: usize,
+    /// `writeMode`.
+    pub write_mode: WriteMode,
+    /// `auto.create`.
+    pub auto_create: bool,
+    /// `delete.enabled`: tombstones delete.
+    pub delete_enabled: bool,
+    /// `truncate.enabled`: `op=t` truncates.
+    pub truncate_enabled: bool,
+    /// `max.retries`.
+    pub max_retries: u32,
+    /// `retry.backoff.ms`.
+    pub retry_backoff_ms: u64,
+    /// Bug switch `eosim.bug.ignore.tombstones` (cases.md F5's reported outcome "row 1
+    /// never deleted"): tombstones are skipped even with `delete.enabled=true`.
+    pub bug_ignore_tombstones: bool,
+}
+
+fn list(raw: &BTreeMap<String, String>, key: &str) -> Vec<String> {
+    config::get(raw, key, "")
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+impl JdbcSinkConfig {
+    /// Parses the sink's keys of a connector configuration.
+    ///
+    /// # Errors
+    /// A missing `connection.url`, an unknown `writeMode`, a `col.types` entry that is not
+    /// a type, `col.names` and `col.types` of different lengths, no table name.
+    pub fn parse(raw: &BTreeMap<String, String>, topics: &[String]) -> Result<Self, ConfigError> {
+        let connection_url = config::get(raw, "connection.url", "").to_string();
+        if !connection_url.starts_with("jdbc:postgresql://") {
+            let expected = "jdbc:postgresql://host:port/database";
+            return Err(config::invalid("connection.url", &connection_url, expected));
+        }
+        let col_names = list(raw, "col.names");
+        let col_types = parse_types(raw)?;
+        if !col_types.is_empty() && col_types.len() != col_names.len() {
+            let expected = format!("{} types, one per col.names entry", col_names.len());
+            return Err(config::invalid(
+                "col.types",
+                config::get(raw, "col.types", ""),
+                &expected,
+            ));
+        }
+        let write_mode = match config::get(raw, "writeMode", "insert") {
+            "insert" => WriteMode::Insert,
+            "upsert" => WriteMode::Upsert,
+            other => return Err(config::invalid("writeMode", other, "insert or upsert")),
+        };
+        let topic = topics.first().cloned().unwrap_or_default();
+        let format = config::get(raw, "table.name.format", "${topic}").replace("${topic}", &topic);
+        let table = config::get(raw, "target.tablename", &format).to_string();
+        let batch_size: usize = config::number(raw, "batch.size", "3000")?;
+        if batch_size == 0 {
+            return Err(config::invalid("batch.size", "0", "at least 1"));
+        }
+        Ok(Self {
+            connection_url,
+            connection_user: config::get(raw, "connection.user", "").to_string(),
+            table,
+            col_names,
+            col_types,
+            pk_fields: list(raw, "pk.fields"),
+            batch_size,
+            write_mode,
+            auto_create: config::boolean(raw, "auto.create", "false")?,
+            delete_enabled: config::boolean(raw, "delete.enabled", "false")?,
+            truncate_enabled: config::boolean(raw, "truncate.enabled", "false")?,
+            max_retries: config::number(raw, "max.retries", "10")?,
+            retry_backoff_ms: config::number(raw, "retry.backoff.ms", "3000")?,
+            bug_ignore_tombstones: config::boolean(raw, "eosim.bug.ignore.tombstones", "false")?,
+        })
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` that `auto.create` runs.
+    pub fn create_table(&self) -> Statement {
+        let columns = self
+            .col_names
+            .iter()
+            .zip(&self.col_types)
+            .map(|(n, t)| Column::new(n.clone(), *t))
+            .collect();
+        Statement::CreateTable(CreateTable {
+            name: self.table.clone(),
+            columns,
+            primary_key: self.pk_fields.clone(),
+            if_not_exists: true,
+        })
+    }
+}
+
+/// `col.types`, each through [`ColumnType::parse`]; the seed's `doublepericision` typo is
+/// read as `double precision` and `timestamp` as `timestamp with time zone` (the model has
+/// no zone-less timestamp).
+fn parse_types(raw: &BTreeMap<String, String>) -> Result<Vec<ColumnType>, ConfigError> {
+    list(raw, "col.types")
+        .iter()
+        .map(|t| {
+            let name = match t.to_ascii_lowercase().as_str() {
+                "doublepericision" | "doubleprecision" => "double precision".to_string(),
+                "timestamp" => "timestamp with time zone".to_string(),
+                _ => t.clone(),
+            };
+            ColumnType::parse(&name)
+                .map_err(|e| config::invalid("col.types", t, &format!("a type ({})", e.message)))
+        })
+        .collect()
+}
+
+/// What a database error means for the record that caused it.
+fn is_data_error(code: SqlState) -> bool {
+    code.code().starts_with("22") || code == SqlState::NotNullViolation
+}
+
+/// The sink task.
+pub struct JdbcSinkTask {
+    config: JdbcSinkConfig,
+    client: Box<dyn PostgresClient>,
+    retries_left: u32,
+}
+
+impl JdbcSinkTask {
+    /// A task writing through `client`.
+    pub fn new(config: JdbcSinkConfig, client: Box<dyn PostgresClient>) -> Self {
+        let retries_left = config.max_retries;
+        Self {
+            config,
+            client,
+            retries_left,
+        }
+    }
+
+    fn columns_of<'a>(&'a self, row: &'a JsonRow) -> Vec<String> {
+        if self.config.col_names.is_empty() {
+            row.keys().cloned().collect()
+        } else {
+            self.config.col_names.clone()
+        }
+    }
+
+    fn insert(&self, row: &JsonRow, upsert: bool) -> Statement {
+        let columns = self.columns_of(row);
+        let values = columns
+            .iter()
+            .map(|c| row.get(c).map_or(Value::Null, Value::from_json))
+            .collect();
+        let on_conflict = if upsert && !self.config.pk_fields.is_empty() {
+            let set = columns
+                .iter()
+                .filter(|c| !self.config.pk_fields.contains(c))
+                .cloned();
+            OnConflict::DoUpdate {
+                conflict_target: self.config.pk_fields.clone(),
+                set: set.collect(),
+            }
+        } else {
+            OnConflict::None
+        };
+        Statement::Insert(Insert {
+            table: self.config.table.clone(),
+            columns,
+            rows: vec![values],
+            on_conflict,
+        })
+    }
+
+    fn key_values(&self, row: &JsonRow) -> Result<Vec<Value>, String> {
+        let pk = &self.config.pk_fields;
+        if pk.is_empty() {
+            return Err("pk.fields is empty: cannot update or delete by key".into());
+        }
+        pk.iter()
+            .map(|f| match row.get(f) {
+                Some(v) if !v.is_null() => Ok(Value::from_json(v)),
+                _ => Err(format!("key field `{f}` is missing or null")),
+            })
+            .collect()
+    }
+
+    fn delete(&self, row: &JsonRow) -> Result<Statement, String> {
+        let where_pk = self.key_values(row)?;
+        Ok(Statement::Delete {
+            table: self.config.table.clone(),
+            where_pk,
+        })
+    }
+
+    /// The statements one record becomes (none for a skipped tombstone or truncate).
+    ///
+    /// # Errors
+    /// Why the record cannot be applied (it is then an errant record).
+    pub fn statements(&self, record: &SinkRecord) -> Result<Vec<Statement>, String> {
+        let upsert = self.config.write_mode == WriteMode::Upsert;
+        let change = parse_change(record.key.as_ref(), record.value.as_ref())?;
+        let statements = match change {
+            Change::Create { after } | Change::Row { row: after } => {
+                vec![self.insert(&after, upsert)]
+            }
+            Change::Read { after } => vec![self.insert(&after, true)],
+            Change::Update { before, after } => self.update(before.as_ref(), &after, upsert)?,
+            Change::Delete { before } => vec![self.delete(&before)?],
+            Change::Tombstone { key }
+                if self.config.delete_enabled && !self.config.bug_ignore_tombstones =>
+            {
+                let row = key
+                    .as_ref()
+                    .and_then(|k| key_row(k, &self.config.pk_fields))
+                    .ok_or("a tombstone without a usable record key")?;
+                vec![self.delete(&row)?]
+            }
+            Change::Tombstone { .. } => Vec::new(),
+            Change::Truncate if self.config.truncate_enabled => {
+                vec![Statement::Truncate {
+                    table: self.config.table.clone(),
+                }]
+            }
+            Change::Truncate => Vec::new(),
+        };
+        Ok(statements)
+    }
+
+    fn update(
+        &self,
+        before: Option<&JsonRow>,
+        after: &JsonRow,
+        upsert: bool,
+    ) -> Result<Vec<Statement>, String> {
+        let pk = &self.config.pk_fields;
+        let old_key = before.and_then(|b| key_of(b, pk));
+        let key_changes = old_key.is_some() && old_key != key_of(after, pk);
+        if upsert {
+            let mut out = Vec::new();
+            if key_changes {
+                out.push(self.delete(before.expect("old_key came from before"))?);
+            }
+            out.push(self.insert(after, true));
+            return Ok(out);
+        }
+        let target = if old_key.is_some() {
+            before.expect("checked")
+        } else {
+            after
+        };
+        let where_pk = self.key_values(target)?;
+        let set = self
+            .columns_of(after)
+            .into_iter()
+            .map(|c| {
+                let v = after.get(&c).map_or(Value::Null, Value::from_json);
+                (c, v)
+            })
+            .collect();
+        Ok(vec![Statement::Update {
+            table: self.config.table.clone(),
+            set,
+            where_pk,
+        }])
+    }
+
+    /// Writes one chunk in one transaction, reporting and dropping errant records until it
+    /// commits.
+    async fn write_chunk(
+        &mut self,
+        mut chunk: Vec<SinkRecord>,
+        reporter: &mut dyn ErrantRecordReporter,
+    ) -> Result<(), ConnectError> {
+        loop {
+            let mut statements = Vec::new();
+            let mut owner = Vec::new();
+            let mut errant = None;
+            for (i, record) in chunk.iter().enumerate() {
+                match self.statements(record) {
+                    Ok(s) => {
+                        owner.extend(std::iter::repeat_n(i, s.len()));
+                        statements.extend(s);
+                    }
+                    Err(e) => {
+                        errant = Some((i, e));
+                        break;
+                    }
+                }
+            }
+            if let Some((i, error)) = errant {
+                let record = chunk.remove(i);
+                reporter.report(&record, &error)?;
+                continue;
+            }
+            if statements.is_empty() {
+                return Ok(());
+            }
+            match self.client.execute_batch(statements).await {
+                Ok(_) => {
+                    self.retries_left = self.config.max_retries;
+                    return Ok(());
+                }
+                Err(PgClientError::Db {
+                    index: Some(index),
+                    error,
+                }) if is_data_error(error.code) && index < owner.len() => {
+                    let record = chunk.remove(owner[index]);
+                    let text = format!("SQLSTATE {}: {}", error.code.code(), error.message);
+                    reporter.report(&record, &text)?;
+                }
+                Err(e) => return Err(self.retry_or_fail(e).await),
+            }
+        }
+    }
+
+    async fn retry_or_fail(&mut self, error: PgClientError) -> ConnectError {
+        if self.retries_left == 0 {
+            return ConnectError::Fatal(format!(
+                "Exceeded max retries ({}) writing to {}: {error}",
+                self.config.max_retries, self.config.table
+            ));
+        }
+        self.retries_left -= 1;
+        tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
+        ConnectError::Retriable(error.to_string())
+    }
+}
+
+#[async_trait]
+impl SinkTask for JdbcSinkTask {
+    async fn open(&mut self, _partitions: &[TopicPartition]) -> Result<(), ConnectError> {
+        if !self.config.auto_create {
+            return Ok(());
+        }
+        match self.client.execute(self.config.create_table()).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(ConnectError::Retriable(format!("auto.create: {e}"))),
+        }
+    }
+
+    async fn put(
+        &mut self,
+        records: Vec<SinkRecord>,
+        reporter: &mut dyn ErrantRecordReporter,
+    ) -> Result<(), ConnectError> {
+        let mut records = records;
+        while !records.is_empty() {
+            let rest = records.split_off(records.len().min(self.config.batch_size));
+            let chunk = std::mem::replace(&mut records, rest);
+            self.write_chunk(chunk, reporter).await?;
+        }
+        Ok(())
+    }
+
+    /// Everything `put` accepted is committed already: the offsets go as they are.
+    async fn pre_commit(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, Offset>,
+    ) -> Result<BTreeMap<TopicPartition, Offset>, ConnectError> {
+        Ok(offsets.clone())
+    }
+
+    async fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), ConnectError> {
+        Ok(())
+    }
+}
+
+/// Validates a JDBC sink connector's whole configuration: the framework keys, the
+/// connector class, and the sink's own keys.
+///
+/// # Errors
+/// The first unknown key, bad value or missing required key.
+pub fn parse_connector(
+    raw: &BTreeMap<String, String>,
+) -> Result<crate::connect::config::ConnectorConfig, ConfigError> {
+    let config = crate::connect::config::ConnectorConfig::parse(raw, KEYS)?;
+    if !CONNECTOR_CLASSES.contains(&config.connector_class.as_str()) {
+        let expected = format!("one of {}", CONNECTOR_CLASSES.join(", "));
+        return Err(config::invalid(
+            "connector.class",
+            &config.connector_class,
+            &expected,
+        ));
+    }
+    JdbcSinkConfig::parse(raw, &config.topics)?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed_config() -> BTreeMap<String, String> {
+        let pairs = [
+            ("name", "adb4pg-jdbc-sink"),
+            ("topics", "server1.dbo.t1"),
+            (
+                "connector.class",
+                "io.confluent.connect.jdbc.Adb4PgSinkConnector",
+            ),
+            ("connection.url", "jdbc:postgresql://10.0.5.1:5432/db"),
+            ("connection.user", "u"),
+            ("connection.password", "p"),
+            ("col.names", "a,b,c,d,e,f,g"),
+            (
+                "col.types",
+                "integer,bigint,smallint,real,doublepericision,timestamp,varchar",
+            ),
+            ("pk.fields", "a"),
+            ("schemas.enable", "false"),
+            ("target.tablename", "t1"),
+            ("tasks.max", "1"),
+            ("auto.create", "false"),
+            ("table.name.format", "t1"),
+            ("batch.size", "1"),
+            ("value.converter.schemas.enable", "false"),
+            (
+                "value.converter",
+                "org.apache.kafka.connect.json.JsonConverter",
+            ),
+        ];
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_seed_configuration_parses() {
+        let raw = seed_config();
+        let c = parse_connector(&raw).expect("the seed's configuration is valid");
+        assert_eq!(c.group_id(), "connect-adb4pg-jdbc-sink");
+        let s = JdbcSinkConfig::parse(&raw, &c.topics).unwrap();
+        assert_eq!(s.col_types[4], ColumnType::DoublePrecision);
+        assert_eq!(s.write_mode, WriteMode::Insert);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let mut raw = seed_config();
+        raw.insert("connector.url".into(), "x".into());
+        let e = parse_connector(&raw).unwrap_err().to_string();
+        assert!(
+            e.contains("connector.url") && e.contains("connection.url"),
+            "{e}"
+        );
+    }
+}

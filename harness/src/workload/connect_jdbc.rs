@@ -1,0 +1,570 @@
+//! Pipeline `connect-jdbc` (P2): change events through Kafka Connect's JDBC sink into
+//! PostgreSQL.
+//!
+//! # Model
+//! - Events: the scenario's explicit `[cdc] events` then `[cdc.generate]` ones, each with
+//!   a unique id carried in header `eosim.id` (poison records have no other place for it).
+//!   The generator hands them out in order to producer processes (a restarted producer
+//!   takes the next one); keyed partitioning by murmur2 of the key text.
+//! - Nodes: `postgres` (10.0.5.1) serving the PostgreSQL model; `operator` (10.0.9.2)
+//!   creates `[postgres.table]` and the connector through the control API, then restarts
+//!   FAILED tasks when `connect.restart_failed_after_ms` > 0; `connect-1..n` (10.0.4.i)
+//!   worker processes; `producer-i` (10.0.2.(i+1)); `reader` (10.0.6.1) when
+//!   `cdc.read_interval_ms` > 0.
+//! - A kill of `postgres` crashes the model (sessions and open transactions lost,
+//!   committed rows kept); a kill of a client node ends its sessions.
+//!
+//! # Ops recorded
+//! `send` invoke/ok/fail/info per event; `connector-config` once; `task-status` on every
+//! start and failure; `commit` invoke/ok/fail/info per offset commit; `restart-task`;
+//! `table-read` when the reader sees a change. After the drain, process `final` records
+//! per source partition `log-state` and `source-log`, then `table-state`, `dlq-state`
+//! (with a DLQ), `committed-offsets` and every task's `task-status`.
+
+use super::Pipeline;
+use crate::client::postgres::{value_to_json, PostgresClient};
+use crate::client::sim::conn::Connection;
+use crate::client::sim::postgres::SimPostgres;
+use crate::client::sim::producer::SimProducer;
+use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::connect::config::{ConnectorConfig, WorkerConfig};
+use crate::connect::herder::{ConfigParser, Herder, TaskState};
+use crate::connect::worker::{worker_process, SinkFactory, WorkerRuntime};
+use crate::history::{DlqRecord, OpKind, RecordRef, Recorder, SourceRecord, Value};
+use crate::runner::world::{now_ns, World};
+use crate::scenario::{Scenario, TableSpec, TopicSpec};
+use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
+use bytes::Bytes;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
+use eosim_sim::postgres::{Column, ColumnType, CreateTable, Database, DbConfig, Statement};
+use madsim::rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The header carrying an event's unique id.
+pub const ID_HEADER: &str = "eosim.id";
+
+/// One change event to produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Unique id.
+    pub id: u64,
+    /// Key text.
+    pub key: Option<String>,
+    /// Value text; `None` is a tombstone.
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    next_event: usize,
+    active_producers: BTreeSet<String>,
+}
+
+/// Everything a process of the pipeline needs.
+#[derive(Clone)]
+struct Context {
+    scenario: Arc<Scenario>,
+    recorder: Recorder,
+    events: Arc<Vec<Event>>,
+    shared: Arc<Mutex<Shared>>,
+    herder: Herder,
+    pg: PostgresWorld,
+    connector: ConnectorConfig,
+    sink: JdbcSinkConfig,
+}
+
+impl Context {
+    fn record(&self, process: &str, kind: OpKind, value: Value, error: Option<String>) {
+        self.recorder.record(now_ns(), process, kind, value, error);
+    }
+
+    fn take_event(&self, process: &str) -> Option<Event> {
+        let mut shared = self.shared.lock().expect("shared lock");
+        let Some(event) = self.events.get(shared.next_event).cloned() else {
+            shared.active_producers.remove(process);
+            return None;
+        };
+        shared.active_producers.insert(process.to_string());
+        shared.next_event += 1;
+        Some(event)
+    }
+
+    fn producers_done(&self) -> bool {
+        let shared = self.shared.lock().expect("shared lock");
+        shared.next_event >= self.events.len() && shared.active_producers.is_empty()
+    }
+}
+
+/// Builds the event list: explicit events, then generated ones (drawn from madsim's RNG).
+fn build_events(scenario: &Scenario) -> Vec<Event> {
+    let mut events: Vec<Event> = scenario
+        .cdc
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| Event {
+            id: i as u64,
+            key: e.key.clone(),
+            value: e.value.clone(),
+        })
+        .collect();
+    let Some(g) = &scenario.cdc.generate else {
+        return events;
+    };
+    let mut rng = madsim::rand::thread_rng();
+    let mut present: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
+    let table = &scenario.topic.name;
+    for _ in 0..g.events {
+        let id = events.len() as u64;
+        let k = rng.gen_range(0..g.keys.max(1));
+        let row = serde_json::json!({"id": k, "v": id, "name": format!("n{id}")});
+        let before = present.get(&k).cloned();
+        let (op, after) = match &before {
+            None => ("c", Some(row)),
+            Some(_) if rng.gen_bool(g.delete_probability.clamp(0.0, 1.0)) => ("d", None),
+            Some(_) => ("u", Some(row)),
+        };
+        match &after {
+            Some(a) => present.insert(k, a.clone()),
+            None => present.remove(&k),
+        };
+        let value = serde_json::json!({
+            "before": before, "after": after, "op": op,
+            "source": {"table": table, "seq": id}, "transaction": null,
+        });
+        let key = serde_json::json!({"id": k}).to_string();
+        events.push(Event {
+            id,
+            key: Some(key),
+            value: Some(value.to_string()),
+        });
+    }
+    events
+}
+
+async fn producer_process(ctx: Context, name: String) {
+    let w = &ctx.scenario.workload;
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
+    let config = ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: false,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+        retries: w.retries,
+        ..ProducerConfig::default()
+    };
+    let producer = SimProducer::new(conn, config);
+    let topic = ctx.scenario.topic.name.clone();
+    while let Some(e) = ctx.take_event(&name) {
+        let invoke = Value::Send {
+            id: e.id,
+            key: e.key.clone(),
+            tp: None,
+            offset: None,
+        };
+        ctx.record(&name, OpKind::Invoke, invoke, None);
+        let record = ProducerRecord {
+            topic: topic.clone(),
+            // A null key (a truncate event) goes to partition 0, where the table's other
+            // events of a single-partition topic are.
+            partition: e.key.is_none().then_some(0),
+            key: e.key.clone().map(Bytes::from),
+            value: e.value.clone().map(Bytes::from),
+            headers: vec![(ID_HEADER.to_string(), Bytes::from(e.id.to_string()))],
+        };
+        let (kind, tp, offset, error) = match producer.send(record).await {
+            Ok(d) => (
+                OpKind::Ok,
+                Some(TopicPartition::new(topic.clone(), d.partition)),
+                Some(d.offset),
+                None,
+            ),
+            Err(err) if err.is_ambiguous() => (OpKind::Info, None, None, Some(err.to_string())),
+            Err(err) => (OpKind::Fail, None, None, Some(err.to_string())),
+        };
+        ctx.record(
+            &name,
+            kind,
+            Value::Send {
+                id: e.id,
+                key: e.key,
+                tp,
+                offset,
+            },
+            error,
+        );
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+}
+
+/// `CREATE TABLE IF NOT EXISTS` from `[postgres.table]`.
+fn create_statement(t: &TableSpec) -> Statement {
+    let columns = t
+        .columns
+        .iter()
+        .map(|spec| {
+            let lower = spec.to_ascii_lowercase();
+            let not_null = lower.trim_end().ends_with("not null");
+            let body = if not_null {
+                &spec[..lower.rfind("not null").expect("found")]
+            } else {
+                spec
+            };
+            let (name, ty) = body.trim().split_once(' ').unwrap_or((body.trim(), "text"));
+            let ty = ColumnType::parse(ty).unwrap_or(ColumnType::Text);
+            let column = Column::new(name, ty);
+            if not_null {
+                column.not_null()
+            } else {
+                column
+            }
+        })
+        .collect();
+    Statement::CreateTable(CreateTable {
+        name: t.name.clone(),
+        columns,
+        primary_key: t.primary_key.clone(),
+        if_not_exists: true,
+    })
+}
+
+/// The operator: creates the table and the connector, then restarts FAILED tasks.
+async fn operator_process(ctx: Context) {
+    let name = "operator";
+    if let Some(table) = &ctx.scenario.postgres.table {
+        let mut client = SimPostgres::new(ctx.scenario.postgres.client_timeout_ms);
+        while client.execute(create_statement(table)).await.is_err() {
+            madsim::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let at_ms = ctx.scenario.connect.connector_create_at_ms;
+    let now_ms = now_ns() / 1_000_000;
+    if at_ms > now_ms {
+        madsim::time::sleep(Duration::from_millis(at_ms - now_ms)).await;
+    }
+    let raw = ctx.scenario.connector.clone();
+    if ctx.herder.create_connector(&raw).is_ok() {
+        let value = Value::ConnectorConfig {
+            connector: ctx.connector.name.clone(),
+            config: raw,
+        };
+        ctx.record(name, OpKind::Ok, value, None);
+    }
+    let after_ms = ctx.scenario.connect.restart_failed_after_ms;
+    if after_ms == 0 {
+        return;
+    }
+    let mut failed_since: BTreeMap<u32, u64> = BTreeMap::new();
+    loop {
+        madsim::time::sleep(Duration::from_millis(1_000)).await;
+        let now_ms = now_ns() / 1_000_000;
+        for t in ctx.herder.status(&ctx.connector.name).unwrap_or_default() {
+            if t.state != TaskState::Failed {
+                failed_since.remove(&t.id);
+                continue;
+            }
+            let since = *failed_since.entry(t.id).or_insert(now_ms);
+            if now_ms - since >= after_ms
+                && ctx.herder.restart_task(&ctx.connector.name, t.id).is_ok()
+            {
+                failed_since.remove(&t.id);
+                let value = Value::RestartTask {
+                    connector: ctx.connector.name.clone(),
+                    task: t.id,
+                };
+                ctx.record(name, OpKind::Ok, value, None);
+            }
+        }
+    }
+}
+
+/// The reader: selects the table every `cdc.read_interval_ms`, recording changes.
+async fn reader_process(ctx: Context) {
+    let mut client = SimPostgres::new(ctx.scenario.postgres.client_timeout_ms);
+    let mut last = None;
+    loop {
+        madsim::time::sleep(Duration::from_millis(ctx.scenario.cdc.read_interval_ms)).await;
+        let Ok(rows) = client.select(&ctx.sink.table).await else {
+            continue;
+        };
+        let json: Vec<Vec<serde_json::Value>> = rows
+            .rows
+            .iter()
+            .map(|r| r.iter().map(value_to_json).collect())
+            .collect();
+        if last.as_ref() == Some(&json) {
+            continue;
+        }
+        last = Some(json.clone());
+        let value = Value::TableRead {
+            table: ctx.sink.table.clone(),
+            columns: rows.columns,
+            rows: json,
+        };
+        ctx.record("reader", OpKind::Ok, value, None);
+    }
+}
+
+/// The `connect-jdbc` pipeline.
+pub struct ConnectJdbc {
+    ctx: Context,
+}
+
+impl ConnectJdbc {
+    /// The pipeline of `scenario` (validated at load), recording into `recorder`.
+    pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
+        let connector = parse_connector(&scenario.connector).expect("validated at load");
+        let sink =
+            JdbcSinkConfig::parse(&scenario.connector, &connector.topics).expect("validated");
+        let worker = WorkerConfig::parse(&scenario.connect.worker).expect("validated at load");
+        let parser: ConfigParser = Arc::new(parse_connector);
+        let ctx = Context {
+            events: Arc::new(build_events(&scenario)),
+            scenario,
+            recorder,
+            shared: Arc::default(),
+            herder: Herder::new(worker, parser),
+            pg: PostgresWorld::new(Database::new(DbConfig::default())),
+            connector,
+            sink,
+        };
+        Self { ctx }
+    }
+
+    fn partitions(&self) -> Vec<TopicPartition> {
+        let t = &self.ctx.scenario.topic;
+        (0..t.partitions)
+            .map(|p| TopicPartition::new(t.name.clone(), p))
+            .collect()
+    }
+
+    fn runtime(&self, world: &World) -> WorkerRuntime {
+        let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
+        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig| {
+            let sink =
+                JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
+            Ok(Box::new(JdbcSinkTask::new(
+                sink,
+                Box::new(SimPostgres::new(timeout_ms)),
+            )) as _)
+        });
+        WorkerRuntime {
+            herder: self.ctx.herder.clone(),
+            brokers: world.broker_count(),
+            recorder: self.ctx.recorder.clone(),
+            factory,
+            task_crash_probability: self.ctx.scenario.connect.task_crash_probability,
+        }
+    }
+}
+
+fn ip(a: u8, b: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
+}
+
+impl Pipeline for ConnectJdbc {
+    fn topics(&self) -> Vec<TopicSpec> {
+        let mut topics = vec![self.ctx.scenario.topic.clone()];
+        if let Some(dlq) = &self.ctx.connector.dlq_topic {
+            let t = &self.ctx.scenario.topic;
+            let replication_factor = self
+                .ctx
+                .connector
+                .dlq_replication_factor
+                .min(t.replication_factor);
+            topics.push(TopicSpec {
+                name: dlq.clone(),
+                partitions: 1,
+                replication_factor,
+                ..t.clone()
+            });
+        }
+        topics
+    }
+
+    fn start(&mut self, world: &mut World) {
+        let pg = self.ctx.pg.clone();
+        world.add_node("postgres", postgres_ip(), move || {
+            serve_postgres(pg.clone())
+        });
+        let pg = self.ctx.pg.clone();
+        world.on_kill(Box::new(move |name, ip| {
+            if name == "postgres" {
+                pg.crash();
+            } else {
+                pg.client_gone(ip);
+            }
+        }));
+        let ctx = self.ctx.clone();
+        world.add_node("operator", ip(9, 2), move || operator_process(ctx.clone()));
+        let rt = self.runtime(world);
+        for i in 1..=self.ctx.scenario.connect.workers {
+            let (rt, name) = (rt.clone(), format!("connect-{i}"));
+            world.add_node(&name.clone(), ip(4, i as u8), move || {
+                worker_process(rt.clone(), name.clone())
+            });
+        }
+        for i in 0..self.ctx.scenario.workload.producers {
+            let (ctx, name) = (self.ctx.clone(), format!("producer-{i}"));
+            world.add_node(&name.clone(), ip(2, i as u8 + 1), move || {
+                producer_process(ctx.clone(), name.clone())
+            });
+        }
+        if self.ctx.scenario.cdc.read_interval_ms > 0 {
+            let ctx = self.ctx.clone();
+            world.add_node("reader", ip(6, 1), move || reader_process(ctx.clone()));
+        }
+    }
+
+    /// Unfinished: events not yet produced, partitions whose committed offset (group
+    /// `connect-<name>`) is behind the high watermark, and then every task's state.
+    fn lag(&self, world: &World) -> Vec<String> {
+        let mut lag = Vec::new();
+        if !self.ctx.producers_done() {
+            lag.push("producers not done".to_string());
+        }
+        let group = self.ctx.connector.group_id();
+        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let committed: BTreeMap<TopicPartition, Offset> =
+            cluster.committed_offsets(&group).into_iter().collect();
+        for tp in self.partitions() {
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
+            let c = committed.get(&tp).copied().unwrap_or(0);
+            if c < hw {
+                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        if !lag.is_empty() {
+            for t in self
+                .ctx
+                .herder
+                .status(&self.ctx.connector.name)
+                .unwrap_or_default()
+            {
+                let trace = t.trace.map(|t| format!(": {t}")).unwrap_or_default();
+                lag.push(format!(
+                    "task {}-{} {:?} on {:?}{trace}",
+                    self.ctx.connector.name, t.id, t.state, t.worker_id
+                ));
+            }
+        }
+        lag
+    }
+
+    fn record_final(&self, world: &World) {
+        let t = now_ns();
+        let rec = |value: Value| {
+            self.ctx
+                .recorder
+                .record(t, "final", OpKind::Ok, value, None)
+        };
+        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        for tp in self.partitions() {
+            let records = cluster.records(&tp);
+            let refs = records.iter().map(|(offset, r)| RecordRef {
+                id: id_of(&r.headers),
+                key: text(&r.key),
+                tp: tp.clone(),
+                offset: *offset,
+            });
+            rec(Value::LogState {
+                tp: tp.clone(),
+                records: refs.collect(),
+            });
+            let source = records.iter().map(|(offset, r)| SourceRecord {
+                id: id_of(&r.headers),
+                offset: *offset,
+                key: text(&r.key),
+                value: text(&r.value),
+            });
+            rec(Value::SourceLog {
+                tp,
+                records: source.collect(),
+            });
+        }
+        rec(self.table_state());
+        if let Some(topic) = &self.ctx.connector.dlq_topic {
+            let tp = TopicPartition::new(topic.clone(), 0);
+            let records = cluster
+                .records(&tp)
+                .into_iter()
+                .map(|(offset, r)| DlqRecord {
+                    id: id_of(&r.headers),
+                    tp: tp.clone(),
+                    offset,
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                        .collect(),
+                });
+            rec(Value::DlqState {
+                topic: topic.clone(),
+                records: records.collect(),
+            });
+        }
+        let offsets = cluster.committed_offsets(&self.ctx.connector.group_id());
+        drop(cluster);
+        rec(Value::CommittedOffsets { offsets });
+        for s in self
+            .ctx
+            .herder
+            .status(&self.ctx.connector.name)
+            .unwrap_or_default()
+        {
+            let state = format!("{:?}", s.state).to_uppercase();
+            let connector = self.ctx.connector.name.clone();
+            rec(Value::TaskStatus {
+                connector,
+                task: s.id,
+                state,
+                trace: s.trace,
+            });
+        }
+    }
+}
+
+impl ConnectJdbc {
+    fn table_state(&self) -> Value {
+        let db = self.ctx.pg.db.lock().expect("database lock");
+        let name = self.ctx.sink.table.clone();
+        let Some(table) = db.table(&name) else {
+            return Value::TableState {
+                table: name,
+                columns: Vec::new(),
+                rows: Vec::new(),
+            };
+        };
+        let columns = table.columns.iter().map(|c| c.name.clone()).collect();
+        let rows = table
+            .rows()
+            .map(|r| r.iter().map(value_to_json).collect())
+            .collect();
+        Value::TableState {
+            table: name,
+            columns,
+            rows,
+        }
+    }
+}
+
+fn text(bytes: &Option<Bytes>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// The `eosim.id` header's value; `u64::MAX` without one.
+fn id_of(headers: &[(String, Bytes)]) -> u64 {
+    headers
+        .iter()
+        .find(|(k, _)| k == ID_HEADER)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(u64::MAX)
+}
