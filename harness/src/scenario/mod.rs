@@ -26,6 +26,8 @@
 //! Every key is checked: an unknown key, a wrong type or a missing value is a
 //! [`ScenarioError`] naming the file, the key path and what was expected.
 
+pub mod clickhouse;
+
 use crate::checker::Claim;
 use eosim_sim::kafka::{Acks, ClusterConfig};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
@@ -62,6 +64,8 @@ pub enum Pipeline {
     /// Producers write ids into a topic; a consumer group copies them into an in-memory
     /// sink, committing offsets before or after the write (`workload.commit`).
     KafkaConsume,
+    /// The ClickHouse exactly-once sink of P1 (`[sink]`, see [`clickhouse`]).
+    ClickhouseSink,
 }
 
 impl Pipeline {
@@ -69,6 +73,7 @@ impl Pipeline {
     pub fn name(self) -> &'static str {
         match self {
             Pipeline::KafkaConsume => "kafka-consume",
+            Pipeline::ClickhouseSink => "clickhouse-sink",
         }
     }
 }
@@ -433,6 +438,9 @@ pub struct Scenario {
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,
+    /// `[sink]` of a `clickhouse-sink` scenario.
+    #[serde(default)]
+    pub sink: Option<clickhouse::ClickHouseSinkSpec>,
 }
 
 fn default_seeds() -> u64 {

@@ -134,8 +134,13 @@ pub fn state_table_def(name: &str) -> TableDef {
 pub trait SinkHooks: Send + Sync {
     /// Called at each step boundary ([`FAULT_POINTS`]); may crash or stall the task.
     async fn fault_point(&self, point: &'static str);
-    /// An insert of `ids_json` (the rows) into the target returned `result`.
-    fn inserted(&self, rows: &[serde_json::Value], result: &Result<(), ChClientError>);
+    /// An insert of `rows` (read from `tp`) into the target returned `result`.
+    fn inserted(
+        &self,
+        tp: &TopicPartition,
+        rows: &[serde_json::Value],
+        result: &Result<(), ChClientError>,
+    );
 }
 
 /// Hooks that do nothing.
@@ -145,7 +150,13 @@ pub struct NoHooks;
 #[async_trait]
 impl SinkHooks for NoHooks {
     async fn fault_point(&self, _point: &'static str) {}
-    fn inserted(&self, _rows: &[serde_json::Value], _result: &Result<(), ChClientError>) {}
+    fn inserted(
+        &self,
+        _tp: &TopicPartition,
+        _rows: &[serde_json::Value],
+        _result: &Result<(), ChClientError>,
+    ) {
+    }
 }
 
 /// Why a partition's steps stopped.

@@ -5,6 +5,7 @@
 //! into an in-memory sink (a durable store outside every process), committing before or after
 //! each write.
 
+pub mod clickhouse_sink;
 pub mod kafka_consume;
 
 use crate::history::Recorder;
@@ -29,5 +30,8 @@ pub trait Pipeline {
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
         PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
+        PipelineKind::ClickhouseSink => {
+            Box::new(clickhouse_sink::ClickhouseSink::new(scenario, recorder))
+        }
     }
 }

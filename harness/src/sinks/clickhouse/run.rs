@@ -146,7 +146,7 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         }
         self.point("mid-insert").await;
         let result = self.client.insert(insert).await.map(drop);
-        self.hooks.inserted(&rows, &result);
+        self.hooks.inserted(tp, &rows, &result);
         result.map_err(Stop::from)
     }
 }
