@@ -86,6 +86,10 @@ pub struct ClickHouseSinkSpec {
     /// The task consumer's `max.poll.records`. Default 100.
     #[serde(default = "hundred")]
     pub batch_records_max: usize,
+    /// `max.poll.records` of a task after its worker restarted (F2: redelivery with other
+    /// batch boundaries). Default: `batch_records_max`.
+    #[serde(default)]
+    pub redelivery_batch_records_max: Option<usize>,
     /// The task consumer's `session.timeout.ms`. Default 10000.
     #[serde(default = "ten_s")]
     pub session_timeout_ms: u64,

@@ -663,14 +663,16 @@ impl Scenario {
             Some(("broker", Ok(n))) => (1..=brokers).contains(&n),
             Some(("producer", Ok(n))) => n < w.producers,
             Some(("consumer", Ok(n))) => n < w.consumers,
-            _ => false,
+            Some(("worker", Ok(n))) => n < self.sink.as_ref().map_or(0, |s| s.tasks),
+            _ => matches!(node, "clickhouse" | "keeper") && self.sink.is_some(),
         };
         ensure(
             known,
             key,
             format!(
                 "unknown node \"{node}\": expected one of {}, broker-1..=broker-{brokers}, \
-                 producer-0..=producer-{}, consumer-0..=consumer-{}",
+                 producer-0..=producer-{}, consumer-0..=consumer-{} (with [sink]: clickhouse, \
+                 keeper, worker-i)",
                 NODE_GROUPS.join(", "),
                 w.producers - 1,
                 w.consumers - 1

@@ -64,9 +64,7 @@ async fn build(ctx: &Context, name: &str) -> Option<(SimConsumer, ClickHouseSink
     config.session_timeout_ms = spec.session_timeout_ms;
     config.heartbeat_interval_ms = (spec.session_timeout_ms / 3).max(100);
     config.max_poll_interval_ms = spec.max_poll_interval_ms;
-    config.max_poll_records = spec.batch_records_max;
     config.request_timeout_ms = ctx.scenario.workload.request_timeout_ms;
-    let consumer = SimConsumer::new(conn, config);
     let client = SimClickHouse::connect(spec.request_timeout_ms).await.ok()?;
     let incarnation = {
         let mut shared = ctx.shared();
@@ -74,6 +72,11 @@ async fn build(ctx: &Context, name: &str) -> Option<(SimConsumer, ClickHouseSink
         *n += 1;
         *n
     };
+    config.max_poll_records = match spec.redelivery_batch_records_max {
+        Some(n) if incarnation > 1 => n,
+        _ => spec.batch_records_max,
+    };
+    let consumer = SimConsumer::new(conn, config);
     let sink_config = ClickHouseSinkConfig::from_props(&props(ctx)).expect("valid props");
     let hooks = Arc::new(Hooks { ctx: ctx.clone(), worker: name.to_string() });
     let owner = format!("{name}#{incarnation}");
