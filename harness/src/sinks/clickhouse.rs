@@ -159,6 +159,14 @@ impl SinkHooks for NoHooks {
     }
 }
 
+/// A state record as read, with its Keeper version and owner (`None`s: no record).
+#[derive(Debug, Clone, Default)]
+struct Stored {
+    record: Option<StateRecord>,
+    version: Option<i32>,
+    owner: Option<String>,
+}
+
 /// Why a partition's steps stopped.
 enum Stop {
     /// The task must report this to the worker.
@@ -229,6 +237,12 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         }
     }
 
+    /// Partitions another owner took from this task (fencing): the runner should rejoin
+    /// the group so they are revoked or reopened from the committed offsets.
+    pub fn fenced_partitions(&self) -> Vec<TopicPartition> {
+        self.fenced.iter().cloned().collect()
+    }
+
     /// Creates the target and state tables unless they exist.
     ///
     /// # Errors
@@ -248,23 +262,38 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         format!("{}-{}", tp.topic, tp.partition)
     }
 
-    async fn read_state(
-        &self,
-        tp: &TopicPartition,
-    ) -> Result<(Option<StateRecord>, Option<i32>), ChClientError> {
+    async fn read_state(&self, tp: &TopicPartition) -> Result<Stored, ChClientError> {
         let got = self.client.get(&self.config.state_table, json!(Self::key(tp))).await?;
-        let Some(got) = got else { return Ok((None, None)) };
+        let Some(got) = got else { return Ok(Stored::default()) };
         let int = |i: usize| match &got.row[i] {
             ChValue::Int(v) => *v,
             other => panic!("state column {i} is Int64, found {other:?}"),
         };
-        let phase = match &got.row[3] {
-            ChValue::String(s) if s == "BEFORE" => Some(Phase::Before),
-            ChValue::String(s) if s == "AFTER" => Some(Phase::After),
+        let text = |i: usize| match &got.row[i] {
+            ChValue::String(s) => s.clone(),
+            other => panic!("state column {i} is String, found {other:?}"),
+        };
+        let phase = match text(3).as_str() {
+            "BEFORE" => Some(Phase::Before),
+            "AFTER" => Some(Phase::After),
             _ => None,
         };
         let record = phase.map(|phase| StateRecord { range: Range::new(int(1), int(2)), phase });
-        Ok((record, Some(got.version)))
+        Ok(Stored { record, version: Some(got.version), owner: Some(text(4)) })
+    }
+
+    /// Fencing: whether `seen` is still this task's record. A newer version written by
+    /// this same owner is its own write whose answer was lost: adopted.
+    fn still_owner(&mut self, tp: &TopicPartition, seen: &Stored) -> bool {
+        if self.versions.get(tp).copied().flatten() == seen.version {
+            return true;
+        }
+        if seen.owner.as_deref() == Some(self.owner.as_str()) {
+            mark!("fencing:own-write-adopted");
+            self.versions.insert(tp.clone(), seen.version);
+            return true;
+        }
+        false
     }
 
     fn state_row(&self, tp: &TopicPartition, record: Option<StateRecord>) -> serde_json::Value {
@@ -296,6 +325,11 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
                 Ok(())
             }
             Err(ChClientError::Server(e)) if e.keeper_error.is_some_and(is_condition) => {
+                let seen = self.read_state(tp).await?;
+                if self.still_owner(tp, &seen) {
+                    // Our own earlier write (a duplicated or retried request): re-plan.
+                    return Err(Stop::Connect(ConnectError::Retriable(e.to_string())));
+                }
                 mark!("fencing:state-write-refused");
                 Err(Stop::Fenced)
             }
@@ -305,9 +339,9 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
 
     /// Fencing: takes ownership of `tp` by rewriting its record conditionally.
     async fn claim(&mut self, tp: &TopicPartition) -> Result<(), ConnectError> {
-        let (record, version) = self.read_state(tp).await.map_err(|e| connect_error(&e))?;
-        self.versions.insert(tp.clone(), version);
-        match self.write_state(tp, record).await {
+        let seen = self.read_state(tp).await.map_err(|e| connect_error(&e))?;
+        self.versions.insert(tp.clone(), seen.version);
+        match self.write_state(tp, seen.record).await {
             Ok(()) => Ok(()),
             Err(Stop::Fenced) => Err(ConnectError::Retriable(format!("{tp}: claim raced"))),
             Err(Stop::Connect(e)) => Err(e),

@@ -42,11 +42,12 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             return Ok(());
         };
         let batch = Range::new(records[0].offset, records[records.len() - 1].offset);
-        let (stored, version) = self.read_state(tp).await?;
-        if self.config.variant.fenced() && self.versions.get(tp).copied().flatten() != version {
+        let seen = self.read_state(tp).await?;
+        if self.config.variant.fenced() && !self.still_owner(tp, &seen) {
             mark!("fencing:stale-owner-before-plan");
             return Err(Stop::Fenced);
         }
+        let stored = seen.record;
         let plan = match plan::decide(self.config.variant, stored, batch) {
             Ok(plan) => plan,
             Err(m) if self.config.tolerate_state_mismatch => {
@@ -118,8 +119,8 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         reporter: &mut dyn ErrantRecordReporter,
     ) -> Result<(), Stop> {
         if self.config.variant.fenced() {
-            let (_, version) = self.read_state(tp).await?;
-            if self.versions.get(tp).copied().flatten() != version {
+            let seen = self.read_state(tp).await?;
+            if !self.still_owner(tp, &seen) {
                 mark!("fencing:insert-refused-stale-owner");
                 return Err(Stop::Fenced);
             }
@@ -220,6 +221,7 @@ impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
         for tp in partitions {
             self.pending.remove(tp);
             self.committable.remove(tp);
+            self.fenced.remove(tp);
         }
         Ok(())
     }

@@ -56,7 +56,7 @@ fn props(ctx: &Context) -> BTreeMap<String, String> {
     p
 }
 
-async fn build(ctx: &Context, name: &str) -> Option<(SimConsumer, ClickHouseSinkTask<SimClickHouse>)> {
+async fn consumer_for(ctx: &Context, max_poll_records: usize) -> Option<SimConsumer> {
     let conn = Connection::open(ctx.scenario.cluster.brokers).await.ok()?;
     let spec = &ctx.spec;
     let mut config = ConsumerConfig::new(ctx.group());
@@ -64,7 +64,16 @@ async fn build(ctx: &Context, name: &str) -> Option<(SimConsumer, ClickHouseSink
     config.session_timeout_ms = spec.session_timeout_ms;
     config.heartbeat_interval_ms = (spec.session_timeout_ms / 3).max(100);
     config.max_poll_interval_ms = spec.max_poll_interval_ms;
+    config.max_poll_records = max_poll_records;
     config.request_timeout_ms = ctx.scenario.workload.request_timeout_ms;
+    Some(SimConsumer::new(conn, config))
+}
+
+async fn build(
+    ctx: &Context,
+    name: &str,
+) -> Option<(SimConsumer, ClickHouseSinkTask<SimClickHouse>, usize)> {
+    let spec = &ctx.spec;
     let client = SimClickHouse::connect(spec.request_timeout_ms).await.ok()?;
     let incarnation = {
         let mut shared = ctx.shared();
@@ -72,15 +81,97 @@ async fn build(ctx: &Context, name: &str) -> Option<(SimConsumer, ClickHouseSink
         *n += 1;
         *n
     };
-    config.max_poll_records = match spec.redelivery_batch_records_max {
+    let batch = match spec.redelivery_batch_records_max {
         Some(n) if incarnation > 1 => n,
         _ => spec.batch_records_max,
     };
-    let consumer = SimConsumer::new(conn, config);
+    let consumer = consumer_for(ctx, batch).await?;
     let sink_config = ClickHouseSinkConfig::from_props(&props(ctx)).expect("valid props");
     let hooks = Arc::new(Hooks { ctx: ctx.clone(), worker: name.to_string() });
     let owner = format!("{name}#{incarnation}");
-    Some((consumer, ClickHouseSinkTask::new(sink_config, client, owner, hooks)))
+    let task = ClickHouseSinkTask::new(sink_config, client, owner, hooks);
+    Some((consumer, task, batch))
+}
+
+/// The worker-side state of one running task.
+struct Running {
+    ctx: Context,
+    name: String,
+    consumer: SimConsumer,
+    task: ClickHouseSinkTask<SimClickHouse>,
+    batch_max: usize,
+    assigned: Vec<TopicPartition>,
+}
+
+/// What a put round asks of the loop.
+enum After {
+    Commit,
+    /// Leave the group and rejoin: the consumer restarts from the committed offsets.
+    Rejoin,
+    Failed(ConnectError),
+}
+
+impl Running {
+    async fn subscribe(&mut self) {
+        let topics = vec![self.ctx.scenario.topic.name.clone()];
+        while self.consumer.subscribe(&topics).await.is_err() {
+            madsim::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Drops the consumer's position (records polled but not committed come back) by
+    /// rejoining with a fresh consumer.
+    async fn rejoin(&mut self) -> bool {
+        crate::mark!("task:rejoin");
+        self.consumer.close().await;
+        let all = std::mem::take(&mut self.assigned);
+        let _ = self.task.close(&all).await;
+        let Some(c) = consumer_for(&self.ctx, self.batch_max).await else { return false };
+        self.consumer = c;
+        self.subscribe().await;
+        true
+    }
+
+    /// Calls close/open for what the consumer lost/gained; false when open kept failing.
+    async fn rebalance(&mut self) -> bool {
+        let now = self.consumer.assignment();
+        let lost: Vec<_> = self.assigned.iter().filter(|tp| !now.contains(tp)).cloned().collect();
+        let gained: Vec<_> = now.iter().filter(|tp| !self.assigned.contains(tp)).cloned().collect();
+        if !lost.is_empty() {
+            let _ = self.task.close(&lost).await;
+        }
+        self.assigned.retain(|tp| now.contains(tp));
+        if gained.is_empty() {
+            return true;
+        }
+        for _ in 0..PUT_RETRIES_MAX {
+            if self.task.open(&gained).await.is_ok() {
+                self.assigned = now;
+                return true;
+            }
+            madsim::time::sleep(Duration::from_millis(PUT_RETRY_BACKOFF_MS)).await;
+        }
+        false
+    }
+
+    async fn put(&mut self, batch: Vec<SinkRecord>, reporter: &mut Reporter) -> After {
+        for _ in 0..PUT_RETRIES_MAX {
+            match self.task.put(batch.clone(), reporter).await {
+                Err(ConnectError::Retriable(_)) => {
+                    crate::mark!("task:put-retriable");
+                    madsim::time::sleep(Duration::from_millis(PUT_RETRY_BACKOFF_MS)).await;
+                }
+                Err(e) => return After::Failed(e),
+                Ok(()) if self.task.fenced_partitions().is_empty() => return After::Commit,
+                Ok(()) => {
+                    crate::mark!("task:fenced");
+                    return After::Rejoin;
+                }
+            }
+        }
+        crate::mark!("task:put-retries-exhausted");
+        After::Rejoin
+    }
 }
 
 /// One worker node running one task, forever.
@@ -90,77 +181,49 @@ pub async fn task_process(ctx: Context, name: String) {
     if start_ms > now_ms {
         madsim::time::sleep(Duration::from_millis(start_ms - now_ms)).await;
     }
-    let Some((mut consumer, mut task)) = build(&ctx, &name).await else { return };
+    let Some((consumer, task, batch_max)) = build(&ctx, &name).await else { return };
     while task.ensure_tables(target_table(&ctx.spec)).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
-    let topics = vec![ctx.scenario.topic.name.clone()];
-    while consumer.subscribe(&topics).await.is_err() {
-        madsim::time::sleep(Duration::from_millis(500)).await;
-    }
+    let assigned = Vec::new();
+    let mut run = Running { ctx: ctx.clone(), name, consumer, task, batch_max, assigned };
+    run.subscribe().await;
     let mut reporter = Reporter { ctx: ctx.clone() };
-    let mut assigned: Vec<TopicPartition> = Vec::new();
     loop {
-        let Ok(records) = consumer.poll(Duration::from_millis(200)).await else {
+        let Ok(records) = run.consumer.poll(Duration::from_millis(200)).await else {
             madsim::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
-        if !rebalance(&mut task, &mut assigned, consumer.assignment()).await {
+        if !run.rebalance().await {
+            if !run.rejoin().await {
+                return;
+            }
             continue;
         }
         if records.is_empty() {
             continue;
         }
         let polled: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        ctx.record(&name, OpKind::Ok, Value::Poll { records: polled }, None);
+        ctx.record(&run.name, OpKind::Ok, Value::Poll { records: polled }, None);
         let next = next_offsets(&records);
         let batch = convert(records, &mut reporter);
-        if let Err(e) = put(&mut task, batch, &mut reporter).await {
-            fail(&ctx, &name, e).await;
-            return;
-        }
-        let Ok(offsets) = task.pre_commit(&next).await else { continue };
-        commit(&ctx, &name, &mut consumer, offsets).await;
-    }
-}
-
-/// Calls close/open for what the consumer lost/gained; false when open failed (retried
-/// at the next poll).
-async fn rebalance(
-    task: &mut ClickHouseSinkTask<SimClickHouse>,
-    assigned: &mut Vec<TopicPartition>,
-    now: Vec<TopicPartition>,
-) -> bool {
-    let lost: Vec<_> = assigned.iter().filter(|tp| !now.contains(tp)).cloned().collect();
-    let gained: Vec<_> = now.iter().filter(|tp| !assigned.contains(tp)).cloned().collect();
-    if !lost.is_empty() {
-        let _ = task.close(&lost).await;
-    }
-    if !gained.is_empty() && task.open(&gained).await.is_err() {
-        assigned.retain(|tp| now.contains(tp));
-        return false;
-    }
-    *assigned = now;
-    true
-}
-
-async fn put(
-    task: &mut ClickHouseSinkTask<SimClickHouse>,
-    batch: Vec<SinkRecord>,
-    reporter: &mut Reporter,
-) -> Result<(), ConnectError> {
-    for _ in 0..PUT_RETRIES_MAX {
-        match task.put(batch.clone(), reporter).await {
-            Err(ConnectError::Retriable(_)) => {
-                crate::mark!("task:put-retriable");
-                madsim::time::sleep(Duration::from_millis(PUT_RETRY_BACKOFF_MS)).await;
+        match run.put(batch, &mut reporter).await {
+            After::Commit => {}
+            After::Failed(e) => return fail(&ctx, &run.name, e).await,
+            After::Rejoin => {
+                // Commit what is durable first, then rejoin.
+                if let Ok(offsets) = run.task.pre_commit(&next).await {
+                    commit(&ctx, &run.name, &mut run.consumer, offsets).await;
+                }
+                if !run.rejoin().await {
+                    return;
+                }
+                continue;
             }
-            other => return other,
         }
+        let Ok(offsets) = run.task.pre_commit(&next).await else { continue };
+        commit(&ctx, &run.name, &mut run.consumer, offsets).await;
     }
-    // Given up: nothing is committed past it; the records come back after a rebalance.
-    crate::mark!("task:put-retries-exhausted");
-    Ok(())
 }
 
 /// The task is FAILED until its node restarts.
