@@ -2,4 +2,5 @@
 //! `--cfg madsim` (`cargo xtask test` does that).
 #![cfg(madsim)]
 
+mod clickhouse_sink;
 mod kafka_consume;
