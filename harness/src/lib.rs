@@ -25,6 +25,8 @@ pub mod client;
 pub mod connect;
 pub mod history;
 pub mod marks;
+#[cfg(not(madsim))]
+pub mod real;
 pub mod report;
 #[cfg(madsim)]
 pub mod runner;

@@ -11,6 +11,8 @@ use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPa
 use std::time::Duration;
 
 pub mod clickhouse;
+#[cfg(not(madsim))]
+pub mod real;
 #[cfg(madsim)]
 pub mod sim;
 

@@ -3,6 +3,7 @@
 
 use crate::client::ClientError;
 use eosim_sim::kafka::service::broker_addr;
+use eosim_sim::net::RpcError;
 use eosim_sim::kafka::{BrokerId, KafkaError, PartitionMetadata, Request, Response, TopicPartition};
 use madsim::net::Endpoint;
 use std::collections::BTreeMap;
@@ -40,17 +41,24 @@ impl Connection {
     /// `Response::Error` comes back as `Ok`; only transport failures are errors.
     ///
     /// # Errors
-    /// [`ClientError::Timeout`] when nothing came back.
+    /// [`ClientError::Timeout`] when nothing came back: no response in time, or the
+    /// broker's connection was reset (its process died) while the request waited; both
+    /// leave the outcome unknown.
     pub async fn request(
         &self,
         broker: BrokerId,
         request: Request,
         timeout: Duration,
     ) -> Result<Response, ClientError> {
-        let what = format!("{} to broker-{broker}", request_name(&request));
+        let mut what = format!("{} to broker-{broker}", request_name(&request));
         eosim_sim::net::call(&self.endpoint, broker_addr(broker), request, timeout)
             .await
-            .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
+            .map_err(|e| {
+                if let RpcError::Disconnected { .. } = e {
+                    what.push_str(" (connection reset)");
+                }
+                ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
+            })
     }
 
     /// Sends `request` to the next bootstrap broker in turn (for requests any broker
