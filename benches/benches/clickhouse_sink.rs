@@ -50,7 +50,11 @@ mod bench {
                 b.iter(|| {
                     seed += 1;
                     let outcome = run_seed(&s, seed);
-                    assert!(outcome.stalled.is_none(), "bench run stalled: {:?}", outcome.stalled);
+                    assert!(
+                        outcome.stalled.is_none(),
+                        "bench run stalled: {:?}",
+                        outcome.stalled
+                    );
                     outcome.sim_time_ms
                 })
             });

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [sink]
-//! variant = "seed"                      # seed | connector-current | seed+token | seed+token+fencing
+//! variant = "seed"           # seed, connector-current, seed+token, seed+token+fencing
 //! tasks = 2                             # worker nodes, one task each
 //! batch_records_max = 100               # the task consumer's max.poll.records
 //! non_replicated_deduplication_window = 3

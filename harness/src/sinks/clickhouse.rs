@@ -89,7 +89,9 @@ impl ClickHouseSinkConfig {
         let flag = |k: &str| match get(k, "false").as_str() {
             "true" => Ok(true),
             "false" => Ok(false),
-            other => Err(ConnectError::Fatal(format!("{k}: expected true|false, got {other}"))),
+            other => Err(ConnectError::Fatal(format!(
+                "{k}: expected true|false, got {other}"
+            ))),
         };
         let variant: Variant = serde_json::from_value(json!(get("variant", "seed")))
             .map_err(|e| ConnectError::Fatal(format!("variant: {e}")))?;
@@ -97,7 +99,9 @@ impl ClickHouseSinkConfig {
         let config = Self {
             exactly_once: flag("exactlyOnce")?,
             hostname: get("hostname", "clickhouse"),
-            port: port.parse().map_err(|_| ConnectError::Fatal(format!("port: {port}")))?,
+            port: port
+                .parse()
+                .map_err(|_| ConnectError::Fatal(format!("port: {port}")))?,
             database: get("database", "default"),
             username: get("username", "default"),
             password: get("password", ""),
@@ -106,10 +110,14 @@ impl ClickHouseSinkConfig {
             variant,
             table: get("table", "kafka2ck"),
             state_table: get("state.table", "connect_state"),
-            max_insert_block_size: props.get("max_insert_block_size").and_then(|v| v.parse().ok()),
+            max_insert_block_size: props
+                .get("max_insert_block_size")
+                .and_then(|v| v.parse().ok()),
         };
         if !config.exactly_once {
-            return Err(ConnectError::Fatal("exactlyOnce: only `true` is implemented".into()));
+            return Err(ConnectError::Fatal(
+                "exactlyOnce: only `true` is implemented".into(),
+            ));
         }
         Ok(config)
     }
@@ -263,8 +271,13 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
     }
 
     async fn read_state(&self, tp: &TopicPartition) -> Result<Stored, ChClientError> {
-        let got = self.client.get(&self.config.state_table, json!(Self::key(tp))).await?;
-        let Some(got) = got else { return Ok(Stored::default()) };
+        let got = self
+            .client
+            .get(&self.config.state_table, json!(Self::key(tp)))
+            .await?;
+        let Some(got) = got else {
+            return Ok(Stored::default());
+        };
         let int = |i: usize| match &got.row[i] {
             ChValue::Int(v) => *v,
             other => panic!("state column {i} is Int64, found {other:?}"),
@@ -278,8 +291,15 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             "AFTER" => Some(Phase::After),
             _ => None,
         };
-        let record = phase.map(|phase| StateRecord { range: Range::new(int(1), int(2)), phase });
-        Ok(Stored { record, version: Some(got.version), owner: Some(text(4)) })
+        let record = phase.map(|phase| StateRecord {
+            range: Range::new(int(1), int(2)),
+            phase,
+        });
+        Ok(Stored {
+            record,
+            version: Some(got.version),
+            owner: Some(text(4)),
+        })
     }
 
     /// Fencing: whether `seen` is still this task's record. A newer version written by
@@ -351,7 +371,10 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
 
 fn is_condition(e: eosim_sim::clickhouse::keeper::KeeperError) -> bool {
     use eosim_sim::clickhouse::keeper::KeeperError;
-    matches!(e, KeeperError::BadVersion | KeeperError::NodeExists | KeeperError::NoNode)
+    matches!(
+        e,
+        KeeperError::BadVersion | KeeperError::NodeExists | KeeperError::NoNode
+    )
 }
 
 mod run;

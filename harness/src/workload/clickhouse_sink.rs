@@ -42,7 +42,9 @@ use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
 use eosim_sim::clickhouse::service::{
     clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
 };
-use eosim_sim::clickhouse::types::{ColumnType, Engine, TableDef, Value as ChValue, VersionProfile};
+use eosim_sim::clickhouse::types::{
+    ColumnType, Engine, TableDef, Value as ChValue, VersionProfile,
+};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;
@@ -115,7 +117,9 @@ pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
 /// The producer: ids `0..records` as JSON, one partition each by `id % partitions`.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
@@ -138,7 +142,12 @@ async fn producer_process(ctx: Context, name: String) {
         };
         let partition = (id % u64::from(partitions)) as u32;
         let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), partition);
-        let invoke = Value::Send { id, key: None, tp: Some(tp.clone()), offset: None };
+        let invoke = Value::Send {
+            id,
+            key: None,
+            tp: Some(tp.clone()),
+            offset: None,
+        };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
         let record = ProducerRecord {
@@ -153,7 +162,17 @@ async fn producer_process(ctx: Context, name: String) {
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
             Err(e) => (OpKind::Fail, None, Some(e.to_string())),
         };
-        ctx.record(&name, kind, Value::Send { id, key: None, tp: Some(tp), offset }, error);
+        ctx.record(
+            &name,
+            kind,
+            Value::Send {
+                id,
+                key: None,
+                tp: Some(tp),
+                offset,
+            },
+            error,
+        );
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }
@@ -170,7 +189,15 @@ impl ClickhouseSink {
         let server = ClickHouse::new(VersionProfile::V23_7, ServerConfig::default());
         let ch = ClickHouseWorld::new(server, Keeper::new());
         let shared = Arc::default();
-        Self { ctx: Context { scenario, spec, recorder, ch, shared } }
+        Self {
+            ctx: Context {
+                scenario,
+                spec,
+                recorder,
+                ch,
+                shared,
+            },
+        }
     }
 
     fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
@@ -188,18 +215,26 @@ impl Pipeline for ClickhouseSink {
         let ch = self.ctx.ch.clone();
         world.add_node("keeper", keeper_ip(), move || serve_keeper(ch.clone()));
         let ch = self.ctx.ch.clone();
-        world.add_node("clickhouse", clickhouse_ip(), move || serve_clickhouse(ch.clone()));
-        world.add_node("fault-supervisor", IpAddr::V4(Ipv4Addr::new(10, 0, 9, 2)), || async {
-            std::future::pending::<()>().await
+        world.add_node("clickhouse", clickhouse_ip(), move || {
+            serve_clickhouse(ch.clone())
         });
+        world.add_node(
+            "fault-supervisor",
+            IpAddr::V4(Ipv4Addr::new(10, 0, 9, 2)),
+            || async { std::future::pending::<()>().await },
+        );
         let (ctx, name) = (self.ctx.clone(), "producer-0".to_string());
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1));
-        world.add_node(&name, ip, move || producer_process(ctx.clone(), "producer-0".into()));
+        world.add_node(&name, ip, move || {
+            producer_process(ctx.clone(), "producer-0".into())
+        });
         for i in 0..self.ctx.spec.tasks {
             let name = format!("worker-{i}");
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
             let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || task_loop::task_process(ctx.clone(), n.clone()));
+            world.add_node(&name, ip, move || {
+                task_loop::task_process(ctx.clone(), n.clone())
+            });
         }
         let mut shared = self.ctx.shared();
         for name in world.names() {
@@ -217,8 +252,10 @@ impl Pipeline for ClickhouseSink {
             lag.push("producer not done".to_string());
         }
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> =
-            cluster.committed_offsets(&self.ctx.group()).into_iter().collect();
+        let committed: BTreeMap<TopicPartition, Offset> = cluster
+            .committed_offsets(&self.ctx.group())
+            .into_iter()
+            .collect();
         for tp in self.partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
@@ -243,17 +280,27 @@ impl Pipeline for ClickhouseSink {
                 .map(|(offset, record)| record_ref(&tp, offset, &record.value))
                 .collect();
             for r in &records {
-                by_name.entry(format!("r{}", r.id)).or_insert_with(|| r.clone());
+                by_name
+                    .entry(format!("r{}", r.id))
+                    .or_insert_with(|| r.clone());
             }
             let value = Value::LogState { tp, records };
-            self.ctx.recorder.record(t, "final", OpKind::Ok, value, None);
+            self.ctx
+                .recorder
+                .record(t, "final", OpKind::Ok, value, None);
         }
         let offsets = cluster.committed_offsets(&self.ctx.group());
         drop(cluster);
         let rows = self.table_rows(&by_name);
         let recorder = &self.ctx.recorder;
         recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-        recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+        recorder.record(
+            t,
+            "final",
+            OpKind::Ok,
+            Value::CommittedOffsets { offsets },
+            None,
+        );
     }
 }
 
@@ -262,14 +309,24 @@ impl ClickhouseSink {
     fn table_rows(&self, by_name: &BTreeMap<String, RecordRef>) -> Vec<RecordRef> {
         let server = self.ctx.ch.server.lock().expect("clickhouse lock");
         let rows = server.select("kafka2ck", false).unwrap_or_default();
-        let name_col = TableDef::kafka2ck().column_index("name").expect("kafka2ck.name");
-        assert_eq!(TableDef::kafka2ck().columns[name_col].ty, ColumnType::String);
+        let name_col = TableDef::kafka2ck()
+            .column_index("name")
+            .expect("kafka2ck.name");
+        assert_eq!(
+            TableDef::kafka2ck().columns[name_col].ty,
+            ColumnType::String
+        );
         rows.iter()
             .map(|row| match &row[name_col] {
                 ChValue::String(name) => by_name.get(name).cloned().unwrap_or_else(|| {
                     let id = name.trim_start_matches('r').parse().unwrap_or(u64::MAX);
                     let tp = TopicPartition::new(self.ctx.scenario.topic.name.clone(), 0);
-                    RecordRef { id, key: None, tp, offset: -1 }
+                    RecordRef {
+                        id,
+                        key: None,
+                        tp,
+                        offset: -1,
+                    }
                 }),
                 other => panic!("kafka2ck.name holds {other:?}"),
             })
@@ -283,5 +340,10 @@ fn record_ref(tp: &TopicPartition, offset: Offset, value: &Option<Bytes>) -> Rec
         .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
         .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64))
         .unwrap_or(u64::MAX);
-    RecordRef { id, key: None, tp: tp.clone(), offset }
+    RecordRef {
+        id,
+        key: None,
+        tp: tp.clone(),
+        offset,
+    }
 }

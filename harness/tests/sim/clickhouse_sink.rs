@@ -8,7 +8,9 @@ use eosim::scenario::Scenario;
 use std::path::Path;
 
 fn scenario(file: &str, variant: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(file);
     let mut s = Scenario::load(&path).expect("scenario parses");
     let sink = s.sink.as_mut().expect("a [sink] section");
     sink.variant = serde_json::from_value(serde_json::json!(variant)).expect("a variant");
@@ -31,7 +33,9 @@ fn f1_zombie_after_rebalance_duplicates_a_batch_on_the_seed_design() {
     let dups = &result.anomalies[&Anomaly::SinkDuplicate];
     // Exactly A's stale batch [100..199] lands twice.
     assert_eq!(dups.len(), 100, "{:?}", result.case_texts(4));
-    assert!(outcome.marks.contains_key("fault-point-fired:between-before-and-insert"));
+    assert!(outcome
+        .marks
+        .contains_key("fault-point-fired:between-before-and-insert"));
     assert!(outcome.marks.contains_key("case:same:BEFORE"));
 }
 
@@ -39,9 +43,18 @@ fn f1_zombie_after_rebalance_duplicates_a_batch_on_the_seed_design() {
 fn f1_zombie_is_fenced_by_the_fenced_variant_on_the_same_schedule() {
     let s = scenario("f1-zombie-after-rebalance-seed.toml", "seed+token+fencing");
     let (outcome, result) = judge(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    assert!(outcome.marks.contains_key("fault-point-fired:between-before-and-insert"));
-    assert!(outcome.marks.contains_key("fencing:insert-refused-stale-owner"));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert!(outcome
+        .marks
+        .contains_key("fault-point-fired:between-before-and-insert"));
+    assert!(outcome
+        .marks
+        .contains_key("fencing:insert-refused-stale-owner"));
 }
 
 #[test]
@@ -58,9 +71,19 @@ fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_se
 
 #[test]
 fn f2_redelivery_is_reassembled_by_the_fenced_variant_on_the_same_schedule() {
-    let s = scenario("f2-redelivery-other-boundaries-seed.toml", "seed+token+fencing");
+    let s = scenario(
+        "f2-redelivery-other-boundaries-seed.toml",
+        "seed+token+fencing",
+    );
     let (outcome, result) = judge(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    assert!(outcome.marks.contains_key("token:hold-until-stored-range-covered"));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert!(outcome
+        .marks
+        .contains_key("token:hold-until-stored-range-covered"));
     assert_eq!(outcome.marks.get("dlq:record"), None);
 }

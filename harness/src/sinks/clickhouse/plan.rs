@@ -212,8 +212,15 @@ pub fn decide(
     batch: Range,
 ) -> Result<Plan, Mismatch> {
     let Some(stored) = stored else {
-        let steps = vec![Step::SetBefore(batch), Step::Insert(batch), Step::SetAfter(batch)];
-        return Ok(Plan { case: Case::None, steps });
+        let steps = vec![
+            Step::SetBefore(batch),
+            Step::Insert(batch),
+            Step::SetAfter(batch),
+        ];
+        return Ok(Plan {
+            case: Case::None,
+            steps,
+        });
     };
     match variant {
         Variant::ConnectorCurrent => connector_current(stored, batch),
@@ -243,7 +250,11 @@ pub fn seed_case(stored: Range, batch: Range) -> Case {
 }
 
 fn new_batch(batch: Range) -> Vec<Step> {
-    vec![Step::SetBefore(batch), Step::Insert(batch), Step::SetAfter(batch)]
+    vec![
+        Step::SetBefore(batch),
+        Step::Insert(batch),
+        Step::SetAfter(batch),
+    ]
 }
 
 fn seed(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
@@ -267,7 +278,13 @@ fn seed(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
         Case::Contains => vec![Step::Drop(batch)],
         Case::New if before => vec![Step::Insert(batch), Step::SetAfter(batch)],
         Case::New => new_batch(batch),
-        _ => return Err(Mismatch { case, stored, batch }),
+        _ => {
+            return Err(Mismatch {
+                case,
+                stored,
+                batch,
+            })
+        }
     };
     Ok(Plan { case, steps })
 }
@@ -275,7 +292,10 @@ fn seed(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
 fn seed_token(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
     let p = stored.range;
     if batch.max < p.min {
-        return Ok(Plan { case: Case::BelowMin, steps: vec![Step::Drop(batch)] });
+        return Ok(Plan {
+            case: Case::BelowMin,
+            steps: vec![Step::Drop(batch)],
+        });
     }
     if batch.min < p.min {
         // Below the stored min: already in (a batch is only stored after the one before
@@ -287,7 +307,10 @@ fn seed_token(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
     }
     let case = seed_case(p, batch);
     if case == Case::Contains && stored.phase == Phase::Before && batch.min == p.min {
-        return Ok(Plan { case, steps: vec![Step::Hold] });
+        return Ok(Plan {
+            case,
+            steps: vec![Step::Hold],
+        });
     }
     seed(stored, batch)
 }
@@ -342,9 +365,19 @@ fn connector_current(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch
         }
         (Case::Same | Case::Contains | Case::Previous, Phase::After) => vec![Step::Drop(batch)],
         (Case::New, Phase::After) => {
-            vec![Step::SetBefore(batch), Step::Insert(trimmed), Step::SetAfter(batch)]
+            vec![
+                Step::SetBefore(batch),
+                Step::Insert(trimmed),
+                Step::SetAfter(batch),
+            ]
         }
-        _ => return Err(Mismatch { case, stored, batch }),
+        _ => {
+            return Err(Mismatch {
+                case,
+                stored,
+                batch,
+            })
+        }
     };
     Ok(Plan { case, steps })
 }
@@ -354,7 +387,10 @@ mod tests {
     use super::*;
 
     fn st(min: i64, max: i64, phase: Phase) -> Option<StateRecord> {
-        Some(StateRecord { range: Range::new(min, max), phase })
+        Some(StateRecord {
+            range: Range::new(min, max),
+            phase,
+        })
     }
     fn r(min: i64, max: i64) -> Range {
         Range::new(min, max)
@@ -363,7 +399,10 @@ mod tests {
     #[test]
     fn seed_same_while_before_inserts_again_and_while_after_drops() {
         let plan = decide(Variant::Seed, st(0, 99, Phase::Before), r(0, 99)).unwrap();
-        assert_eq!(plan.steps, vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]);
+        assert_eq!(
+            plan.steps,
+            vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]
+        );
         let plan = decide(Variant::Seed, st(0, 99, Phase::After), r(0, 99)).unwrap();
         assert_eq!(plan.steps, vec![Step::Drop(r(0, 99))]);
     }
@@ -412,7 +451,10 @@ mod tests {
         let plan = decide(v, st(0, 99, Phase::Before), r(0, 49)).unwrap();
         assert_eq!(plan.steps, vec![Step::Hold]);
         let plan = decide(v, st(0, 99, Phase::Before), r(0, 99)).unwrap();
-        assert_eq!(plan.steps, vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]);
+        assert_eq!(
+            plan.steps,
+            vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]
+        );
     }
 
     #[test]
@@ -434,8 +476,12 @@ mod tests {
 
     #[test]
     fn connector_contains_while_before_goes_to_the_dead_letter_queue_as_in_f2() {
-        let plan =
-            decide(Variant::ConnectorCurrent, st(0, 99, Phase::Before), r(0, 49)).unwrap();
+        let plan = decide(
+            Variant::ConnectorCurrent,
+            st(0, 99, Phase::Before),
+            r(0, 49),
+        )
+        .unwrap();
         assert_eq!(plan.steps, vec![Step::Dlq(r(0, 49))]);
     }
 }

@@ -22,7 +22,11 @@ fn tolerate(m: &Mismatch) -> Vec<Step> {
         steps.push(Step::Drop(Range::new(b.min, p.max)));
     }
     let rest = Range::new(b.min.max(p.max + 1), b.max);
-    steps.extend([Step::SetBefore(rest), Step::Insert(rest), Step::SetAfter(rest)]);
+    steps.extend([
+        Step::SetBefore(rest),
+        Step::Insert(rest),
+        Step::SetAfter(rest),
+    ]);
     steps
 }
 
@@ -52,7 +56,10 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             Ok(plan) => plan,
             Err(m) if self.config.tolerate_state_mismatch => {
                 mark!(&format!("case:{}:tolerated", m.case.name()));
-                plan::Plan { case: m.case, steps: tolerate(&m) }
+                plan::Plan {
+                    case: m.case,
+                    steps: tolerate(&m),
+                }
             }
             Err(m) => {
                 mark!(&format!("case:{}:error", m.case.name()));
@@ -75,7 +82,10 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
 
     fn records_in(&self, tp: &TopicPartition, range: Range) -> Vec<SinkRecord> {
         let all = self.pending.get(tp).map_or(&[][..], Vec::as_slice);
-        all.iter().filter(|r| range.contains(r.offset)).cloned().collect()
+        all.iter()
+            .filter(|r| range.contains(r.offset))
+            .cloned()
+            .collect()
     }
 
     async fn step(
@@ -87,7 +97,10 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         match step {
             Step::SetBefore(range) => {
                 self.point("before-before").await;
-                let record = StateRecord { range, phase: Phase::Before };
+                let record = StateRecord {
+                    range,
+                    phase: Phase::Before,
+                };
                 self.write_state(tp, Some(record)).await?;
             }
             Step::Insert(range) => {
@@ -96,7 +109,10 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
                 self.point("between-insert-and-after").await;
             }
             Step::SetAfter(range) => {
-                let record = StateRecord { range, phase: Phase::After };
+                let record = StateRecord {
+                    range,
+                    phase: Phase::After,
+                };
                 self.write_state(tp, Some(record)).await?;
                 self.point("after-after").await;
             }
@@ -188,7 +204,11 @@ impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
             }
             let pending = self.pending.entry(tp.clone()).or_default();
             let last = pending.last().map(|r| r.offset);
-            pending.extend(records.into_iter().filter(|r| last.is_none_or(|l| r.offset > l)));
+            pending.extend(
+                records
+                    .into_iter()
+                    .filter(|r| last.is_none_or(|l| r.offset > l)),
+            );
             match self.process(&tp, reporter).await {
                 Ok(()) => {}
                 Err(Stop::Fenced) => {

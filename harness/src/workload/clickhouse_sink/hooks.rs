@@ -39,8 +39,13 @@ pub struct Hooks {
 
 impl Hooks {
     fn fault(&self, name: &str, detail: String) {
-        let value = Value::Fault { name: name.to_string(), detail };
-        self.ctx.recorder.record(now_ns(), "nemesis", OpKind::Info, value, None);
+        let value = Value::Fault {
+            name: name.to_string(),
+            detail,
+        };
+        self.ctx
+            .recorder
+            .record(now_ns(), "nemesis", OpKind::Info, value, None);
     }
 
     /// Whether this hit of `point` fires the armed action.
@@ -66,7 +71,10 @@ impl Hooks {
     async fn crash_worker(&self, point: &str) {
         let spec = self.ctx.spec.fault_point.clone().expect("armed");
         let (worker, supervisor) = (self.node(&self.worker), self.node("fault-supervisor"));
-        self.fault("kill", format!("target=[{}] fault-point={point}", self.worker));
+        self.fault(
+            "kill",
+            format!("target=[{}] fault-point={point}", self.worker),
+        );
         let (ctx, name) = (self.ctx.clone(), self.worker.clone());
         let handle = Handle::current();
         let node = handle.get_node(supervisor).expect("supervisor node");
@@ -75,8 +83,12 @@ impl Hooks {
             madsim::time::sleep(Duration::from_millis(spec.restart_after_ms)).await;
             ctx.shared().failed.remove(&name);
             Handle::current().restart(worker);
-            let value = Value::Fault { name: "restart".into(), detail: format!("target=[{name}]") };
-            ctx.recorder.record(now_ns(), "nemesis", OpKind::Info, value, None);
+            let value = Value::Fault {
+                name: "restart".into(),
+                detail: format!("target=[{name}]"),
+            };
+            ctx.recorder
+                .record(now_ns(), "nemesis", OpKind::Info, value, None);
         });
         std::future::pending::<()>().await;
     }
@@ -84,17 +96,26 @@ impl Hooks {
     async fn pause_worker(&self, point: &str) {
         let spec = self.ctx.spec.fault_point.clone().expect("armed");
         let (worker, supervisor) = (self.node(&self.worker), self.node("fault-supervisor"));
-        self.fault("pause", format!("target=[{}] fault-point={point}", self.worker));
+        self.fault(
+            "pause",
+            format!("target=[{}] fault-point={point}", self.worker),
+        );
         let (ctx, name) = (self.ctx.clone(), self.worker.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let node = Handle::current().get_node(supervisor).expect("supervisor node");
+        let node = Handle::current()
+            .get_node(supervisor)
+            .expect("supervisor node");
         node.spawn(async move {
             Handle::current().pause(worker);
             let _ = tx.send(());
             madsim::time::sleep(Duration::from_millis(spec.stall_ms)).await;
             Handle::current().resume(worker);
-            let value = Value::Fault { name: "resume".into(), detail: format!("target=[{name}]") };
-            ctx.recorder.record(now_ns(), "nemesis", OpKind::Info, value, None);
+            let value = Value::Fault {
+                name: "resume".into(),
+                detail: format!("target=[{name}]"),
+            };
+            ctx.recorder
+                .record(now_ns(), "nemesis", OpKind::Info, value, None);
         });
         let _ = rx.await;
     }
@@ -105,16 +126,26 @@ impl Hooks {
         let after_ms = madsim::rand::thread_rng().gen_range(1..=spec.kill_after_ms_max.max(1));
         let detail = format!("target=[clickhouse] fault-point={point} after_ms={after_ms}");
         let ctx = self.ctx.clone();
-        let node = Handle::current().get_node(supervisor).expect("supervisor node");
+        let node = Handle::current()
+            .get_node(supervisor)
+            .expect("supervisor node");
         node.spawn(async move {
             madsim::time::sleep(Duration::from_millis(after_ms)).await;
             Handle::current().kill(clickhouse);
-            let value = Value::Fault { name: "kill".into(), detail };
-            ctx.recorder.record(now_ns(), "nemesis", OpKind::Info, value, None);
+            let value = Value::Fault {
+                name: "kill".into(),
+                detail,
+            };
+            ctx.recorder
+                .record(now_ns(), "nemesis", OpKind::Info, value, None);
             madsim::time::sleep(Duration::from_millis(spec.restart_after_ms)).await;
             Handle::current().restart(clickhouse);
-            let value = Value::Fault { name: "restart".into(), detail: "target=[clickhouse]".into() };
-            ctx.recorder.record(now_ns(), "nemesis", OpKind::Info, value, None);
+            let value = Value::Fault {
+                name: "restart".into(),
+                detail: "target=[clickhouse]".into(),
+            };
+            ctx.recorder
+                .record(now_ns(), "nemesis", OpKind::Info, value, None);
         });
     }
 }
@@ -122,7 +153,9 @@ impl Hooks {
 #[async_trait]
 impl SinkHooks for Hooks {
     async fn fault_point(&self, point: &'static str) {
-        let Some(action) = self.fires(point) else { return };
+        let Some(action) = self.fires(point) else {
+            return;
+        };
         crate::mark!(&format!("fault-point-fired:{point}"));
         match action {
             FaultPointAction::Crash => self.crash_worker(point).await,
@@ -145,10 +178,17 @@ impl SinkHooks for Hooks {
             .map(|r| {
                 let name = r.get("name").and_then(|n| n.as_str()).unwrap_or("");
                 let id = name.trim_start_matches('r').parse().unwrap_or(u64::MAX);
-                RecordRef { id, key: None, tp: tp.clone(), offset: -1 }
+                RecordRef {
+                    id,
+                    key: None,
+                    tp: tp.clone(),
+                    offset: -1,
+                }
             })
             .collect();
         let value = Value::Write { rows };
-        self.ctx.recorder.record(now_ns(), &self.worker, OpKind::Ok, value, None);
+        self.ctx
+            .recorder
+            .record(now_ns(), &self.worker, OpKind::Ok, value, None);
     }
 }

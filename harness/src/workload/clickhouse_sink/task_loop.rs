@@ -48,7 +48,10 @@ fn props(ctx: &Context) -> BTreeMap<String, String> {
     set("hostname", "clickhouse".into());
     set("port", "8123".into());
     set("errors.tolerance", spec.errors_tolerance.clone());
-    set("tolerateStateMismatch", spec.tolerate_state_mismatch.to_string());
+    set(
+        "tolerateStateMismatch",
+        spec.tolerate_state_mismatch.to_string(),
+    );
     set("variant", spec.variant.name().into());
     if let Some(n) = spec.max_insert_block_size {
         set("max_insert_block_size", n.to_string());
@@ -87,7 +90,10 @@ async fn build(
     };
     let consumer = consumer_for(ctx, batch).await?;
     let sink_config = ClickHouseSinkConfig::from_props(&props(ctx)).expect("valid props");
-    let hooks = Arc::new(Hooks { ctx: ctx.clone(), worker: name.to_string() });
+    let hooks = Arc::new(Hooks {
+        ctx: ctx.clone(),
+        worker: name.to_string(),
+    });
     let owner = format!("{name}#{incarnation}");
     let task = ClickHouseSinkTask::new(sink_config, client, owner, hooks);
     Some((consumer, task, batch))
@@ -126,7 +132,9 @@ impl Running {
         self.consumer.close().await;
         let all = std::mem::take(&mut self.assigned);
         let _ = self.task.close(&all).await;
-        let Some(c) = consumer_for(&self.ctx, self.batch_max).await else { return false };
+        let Some(c) = consumer_for(&self.ctx, self.batch_max).await else {
+            return false;
+        };
         self.consumer = c;
         self.subscribe().await;
         true
@@ -135,8 +143,17 @@ impl Running {
     /// Calls close/open for what the consumer lost/gained; false when open kept failing.
     async fn rebalance(&mut self) -> bool {
         let now = self.consumer.assignment();
-        let lost: Vec<_> = self.assigned.iter().filter(|tp| !now.contains(tp)).cloned().collect();
-        let gained: Vec<_> = now.iter().filter(|tp| !self.assigned.contains(tp)).cloned().collect();
+        let lost: Vec<_> = self
+            .assigned
+            .iter()
+            .filter(|tp| !now.contains(tp))
+            .cloned()
+            .collect();
+        let gained: Vec<_> = now
+            .iter()
+            .filter(|tp| !self.assigned.contains(tp))
+            .cloned()
+            .collect();
         if !lost.is_empty() {
             let _ = self.task.close(&lost).await;
         }
@@ -181,12 +198,21 @@ pub async fn task_process(ctx: Context, name: String) {
     if start_ms > now_ms {
         madsim::time::sleep(Duration::from_millis(start_ms - now_ms)).await;
     }
-    let Some((consumer, task, batch_max)) = build(&ctx, &name).await else { return };
+    let Some((consumer, task, batch_max)) = build(&ctx, &name).await else {
+        return;
+    };
     while task.ensure_tables(target_table(&ctx.spec)).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
     let assigned = Vec::new();
-    let mut run = Running { ctx: ctx.clone(), name, consumer, task, batch_max, assigned };
+    let mut run = Running {
+        ctx: ctx.clone(),
+        name,
+        consumer,
+        task,
+        batch_max,
+        assigned,
+    };
     run.subscribe().await;
     let mut reporter = Reporter { ctx: ctx.clone() };
     loop {
@@ -221,7 +247,9 @@ pub async fn task_process(ctx: Context, name: String) {
                 continue;
             }
         }
-        let Ok(offsets) = run.task.pre_commit(&next).await else { continue };
+        let Ok(offsets) = run.task.pre_commit(&next).await else {
+            continue;
+        };
         commit(&ctx, &run.name, &mut run.consumer, offsets).await;
     }
 }
@@ -230,7 +258,10 @@ pub async fn task_process(ctx: Context, name: String) {
 async fn fail(ctx: &Context, name: &str, e: ConnectError) {
     crate::mark!("task:failed");
     ctx.shared().failed.insert(name.to_string(), e.to_string());
-    let value = Value::Fault { name: "task-failed".into(), detail: format!("{name}: {e}") };
+    let value = Value::Fault {
+        name: "task-failed".into(),
+        detail: format!("{name}: {e}"),
+    };
     ctx.record(name, OpKind::Info, value, None);
     std::future::pending::<()>().await;
 }
@@ -245,7 +276,14 @@ async fn commit(
         return;
     }
     let offsets: Vec<(TopicPartition, Offset)> = offsets.into_iter().collect();
-    ctx.record(name, OpKind::Invoke, Value::Commit { offsets: offsets.clone() }, None);
+    ctx.record(
+        name,
+        OpKind::Invoke,
+        Value::Commit {
+            offsets: offsets.clone(),
+        },
+        None,
+    );
     let (kind, error) = match consumer.commit(&offsets).await {
         Ok(()) => (OpKind::Ok, None),
         Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
@@ -259,7 +297,8 @@ fn convert(records: Vec<ConsumedRecord>, reporter: &mut Reporter) -> Vec<SinkRec
     let mut out = Vec::with_capacity(records.len());
     for r in records {
         let parse = |b: &Option<bytes::Bytes>| {
-            b.as_ref().map(|b| serde_json::from_slice::<serde_json::Value>(b))
+            b.as_ref()
+                .map(|b| serde_json::from_slice::<serde_json::Value>(b))
         };
         let mut record = SinkRecord {
             tp: r.tp.clone(),
