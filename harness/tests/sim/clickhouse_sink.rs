@@ -27,7 +27,7 @@ fn judge(s: &Scenario, seed: u64) -> (SeedOutcome, eosim::checker::CheckResult) 
 
 #[test]
 fn f1_zombie_after_rebalance_duplicates_a_batch_on_the_seed_design() {
-    let s = scenario("f1-zombie-after-rebalance-seed.toml", "seed");
+    let s = scenario("f1-zombie-after-rebalance-seed-duplicates.toml", "seed");
     let (outcome, result) = judge(&s, 1);
     assert_eq!(result.validity, Validity::Invalid);
     let dups = &result.anomalies[&Anomaly::SinkDuplicate];
@@ -41,7 +41,10 @@ fn f1_zombie_after_rebalance_duplicates_a_batch_on_the_seed_design() {
 
 #[test]
 fn f1_zombie_is_fenced_by_the_fenced_variant_on_the_same_schedule() {
-    let s = scenario("f1-zombie-after-rebalance-seed.toml", "seed+token+fencing");
+    let s = scenario(
+        "f1-zombie-after-rebalance-seed-duplicates.toml",
+        "seed+token+fencing",
+    );
     let (outcome, result) = judge(&s, 1);
     assert_eq!(
         result.validity,
@@ -59,7 +62,7 @@ fn f1_zombie_is_fenced_by_the_fenced_variant_on_the_same_schedule() {
 
 #[test]
 fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_seed_design() {
-    let s = scenario("f2-redelivery-other-boundaries-seed.toml", "seed");
+    let s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
     let (outcome, result) = judge(&s, 1);
     assert_eq!(result.validity, Validity::Invalid);
     let lost = &result.anomalies[&Anomaly::SinkLost];
@@ -72,7 +75,7 @@ fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_se
 #[test]
 fn f2_redelivery_is_reassembled_by_the_fenced_variant_on_the_same_schedule() {
     let s = scenario(
-        "f2-redelivery-other-boundaries-seed.toml",
+        "f2-redelivery-other-boundaries-seed-loses.toml",
         "seed+token+fencing",
     );
     let (outcome, result) = judge(&s, 1);
