@@ -11,6 +11,7 @@
 //! - [`sinks`]: sink connectors under test.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
 //! - [`workload`]: the components under test on the Kafka layer and their generators.
+//! - [`marks`]: coverage marks (`mark!`) that runs collect per seed.
 //! - [`history`]: operations as invoke then ok / fail / info, nemesis faults among them.
 //! - [`checker`]: pure functions from a history to a verdict, with Jepsen's anomaly names.
 //! - [`runner`]: runs a scenario for a seed in the simulator.
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod client;
 pub mod connect;
 pub mod history;
+pub mod marks;
 #[cfg(not(madsim))]
 pub mod real;
 pub mod report;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
 use std::time::Duration;
 
+pub mod clickhouse;
 #[cfg(not(madsim))]
 pub mod real;
 pub mod postgres;

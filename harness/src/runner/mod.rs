@@ -87,6 +87,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutcome {
+    crate::marks::take();
     let brokers = scenario.cluster.brokers;
     let kafka = KafkaWorld::new(Cluster::new(brokers, scenario.cluster.to_config()));
     let mut world = World::new(kafka, brokers);
@@ -107,7 +108,7 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
         stalled,
         crashed: None,
         sim_time_ms: now_ns() / 1_000_000,
-        marks: BTreeMap::new(),
+        marks: crate::marks::take(),
         drawn,
     }
 }

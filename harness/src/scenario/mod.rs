@@ -26,6 +26,8 @@
 //! Every key is checked: an unknown key, a wrong type or a missing value is a
 //! [`ScenarioError`] naming the file, the key path and what was expected.
 
+pub mod clickhouse;
+
 use crate::checker::Claim;
 use eosim_sim::kafka::{Acks, ClusterConfig};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
@@ -67,6 +69,8 @@ pub enum Pipeline {
     /// Connect workers run the JDBC sink into PostgreSQL (`[connect]`, `[connector]`,
     /// `[postgres]`, `[cdc]`).
     ConnectJdbc,
+    /// The ClickHouse exactly-once sink of P1 (`[sink]`, see [`clickhouse`]).
+    ClickhouseSink,
 }
 
 impl Pipeline {
@@ -75,6 +79,7 @@ impl Pipeline {
         match self {
             Pipeline::KafkaConsume => "kafka-consume",
             Pipeline::ConnectJdbc => "connect-jdbc",
+            Pipeline::ClickhouseSink => "clickhouse-sink",
         }
     }
 
@@ -458,6 +463,9 @@ pub struct Scenario {
     /// The change events to produce (pipeline `connect-jdbc`).
     #[serde(default)]
     pub cdc: CdcSpec,
+    /// `[sink]` of a `clickhouse-sink` scenario.
+    #[serde(default)]
+    pub sink: Option<clickhouse::ClickHouseSinkSpec>,
 }
 
 /// `[connect]`: the worker group.
@@ -836,14 +844,16 @@ impl Scenario {
             Some(("broker", Ok(n))) => (1..=brokers).contains(&n),
             Some(("producer", Ok(n))) => n < w.producers,
             Some(("consumer", Ok(n))) => n < w.consumers,
-            _ => false,
+            Some(("worker", Ok(n))) => n < self.sink.as_ref().map_or(0, |s| s.tasks),
+            _ => matches!(node, "clickhouse" | "keeper") && self.sink.is_some(),
         };
         ensure(
             known,
             key,
             format!(
                 "unknown node \"{node}\": expected one of {}, broker-1..=broker-{brokers}, \
-                 producer-0..=producer-{}, consumer-0..=consumer-{}",
+                 producer-0..=producer-{}, consumer-0..=consumer-{} (with [sink]: clickhouse, \
+                 keeper, worker-i)",
                 NODE_GROUPS.join(", "),
                 w.producers - 1,
                 w.consumers - 1

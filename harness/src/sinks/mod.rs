@@ -2,3 +2,4 @@
 //! [`crate::connect::task::SinkTask`].
 
 pub mod jdbc;
+pub mod clickhouse;

@@ -9,6 +9,7 @@
 //! PostgreSQL (P2).
 
 pub mod connect_jdbc;
+pub mod clickhouse_sink;
 pub mod kafka_consume;
 
 use crate::history::Recorder;
@@ -34,5 +35,8 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
     match scenario.pipeline {
         PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
         PipelineKind::ConnectJdbc => Box::new(connect_jdbc::ConnectJdbc::new(scenario, recorder)),
+        PipelineKind::ClickhouseSink => {
+            Box::new(clickhouse_sink::ClickhouseSink::new(scenario, recorder))
+        }
     }
 }

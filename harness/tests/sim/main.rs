@@ -3,4 +3,5 @@
 #![cfg(madsim)]
 
 mod connect_jdbc;
+mod clickhouse_sink;
 mod kafka_consume;

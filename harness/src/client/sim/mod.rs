@@ -4,6 +4,7 @@
 //! producer, consumer and admin are built on it.
 
 pub mod admin;
+pub mod clickhouse;
 pub mod conn;
 pub mod consumer;
 pub mod postgres;

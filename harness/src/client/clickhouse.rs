@@ -1,0 +1,92 @@
+//! ClickHouse and KeeperMap client traits in ClickHouse's own terms: `INSERT` (JSONEachRow,
+//! with settings such as `insert_deduplication_token`), `SELECT`, and the KeeperMap
+//! operations a state store needs (a keyed get with the row's Keeper version, and a write
+//! conditional on that version).
+//!
+//! The simulated implementation is [`crate::client::sim::clickhouse::SimClickHouse`]; a real
+//! one (the `clickhouse` crate over HTTP) comes with the real-services tier.
+
+use async_trait::async_trait;
+use eosim_sim::clickhouse::keeper_map::VersionedRow;
+use eosim_sim::clickhouse::model::InsertSummary;
+use eosim_sim::clickhouse::types::{Insert, Row, TableDef};
+use eosim_sim::clickhouse::ChError;
+
+/// How a ClickHouse call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChClientError {
+    /// The server answered with an exception: the request was refused or failed as
+    /// ClickHouse says (an `UNKNOWN_STATUS_OF_INSERT`, 319, may still have applied).
+    #[error("{0}")]
+    Server(ChError),
+    /// No answer within `timeout_ms`: the request may or may not have been applied.
+    #[error("no answer from {what} within {timeout_ms} ms")]
+    Timeout {
+        /// The request.
+        what: String,
+        /// The client's timeout, ms.
+        timeout_ms: u64,
+    },
+}
+
+impl ChClientError {
+    /// Whether the request may have been applied although it failed (a timeout, or
+    /// ClickHouse's `UNKNOWN_STATUS_OF_INSERT`).
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            ChClientError::Timeout { .. } => true,
+            ChClientError::Server(e) => e.code.number() == 319,
+        }
+    }
+}
+
+/// A ClickHouse server.
+#[async_trait]
+pub trait ClickHouse: Send + Sync {
+    /// `CREATE TABLE` (a table that exists is an error, `TABLE_ALREADY_EXISTS`).
+    ///
+    /// # Errors
+    /// [`ChClientError`].
+    async fn create_table(&self, def: TableDef) -> Result<(), ChClientError>;
+
+    /// `INSERT INTO table FORMAT JSONEachRow` with the insert's settings. Into a KeeperMap
+    /// table the rows are written as one Keeper `multi` (non-strict: blind overwrite).
+    ///
+    /// # Errors
+    /// [`ChClientError`]; an ambiguous error leaves any prefix of the insert's blocks
+    /// applied.
+    async fn insert(&self, insert: Insert) -> Result<InsertSummary, ChClientError>;
+
+    /// `SELECT * FROM table [FINAL]`, rows in column order.
+    ///
+    /// # Errors
+    /// [`ChClientError`].
+    async fn select(&self, table: &str, final_: bool) -> Result<Vec<Row>, ChClientError>;
+}
+
+/// KeeperMap tables used as a linearizable key-value store (models-reference F.5).
+#[async_trait]
+pub trait KeeperMap: Send + Sync {
+    /// `SELECT * FROM table WHERE key = <key>`, with the row's Keeper version.
+    ///
+    /// # Errors
+    /// [`ChClientError`] (`KEEPER_EXCEPTION` while Keeper is unreachable).
+    async fn get(
+        &self,
+        table: &str,
+        key: serde_json::Value,
+    ) -> Result<Option<VersionedRow>, ChClientError>;
+
+    /// Writes `row` only if its key's current version is `expected_version` (`None`: only
+    /// if the key is new). Returns the new version.
+    ///
+    /// # Errors
+    /// [`ChClientError`]; `KEEPER_EXCEPTION` with `BadVersion` or `NodeExists` when the
+    /// condition fails (nothing changed).
+    async fn put_if_version(
+        &self,
+        table: &str,
+        row: serde_json::Value,
+        expected_version: Option<i32>,
+    ) -> Result<i32, ChClientError>;
+}

@@ -1,0 +1,172 @@
+//! `[sink]` of a `clickhouse-sink` scenario: the ClickHouse exactly-once sink's variant,
+//! tables, Connect-side settings, and an armed fault point.
+//!
+//! ```toml
+//! [sink]
+//! variant = "seed"           # seed, connector-current, seed+token, seed+token+fencing
+//! tasks = 2                             # worker nodes, one task each
+//! batch_records_max = 100               # the task consumer's max.poll.records
+//! non_replicated_deduplication_window = 3
+//! [sink.fault_point]
+//! point = "between-before-and-insert"   # or "enumerate": point and hit drawn from the seed
+//! action = "pause"                      # crash | pause | crash-clickhouse
+//! hit = 2
+//! ```
+
+use crate::sinks::clickhouse::plan::Variant;
+use serde::{Deserialize, Serialize};
+
+/// The target table's engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetEngine {
+    /// `MergeTree` (the seed's table): dedup only with `non_replicated_deduplication_window`.
+    #[default]
+    MergeTree,
+    /// `ReplicatedMergeTree`: dedup window `replicated_deduplication_window`.
+    ReplicatedMergeTree,
+}
+
+/// What an armed fault point does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultPointAction {
+    /// Kill the task's worker node; restart it `restart_after_ms` later.
+    #[default]
+    Crash,
+    /// Pause the task's worker node (SIGSTOP) for `stall_ms`: a zombie when longer than
+    /// the session timeout.
+    Pause,
+    /// Kill the clickhouse node `kill_after_ms_max` (drawn 1..=max) after the point, so an
+    /// insert sent right after it is cut between blocks; restart `restart_after_ms` later.
+    CrashClickhouse,
+}
+
+/// `[sink.fault_point]`: one buggify-style fault point armed for the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultPointSpec {
+    /// A name of `sinks::clickhouse::FAULT_POINTS`, or `enumerate`: seed `s` arms point
+    /// `s % 5` at hit `1 + (s / 5) % hits_max`, with `crash-clickhouse` for `mid-insert`
+    /// and `crash` elsewhere.
+    pub point: String,
+    /// Action (ignored under `enumerate`). Default crash.
+    #[serde(default)]
+    pub action: FaultPointAction,
+    /// Which hit of the point (counted over every task) fires, 1-based. Default 1.
+    #[serde(default = "one")]
+    pub hit: u64,
+    /// Under `enumerate`: how many different hits to cycle through. Default 3.
+    #[serde(default = "three")]
+    pub hits_max: u64,
+    /// Pause length, ms. Default 30000.
+    #[serde(default = "thirty_s")]
+    pub stall_ms: u64,
+    /// Down time before the restart, ms. Default 3000.
+    #[serde(default = "three_s")]
+    pub restart_after_ms: u64,
+    /// Upper bound of the delay before a `crash-clickhouse` kill, ms. Default 8.
+    #[serde(default = "eight")]
+    pub kill_after_ms_max: u64,
+}
+
+/// `[sink]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClickHouseSinkSpec {
+    /// State machine variant. Default `seed`.
+    #[serde(default = "seed")]
+    pub variant: Variant,
+    /// Connector name (group `connect-<name>`). Default `ck-sink`.
+    #[serde(default = "connector_name")]
+    pub name: String,
+    /// Worker nodes, one task each. Default 2.
+    #[serde(default = "two")]
+    pub tasks: u32,
+    /// The task consumer's `max.poll.records`. Default 100.
+    #[serde(default = "hundred")]
+    pub batch_records_max: usize,
+    /// `max.poll.records` of a task after its worker restarted (F2: redelivery with other
+    /// batch boundaries). Default: `batch_records_max`.
+    #[serde(default)]
+    pub redelivery_batch_records_max: Option<usize>,
+    /// The task consumer's `session.timeout.ms`. Default 10000.
+    #[serde(default = "ten_s")]
+    pub session_timeout_ms: u64,
+    /// The task consumer's `max.poll.interval.ms`. Default 300000.
+    #[serde(default = "five_min")]
+    pub max_poll_interval_ms: u64,
+    /// Tasks start this long after the run, ms (to let the topic fill up). Default 0.
+    #[serde(default)]
+    pub start_after_ms: u64,
+    /// The ClickHouse client's request timeout, ms. Default 5000.
+    #[serde(default = "five_s")]
+    pub request_timeout_ms: u64,
+    /// `max_insert_block_size` of data inserts. Default: the server's.
+    #[serde(default)]
+    pub max_insert_block_size: Option<usize>,
+    /// Target engine. Default merge-tree.
+    #[serde(default)]
+    pub engine: TargetEngine,
+    /// `non_replicated_deduplication_window` of a MergeTree target. Default: off.
+    #[serde(default)]
+    pub non_replicated_deduplication_window: Option<u64>,
+    /// `replicated_deduplication_window` of a Replicated target. Default: the version's.
+    #[serde(default)]
+    pub replicated_deduplication_window: Option<u64>,
+    /// `tolerateStateMismatch`. Default false.
+    #[serde(default)]
+    pub tolerate_state_mismatch: bool,
+    /// `errors.tolerance` (`none` | `all`, with a dead-letter queue). Default all.
+    #[serde(default = "all")]
+    pub errors_tolerance: String,
+    /// An armed fault point.
+    #[serde(default)]
+    pub fault_point: Option<FaultPointSpec>,
+}
+
+impl Default for ClickHouseSinkSpec {
+    fn default() -> Self {
+        toml::from_str("").expect("every sink key has a default")
+    }
+}
+
+fn seed() -> Variant {
+    Variant::Seed
+}
+fn connector_name() -> String {
+    "ck-sink".into()
+}
+fn one() -> u64 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+fn three() -> u64 {
+    3
+}
+fn eight() -> u64 {
+    8
+}
+fn hundred() -> usize {
+    100
+}
+fn three_s() -> u64 {
+    3_000
+}
+fn five_s() -> u64 {
+    5_000
+}
+fn ten_s() -> u64 {
+    10_000
+}
+fn thirty_s() -> u64 {
+    30_000
+}
+fn five_min() -> u64 {
+    300_000
+}
+fn all() -> String {
+    "all".into()
+}

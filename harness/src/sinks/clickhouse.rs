@@ -1,0 +1,380 @@
+//! The ClickHouse exactly-once sink of SPEC.md P1 (seed 000_6c41da7abcfb71c0), as a
+//! [`SinkTask`](crate::connect::task::SinkTask).
+//!
+//! # Model
+//! One state record per topic-partition in a KeeperMap table (`{min_offset, max_offset,
+//! BEFORE|AFTER}`, plus the owner that wrote it). For each batch the task reads the record,
+//! classifies the batch against it ([`plan::decide`]) and runs the plan's steps: set
+//! BEFORE, insert, set AFTER, drop, or report to the dead-letter queue through the errant
+//! record reporter. A case the variant does not cover fails the task
+//! ([`ConnectError::Fatal`]) unless `tolerateStateMismatch=true`, which then drops what is
+//! at or below the stored max and inserts the rest as a new batch.
+//!
+//! # Fault points
+//! Between every two steps the task calls [`SinkHooks::fault_point`] with one of
+//! [`FAULT_POINTS`] (and hits the coverage mark `fault-point:<name>`), so a scenario can
+//! crash or stall the task at exactly that boundary, buggify-style.
+//!
+//! # Configuration (clickhouse-kafka-connect's names)
+//! `exactlyOnce` (must be `true`), `hostname`, `port`, `database`, `username`, `password`,
+//! `errors.tolerance`, `tolerateStateMismatch`; eosim's own: `variant` (see
+//! [`plan::Variant`]), `table` (default `kafka2ck`), `state.table` (default
+//! `connect_state`), `max_insert_block_size` (a ClickHouse insert setting).
+
+pub mod plan;
+
+use crate::client::clickhouse::{ChClientError, ClickHouse, KeeperMap};
+use crate::connect::task::{ConnectError, SinkRecord};
+use crate::mark;
+use async_trait::async_trait;
+use eosim_sim::clickhouse::types::{Column, ColumnType, Insert, TableDef, Value as ChValue};
+use eosim_sim::clickhouse::ErrorCode;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use plan::{Phase, Range, StateRecord, Variant};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The step boundaries of the state machine, in order.
+pub const FAULT_POINTS: [&str; 5] = [
+    "before-before",
+    "between-before-and-insert",
+    "mid-insert",
+    "between-insert-and-after",
+    "after-after",
+];
+
+/// The sink's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClickHouseSinkConfig {
+    /// `exactlyOnce`.
+    pub exactly_once: bool,
+    /// `hostname`.
+    pub hostname: String,
+    /// `port`.
+    pub port: u16,
+    /// `database`.
+    pub database: String,
+    /// `username`.
+    pub username: String,
+    /// `password`.
+    pub password: String,
+    /// `errors.tolerance` (`none` or `all`): handled by the worker's reporter.
+    pub errors_tolerance: String,
+    /// `tolerateStateMismatch`.
+    pub tolerate_state_mismatch: bool,
+    /// The state machine variant.
+    pub variant: Variant,
+    /// The target table.
+    pub table: String,
+    /// The KeeperMap state table.
+    pub state_table: String,
+    /// `max_insert_block_size` for data inserts.
+    pub max_insert_block_size: Option<usize>,
+}
+
+impl ClickHouseSinkConfig {
+    /// Reads the connector properties.
+    ///
+    /// ## Default values
+    /// `hostname=clickhouse`, `port=8123`, `database=default`, `username=default`,
+    /// `password=` (empty), `errors.tolerance=none`, `tolerateStateMismatch=false`,
+    /// `variant=seed`, `table=kafka2ck`, `state.table=connect_state`.
+    ///
+    /// # Errors
+    /// [`ConnectError::Fatal`] naming the property that is malformed, or
+    /// `exactlyOnce` not `true` (this task implements only the exactly-once mode).
+    pub fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConnectError> {
+        let get = |k: &str, d: &str| props.get(k).cloned().unwrap_or_else(|| d.to_string());
+        let flag = |k: &str| match get(k, "false").as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(ConnectError::Fatal(format!(
+                "{k}: expected true|false, got {other}"
+            ))),
+        };
+        let variant: Variant = serde_json::from_value(json!(get("variant", "seed")))
+            .map_err(|e| ConnectError::Fatal(format!("variant: {e}")))?;
+        let port = get("port", "8123");
+        let config = Self {
+            exactly_once: flag("exactlyOnce")?,
+            hostname: get("hostname", "clickhouse"),
+            port: port
+                .parse()
+                .map_err(|_| ConnectError::Fatal(format!("port: {port}")))?,
+            database: get("database", "default"),
+            username: get("username", "default"),
+            password: get("password", ""),
+            errors_tolerance: get("errors.tolerance", "none"),
+            tolerate_state_mismatch: flag("tolerateStateMismatch")?,
+            variant,
+            table: get("table", "kafka2ck"),
+            state_table: get("state.table", "connect_state"),
+            max_insert_block_size: props
+                .get("max_insert_block_size")
+                .and_then(|v| v.parse().ok()),
+        };
+        if !config.exactly_once {
+            return Err(ConnectError::Fatal(
+                "exactlyOnce: only `true` is implemented".into(),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+/// The KeeperMap state table: `connect_state(key String, min_offset Int64, max_offset
+/// Int64, state String, owner String) ENGINE=KeeperMap('/eosim_connect_state') PRIMARY
+/// KEY(key)`.
+pub fn state_table_def(name: &str) -> TableDef {
+    let columns = vec![
+        Column::new("key", ColumnType::String),
+        Column::new("min_offset", ColumnType::Int64),
+        Column::new("max_offset", ColumnType::Int64),
+        Column::new("state", ColumnType::String),
+        Column::new("owner", ColumnType::String),
+    ];
+    TableDef::keeper_map(name, columns, &format!("/eosim_{name}"), "key")
+}
+
+/// What the task lets its runner observe and break.
+#[async_trait]
+pub trait SinkHooks: Send + Sync {
+    /// Called at each step boundary ([`FAULT_POINTS`]); may crash or stall the task.
+    async fn fault_point(&self, point: &'static str);
+    /// An insert of `rows` (read from `tp`) into the target returned `result`.
+    fn inserted(
+        &self,
+        tp: &TopicPartition,
+        rows: &[serde_json::Value],
+        result: &Result<(), ChClientError>,
+    );
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHooks;
+
+#[async_trait]
+impl SinkHooks for NoHooks {
+    async fn fault_point(&self, _point: &'static str) {}
+    fn inserted(
+        &self,
+        _tp: &TopicPartition,
+        _rows: &[serde_json::Value],
+        _result: &Result<(), ChClientError>,
+    ) {
+    }
+}
+
+/// A state record as read, with its Keeper version and owner (`None`s: no record).
+#[derive(Debug, Clone, Default)]
+struct Stored {
+    record: Option<StateRecord>,
+    version: Option<i32>,
+    owner: Option<String>,
+}
+
+/// Why a partition's steps stopped.
+enum Stop {
+    /// The task must report this to the worker.
+    Connect(ConnectError),
+    /// Another owner wrote the state record: this task no longer owns the partition.
+    Fenced,
+}
+
+impl From<ChClientError> for Stop {
+    fn from(e: ChClientError) -> Self {
+        Stop::Connect(connect_error(&e))
+    }
+}
+
+/// Retriable for what a retry can fix (timeouts, Keeper, read-only, unknown status);
+/// fatal otherwise (a row the table refuses).
+pub fn connect_error(e: &ChClientError) -> ConnectError {
+    let retriable = match e {
+        ChClientError::Timeout { .. } => true,
+        ChClientError::Server(s) => matches!(
+            s.code,
+            ErrorCode::KeeperException
+                | ErrorCode::TableIsReadOnly
+                | ErrorCode::UnknownStatusOfInsert
+                | ErrorCode::NoZookeeper
+        ),
+    };
+    if retriable {
+        ConnectError::Retriable(e.to_string())
+    } else {
+        ConnectError::Fatal(e.to_string())
+    }
+}
+
+/// The sink task over a ClickHouse client `C`.
+pub struct ClickHouseSinkTask<C> {
+    config: ClickHouseSinkConfig,
+    client: C,
+    owner: String,
+    hooks: Arc<dyn SinkHooks>,
+    /// Records accepted by `put` and not yet inserted, dropped or reported.
+    pending: BTreeMap<TopicPartition, Vec<SinkRecord>>,
+    /// Next offset per partition whose records are all handled.
+    committable: BTreeMap<TopicPartition, Offset>,
+    /// Fencing: the state record version this task last wrote or claimed.
+    versions: BTreeMap<TopicPartition, Option<i32>>,
+    /// Fencing: partitions another owner took.
+    fenced: BTreeSet<TopicPartition>,
+}
+
+impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
+    /// A task named `owner` (unique per task instance) writing through `client`.
+    pub fn new(
+        config: ClickHouseSinkConfig,
+        client: C,
+        owner: String,
+        hooks: Arc<dyn SinkHooks>,
+    ) -> Self {
+        Self {
+            config,
+            client,
+            owner,
+            hooks,
+            pending: BTreeMap::new(),
+            committable: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            fenced: BTreeSet::new(),
+        }
+    }
+
+    /// Partitions another owner took from this task (fencing): the runner should rejoin
+    /// the group so they are revoked or reopened from the committed offsets.
+    pub fn fenced_partitions(&self) -> Vec<TopicPartition> {
+        self.fenced.iter().cloned().collect()
+    }
+
+    /// Creates the target and state tables unless they exist.
+    ///
+    /// # Errors
+    /// [`ConnectError::Retriable`] when ClickHouse or Keeper is unreachable.
+    pub async fn ensure_tables(&self, target: TableDef) -> Result<(), ConnectError> {
+        for def in [target, state_table_def(&self.config.state_table)] {
+            match self.client.create_table(def).await {
+                Ok(()) => {}
+                Err(ChClientError::Server(e)) if e.code == ErrorCode::TableAlreadyExists => {}
+                Err(e) => return Err(connect_error(&e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn key(tp: &TopicPartition) -> String {
+        format!("{}-{}", tp.topic, tp.partition)
+    }
+
+    async fn read_state(&self, tp: &TopicPartition) -> Result<Stored, ChClientError> {
+        let got = self
+            .client
+            .get(&self.config.state_table, json!(Self::key(tp)))
+            .await?;
+        let Some(got) = got else {
+            return Ok(Stored::default());
+        };
+        let int = |i: usize| match &got.row[i] {
+            ChValue::Int(v) => *v,
+            other => panic!("state column {i} is Int64, found {other:?}"),
+        };
+        let text = |i: usize| match &got.row[i] {
+            ChValue::String(s) => s.clone(),
+            other => panic!("state column {i} is String, found {other:?}"),
+        };
+        let phase = match text(3).as_str() {
+            "BEFORE" => Some(Phase::Before),
+            "AFTER" => Some(Phase::After),
+            _ => None,
+        };
+        let record = phase.map(|phase| StateRecord {
+            range: Range::new(int(1), int(2)),
+            phase,
+        });
+        Ok(Stored {
+            record,
+            version: Some(got.version),
+            owner: Some(text(4)),
+        })
+    }
+
+    /// Fencing: whether `seen` is still this task's record. A newer version written by
+    /// this same owner is its own write whose answer was lost: adopted.
+    fn still_owner(&mut self, tp: &TopicPartition, seen: &Stored) -> bool {
+        if self.versions.get(tp).copied().flatten() == seen.version {
+            return true;
+        }
+        if seen.owner.as_deref() == Some(self.owner.as_str()) {
+            mark!("fencing:own-write-adopted");
+            self.versions.insert(tp.clone(), seen.version);
+            return true;
+        }
+        false
+    }
+
+    fn state_row(&self, tp: &TopicPartition, record: Option<StateRecord>) -> serde_json::Value {
+        let (min, max, state) = match record {
+            Some(r) => (r.range.min, r.range.max, r.phase.name()),
+            None => (-1, -1, "NONE"),
+        };
+        json!({"key": Self::key(tp), "min_offset": min, "max_offset": max,
+               "state": state, "owner": self.owner})
+    }
+
+    /// Stores `record`: a blind KeeperMap INSERT, or (fencing) a write conditional on the
+    /// version this task last saw.
+    async fn write_state(
+        &mut self,
+        tp: &TopicPartition,
+        record: Option<StateRecord>,
+    ) -> Result<(), Stop> {
+        let row = self.state_row(tp, record);
+        let table = self.config.state_table.clone();
+        if !self.config.variant.fenced() {
+            self.client.insert(Insert::new(&table, vec![row])).await?;
+            return Ok(());
+        }
+        let expected = self.versions.get(tp).copied().flatten();
+        match self.client.put_if_version(&table, row, expected).await {
+            Ok(v) => {
+                self.versions.insert(tp.clone(), Some(v));
+                Ok(())
+            }
+            Err(ChClientError::Server(e)) if e.keeper_error.is_some_and(is_condition) => {
+                let seen = self.read_state(tp).await?;
+                if self.still_owner(tp, &seen) {
+                    // Our own earlier write (a duplicated or retried request): re-plan.
+                    return Err(Stop::Connect(ConnectError::Retriable(e.to_string())));
+                }
+                mark!("fencing:state-write-refused");
+                Err(Stop::Fenced)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Fencing: takes ownership of `tp` by rewriting its record conditionally.
+    async fn claim(&mut self, tp: &TopicPartition) -> Result<(), ConnectError> {
+        let seen = self.read_state(tp).await.map_err(|e| connect_error(&e))?;
+        self.versions.insert(tp.clone(), seen.version);
+        match self.write_state(tp, seen.record).await {
+            Ok(()) => Ok(()),
+            Err(Stop::Fenced) => Err(ConnectError::Retriable(format!("{tp}: claim raced"))),
+            Err(Stop::Connect(e)) => Err(e),
+        }
+    }
+}
+
+fn is_condition(e: eosim_sim::clickhouse::keeper::KeeperError) -> bool {
+    use eosim_sim::clickhouse::keeper::KeeperError;
+    matches!(
+        e,
+        KeeperError::BadVersion | KeeperError::NodeExists | KeeperError::NoNode
+    )
+}
+
+mod run;

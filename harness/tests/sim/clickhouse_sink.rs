@@ -1,0 +1,92 @@
+//! The ClickHouse exactly-once sink (SPEC.md P1) on the field cases F1 and F2: the seed's
+//! design fails both, the fenced variant with a dedup token holds on the same schedules.
+
+use eosim::checker::{Anomaly, Validity};
+use eosim::cli::aggregate::check_options;
+use eosim::runner::{run_seed, SeedOutcome};
+use eosim::scenario::Scenario;
+use std::path::Path;
+
+fn scenario(file: &str, variant: &str) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(file);
+    let mut s = Scenario::load(&path).expect("scenario parses");
+    let sink = s.sink.as_mut().expect("a [sink] section");
+    sink.variant = serde_json::from_value(serde_json::json!(variant)).expect("a variant");
+    s
+}
+
+fn judge(s: &Scenario, seed: u64) -> (SeedOutcome, eosim::checker::CheckResult) {
+    let outcome = run_seed(s, seed);
+    assert_eq!(outcome.crashed, None, "seed {seed} crashed");
+    assert_eq!(outcome.stalled, None, "seed {seed} stalled");
+    let result = eosim::checker::check_all(&outcome.history, &check_options(s));
+    (outcome, result)
+}
+
+#[test]
+fn f1_zombie_after_rebalance_duplicates_a_batch_on_the_seed_design() {
+    let s = scenario("f1-zombie-after-rebalance-seed-duplicates.toml", "seed");
+    let (outcome, result) = judge(&s, 1);
+    assert_eq!(result.validity, Validity::Invalid);
+    let dups = &result.anomalies[&Anomaly::SinkDuplicate];
+    // Exactly A's stale batch [100..199] lands twice.
+    assert_eq!(dups.len(), 100, "{:?}", result.case_texts(4));
+    assert!(outcome
+        .marks
+        .contains_key("fault-point-fired:between-before-and-insert"));
+    assert!(outcome.marks.contains_key("case:same:BEFORE"));
+}
+
+#[test]
+fn f1_zombie_is_fenced_by_the_fenced_variant_on_the_same_schedule() {
+    let s = scenario(
+        "f1-zombie-after-rebalance-seed-duplicates.toml",
+        "seed+token+fencing",
+    );
+    let (outcome, result) = judge(&s, 1);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert!(outcome
+        .marks
+        .contains_key("fault-point-fired:between-before-and-insert"));
+    assert!(outcome
+        .marks
+        .contains_key("fencing:insert-refused-stale-owner"));
+}
+
+#[test]
+fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_seed_design() {
+    let s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
+    let (outcome, result) = judge(&s, 1);
+    assert_eq!(result.validity, Validity::Invalid);
+    let lost = &result.anomalies[&Anomaly::SinkLost];
+    // [0..49] and [50..99] fall into "Contains while BEFORE" and go to the DLQ.
+    assert_eq!(lost.len(), 100, "{:?}", result.case_texts(4));
+    assert_eq!(outcome.marks.get("dlq:record"), Some(&100));
+    assert!(outcome.marks.contains_key("case:contains:BEFORE"));
+}
+
+#[test]
+fn f2_redelivery_is_reassembled_by_the_fenced_variant_on_the_same_schedule() {
+    let s = scenario(
+        "f2-redelivery-other-boundaries-seed-loses.toml",
+        "seed+token+fencing",
+    );
+    let (outcome, result) = judge(&s, 1);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    assert!(outcome
+        .marks
+        .contains_key("token:hold-until-stored-range-covered"));
+    assert_eq!(outcome.marks.get("dlq:record"), None);
+}
