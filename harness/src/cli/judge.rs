@@ -46,4 +46,3 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
         _ => ExitClass::Violated,
     }
 }
-

@@ -40,7 +40,12 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
     let started_at = rfc3339(SystemTime::now());
     let (run_id, run_dir) = match create_run_dir(&args.out) {
         Ok(r) => r,
-        Err(e) => return config_error(format!("cannot create a run dir in {}: {e}", args.out.display())),
+        Err(e) => {
+            return config_error(format!(
+                "cannot create a run dir in {}: {e}",
+                args.out.display()
+            ))
+        }
     };
     crate::real::process::install_teardown_on_signal();
     let mut exit = ExitClass::Expected;
@@ -57,12 +62,23 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
         exit = exit.max(class);
         results.push(result);
     }
-    let report = RunReport { run_id: run_id.clone(), build, started_at, scenarios: results };
+    let report = RunReport {
+        run_id: run_id.clone(),
+        build,
+        started_at,
+        scenarios: results,
+    };
     if let Err(e) = write_report(&run_dir, &report) {
-        return config_error(format!("cannot write the report in {}: {e}", run_dir.display()));
+        return config_error(format!(
+            "cannot write the report in {}: {e}",
+            run_dir.display()
+        ));
     }
     if let Err(e) = point_latest(&args.out, &run_id) {
-        eprintln!("eosim: warning: cannot update {}/latest: {e}", args.out.display());
+        eprintln!(
+            "eosim: warning: cannot update {}/latest: {e}",
+            args.out.display()
+        );
     }
     println!("report: {}", run_dir.join("summary.md").display());
     exit
@@ -83,7 +99,11 @@ fn load(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {
     };
     paths
         .into_iter()
-        .map(|p| Scenario::load(&p).map(|s| (p, s)).map_err(|e| e.to_string()))
+        .map(|p| {
+            Scenario::load(&p)
+                .map(|s| (p, s))
+                .map_err(|e| e.to_string())
+        })
         .collect()
 }
 
@@ -105,7 +125,10 @@ fn run_one(
         let written = std::fs::create_dir_all(&options.dir)
             .and_then(|()| std::fs::write(&history_path, outcome.history.to_jsonl()));
         if let Err(e) = written {
-            eprintln!("eosim: warning: cannot write {}: {e}", history_path.display());
+            eprintln!(
+                "eosim: warning: cannot write {}: {e}",
+                history_path.display()
+            );
         }
     }
     let command = format!(

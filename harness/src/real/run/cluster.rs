@@ -95,7 +95,9 @@ impl Probe {
             .create()
             .map_err(|e| format!("probe consumer: {e}"))?;
         let t = &scenario.topic;
-        let tps = (0..t.partitions).map(|p| TopicPartition::new(t.name.clone(), p)).collect();
+        let tps = (0..t.partitions)
+            .map(|p| TopicPartition::new(t.name.clone(), p))
+            .collect();
         Ok(Self { consumer, tps })
     }
 
@@ -172,24 +174,36 @@ pub fn read_log(
         tpl.add_partition_offset(&tp.topic, tp.partition as i32, rdkafka::Offset::Beginning)
             .map_err(|e| format!("{tp}: {e}"))?;
     }
-    consumer.assign(&tpl).map_err(|e| format!("log reader assign: {e}"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| format!("log reader assign: {e}"))?;
     let mut log: BTreeMap<TopicPartition, Vec<RecordRef>> =
         high.keys().map(|tp| (tp.clone(), Vec::new())).collect();
     let done = |log: &BTreeMap<TopicPartition, Vec<RecordRef>>| {
-        high.iter().all(|(tp, hw)| log[tp].last().map_or(0, |r| r.offset + 1) >= *hw)
+        high.iter()
+            .all(|(tp, hw)| log[tp].last().map_or(0, |r| r.offset + 1) >= *hw)
     };
     let started = Instant::now();
     while !done(&log) {
         if started.elapsed() > Duration::from_millis(time_ms_max) {
-            return Err(format!("final log read: not at the high watermarks {high:?} after \
-                                {time_ms_max} ms"));
+            return Err(format!(
+                "final log read: not at the high watermarks {high:?} after \
+                                {time_ms_max} ms"
+            ));
         }
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition() as u32);
                 let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
-                let id = text(m.payload()).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
-                let record = RecordRef { id, key: text(m.key()), tp: tp.clone(), offset: m.offset() };
+                let id = text(m.payload())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(u64::MAX);
+                let record = RecordRef {
+                    id,
+                    key: text(m.key()),
+                    tp: tp.clone(),
+                    offset: m.offset(),
+                };
                 if m.offset() < high.get(&tp).copied().unwrap_or(0) {
                     log.entry(tp).or_default().push(record);
                 }

@@ -7,7 +7,8 @@
 //! | `restart` | the process started again (a broker waits until it is registered) |
 //! | `pause` / `resume` | SIGSTOP / SIGCONT |
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
-//! | `partition`, `clog`, `messages`, `kill` with `mode = "machine-crash"` | not injected: named in the notes (network namespaces and a lossy page cache are future work) |
+//! | `partition`, `clog`, `messages` | not injected, noted (needs network namespaces) |
+//! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
 //! mode=process-kill`, `restart target=[consumer-0]`.
@@ -31,7 +32,11 @@ impl Run<'_> {
             );
         }
         let until_ms = self.scenario.faults.until_ms;
-        let mut schedule: Vec<_> = self.scenario.faults.schedule.iter()
+        let mut schedule: Vec<_> = self
+            .scenario
+            .faults
+            .schedule
+            .iter()
             .filter(|f| f.at_ms < until_ms)
             .cloned()
             .collect();
@@ -71,7 +76,10 @@ impl Run<'_> {
             _ => Vec::new(),
         };
         match fault {
-            Fault::Kill { mode: CrashMode::MachineCrash, .. } => self.unsupported(
+            Fault::Kill {
+                mode: CrashMode::MachineCrash,
+                ..
+            } => self.unsupported(
                 fault,
                 "a machine crash (losing the unflushed page cache) needs a fault-injecting \
                  file system",
@@ -80,10 +88,15 @@ impl Run<'_> {
             Fault::Restart { .. } => targets.iter().for_each(|n| self.restart(n)),
             Fault::Pause { .. } => targets.iter().for_each(|n| self.pause(n, true)),
             Fault::Resume { .. } => targets.iter().for_each(|n| self.pause(n, false)),
-            Fault::KillLeader { topic, partition, .. } => self.kill_leader(topic, *partition),
+            Fault::KillLeader {
+                topic, partition, ..
+            } => self.kill_leader(topic, *partition),
             Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. } => self
-                .unsupported(fault, "network faults need Linux network namespaces, not set up \
-                                     by this backend yet"),
+                .unsupported(
+                    fault,
+                    "network faults need Linux network namespaces, not set up \
+                                     by this backend yet",
+                ),
             Fault::Heal => {}
         }
     }
@@ -91,10 +104,15 @@ impl Run<'_> {
     /// Node names and groups (`brokers`, `producers`, `consumers`, `clients`, `all`) to
     /// node names.
     fn resolve(&self, targets: &[String]) -> Vec<String> {
-        let brokers: Vec<String> =
-            (1..=self.scenario.cluster.brokers).map(|b| format!("broker-{b}")).collect();
+        let brokers: Vec<String> = (1..=self.scenario.cluster.brokers)
+            .map(|b| format!("broker-{b}"))
+            .collect();
         let of_role = |role: Role| -> Vec<String> {
-            self.workers.iter().filter(|w| w.role == role).map(|w| w.name.clone()).collect()
+            self.workers
+                .iter()
+                .filter(|w| w.role == role)
+                .map(|w| w.name.clone())
+                .collect()
         };
         let mut out = Vec::new();
         for t in targets {
@@ -125,9 +143,20 @@ impl Run<'_> {
         self.workers.iter().position(|w| w.name == name)
     }
 
-    fn kafka(&mut self) -> Option<(&mut Kafka, &mut std::collections::BTreeSet<i32>, &mut std::collections::BTreeSet<i32>)> {
+    fn kafka(
+        &mut self,
+    ) -> Option<(
+        &mut Kafka,
+        &mut std::collections::BTreeSet<i32>,
+        &mut std::collections::BTreeSet<i32>,
+    )> {
         match &mut self.brokers {
-            super::Brokers::Native { kafka, down, paused, .. } => Some((kafka, down, paused)),
+            super::Brokers::Native {
+                kafka,
+                down,
+                paused,
+                ..
+            } => Some((kafka, down, paused)),
             super::Brokers::External(_) => None,
         }
     }
@@ -184,9 +213,17 @@ impl Run<'_> {
                 return self.note_external(name);
             };
             let changed = !down.contains(&b)
-                && if pause { paused.insert(b) } else { paused.remove(&b) };
+                && if pause {
+                    paused.insert(b)
+                } else {
+                    paused.remove(&b)
+                };
             if changed {
-                let _ = if pause { kafka.pause(b) } else { kafka.resume(b) };
+                let _ = if pause {
+                    kafka.pause(b)
+                } else {
+                    kafka.resume(b)
+                };
             }
             changed
         } else if let Some(i) = self.worker_index(name) {
@@ -207,8 +244,12 @@ impl Run<'_> {
         };
         match leader {
             Ok(Some(b)) => self.kill(&format!("broker-{b}")),
-            Ok(None) => self.record_fault("kill-leader", format!("{topic}-{partition} has no leader")),
-            Err(e) => self.notes.push(format!("kill-leader {topic}-{partition}: {e}")),
+            Ok(None) => {
+                self.record_fault("kill-leader", format!("{topic}-{partition} has no leader"))
+            }
+            Err(e) => self
+                .notes
+                .push(format!("kill-leader {topic}-{partition}: {e}")),
         }
     }
 
@@ -220,7 +261,9 @@ impl Run<'_> {
 
     /// Undoes every fault: killed brokers and workers restarted, paused ones resumed.
     pub(super) fn heal(&mut self) {
-        let mut names: Vec<String> = (1..=self.scenario.cluster.brokers).map(|b| format!("broker-{b}")).collect();
+        let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
+            .map(|b| format!("broker-{b}"))
+            .collect();
         names.extend(self.workers.iter().map(|w| w.name.clone()));
         if matches!(self.brokers, super::Brokers::External(_)) {
             names.retain(|n| Self::broker_id(n).is_none());

@@ -42,7 +42,11 @@ pub fn measure(history: &History) -> Option<Measured> {
     latencies_ms.sort_by(f64::total_cmp);
     let per_s = |n: u64, end: u64| {
         let span_s = end.saturating_sub(first_send) as f64 / 1e9;
-        if span_s > 0.0 { n as f64 / span_s } else { 0.0 }
+        if span_s > 0.0 {
+            n as f64 / span_s
+        } else {
+            0.0
+        }
     };
     Some(Measured {
         records_per_s: per_s(acked, last_ack),
@@ -83,14 +87,38 @@ mod tests {
     fn latency_runs_from_send_invoke_to_first_sink_write() {
         let mut h = History::default();
         let tp = TopicPartition::new("events", 0);
-        let send = |id| Value::Send { id, key: None, tp: None, offset: None };
-        let row = |id| RecordRef { id, key: None, tp: tp.clone(), offset: id as i64 };
+        let send = |id| Value::Send {
+            id,
+            key: None,
+            tp: None,
+            offset: None,
+        };
+        let row = |id| RecordRef {
+            id,
+            key: None,
+            tp: tp.clone(),
+            offset: id as i64,
+        };
         h.push(0, "producer-0", OpKind::Invoke, send(0), None);
         h.push(1_000_000, "producer-0", OpKind::Ok, send(0), None);
         h.push(1_000_000, "producer-0", OpKind::Invoke, send(1), None);
         h.push(2_000_000, "producer-0", OpKind::Ok, send(1), None);
-        h.push(4_000_000, "consumer-0", OpKind::Ok, Value::Write { rows: vec![row(0), row(1)] }, None);
-        h.push(9_000_000, "consumer-1", OpKind::Ok, Value::Write { rows: vec![row(1)] }, None);
+        h.push(
+            4_000_000,
+            "consumer-0",
+            OpKind::Ok,
+            Value::Write {
+                rows: vec![row(0), row(1)],
+            },
+            None,
+        );
+        h.push(
+            9_000_000,
+            "consumer-1",
+            OpKind::Ok,
+            Value::Write { rows: vec![row(1)] },
+            None,
+        );
         let m = measure(&h).expect("measured");
         assert_eq!(m.records_acked, 2);
         assert_eq!(m.rows_written, 3);

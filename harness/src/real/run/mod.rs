@@ -86,9 +86,15 @@ pub struct Run<'a> {
 pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealOutcome {
     let started = Instant::now();
     let mut outcome = match prepare(scenario, options) {
-        Err(skipped) => RealOutcome { skipped: Some(skipped), ..RealOutcome::default() },
+        Err(skipped) => RealOutcome {
+            skipped: Some(skipped),
+            ..RealOutcome::default()
+        },
         Ok(()) => match start(scenario, path, options) {
-            Err(crashed) => RealOutcome { crashed: Some(crashed), ..RealOutcome::default() },
+            Err(crashed) => RealOutcome {
+                crashed: Some(crashed),
+                ..RealOutcome::default()
+            },
             Ok(mut run) => run.execute(),
         },
     };
@@ -100,10 +106,15 @@ pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealO
 fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
     match options.backend {
         Backend::Testcontainers => {
-            options.backend.check_available().map_err(|e| e.to_string())?;
-            return Err("skipped: the testcontainers backend is not implemented yet; run with \
+            options
+                .backend
+                .check_available()
+                .map_err(|e| e.to_string())?;
+            return Err(
+                "skipped: the testcontainers backend is not implemented yet; run with \
                         --backend native"
-                .into());
+                    .into(),
+            );
         }
         Backend::External if options.bootstrap_servers.is_none() => {
             return Err("skipped: --backend external needs --bootstrap-servers".into());
@@ -127,8 +138,14 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                 .prefix("eosim-run-kafka-")
                 .tempdir()
                 .map_err(|e| format!("kafka: temporary directory: {e}"))?;
-            let kafka = Kafka::start(dir.path(), scenario.cluster.brokers).map_err(|e| e.to_string())?;
-            Brokers::Native { kafka, down: Default::default(), paused: Default::default(), dir }
+            let kafka =
+                Kafka::start(dir.path(), scenario.cluster.brokers).map_err(|e| e.to_string())?;
+            Brokers::Native {
+                kafka,
+                down: Default::default(),
+                paused: Default::default(),
+                dir,
+            }
         }
     };
     let bootstrap = brokers.bootstrap();
@@ -146,7 +163,14 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         epoch_ns: unix_ns(),
         ops: Arc::new(Mutex::new(Vec::new())),
     };
-    let mut run = Run { scenario, brokers, env, workers: Vec::new(), notes: Vec::new(), verbose: options.verbose };
+    let mut run = Run {
+        scenario,
+        brokers,
+        env,
+        workers: Vec::new(),
+        notes: Vec::new(),
+        verbose: options.verbose,
+    };
     run.spawn_workers()?;
     Ok(run)
 }
@@ -158,10 +182,12 @@ impl Run<'_> {
         for i in 0..w.producers {
             let i = u64::from(i);
             let ids = (i * w.records / producers)..((i + 1) * w.records / producers);
-            self.workers.push(Worker::new(&format!("producer-{i}"), Role::Producer, ids));
+            self.workers
+                .push(Worker::new(&format!("producer-{i}"), Role::Producer, ids));
         }
         for i in 0..w.consumers {
-            self.workers.push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
+            self.workers
+                .push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
         }
         for worker in &mut self.workers {
             worker.start(&self.env)?;
@@ -180,12 +206,22 @@ impl Run<'_> {
         if self.verbose {
             println!("t={:.3}s nemesis {name} {detail}", t as f64 / 1e9);
         }
-        let value = Value::Fault { name: name.to_string(), detail };
+        let value = Value::Fault {
+            name: name.to_string(),
+            detail,
+        };
         self.push(t, "nemesis", value);
     }
 
     fn push(&self, time_ns: u64, process: &str, value: Value) {
-        let op = Op { index: 0, time_ns, process: process.into(), kind: OpKind::Info, value, error: None };
+        let op = Op {
+            index: 0,
+            time_ns,
+            process: process.into(),
+            kind: OpKind::Info,
+            value,
+            error: None,
+        };
         self.env.ops.lock().expect("ops lock").push(op);
     }
 
@@ -278,7 +314,9 @@ impl Run<'_> {
     fn restart_exited(&mut self) {
         let mut restarted = Vec::new();
         for w in &mut self.workers {
-            let Some(status) = w.exit_status() else { continue };
+            let Some(status) = w.exit_status() else {
+                continue;
+            };
             w.reap(&self.env);
             let finished = w.role == Role::Producer && status.success();
             if finished {
@@ -308,10 +346,22 @@ impl Run<'_> {
         let rows = self.read_sink()?;
         let t = self.now_ns();
         for (tp, records) in log {
-            history.push(t, "final", OpKind::Ok, Value::LogState { tp, records }, None);
+            history.push(
+                t,
+                "final",
+                OpKind::Ok,
+                Value::LogState { tp, records },
+                None,
+            );
         }
         history.push(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-        history.push(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+        history.push(
+            t,
+            "final",
+            OpKind::Ok,
+            Value::CommittedOffsets { offsets },
+            None,
+        );
         Ok(())
     }
 

@@ -56,10 +56,14 @@ pub fn scenario_result(
         Verdict::Holds
     };
     if check.validity == Validity::Unknown {
-        result.notes.push("a checker was unknown (not a pass)".into());
+        result
+            .notes
+            .push("a checker was unknown (not a pass)".into());
     }
     if expected_verdict(scenario) == Verdict::Violated && result.verdict == Verdict::Violated {
-        result.notes.push("expected: demonstrates a known failure".into());
+        result
+            .notes
+            .push("expected: demonstrates a known failure".into());
     }
     if matches!(result.verdict, Verdict::Violated | Verdict::Stalled) {
         result.counterexample = Some(Counterexample::from_check(

@@ -11,9 +11,9 @@
 //!   invoked (an id cut short by the kill stays an `invoke` with no completion, as in the
 //!   simulation).
 //! - Sink: an append-only JSON-lines file per consumer process under `--sink DIR`, one line
-//!   per batch ([`SinkBatch`]), `fsync`ed before the `write` op is printed: the "database", which survives
-//!   the worker's SIGKILL. A torn last line (a kill inside `write`) is not durable and is
-//!   skipped when the runner reads the sink.
+//!   per batch ([`SinkBatch`]), `fsync`ed before the `write` op is printed: the "database",
+//!   which survives the worker's SIGKILL. A torn last line (a kill inside `write`) is not
+//!   durable and is skipped when the runner reads the sink.
 //!
 //! # Output
 //! One history [`Op`] per line on stdout (JSON, `index` 0: the runner merges and numbers
@@ -78,7 +78,9 @@ pub struct WorkerSpec {
 
 /// Nanoseconds since the Unix epoch.
 pub fn unix_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Prints ops as JSON lines on stdout, each flushed at once (a kill loses none printed).
@@ -132,11 +134,19 @@ async fn producer(spec: &WorkerSpec) -> Result<(), String> {
     };
     let producer = RealProducer::new(&spec.bootstrap, config)
         .map_err(|e| format!("{}: producer: {e}", spec.name))?;
-    let emit = Emit { name: spec.name.clone(), epoch_ns: spec.epoch_ns };
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
     let topic = &spec.scenario.topic.name;
     for id in spec.id_from..spec.id_to {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let invoke = Value::Send { id, key: Some(key.clone()), tp: None, offset: None };
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
         emit.op(OpKind::Invoke, invoke, None);
         let record = ProducerRecord {
             topic: topic.clone(),
@@ -153,7 +163,16 @@ async fn producer(spec: &WorkerSpec) -> Result<(), String> {
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
             Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
         };
-        emit.op(kind, Value::Send { id, key: Some(key), tp, offset }, error);
+        emit.op(
+            kind,
+            Value::Send {
+                id,
+                key: Some(key),
+                tp,
+                offset,
+            },
+            error,
+        );
         if w.produce_interval_ms > 0 {
             tokio::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
         }
@@ -189,7 +208,10 @@ async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
     let mut sink = open_sink(spec)?;
     let mut consumer = RealConsumer::new(&spec.bootstrap, consumer_config(spec))
         .map_err(|e| format!("{}: consumer: {e}", spec.name))?;
-    let emit = Emit { name: spec.name.clone(), epoch_ns: spec.epoch_ns };
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
     let topics = vec![spec.scenario.topic.name.clone()];
     while let Err(e) = consumer.subscribe(&topics).await {
         eprintln!("{}: subscribe: {e}; retrying", spec.name);
@@ -208,7 +230,13 @@ async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
             continue;
         }
         let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        emit.op(OpKind::Ok, Value::Poll { records: rows.clone() }, None);
+        emit.op(
+            OpKind::Ok,
+            Value::Poll {
+                records: rows.clone(),
+            },
+            None,
+        );
         let offsets = next_offsets(&records);
         match w.commit {
             CommitMode::AfterProcessing => {
@@ -237,7 +265,10 @@ async fn write_sink(
     if wait_ms > 0 {
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
     }
-    let batch = SinkBatch { time_ns: unix_ns().saturating_sub(spec.epoch_ns), rows };
+    let batch = SinkBatch {
+        time_ns: unix_ns().saturating_sub(spec.epoch_ns),
+        rows,
+    };
     let mut line = serde_json::to_string(&batch).expect("rows serialize");
     line.push('\n');
     sink.write_all(line.as_bytes())
@@ -253,7 +284,13 @@ async fn commit(
     consumer: &mut RealConsumer,
     offsets: Vec<(TopicPartition, Offset)>,
 ) -> bool {
-    emit.op(OpKind::Invoke, Value::Commit { offsets: offsets.clone() }, None);
+    emit.op(
+        OpKind::Invoke,
+        Value::Commit {
+            offsets: offsets.clone(),
+        },
+        None,
+    );
     let result = consumer.commit(&offsets).await;
     let (kind, error) = match &result {
         Ok(()) => (OpKind::Ok, None),
@@ -268,7 +305,9 @@ async fn commit(
 pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
     let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
     RecordRef {
-        id: text(&r.value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX),
+        id: text(&r.value)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX),
         key: text(&r.key),
         tp: r.tp.clone(),
         offset: r.offset,

@@ -93,19 +93,36 @@ impl Worker {
         };
         let mut cmd = Command::new(&env.exe);
         cmd.arg("worker")
-            .args(["--role", role, "--name", &self.name, "--bootstrap", &env.bootstrap])
+            .args([
+                "--role",
+                role,
+                "--name",
+                &self.name,
+                "--bootstrap",
+                &env.bootstrap,
+            ])
             .arg("--scenario")
             .arg(&env.scenario_path)
             .arg("--sink")
             .arg(&env.sink_dir)
             .args(["--epoch-ns", &env.epoch_ns.to_string()])
-            .args(["--id-from", &self.id_from.to_string(), "--id-to", &self.id_to.to_string()])
+            .args([
+                "--id-from",
+                &self.id_from.to_string(),
+                "--id-to",
+                &self.id_to.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
             .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
-            format!("{}: cannot start {}: {e} (log: {})", self.name, env.exe.display(), log_path.display())
+            format!(
+                "{}: cannot start {}: {e} (log: {})",
+                self.name,
+                env.exe.display(),
+                log_path.display()
+            )
         })?;
         register(child.id() as i32);
         let stdout = child.stdout.take().expect("stdout is piped");
@@ -118,19 +135,25 @@ impl Worker {
 
     /// Whether the process is running (paused counts as running).
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// The exit status of a process that ended by itself, `None` while it runs or when it
     /// was never started or killed.
     pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGKILL to the process group, then reaps it and reads the rest of its output; a
     /// producer's next incarnation starts after the last id this one invoked.
     pub fn kill(&mut self, env: &WorkerEnv) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pid = child.id() as i32;
         signal_group(pid, libc::SIGKILL);
         let _ = child.wait();
@@ -140,7 +163,9 @@ impl Worker {
         }
         self.paused = false;
         if self.role == Role::Producer {
-            self.id_from = self.id_from.max(last_invoked(&env.ops, &self.name).map_or(0, |i| i + 1));
+            self.id_from = self
+                .id_from
+                .max(last_invoked(&env.ops, &self.name).map_or(0, |i| i + 1));
         }
     }
 
