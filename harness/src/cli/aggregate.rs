@@ -7,7 +7,6 @@ use crate::checker::{check_all, CheckResult, Validity};
 pub use super::judge::{check_options, exit_class, expected_verdict};
 use crate::report::{Counterexample, ScenarioResult, Verdict};
 use super::output::format_op;
-use super::ExitClass;
 use crate::history::{History, Value};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
@@ -259,6 +258,7 @@ fn notes(scenario: &Scenario, seeds: &[SeedVerdict], verdict: Verdict) -> Vec<St
 mod tests {
     use super::*;
     use crate::checker::{Anomaly, Case};
+    use crate::cli::ExitClass;
 
     fn seed(seed: u64, class: SeedClass, faults_before: u64) -> SeedVerdict {
         let mut anomalies = BTreeMap::new();

@@ -199,16 +199,7 @@ pub fn main() -> ExitCode {
 
 #[cfg(madsim)]
 fn dispatch(cli: Cli) -> ExitClass {
-    match cli.command {
-        Command::Run(_) | Command::Worker(_) => {
-            eprintln!(
-                "eosim: this binary was built with --cfg madsim, which cannot talk to real \
-                 services.\nBuild it without (`cargo run -p eosim -- run --backend native`)."
-            );
-            ExitClass::Config
-        }
-        _ => run::dispatch(cli),
-    }
+    run::dispatch(cli)
 }
 
 #[cfg(not(madsim))]

@@ -25,6 +25,10 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Sim(args) => sim(&args),
         Command::Replay(args) => replay(&args),
         Command::Determinism(args) => determinism(&args),
+        Command::Run(_) | Command::Worker(_) => config_error(
+            "this binary was built with --cfg madsim, which cannot talk to real services; \
+             build it without (`cargo run -p eosim -- run --backend native`)",
+        ),
     }
 }
 
