@@ -110,21 +110,19 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
                 .backend
                 .check_available()
                 .map_err(|e| e.to_string())?;
-            return Err(
+            Err(
                 "skipped: the testcontainers backend is not implemented yet; run with \
-                        --backend native"
+                 --backend native"
                     .into(),
-            );
+            )
         }
         Backend::External if options.bootstrap_servers.is_none() => {
-            return Err("skipped: --backend external needs --bootstrap-servers".into());
+            Err("skipped: --backend external needs --bootstrap-servers".into())
         }
-        Backend::Native if !matches!(scenario.cluster.brokers, 1 | 3) => {
-            return Err(format!(
-                "skipped: the native backend runs 1 or 3 brokers, the scenario asks for {}",
-                scenario.cluster.brokers
-            ));
-        }
+        Backend::Native if !matches!(scenario.cluster.brokers, 1 | 3) => Err(format!(
+            "skipped: the native backend runs 1 or 3 brokers, the scenario asks for {}",
+            scenario.cluster.brokers
+        )),
         _ => Ok(()),
     }
 }
@@ -235,10 +233,7 @@ impl Run<'_> {
             w.kill(&self.env);
         }
         let mut history = self.merged_history();
-        let crashed = match self.record_final(&mut history) {
-            Ok(()) => None,
-            Err(e) => Some(e),
-        };
+        let crashed = self.record_final(&mut history).err();
         self.note_bad_lines();
         RealOutcome {
             history,
