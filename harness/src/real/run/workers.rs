@@ -116,6 +116,14 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(log)
             .process_group(0);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing. A worker dies
+        // with the runner even when the runner itself is SIGKILLed (no teardown runs then).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let mut child = cmd.spawn().map_err(|e| {
             format!(
                 "{}: cannot start {}: {e} (log: {})",
