@@ -29,6 +29,9 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
         Ok(b) => b,
         Err(e) => return config_error(e),
     };
+    if backend == Backend::External && args.bootstrap_servers.is_none() {
+        return config_error("--backend external needs --bootstrap-servers HOST:PORT,...");
+    }
     let Some(exe) = default_exe() else {
         return config_error("cannot find the eosim binary to start workers from");
     };
