@@ -3,10 +3,10 @@
 //! (the failing seed with the fewest faults before its first forbidden anomaly; ties go to
 //! the smallest seed).
 //!
-use crate::checker::{check_all, Anomaly, CheckOptions, CheckResult, ProducerAcks, Validity};
+use crate::checker::{check_all, CheckResult, Validity};
+pub use super::judge::{check_options, exit_class, expected_verdict};
 use crate::report::{Counterexample, ScenarioResult, Verdict};
 use super::output::format_op;
-use super::ExitClass;
 use crate::history::{History, Value};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
@@ -62,28 +62,6 @@ pub struct SeedVerdict {
     pub sim_time_ms: u64,
     /// Coverage marks hit.
     pub marks: BTreeMap<String, u64>,
-}
-
-/// The checker options a scenario asks for: its claim, acks and `[check]` overrides.
-pub fn check_options(scenario: &Scenario) -> CheckOptions {
-    let anomalies = |names: &[String]| -> Vec<Anomaly> {
-        let known = |n: &String| Anomaly::ALL.into_iter().find(|a| a.name() == n);
-        names.iter().filter_map(known).collect()
-    };
-    CheckOptions {
-        claim: scenario.claim,
-        acks: match scenario.workload.acks {
-            eosim_sim::kafka::Acks::All => ProducerAcks::All,
-            eosim_sim::kafka::Acks::Leader => ProducerAcks::Leader,
-            eosim_sim::kafka::Acks::None => ProducerAcks::None,
-        },
-        // The simulated producer is not idempotent yet: a retried batch may land twice.
-        idempotent_producer: false,
-        sink: scenario.pipeline.has_record_sink(),
-        forbidden: anomalies(&scenario.check.forbidden),
-        allowed: anomalies(&scenario.check.allowed),
-        ..CheckOptions::for_claim(scenario.claim)
-    }
 }
 
 /// Checks one seed's history and classifies the seed.
@@ -156,15 +134,6 @@ pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
         Verdict::Stalled
     } else {
         Verdict::Holds
-    }
-}
-
-/// The verdict the scenario file expects (`check.expect`, default holds).
-pub fn expected_verdict(scenario: &Scenario) -> Verdict {
-    match scenario.check.expect.as_deref() {
-        Some("violated") => Verdict::Violated,
-        Some("stalled") => Verdict::Stalled,
-        _ => Verdict::Holds,
     }
 }
 
@@ -248,6 +217,7 @@ pub fn aggregate(
         wall_time_s,
         counterexample,
         notes: notes(scenario, seeds, verdict),
+        measured: None,
     }
 }
 
@@ -284,21 +254,11 @@ fn notes(scenario: &Scenario, seeds: &[SeedVerdict], verdict: Verdict) -> Vec<St
     notes
 }
 
-/// The exit class of a scenario's result given what its file expects.
-pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
-    match (result.verdict, expected) {
-        (Verdict::Crashed, _) => ExitClass::Crash,
-        (v, e) if v == e => ExitClass::Expected,
-        (Verdict::Stalled, _) => ExitClass::Stalled,
-        (Verdict::Skipped, _) => ExitClass::Expected,
-        _ => ExitClass::Violated,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::checker::{Anomaly, Case};
+    use crate::cli::ExitClass;
 
     fn seed(seed: u64, class: SeedClass, faults_before: u64) -> SeedVerdict {
         let mut anomalies = BTreeMap::new();

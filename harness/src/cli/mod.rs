@@ -1,7 +1,9 @@
-//! The `eosim` command line: `sim`, `replay` and `determinism`.
+//! The `eosim` command line: `sim`, `replay` and `determinism` in simulation, `run` against
+//! real services.
 //!
 //! Simulation needs the binary built with `--cfg madsim`, which `cargo xtask sim` does; a
-//! binary built without it only explains that.
+//! binary built without it runs `eosim run` (and the hidden `eosim worker`, one process of
+//! a real run) and explains the rest.
 //!
 //! # Sections
 //! - [`Cli`] and [`Command`]: the arguments (clap derive).
@@ -9,12 +11,19 @@
 //! - `aggregate` (under `--cfg madsim`): seed outcomes → a scenario's verdict.
 //! - `run` (under `--cfg madsim`): the subcommands.
 //! - [`output`]: one-line renderings of ops, headers and durations.
+//! - [`judge`]: checker options, expected verdict and exit class, shared by both worlds.
+//! - [`rundir`]: a run's report directory and `latest`.
+//! - `real` (without `--cfg madsim`): `eosim run` and `eosim worker`.
 
 #[cfg(madsim)]
 pub mod aggregate;
+pub mod judge;
 pub mod output;
+#[cfg(not(madsim))]
+mod real;
 #[cfg(madsim)]
 mod run;
+pub mod rundir;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -56,6 +65,58 @@ pub enum Command {
     Replay(SeedArgs),
     /// Run one seed twice and compare the history hashes.
     Determinism(SeedArgs),
+    /// Run scenarios once against real services with real faults and write a report.
+    Run(RunArgs),
+    /// One process of a real run (started by `eosim run`, not by hand).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+/// `eosim run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where the services come from: native (started here), testcontainers (Docker) or
+    /// external (`--bootstrap-servers`).
+    #[arg(long, default_value = "native")]
+    pub backend: String,
+    /// Scenario file; repeat for several. Default: every scenarios/real/*.toml.
+    #[arg(long = "scenario", value_name = "PATH")]
+    pub scenarios: Vec<PathBuf>,
+    /// `bootstrap.servers` of your own Kafka (`--backend external`).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub bootstrap_servers: Option<String>,
+    /// Report directory; each run goes into DIR/RUN_ID, and DIR/latest points at it.
+    #[arg(long, value_name = "DIR", default_value = "reports/real")]
+    pub out: PathBuf,
+}
+
+/// `eosim worker` arguments (hidden: the real runner passes them).
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// `producer` or `consumer`.
+    #[arg(long)]
+    pub role: String,
+    /// Scenario file.
+    #[arg(long, value_name = "PATH")]
+    pub scenario: PathBuf,
+    /// Process name in the history.
+    #[arg(long)]
+    pub name: String,
+    /// `bootstrap.servers`.
+    #[arg(long)]
+    pub bootstrap: String,
+    /// The sink's directory.
+    #[arg(long, value_name = "DIR")]
+    pub sink: PathBuf,
+    /// The run's epoch, ns since the Unix epoch.
+    #[arg(long)]
+    pub epoch_ns: u64,
+    /// First id to send (producers).
+    #[arg(long, default_value_t = 0)]
+    pub id_from: u64,
+    /// One past the last id to send (producers).
+    #[arg(long, default_value_t = 0)]
+    pub id_to: u64,
 }
 
 /// `eosim sim` arguments.
@@ -143,11 +204,17 @@ fn dispatch(cli: Cli) -> ExitClass {
 
 #[cfg(not(madsim))]
 fn dispatch(cli: Cli) -> ExitClass {
-    let _ = cli;
-    eprintln!(
-        "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\
-         Run the scenarios in simulation with `cargo xtask sim` (it builds eosim with\n\
-         RUSTFLAGS=\"--cfg madsim\" in target/madsim). Real backends come in a later issue."
-    );
-    ExitClass::Config
+    match cli.command {
+        Command::Run(args) => real::run(&args),
+        Command::Worker(args) => real::worker(&args),
+        _ => {
+            eprintln!(
+                "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\
+                 Run the scenarios in simulation with `cargo xtask sim` (it builds eosim with\n\
+                 RUSTFLAGS=\"--cfg madsim\" in target/madsim). Against real services: \
+                 `eosim run --backend native`."
+            );
+            ExitClass::Config
+        }
+    }
 }

@@ -26,6 +26,7 @@
 pub mod backend;
 pub mod process;
 pub mod provision;
+pub mod run;
 
 use std::path::{Path, PathBuf};
 

@@ -74,19 +74,19 @@ pub fn live_groups() -> Vec<i32> {
         .unwrap_or_default()
 }
 
-fn register(pgid: i32) {
+pub(crate) fn register(pgid: i32) {
     if let Ok(mut g) = LIVE_GROUPS.lock() {
         g.insert(pgid);
     }
 }
 
-fn unregister(pgid: i32) {
+pub(crate) fn unregister(pgid: i32) {
     if let Ok(mut g) = LIVE_GROUPS.lock() {
         g.remove(&pgid);
     }
 }
 
-fn signal_group(pgid: i32, signal: i32) -> bool {
+pub(crate) fn signal_group(pgid: i32, signal: i32) -> bool {
     // SAFETY: killpg has no memory-safety preconditions; pgid > 1 is checked so that a bad
     // value can never address every process of the user (pgid 0 = our own group).
     pgid > 1 && unsafe { libc::killpg(pgid, signal) } == 0

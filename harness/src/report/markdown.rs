@@ -27,6 +27,7 @@ pub fn summary_markdown(report: &RunReport) -> String {
         }
     }
     notes_section(&mut out, &report.scenarios);
+    measured_section(&mut out, &report.scenarios);
     marks_section(&mut out, &report.scenarios);
     out
 }
@@ -79,11 +80,57 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
             cell(&s.scenario),
             cell(&s.pipeline),
             cell(&s.claim),
-            s.verdict.markdown(),
+            verdict_cell(s),
             s.seeds,
             s.faults_injected,
             cell(&counts_text(&s.forbidden_anomalies)),
             counterexample
+        );
+    }
+}
+
+/// The verdict, with the measured throughput beside it for a real run.
+fn verdict_cell(s: &ScenarioResult) -> String {
+    match &s.measured {
+        Some(m) => format!(
+            "{} ({:.0} records/s, p99 {:.0} ms)",
+            s.verdict.markdown(),
+            m.records_per_s,
+            m.latency_ms_p99
+        ),
+        None => s.verdict.markdown(),
+    }
+}
+
+/// Throughput and latency of the real runs, one row per scenario that has them.
+fn measured_section(out: &mut String, scenarios: &[ScenarioResult]) {
+    let measured: Vec<_> = scenarios
+        .iter()
+        .filter_map(|s| s.measured.as_ref().map(|m| (s, m)))
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    out.push_str("\n## Measured (real services)\n\n");
+    out.push_str(
+        "| scenario | verdict | records/s produced | rows/s into the sink | \
+         latency p50 ms | p95 ms | p99 ms | records acked | rows written | wall time s |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (s, m) in measured {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} |",
+            cell(&s.scenario),
+            s.verdict.markdown(),
+            m.records_per_s,
+            m.rows_per_s,
+            m.latency_ms_p50,
+            m.latency_ms_p95,
+            m.latency_ms_p99,
+            m.records_acked,
+            m.rows_written,
+            s.wall_time_s
         );
     }
 }

@@ -150,6 +150,36 @@ pub struct ScenarioResult {
     pub counterexample: Option<Counterexample>,
     /// Anything else a reader should know (skips, unknown verdicts, determinism checks).
     pub notes: Vec<String>,
+    /// Throughput and latency measured against real services (`eosim run`); absent for
+    /// simulated runs, whose time is not real.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
+}
+
+/// What a real run measured, from its history's wall-clock times.
+///
+/// - `records_per_s`: acknowledged sends over the production span (first send invoked to
+///   last send acknowledged), records/s.
+/// - `rows_per_s`: rows made durable in the sink over the end-to-end span (first send
+///   invoked to last sink write), rows/s; duplicates count, as the database stores them.
+/// - `latency_ms_*`: per record id, from its send's invoke to the first sink write that
+///   holds it, ms; nearest-rank percentiles over the ids that reached the sink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Acknowledged records produced per second.
+    pub records_per_s: f64,
+    /// Rows written into the sink per second.
+    pub rows_per_s: f64,
+    /// Median end-to-end latency, ms.
+    pub latency_ms_p50: f64,
+    /// 95th percentile end-to-end latency, ms.
+    pub latency_ms_p95: f64,
+    /// 99th percentile end-to-end latency, ms.
+    pub latency_ms_p99: f64,
+    /// Records acknowledged by Kafka.
+    pub records_acked: u64,
+    /// Rows written into the sink (duplicates included).
+    pub rows_written: u64,
 }
 
 impl ScenarioResult {
@@ -169,6 +199,7 @@ impl ScenarioResult {
             wall_time_s: 0.0,
             counterexample: None,
             notes: Vec::new(),
+            measured: None,
         }
     }
 

@@ -1,0 +1,50 @@
+//! What both worlds share when judging a scenario: the checker options its file asks for,
+//! the verdict it expects, and the exit class of a result. Built in both cfgs: the
+//! simulation's aggregation and the real runner use the same functions.
+
+use super::ExitClass;
+use crate::checker::{Anomaly, CheckOptions, ProducerAcks};
+use crate::report::{ScenarioResult, Verdict};
+use crate::scenario::Scenario;
+
+/// The checker options a scenario asks for: its claim, acks and `[check]` overrides.
+pub fn check_options(scenario: &Scenario) -> CheckOptions {
+    let anomalies = |names: &[String]| -> Vec<Anomaly> {
+        let known = |n: &String| Anomaly::ALL.into_iter().find(|a| a.name() == n);
+        names.iter().filter_map(known).collect()
+    };
+    CheckOptions {
+        claim: scenario.claim,
+        acks: match scenario.workload.acks {
+            eosim_sim::kafka::Acks::All => ProducerAcks::All,
+            eosim_sim::kafka::Acks::Leader => ProducerAcks::Leader,
+            eosim_sim::kafka::Acks::None => ProducerAcks::None,
+        },
+        // The simulated producer is not idempotent yet: a retried batch may land twice.
+        idempotent_producer: false,
+        sink: scenario.pipeline.has_record_sink(),
+        forbidden: anomalies(&scenario.check.forbidden),
+        allowed: anomalies(&scenario.check.allowed),
+        ..CheckOptions::for_claim(scenario.claim)
+    }
+}
+
+/// The verdict the scenario file expects (`check.expect`, default holds).
+pub fn expected_verdict(scenario: &Scenario) -> Verdict {
+    match scenario.check.expect.as_deref() {
+        Some("violated") => Verdict::Violated,
+        Some("stalled") => Verdict::Stalled,
+        _ => Verdict::Holds,
+    }
+}
+
+/// The exit class of a scenario's result given what its file expects.
+pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
+    match (result.verdict, expected) {
+        (Verdict::Crashed, _) => ExitClass::Crash,
+        (v, e) if v == e => ExitClass::Expected,
+        (Verdict::Stalled, _) => ExitClass::Stalled,
+        (Verdict::Skipped, _) => ExitClass::Expected,
+        _ => ExitClass::Violated,
+    }
+}

@@ -1,0 +1,201 @@
+//! `eosim run` (scenarios against real services) and `eosim worker` (one process of such a
+//! run), built without `--cfg madsim`.
+
+use super::judge::{exit_class, expected_verdict};
+use super::output::build_id;
+use super::rundir::{create_run_dir, point_latest, rfc3339};
+use super::{ExitClass, RunArgs, WorkerArgs};
+use crate::real::backend::Backend;
+use crate::real::run::result::scenario_result;
+use crate::real::run::worker::{run_worker, Role, WorkerSpec};
+use crate::real::run::workers::default_exe;
+use crate::real::run::{run_real, RunOptions};
+use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
+use crate::scenario::Scenario;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Where `eosim run` looks for scenarios when none is given.
+const REAL_SCENARIO_DIR: &str = "scenarios/real";
+
+fn config_error(message: impl std::fmt::Display) -> ExitClass {
+    eprintln!("eosim: error: {message}");
+    ExitClass::Config
+}
+
+/// `eosim run`: each scenario once against real services, then the report.
+pub(super) fn run(args: &RunArgs) -> ExitClass {
+    let backend: Backend = match args.backend.parse() {
+        Ok(b) => b,
+        Err(e) => return config_error(e),
+    };
+    if backend == Backend::External && args.bootstrap_servers.is_none() {
+        return config_error("--backend external needs --bootstrap-servers HOST:PORT,...");
+    }
+    let Some(exe) = default_exe() else {
+        return config_error("cannot find the eosim binary to start workers from");
+    };
+    let scenarios = match load(&args.scenarios) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let build = build_id();
+    let started_at = rfc3339(SystemTime::now());
+    let (run_id, run_dir) = match create_run_dir(&args.out) {
+        Ok(r) => r,
+        Err(e) => {
+            return config_error(format!(
+                "cannot create a run dir in {}: {e}",
+                args.out.display()
+            ))
+        }
+    };
+    crate::real::process::install_teardown_on_signal();
+    let mut exit = ExitClass::Expected;
+    let mut results = Vec::new();
+    for (path, scenario) in &scenarios {
+        let options = RunOptions {
+            backend,
+            bootstrap_servers: args.bootstrap_servers.clone(),
+            exe: exe.clone(),
+            dir: run_dir.join(&scenario.name),
+            verbose: true,
+        };
+        let (result, class) = run_one(path, scenario, &options, &build);
+        exit = exit.max(class);
+        results.push(result);
+    }
+    let report = RunReport {
+        run_id: run_id.clone(),
+        build,
+        started_at,
+        scenarios: results,
+    };
+    if let Err(e) = write_report(&run_dir, &report) {
+        return config_error(format!(
+            "cannot write the report in {}: {e}",
+            run_dir.display()
+        ));
+    }
+    if let Err(e) = point_latest(&args.out, &run_id) {
+        eprintln!(
+            "eosim: warning: cannot update {}/latest: {e}",
+            args.out.display()
+        );
+    }
+    println!("report: {}", run_dir.join("summary.md").display());
+    exit
+}
+
+fn load(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {
+    let paths = if given.is_empty() {
+        let dir = Path::new(REAL_SCENARIO_DIR);
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot read {}/: {e} (pass --scenario)", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        paths.sort();
+        paths
+    } else {
+        given.to_vec()
+    };
+    paths
+        .into_iter()
+        .map(|p| {
+            Scenario::load(&p)
+                .map(|s| (p, s))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+fn run_one(
+    path: &Path,
+    scenario: &Scenario,
+    options: &RunOptions,
+    build: &str,
+) -> (ScenarioResult, ExitClass) {
+    println!(
+        "REAL scenario={} backend={} build={build} brokers={}",
+        scenario.name,
+        options.backend.name(),
+        scenario.cluster.brokers
+    );
+    let outcome = run_real(scenario, path, options);
+    let history_path = options.dir.join("history.jsonl");
+    if !outcome.history.ops.is_empty() {
+        let written = std::fs::create_dir_all(&options.dir)
+            .and_then(|()| std::fs::write(&history_path, outcome.history.to_jsonl()));
+        if let Err(e) = written {
+            eprintln!(
+                "eosim: warning: cannot write {}: {e}",
+                history_path.display()
+            );
+        }
+    }
+    let command = format!(
+        "eosim run --backend {} --scenario {}",
+        options.backend.name(),
+        path.display()
+    );
+    let result = scenario_result(scenario, &outcome, &history_path, &command);
+    let class = exit_class(&result, expected_verdict(scenario));
+    print_end(&result, class);
+    (result, class)
+}
+
+fn print_end(result: &ScenarioResult, class: ExitClass) {
+    let word = match (class, result.verdict) {
+        (_, Verdict::Skipped) => "SKIPPED",
+        (ExitClass::Expected, _) => "PASSED",
+        _ => "FAILED",
+    };
+    let mut line = format!(
+        "{word} scenario={} verdict={} faults={} wall_time={:.1}s",
+        result.scenario,
+        result.verdict.name(),
+        result.faults_injected,
+        result.wall_time_s
+    );
+    if let Some(m) = &result.measured {
+        line.push_str(&format!(
+            " records/s={:.1} rows/s={:.1} latency_ms p50={:.1} p95={:.1} p99={:.1}",
+            m.records_per_s, m.rows_per_s, m.latency_ms_p50, m.latency_ms_p95, m.latency_ms_p99
+        ));
+    }
+    println!("{line}");
+    for note in &result.notes {
+        println!("  note: {note}");
+    }
+}
+
+/// `eosim worker`: one process of a real run, until its work is done or it is killed.
+pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
+    let role = match args.role.as_str() {
+        "producer" => Role::Producer,
+        "consumer" => Role::Consumer,
+        other => return config_error(format!("--role {other:?}: expected producer or consumer")),
+    };
+    let scenario = match Scenario::load(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let spec = WorkerSpec {
+        role,
+        scenario,
+        name: args.name.clone(),
+        bootstrap: args.bootstrap.clone(),
+        sink_dir: args.sink.clone(),
+        epoch_ns: args.epoch_ns,
+        id_from: args.id_from,
+        id_to: args.id_to,
+    };
+    match run_worker(spec) {
+        Ok(()) => ExitClass::Expected,
+        Err(e) => {
+            eprintln!("eosim worker: {e}");
+            ExitClass::Crash
+        }
+    }
+}

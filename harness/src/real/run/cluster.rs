@@ -1,0 +1,216 @@
+//! The Kafka side of a real run: the brokers (started here, or a user's), the topic, and
+//! the reads the runner makes itself: high watermarks, the sink group's committed offsets
+//! and the final log.
+
+use super::worker::SINK_GROUP;
+use crate::client::real::RealAdmin;
+use crate::client::Admin;
+use crate::history::RecordRef;
+use crate::real::provision::Kafka;
+use crate::scenario::Scenario;
+use eosim_sim::kafka::{Offset, TopicConfig, TopicPartition};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// How long one metadata, watermark or offset request may take, ms.
+const REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+/// The brokers of a run.
+pub enum Brokers {
+    /// Started by eosim in a temporary directory (removed on drop, after the brokers).
+    Native {
+        /// The cluster.
+        kafka: Kafka,
+        /// Node ids killed and not yet restarted.
+        down: BTreeSet<i32>,
+        /// Node ids paused.
+        paused: BTreeSet<i32>,
+        /// Their directory.
+        dir: tempfile::TempDir,
+    },
+    /// A user's cluster, by `bootstrap.servers`: no broker faults.
+    External(String),
+}
+
+impl Brokers {
+    /// `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        match self {
+            Brokers::Native { kafka, .. } => kafka.bootstrap_servers(),
+            Brokers::External(b) => b.clone(),
+        }
+    }
+
+    /// The native cluster's directory (logs), if any.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        match self {
+            Brokers::Native { dir, .. } => Some(dir.path()),
+            Brokers::External(_) => None,
+        }
+    }
+}
+
+/// Creates the scenario's topic with its settings.
+///
+/// # Errors
+/// The admin client's error, naming the topic and the bootstrap servers.
+pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> {
+    let t = &scenario.topic;
+    let config = TopicConfig {
+        min_insync_replicas: t.min_insync_replicas,
+        unclean_leader_election_enable: t.unclean_leader_election_enable,
+        ..TopicConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    runtime
+        .block_on(admin.create_topic(&t.name, t.partitions, t.replication_factor, config))
+        .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
+}
+
+/// A consumer of the sink's group that never joins it: it reads committed offsets and
+/// watermarks only.
+pub struct Probe {
+    consumer: BaseConsumer,
+    tps: Vec<TopicPartition>,
+}
+
+impl Probe {
+    /// A probe of the scenario's topic on `bootstrap`.
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn new(bootstrap: &str, scenario: &Scenario) -> Result<Self, String> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", SINK_GROUP)
+            .set("enable.auto.commit", "false")
+            .set("log_level", "0")
+            .create()
+            .map_err(|e| format!("probe consumer: {e}"))?;
+        let t = &scenario.topic;
+        let tps = (0..t.partitions)
+            .map(|p| TopicPartition::new(t.name.clone(), p))
+            .collect();
+        Ok(Self { consumer, tps })
+    }
+
+    /// The partitions of the topic.
+    pub fn partitions(&self) -> &[TopicPartition] {
+        &self.tps
+    }
+
+    /// The high watermark of every partition.
+    ///
+    /// # Errors
+    /// The first partition whose watermarks could not be fetched.
+    pub fn high_watermarks(&self) -> Result<BTreeMap<TopicPartition, Offset>, String> {
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let mut out = BTreeMap::new();
+        for tp in &self.tps {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(&tp.topic, tp.partition as i32, timeout)
+                .map_err(|e| format!("{tp}: watermarks: {e}"))?;
+            out.insert(tp.clone(), high);
+        }
+        Ok(out)
+    }
+
+    /// The sink group's committed offsets (partitions without one left out).
+    ///
+    /// # Errors
+    /// When the coordinator does not answer in time.
+    pub fn committed(&self) -> Result<Vec<(TopicPartition, Offset)>, String> {
+        let mut query = TopicPartitionList::new();
+        for tp in &self.tps {
+            query.add_partition(&tp.topic, tp.partition as i32);
+        }
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let tpl = self
+            .consumer
+            .committed_offsets(query, timeout)
+            .map_err(|e| format!("group {SINK_GROUP}: committed offsets: {e}"))?;
+        let mut out: Vec<(TopicPartition, Offset)> = tpl
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => {
+                    Some((TopicPartition::new(e.topic(), e.partition() as u32), o))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// Reads every partition from offset 0 to its high watermark with read_uncommitted.
+///
+/// # Errors
+/// When the log cannot be read up to the high watermarks within `time_ms_max`.
+pub fn read_log(
+    bootstrap: &str,
+    high: &BTreeMap<TopicPartition, Offset>,
+    time_ms_max: u64,
+) -> Result<BTreeMap<TopicPartition, Vec<RecordRef>>, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "eosim-final-log")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .set("log_level", "0")
+        .create()
+        .map_err(|e| format!("log reader: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for tp in high.keys() {
+        tpl.add_partition_offset(&tp.topic, tp.partition as i32, rdkafka::Offset::Beginning)
+            .map_err(|e| format!("{tp}: {e}"))?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| format!("log reader assign: {e}"))?;
+    let mut log: BTreeMap<TopicPartition, Vec<RecordRef>> =
+        high.keys().map(|tp| (tp.clone(), Vec::new())).collect();
+    let done = |log: &BTreeMap<TopicPartition, Vec<RecordRef>>| {
+        high.iter()
+            .all(|(tp, hw)| log[tp].last().map_or(0, |r| r.offset + 1) >= *hw)
+    };
+    let started = Instant::now();
+    while !done(&log) {
+        if started.elapsed() > Duration::from_millis(time_ms_max) {
+            return Err(format!(
+                "final log read: not at the high watermarks {high:?} after \
+                                {time_ms_max} ms"
+            ));
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let tp = TopicPartition::new(m.topic(), m.partition() as u32);
+                let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+                let id = text(m.payload())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(u64::MAX);
+                let record = RecordRef {
+                    id,
+                    key: text(m.key()),
+                    tp: tp.clone(),
+                    offset: m.offset(),
+                };
+                if m.offset() < high.get(&tp).copied().unwrap_or(0) {
+                    log.entry(tp).or_default().push(record);
+                }
+            }
+            Some(Err(e)) => eprintln!("eosim: final log read: {e}"),
+            None => {}
+        }
+    }
+    Ok(log)
+}

@@ -1,0 +1,276 @@
+//! The scenario's explicit fault schedule as real faults, and the heal before the drain.
+//!
+//! | fault | real effect |
+//! |---|---|
+//! | `kill` of `broker-N` (process-kill) | SIGKILL to the broker's JVM (its page cache survives) |
+//! | `kill` of `producer-i` / `consumer-i` | SIGKILL to the worker process |
+//! | `restart` | the process started again (a broker waits until it is registered) |
+//! | `pause` / `resume` | SIGSTOP / SIGCONT |
+//! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
+//! | `partition`, `clog`, `messages` | not injected, noted (needs network namespaces) |
+//! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
+//!
+//! Histories record faults as the simulation does: `kill target=[consumer-0]
+//! mode=process-kill`, `restart target=[consumer-0]`.
+
+use super::worker::Role;
+use super::Run;
+use crate::real::provision::Kafka;
+use eosim_sim::kafka::model::CrashMode;
+use eosim_sim::nemesis::Fault;
+use std::time::Duration;
+
+impl Run<'_> {
+    /// Applies every scheduled fault before `faults.until_ms`, at its time, then waits
+    /// until `faults.until_ms`.
+    pub(super) fn run_faults(&mut self) {
+        if self.scenario.faults.swarm.is_some() {
+            self.notes.push(
+                "swarm faults are not drawn in a real run (one run, no seed): only the \
+                 explicit [[faults.schedule]] is applied"
+                    .into(),
+            );
+        }
+        let until_ms = self.scenario.faults.until_ms;
+        let mut schedule: Vec<_> = self
+            .scenario
+            .faults
+            .schedule
+            .iter()
+            .filter(|f| f.at_ms < until_ms)
+            .cloned()
+            .collect();
+        schedule.sort_by_key(|f| f.at_ms);
+        for scheduled in schedule {
+            self.sleep_until_ms(scheduled.at_ms);
+            self.apply(&scheduled.fault);
+        }
+        self.sleep_until_ms(until_ms);
+    }
+
+    fn sleep_until_ms(&self, at_ms: u64) {
+        let now_ms = self.now_ns() / 1_000_000;
+        if at_ms > now_ms {
+            std::thread::sleep(Duration::from_millis(at_ms - now_ms));
+        }
+    }
+
+    fn unsupported(&mut self, fault: &Fault, why: &str) {
+        let now_s = self.now_ns() as f64 / 1e9;
+        let note = format!(
+            "t={now_s:.3}s fault `{}` not injected: {why} (real backend)",
+            fault.name()
+        );
+        if self.verbose {
+            println!("{note}");
+        }
+        self.notes.push(note);
+    }
+
+    fn apply(&mut self, fault: &Fault) {
+        let targets = match fault {
+            Fault::Kill { target, .. }
+            | Fault::Restart { target }
+            | Fault::Pause { target }
+            | Fault::Resume { target } => self.resolve(target),
+            _ => Vec::new(),
+        };
+        match fault {
+            Fault::Kill {
+                mode: CrashMode::MachineCrash,
+                ..
+            } => self.unsupported(
+                fault,
+                "a machine crash (losing the unflushed page cache) needs a fault-injecting \
+                 file system",
+            ),
+            Fault::Kill { .. } => targets.iter().for_each(|n| self.kill(n)),
+            Fault::Restart { .. } => targets.iter().for_each(|n| self.restart(n)),
+            Fault::Pause { .. } => targets.iter().for_each(|n| self.pause(n, true)),
+            Fault::Resume { .. } => targets.iter().for_each(|n| self.pause(n, false)),
+            Fault::KillLeader {
+                topic, partition, ..
+            } => self.kill_leader(topic, *partition),
+            Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. } => self
+                .unsupported(
+                    fault,
+                    "network faults need Linux network namespaces, not set up \
+                                     by this backend yet",
+                ),
+            Fault::Heal => {}
+        }
+    }
+
+    /// Node names and groups (`brokers`, `producers`, `consumers`, `clients`, `all`) to
+    /// node names.
+    fn resolve(&self, targets: &[String]) -> Vec<String> {
+        let brokers: Vec<String> = (1..=self.scenario.cluster.brokers)
+            .map(|b| format!("broker-{b}"))
+            .collect();
+        let of_role = |role: Role| -> Vec<String> {
+            self.workers
+                .iter()
+                .filter(|w| w.role == role)
+                .map(|w| w.name.clone())
+                .collect()
+        };
+        let mut out = Vec::new();
+        for t in targets {
+            match t.as_str() {
+                "brokers" => out.extend(brokers.clone()),
+                "producers" => out.extend(of_role(Role::Producer)),
+                "consumers" => out.extend(of_role(Role::Consumer)),
+                "clients" => {
+                    out.extend(of_role(Role::Producer));
+                    out.extend(of_role(Role::Consumer));
+                }
+                "all" => {
+                    out.extend(brokers.clone());
+                    out.extend(of_role(Role::Producer));
+                    out.extend(of_role(Role::Consumer));
+                }
+                name => out.push(name.to_string()),
+            }
+        }
+        out
+    }
+
+    fn broker_id(name: &str) -> Option<i32> {
+        name.strip_prefix("broker-").and_then(|b| b.parse().ok())
+    }
+
+    fn worker_index(&self, name: &str) -> Option<usize> {
+        self.workers.iter().position(|w| w.name == name)
+    }
+
+    fn kafka(
+        &mut self,
+    ) -> Option<(
+        &mut Kafka,
+        &mut std::collections::BTreeSet<i32>,
+        &mut std::collections::BTreeSet<i32>,
+    )> {
+        match &mut self.brokers {
+            super::Brokers::Native {
+                kafka,
+                down,
+                paused,
+                ..
+            } => Some((kafka, down, paused)),
+            super::Brokers::External(_) => None,
+        }
+    }
+
+    fn kill(&mut self, name: &str) {
+        if let Some(b) = Self::broker_id(name) {
+            let Some((kafka, down, paused)) = self.kafka() else {
+                return self.note_external(name);
+            };
+            if !down.insert(b) || kafka.kill(b).is_err() {
+                return;
+            }
+            paused.remove(&b);
+        } else if let Some(i) = self.worker_index(name) {
+            if !self.workers[i].is_running() {
+                return;
+            }
+            self.workers[i].kill(&self.env);
+        } else {
+            return self.notes.push(format!("kill: no node named {name}"));
+        }
+        self.record_fault("kill", format!("target=[{name}] mode=process-kill"));
+    }
+
+    fn restart(&mut self, name: &str) {
+        if let Some(b) = Self::broker_id(name) {
+            let Some((kafka, down, _)) = self.kafka() else {
+                return self.note_external(name);
+            };
+            if !down.remove(&b) {
+                return;
+            }
+            let result = kafka.restart(b);
+            if let Err(e) = result {
+                self.notes.push(format!("restart {name}: {e}"));
+            }
+        } else if let Some(i) = self.worker_index(name) {
+            let w = &mut self.workers[i];
+            if w.is_running() || !w.has_work() {
+                return;
+            }
+            if let Err(e) = w.start(&self.env) {
+                return self.notes.push(format!("restart {name}: {e}"));
+            }
+        } else {
+            return self.notes.push(format!("restart: no node named {name}"));
+        }
+        self.record_fault("restart", format!("target=[{name}]"));
+    }
+
+    fn pause(&mut self, name: &str, pause: bool) {
+        let changed = if let Some(b) = Self::broker_id(name) {
+            let Some((kafka, down, paused)) = self.kafka() else {
+                return self.note_external(name);
+            };
+            let changed = !down.contains(&b)
+                && if pause {
+                    paused.insert(b)
+                } else {
+                    paused.remove(&b)
+                };
+            if changed {
+                let _ = if pause {
+                    kafka.pause(b)
+                } else {
+                    kafka.resume(b)
+                };
+            }
+            changed
+        } else if let Some(i) = self.worker_index(name) {
+            self.workers[i].signal_pause(pause)
+        } else {
+            false
+        };
+        if changed {
+            let verb = if pause { "pause" } else { "resume" };
+            self.record_fault(verb, format!("target=[{name}]"));
+        }
+    }
+
+    fn kill_leader(&mut self, topic: &str, partition: u32) {
+        let leader = match self.kafka() {
+            Some((kafka, ..)) => kafka.partition_leader(topic, partition as i32),
+            None => return self.note_external("the partition leader"),
+        };
+        match leader {
+            Ok(Some(b)) => self.kill(&format!("broker-{b}")),
+            Ok(None) => {
+                self.record_fault("kill-leader", format!("{topic}-{partition} has no leader"))
+            }
+            Err(e) => self
+                .notes
+                .push(format!("kill-leader {topic}-{partition}: {e}")),
+        }
+    }
+
+    fn note_external(&mut self, name: &str) {
+        self.notes.push(format!(
+            "a fault on {name} was not injected: the brokers are external (not ours to signal)"
+        ));
+    }
+
+    /// Undoes every fault: killed brokers and workers restarted, paused ones resumed.
+    pub(super) fn heal(&mut self) {
+        let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
+            .map(|b| format!("broker-{b}"))
+            .collect();
+        names.extend(self.workers.iter().map(|w| w.name.clone()));
+        if matches!(self.brokers, super::Brokers::External(_)) {
+            names.retain(|n| Self::broker_id(n).is_none());
+        }
+        for name in &names {
+            self.pause(name, false);
+            self.restart(name);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A real run's outcome as a [`ScenarioResult`]: the same checkers and report as the
+//! simulation, with the run reported as one seed and its measured throughput and latency.
+
+use super::measure::measure;
+use super::RealOutcome;
+use crate::checker::{check_all, Validity};
+use crate::cli::judge::{check_options, expected_verdict};
+use crate::report::{Counterexample, ScenarioResult, Verdict, REPORT_CASES_MAX};
+use crate::scenario::Scenario;
+use std::path::Path;
+
+/// The seed a real run is reported as: it has none, and is not reproducible.
+pub const REAL_RUN_SEED: u64 = 0;
+
+/// Judges `outcome` and fills in the scenario's result. `history_path` is where its
+/// history was written; `command` re-runs it (not a replay: real runs are not
+/// deterministic).
+pub fn scenario_result(
+    scenario: &Scenario,
+    outcome: &RealOutcome,
+    history_path: &Path,
+    command: &str,
+) -> ScenarioResult {
+    let claim = serde_json::to_value(scenario.claim)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut result = ScenarioResult::new(&scenario.name, scenario.pipeline.name(), &claim);
+    result.wall_time_s = outcome.wall_time_s;
+    result.notes = outcome.notes.clone();
+    if let Some(reason) = &outcome.skipped {
+        result.notes.insert(0, reason.clone());
+        return result;
+    }
+    result.seeds = 1;
+    result.notes.insert(
+        0,
+        "real run: one run against real services, reported as one seed (seed 0); times are \
+         wall-clock and the run is not reproducible bit for bit"
+            .into(),
+    );
+    let check = check_all(&outcome.history, &check_options(scenario));
+    result.tally(&check);
+    result.faults_injected = outcome.history.fault_count() as u64;
+    // As in the simulation: a stalled run has not delivered everything yet, so records
+    // missing from the sink are inconclusive; the stall is the finding.
+    result.verdict = if let Some(message) = &outcome.crashed {
+        result.notes.push(format!("could not finish: {message}"));
+        Verdict::Crashed
+    } else if let Some(reason) = &outcome.stalled {
+        result.notes.push(format!("stalled: {reason}"));
+        Verdict::Stalled
+    } else if check.validity != Validity::Valid {
+        Verdict::Violated
+    } else {
+        Verdict::Holds
+    };
+    if check.validity == Validity::Unknown {
+        result
+            .notes
+            .push("a checker was unknown (not a pass)".into());
+    }
+    if expected_verdict(scenario) == Verdict::Violated && result.verdict == Verdict::Violated {
+        result
+            .notes
+            .push("expected: demonstrates a known failure".into());
+    }
+    if matches!(result.verdict, Verdict::Violated | Verdict::Stalled) {
+        result.counterexample = Some(Counterexample::from_check(
+            REAL_RUN_SEED,
+            command.to_string(),
+            history_path.display().to_string(),
+            &outcome.history,
+            &check,
+            REPORT_CASES_MAX,
+        ));
+    }
+    result.measured = measure(&outcome.history);
+    result
+}

@@ -1,0 +1,325 @@
+//! One process of the `kafka-consume` pipeline on the real clients: what `eosim worker`
+//! runs, as a child of the real runner, so that a kill is a real SIGKILL.
+//!
+//! # Model
+//! The loop is the simulated one's (`workload::kafka_consume`, built only under
+//! `--cfg madsim`), written again here over [`RealProducer`] and [`RealConsumer`] with the
+//! same op shapes: sharing it would mean making the simulated workload generic over the
+//! client traits and a clock, left for later. Differences, on purpose:
+//! - Ids: producer `i` owns the range `[id_from, id_to)` instead of asking a shared
+//!   generator; the runner restarts a killed producer from the id after the last one it
+//!   invoked (an id cut short by the kill stays an `invoke` with no completion, as in the
+//!   simulation).
+//! - Sink: an append-only JSON-lines file per consumer process under `--sink DIR`, one line
+//!   per batch ([`SinkBatch`]), `fsync`ed before the `write` op is printed: the "database",
+//!   which survives the worker's SIGKILL. A torn last line (a kill inside `write`) is not
+//!   durable and is skipped when the runner reads the sink.
+//!
+//! # Output
+//! One history [`Op`] per line on stdout (JSON, `index` 0: the runner merges and numbers
+//! them), `time_ns` since `--epoch-ns` (ns since the Unix epoch, shared by every process of
+//! the run). Diagnostics go to stderr, which the runner sends to the worker's log file.
+
+use crate::client::real::{RealConsumer, RealProducer};
+use crate::client::{
+    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
+    ProducerRecord,
+};
+use crate::history::{Op, OpKind, RecordRef, Value};
+use crate::scenario::{CommitMode, Scenario};
+use bytes::Bytes;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The consumer group the sink's consumers join (as in the simulation).
+pub const SINK_GROUP: &str = "sink";
+
+/// Which process of the pipeline a worker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Sends its id range, then exits 0.
+    Producer,
+    /// Polls, writes into the sink and commits, until killed.
+    Consumer,
+}
+
+/// One line of a sink file: a batch, made durable at once.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SinkBatch {
+    /// When it was written, ns since the run's epoch: orders batches across files.
+    pub time_ns: u64,
+    /// Its rows, in order.
+    pub rows: Vec<RecordRef>,
+}
+
+/// Everything a worker process needs.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// Producer or consumer.
+    pub role: Role,
+    /// The scenario (workload settings, topic).
+    pub scenario: Scenario,
+    /// Process name in the history (`producer-0`, `consumer-1`).
+    pub name: String,
+    /// `bootstrap.servers`.
+    pub bootstrap: String,
+    /// The sink's directory (consumers append to `<sink>/<name>.jsonl`).
+    pub sink_dir: PathBuf,
+    /// The run's epoch, ns since the Unix epoch.
+    pub epoch_ns: u64,
+    /// First id to send (producers).
+    pub id_from: u64,
+    /// One past the last id to send (producers).
+    pub id_to: u64,
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Prints ops as JSON lines on stdout, each flushed at once (a kill loses none printed).
+struct Emit {
+    name: String,
+    epoch_ns: u64,
+}
+
+impl Emit {
+    fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
+        let op = Op {
+            index: 0,
+            time_ns: unix_ns().saturating_sub(self.epoch_ns),
+            process: self.name.clone(),
+            kind,
+            value,
+            error,
+        };
+        let line = serde_json::to_string(&op).expect("ops serialize");
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+/// Runs the worker to its end: a producer until its range is sent, a consumer forever.
+///
+/// # Errors
+/// A client that cannot be created, or a sink file that cannot be opened or written.
+pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("{}: tokio runtime: {e}", spec.name))?;
+    match spec.role {
+        Role::Producer => runtime.block_on(producer(&spec)),
+        Role::Consumer => runtime.block_on(consumer(&spec)),
+    }
+}
+
+async fn producer(spec: &WorkerSpec) -> Result<(), String> {
+    let w = &spec.scenario.workload;
+    let config = ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: false,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+        retries: w.retries,
+        ..ProducerConfig::default()
+    };
+    let producer = RealProducer::new(&spec.bootstrap, config)
+        .map_err(|e| format!("{}: producer: {e}", spec.name))?;
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
+    let topic = &spec.scenario.topic.name;
+    for id in spec.id_from..spec.id_to {
+        let key = format!("k{}", id % u64::from(w.keys.max(1)));
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
+        emit.op(OpKind::Invoke, invoke, None);
+        let record = ProducerRecord {
+            topic: topic.clone(),
+            partition: None,
+            key: Some(Bytes::from(key.clone())),
+            value: Some(Bytes::from(id.to_string())),
+            headers: Vec::new(),
+        };
+        let (kind, tp, offset, error) = match producer.send(record).await {
+            Ok(d) => {
+                let tp = TopicPartition::new(topic.clone(), d.partition);
+                (OpKind::Ok, Some(tp), Some(d.offset), None)
+            }
+            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
+            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
+        };
+        emit.op(
+            kind,
+            Value::Send {
+                id,
+                key: Some(key),
+                tp,
+                offset,
+            },
+            error,
+        );
+        if w.produce_interval_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The sink's file for one consumer process, opened for appending.
+fn open_sink(spec: &WorkerSpec) -> Result<std::fs::File, String> {
+    let path = spec.sink_dir.join(format!("{}.jsonl", spec.name));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("{}: sink {}: {e}", spec.name, path.display()))
+}
+
+fn consumer_config(spec: &WorkerSpec) -> ConsumerConfig {
+    let w = &spec.scenario.workload;
+    let mut config = ConsumerConfig::new(SINK_GROUP);
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config.session_timeout_ms = w.session_timeout_ms;
+    config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
+    config.max_poll_records = w.max_poll_records;
+    config.request_timeout_ms = w.request_timeout_ms;
+    // Fetch answers come back as soon as a record is there, for the latency measured.
+    config.fetch_max_wait_ms = 100;
+    config
+}
+
+async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
+    let w = &spec.scenario.workload;
+    let mut sink = open_sink(spec)?;
+    let mut consumer = RealConsumer::new(&spec.bootstrap, consumer_config(spec))
+        .map_err(|e| format!("{}: consumer: {e}", spec.name))?;
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
+    let topics = vec![spec.scenario.topic.name.clone()];
+    while let Err(e) = consumer.subscribe(&topics).await {
+        eprintln!("{}: subscribe: {e}; retrying", spec.name);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    loop {
+        let records = match consumer.poll(Duration::from_millis(200)).await {
+            Ok(records) => records,
+            Err(e) => {
+                eprintln!("{}: poll: {e}", spec.name);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if records.is_empty() {
+            continue;
+        }
+        let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
+        emit.op(
+            OpKind::Ok,
+            Value::Poll {
+                records: rows.clone(),
+            },
+            None,
+        );
+        let offsets = next_offsets(&records);
+        match w.commit {
+            CommitMode::AfterProcessing => {
+                write_sink(spec, &emit, &mut sink, rows).await?;
+                commit(&emit, &mut consumer, offsets).await;
+            }
+            CommitMode::BeforeProcessing => {
+                if commit(&emit, &mut consumer, offsets).await {
+                    write_sink(spec, &emit, &mut sink, rows).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Appends one batch to the sink and makes it durable (`fsync`), then records the `write`.
+/// `sink_write_ms` is waited first, as the simulated sink does: the window in which a kill
+/// loses the batch.
+async fn write_sink(
+    spec: &WorkerSpec,
+    emit: &Emit,
+    sink: &mut std::fs::File,
+    rows: Vec<RecordRef>,
+) -> Result<(), String> {
+    let wait_ms = spec.scenario.workload.sink_write_ms;
+    if wait_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    }
+    let batch = SinkBatch {
+        time_ns: unix_ns().saturating_sub(spec.epoch_ns),
+        rows,
+    };
+    let mut line = serde_json::to_string(&batch).expect("rows serialize");
+    line.push('\n');
+    sink.write_all(line.as_bytes())
+        .and_then(|()| sink.sync_data())
+        .map_err(|e| format!("{}: sink write: {e}", spec.name))?;
+    emit.op(OpKind::Ok, Value::Write { rows: batch.rows }, None);
+    Ok(())
+}
+
+/// Commits and records it; true when the commit certainly took effect.
+async fn commit(
+    emit: &Emit,
+    consumer: &mut RealConsumer,
+    offsets: Vec<(TopicPartition, Offset)>,
+) -> bool {
+    emit.op(
+        OpKind::Invoke,
+        Value::Commit {
+            offsets: offsets.clone(),
+        },
+        None,
+    );
+    let result = consumer.commit(&offsets).await;
+    let (kind, error) = match &result {
+        Ok(()) => (OpKind::Ok, None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, Some(e.to_string())),
+    };
+    emit.op(kind, Value::Commit { offsets }, error);
+    result.is_ok()
+}
+
+/// A consumed record as the history knows it.
+pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
+    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+    RecordRef {
+        id: text(&r.value)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX),
+        key: text(&r.key),
+        tp: r.tp.clone(),
+        offset: r.offset,
+    }
+}
+
+/// The next offset to read per partition after `records`.
+fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
+    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+    for r in records {
+        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
+        *entry = (*entry).max(r.offset + 1);
+    }
+    next.into_iter().collect()
+}
