@@ -24,7 +24,8 @@
 //!
 //! # What is compared
 //! Per statement: ok with its affected-row count (or its rows, for SELECT), or the error's
-//! SQLSTATE — and, for `23505`, `23502`, `22001`, `22003` and `22P02`, its message text.
+//! SQLSTATE — and, for `23505`, `23502`, `22001`, `22003` and `22P02`, its message text,
+//! and for `23505` and `23502` its DETAIL line (the key / failing row as text).
 //! After the last transaction: the committed table (or its absence), read by a fresh
 //! model view ([`Database::table_rows`]) and by `SELECT` on the real server. Values are
 //! compared as text: the model's [`format_column_value`] against PostgreSQL's output
@@ -36,6 +37,13 @@
 //! - `json` columns are read as `col::jsonb` on the real server: the model stores
 //!   `json` normalized like `jsonb` (documented simplification), so only its jsonb text can
 //!   agree.
+//! - JSON numbers: jsonb keeps a number as `numeric` text (`1e2` → `100`, `1.50` →
+//!   `1.50`); the model keeps serde_json's `f64`/`i64` (`100.0`, `1.5`). A `json` cell whose
+//!   texts differ is accepted only when both parse to the same JSON with numbers compared
+//!   by value ([`known_json_number_text`]); the count of such cells is printed.
+//! - The DETAIL of `23502` ("Failing row contains (…)") shows a `json` value as the client
+//!   wrote it, the model its normalized text: in a table with a `json` column that DETAIL is
+//!   not compared (its message and code still are); the count is printed.
 //!
 //! Runs only with `EOSIM_REAL=1` (needs PostgreSQL 15 from Debian, see
 //! `.ci/install-real-services`). `EOSIM_DIFF_CASES` sets the number of cases (default 64).
@@ -108,12 +116,18 @@ struct Observed {
 /// SQLSTATEs whose message text is compared too.
 const MESSAGE_CODES: [&str; 5] = ["23505", "23502", "22001", "22003", "22P02"];
 
-fn error_outcome(code: &str, message: &str) -> Outcome {
-    let message = if MESSAGE_CODES.contains(&code) {
+/// SQLSTATEs whose DETAIL line is compared too.
+const DETAIL_CODES: [&str; 2] = ["23505", "23502"];
+
+fn error_outcome(code: &str, message: &str, detail: Option<&str>) -> Outcome {
+    let mut message = if MESSAGE_CODES.contains(&code) {
         message.to_string()
     } else {
         String::new()
     };
+    if DETAIL_CODES.contains(&code) {
+        message = format!("{message} / DETAIL: {}", detail.unwrap_or("-"));
+    }
     Outcome::Error {
         code: code.to_string(),
         message,
@@ -173,8 +187,43 @@ fn key_value(ty: ColumnType) -> BoxedStrategy<Value> {
     }
 }
 
-/// A value for a non-key column of type `ty`: mostly fitting, sometimes not.
+/// A value for a non-key column of type `ty`: mostly fitting, sometimes not (each row has
+/// several such columns, so one bad value in six keeps most statements succeeding).
 fn column_value(ty: ColumnType) -> BoxedStrategy<Value> {
+    prop_oneof![5 => fitting_value(ty), 1 => any_value(ty)].boxed()
+}
+
+/// A value that fits a column of type `ty` (assuming NULL is allowed).
+fn fitting_value(ty: ColumnType) -> BoxedStrategy<Value> {
+    match ty {
+        ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt => prop_oneof![
+            (-3i64..100).prop_map(Value::Int),
+            texts(&["7", " -8 ", "-32768"]),
+            Just(Value::Float(2.5)),
+        ]
+        .boxed(),
+        ColumnType::Boolean => prop_oneof![
+            any::<bool>().prop_map(Value::Bool),
+            texts(&["t", "yes", "off", " TRUE "]),
+        ]
+        .boxed(),
+        ColumnType::Real | ColumnType::DoublePrecision => prop_oneof![
+            proptest::sample::select(vec![0.1f64, -2.5, 123456789.0, 1e-7, f64::NAN]).prop_map(Value::Float),
+            texts(&["1.5", "0.1", "-Infinity", "1e-5", "100000", "1000000"]),
+            Just(Value::Int(16_777_217)),
+        ]
+        .boxed(),
+        ColumnType::Date => texts(&["2024-02-29", "1999-12-31", "0001-01-01", "2024-01-31T23:59:59Z"]),
+        ColumnType::TimeTz => texts(&["12:30:00+02", "23:59:59.999999-05:30", "00:00", "24:00:00", "10:00:00+05:45:30"]),
+        ColumnType::TimestampTz => texts(&["2024-01-31 12:30:00+02", "2024-01-31T12:30:00Z", "2024-01-31", "1970-01-01 00:00:00.000001"]),
+        ColumnType::Varchar(_) => texts(&["hello", "it's", "", "ünï", "abc      "]),
+        ColumnType::Text => texts(&["hello", "it's", "back\\slash", "", "ñandú!", "abcdef"]),
+        ColumnType::Json | ColumnType::Jsonb => texts(&[r#"{"b": 1, "a": [true, null]}"#, "[1, 2.5]", r#""s""#, "3", "null"]),
+    }
+}
+
+/// Any value for a column of type `ty`, fitting or not.
+fn any_value(ty: ColumnType) -> BoxedStrategy<Value> {
     let null = Just(Value::Null);
     match ty {
         ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt => prop_oneof![
@@ -439,7 +488,7 @@ fn run_model(case: &Case) -> Observed {
             Execution::Done(Ok(Reply::Rows { columns, rows })) => {
                 Outcome::Rows(model_rows(&case.create, &columns, &rows))
             }
-            Execution::Done(Err(e)) => error_outcome(e.code.code(), &e.message),
+            Execution::Done(Err(e)) => error_outcome(e.code.code(), &e.message, e.detail.as_deref()),
             Execution::Blocked { by } => panic!("a single session blocked on {by}"),
         };
         outcomes.push(outcome);
@@ -656,7 +705,7 @@ async fn real_outcome(client: &Client, create: &CreateTable, st: &Statement) -> 
             _ => Outcome::Affected(affected(&messages)),
         }),
         Err(e) => match e.as_db_error() {
-            Some(db) => Ok(error_outcome(db.code().code(), db.message())),
+            Some(db) => Ok(error_outcome(db.code().code(), db.message(), db.detail())),
             None => Err(format!("{text}: {e}")),
         },
     }
@@ -749,6 +798,87 @@ fn script(case: &Case) -> String {
     out.join("\n")
 }
 
+/// The known JSON-number difference: `model` and `real` are JSON texts equal once numbers
+/// compare by value (and not equal as text).
+fn known_json_number_text(model: &str, real: &str) -> bool {
+    fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+        use serde_json::Value as J;
+        match (a, b) {
+            (J::Number(x), J::Number(y)) => x.as_f64() == y.as_f64(),
+            (J::Array(x), J::Array(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+            }
+            (J::Object(x), J::Object(y)) => {
+                x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+            }
+            _ => a == b,
+        }
+    }
+    match (serde_json::from_str(model), serde_json::from_str(real)) {
+        (Ok(m), Ok(r)) => model != real && same(&m, &r),
+        _ => false,
+    }
+}
+
+/// Drops the DETAIL of `23502` outcomes on both sides when the table has a `json` column
+/// (known difference); returns how many real outcomes it touched.
+fn drop_json_failing_row_details(create: &CreateTable, model: &mut Observed, real: &mut Observed) -> usize {
+    if !create.columns.iter().any(|c| c.ty == ColumnType::Json) {
+        return 0;
+    }
+    let mut hits = 0;
+    for (side, count) in [(model, false), (real, true)] {
+        for o in &mut side.outcomes {
+            if let Outcome::Error { code, message } = o {
+                if code == "23502" {
+                    if let Some(at) = message.find(" / DETAIL: ") {
+                        message.truncate(at);
+                        hits += usize::from(count);
+                    }
+                }
+            }
+        }
+    }
+    hits
+}
+
+/// Replaces the real side's `json` cells that differ from the model's only by the known
+/// JSON-number difference with the model's text; returns how many.
+fn reconcile_known(create: &CreateTable, model: &Observed, real: &mut Observed) -> usize {
+    let json: Vec<bool> = create
+        .columns
+        .iter()
+        .map(|c| c.ty == ColumnType::Json)
+        .collect();
+    let mut hits = 0;
+    let mut fix = |m: &[Vec<Option<String>>], r: &mut Vec<Vec<Option<String>>>| {
+        if m.len() != r.len() {
+            return;
+        }
+        for (mrow, rrow) in m.iter().zip(r.iter_mut()) {
+            for ((i, mcell), rcell) in mrow.iter().enumerate().zip(rrow.iter_mut()) {
+                if let (true, Some(mt), Some(rt)) = (json.get(i) == Some(&true), mcell, &*rcell) {
+                    if known_json_number_text(mt, rt) {
+                        *rcell = Some(mt.clone());
+                        hits += 1;
+                    }
+                }
+            }
+        }
+        // Sorting was by text; re-sort after replacing cells.
+        r.sort();
+    };
+    for (m, r) in model.outcomes.iter().zip(real.outcomes.iter_mut()) {
+        if let (Outcome::Rows(m), Outcome::Rows(r)) = (m, r) {
+            fix(m, r);
+        }
+    }
+    if let (Some(m), Some(r)) = (&model.rows, &mut real.rows) {
+        fix(m, r);
+    }
+    hits
+}
+
 fn cases() -> u32 {
     std::env::var("EOSIM_DIFF_CASES")
         .ok()
@@ -777,13 +907,30 @@ fn postgres_model_agrees_with_real_postgres() {
     };
     let mut runner = TestRunner::new(config);
     let counter = AtomicU32::new(0);
+    let known_json_numbers = AtomicU32::new(0);
+    let known_json_details = AtomicU32::new(0);
+    let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
     let result = timed(&format!("postgres differential, {cases} cases"), || {
         runner.run(&case_strategy(), |case| {
             let n = counter.fetch_add(1, Ordering::Relaxed);
-            let real = rt
+            let mut real = rt
                 .block_on(run_real(&conn, n, &case))
                 .map_err(TestCaseError::fail)?;
-            let model = run_model(&case);
+            let mut model = run_model(&case);
+            let hits = reconcile_known(&case.create, &model, &mut real);
+            let details = drop_json_failing_row_details(&case.create, &mut model, &mut real);
+            known_json_details.fetch_add(details as u32, Ordering::Relaxed);
+            {
+                let mut tally = tally.lock().expect("tally");
+                for o in &real.outcomes {
+                    let kind = match o {
+                        Outcome::Affected(_) | Outcome::Rows(_) => "ok".to_string(),
+                        Outcome::Error { code, .. } => code.clone(),
+                    };
+                    *tally.entry(kind).or_default() += 1;
+                }
+            }
+            known_json_numbers.fetch_add(hits as u32, Ordering::Relaxed);
             prop_assert_eq!(&model, &real, "\n-- script:\n{}\n", script(&case));
             Ok(())
         })
@@ -791,7 +938,15 @@ fn postgres_model_agrees_with_real_postgres() {
     let runs = counter.load(Ordering::Relaxed);
     let _ = std::io::Write::write_all(
         &mut std::io::stderr(),
-        format!("postgres differential: {runs} runs (cases plus shrink steps)\n").as_bytes(),
+        format!(
+            "postgres differential: {runs} runs (cases plus shrink steps); known difference \
+             skipped: {} json cells differing only in number text, {} 23502 details not \
+             compared (json column); statement outcomes: {:?}\n",
+            known_json_numbers.load(Ordering::Relaxed),
+            known_json_details.load(Ordering::Relaxed),
+            tally.lock().expect("tally")
+        )
+        .as_bytes(),
     );
     if let Err(e) = result {
         panic!("the PostgreSQL model and real PostgreSQL differ: {e}");

@@ -35,7 +35,7 @@
 //! Rows get a hidden row number (like `ctid`), in insertion order; `UPDATE` and `DELETE` by
 //! key need a primary key (`0A000` otherwise).
 
-use super::coerce::{assign, fails_at_parse, format_value, key_operand};
+use super::coerce::{assign, fails_at_parse, format_column_value, key_operand};
 use super::error::{PgError, SqlState};
 use super::types::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -477,11 +477,12 @@ impl<'a> Ctx<'a> {
         };
         let shown: Vec<String> = row
             .iter()
-            .map(|v| {
+            .zip(&t.columns)
+            .map(|(v, c)| {
                 if v.is_null() {
                     "null".to_string()
                 } else {
-                    format_value(v)
+                    format_column_value(v, c.ty)
                 }
             })
             .collect();
@@ -503,7 +504,11 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|&i| t.columns[i].name.as_str())
             .collect();
-        let values: Vec<String> = key.iter().map(format_value).collect();
+        let values: Vec<String> = key
+            .iter()
+            .zip(&t.primary_key)
+            .map(|(v, &i)| format_column_value(v, t.columns[i].ty))
+            .collect();
         PgError::new(
             SqlState::UniqueViolation,
             format!(

@@ -1294,3 +1294,22 @@ fn a_zone_offset_beyond_15_hours_is_an_invalid_time_zone_displacement() {
     ));
     assert_eq!(code, "22009");
 }
+
+#[test]
+fn a_not_null_failing_row_prints_a_real_as_an_f32() {
+    let mut db = Database::new(DbConfig::default());
+    let s = db.connect(0);
+    let create = Statement::CreateTable(CreateTable {
+        name: "t".into(),
+        columns: vec![col("id", ColumnType::Integer), col("r", ColumnType::Real)],
+        primary_key: vec!["id".into()],
+        if_not_exists: false,
+    });
+    ok(&mut db, s, create);
+    let e = fails(
+        &mut db,
+        s,
+        insert(vec![vec![Value::Null, Value::Float(0.1)]], OnConflict::None),
+    );
+    assert_eq!(e.detail.as_deref(), Some("Failing row contains (null, 0.1)."));
+}
