@@ -181,6 +181,7 @@ fn key_value(ty: ColumnType) -> BoxedStrategy<Value> {
             3 => texts(&["1", " 2 ", "+3", "x", "99999", "3000000000"]),
             1 => Just(Value::Int(40_000)),
             1 => Just(Value::Int(3_000_000_000)),
+            1 => proptest::sample::select(vec![1.0f64, 2.5]).prop_map(Value::Float),
             1 => Just(Value::Null),
         ]
         .boxed(),
@@ -208,17 +209,40 @@ fn fitting_value(ty: ColumnType) -> BoxedStrategy<Value> {
         ]
         .boxed(),
         ColumnType::Real | ColumnType::DoublePrecision => prop_oneof![
-            proptest::sample::select(vec![0.1f64, -2.5, 123456789.0, 1e-7, f64::NAN]).prop_map(Value::Float),
+            proptest::sample::select(vec![0.1f64, -2.5, 123456789.0, 1e-7, f64::NAN])
+                .prop_map(Value::Float),
             texts(&["1.5", "0.1", "-Infinity", "1e-5", "100000", "1000000"]),
             Just(Value::Int(16_777_217)),
         ]
         .boxed(),
-        ColumnType::Date => texts(&["2024-02-29", "1999-12-31", "0001-01-01", "2024-01-31T23:59:59Z"]),
-        ColumnType::TimeTz => texts(&["12:30:00+02", "23:59:59.999999-05:30", "00:00", "24:00:00", "10:00:00+05:45:30"]),
-        ColumnType::TimestampTz => texts(&["2024-01-31 12:30:00+02", "2024-01-31T12:30:00Z", "2024-01-31", "1970-01-01 00:00:00.000001"]),
+        ColumnType::Date => texts(&[
+            "2024-02-29",
+            "1999-12-31",
+            "0001-01-01",
+            "2024-01-31T23:59:59Z",
+        ]),
+        ColumnType::TimeTz => texts(&[
+            "12:30:00+02",
+            "23:59:59.999999-05:30",
+            "00:00",
+            "24:00:00",
+            "10:00:00+05:45:30",
+        ]),
+        ColumnType::TimestampTz => texts(&[
+            "2024-01-31 12:30:00+02",
+            "2024-01-31T12:30:00Z",
+            "2024-01-31",
+            "1970-01-01 00:00:00.000001",
+        ]),
         ColumnType::Varchar(_) => texts(&["hello", "it's", "", "ünï", "abc      "]),
         ColumnType::Text => texts(&["hello", "it's", "back\\slash", "", "ñandú!", "abcdef"]),
-        ColumnType::Json | ColumnType::Jsonb => texts(&[r#"{"b": 1, "a": [true, null]}"#, "[1, 2.5]", r#""s""#, "3", "null"]),
+        ColumnType::Json | ColumnType::Jsonb => texts(&[
+            r#"{"b": 1, "a": [true, null]}"#,
+            "[1, 2.5]",
+            r#""s""#,
+            "3",
+            "null",
+        ]),
     }
 }
 
@@ -383,8 +407,7 @@ fn insert_strategy(t: &CreateTable) -> BoxedStrategy<Statement> {
             } else {
                 vec![]
             };
-            let row: Vec<BoxedStrategy<Value>> =
-                columns.iter().map(|c| value_for(&t, c)).collect();
+            let row: Vec<BoxedStrategy<Value>> = columns.iter().map(|c| value_for(&t, c)).collect();
             let rows = proptest::collection::vec(row, n_rows);
             (Just(names), rows, Just(on_conflict))
         })
@@ -431,8 +454,15 @@ fn statement_strategy(t: &CreateTable) -> BoxedStrategy<Statement> {
 
 fn case_strategy() -> impl Strategy<Value = Case> {
     create_strategy().prop_flat_map(|create| {
-        let end = prop_oneof![Just(End::Autocommit), Just(End::Commit), Just(End::Rollback)];
-        let txn = (end, proptest::collection::vec(statement_strategy(&create), 1..=6))
+        let end = prop_oneof![
+            Just(End::Autocommit),
+            Just(End::Commit),
+            Just(End::Rollback)
+        ];
+        let txn = (
+            end,
+            proptest::collection::vec(statement_strategy(&create), 1..=6),
+        )
             .prop_map(|(end, statements)| Txn { end, statements });
         (
             Just(create),
@@ -469,11 +499,20 @@ fn sorted(mut rows: Vec<Vec<Option<String>>>) -> Vec<Vec<Option<String>>> {
     rows
 }
 
-fn model_rows(create: &CreateTable, columns: &[String], rows: &[Vec<Value>]) -> Vec<Vec<Option<String>>> {
+fn model_rows(
+    create: &CreateTable,
+    columns: &[String],
+    rows: &[Vec<Value>],
+) -> Vec<Vec<Option<String>>> {
     let types: Vec<ColumnType> = columns.iter().map(|c| column_type_of(create, c)).collect();
     sorted(
         rows.iter()
-            .map(|r| r.iter().zip(&types).map(|(v, &ty)| model_text(v, ty)).collect())
+            .map(|r| {
+                r.iter()
+                    .zip(&types)
+                    .map(|(v, &ty)| model_text(v, ty))
+                    .collect()
+            })
             .collect(),
     )
 }
@@ -488,7 +527,9 @@ fn run_model(case: &Case) -> Observed {
             Execution::Done(Ok(Reply::Rows { columns, rows })) => {
                 Outcome::Rows(model_rows(&case.create, &columns, &rows))
             }
-            Execution::Done(Err(e)) => error_outcome(e.code.code(), &e.message, e.detail.as_deref()),
+            Execution::Done(Err(e)) => {
+                error_outcome(e.code.code(), &e.message, e.detail.as_deref())
+            }
             Execution::Blocked { by } => panic!("a single session blocked on {by}"),
         };
         outcomes.push(outcome);
@@ -697,7 +738,11 @@ fn affected(messages: &[SimpleQueryMessage]) -> u64 {
         .unwrap_or(0)
 }
 
-async fn real_outcome(client: &Client, create: &CreateTable, st: &Statement) -> Result<Outcome, String> {
+async fn real_outcome(
+    client: &Client,
+    create: &CreateTable,
+    st: &Statement,
+) -> Result<Outcome, String> {
     let text = sql(create, st);
     match client.simple_query(&text).await {
         Ok(messages) => Ok(match st {
@@ -822,7 +867,11 @@ fn known_json_number_text(model: &str, real: &str) -> bool {
 
 /// Drops the DETAIL of `23502` outcomes on both sides when the table has a `json` column
 /// (known difference); returns how many real outcomes it touched.
-fn drop_json_failing_row_details(create: &CreateTable, model: &mut Observed, real: &mut Observed) -> usize {
+fn drop_json_failing_row_details(
+    create: &CreateTable,
+    model: &mut Observed,
+    real: &mut Observed,
+) -> usize {
     if !create.columns.iter().any(|c| c.ty == ColumnType::Json) {
         return 0;
     }
@@ -911,29 +960,31 @@ fn postgres_model_agrees_with_real_postgres() {
     let known_json_details = AtomicU32::new(0);
     let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
     let result = timed(&format!("postgres differential, {cases} cases"), || {
-        runner.run(&case_strategy(), |case| {
-            let n = counter.fetch_add(1, Ordering::Relaxed);
-            let mut real = rt
-                .block_on(run_real(&conn, n, &case))
-                .map_err(TestCaseError::fail)?;
-            let mut model = run_model(&case);
-            let hits = reconcile_known(&case.create, &model, &mut real);
-            let details = drop_json_failing_row_details(&case.create, &mut model, &mut real);
-            known_json_details.fetch_add(details as u32, Ordering::Relaxed);
-            {
-                let mut tally = tally.lock().expect("tally");
-                for o in &real.outcomes {
-                    let kind = match o {
-                        Outcome::Affected(_) | Outcome::Rows(_) => "ok".to_string(),
-                        Outcome::Error { code, .. } => code.clone(),
-                    };
-                    *tally.entry(kind).or_default() += 1;
+        runner
+            .run(&case_strategy(), |case| {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let mut real = rt
+                    .block_on(run_real(&conn, n, &case))
+                    .map_err(TestCaseError::fail)?;
+                let mut model = run_model(&case);
+                let hits = reconcile_known(&case.create, &model, &mut real);
+                let details = drop_json_failing_row_details(&case.create, &mut model, &mut real);
+                known_json_details.fetch_add(details as u32, Ordering::Relaxed);
+                {
+                    let mut tally = tally.lock().expect("tally");
+                    for o in &real.outcomes {
+                        let kind = match o {
+                            Outcome::Affected(_) | Outcome::Rows(_) => "ok".to_string(),
+                            Outcome::Error { code, .. } => code.clone(),
+                        };
+                        *tally.entry(kind).or_default() += 1;
+                    }
                 }
-            }
-            known_json_numbers.fetch_add(hits as u32, Ordering::Relaxed);
-            prop_assert_eq!(&model, &real, "\n-- script:\n{}\n", script(&case));
-            Ok(())
-        })
+                known_json_numbers.fetch_add(hits as u32, Ordering::Relaxed);
+                prop_assert_eq!(&model, &real, "\n-- script:\n{}\n", script(&case));
+                Ok(())
+            })
+            .map_err(|e| e.to_string())
     });
     let runs = counter.load(Ordering::Relaxed);
     let _ = std::io::Write::write_all(

@@ -1222,7 +1222,10 @@ fn a_key_text_longer_than_the_varchar_matches_no_row_instead_of_failing() {
     let s = db.connect(0);
     let create = Statement::CreateTable(CreateTable {
         name: "t".into(),
-        columns: vec![col("k", ColumnType::Varchar(Some(2))), col("v", ColumnType::Text)],
+        columns: vec![
+            col("k", ColumnType::Varchar(Some(2))),
+            col("v", ColumnType::Text),
+        ],
         primary_key: vec!["k".into()],
         if_not_exists: false,
     });
@@ -1311,5 +1314,8 @@ fn a_not_null_failing_row_prints_a_real_as_an_f32() {
         s,
         insert(vec![vec![Value::Null, Value::Float(0.1)]], OnConflict::None),
     );
-    assert_eq!(e.detail.as_deref(), Some("Failing row contains (null, 0.1)."));
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("Failing row contains (null, 0.1).")
+    );
 }
