@@ -10,7 +10,8 @@
 //! created in autocommit or inside the first transaction; then 1–3 transactions (explicit
 //! `BEGIN … COMMIT`, `BEGIN … ROLLBACK`, or autocommit) of 1–6 statements: multi-row
 //! INSERTs (plain, `ON CONFLICT DO NOTHING` with and without a target, `ON CONFLICT (pk) DO
-//! UPDATE SET c = EXCLUDED.c`), UPDATE and DELETE by key, TRUNCATE and SELECT. Keys come
+//! UPDATE SET c = EXCLUDED.c`), UPDATE and DELETE by key, TRUNCATE, SELECT, and the same
+//! CREATE TABLE again (with or without `IF NOT EXISTS`). Keys come
 //! from a small domain so duplicates (also inside one statement) are common; values
 //! sometimes do not fit (bad text, out of range, too long, NULL into NOT NULL, no
 //! assignment cast).
@@ -442,12 +443,18 @@ fn update_strategy(t: &CreateTable) -> BoxedStrategy<Statement> {
 }
 
 fn statement_strategy(t: &CreateTable) -> BoxedStrategy<Statement> {
+    // The same CREATE TABLE again: 42P07, or a no-op with IF NOT EXISTS.
+    let again = t.clone();
     prop_oneof![
         6 => insert_strategy(t),
         2 => update_strategy(t),
         2 => where_strategy(t).prop_map(|where_pk| Statement::Delete { table: TABLE.into(), where_pk }),
         1 => Just(Statement::Truncate { table: TABLE.into() }),
         1 => Just(Statement::Select { table: TABLE.into() }),
+        1 => any::<bool>().prop_map(move |if_not_exists| Statement::CreateTable(CreateTable {
+            if_not_exists,
+            ..again.clone()
+        })),
     ]
     .boxed()
 }
@@ -641,7 +648,16 @@ fn sql(create: &CreateTable, st: &Statement) -> String {
                 let pk: Vec<String> = c.primary_key.iter().map(|k| ident(k)).collect();
                 parts.push(format!("PRIMARY KEY ({})", pk.join(", ")));
             }
-            format!("CREATE TABLE {} ({})", ident(&c.name), parts.join(", "))
+            let ine = if c.if_not_exists {
+                "IF NOT EXISTS "
+            } else {
+                ""
+            };
+            format!(
+                "CREATE TABLE {ine}{} ({})",
+                ident(&c.name),
+                parts.join(", ")
+            )
         }
         Statement::Insert(i) => {
             let mut out = format!("INSERT INTO {}", ident(&i.table));
