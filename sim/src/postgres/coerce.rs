@@ -55,6 +55,52 @@ pub fn assign(value: &Value, column: &Column) -> Result<Value, PgError> {
     fit_length(out, ty)
 }
 
+/// Whether PostgreSQL raises `assign`'s error `e` for `value` at parse analysis, before
+/// planning: an untyped literal goes through the column type's input function there
+/// (`coerce_type` on an `unknown` constant), and a missing assignment cast (`42804`) is
+/// found there. Everything else — a typed value's cast (`int8` → `int4` range, `float8` →
+/// integer rounding) and the `varchar(n)` length coercion, also of a literal — is a function
+/// call on a constant that the planner folds (`eval_const_expressions`), so it fails later.
+/// So a statement's parse-time errors, over all its rows, come before any plan-time one:
+/// `VALUES (1::int8 /* into int2: 40000 */), ('x' /* into int */)` fails on `'x'` (`22P02`).
+pub fn fails_at_parse(value: &Value, e: &PgError) -> bool {
+    e.code == SqlState::DatatypeMismatch
+        || (matches!(value, Value::Text(_)) && e.code != SqlState::StringDataRightTruncation)
+}
+
+/// A `WHERE key_column = value` comparison's right side in the key column's type, or
+/// `Ok(None)` when no value of the column can equal it. An untyped literal goes through the
+/// column's input function (its errors are the statement's), but without the `varchar(n)`
+/// length coercion: the comparison is `text = text`, so a longer text equals nothing. A
+/// typed number compares across types (`int2 = int8`, `int4 = float8`) without a cast to the
+/// column's type: one out of the column's range, a fraction or NaN equals nothing.
+///
+/// # Errors
+/// As [`assign`] for an untyped literal; [`assign`]'s for other values and column types.
+pub fn key_operand(value: &Value, column: &Column) -> Result<Option<Value>, PgError> {
+    let ty = column.ty;
+    let integral = matches!(
+        ty,
+        ColumnType::SmallInt | ColumnType::Integer | ColumnType::BigInt
+    );
+    match value {
+        Value::Null => Ok(None),
+        Value::Text(s) if matches!(ty, ColumnType::Varchar(_)) => {
+            Ok(Some(Value::Text(no_nul(s)?.to_string())))
+        }
+        Value::Int(i) if integral => {
+            let (lo, hi) = int_range(ty);
+            Ok((lo..=hi).contains(i).then_some(Value::Int(*i)))
+        }
+        Value::Float(f) if integral => {
+            let (lo, hi) = int_range(ty);
+            let fits = f.fract() == 0.0 && *f >= lo as f64 && *f < hi as f64 + 1.0;
+            Ok(fits.then_some(Value::Int(*f as i64)))
+        }
+        _ => assign(value, column).map(Some),
+    }
+}
+
 fn mismatch(column: &Column, value: &Value) -> PgError {
     PgError::new(
         SqlState::DatatypeMismatch,
@@ -266,6 +312,10 @@ fn dt_error(e: DateTimeError, ty: ColumnType, text: &str) -> PgError {
             SqlState::DatetimeFieldOverflow,
             format!("date/time field value out of range: \"{text}\""),
         ),
+        DateTimeError::ZoneOverflow => PgError::new(
+            SqlState::InvalidTimeZoneDisplacementValue,
+            format!("time zone displacement out of range: \"{text}\""),
+        ),
         DateTimeError::OutOfRange => {
             let what = if ty == ColumnType::Date {
                 "date"
@@ -359,6 +409,23 @@ pub fn format_float(f: f64) -> String {
     format!("{f}")
 }
 
+/// `float4out` (PostgreSQL 12+): the shortest text that reads back as the same `f32`, in
+/// exponent form when the decimal exponent is below -4 or at least 6 (`FLT_DIG`).
+pub fn format_real(f: f64) -> String {
+    let f = f as f32;
+    if f.is_nan() || f.is_infinite() {
+        return format_float(f64::from(f));
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+    if f != 0.0 && !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    format!("{f}")
+}
+
 /// `jsonb`'s output text: `{"a": 1, "bb": [1, 2]}`, object keys shortest first, then
 /// bytewise (jsonb's key order).
 pub fn format_json(j: &serde_json::Value) -> String {
@@ -378,6 +445,16 @@ pub fn format_json(j: &serde_json::Value) -> String {
             format!("{{{}}}", items.join(", "))
         }
         other => other.to_string(),
+    }
+}
+
+/// A stored value's text as PostgreSQL prints it for a column of type `ty`: as
+/// [`format_value`], except that a `real` prints as an `f32` ([`format_real`]), not as the
+/// `f64` it is held in.
+pub fn format_column_value(v: &Value, ty: ColumnType) -> String {
+    match (v, ty) {
+        (Value::Float(f), ColumnType::Real) => format_real(*f),
+        _ => format_value(v),
     }
 }
 

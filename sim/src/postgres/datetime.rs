@@ -20,6 +20,9 @@ pub enum DateTimeError {
     FieldOverflow,
     /// `22008`: the value is outside the type's range.
     OutOfRange,
+    /// `22009`: a zone offset beyond ±15:59:59 (hours above 15, minutes or seconds above
+    /// 59; PostgreSQL's `DTERR_TZDISP_OVERFLOW`).
+    ZoneOverflow,
 }
 
 const MICROS_PER_DAY: i64 = 86_400_000_000;
@@ -189,7 +192,7 @@ fn zone_part(c: &mut Cursor) -> Result<Option<i32>, DateTimeError> {
         }
     }
     if h > 15 || m > 59 || s > 59 {
-        return Err(DateTimeError::FieldOverflow);
+        return Err(DateTimeError::ZoneOverflow);
     }
     Ok(Some(sign * (h * 3600 + m * 60 + s) as i32))
 }

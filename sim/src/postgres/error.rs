@@ -27,6 +27,8 @@ pub enum SqlState {
     InvalidDatetimeFormat,
     /// `22008` datetime_field_overflow.
     DatetimeFieldOverflow,
+    /// `22009` invalid_time_zone_displacement_value: a zone offset beyond ±15:59:59.
+    InvalidTimeZoneDisplacementValue,
     /// `22021` character_not_in_repertoire: a NUL byte in text.
     CharacterNotInRepertoire,
     /// `22023` invalid_parameter_value.
@@ -77,6 +79,7 @@ impl SqlState {
             Self::NumericValueOutOfRange => "22003",
             Self::InvalidDatetimeFormat => "22007",
             Self::DatetimeFieldOverflow => "22008",
+            Self::InvalidTimeZoneDisplacementValue => "22009",
             Self::CharacterNotInRepertoire => "22021",
             Self::InvalidParameterValue => "22023",
             Self::InvalidTextRepresentation => "22P02",

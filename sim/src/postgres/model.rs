@@ -35,7 +35,7 @@
 //! Rows get a hidden row number (like `ctid`), in insertion order; `UPDATE` and `DELETE` by
 //! key need a primary key (`0A000` otherwise).
 
-use super::coerce::{assign, format_value};
+use super::coerce::{assign, fails_at_parse, format_column_value, key_operand};
 use super::error::{PgError, SqlState};
 use super::types::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -477,11 +477,12 @@ impl<'a> Ctx<'a> {
         };
         let shown: Vec<String> = row
             .iter()
-            .map(|v| {
+            .zip(&t.columns)
+            .map(|(v, c)| {
                 if v.is_null() {
                     "null".to_string()
                 } else {
-                    format_value(v)
+                    format_column_value(v, c.ty)
                 }
             })
             .collect();
@@ -503,7 +504,11 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|&i| t.columns[i].name.as_str())
             .collect();
-        let values: Vec<String> = key.iter().map(format_value).collect();
+        let values: Vec<String> = key
+            .iter()
+            .zip(&t.primary_key)
+            .map(|(v, &i)| format_column_value(v, t.columns[i].ty))
+            .collect();
         PgError::new(
             SqlState::UniqueViolation,
             format!(
@@ -518,8 +523,9 @@ impl<'a> Ctx<'a> {
         ))
     }
 
-    /// The key `where_pk` names, coerced to the key columns' types.
-    fn where_key(&self, verb: &str, where_pk: &[Value]) -> Result<Key, PgError> {
+    /// The key `where_pk` names, in the key columns' types; `None` when no row's key can
+    /// equal it (see [`key_operand`]: `WHERE k = v` compares, it does not assign).
+    fn where_key(&self, verb: &str, where_pk: &[Value]) -> Result<Option<Key>, PgError> {
         let t = self.table;
         if t.primary_key.is_empty() {
             return Err(PgError::new(
@@ -540,11 +546,13 @@ impl<'a> Ctx<'a> {
                 ),
             ));
         }
-        t.primary_key
+        let parts = t
+            .primary_key
             .iter()
             .zip(where_pk)
-            .map(|(&i, v)| assign(v, &t.columns[i]))
-            .collect()
+            .map(|(&i, v)| key_operand(v, &t.columns[i]))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(parts.into_iter().collect())
     }
 }
 
@@ -852,8 +860,10 @@ fn arbiter(t: &Table, on_conflict: &OnConflict) -> Result<Vec<usize>, PgError> {
     }
 }
 
-/// A proposed row: every column, coerced, NULL where not given.
-fn proposed_row(ctx: &Ctx, targets: &[usize], values: &[Value]) -> Result<Row, PgError> {
+/// The parse-analysis errors of an INSERT row: a row of the wrong length, an untyped
+/// literal a column's input function rejects, a value with no assignment cast
+/// ([`fails_at_parse`]).
+fn check_parse(t: &Table, targets: &[usize], values: &[Value]) -> Result<(), PgError> {
     if values.len() != targets.len() {
         let more = if values.len() > targets.len() {
             "expressions"
@@ -868,12 +878,22 @@ fn proposed_row(ctx: &Ctx, targets: &[usize], values: &[Value]) -> Result<Row, P
         let msg = format!("INSERT has more {more} than {fewer}");
         return Err(PgError::new(SqlState::SyntaxError, msg));
     }
-    let columns = &ctx.table.columns;
-    let mut row = vec![Value::Null; columns.len()];
     for (&i, v) in targets.iter().zip(values) {
-        row[i] = assign(v, &columns[i])?;
+        match assign(v, &t.columns[i]) {
+            Err(e) if fails_at_parse(v, &e) => return Err(e),
+            _ => {}
+        }
     }
-    ctx.check_not_null(&row)?;
+    Ok(())
+}
+
+/// A proposed row: every column, coerced, NULL where not given (NOT NULL is checked when
+/// the row is inserted).
+fn coerced_row(t: &Table, targets: &[usize], values: &[Value]) -> Result<Row, PgError> {
+    let mut row = vec![Value::Null; t.columns.len()];
+    for (&i, v) in targets.iter().zip(values) {
+        row[i] = assign(v, &t.columns[i])?;
+    }
     Ok(row)
 }
 
@@ -885,8 +905,18 @@ fn insert(ctx: &Ctx, ins: &Insert) -> Result<(Reply, Pending), Stop> {
     let mut p = ctx.pending();
     let mut touched: BTreeSet<Key> = BTreeSet::new();
     let mut affected = 0;
+    // Parse analysis coerces every row before planning folds the casts and before any row
+    // is inserted: its errors come first, in row and column order.
     for values in &ins.rows {
-        let row = proposed_row(ctx, &targets, values)?;
+        check_parse(t, &targets, values)?;
+    }
+    let rows = ins
+        .rows
+        .iter()
+        .map(|values| coerced_row(t, &targets, values))
+        .collect::<Result<Vec<_>, _>>()?;
+    for row in rows {
+        ctx.check_not_null(&row)?;
         let key = if t.primary_key.is_empty() {
             p.row_numbers_used += 1;
             vec![Value::Int(ctx.db.next_row_number + p.row_numbers_used - 1)]
@@ -939,20 +969,30 @@ fn update(
     where_pk: &[Value],
 ) -> Result<(Reply, Pending), Stop> {
     let t = ctx.table;
+    // Parse analysis: the WHERE clause, then the SET list (its untyped literals and
+    // missing casts); then planning folds the SET list's casts ([`fails_at_parse`]).
     let key = ctx.where_key("UPDATE", where_pk)?;
-    let mut assignments: Vec<(usize, Value)> = Vec::with_capacity(set.len());
+    let mut columns: Vec<usize> = Vec::with_capacity(set.len());
     for (name, value) in set {
         let i = t.column_index(name)?;
-        if assignments.iter().any(|(j, _)| *j == i) {
+        if columns.contains(&i) {
             let msg = format!("multiple assignments to same column \"{name}\"");
             return Err(PgError::new(SqlState::SyntaxError, msg).into());
         }
+        match assign(value, &t.columns[i]) {
+            Err(e) if fails_at_parse(value, &e) => return Err(e.into()),
+            _ => columns.push(i),
+        }
+    }
+    let mut assignments: Vec<(usize, Value)> = Vec::with_capacity(set.len());
+    for (&i, (_, value)) in columns.iter().zip(set) {
         assignments.push((i, assign(value, &t.columns[i])?));
     }
     let mut p = ctx.pending();
-    let Some(old) = ctx.get(&p, &key).cloned() else {
+    let Some(old) = key.and_then(|key| ctx.get(&p, &key).cloned().map(|row| (key, row))) else {
         return Ok((Reply::Affected(0), p));
     };
+    let (key, old) = old;
     ctx.lock(&mut p, &key)?;
     let mut new = old;
     for (i, v) in assignments {
@@ -973,8 +1013,10 @@ fn update(
 
 /// `DELETE FROM table WHERE pk = ...` (sql-delete.html).
 fn delete(ctx: &Ctx, where_pk: &[Value]) -> Result<(Reply, Pending), Stop> {
-    let key = ctx.where_key("DELETE", where_pk)?;
     let mut p = ctx.pending();
+    let Some(key) = ctx.where_key("DELETE", where_pk)? else {
+        return Ok((Reply::Affected(0), p));
+    };
     if ctx.get(&p, &key).is_none() {
         return Ok((Reply::Affected(0), p));
     }

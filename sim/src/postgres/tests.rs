@@ -1130,3 +1130,192 @@ proptest! {
         }
     }
 }
+
+// ---- Found by the differential test against real PostgreSQL (harness/tests/real_postgres_diff.rs)
+
+#[test]
+fn a_missing_cast_in_a_later_row_fails_before_an_out_of_range_cast_in_an_earlier_one() {
+    // Parse analysis (42804, bad literals) runs over every row before the planner folds
+    // the int8 -> int4 cast (22003).
+    let (mut db, s) = db_with_t();
+    let st = insert(
+        vec![
+            vec![Value::Int(2_147_483_648), t(), Value::Null],
+            vec![Value::Bool(true), t(), Value::Null],
+        ],
+        OnConflict::None,
+    );
+    assert_eq!(fails(&mut db, s, st).code.code(), "42804");
+}
+
+#[test]
+fn a_bad_literal_in_a_later_row_fails_before_a_duplicate_key_in_an_earlier_one() {
+    let (mut db, s) = db_with_t();
+    ok(&mut db, s, insert(vec![row(1, "a")], OnConflict::None));
+    let st = insert(
+        vec![row(1, "b"), vec![Value::text("x"), t(), Value::Null]],
+        OnConflict::None,
+    );
+    let e = fails(&mut db, s, st);
+    assert_eq!(e.code.code(), "22P02");
+    assert_eq!(e.message, "invalid input syntax for type integer: \"x\"");
+}
+
+#[test]
+fn a_too_long_literal_is_a_plan_time_error_after_a_bad_literal_in_a_later_row() {
+    let (mut db, s) = db_with_t();
+    let st = insert(
+        vec![
+            vec![Value::Int(1), t(), Value::text("eleven chars")],
+            vec![Value::text("x"), t(), Value::Null],
+        ],
+        OnConflict::None,
+    );
+    assert_eq!(fails(&mut db, s, st).code.code(), "22P02");
+}
+
+#[test]
+fn a_null_in_a_later_row_fails_after_a_duplicate_key_in_an_earlier_one() {
+    let (mut db, s) = db_with_t();
+    ok(&mut db, s, insert(vec![row(1, "a")], OnConflict::None));
+    let st = insert(
+        vec![row(1, "b"), vec![Value::Int(2), Value::Null, Value::Null]],
+        OnConflict::None,
+    );
+    assert_eq!(fails(&mut db, s, st).code.code(), "23505");
+}
+
+#[test]
+fn a_key_out_of_the_columns_range_matches_no_row_instead_of_failing() {
+    // `WHERE id = 3000000000::int8` on an integer key compares int4 = int8: no error.
+    let mut db = Database::new(DbConfig::default());
+    let s = db.connect(0);
+    let create = Statement::CreateTable(CreateTable {
+        name: "t".into(),
+        columns: vec![col("id", ColumnType::SmallInt), col("v", ColumnType::Text)],
+        primary_key: vec!["id".into()],
+        if_not_exists: false,
+    });
+    ok(&mut db, s, create);
+    let delete = Statement::Delete {
+        table: "t".into(),
+        where_pk: vec![Value::Int(40_000)],
+    };
+    assert_eq!(ok(&mut db, s, delete), Reply::Affected(0));
+    let update = Statement::Update {
+        table: "t".into(),
+        set: vec![("v".into(), t())],
+        where_pk: vec![Value::Float(1.5)],
+    };
+    assert_eq!(ok(&mut db, s, update), Reply::Affected(0));
+    // An untyped literal still goes through the column's input function.
+    let delete = Statement::Delete {
+        table: "t".into(),
+        where_pk: vec![Value::text("40000")],
+    };
+    assert_eq!(fails(&mut db, s, delete).code.code(), "22003");
+}
+
+#[test]
+fn a_key_text_longer_than_the_varchar_matches_no_row_instead_of_failing() {
+    let mut db = Database::new(DbConfig::default());
+    let s = db.connect(0);
+    let create = Statement::CreateTable(CreateTable {
+        name: "t".into(),
+        columns: vec![
+            col("k", ColumnType::Varchar(Some(2))),
+            col("v", ColumnType::Text),
+        ],
+        primary_key: vec!["k".into()],
+        if_not_exists: false,
+    });
+    ok(&mut db, s, create);
+    ok(
+        &mut db,
+        s,
+        Statement::Insert(Insert {
+            table: "t".into(),
+            columns: vec![],
+            rows: vec![vec![Value::text("ab   "), t()]],
+            on_conflict: OnConflict::None,
+        }),
+    );
+    // Stored as "ab" (excess blanks cut); `k = 'ab   '` compares text and matches nothing.
+    let delete = Statement::Delete {
+        table: "t".into(),
+        where_pk: vec![Value::text("ab   ")],
+    };
+    assert_eq!(ok(&mut db, s, delete), Reply::Affected(0));
+    let delete = Statement::Delete {
+        table: "t".into(),
+        where_pk: vec![Value::text("ab")],
+    };
+    assert_eq!(ok(&mut db, s, delete), Reply::Affected(1));
+}
+
+#[test]
+fn an_update_fails_on_a_bad_literal_before_a_cast_out_of_range() {
+    let (mut db, s) = db_with_t();
+    let update = Statement::Update {
+        table: "t".into(),
+        set: vec![
+            ("note".into(), Value::text("eleven chars")),
+            ("id".into(), Value::text("x")),
+        ],
+        where_pk: vec![Value::Int(1)],
+    };
+    assert_eq!(fails(&mut db, s, update).code.code(), "22P02");
+    let update = Statement::Update {
+        table: "t".into(),
+        set: vec![
+            ("id".into(), Value::Int(3_000_000_000)),
+            ("name".into(), Value::Bool(true)),
+        ],
+        where_pk: vec![Value::Int(1)],
+    };
+    assert_eq!(fails(&mut db, s, update).code.code(), "22003");
+}
+
+#[test]
+fn a_real_prints_as_an_f32() {
+    use super::coerce::format_column_value;
+    let v = assign_to(Value::Float(0.1), ColumnType::Real).unwrap();
+    assert_eq!(format_column_value(&v, ColumnType::Real), "0.1");
+    assert_eq!(format_value(&v), "0.10000000149011612");
+    let big = assign_to(Value::text("1234567"), ColumnType::Real).unwrap();
+    assert_eq!(format_column_value(&big, ColumnType::Real), "1.234567e+06");
+}
+
+#[test]
+fn a_zone_offset_beyond_15_hours_is_an_invalid_time_zone_displacement() {
+    let (code, msg) = err_of(assign_to(Value::text("12:30:00+16"), ColumnType::TimeTz));
+    assert_eq!(code, "22009");
+    assert_eq!(msg, "time zone displacement out of range: \"12:30:00+16\"");
+    let (code, _) = err_of(assign_to(
+        Value::text("2024-01-01 00:00:00+05:60"),
+        ColumnType::TimestampTz,
+    ));
+    assert_eq!(code, "22009");
+}
+
+#[test]
+fn a_not_null_failing_row_prints_a_real_as_an_f32() {
+    let mut db = Database::new(DbConfig::default());
+    let s = db.connect(0);
+    let create = Statement::CreateTable(CreateTable {
+        name: "t".into(),
+        columns: vec![col("id", ColumnType::Integer), col("r", ColumnType::Real)],
+        primary_key: vec!["id".into()],
+        if_not_exists: false,
+    });
+    ok(&mut db, s, create);
+    let e = fails(
+        &mut db,
+        s,
+        insert(vec![vec![Value::Null, Value::Float(0.1)]], OnConflict::None),
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("Failing row contains (null, 0.1).")
+    );
+}
