@@ -305,8 +305,11 @@ mod tests {
             anomalies.insert(
                 Anomaly::LostWrite,
                 vec![Case {
+                    ids: vec![1],
+                    tp: None,
+                    offsets: Vec::new(),
                     ops: vec![3],
-                    detail: "x".into(),
+                    text: "x".into(),
                 }],
             );
             forbidden.push(Anomaly::LostWrite);
@@ -323,6 +326,8 @@ mod tests {
                 validity,
                 anomalies,
                 forbidden,
+                counts: BTreeMap::new(),
+                error: None,
             },
             hash: String::new(),
             faults: faults_before + 1,
@@ -382,10 +387,7 @@ mod tests {
             counterexample.replay,
             "cargo xtask sim --scenario scenarios/x.toml --seed 2"
         );
-        assert_eq!(
-            counterexample.history_path,
-            Path::new("r/x/2/history.jsonl")
-        );
+        assert_eq!(counterexample.history_path, "r/x/2/history.jsonl");
         assert_eq!(result.anomalies.get("lost-write"), Some(&1));
     }
 

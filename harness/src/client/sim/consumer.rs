@@ -37,7 +37,9 @@
 //! one after the other).
 
 use super::conn::{needs_metadata_refresh, Connection};
-use crate::client::{AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig};
+use crate::client::{
+    AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
+};
 use async_trait::async_trait;
 use eosim_sim::kafka::{
     AbortedTxn, BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec,
@@ -467,6 +469,42 @@ impl Consumer for SimConsumer {
         self.assignment.clone()
     }
 
+    fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        let m = self.group.membership();
+        (m.stable && !m.member_id.is_empty()).then(|| ConsumerGroupMetadata {
+            group_id: self.group.config.group_id.clone(),
+            generation: m.generation,
+            member_id: m.member_id.clone(),
+        })
+    }
+
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        if !self.assignment.contains(tp) {
+            return Err(ClientError::Fatal(format!("seek: {tp} is not assigned")));
+        }
+        self.needs_committed.remove(tp);
+        self.needs_reset.remove(tp);
+        self.buffer.retain(|r| &r.tp != tp);
+        self.positions.insert(tp.clone(), offset);
+        Ok(())
+    }
+
+    async fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        let request = Request::OffsetFetch {
+            group_id: self.group.config.group_id.clone(),
+            partitions: partitions.to_vec(),
+        };
+        let deadline = Deadline::after(Duration::from_millis(DEFAULT_API_TIMEOUT_MS));
+        match self.group.coordinator_request(request, &deadline).await? {
+            Response::OffsetFetch { offsets } => Ok(offsets),
+            Response::Error(e) => Err(ClientError::Kafka(e)),
+            other => Err(unexpected("OffsetFetch", &other)),
+        }
+    }
+
     async fn close(&mut self) {
         self.abort_tasks();
         self.revoke_all();
@@ -501,7 +539,7 @@ impl Drop for SimConsumer {
 /// Drops the transactional records of aborted transactions: a record whose producer id
 /// has an aborted entry with `first_offset ≤ offset` (see the module docs for where this
 /// approximates Java's `CompletedFetch`).
-fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
+pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
     records
         .into_iter()
         .filter(|r| {
