@@ -62,6 +62,10 @@ pub enum Pipeline {
     /// Producers write ids into a topic; a consumer group copies them into an in-memory
     /// sink, committing offsets before or after the write (`workload.commit`).
     KafkaConsume,
+    /// Producers write ids into the input topic (`[topic]`); copier processes (the
+    /// `consumers`) read it with read_committed and copy each record into the output topic
+    /// inside a transaction together with their input offsets (`[copy]`).
+    TransactionalCopy,
 }
 
 impl Pipeline {
@@ -69,6 +73,43 @@ impl Pipeline {
     pub fn name(self) -> &'static str {
         match self {
             Pipeline::KafkaConsume => "kafka-consume",
+            Pipeline::TransactionalCopy => "transactional-copy",
+        }
+    }
+}
+
+/// `[copy]`: the transactional consume-transform-produce copy (pipeline
+/// `transactional-copy`).
+///
+/// ## Default values
+/// `output_topic = "output"`, `records_per_transaction_max = 10`,
+/// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
+/// `abort_transactions = []`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CopySpec {
+    /// Output topic; same partition count and replication as `[topic]`.
+    pub output_topic: String,
+    /// Records copied per transaction at most (the copiers' `max.poll.records`).
+    pub records_per_transaction_max: usize,
+    /// The copiers' `transaction.timeout.ms`.
+    pub transaction_timeout_ms: u64,
+    /// After an abort, seek back to the group's committed offsets (the right behaviour);
+    /// `false` is the F9 bug switch: the consumer goes on past the aborted input.
+    pub rewind_on_abort: bool,
+    /// Transactions each copier aborts on purpose (an injected produce error), by their
+    /// 0-based number within the copier process.
+    pub abort_transactions: Vec<u64>,
+}
+
+impl Default for CopySpec {
+    fn default() -> Self {
+        Self {
+            output_topic: "output".into(),
+            records_per_transaction_max: 10,
+            transaction_timeout_ms: 10_000,
+            rewind_on_abort: true,
+            abort_transactions: Vec::new(),
         }
     }
 }
@@ -430,6 +471,9 @@ pub struct Scenario {
     /// Heal and drain.
     #[serde(default)]
     pub drain: DrainSpec,
+    /// The transactional copy (pipeline `transactional-copy` only).
+    #[serde(default)]
+    pub copy: CopySpec,
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,

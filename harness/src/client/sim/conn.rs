@@ -48,7 +48,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Response, ClientError> {
         let what = format!("{} to broker-{broker}", request_name(&request));
-        eosim_sim::net::call(&self.endpoint, broker_addr(broker), request, timeout)
+        eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
             .await
             .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
     }
