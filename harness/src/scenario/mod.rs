@@ -665,24 +665,35 @@ impl Scenario {
             }
             Fault::KillLeader {
                 topic, partition, ..
-            } => {
-                ensure(
-                    *topic == self.topic.name,
-                    &format!("{key}.topic"),
-                    format!("expected the scenario's topic \"{}\"", self.topic.name),
-                )?;
-                return ensure(
-                    *partition < self.topic.partitions,
-                    &format!("{key}.partition"),
-                    format!("expected 0..{}, found {partition}", self.topic.partitions),
-                );
-            }
+            } => return self.check_kill_leader(key, topic, *partition),
             Fault::Heal => Vec::new(),
         };
         for (field, node) in nodes {
             self.check_node(&format!("{key}.{field}"), node)?;
         }
         Ok(())
+    }
+
+    /// `kill-leader` names a partition of the scenario's topics (`[topic]`, and
+    /// `copy.output_topic` for `transactional-copy`) or of the internal topics
+    /// `__consumer_offsets` / `__transaction_state` (50 partitions each): killing the leader
+    /// of the latter moves a group or transaction coordinator.
+    fn check_kill_leader(&self, key: &str, topic: &str, partition: u32) -> Result<(), (String, String)> {
+        let mut topics = vec![(self.topic.name.as_str(), self.topic.partitions)];
+        if self.pipeline == Pipeline::TransactionalCopy {
+            topics.push((self.copy.output_topic.as_str(), self.topic.partitions));
+        }
+        topics.push(("__consumer_offsets", 50));
+        topics.push(("__transaction_state", 50));
+        let Some(&(_, partitions)) = topics.iter().find(|(name, _)| *name == topic) else {
+            let names: Vec<String> = topics.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+            return Err((format!("{key}.topic"), format!("expected one of {}", names.join(", "))));
+        };
+        ensure(
+            partition < partitions,
+            &format!("{key}.partition"),
+            format!("expected 0..{partitions}, found {partition}"),
+        )
     }
 
     /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a
