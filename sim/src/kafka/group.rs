@@ -111,6 +111,10 @@ struct Group {
     /// The leader's assignment of the current generation (Stable only).
     assignments: BTreeMap<String, Vec<TopicPartition>>,
     offsets: BTreeMap<TopicPartition, CommittedOffset>,
+    /// KIP-447: offsets committed inside transactions, by producer id, invisible until the
+    /// COMMIT marker reaches the group's `__consumer_offsets` partition
+    /// (`pendingTransactionalOffsets`).
+    pending_txn_offsets: BTreeMap<i64, BTreeMap<TopicPartition, Offset>>,
 }
 
 /// A parked request: still waiting, or answered and waiting to be collected.
@@ -201,6 +205,7 @@ pub struct GroupCoordinator {
 
 mod rebalance;
 mod requests;
+mod txn;
 
 impl GroupCoordinator {
     /// No groups yet.

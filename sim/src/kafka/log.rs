@@ -6,6 +6,7 @@
 //! share their records through an `Arc`, so a follower copying a suffix of its leader's log
 //! clones pointers, not records.
 
+use super::producer_state::ProducerState;
 use super::types::*;
 use std::sync::Arc;
 
@@ -60,6 +61,9 @@ pub struct PartitionLog {
     high_watermark: Offset,
     /// `(epoch, start offset)`, epochs strictly increasing, start offsets non-decreasing.
     epochs: Vec<(i32, Offset)>,
+    /// Producer ids, open transactions and the aborted index (B.2, C.6), kept in step with
+    /// `batches` by every append and truncation.
+    producers: ProducerState,
 }
 
 impl PartitionLog {
@@ -83,12 +87,25 @@ impl PartitionLog {
         self.high_watermark
     }
 
-    /// LSO. Without transactions it equals the HW; the transactions module lowers it to the
-    /// first offset of the earliest open transaction (`ProducerStateManager.firstUnstableOffset`).
+    /// LSO (C.6): `min(HW, first offset of the earliest transaction that is open or whose
+    /// marker is not yet below the HW)` (`ProducerStateManager.firstUnstableOffset`).
     pub fn last_stable_offset(&self) -> Offset {
-        let lso = self.high_watermark;
+        let lso = self
+            .producers
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |f| f.min(self.high_watermark));
         assert!(lso <= self.high_watermark, "LSO <= HW");
         lso
+    }
+
+    /// This replica's producer state.
+    pub fn producer_state(&self) -> &ProducerState {
+        &self.producers
+    }
+
+    /// This replica's producer state, for expiry and the F10 switch.
+    pub fn producer_state_mut(&mut self) -> &mut ProducerState {
+        &mut self.producers
     }
 
     /// The batches in offset order.
@@ -188,6 +205,7 @@ impl PartitionLog {
             _ => self.epochs.push((batch.leader_epoch, batch.base_offset)),
         }
         self.log_end_offset = batch.last_offset + 1;
+        self.producers.apply(&batch, self.high_watermark);
         self.batches.push(batch);
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
     }
@@ -197,6 +215,7 @@ impl PartitionLog {
         assert!(hw <= self.log_end_offset, "HW <= LEO");
         if hw > self.high_watermark {
             self.high_watermark = hw;
+            self.producers.on_high_watermark(hw);
         }
     }
 
@@ -204,6 +223,7 @@ impl PartitionLog {
     /// truncation or with a new leader that knows less (A.4).
     pub fn set_follower_high_watermark(&mut self, leader_hw: Offset) {
         self.high_watermark = leader_hw.min(self.log_end_offset);
+        self.producers.on_high_watermark(self.high_watermark);
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
     }
 
@@ -225,9 +245,11 @@ impl PartitionLog {
 
     /// Removes every batch at or after `offset` (a batch straddling `offset` goes whole, as
     /// `LogSegment.truncateTo` does), and the epoch-cache entries starting at or after the
-    /// new end (`truncateFromEnd`). The HW follows the LEO down.
+    /// new end (`truncateFromEnd`). The HW follows the LEO down and the producer state is
+    /// rebuilt from what is left (`truncateAndReload`, B.5).
     pub fn truncate_to(&mut self, offset: Offset) {
         let keep = self.batch_index_from(offset);
+        let removed = keep < self.batches.len();
         self.batches.truncate(keep);
         self.log_end_offset = self
             .batches
@@ -236,6 +258,9 @@ impl PartitionLog {
         let end = self.log_end_offset;
         self.epochs.retain(|&(_, start)| start < end);
         self.high_watermark = self.high_watermark.min(end);
+        if removed {
+            self.producers = ProducerState::rebuild(&self.batches, self.high_watermark);
+        }
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
     }
 }

@@ -41,9 +41,13 @@ use super::group::GroupCoordinator;
 use super::log::{batch_size_bytes, PartitionLog};
 use super::murmur2::coordinator_partition_for;
 use super::partition::{Partition, Reach};
+use super::producer_state::Validation;
+use super::txn::TransactionCoordinator;
 use super::types::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+mod transactions;
 
 /// Name of the internal topic holding group metadata and committed offsets.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -134,6 +138,8 @@ pub struct Cluster {
     config: ClusterConfig,
     broker_count: u32,
     groups: GroupCoordinator,
+    txns: TransactionCoordinator,
+    next_producer_expiry_scan_ms: TimeMs,
     brokers: Vec<BrokerState>,
     topics: BTreeMap<String, Topic>,
     pending: BTreeMap<u64, PendingProduce>,
@@ -190,6 +196,8 @@ impl Cluster {
     pub fn new(broker_count: u32, config: ClusterConfig) -> Self {
         assert!(broker_count >= 1, "a cluster has at least one broker");
         let groups = GroupCoordinator::new(config.clone());
+        let txns = TransactionCoordinator::new(config.clone());
+        let next_producer_expiry_scan_ms = config.producer_id_expiration_check_interval_ms;
         let brokers = (0..broker_count)
             .map(|_| BrokerState {
                 alive: true,
@@ -202,6 +210,8 @@ impl Cluster {
             config,
             broker_count,
             groups,
+            txns,
+            next_producer_expiry_scan_ms,
             brokers,
             topics: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -313,10 +323,9 @@ impl Cluster {
             Request::InitProducerId { .. }
             | Request::AddPartitionsToTxn { .. }
             | Request::AddOffsetsToTxn { .. }
-            | Request::TxnOffsetCommit { .. }
-            | Request::EndTxn { .. } => {
-                // Placeholder until the transactions module lands: refused, never ignored.
-                error(KafkaError::InvalidTxnState)
+            | Request::EndTxn { .. } => Reply::Done(self.txn_request(now, broker, request)),
+            Request::TxnOffsetCommit { .. } | Request::OffsetFetchStable { .. } => {
+                Reply::Done(self.txn_group_request(now, broker, request))
             }
             group_request => self.group_request(now, broker, group_request),
         }
@@ -401,6 +410,9 @@ impl Cluster {
         self.pending
             .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
+        self.txns.tick(now);
+        self.write_markers(now, env);
+        self.expire_producers(now);
     }
 
     /// Samples the environment once for this tick.
@@ -566,7 +578,11 @@ impl Cluster {
         let brokers = self.unfenced_brokers();
         let partitions = assign_replicas(&brokers, partitions, replication_factor)
             .iter()
-            .map(|assignment| Partition::new(assignment, config.min_insync_replicas, now))
+            .map(|assignment| {
+                let mut p = Partition::new(assignment, config.min_insync_replicas, now);
+                p.keep_producer_state = self.config.producer_state_survives_failover;
+                p
+            })
             .collect();
         self.topics.insert(
             name.to_string(),
@@ -630,7 +646,12 @@ impl Cluster {
         }
     }
 
-    /// `Produce` of one batch (A.2–A.4).
+    /// `Produce` of one batch (A.2–A.4, B.3, C.6, C.9). Validation order: leadership,
+    /// size, min ISR, then the producer state (duplicate → the original offsets, older
+    /// epoch → `INVALID_PRODUCER_EPOCH`, sequence gap → `OUT_OF_ORDER_SEQUENCE_NUMBER`,
+    /// non-transactional batch inside an open transaction → `INVALID_TXN_STATE`), then for
+    /// a transactional batch opening a transaction on the partition the protocol's check
+    /// (see [`TxnProtocol`]).
     #[allow(clippy::too_many_arguments)]
     fn produce(
         &mut self,
@@ -642,71 +663,161 @@ impl Cluster {
         header: ProducerBatchHeader,
         records: Vec<Record>,
     ) -> Reply {
-        let lag_max_ms = self.config.replica_lag_time_max_ms;
-        let hold = self.hold_hw_under_min_isr;
-        let brokers = &self.brokers;
-        let Some(topic) = self.topics.get_mut(&tp.topic) else {
-            return error(KafkaError::UnknownTopicOrPartition);
-        };
-        let max_message_bytes = topic.config.max_message_bytes;
-        let Some(p) = topic.partitions.get_mut(tp.partition as usize) else {
-            return error(KafkaError::UnknownTopicOrPartition);
-        };
-        let Some(i) = p
+        let (i, validation, opens_txn) =
+            match self.produce_checks(broker, &tp, acks, &header, &records) {
+                Ok(checked) => checked,
+                Err(e) => return error(e),
+            };
+        let deadline_ms = now.saturating_add(timeout_ms);
+        if let Validation::Duplicate {
+            first_offset,
+            last_offset,
+        } = validation
+        {
+            return self.answer(
+                now,
+                (tp, broker, i),
+                acks,
+                (first_offset, last_offset),
+                deadline_ms,
+            );
+        }
+        if opens_txn {
+            if let Err(e) = self.check_txn_produce(now, &tp, &header) {
+                return error(e);
+            }
+        }
+        let offsets = self.append_produce(now, &tp, i, header, records);
+        self.answer(now, (tp, broker, i), acks, offsets, deadline_ms)
+    }
+
+    /// The checks of a produce before anything changes: the leader replica's index, the
+    /// producer-state verdict, and whether the batch opens a transaction on the partition.
+    fn produce_checks(
+        &self,
+        broker: BrokerId,
+        tp: &TopicPartition,
+        acks: Acks,
+        header: &ProducerBatchHeader,
+        records: &[Record],
+    ) -> Result<(usize, Validation, bool), KafkaError> {
+        let topic = self
+            .topics
+            .get(&tp.topic)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let p = topic
+            .partitions
+            .get(tp.partition as usize)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let i = p
             .index_of(broker)
             .filter(|&i| p.replicas[i].believes_leader())
-        else {
-            return error(KafkaError::NotLeaderOrFollower);
-        };
+            .ok_or(KafkaError::NotLeaderOrFollower)?;
         if records.is_empty() {
-            return error(KafkaError::CorruptMessage);
+            return Err(KafkaError::CorruptMessage);
         }
-        if batch_size_bytes(&records) > max_message_bytes {
-            return error(KafkaError::MessageTooLarge);
+        if batch_size_bytes(records) > topic.config.max_message_bytes {
+            return Err(KafkaError::MessageTooLarge);
         }
         if acks == Acks::All && p.replicas[i].view_isr.len() < p.min_isr {
-            return error(KafkaError::NotEnoughReplicas);
+            return Err(KafkaError::NotEnoughReplicas);
         }
-        let epoch = p.replicas[i].view_epoch;
-        p.touch();
-        let (base_offset, last_offset) =
-            p.replicas[i]
-                .log
-                .append_as_leader(epoch, header, false, Arc::new(records));
+        let state = p.replicas[i].log.producer_state();
+        let validation = state.validate(header, records.len())?;
+        let opens_txn = header.transactional
+            && header.producer_id >= 0
+            && state.ongoing_txn_first_offset(header.producer_id).is_none();
+        Ok((i, validation, opens_txn))
+    }
+
+    /// A transactional batch that would open a transaction on `tp` (C.9): accepted as is
+    /// before KIP-890, verified with the coordinator under part 1, added to the
+    /// transaction implicitly under TV2.
+    fn check_txn_produce(
+        &mut self,
+        now: TimeMs,
+        tp: &TopicPartition,
+        header: &ProducerBatchHeader,
+    ) -> Result<(), KafkaError> {
+        let (pid, epoch) = (header.producer_id, header.producer_epoch);
+        match self.config.transaction_protocol {
+            TxnProtocol::PreKip890 => Ok(()),
+            TxnProtocol::Kip890Part1 => self.txns.verify_produce(pid, epoch, tp),
+            TxnProtocol::Tv2 => self.txns.add_partition_implicitly(now, pid, epoch, tp),
+        }
+    }
+
+    /// Appends a validated batch at replica `i` (the leader) and re-evaluates the HW.
+    fn append_produce(
+        &mut self,
+        now: TimeMs,
+        tp: &TopicPartition,
+        i: usize,
+        header: ProducerBatchHeader,
+        records: Vec<Record>,
+    ) -> (Offset, Offset) {
         let reach = Reach {
             now,
             up: Vec::new(),
             controller: Vec::new(),
-            fenced: brokers.iter().map(|s| s.fenced).collect(),
+            fenced: self.brokers.iter().map(|s| s.fenced).collect(),
             links: Vec::new(),
-            lag_max_ms,
-            hold_hw_under_min_isr: hold,
+            lag_max_ms: self.config.replica_lag_time_max_ms,
+            hold_hw_under_min_isr: self.hold_hw_under_min_isr,
             env_epoch: 0,
             fast_paths: false,
         };
+        let p = self.partition_mut(tp).expect("checked by produce_checks");
+        let epoch = p.replicas[i].view_epoch;
+        p.touch();
+        let offsets = p.replicas[i]
+            .log
+            .append_as_leader(epoch, header, false, Arc::new(records));
         // A local append re-evaluates the HW (a single-replica ISR commits at once).
         p.maybe_increment_hw(i, &reach);
-        match acks {
-            Acks::None => Reply::Done(Response::Produce {
-                base_offset: -1,
-                log_append_time_ms: -1,
-            }),
-            Acks::Leader => Reply::Done(Response::Produce {
+        offsets
+    }
+
+    /// The produce answer for an appended (or duplicate) batch at `offsets`: at once for
+    /// acks 0 and 1, parked until the HW passes it for acks=all.
+    fn answer(
+        &mut self,
+        now: TimeMs,
+        (tp, broker, i): (TopicPartition, BrokerId, usize),
+        acks: Acks,
+        (base_offset, last_offset): (Offset, Offset),
+        deadline_ms: TimeMs,
+    ) -> Reply {
+        let produced = |base_offset| {
+            Reply::Done(Response::Produce {
                 base_offset,
                 log_append_time_ms: -1,
-            }),
-            Acks::All => self.park(
-                now,
-                PendingProduce {
+            })
+        };
+        match acks {
+            Acks::None => produced(-1),
+            Acks::Leader => produced(base_offset),
+            Acks::All => {
+                let p = self.partition(&tp).expect("checked");
+                let leader_epoch = p.replicas[i].view_epoch;
+                let pending = PendingProduce {
                     tp,
                     broker,
-                    leader_epoch: epoch,
+                    leader_epoch,
                     base_offset,
                     last_offset,
-                    deadline_ms: now.saturating_add(timeout_ms),
-                },
-            ),
+                    deadline_ms,
+                };
+                self.park(now, pending)
+            }
         }
+    }
+
+    fn partition_mut(&mut self, tp: &TopicPartition) -> Option<&mut Partition> {
+        self.topics
+            .get_mut(&tp.topic)?
+            .partitions
+            .get_mut(tp.partition as usize)
     }
 
     /// Parks an acks=all produce (`DelayedProduce`), unless it can complete at once.
@@ -792,6 +903,9 @@ impl Cluster {
         (out.high_watermark, out.last_stable_offset) = (hw, lso);
         out.log_start_offset = log.log_start_offset();
         read_batches(log, offset, limit, budget, &mut out);
+        if isolation == Isolation::ReadCommitted {
+            out.aborted = aborted_in_range(log, offset, out.next_fetch_offset);
+        }
         assert!(
             out.records.iter().all(|f| f.offset < limit),
             "fetch returns only offsets < HW/LSO"
@@ -886,6 +1000,15 @@ impl Cluster {
         if !r.believes_leader() {
             return Err(KafkaError::NotLeaderOrFollower);
         }
+        let stored = r
+            .log
+            .producer_state()
+            .entry(header.producer_id)
+            .map(|e| e.epoch);
+        if stored.is_some_and(|e| e > header.producer_epoch) {
+            // `ProducerAppendInfo.checkProducerEpoch` for origin COORDINATOR.
+            return Err(KafkaError::InvalidProducerEpoch);
+        }
         let epoch = r.view_epoch;
         let (base, last) = r
             .log
@@ -895,6 +1018,25 @@ impl Cluster {
         assert!(batch.control, "marker appended as a control batch");
         Ok(base)
     }
+}
+
+/// The aborted transactions of `log` overlapping `[from, to)` (`collectAbortedTxns`, C.10):
+/// their marker is at or after `from` and their first offset before `to`.
+fn aborted_in_range(log: &PartitionLog, from: Offset, to: Offset) -> Vec<AbortedTxn> {
+    if to <= from {
+        return Vec::new();
+    }
+    let index = log.producer_state().aborted_index();
+    let start = index.partition_point(|a| a.last_offset < from);
+    index[start..]
+        .iter()
+        .filter(|a| a.first_offset < to)
+        .map(|a| AbortedTxn {
+            producer_id: a.producer_id,
+            first_offset: a.first_offset,
+            last_offset: a.last_offset,
+        })
+        .collect()
 }
 
 /// Byte limits of one fetch response.

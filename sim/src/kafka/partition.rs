@@ -144,6 +144,9 @@ pub(crate) struct Partition {
     pub isr: Vec<BrokerId>,
     /// Effective `min.insync.replicas` (min of the config and the replication factor).
     pub min_isr: usize,
+    /// Whether a replica keeps its producer state when it becomes leader (true in Kafka;
+    /// false is the F10 bug switch, `ClusterConfig::producer_state_survives_failover`).
+    pub keep_producer_state: bool,
     /// Bumped at every change of leader, epoch or ISR, so replicas can tell a stale view
     /// without comparing it (the partition epoch of KRaft's `PartitionRecord`).
     pub version: u64,
@@ -177,6 +180,7 @@ impl Partition {
             min_isr: (min_insync_replicas.max(1) as usize).min(assignment.len()),
             version: 0,
             quiet: None,
+            keep_producer_state: true,
         };
         for i in 0..p.replicas.len() {
             p.apply_view(i, now);
@@ -271,6 +275,7 @@ impl Partition {
     pub fn apply_view(&mut self, i: usize, now: TimeMs) {
         let (leader, epoch, isr) = (self.leader, self.leader_epoch, self.isr.clone());
         let version = self.version;
+        let keep_producer_state = self.keep_producer_state;
         let others: Vec<BrokerId> = self
             .replicas
             .iter()
@@ -287,6 +292,10 @@ impl Partition {
                 // `Partition.makeLeader`: assign the epoch at the LEO, reset remote states;
                 // ISR members count as caught up now.
                 r.log.assign_epoch(epoch);
+                if !keep_producer_state {
+                    // F10 bug switch: the new leader starts with no producer state.
+                    r.log.producer_state_mut().forget_producers();
+                }
                 for b in others {
                     let caught_up = isr.contains(&b).then_some(now);
                     r.remotes.insert(b, Remote::unknown(caught_up));

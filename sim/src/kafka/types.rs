@@ -140,8 +140,53 @@ pub struct ClusterConfig {
     /// a typo in a scenario is an error, not a new topic.
     pub auto_create_topics_enable: bool,
     /// Whether a broker rebuilds producer state on failover (true in every real Kafka;
-    /// false is the F10 bug switch, used by the transactions issue).
+    /// false is the F10 bug switch: a new leader starts with no producer state, so a retried
+    /// batch it had replicated is appended again, cases.md F10).
     pub producer_state_survives_failover: bool,
+    /// Which transaction protocol the brokers speak (models-reference C.9). Default
+    /// [`TxnProtocol::Kip890Part1`] (Kafka 3.6–3.9 with
+    /// `transaction.partition.verification.enable=true`).
+    pub transaction_protocol: TxnProtocol,
+    /// `transaction.max.timeout.ms`: InitProducerId with a larger timeout gets
+    /// `INVALID_TRANSACTION_TIMEOUT`. Default 900000.
+    pub transaction_max_timeout_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the
+    /// coordinator looks for timed-out transactions. Default 10000.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// `transactional.id.expiration.ms`: idle Empty/Complete* transactional ids are removed.
+    /// Default 604800000 (7 days).
+    pub transactional_id_expiration_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`. Default 3600000.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
+    /// `producer.id.expiration.ms` (KIP-854): partition producer state without an open
+    /// transaction and older than this (by batch timestamps) is dropped. Default 86400000.
+    pub producer_id_expiration_ms: u64,
+    /// `producer.id.expiration.check.interval.ms`. Default 600000.
+    pub producer_id_expiration_check_interval_ms: u64,
+}
+
+/// The transaction protocol generation (models-reference C.9, KIP-890).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnProtocol {
+    /// Before KIP-890 (Kafka ≤ 3.5, or `transaction.partition.verification.enable=false`):
+    /// a transactional produce from a producer with no open transaction on the partition
+    /// opens one there, whatever the coordinator knows. A produce delayed past its
+    /// transaction's abort marker hangs the partition (LSO stuck); one delayed into the next
+    /// transaction of the same epoch joins it (cases.md F8).
+    PreKip890,
+    /// KIP-890 part 1 (3.6+): such a produce is checked with the coordinator
+    /// (`AddPartitionsToTxn` `verifyOnly`) and rejected with `INVALID_TXN_STATE` unless the
+    /// partition is in the producer's ongoing transaction of that epoch. F8(a) is fixed,
+    /// F8(b) is not (same epoch, partition legitimately in the next transaction).
+    #[default]
+    Kip890Part1,
+    /// Transaction version 2 (KIP-890 part 2, Kafka 4.0): part 1, plus EndTxn bumps the
+    /// epoch of every transaction (markers carry the new epoch; the EndTxn answer is
+    /// [`Response::EndTxnV5`]), and the partition leader adds a partition to the
+    /// transaction implicitly on its first transactional produce. A late produce or EndTxn
+    /// of an earlier transaction carries an older epoch and is fenced.
+    Tv2,
 }
 
 impl Default for ClusterConfig {
@@ -156,6 +201,13 @@ impl Default for ClusterConfig {
             offsets_topic_replication_factor: 3,
             auto_create_topics_enable: false,
             producer_state_survives_failover: true,
+            transaction_protocol: TxnProtocol::default(),
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
+            producer_id_expiration_ms: 86_400_000,
+            producer_id_expiration_check_interval_ms: 600_000,
         }
     }
 }
@@ -199,6 +251,7 @@ pub enum KafkaError {
     MemberIdRequired,
     FencedInstanceId,
     TransactionAbortable,
+    UnstableOffsetCommit,
 }
 
 impl KafkaError {
@@ -241,6 +294,7 @@ impl KafkaError {
             MemberIdRequired => 79,
             FencedInstanceId => 82,
             TransactionAbortable => 120,
+            UnstableOffsetCommit => 88,
         }
     }
 
@@ -260,6 +314,7 @@ impl KafkaError {
                 | NotEnoughReplicas
                 | NotEnoughReplicasAfterAppend
                 | ConcurrentTransactions
+                | UnstableOffsetCommit
                 | FencedLeaderEpoch
                 | UnknownLeaderEpoch
         )
@@ -286,13 +341,21 @@ pub struct FetchedRecord {
     pub transactional: bool,
 }
 
-/// An aborted transaction as listed in a read_committed fetch response.
+/// An aborted transaction as listed in a read_committed fetch response: Kafka's transaction
+/// index entry (`AbortedTxn`: producer id, first offset, last offset).
+///
+/// Exact client-side filtering: a fetched record with `transactional == true` is aborted
+/// iff some entry has its `producer_id` and `first_offset <= offset < last_offset`.
+/// Transactions of one producer id never overlap on a partition, and every data record of
+/// an aborted transaction lies in that range (the ABORT marker at `last_offset` closes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AbortedTxn {
     /// Producer id of the aborted transaction.
     pub producer_id: i64,
     /// Offset of its first record in this partition.
     pub first_offset: Offset,
+    /// Offset of its ABORT control record (the transaction's last offset here).
+    pub last_offset: Offset,
 }
 
 /// Per-partition part of a fetch response.
@@ -431,6 +494,10 @@ pub enum Request {
     },
     /// `EndTxn`: commit (`commit = true`) or abort.
     EndTxn { transactional_id: String, producer_id: i64, producer_epoch: i16, commit: bool },
+    /// `OffsetFetch` with `require_stable = true` (KIP-447; Java consumers in read_committed):
+    /// `UNSTABLE_OFFSET_COMMIT` (88, retriable) while any asked partition has transactional
+    /// offsets pending; otherwise as [`Request::OffsetFetch`].
+    OffsetFetchStable { group_id: String, partitions: Vec<TopicPartition> },
 }
 
 /// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
@@ -468,5 +535,9 @@ pub enum Response {
     /// Per-partition result of `TxnOffsetCommit` (`None` = pending until EndTxn).
     TxnOffsetCommit { results: Vec<(TopicPartition, Option<KafkaError>)> },
     EndTxn,
+    /// `EndTxn` v5 answer under transaction version 2 (KIP-890 part 2): the producer id and
+    /// the bumped epoch the producer must use from its next transaction on (sequences
+    /// restart at 0 with a new epoch).
+    EndTxnV5 { producer_id: i64, producer_epoch: i16 },
     Error(KafkaError),
 }

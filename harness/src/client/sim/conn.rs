@@ -123,6 +123,7 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::LeaveGroup { .. } => "LeaveGroup",
         Request::OffsetCommit { .. } => "OffsetCommit",
         Request::OffsetFetch { .. } => "OffsetFetch",
+        Request::OffsetFetchStable { .. } => "OffsetFetch",
         Request::InitProducerId { .. } => "InitProducerId",
         Request::AddPartitionsToTxn { .. } => "AddPartitionsToTxn",
         Request::AddOffsetsToTxn { .. } => "AddOffsetsToTxn",

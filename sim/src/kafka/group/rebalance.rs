@@ -27,6 +27,7 @@ impl Group {
             sync_deadline_ms: 0,
             assignments: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            pending_txn_offsets: BTreeMap::new(),
         }
     }
 
