@@ -27,7 +27,7 @@
 //! [`ScenarioError`] naming the file, the key path and what was expected.
 
 use crate::checker::Claim;
-use eosim_sim::kafka::{Acks, ClusterConfig};
+use eosim_sim::kafka::{Acks, ClusterConfig, TxnProtocol};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -142,6 +142,20 @@ pub struct ClusterSpec {
     /// short; set it to test the delay.
     #[serde(default)]
     pub group_initial_rebalance_delay_ms: u64,
+    /// The brokers' transaction protocol (models-reference C.9): `"pre-kip890"`,
+    /// `"kip890-part1"` (default; Kafka 3.6–3.9) or `"tv2"` (Kafka 4.0). `pre-kip890` is
+    /// the F8 switch: a produce delayed past its transaction's end hangs the partition or
+    /// joins the next transaction.
+    #[serde(default)]
+    pub transaction_protocol: TxnProtocol,
+    /// Whether a new leader knows the producer state of what it replicated (every real
+    /// Kafka). Default true; false is the F10 switch: a retried batch is appended twice.
+    #[serde(default = "default_true")]
+    pub producer_state_survives_failover: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for ClusterSpec {
@@ -151,6 +165,8 @@ impl Default for ClusterSpec {
             replica_lag_time_max_ms: default_replica_lag(),
             broker_session_timeout_ms: default_broker_session(),
             group_initial_rebalance_delay_ms: 0,
+            transaction_protocol: TxnProtocol::default(),
+            producer_state_survives_failover: true,
         }
     }
 }
@@ -163,6 +179,8 @@ impl ClusterSpec {
             broker_session_timeout_ms: self.broker_session_timeout_ms,
             group_initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms,
             offsets_topic_replication_factor: self.brokers.min(3),
+            transaction_protocol: self.transaction_protocol,
+            producer_state_survives_failover: self.producer_state_survives_failover,
             ..ClusterConfig::default()
         }
     }

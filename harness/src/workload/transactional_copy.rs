@@ -158,7 +158,6 @@ async fn producer_process(ctx: Context, name: String) {
 async fn new_txn_producer(ctx: &Context, conn: &Connection, index: u32) -> SimTransactionalProducer {
     let mut config = TxnProducerConfig::new(format!("copier-{index}"));
     config.transaction_timeout_ms = ctx.scenario.copy.transaction_timeout_ms;
-    config.transaction_version = transaction_version(&ctx.scenario);
     config.producer = ctx.producer_config();
     loop {
         let producer = SimTransactionalProducer::new(conn.clone(), config.clone());
@@ -168,11 +167,6 @@ async fn new_txn_producer(ctx: &Context, conn: &Connection, index: u32) -> SimTr
         }
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// The client's transaction version: 2 when the cluster speaks KIP-890 part 2.
-fn transaction_version(_scenario: &Scenario) -> u8 {
-    1
 }
 
 fn consumer_config(ctx: &Context) -> ConsumerConfig {

@@ -25,8 +25,8 @@
 //!   transaction is still open and the outcome of an EndTxn is then unknown.
 //!
 //! # Transaction version 2 (KIP-890 part 2)
-//! With `transaction_version = 2` the coordinator bumps the epoch at every EndTxn; the
-//! client then continues with epoch + 1 and sequences from 0.
+//! Under TV2 the coordinator bumps the epoch at every EndTxn and answers with the new
+//! producer id and epoch (EndTxn v5); the client continues with them, sequences from 0.
 
 use super::conn::{needs_metadata_refresh, Connection};
 use super::producer::{is_retriable, partition_of, produce_once, to_record, IdempotenceState};
@@ -50,8 +50,6 @@ pub struct TxnProducerConfig {
     pub transactional_id: String,
     /// `transaction.timeout.ms`. Default 60000 (Streams EOS: 10000).
     pub transaction_timeout_ms: u64,
-    /// The transaction protocol version the client speaks: 1 (pre-4.0) or 2 (KIP-890).
-    pub transaction_version: u8,
     /// The producer settings underneath (idempotence is implied).
     pub producer: ProducerConfig,
 }
@@ -62,7 +60,6 @@ impl TxnProducerConfig {
         Self {
             transactional_id: transactional_id.into(),
             transaction_timeout_ms: 60_000,
-            transaction_version: 1,
             producer: ProducerConfig::default(),
         }
     }
@@ -398,15 +395,15 @@ impl SimTransactionalProducer {
             };
             match self.coordinator_call(request, deadline).await {
                 Ok(Response::EndTxn) => {}
+                // KIP-890 part 2: the coordinator bumped the epoch with this EndTxn.
+                Ok(Response::EndTxnV5 { producer_id, producer_epoch }) => {
+                    self.lock().ids = IdempotenceState::new(producer_id, producer_epoch);
+                }
                 Ok(Response::Error(e)) => {
                     return Err(self.fail(api, TxnErrorClass::Fatal, ClientError::Kafka(e)))
                 }
                 Ok(other) => return Err(fatal(api, format!("unexpected response {other:?}"))),
                 Err(e) => return Err(TxnError::new(api, TxnErrorClass::Retriable, e)),
-            }
-            if self.config.transaction_version >= 2 {
-                // KIP-890: the coordinator bumped the epoch with this EndTxn.
-                self.lock().ids.bump_epoch();
             }
         }
         let mut inner = self.lock();

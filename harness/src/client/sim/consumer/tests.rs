@@ -77,6 +77,7 @@ fn read_committed_drops_records_of_aborted_transactions_from_their_first_offset(
     let aborted = [AbortedTxn {
         producer_id: 7,
         first_offset: 2,
+        last_offset: 3,
     }];
     let kept: Vec<Offset> = drop_aborted(records, &aborted)
         .iter()
