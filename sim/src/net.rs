@@ -152,14 +152,34 @@ where
     Req: Clone + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
+    call_delayed(endpoint, target, request, timeout, Duration::ZERO).await
+}
+
+/// As [`call_shared`], with `extra_delay` added to the link's drawn delay: a BUGGIFY-style
+/// fault point for a component that wants exactly this request late (cases.md F8).
+///
+/// # Errors
+/// [`RpcError::Timeout`] when no response came back in time, whatever the reason.
+pub async fn call_delayed<Req, Resp>(
+    endpoint: &std::sync::Arc<Endpoint>,
+    target: SocketAddr,
+    request: Req,
+    timeout: Duration,
+    extra_delay: Duration,
+) -> Result<Resp, RpcError>
+where
+    Req: Clone + Send + Sync + 'static,
+    Resp: Send + Sync + 'static,
+{
     let timeout_ms = timeout.as_millis() as u64;
     let source = endpoint.local_addr().map_err(|e| RpcError::Transport(e.to_string()))?;
     let faults = faults_on(source.ip(), target.ip());
-    if faults.delay_ms_max == 0 {
+    if faults.delay_ms_max == 0 && extra_delay.is_zero() {
         return call(endpoint, target, request, timeout).await;
     }
     let response_tag: u64 = madsim::rand::random();
-    let delay_ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max);
+    let delay_ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max)
+        + extra_delay.as_millis() as u64;
     let drop_request = draw(faults.drop_request_probability);
     let copies = if draw(faults.duplicate_probability) { 2 } else { 1 };
     let sender = endpoint.clone();

@@ -84,7 +84,8 @@ impl Pipeline {
 /// ## Default values
 /// `output_topic = "output"`, `records_per_transaction_max = 10`,
 /// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
-/// `abort_transactions = []`.
+/// `abort_transactions = []`, `process_ms = 0`, `buggify_produce_delay_probability = 0`,
+/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CopySpec {
@@ -100,6 +101,18 @@ pub struct CopySpec {
     /// Transactions each copier aborts on purpose (an injected produce error), by their
     /// 0-based number within the copier process.
     pub abort_transactions: Vec<u64>,
+    /// Time the transform takes per record before it is sent, ms: a copier spends it
+    /// inside its open transaction.
+    pub process_ms: u64,
+    /// Probability that a transactional Produce is held in the network `buggify_delay_ms`
+    /// (it arrives after the copier gave up on it: cases.md F8).
+    pub buggify_produce_delay_probability: f64,
+    /// Probability that an EndTxn is held in the network `buggify_delay_ms` (the copier
+    /// retries it and moves on; the late one arrives during the next transaction:
+    /// KAFKA-17754).
+    pub buggify_end_txn_delay_probability: f64,
+    /// How long a held request waits, ms.
+    pub buggify_delay_ms: u64,
 }
 
 impl Default for CopySpec {
@@ -110,6 +123,10 @@ impl Default for CopySpec {
             transaction_timeout_ms: 10_000,
             rewind_on_abort: true,
             abort_transactions: Vec::new(),
+            process_ms: 0,
+            buggify_produce_delay_probability: 0.0,
+            buggify_end_txn_delay_probability: 0.0,
+            buggify_delay_ms: 0,
         }
     }
 }

@@ -35,7 +35,7 @@ use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::{drop_aborted, SimConsumer};
 use crate::client::sim::producer::SimProducer;
-use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
+use crate::client::sim::txn::{SimTransactionalProducer, TxnBuggify, TxnProducerConfig};
 use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord, TransactionalProducer, TxnError,
@@ -159,6 +159,12 @@ async fn new_txn_producer(ctx: &Context, conn: &Connection, index: u32) -> SimTr
     let mut config = TxnProducerConfig::new(format!("copier-{index}"));
     config.transaction_timeout_ms = ctx.scenario.copy.transaction_timeout_ms;
     config.producer = ctx.producer_config();
+    let copy = &ctx.scenario.copy;
+    config.buggify = TxnBuggify {
+        produce_delay_probability: copy.buggify_produce_delay_probability,
+        end_txn_delay_probability: copy.buggify_end_txn_delay_probability,
+        delay_ms: copy.buggify_delay_ms,
+    };
     loop {
         let producer = SimTransactionalProducer::new(conn.clone(), config.clone());
         match producer.init_transactions(ctx.call_timeout()).await {
@@ -262,9 +268,16 @@ async fn copy_batch(
     if let Some(error) = error {
         // No commit was requested: the transaction can only abort.
         let fatal = failed.as_ref().is_some_and(TxnError::is_fatal);
-        let aborted = !fatal && producer.abort_transaction(ctx.call_timeout()).await.is_ok();
+        let abort = match fatal {
+            true => Err("not aborted: the producer is fenced".to_string()),
+            false => producer.abort_transaction(ctx.call_timeout()).await.map_err(|e| e.to_string()),
+        };
+        let error = match &abort {
+            Ok(()) => error,
+            Err(why) => format!("{error}; abort: {why}"),
+        };
         ctx.record(name, OpKind::Fail, value, Some(error));
-        return if aborted { Outcome::Aborted } else { Outcome::Recreate };
+        return if abort.is_ok() { Outcome::Aborted } else { Outcome::Recreate };
     }
     match producer.commit_transaction(ctx.call_timeout()).await {
         Ok(()) => {
@@ -288,6 +301,7 @@ async fn send_records(
     let topic = ctx.scenario.copy.output_topic.clone();
     let mut sends = Vec::new();
     for r in records {
+        madsim::time::sleep(Duration::from_millis(ctx.scenario.copy.process_ms)).await;
         let record = ProducerRecord {
             topic: topic.clone(),
             partition: None,

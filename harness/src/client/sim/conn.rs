@@ -53,6 +53,26 @@ impl Connection {
             .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
     }
 
+    /// As [`Connection::request`], with the request held `extra_delay` in the network
+    /// before it leaves (it still leaves if the caller gave up): a BUGGIFY-style fault
+    /// point for a late Produce or EndTxn (cases.md F8, KAFKA-17754).
+    ///
+    /// # Errors
+    /// As [`Connection::request`].
+    pub async fn request_delayed(
+        &self,
+        broker: BrokerId,
+        request: Request,
+        timeout: Duration,
+        extra_delay: Duration,
+    ) -> Result<Response, ClientError> {
+        let what = format!("{} to broker-{broker}", request_name(&request));
+        let addr = broker_addr(broker);
+        eosim_sim::net::call_delayed(&self.endpoint, addr, request, timeout, extra_delay)
+            .await
+            .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
+    }
+
     /// Sends `request` to the next bootstrap broker in turn (for requests any broker
     /// answers: Metadata, FindCoordinator, CreateTopics).
     ///

@@ -79,7 +79,8 @@ impl IdempotenceState {
 }
 
 /// Sends one batch with `header` to the leader of `tp` (refreshing metadata if the leader
-/// is unknown) and returns the base offset.
+/// is unknown) and returns the base offset. `extra_delay` holds the request in the network
+/// that long (a fault point; zero normally).
 ///
 /// # Errors
 /// The broker's error or a timeout (ambiguous).
@@ -89,6 +90,7 @@ pub async fn produce_once(
     tp: &TopicPartition,
     header: ProducerBatchHeader,
     records: Vec<Record>,
+    extra_delay: Duration,
 ) -> Result<i64, ClientError> {
     let timeout = Duration::from_millis(config.request_timeout_ms);
     let leader = match conn.leader(tp) {
@@ -105,7 +107,7 @@ pub async fn produce_once(
         header,
         records,
     };
-    match conn.request(leader, request, timeout).await? {
+    match conn.request_delayed(leader, request, timeout, extra_delay).await? {
         Response::Produce { base_offset, .. } => Ok(base_offset),
         Response::Error(KafkaError::DuplicateSequenceNumber) => Ok(-1),
         Response::Error(e) => {
@@ -207,7 +209,7 @@ impl SimProducer {
         let deadline = self.deadline();
         let header = self.next_header(tp, deadline).await?;
         let count = records.len();
-        let result = produce_once(&self.conn, &self.config, tp, header, records).await;
+        let result = produce_once(&self.conn, &self.config, tp, header, records, Duration::ZERO).await;
         self.settle(tp, header, count, &result);
         if result.as_ref().is_err_and(ClientError::is_ambiguous) {
             self.mark_unresolved(tp);
@@ -309,7 +311,8 @@ impl Producer for SimProducer {
         loop {
             let header = self.next_header(&tp, deadline).await?;
             let result =
-                produce_once(&self.conn, &self.config, &tp, header, vec![batch.clone()]).await;
+                produce_once(&self.conn, &self.config, &tp, header, vec![batch.clone()], Duration::ZERO)
+                    .await;
             self.settle(&tp, header, 1, &result);
             let error = match result {
                 Ok(offset) => return Ok(Delivery { partition, offset }),

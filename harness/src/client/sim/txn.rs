@@ -52,6 +52,8 @@ pub struct TxnProducerConfig {
     pub transaction_timeout_ms: u64,
     /// The producer settings underneath (idempotence is implied).
     pub producer: ProducerConfig,
+    /// Fault points (simulation only).
+    pub buggify: TxnBuggify,
 }
 
 impl TxnProducerConfig {
@@ -61,6 +63,33 @@ impl TxnProducerConfig {
             transactional_id: transactional_id.into(),
             transaction_timeout_ms: 60_000,
             producer: ProducerConfig::default(),
+            buggify: TxnBuggify::default(),
+        }
+    }
+}
+
+/// BUGGIFY-style fault points of the transactional producer: hold a request in the network
+/// so that it arrives late, after the producer gave up on it (cases.md F8 for Produce,
+/// KAFKA-17754 for EndTxn). Probabilities per call; all zero by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TxnBuggify {
+    /// Probability that the first attempt of a transactional Produce is held back.
+    pub produce_delay_probability: f64,
+    /// Probability that the first attempt of an EndTxn is held back.
+    pub end_txn_delay_probability: f64,
+    /// How long a held request waits before it leaves, ms.
+    pub delay_ms: u64,
+}
+
+impl TxnBuggify {
+    /// The delay for one request with `probability`, drawn from madsim's RNG.
+    fn draw(&self, probability: f64) -> Duration {
+        use madsim::rand::Rng;
+        if probability > 0.0 && madsim::rand::thread_rng().gen_bool(probability.min(1.0)) {
+            tracing::debug!(delay_ms = self.delay_ms, "buggify: request held in the network");
+            Duration::from_millis(self.delay_ms)
+        } else {
+            Duration::ZERO
         }
     }
 }
@@ -175,6 +204,16 @@ impl SimTransactionalProducer {
         request: Request,
         deadline: Instant,
     ) -> Result<Response, ClientError> {
+        self.coordinator_call_delayed(request, deadline, Duration::ZERO).await
+    }
+
+    /// As [`Self::coordinator_call`], the first attempt held `first_delay` in the network.
+    async fn coordinator_call_delayed(
+        &self,
+        request: Request,
+        deadline: Instant,
+        mut first_delay: Duration,
+    ) -> Result<Response, ClientError> {
         let key = self.config.transactional_id.clone();
         loop {
             let known = self.lock().coordinator;
@@ -185,7 +224,9 @@ impl SimTransactionalProducer {
             let outcome = match coordinator {
                 Ok(c) => {
                     self.lock().coordinator = Some(c);
-                    self.conn.request(c, request.clone(), self.request_timeout()).await
+                    let delay = std::mem::take(&mut first_delay);
+                    let timeout = self.request_timeout();
+                    self.conn.request_delayed(c, request.clone(), timeout, delay).await
                 }
                 Err(e) => Err(e),
             };
@@ -292,11 +333,13 @@ impl SimTransactionalProducer {
     ) -> Result<Offset, TxnError> {
         let mut attempts = 0u32;
         let mut ambiguous = false;
+        let mut delay = self.config.buggify.draw(self.config.buggify.produce_delay_probability);
         loop {
             let header = self.lock().ids.header(tp, true);
-            let result =
-                produce_once(&self.conn, &self.config.producer, tp, header, vec![record.clone()])
-                    .await;
+            let records = vec![record.clone()];
+            let config = &self.config.producer;
+            let first_delay = std::mem::take(&mut delay);
+            let result = produce_once(&self.conn, config, tp, header, records, first_delay).await;
             let error = match result {
                 Ok(offset) => {
                     self.lock().ids.acknowledge(tp, 1);
@@ -393,7 +436,8 @@ impl SimTransactionalProducer {
                 producer_epoch,
                 commit,
             };
-            match self.coordinator_call(request, deadline).await {
+            let delay = self.config.buggify.draw(self.config.buggify.end_txn_delay_probability);
+            match self.coordinator_call_delayed(request, deadline, delay).await {
                 Ok(Response::EndTxn) => {}
                 // KIP-890 part 2: the coordinator bumped the epoch with this EndTxn.
                 Ok(Response::EndTxnV5 { producer_id, producer_epoch }) => {
