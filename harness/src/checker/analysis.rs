@@ -290,11 +290,28 @@ impl Analysis {
                 };
                 self.logs.insert(tp.clone(), log);
             }
+            Value::CommittedLogState { .. } | Value::PartitionState { .. } => {
+                self.add_final(op, value)
+            }
+            Value::Txn { .. } | Value::Fault { .. } | Value::Drain => {}
+        }
+    }
+
+    /// The final state of transactional pipelines: read_committed views, HW and LSO.
+    fn add_final(&mut self, op: usize, value: &Value) {
+        match value {
             Value::CommittedLogState { tp, records } => {
-                let log = FinalLog { op, records: records.clone() };
+                let log = FinalLog {
+                    op,
+                    records: records.clone(),
+                };
                 self.committed_logs.insert(tp.clone(), log);
             }
-            Value::PartitionState { tp, high_watermark, last_stable_offset } => {
+            Value::PartitionState {
+                tp,
+                high_watermark,
+                last_stable_offset,
+            } => {
                 let offsets = FinalOffsets {
                     op,
                     high_watermark: *high_watermark,
@@ -302,14 +319,20 @@ impl Analysis {
                 };
                 self.final_offsets.insert(tp.clone(), offsets);
             }
-            Value::Txn { .. } | Value::Fault { .. } | Value::Drain => {}
+            _ => {}
         }
     }
 
     /// A `Txn` op: an invoke opens a transaction, a completion closes the open one with
     /// the same id.
     fn add_txn(&mut self, op: &crate::history::Op) {
-        let Value::Txn { id, transactional_id, sends, offsets } = &op.value else {
+        let Value::Txn {
+            id,
+            transactional_id,
+            sends,
+            offsets,
+        } = &op.value
+        else {
             return;
         };
         if op.kind == OpKind::Invoke {
@@ -324,7 +347,11 @@ impl Analysis {
             });
             return;
         }
-        let open = self.txns.iter_mut().rev().find(|t| t.id == *id && t.completion.is_none());
+        let open = self
+            .txns
+            .iter_mut()
+            .rev()
+            .find(|t| t.id == *id && t.completion.is_none());
         if let Some(txn) = open {
             txn.completion = Some((op.index, op.kind));
             txn.sends = sends.clone();

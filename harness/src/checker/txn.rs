@@ -33,7 +33,10 @@ impl Checker for TxnChecker {
             (Anomaly::UncommittedRead, uncommitted_read_cases(&a)),
             (Anomaly::LostWrite, lost_committed_write_cases(&a)),
             (Anomaly::StuckLso, stuck_lso_cases(&a)),
-            (Anomaly::OffsetsForAbortedOutput, offsets_for_aborted_output_cases(&a)),
+            (
+                Anomaly::OffsetsForAbortedOutput,
+                offsets_for_aborted_output_cases(&a),
+            ),
         ];
         let mut counts = BTreeMap::new();
         let count = |f: fn(&TxnOp) -> bool| a.txns.iter().filter(|t| f(t)).count() as u64;
@@ -71,7 +74,12 @@ impl<'a> Writers<'a> {
     /// else every one that sent its id.
     fn of(&self, r: &RecordRef) -> Vec<&'a TxnOp> {
         match self.by_position.get(&(&r.tp, r.offset)) {
-            Some(txn) if txn.sends.iter().any(|s| s.id == r.id && s.offset == r.offset) => {
+            Some(txn)
+                if txn
+                    .sends
+                    .iter()
+                    .any(|s| s.id == r.id && s.offset == r.offset) =>
+            {
                 vec![*txn]
             }
             _ => self.by_id.get(&r.id).cloned().unwrap_or_default(),
@@ -81,11 +89,17 @@ impl<'a> Writers<'a> {
 
 /// A read_committed read: the op, and the record.
 fn reads(a: &Analysis) -> Vec<(usize, &RecordRef)> {
-    let txn_topics: BTreeSet<&str> =
-        a.txns.iter().flat_map(|t| t.sends.iter().map(|s| s.tp.topic.as_str())).collect();
+    let txn_topics: BTreeSet<&str> = a
+        .txns
+        .iter()
+        .flat_map(|t| t.sends.iter().map(|s| s.tp.topic.as_str()))
+        .collect();
     let mut out: Vec<(usize, &RecordRef)> = Vec::new();
     for poll in &a.polls {
-        let records = poll.records.iter().filter(|r| txn_topics.contains(r.tp.topic.as_str()));
+        let records = poll
+            .records
+            .iter()
+            .filter(|r| txn_topics.contains(r.tp.topic.as_str()));
         out.extend(records.map(|r| (poll.op, r)));
     }
     for log in a.committed_logs.values() {
@@ -132,7 +146,9 @@ fn seen_and_missing<'t>(a: &Analysis, txn: &'t TxnOp) -> (Vec<&'t RecordRef>, Ve
     let judged = acked.filter(|s| a.committed_logs.contains_key(&s.tp));
     judged.partition(|s| {
         let log = &a.committed_logs[&s.tp];
-        log.records.iter().any(|r| r.offset == s.offset && r.id == s.id)
+        log.records
+            .iter()
+            .any(|r| r.offset == s.offset && r.id == s.id)
     })
 }
 
@@ -150,7 +166,12 @@ pub fn torn_transaction_cases(a: &Analysis) -> Vec<Case> {
         let seen_at: Vec<String> = seen.iter().map(place).collect();
         let missing_at: Vec<String> = missing.iter().map(place).collect();
         let mut ops = txn.ops();
-        ops.extend(missing.iter().filter_map(|r| a.committed_logs.get(&r.tp)).map(|l| l.op));
+        ops.extend(
+            missing
+                .iter()
+                .filter_map(|r| a.committed_logs.get(&r.tp))
+                .map(|l| l.op),
+        );
         cases.push(Case {
             ids: missing.iter().map(|r| r.id).collect(),
             tp: Some(missing[0].tp.clone()),
@@ -252,13 +273,20 @@ pub fn offsets_for_aborted_output_cases(a: &Analysis) -> Vec<Case> {
     let (Some(committed), false) = (&a.committed_final, a.committed_logs.is_empty()) else {
         return Vec::new();
     };
-    let output: BTreeSet<u64> =
-        a.committed_logs.values().flat_map(|l| l.records.iter().map(|r| r.id)).collect();
+    let output: BTreeSet<u64> = a
+        .committed_logs
+        .values()
+        .flat_map(|l| l.records.iter().map(|r| r.id))
+        .collect();
     let writers = Writers::new(a);
     let mut cases = Vec::new();
     for (tp, next) in &committed.offsets {
         let Some(log) = a.logs.get(tp) else { continue };
-        for r in log.records.iter().filter(|r| r.offset < *next && !output.contains(&r.id)) {
+        for r in log
+            .records
+            .iter()
+            .filter(|r| r.offset < *next && !output.contains(&r.id))
+        {
             let txns = writers.by_id.get(&r.id).cloned().unwrap_or_default();
             let aborted: Vec<&TxnOp> = txns.into_iter().filter(|t| t.aborted()).collect();
             if aborted.is_empty() {

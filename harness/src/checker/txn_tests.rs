@@ -5,11 +5,21 @@ use super::*;
 use crate::history::{OpKind, RecordRef, Value};
 
 fn out(id: u64, offset: Offset) -> RecordRef {
-    RecordRef { id, key: None, tp: TopicPartition::new("out", 0), offset }
+    RecordRef {
+        id,
+        key: None,
+        tp: TopicPartition::new("out", 0),
+        offset,
+    }
 }
 
 fn input(id: u64, offset: Offset) -> RecordRef {
-    RecordRef { id, key: None, tp: TopicPartition::new("in", 0), offset }
+    RecordRef {
+        id,
+        key: None,
+        tp: TopicPartition::new("in", 0),
+        offset,
+    }
 }
 
 fn txn(id: u64, sends: &[(u64, Offset)], next: Offset) -> Value {
@@ -23,12 +33,19 @@ fn txn(id: u64, sends: &[(u64, Offset)], next: Offset) -> Value {
 
 fn committed_view(records: &[(u64, Offset)]) -> Value {
     let records = records.iter().map(|&(i, o)| out(i, o)).collect();
-    Value::CommittedLogState { tp: TopicPartition::new("out", 0), records }
+    Value::CommittedLogState {
+        tp: TopicPartition::new("out", 0),
+        records,
+    }
 }
 
 fn partition_state(high_watermark: Offset, last_stable_offset: Offset) -> Value {
     let tp = TopicPartition::new("out", 0);
-    Value::PartitionState { tp, high_watermark, last_stable_offset }
+    Value::PartitionState {
+        tp,
+        high_watermark,
+        last_stable_offset,
+    }
 }
 
 fn history(ops: Vec<(&str, OpKind, Value)>) -> History {
@@ -40,7 +57,11 @@ fn history(ops: Vec<(&str, OpKind, Value)>) -> History {
 }
 
 fn options() -> CheckOptions {
-    CheckOptions { read_committed: true, sink: false, ..CheckOptions::default() }
+    CheckOptions {
+        read_committed: true,
+        sink: false,
+        ..CheckOptions::default()
+    }
 }
 
 fn found(h: &History) -> CheckResult {
@@ -74,7 +95,12 @@ fn aborted_records_filtered_from_the_committed_view_are_valid() {
         ("final", OpKind::Ok, committed_view(&[(7, 2)])),
     ]);
     let result = found(&h);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
 }
 
 #[test]
@@ -127,13 +153,22 @@ fn a_transaction_of_unknown_outcome_may_be_wholly_invisible() {
 fn uncommitted_read_is_a_poll_before_the_transaction_asked_to_commit() {
     // reader-0 polled record 5 (op 0) before transaction 1 even invoked its commit (op 1).
     let h = history(vec![
-        ("reader-0", OpKind::Ok, Value::Poll { records: vec![out(5, 0)] }),
+        (
+            "reader-0",
+            OpKind::Ok,
+            Value::Poll {
+                records: vec![out(5, 0)],
+            },
+        ),
         ("copier-0", OpKind::Invoke, txn(1, &[(5, 0)], 1)),
         ("copier-0", OpKind::Ok, txn(1, &[(5, 0)], 1)),
     ]);
     let result = found(&h);
     assert_eq!(result.validity, Validity::Invalid);
-    assert_eq!(result.anomalies[&Anomaly::UncommittedRead][0].ops, vec![0, 1]);
+    assert_eq!(
+        result.anomalies[&Anomaly::UncommittedRead][0].ops,
+        vec![0, 1]
+    );
 }
 
 #[test]
@@ -142,7 +177,13 @@ fn a_poll_after_the_commit_request_is_not_an_uncommitted_read() {
     // read between invoke and ok is legitimate.
     let h = history(vec![
         ("copier-0", OpKind::Invoke, txn(1, &[(5, 0)], 1)),
-        ("reader-0", OpKind::Ok, Value::Poll { records: vec![out(5, 0)] }),
+        (
+            "reader-0",
+            OpKind::Ok,
+            Value::Poll {
+                records: vec![out(5, 0)],
+            },
+        ),
         ("copier-0", OpKind::Ok, txn(1, &[(5, 0)], 1)),
     ]);
     assert_eq!(found(&h).validity, Validity::Valid);
@@ -172,8 +213,13 @@ fn f9_history(retried: bool) -> History {
         sends.insert(0, (0, 1));
     }
     let view: Vec<(u64, Offset)> = sends.clone();
-    let log = Value::LogState { tp: TopicPartition::new("in", 0), records: vec![input(0, 0), input(1, 1)] };
-    let committed = Value::CommittedOffsets { offsets: vec![(TopicPartition::new("in", 0), 2)] };
+    let log = Value::LogState {
+        tp: TopicPartition::new("in", 0),
+        records: vec![input(0, 0), input(1, 1)],
+    };
+    let committed = Value::CommittedOffsets {
+        offsets: vec![(TopicPartition::new("in", 0), 2)],
+    };
     history(vec![
         ("copier-0", OpKind::Invoke, txn(1, &[(0, 0)], 1)),
         ("copier-0", OpKind::Fail, txn(1, &[(0, 0)], 1)),
@@ -197,5 +243,10 @@ fn offsets_for_aborted_output_is_input_committed_past_output_that_only_aborted()
 #[test]
 fn input_whose_aborted_output_was_written_again_is_valid() {
     let result = found(&f9_history(true));
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
 }

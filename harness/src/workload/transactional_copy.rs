@@ -130,11 +130,18 @@ impl Context {
 /// An input producer: sends ids from the generator with an idempotent producer.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let invoke = Value::Send { id, key: Some(key.clone()), tp: None, offset: None };
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let record = ProducerRecord {
             topic: ctx.scenario.topic.name.clone(),
@@ -146,18 +153,37 @@ async fn producer_process(ctx: Context, name: String) {
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
-                (OpKind::Ok, Some(tp), Some(d.offset).filter(|o| *o >= 0), None)
+                (
+                    OpKind::Ok,
+                    Some(tp),
+                    Some(d.offset).filter(|o| *o >= 0),
+                    None,
+                )
             }
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
             Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
         };
-        ctx.record(&name, kind, Value::Send { id, key: Some(key), tp, offset }, error);
+        ctx.record(
+            &name,
+            kind,
+            Value::Send {
+                id,
+                key: Some(key),
+                tp,
+                offset,
+            },
+            error,
+        );
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }
 
 /// A transactional producer for copier `index`, initialized (retried until it is).
-async fn new_txn_producer(ctx: &Context, conn: &Connection, index: u32) -> SimTransactionalProducer {
+async fn new_txn_producer(
+    ctx: &Context,
+    conn: &Connection,
+    index: u32,
+) -> SimTransactionalProducer {
     let mut config = TxnProducerConfig::new(format!("copier-{index}"));
     config.transaction_timeout_ms = ctx.scenario.copy.transaction_timeout_ms;
     config.producer = ctx.producer_config();
@@ -195,7 +221,9 @@ fn consumer_config(ctx: &Context) -> ConsumerConfig {
 
 /// A copier: poll, copy in a transaction with the offsets, commit; forever.
 async fn copier_process(ctx: Context, name: String, index: u32) {
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let mut consumer = SimConsumer::new(conn.clone(), consumer_config(&ctx));
     let topics = vec![ctx.scenario.topic.name.clone()];
     while consumer.subscribe(&topics).await.is_err() {
@@ -206,12 +234,7 @@ async fn copier_process(ctx: Context, name: String, index: u32) {
     loop {
         let records = match consumer.poll(Duration::from_millis(200)).await {
             Ok(records) if !records.is_empty() => records,
-            other => {
-                if std::env::var("EOSIM_DEBUG").is_ok() {
-                    eprintln!("DEBUG t={} {name} poll {:?} assignment={:?} meta={:?}", now_ns()/1_000_000, other.map(|r| r.len()), consumer.assignment(), consumer.group_metadata());
-                }
-                continue;
-            }
+            _ => continue,
         };
         let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
         ctx.record(&name, OpKind::Ok, Value::Poll { records: rows }, None);
@@ -225,9 +248,7 @@ async fn copier_process(ctx: Context, name: String, index: u32) {
             producer = new_txn_producer(&ctx, &conn, index).await;
         }
         if ctx.scenario.copy.rewind_on_abort {
-            if std::env::var("EOSIM_DEBUG").is_ok() { eprintln!("DEBUG t={} {name} rewind start", now_ns()/1_000_000); }
             rewind(&mut consumer).await;
-            if std::env::var("EOSIM_DEBUG").is_ok() { eprintln!("DEBUG t={} {name} rewind done", now_ns()/1_000_000); }
         }
     }
 }
@@ -266,8 +287,9 @@ async fn copy_batch(
     if error.is_none() {
         match consumer.group_metadata() {
             Some(group) => {
-                let result =
-                    producer.send_offsets_to_transaction(&offsets, &group, ctx.call_timeout()).await;
+                let result = producer
+                    .send_offsets_to_transaction(&offsets, &group, ctx.call_timeout())
+                    .await;
                 if let Err(e) = result {
                     error = Some(e.to_string());
                     failed = Some(e);
@@ -276,21 +298,16 @@ async fn copy_batch(
             None => error = Some("no stable group generation".to_string()),
         }
     }
-    let value = Value::Txn { id, transactional_id, sends, offsets };
+    let value = Value::Txn {
+        id,
+        transactional_id,
+        sends,
+        offsets,
+    };
     ctx.record(name, OpKind::Invoke, value.clone(), None);
     if let Some(error) = error {
-        // No commit was requested: the transaction can only abort.
         let fatal = failed.as_ref().is_some_and(TxnError::is_fatal);
-        let abort = match fatal {
-            true => Err("not aborted: the producer is fenced".to_string()),
-            false => producer.abort_transaction(ctx.call_timeout()).await.map_err(|e| e.to_string()),
-        };
-        let error = match &abort {
-            Ok(()) => error,
-            Err(why) => format!("{error}; abort: {why}"),
-        };
-        ctx.record(name, OpKind::Fail, value, Some(error));
-        return if abort.is_ok() { Outcome::Aborted } else { Outcome::Recreate };
+        return abort(ctx, name, producer, value, error, fatal).await;
     }
     match producer.commit_transaction(ctx.call_timeout()).await {
         Ok(()) => {
@@ -301,6 +318,35 @@ async fn copy_batch(
             ctx.record(name, OpKind::Info, value, Some(e.to_string()));
             Outcome::Recreate
         }
+    }
+}
+
+/// Aborts the transaction `value` after `error` and records it `fail`: no commit was
+/// requested, so it can only abort. A fenced producer is not asked to abort.
+async fn abort(
+    ctx: &Context,
+    name: &str,
+    producer: &SimTransactionalProducer,
+    value: Value,
+    error: String,
+    fatal: bool,
+) -> Outcome {
+    let abort = match fatal {
+        true => Err("not aborted: the producer is fenced".to_string()),
+        false => producer
+            .abort_transaction(ctx.call_timeout())
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    let error = match &abort {
+        Ok(()) => error,
+        Err(why) => format!("{error}; abort: {why}"),
+    };
+    ctx.record(name, OpKind::Fail, value, Some(error));
+    if abort.is_ok() {
+        Outcome::Aborted
+    } else {
+        Outcome::Recreate
     }
 }
 
@@ -326,11 +372,21 @@ async fn send_records(
         match producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(topic.clone(), d.partition);
-                sends.push(RecordRef { id, key, tp, offset: d.offset });
+                sends.push(RecordRef {
+                    id,
+                    key,
+                    tp,
+                    offset: d.offset,
+                });
             }
             Err(e) => {
                 let tp = TopicPartition::new(topic.clone(), 0);
-                sends.push(RecordRef { id, key, tp, offset: -1 });
+                sends.push(RecordRef {
+                    id,
+                    key,
+                    tp,
+                    offset: -1,
+                });
                 return (sends, Some(e));
             }
         }
@@ -358,7 +414,12 @@ async fn rewind(consumer: &mut SimConsumer) {
 }
 
 fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    RecordRef { id: parse_id(&r.value), key: text(&r.key), tp: r.tp.clone(), offset: r.offset }
+    RecordRef {
+        id: parse_id(&r.value),
+        key: text(&r.key),
+        tp: r.tp.clone(),
+        offset: r.offset,
+    }
 }
 
 /// The next offset to read per partition after `records`.
@@ -372,7 +433,9 @@ fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
 }
 
 fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// The id a record's value carries; `u64::MAX` for a value that is not one.
@@ -388,17 +451,27 @@ pub struct TransactionalCopy {
 impl TransactionalCopy {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
-        Self { ctx: Context { scenario, recorder, shared: Arc::default() } }
+        Self {
+            ctx: Context {
+                scenario,
+                recorder,
+                shared: Arc::default(),
+            },
+        }
     }
 
     fn input(&self) -> Vec<TopicPartition> {
         let topic = &self.ctx.scenario.topic;
-        (0..topic.partitions).map(|p| TopicPartition::new(topic.name.clone(), p)).collect()
+        (0..topic.partitions)
+            .map(|p| TopicPartition::new(topic.name.clone(), p))
+            .collect()
     }
 
     fn output(&self) -> Vec<TopicPartition> {
         let (topic, copy) = (&self.ctx.scenario.topic, &self.ctx.scenario.copy);
-        (0..topic.partitions).map(|p| TopicPartition::new(copy.output_topic.clone(), p)).collect()
+        (0..topic.partitions)
+            .map(|p| TopicPartition::new(copy.output_topic.clone(), p))
+            .collect()
     }
 
     /// Whether the drain has run past the grace for output LSOs to catch up.
@@ -413,7 +486,10 @@ impl TransactionalCopy {
 impl Pipeline for TransactionalCopy {
     fn topics(&self) -> Vec<TopicSpec> {
         let input = self.ctx.scenario.topic.clone();
-        let output = TopicSpec { name: self.ctx.scenario.copy.output_topic.clone(), ..input.clone() };
+        let output = TopicSpec {
+            name: self.ctx.scenario.copy.output_topic.clone(),
+            ..input.clone()
+        };
         vec![input, output]
     }
 
@@ -462,50 +538,79 @@ impl Pipeline for TransactionalCopy {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let lso = cluster.last_stable_offset(&tp).unwrap_or(0);
             if lso < hw {
-                lag.push(format!("{tp}: last stable offset {lso} < high watermark {hw}"));
+                lag.push(format!(
+                    "{tp}: last stable offset {lso} < high watermark {hw}"
+                ));
             }
         }
         lag
     }
 
     fn record_final(&self, world: &World) {
-        let t = now_ns();
         let now_ms = world.kafka.now_ms();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let recorder = &self.ctx.recorder;
-        let mut input_position: BTreeMap<u64, (TopicPartition, Offset)> = BTreeMap::new();
-        for tp in self.input() {
-            let records: Vec<RecordRef> = cluster
-                .records(&tp)
-                .into_iter()
-                .map(|(offset, r)| {
-                    let id = parse_id(&r.value);
-                    input_position.entry(id).or_insert((tp.clone(), offset));
-                    RecordRef { id, key: text(&r.key), tp: tp.clone(), offset }
-                })
-                .collect();
-            recorder.record(t, "final", OpKind::Ok, Value::LogState { tp, records }, None);
-        }
+        let input_position = self.record_input(&cluster);
         let offsets = cluster.committed_offsets(COPY_GROUP);
-        recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+        self.record(Value::CommittedOffsets { offsets });
         let mut sink = Vec::new();
         for tp in self.output() {
             let high_watermark = cluster.high_watermark(&tp).unwrap_or(-1);
             let last_stable_offset = cluster.last_stable_offset(&tp).unwrap_or(-1);
-            let state = Value::PartitionState { tp: tp.clone(), high_watermark, last_stable_offset };
-            recorder.record(t, "final", OpKind::Ok, state, None);
+            let tp2 = tp.clone();
+            self.record(Value::PartitionState {
+                tp: tp2,
+                high_watermark,
+                last_stable_offset,
+            });
             let Ok(records) = read_committed(&mut cluster, now_ms, &tp) else {
                 // The drain waits until every output partition is readable; a partition
                 // that is not has no committed view, and the checkers judge without it.
                 continue;
             };
             for r in &records {
-                let (tp, offset) = input_position.get(&r.id).cloned().unwrap_or((r.tp.clone(), r.offset));
-                sink.push(RecordRef { id: r.id, key: r.key.clone(), tp, offset });
+                let (tp, offset) = input_position
+                    .get(&r.id)
+                    .cloned()
+                    .unwrap_or((r.tp.clone(), r.offset));
+                sink.push(RecordRef {
+                    id: r.id,
+                    key: r.key.clone(),
+                    tp,
+                    offset,
+                });
             }
-            recorder.record(t, "final", OpKind::Ok, Value::CommittedLogState { tp, records }, None);
+            self.record(Value::CommittedLogState { tp, records });
         }
-        recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows: sink }, None);
+        self.record(Value::SinkState { rows: sink });
+    }
+}
+
+impl TransactionalCopy {
+    /// Records a final-state op.
+    fn record(&self, value: Value) {
+        self.ctx
+            .recorder
+            .record(now_ns(), "final", OpKind::Ok, value, None);
+    }
+
+    /// Records each input partition's `LogState`; returns where each id first is.
+    fn record_input(&self, cluster: &Cluster) -> BTreeMap<u64, (TopicPartition, Offset)> {
+        let mut input_position = BTreeMap::new();
+        for tp in self.input() {
+            let mut records = Vec::new();
+            for (offset, r) in cluster.records(&tp) {
+                let id = parse_id(&r.value);
+                input_position.entry(id).or_insert((tp.clone(), offset));
+                records.push(RecordRef {
+                    id,
+                    key: text(&r.key),
+                    tp: tp.clone(),
+                    offset,
+                });
+            }
+            self.record(Value::LogState { tp, records });
+        }
+        input_position
     }
 }
 
@@ -521,7 +626,9 @@ fn read_committed(
 ) -> Result<Vec<RecordRef>, String> {
     let mut out = Vec::new();
     let mut offset = 0;
-    let leader = cluster.leader(tp).ok_or_else(|| format!("{tp} has no leader"))?;
+    let leader = cluster
+        .leader(tp)
+        .ok_or_else(|| format!("{tp} has no leader"))?;
     loop {
         let request = Request::Fetch {
             isolation: Isolation::ReadCommitted,
@@ -544,12 +651,17 @@ fn read_committed(
             return Ok(out);
         }
         let records = drop_aborted(part.records, &part.aborted);
-        out.extend(records.into_iter().filter(|r| r.offset >= offset).map(|r| RecordRef {
-            id: parse_id(&r.record.value),
-            key: text(&r.record.key),
-            tp: tp.clone(),
-            offset: r.offset,
-        }));
+        out.extend(
+            records
+                .into_iter()
+                .filter(|r| r.offset >= offset)
+                .map(|r| RecordRef {
+                    id: parse_id(&r.record.value),
+                    key: text(&r.record.key),
+                    tp: tp.clone(),
+                    offset: r.offset,
+                }),
+        );
         offset = part.next_fetch_offset;
     }
 }

@@ -48,7 +48,11 @@ pub struct IdempotenceState {
 impl IdempotenceState {
     /// A fresh state for `producer_id` at `producer_epoch`, every sequence at 0.
     pub fn new(producer_id: i64, producer_epoch: i16) -> Self {
-        Self { producer_id, producer_epoch, ..Self::default() }
+        Self {
+            producer_id,
+            producer_epoch,
+            ..Self::default()
+        }
     }
 
     /// The header of the next batch to `tp`.
@@ -97,7 +101,8 @@ pub async fn produce_once(
         Some(leader) => leader,
         None => {
             conn.refresh_metadata(&[tp.topic.clone()], timeout).await?;
-            conn.leader(tp).ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
+            conn.leader(tp)
+                .ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
         }
     };
     let request = Request::Produce {
@@ -107,7 +112,10 @@ pub async fn produce_once(
         header,
         records,
     };
-    match conn.request_delayed(leader, request, timeout, extra_delay).await? {
+    match conn
+        .request_delayed(leader, request, timeout, extra_delay)
+        .await?
+    {
         Response::Produce { base_offset, .. } => Ok(base_offset),
         Response::Error(KafkaError::DuplicateSequenceNumber) => Ok(-1),
         Response::Error(e) => {
@@ -116,7 +124,9 @@ pub async fn produce_once(
             }
             Err(ClientError::Kafka(e))
         }
-        other => Err(ClientError::Fatal(format!("unexpected produce response {other:?}"))),
+        other => Err(ClientError::Fatal(format!(
+            "unexpected produce response {other:?}"
+        ))),
     }
 }
 
@@ -136,7 +146,8 @@ pub async fn partition_of(
         Some(n) => n,
         None => {
             let timeout = Duration::from_millis(config.request_timeout_ms);
-            conn.refresh_metadata(&[record.topic.clone()], timeout).await?;
+            conn.refresh_metadata(&[record.topic.clone()], timeout)
+                .await?;
             conn.partition_count(&record.topic)
                 .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))?
         }
@@ -209,7 +220,15 @@ impl SimProducer {
         let deadline = self.deadline();
         let header = self.next_header(tp, deadline).await?;
         let count = records.len();
-        let result = produce_once(&self.conn, &self.config, tp, header, records, Duration::ZERO).await;
+        let result = produce_once(
+            &self.conn,
+            &self.config,
+            tp,
+            header,
+            records,
+            Duration::ZERO,
+        )
+        .await;
         self.settle(tp, header, count, &result);
         if result.as_ref().is_err_and(ClientError::is_ambiguous) {
             self.mark_unresolved(tp);
@@ -222,10 +241,7 @@ impl SimProducer {
     }
 
     /// Gets a producer id if idempotent and none is held yet, retrying until `deadline`.
-    async fn ensure_producer_id(
-        &self,
-        deadline: madsim::time::Instant,
-    ) -> Result<(), ClientError> {
+    async fn ensure_producer_id(&self, deadline: madsim::time::Instant) -> Result<(), ClientError> {
         if !self.config.enable_idempotence || self.producer_id_and_epoch().is_some() {
             return Ok(());
         }
@@ -238,7 +254,10 @@ impl SimProducer {
                 producer_epoch: -1,
             };
             let error = match self.conn.request_any(request, timeout).await {
-                Ok(Response::InitProducerId { producer_id, producer_epoch }) => {
+                Ok(Response::InitProducerId {
+                    producer_id,
+                    producer_epoch,
+                }) => {
                     let state = IdempotenceState::new(producer_id, producer_epoch);
                     *self.idempotence.lock().expect("idempotence lock") = Some(state);
                     return Ok(());
@@ -310,9 +329,15 @@ impl Producer for SimProducer {
         let mut attempts = 0u32;
         loop {
             let header = self.next_header(&tp, deadline).await?;
-            let result =
-                produce_once(&self.conn, &self.config, &tp, header, vec![batch.clone()], Duration::ZERO)
-                    .await;
+            let result = produce_once(
+                &self.conn,
+                &self.config,
+                &tp,
+                header,
+                vec![batch.clone()],
+                Duration::ZERO,
+            )
+            .await;
             self.settle(&tp, header, 1, &result);
             let error = match result {
                 Ok(offset) => return Ok(Delivery { partition, offset }),
@@ -334,14 +359,16 @@ impl Producer for SimProducer {
                 if ambiguous {
                     self.mark_unresolved(&tp);
                 }
-                return Err(if ambiguous && !matches!(error, ClientError::Timeout { .. }) {
-                    ClientError::Timeout {
-                        what: format!("delivery to {tp} (an attempt timed out; last: {error})"),
-                        timeout_ms: self.config.delivery_timeout_ms,
-                    }
-                } else {
-                    error
-                });
+                return Err(
+                    if ambiguous && !matches!(error, ClientError::Timeout { .. }) {
+                        ClientError::Timeout {
+                            what: format!("delivery to {tp} (an attempt timed out; last: {error})"),
+                            timeout_ms: self.config.delivery_timeout_ms,
+                        }
+                    } else {
+                        error
+                    },
+                );
             }
             madsim::time::sleep(backoff).await;
         }

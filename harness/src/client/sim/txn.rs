@@ -86,7 +86,10 @@ impl TxnBuggify {
     fn draw(&self, probability: f64) -> Duration {
         use madsim::rand::Rng;
         if probability > 0.0 && madsim::rand::thread_rng().gen_bool(probability.min(1.0)) {
-            tracing::debug!(delay_ms = self.delay_ms, "buggify: request held in the network");
+            tracing::debug!(
+                delay_ms = self.delay_ms,
+                "buggify: request held in the network"
+            );
             Duration::from_millis(self.delay_ms)
         } else {
             Duration::ZERO
@@ -174,7 +177,10 @@ impl SimTransactionalProducer {
                 ClientError::Fatal(format!("transaction must be aborted: {why}")),
             )),
             State::FatalError(why) => Err(fatal(api, why.clone())),
-            other => Err(fatal(api, format!("no transaction in progress ({other:?})"))),
+            other => Err(fatal(
+                api,
+                format!("no transaction in progress ({other:?})"),
+            )),
         }
     }
 
@@ -204,7 +210,8 @@ impl SimTransactionalProducer {
         request: Request,
         deadline: Instant,
     ) -> Result<Response, ClientError> {
-        self.coordinator_call_delayed(request, deadline, Duration::ZERO).await
+        self.coordinator_call_delayed(request, deadline, Duration::ZERO)
+            .await
     }
 
     /// As [`Self::coordinator_call`], the first attempt held `first_delay` in the network.
@@ -219,14 +226,19 @@ impl SimTransactionalProducer {
             let known = self.lock().coordinator;
             let coordinator = match known {
                 Some(c) => Ok(c),
-                None => self.find_coordinator(&key, CoordinatorKind::Transaction).await,
+                None => {
+                    self.find_coordinator(&key, CoordinatorKind::Transaction)
+                        .await
+                }
             };
             let outcome = match coordinator {
                 Ok(c) => {
                     self.lock().coordinator = Some(c);
                     let delay = std::mem::take(&mut first_delay);
                     let timeout = self.request_timeout();
-                    self.conn.request_delayed(c, request.clone(), timeout, delay).await
+                    self.conn
+                        .request_delayed(c, request.clone(), timeout, delay)
+                        .await
                 }
                 Err(e) => Err(e),
             };
@@ -235,7 +247,10 @@ impl SimTransactionalProducer {
                 Ok(response) => return Ok(response),
                 Err(e) => e,
             };
-            if !matches!(error, ClientError::Kafka(KafkaError::ConcurrentTransactions)) {
+            if !matches!(
+                error,
+                ClientError::Kafka(KafkaError::ConcurrentTransactions)
+            ) {
                 self.lock().coordinator = None;
             }
             if Instant::now() + self.backoff() >= deadline {
@@ -251,8 +266,15 @@ impl SimTransactionalProducer {
         key: &str,
         kind: CoordinatorKind,
     ) -> Result<BrokerId, ClientError> {
-        let request = Request::FindCoordinator { key: key.to_string(), kind };
-        match self.conn.request_any(request, self.request_timeout()).await? {
+        let request = Request::FindCoordinator {
+            key: key.to_string(),
+            kind,
+        };
+        match self
+            .conn
+            .request_any(request, self.request_timeout())
+            .await?
+        {
             Response::FindCoordinator { broker } => Ok(broker),
             Response::Error(e) => Err(ClientError::Kafka(e)),
             other => Err(ClientError::Fatal(format!("FindCoordinator: {other:?}"))),
@@ -270,14 +292,19 @@ impl SimTransactionalProducer {
             producer_epoch,
         };
         match self.coordinator_call(request, deadline).await {
-            Ok(Response::InitProducerId { producer_id, producer_epoch }) => {
+            Ok(Response::InitProducerId {
+                producer_id,
+                producer_epoch,
+            }) => {
                 let mut inner = self.lock();
                 inner.ids = IdempotenceState::new(producer_id, producer_epoch);
                 inner.epoch_bump_required = false;
                 inner.state = State::Ready;
                 Ok(())
             }
-            Ok(Response::Error(e)) => Err(self.fail(api, TxnErrorClass::Fatal, ClientError::Kafka(e))),
+            Ok(Response::Error(e)) => {
+                Err(self.fail(api, TxnErrorClass::Fatal, ClientError::Kafka(e)))
+            }
             Ok(other) => Err(fatal(api, format!("unexpected response {other:?}"))),
             Err(e) => Err(TxnError::new(api, TxnErrorClass::Retriable, e)),
         }
@@ -333,7 +360,10 @@ impl SimTransactionalProducer {
     ) -> Result<Offset, TxnError> {
         let mut attempts = 0u32;
         let mut ambiguous = false;
-        let mut delay = self.config.buggify.draw(self.config.buggify.produce_delay_probability);
+        let mut delay = self
+            .config
+            .buggify
+            .draw(self.config.buggify.produce_delay_probability);
         loop {
             let header = self.lock().ids.header(tp, true);
             let records = vec![record.clone()];
@@ -393,7 +423,9 @@ impl SimTransactionalProducer {
                 member_id: group.member_id.clone(),
                 offsets: offsets.to_vec(),
             };
-            let outcome = match self.find_coordinator(&group.group_id, CoordinatorKind::Group).await
+            let outcome = match self
+                .find_coordinator(&group.group_id, CoordinatorKind::Group)
+                .await
             {
                 Ok(c) => self.conn.request(c, request, self.request_timeout()).await,
                 Err(e) => Err(e),
@@ -423,7 +455,12 @@ impl SimTransactionalProducer {
 
     /// EndTxn(`commit`), retried until `deadline`. A transaction that added nothing ends
     /// locally, as in Java.
-    async fn end_txn(&self, api: &'static str, commit: bool, deadline: Instant) -> Result<(), TxnError> {
+    async fn end_txn(
+        &self,
+        api: &'static str,
+        commit: bool,
+        deadline: Instant,
+    ) -> Result<(), TxnError> {
         let nothing_added = {
             let inner = self.lock();
             inner.partitions.is_empty() && !inner.offsets_added
@@ -436,11 +473,20 @@ impl SimTransactionalProducer {
                 producer_epoch,
                 commit,
             };
-            let delay = self.config.buggify.draw(self.config.buggify.end_txn_delay_probability);
-            match self.coordinator_call_delayed(request, deadline, delay).await {
+            let delay = self
+                .config
+                .buggify
+                .draw(self.config.buggify.end_txn_delay_probability);
+            match self
+                .coordinator_call_delayed(request, deadline, delay)
+                .await
+            {
                 Ok(Response::EndTxn) => {}
                 // KIP-890 part 2: the coordinator bumped the epoch with this EndTxn.
-                Ok(Response::EndTxnV5 { producer_id, producer_epoch }) => {
+                Ok(Response::EndTxnV5 {
+                    producer_id,
+                    producer_epoch,
+                }) => {
                     self.lock().ids = IdempotenceState::new(producer_id, producer_epoch);
                 }
                 Ok(Response::Error(e)) => {
@@ -465,7 +511,8 @@ impl TransactionalProducer for SimTransactionalProducer {
         if self.lock().state != State::Uninitialized {
             return Err(fatal("init_transactions", "already initialized".into()));
         }
-        self.init_producer_id("init_transactions", Instant::now() + timeout).await
+        self.init_producer_id("init_transactions", Instant::now() + timeout)
+            .await
     }
 
     fn begin_transaction(&self) -> Result<(), TxnError> {
@@ -528,7 +575,8 @@ impl TransactionalProducer for SimTransactionalProducer {
     async fn commit_transaction(&self, timeout: Duration) -> Result<(), TxnError> {
         let _one = self.in_flight.lock().await;
         self.require_transaction("commit_transaction")?;
-        self.end_txn("commit_transaction", true, Instant::now() + timeout).await
+        self.end_txn("commit_transaction", true, Instant::now() + timeout)
+            .await
     }
 
     async fn abort_transaction(&self, timeout: Duration) -> Result<(), TxnError> {
@@ -538,7 +586,12 @@ impl TransactionalProducer for SimTransactionalProducer {
         match state {
             State::InTransaction | State::AbortableError(_) => {}
             State::FatalError(why) => return Err(fatal(api, why)),
-            other => return Err(fatal(api, format!("no transaction in progress ({other:?})"))),
+            other => {
+                return Err(fatal(
+                    api,
+                    format!("no transaction in progress ({other:?})"),
+                ))
+            }
         }
         let deadline = Instant::now() + timeout;
         self.end_txn(api, false, deadline).await?;
