@@ -168,7 +168,7 @@ fn f8_produce_delayed_past_its_abort_is_fenced_under_transaction_version_2() {
 
 #[test]
 fn f8_produce_delayed_past_its_abort_corrupts_the_output_before_kip_890() {
-    let forbidden = first_caught("f8-delayed-produce-pre-kip890.toml", 5);
+    let forbidden = first_caught("f8-pre-kip890-late-produce-corrupts-output.toml", 5);
     let known = [
         Anomaly::StuckLso,
         Anomaly::AbortedRead,
@@ -179,7 +179,7 @@ fn f8_produce_delayed_past_its_abort_corrupts_the_output_before_kip_890() {
 
 #[test]
 fn delayed_end_txn_commits_the_next_transaction_early_under_transaction_version_1() {
-    let forbidden = first_caught("f8-delayed-end-txn-kip890-part1.toml", 5);
+    let forbidden = first_caught("f8-tv1-late-end-txn-corrupts-next-txn.toml", 5);
     let known = [
         Anomaly::AbortedRead,
         Anomaly::TornTransaction,
@@ -200,6 +200,6 @@ fn f10_retry_to_a_new_leader_is_deduplicated_by_replicated_producer_state() {
 
 #[test]
 fn f10_retry_to_a_new_leader_without_producer_state_is_appended_twice() {
-    let forbidden = first_caught("f10-failover-forgets-producer-state.toml", 5);
+    let forbidden = first_caught("f10-forgotten-producer-state-duplicates.toml", 5);
     assert!(forbidden.contains(&Anomaly::Duplicate), "{forbidden:?}");
 }
