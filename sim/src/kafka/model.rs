@@ -24,6 +24,16 @@
 //! - Requests: Produce, Fetch, ListOffsets, Metadata, CreateTopics, FindCoordinator here;
 //!   the six group requests are checked for the coordinator and handed to the
 //!   [`GroupCoordinator`].
+//! - Idempotence and transactions (models-reference B, C): every replica's log carries its
+//!   [`crate::kafka::producer_state::ProducerState`], applied on every append (leader and
+//!   follower) and rebuilt on truncation, so it travels with replication. Produce validates
+//!   against it (B.3) and, for a batch opening a transaction, against the coordinator as
+//!   [`TxnProtocol`] says (C.9). InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and
+//!   EndTxn go to the [`crate::kafka::txn::TransactionCoordinator`] on the leader of the
+//!   id's `__transaction_state` partition; TxnOffsetCommit and `OffsetFetchStable` to the
+//!   group coordinator (KIP-447). Markers are written in [`Cluster::tick`]
+//!   (`model/transactions.rs`). Read_committed fetches stop at the LSO and list the aborted
+//!   transactions of the range ([`AbortedTxn`]).
 //!
 //! # Example
 //! ```
@@ -740,6 +750,16 @@ impl Cluster {
         header: &ProducerBatchHeader,
     ) -> Result<(), KafkaError> {
         let (pid, epoch) = (header.producer_id, header.producer_epoch);
+        if self.config.transaction_protocol != TxnProtocol::PreKip890 {
+            // The leader must reach the producer's coordinator; Kafka answers produce with
+            // the retriable NOT_ENOUGH_REPLICAS when it cannot (KIP-890 part 1).
+            let tid = self.txns.transactional_id_of(pid);
+            let coordinator =
+                tid.and_then(|t| self.coordinator_for(t, CoordinatorKind::Transaction));
+            if tid.is_some() && !coordinator.is_some_and(|b| self.state(b).alive) {
+                return Err(KafkaError::NotEnoughReplicas);
+            }
+        }
         match self.config.transaction_protocol {
             TxnProtocol::PreKip890 => Ok(()),
             TxnProtocol::Kip890Part1 => self.txns.verify_produce(pid, epoch, tp),

@@ -82,7 +82,7 @@ pub enum Validation {
 }
 
 /// The producer state of one replica of one partition. See the module docs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerState {
     producers: BTreeMap<i64, ProducerEntry>,
     /// Open transactions: producer id → first offset (`ongoingTxns`).
@@ -124,6 +124,11 @@ impl ProducerState {
     /// First offset of `producer_id`'s open transaction on this partition, if any.
     pub fn ongoing_txn_first_offset(&self, producer_id: i64) -> Option<Offset> {
         self.ongoing.get(&producer_id).copied()
+    }
+
+    /// Open transactions on this partition: producer id → first offset.
+    pub fn ongoing_txns(&self) -> &BTreeMap<i64, Offset> {
+        &self.ongoing
     }
 
     /// Number of open transactions on this partition.
@@ -228,6 +233,10 @@ impl ProducerState {
         while entry.batches.len() > NUM_BATCHES_TO_RETAIN {
             entry.batches.pop_front();
         }
+        assert!(
+            entry.batches.len() <= NUM_BATCHES_TO_RETAIN,
+            "at most 5 retained batches"
+        );
         if header.transactional {
             self.ongoing
                 .entry(header.producer_id)
@@ -262,6 +271,10 @@ impl ProducerState {
         let Some(first) = self.ongoing.remove(&header.producer_id) else {
             return;
         };
+        assert!(
+            first < batch.base_offset,
+            "a transaction starts before its marker"
+        );
         if batch.base_offset >= high_watermark {
             self.unreplicated.insert(first, batch.base_offset);
         }

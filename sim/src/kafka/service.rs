@@ -17,7 +17,7 @@ pub const KAFKA_PORT: u16 = 9092;
 
 /// IP of broker `b`: `10.0.1.b`.
 pub fn broker_ip(b: BrokerId) -> IpAddr {
-    assert!(b >= 1 && b < 255, "broker ids are 1..=254");
+    assert!((1..255).contains(&b), "broker ids are 1..=254");
     IpAddr::V4(Ipv4Addr::new(10, 0, 1, b as u8))
 }
 

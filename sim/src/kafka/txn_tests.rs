@@ -10,12 +10,14 @@ use std::collections::BTreeSet;
 
 mod checklist;
 mod property;
+mod protocol;
 
 /// Every broker up unless listed; links cut both ways.
 #[derive(Debug, Default, Clone)]
 pub(super) struct TestEnv {
     pub down: BTreeSet<BrokerId>,
     pub cut: BTreeSet<(BrokerId, BrokerId)>,
+    pub no_controller: BTreeSet<BrokerId>,
 }
 
 impl Env for TestEnv {
@@ -26,7 +28,7 @@ impl Env for TestEnv {
         !self.cut.contains(&(from.min(to), from.max(to)))
     }
     fn controller_link_up(&self, b: BrokerId) -> bool {
-        !self.down.contains(&b)
+        !self.down.contains(&b) && !self.no_controller.contains(&b)
     }
 }
 

@@ -13,7 +13,9 @@ impl Cluster {
     /// Where `key`'s coordinator must be: `COORDINATOR_NOT_AVAILABLE` while its partition is
     /// offline (or, for transactions, while that partition's ISR is below
     /// `transaction.state.log.min.isr`, as the state write would fail), `NOT_COORDINATOR` at
-    /// a broker that does not believe it leads the partition.
+    /// a broker that does not believe it leads the partition, or that still believes it but
+    /// was replaced by the controller (its write to the internal topic cannot complete; a
+    /// zombie coordinator changes nothing).
     fn check_coordinator(
         &self,
         broker: BrokerId,
@@ -28,6 +30,9 @@ impl Cluster {
         let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
             return Err(KafkaError::NotCoordinator);
         };
+        if p.leader != Some(broker) || r.view_epoch != p.leader_epoch {
+            return Err(KafkaError::NotCoordinator);
+        }
         if kind == CoordinatorKind::Transaction && r.view_isr.len() < p.min_isr {
             return Err(KafkaError::CoordinatorNotAvailable);
         }
@@ -86,18 +91,7 @@ impl Cluster {
                 producer_epoch,
                 partitions,
                 ..
-            } => {
-                if partitions.iter().any(|tp| self.partition(tp).is_none()) {
-                    return Response::Error(KafkaError::UnknownTopicOrPartition);
-                }
-                let ids = (producer_id, producer_epoch);
-                match self.txns.add_partitions(now, &tid, ids, &partitions) {
-                    Ok(()) => Response::AddPartitionsToTxn {
-                        results: partitions.into_iter().map(|tp| (tp, None)).collect(),
-                    },
-                    Err(e) => Response::Error(e),
-                }
-            }
+            } => self.add_partitions(now, &tid, (producer_id, producer_epoch), partitions),
             Request::AddOffsetsToTxn {
                 producer_id,
                 producer_epoch,
@@ -123,12 +117,33 @@ impl Cluster {
         }
     }
 
+    /// AddPartitionsToTxn: `UNKNOWN_TOPIC_OR_PARTITION` for the whole request if any
+    /// partition does not exist (nothing is added), else the coordinator's answer.
+    fn add_partitions(
+        &mut self,
+        now: TimeMs,
+        tid: &str,
+        ids: (i64, i16),
+        partitions: Vec<TopicPartition>,
+    ) -> Response {
+        if partitions.iter().any(|tp| self.partition(tp).is_none()) {
+            return Response::Error(KafkaError::UnknownTopicOrPartition);
+        }
+        match self.txns.add_partitions(now, tid, ids, &partitions) {
+            Ok(()) => Response::AddPartitionsToTxn {
+                results: partitions.into_iter().map(|tp| (tp, None)).collect(),
+            },
+            Err(e) => Response::Error(e),
+        }
+    }
+
     /// TxnOffsetCommit and OffsetFetch with `require_stable`, at the group coordinator
     /// (C.7): the producer is checked against its transaction (as the append to
-    /// `__consumer_offsets` would), then the group's generation and member.
+    /// `__consumer_offsets` would), then the group's generation and member. Under TV2 the
+    /// offsets partition joins the transaction implicitly (AddOffsetsToTxn still works).
     pub(super) fn txn_group_request(
         &mut self,
-        _now: TimeMs,
+        now: TimeMs,
         broker: BrokerId,
         request: Request,
     ) -> Response {
@@ -155,6 +170,12 @@ impl Cluster {
             } => {
                 let offsets_tp = self.coordinator_partition(&group_id, CoordinatorKind::Group);
                 let ids = (producer_id, producer_epoch);
+                if self.config.transaction_protocol == TxnProtocol::Tv2 {
+                    // TxnOffsetCommit v5 adds the offsets partition implicitly (KIP-890
+                    // part 2; errors surface in the check below).
+                    let tp = std::slice::from_ref(&offsets_tp);
+                    let _ = self.txns.add_partitions(now, &transactional_id, ids, tp);
+                }
                 if let Err(e) =
                     self.txns
                         .check_txn_offset_commit(&transactional_id, ids, &offsets_tp)
@@ -285,6 +306,27 @@ impl Cluster {
         }
         let interval = self.config.producer_id_expiration_check_interval_ms.max(1);
         self.next_producer_expiry_scan_ms = now + interval;
+    }
+
+    /// Broker `broker`'s producer state of `tp` (B.2), for introspection; `None` if it holds
+    /// no replica.
+    pub fn producer_state(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Option<&crate::kafka::producer_state::ProducerState> {
+        Some(self.partition(tp)?.replica(broker)?.log.producer_state())
+    }
+
+    /// The batches of broker `broker`'s replica of `tp` (empty if it holds none).
+    pub fn replica_log_batches(
+        &self,
+        tp: &TopicPartition,
+        broker: BrokerId,
+    ) -> Vec<crate::kafka::log::Batch> {
+        self.partition(tp)
+            .and_then(|p| p.replica(broker))
+            .map_or(Vec::new(), |r| r.log.batches().to_vec())
     }
 
     /// The transaction coordinators, for introspection (states, epochs, partitions).

@@ -123,6 +123,9 @@ impl TransactionCoordinator {
         partitions: &[TopicPartition],
     ) -> Result<(), KafkaError> {
         let m = self.check_add(tid, pid, epoch)?;
+        if partitions.is_empty() {
+            return Ok(());
+        }
         if m.state == TxnState::Ongoing && partitions.iter().all(|tp| m.partitions.contains(tp)) {
             return Ok(());
         }
@@ -134,6 +137,10 @@ impl TransactionCoordinator {
         self.transition(now, tid, TxnState::Ongoing);
         let m = self.txns.get_mut(tid).expect("checked");
         m.partitions.extend(partitions.iter().cloned());
+        assert!(
+            !m.partitions.is_empty(),
+            "an Ongoing transaction has partitions"
+        );
         Ok(())
     }
 
