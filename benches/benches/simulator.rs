@@ -118,7 +118,7 @@ mod bench {
         group.finish();
     }
 
-    criterion_group!(pub benches, simulator);
+    criterion_group!(benches, simulator);
 }
 
 #[cfg(madsim)]

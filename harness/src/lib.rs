@@ -7,6 +7,8 @@
 //! # Sections
 //! - [`client`]: producer, consumer and admin traits shaped after rdkafka, and their
 //!   simulated implementation (under `--cfg madsim`).
+//! - [`connect`]: the Kafka Connect sink task contract and worker.
+//! - [`sinks`]: sink connectors under test.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
 //! - [`workload`]: the components under test on the Kafka layer and their generators.
 //! - [`history`]: operations as invoke then ok / fail / info, nemesis faults among them.
@@ -19,10 +21,14 @@
 pub mod checker;
 pub mod cli;
 pub mod client;
+pub mod connect;
 pub mod history;
+#[cfg(not(madsim))]
+pub mod real;
 pub mod report;
 #[cfg(madsim)]
 pub mod runner;
 pub mod scenario;
+pub mod sinks;
 #[cfg(madsim)]
 pub mod workload;

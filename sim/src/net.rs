@@ -5,6 +5,13 @@
 //! arrives, delivered twice, or applied with its response lost on the way back (the
 //! ambiguous outcome every exactly-once design must survive).
 //!
+//! Calls stand for requests on a TCP connection: when the server's process dies, or its
+//! machine comes back from a crash, the kernel resets the connection and every call still
+//! waiting on it fails at once with [`RpcError::Disconnected`] ([`reset_connections`]), as
+//! Kafka's `NetworkClient` fails in-flight requests on a disconnect. Without that, a call
+//! parked at a dead server (a JoinGroup waits up to the rebalance timeout) would wait out
+//! its whole timeout for a response that no process will ever send.
+//!
 //! Faults are per directed pair of IPs and live in a thread-local table: each simulation
 //! runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never share it.
 //! Every random draw comes from `madsim::rand`, so a seed replays bit for bit.
@@ -15,7 +22,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Message faults on one directed link (client → server), as probabilities in `[0, 1]`
 /// and a delay bound in ms.
@@ -41,6 +50,27 @@ impl MessageFaults {
 thread_local! {
     static LINK_FAULTS: RefCell<BTreeMap<(IpAddr, IpAddr), MessageFaults>> =
         const { RefCell::new(BTreeMap::new()) };
+}
+
+thread_local! {
+    /// Per server IP, the bell rung when its connections are reset.
+    static RESET_BELLS: RefCell<BTreeMap<IpAddr, Arc<Notify>>> =
+        const { RefCell::new(BTreeMap::new()) };
+}
+
+/// The server at `ip` lost its connections (its process was killed, or its machine came
+/// back after a crash): every call waiting on it fails with [`RpcError::Disconnected`].
+/// Calls made afterwards are not affected.
+pub fn reset_connections(ip: IpAddr) {
+    RESET_BELLS.with(|t| {
+        if let Some(bell) = t.borrow().get(&ip) {
+            bell.notify_waiters();
+        }
+    });
+}
+
+fn reset_bell(ip: IpAddr) -> Arc<Notify> {
+    RESET_BELLS.with(|t| t.borrow_mut().entry(ip).or_default().clone())
 }
 
 /// Sets the message faults from `source` to `target` (both directions are separate links).
@@ -80,6 +110,13 @@ pub enum RpcError {
         /// The timeout that expired, in ms.
         timeout_ms: u64,
     },
+    /// The server's connections were reset while the call waited (see
+    /// [`reset_connections`]): the outcome is unknown.
+    #[error("connection to {target} reset")]
+    Disconnected {
+        /// The server's address.
+        target: SocketAddr,
+    },
     /// The local endpoint failed.
     #[error("transport error: {0}")]
     Transport(String),
@@ -93,6 +130,7 @@ type Envelope<Req> = (u64, Req);
 /// Calls `target` with `request` and waits at most `timeout` for its response.
 ///
 /// # Errors
+/// [`RpcError::Disconnected`] when the server's connections were reset meanwhile, else
 /// [`RpcError::Timeout`] when no response came back in time, whatever the reason.
 pub async fn call<Req, Resp>(
     endpoint: &Endpoint,
@@ -130,7 +168,20 @@ where
             .map_err(|e| RpcError::Transport(e.to_string()))?;
         Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
     };
-    madsim::time::timeout(timeout, exchange)
+    // Created before anything is sent, so a reset from then on is seen even before the
+    // first poll.
+    let bell = reset_bell(target.ip());
+    let reset = bell.notified();
+    let answered = async {
+        tokio::select! {
+            // `biased`: tokio picks branches with a thread-local RNG otherwise, which
+            // would break replay.
+            biased;
+            result = exchange => result,
+            () = reset => Err(RpcError::Disconnected { target }),
+        }
+    };
+    madsim::time::timeout(timeout, answered)
         .await
         .map_err(|_| RpcError::Timeout { target, timeout_ms })?
 }
@@ -198,7 +249,18 @@ where
             .map_err(|e| RpcError::Transport(e.to_string()))?;
         Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
     };
-    madsim::time::timeout(timeout, exchange)
+    let bell = reset_bell(target.ip());
+    let reset = bell.notified();
+    let answered = async {
+        tokio::select! {
+            // `biased`: tokio picks branches with a thread-local RNG otherwise, which
+            // would break replay.
+            biased;
+            result = exchange => result,
+            () = reset => Err(RpcError::Disconnected { target }),
+        }
+    };
+    madsim::time::timeout(timeout, answered)
         .await
         .map_err(|_| RpcError::Timeout { target, timeout_ms })?
 }
@@ -237,3 +299,6 @@ where
 pub fn message_faults_set() -> bool {
     LINK_FAULTS.with(|t| !t.borrow().is_empty())
 }
+
+#[cfg(test)]
+mod tests;

@@ -310,7 +310,7 @@ mod tests {
             anomalies.insert(
                 Anomaly::LostWrite,
                 vec![Case {
-                    ids: vec![1],
+                    ids: Vec::new(),
                     tp: None,
                     offsets: Vec::new(),
                     ops: vec![3],
@@ -331,8 +331,7 @@ mod tests {
                 validity,
                 anomalies,
                 forbidden,
-                counts: BTreeMap::new(),
-                error: None,
+                ..CheckResult::default()
             },
             hash: String::new(),
             faults: faults_before + 1,
@@ -392,7 +391,10 @@ mod tests {
             counterexample.replay,
             "cargo xtask sim --scenario scenarios/x.toml --seed 2"
         );
-        assert_eq!(counterexample.history_path, "r/x/2/history.jsonl");
+        assert_eq!(
+            Path::new(&counterexample.history_path),
+            Path::new("r/x/2/history.jsonl")
+        );
         assert_eq!(result.anomalies.get("lost-write"), Some(&1));
     }
 

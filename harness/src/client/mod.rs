@@ -10,6 +10,8 @@ use bytes::Bytes;
 use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
 use std::time::Duration;
 
+#[cfg(not(madsim))]
+pub mod real;
 #[cfg(madsim)]
 pub mod sim;
 

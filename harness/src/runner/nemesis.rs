@@ -70,7 +70,12 @@ pub fn swarm_schedule(
         }
         let kind = drawn.kinds[rng.gen_range(0..drawn.kinds.len())];
         let node = targets[rng.gen_range(0..targets.len())].clone();
-        let other = targets[rng.gen_range(0..targets.len())].clone();
+        // The other end of a partition or message fault: any target but `node` itself.
+        let others: Vec<&String> = targets.iter().filter(|t| **t != node).collect();
+        let other = match others.len() {
+            0 => node.clone(),
+            n => others[rng.gen_range(0..n)].clone(),
+        };
         let end_ms = (at_ms + rng.gen_range(drawn.duration_ms_max / 4..=drawn.duration_ms_max))
             .min(until_ms);
         let (fault, recovery) = match kind {
@@ -172,8 +177,12 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
     }
     net.paused.remove(name);
     drop(net);
-    let (id, _) = world.node(name).expect("resolved names exist");
+    let (id, ip) = world.node(name).expect("resolved names exist");
     world.handle().kill(id);
+    if mode == CrashMode::ProcessKill {
+        // The kernel outlives the process and resets its connections (RST).
+        eosim_sim::net::reset_connections(ip);
+    }
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);
@@ -189,12 +198,15 @@ fn restart(world: &World, name: &str, verbose: bool) {
     if !world.net.lock().expect("net lock").down.remove(name) {
         return;
     }
-    let (id, _) = world.node(name).expect("resolved names exist");
+    let (id, ip) = world.node(name).expect("resolved names exist");
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         world.kafka.cluster.lock().expect("cluster lock").restart_broker(now, b);
     }
     world.handle().restart(id);
+    // The new incarnation answers whatever still waits on the old one (a crashed machine's
+    // connections, requests sent while it was down) with RST.
+    eosim_sim::net::reset_connections(ip);
     world.record_fault("restart", format!("target=[{name}]"), verbose);
 }
 

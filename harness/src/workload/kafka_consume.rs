@@ -136,16 +136,12 @@ pub async fn consumer_process(ctx: Context, name: String) {
     loop {
         let records = match consumer.poll(Duration::from_millis(200)).await {
             Ok(records) => records,
-            Err(e) => {
-                eprintln!("DEBUG {name} poll error {e}");
+            Err(_) => {
                 madsim::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };
         if records.is_empty() {
-            if std::env::var("EOSIM_DEBUG").is_ok() {
-                eprintln!("DEBUG t={} {name} empty poll assignment={:?}", now_ns() / 1_000_000, consumer.assignment());
-            }
             continue;
         }
         let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();

@@ -64,11 +64,14 @@ impl KafkaWorld {
     }
 
     /// Runs the model's tick loop forever: every [`TICK_INTERVAL_IDLE_MS`], and
-    /// [`REPLICA_FETCH_DELAY_MS`] after any request changed something. Run it on the
-    /// controller node.
+    /// [`REPLICA_FETCH_DELAY_MS`] after any request changed something or while an acks=all
+    /// produce waits for followers (Kafka's followers long-poll, so they fetch as soon as
+    /// the leader appends). Run it on the controller node.
     pub async fn run_ticker(self, env: Arc<dyn Env + Send + Sync>) {
+        let mut waiting = false;
         loop {
-            let idle = madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS));
+            let pause_ms = if waiting { REPLICA_FETCH_DELAY_MS } else { TICK_INTERVAL_IDLE_MS };
+            let idle = madsim::time::sleep(Duration::from_millis(pause_ms));
             tokio::select! {
                 // `biased`: tokio picks branches with a thread-local RNG otherwise, which
                 // would break replay.
@@ -79,7 +82,10 @@ impl KafkaWorld {
                 }
             }
             let now = self.now_ms();
-            self.cluster.lock().expect("cluster lock").tick(now, env.as_ref());
+            let mut cluster = self.cluster.lock().expect("cluster lock");
+            cluster.tick(now, env.as_ref());
+            waiting = cluster.parked_produce_count() > 0;
+            drop(cluster);
             self.ticked.notify_waiters();
         }
     }

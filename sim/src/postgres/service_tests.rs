@@ -214,8 +214,22 @@ async fn a_crash_keeps_committed_rows_and_ends_every_session() {
     world.crash();
     Handle::current().restart(server.id());
     let e = ep.clone();
+    // The restarted server may not listen yet: retry like a reconnecting client would.
     let after = client
-        .spawn(async move { rpc(&e, Request::Commit { session: s }).await })
+        .spawn(async move {
+            for _ in 0..50 {
+                let call = crate::net::call(
+                    &e,
+                    postgres_addr(),
+                    Request::Commit { session: s },
+                    Duration::from_millis(200),
+                );
+                if let Ok(response) = call.await {
+                    return response;
+                }
+            }
+            panic!("the restarted server never answered")
+        })
         .await
         .unwrap();
     let Response::Committed(Err(err)) = after else {

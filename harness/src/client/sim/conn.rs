@@ -3,6 +3,7 @@
 
 use crate::client::ClientError;
 use eosim_sim::kafka::service::broker_addr;
+use eosim_sim::net::RpcError;
 use eosim_sim::kafka::{BrokerId, KafkaError, PartitionMetadata, Request, Response, TopicPartition};
 use madsim::net::Endpoint;
 use std::collections::BTreeMap;
@@ -40,7 +41,9 @@ impl Connection {
     /// `Response::Error` comes back as `Ok`; only transport failures are errors.
     ///
     /// # Errors
-    /// [`ClientError::Timeout`] when nothing came back.
+    /// [`ClientError::Timeout`] when nothing came back: no response in time, or the
+    /// broker's connection was reset (its process died) while the request waited; both
+    /// leave the outcome unknown.
     pub async fn request(
         &self,
         broker: BrokerId,
@@ -48,9 +51,10 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Response, ClientError> {
         let what = format!("{} to broker-{broker}", request_name(&request));
-        eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
-            .await
-            .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
+        let result =
+            eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
+                .await;
+        result.map_err(|e| rpc_error(what, timeout, e))
     }
 
     /// As [`Connection::request`], with the request held `extra_delay` in the network
@@ -70,7 +74,7 @@ impl Connection {
         let addr = broker_addr(broker);
         eosim_sim::net::call_delayed(&self.endpoint, addr, request, timeout, extra_delay)
             .await
-            .map_err(|_| ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 })
+            .map_err(|e| rpc_error(what, timeout, e))
     }
 
     /// Sends `request` to the next bootstrap broker in turn (for requests any broker
@@ -126,6 +130,14 @@ impl Connection {
     pub fn invalidate(&self, topic: &str) {
         self.metadata.lock().expect("metadata lock").remove(topic);
     }
+}
+
+/// A transport failure as the client sees it: the outcome is unknown either way.
+fn rpc_error(mut what: String, timeout: Duration, error: RpcError) -> ClientError {
+    if let RpcError::Disconnected { .. } = error {
+        what.push_str(" (connection reset)");
+    }
+    ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
 }
 
 /// The Kafka API name of a request, for messages.

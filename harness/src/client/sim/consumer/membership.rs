@@ -341,20 +341,30 @@ impl GroupClient {
         range_assign(members, &partition_counts)
     }
 
-    /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat; a
-    /// `max.poll.interval.ms` without `poll` makes the member leave the group.
+    /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat
+    /// (finding the coordinator first if it became unknown); a `max.poll.interval.ms`
+    /// without `poll` makes the member leave the group.
     pub async fn heartbeat_loop(self) {
         let interval = Duration::from_millis(self.config.heartbeat_interval_ms.max(1));
         let max_poll_interval = Duration::from_millis(self.config.max_poll_interval_ms);
         loop {
             sleep(interval).await;
-            let (coordinator, member_id, generation, poll_overdue) = {
+            if !self.membership().stable {
+                continue;
+            }
+            // Java's heartbeat thread looks the coordinator up again when it is unknown;
+            // without that a stable member would go silent and be expired.
+            let deadline = Deadline::after(self.request_timeout());
+            let Ok(coordinator) = self.ensure_coordinator(&deadline).await else {
+                continue;
+            };
+            let (member_id, generation, poll_overdue) = {
                 let m = self.membership();
-                let Some(coordinator) = m.coordinator.filter(|_| m.stable) else {
+                if !m.stable {
                     continue;
-                };
+                }
                 let overdue = m.last_poll.elapsed() > max_poll_interval;
-                (coordinator, m.member_id.clone(), m.generation, overdue)
+                (m.member_id.clone(), m.generation, overdue)
             };
             let group_id = self.config.group_id.clone();
             if poll_overdue {

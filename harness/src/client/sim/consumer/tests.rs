@@ -524,3 +524,73 @@ fn auto_offset_reset_none_without_a_committed_offset_is_fatal() {
         assert!(matches!(outcome, Err(ClientError::Fatal(_))), "{outcome:?}");
     });
 }
+
+/// Consumes every record and commits, then idles 25 s without polling (well within
+/// `max.poll.interval.ms`) and commits again: the result of that commit.
+async fn drain_then_idle() -> Result<(), ClientError> {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut config = test_config();
+    config.request_timeout_ms = 2_000;
+    let mut consumer = SimConsumer::new(conn, config);
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let mut committed = BTreeMap::new();
+    let end = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < end {
+        for r in consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll")
+        {
+            committed.insert(r.tp, r.offset + 1);
+        }
+    }
+    let offsets: Vec<_> = committed.into_iter().collect();
+    let expected = fake_broker::PARTITIONS as usize;
+    assert_eq!(offsets.len(), expected, "drained before the cut");
+    consumer
+        .commit(&offsets)
+        .await
+        .expect("commit before the cut");
+    sleep(Duration::from_secs(25)).await;
+    consumer.commit(&offsets).await
+}
+
+/// A heartbeat times out (the link to the coordinator is cut for 3 s, longer than
+/// `request.timeout.ms`), which marks the coordinator unknown. Like Java's heartbeat
+/// thread, the heartbeat task must look it up again; before, it stopped for good while
+/// the member believed itself stable, and the member expired unnoticed.
+#[test]
+fn the_heartbeat_task_finds_the_coordinator_again_after_a_timeout() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let task = node.spawn(drain_then_idle());
+        sleep(Duration::from_secs(9)).await;
+        let net = madsim::net::NetSim::current();
+        net.clog_link(node.id(), broker.id());
+        net.clog_link(broker.id(), node.id());
+        sleep(Duration::from_secs(3)).await;
+        net.unclog_link(node.id(), broker.id());
+        net.unclog_link(broker.id(), node.id());
+        let after_idle = task.await.expect("consumer task");
+        assert!(
+            after_idle.is_ok(),
+            "the member kept heartbeating: {after_idle:?}"
+        );
+    });
+}

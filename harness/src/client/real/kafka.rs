@@ -1,0 +1,462 @@
+//! rdkafka implementations of [`Producer`], [`Consumer`] and [`Admin`].
+
+use super::error::{from_code, from_commit, from_rdkafka};
+use crate::client::{
+    Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, Delivery,
+    Producer, ProducerConfig, ProducerRecord,
+};
+use async_trait::async_trait;
+use bytes::Bytes;
+use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
+use futures::FutureExt;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{ClientConfig, TopicPartitionList};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// librdkafka's value for `acks`.
+fn acks_value(acks: Acks) -> &'static str {
+    match acks {
+        Acks::None => "0",
+        Acks::Leader => "1",
+        Acks::All => "all",
+    }
+}
+
+/// The librdkafka configuration of a [`RealProducer`].
+///
+/// `enable.idempotence` is set only with `acks=all`: librdkafka (like Java when the
+/// property is explicit) refuses idempotence with `acks` 0 or 1, and Java leaves it off
+/// then when it is not explicit, which is the behaviour kept here. `retries` is capped at
+/// librdkafka's maximum, 2147483647.
+pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) -> ClientConfig {
+    let idempotent = config.enable_idempotence && config.acks == Acks::All;
+    let retries = config.retries.min(i32::MAX as u32);
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap_servers)
+        .set("partitioner", "murmur2_random")
+        .set("acks", acks_value(config.acks))
+        .set("enable.idempotence", idempotent.to_string())
+        .set("request.timeout.ms", config.request_timeout_ms.to_string())
+        .set(
+            "delivery.timeout.ms",
+            config.delivery_timeout_ms.to_string(),
+        )
+        .set("retries", retries.to_string())
+        .set("retry.backoff.ms", config.retry_backoff_ms.to_string())
+        .set("log_level", "3");
+    c
+}
+
+/// A producer on rdkafka's `FutureProducer`.
+pub struct RealProducer {
+    producer: FutureProducer,
+    config: ProducerConfig,
+}
+
+impl std::fmt::Debug for RealProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealProducer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RealProducer {
+    /// A producer for `bootstrap_servers` (`host:port,...`) with `config`.
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when librdkafka rejects the configuration.
+    pub fn new(bootstrap_servers: &str, config: ProducerConfig) -> Result<Self, ClientError> {
+        let producer = producer_client_config(bootstrap_servers, &config)
+            .create()
+            .map_err(|e| ClientError::Fatal(format!("producer configuration: {e}")))?;
+        Ok(Self { producer, config })
+    }
+
+    /// Waits until every queued record is delivered or `timeout` passes.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when records are still in flight.
+    pub fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
+        rdkafka::producer::Producer::flush(&self.producer, timeout)
+            .map_err(|e| from_rdkafka(&e, "flush", timeout.as_millis() as u64))
+    }
+}
+
+fn owned_headers(headers: &[(String, Bytes)]) -> Option<OwnedHeaders> {
+    if headers.is_empty() {
+        return None;
+    }
+    let mut h = OwnedHeaders::new_with_capacity(headers.len());
+    for (key, value) in headers {
+        h = h.insert(Header {
+            key,
+            value: Some(&value[..]),
+        });
+    }
+    Some(h)
+}
+
+#[async_trait]
+impl Producer for RealProducer {
+    async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError> {
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+        if let Some(key) = &record.key {
+            r = r.key(&key[..]);
+        }
+        if let Some(value) = &record.value {
+            r = r.payload(&value[..]);
+        }
+        if let Some(p) = record.partition {
+            r = r.partition(p as i32);
+        }
+        if let Some(h) = owned_headers(&record.headers) {
+            r = r.headers(h);
+        }
+        let timeout_ms = self.config.delivery_timeout_ms;
+        let queue_timeout = Timeout::After(Duration::from_millis(timeout_ms));
+        match self.producer.send(r, queue_timeout).await {
+            Ok(d) => Ok(Delivery {
+                partition: d.partition as u32,
+                // acks=0 has no offset; librdkafka reports an invalid one (-1001).
+                offset: if self.config.acks == Acks::None || d.offset < 0 {
+                    -1
+                } else {
+                    d.offset
+                },
+            }),
+            Err((e, _)) => Err(from_rdkafka(&e, "produce", timeout_ms)),
+        }
+    }
+}
+
+/// The librdkafka configuration of a [`RealConsumer`]: the range assignor, no auto commit,
+/// no automatic offset store, Java's names mapped to librdkafka's (`fetch.max.wait.ms` is
+/// `fetch.wait.max.ms`, `request.timeout.ms` is `socket.timeout.ms`, `auto.offset.reset`
+/// none is `error`). `max.poll.records` has no librdkafka counterpart: [`RealConsumer::poll`]
+/// applies it.
+pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) -> ClientConfig {
+    let isolation = match config.isolation_level {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    let reset = match config.auto_offset_reset {
+        AutoOffsetReset::Earliest => "earliest",
+        AutoOffsetReset::Latest => "latest",
+        AutoOffsetReset::None => "error",
+    };
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap_servers)
+        .set("group.id", &config.group_id)
+        .set("partition.assignment.strategy", "range")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("session.timeout.ms", config.session_timeout_ms.to_string())
+        .set(
+            "heartbeat.interval.ms",
+            config.heartbeat_interval_ms.to_string(),
+        )
+        .set(
+            "max.poll.interval.ms",
+            config.max_poll_interval_ms.to_string(),
+        )
+        .set("fetch.max.bytes", config.fetch_max_bytes.to_string())
+        .set(
+            "max.partition.fetch.bytes",
+            config.max_partition_fetch_bytes.to_string(),
+        )
+        .set("fetch.wait.max.ms", config.fetch_max_wait_ms.to_string())
+        .set("socket.timeout.ms", config.request_timeout_ms.to_string())
+        .set("isolation.level", isolation)
+        .set("auto.offset.reset", reset)
+        .set("log_level", "3");
+    c
+}
+
+/// A group consumer on rdkafka's `StreamConsumer`.
+pub struct RealConsumer {
+    consumer: Option<Arc<StreamConsumer>>,
+    config: ConsumerConfig,
+}
+
+impl std::fmt::Debug for RealConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealConsumer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn closed() -> ClientError {
+    ClientError::Fatal("consumer is closed".into())
+}
+
+fn tpl_of(offsets: &[(TopicPartition, Offset)]) -> Result<TopicPartitionList, ClientError> {
+    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
+    for (tp, offset) in offsets {
+        tpl.add_partition_offset(
+            &tp.topic,
+            tp.partition as i32,
+            rdkafka::Offset::Offset(*offset),
+        )
+        .map_err(|e| from_rdkafka(&e, "offset list", 0))?;
+    }
+    Ok(tpl)
+}
+
+fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
+    let headers = m
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        Bytes::copy_from_slice(h.value.unwrap_or_default()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ConsumedRecord {
+        tp: TopicPartition::new(m.topic(), m.partition() as u32),
+        offset: m.offset(),
+        key: m.key().map(Bytes::copy_from_slice),
+        value: m.payload().map(Bytes::copy_from_slice),
+        headers,
+    }
+}
+
+impl RealConsumer {
+    /// A consumer of group `config.group_id` on `bootstrap_servers`. Call it inside a tokio
+    /// runtime (rdkafka's `StreamConsumer` spawns its wake-up task there): within `async`
+    /// code, or after `Runtime::enter`.
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when librdkafka rejects the configuration.
+    pub fn new(bootstrap_servers: &str, config: ConsumerConfig) -> Result<Self, ClientError> {
+        let consumer: StreamConsumer = consumer_client_config(bootstrap_servers, &config)
+            .create()
+            .map_err(|e| ClientError::Fatal(format!("consumer configuration: {e}")))?;
+        Ok(Self {
+            consumer: Some(Arc::new(consumer)),
+            config,
+        })
+    }
+
+    fn inner(&self) -> Result<&Arc<StreamConsumer>, ClientError> {
+        self.consumer.as_ref().ok_or_else(closed)
+    }
+
+    /// Assigns partitions by hand, starting at the given offsets: no group membership, so
+    /// commits go out with generation -1 (Kafka's "simple" commit, the model's admin commit).
+    ///
+    /// # Errors
+    /// When librdkafka rejects the assignment.
+    pub fn assign(&mut self, positions: &[(TopicPartition, Offset)]) -> Result<(), ClientError> {
+        let tpl = tpl_of(positions)?;
+        self.inner()?
+            .assign(&tpl)
+            .map_err(|e| from_rdkafka(&e, "assign", 0))
+    }
+
+    /// The group's committed offsets of `tps` (-1 where none), from the coordinator.
+    ///
+    /// # Errors
+    /// A timeout after `request.timeout.ms`, or the coordinator's error.
+    pub async fn committed(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        let consumer = Arc::clone(self.inner()?);
+        let mut query = TopicPartitionList::with_capacity(tps.len());
+        for tp in tps {
+            query.add_partition(&tp.topic, tp.partition as i32);
+        }
+        let timeout_ms = self.config.request_timeout_ms;
+        let tpl = tokio::task::spawn_blocking(move || {
+            consumer.committed_offsets(query, Duration::from_millis(timeout_ms))
+        })
+        .await
+        .map_err(|e| ClientError::Fatal(format!("committed offsets task: {e}")))?
+        .map_err(|e| from_rdkafka(&e, "offset fetch", timeout_ms))?;
+        let mut out: Vec<(TopicPartition, Offset)> = tpl
+            .elements()
+            .iter()
+            .map(|e| {
+                let offset = match e.offset() {
+                    rdkafka::Offset::Offset(o) => o,
+                    _ => -1,
+                };
+                (TopicPartition::new(e.topic(), e.partition() as u32), offset)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Handles one error from `recv`: `Some` ends the poll with it, `None` goes on, as
+    /// Java's consumer retries connection, metadata and leadership errors inside `poll`.
+    /// An `auto.offset.reset=none` miss (librdkafka's `_AUTO_OFFSET_RESET`) is Java's
+    /// `NoOffsetForPartitionException`/`OffsetOutOfRangeException`: OFFSET_OUT_OF_RANGE.
+    fn poll_error(e: &rdkafka::error::KafkaError) -> Option<ClientError> {
+        use rdkafka::error::KafkaError as E;
+        match e {
+            E::MessageConsumptionFatal(code) => {
+                Some(ClientError::Fatal(format!("consume: {code}")))
+            }
+            E::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
+                Some(ClientError::Kafka(KafkaError::OffsetOutOfRange))
+            }
+            E::MessageConsumption(_) => None,
+            other => Some(ClientError::Fatal(format!("consume: {other}"))),
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for RealConsumer {
+    async fn subscribe(&mut self, topics: &[String]) -> Result<(), ClientError> {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        self.inner()?
+            .subscribe(&names)
+            .map_err(|e| from_rdkafka(&e, "subscribe", 0))
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+        let consumer = Arc::clone(self.inner()?);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut records = Vec::new();
+        // Wait for the first record (or error) up to `timeout`, as Java's poll does.
+        while records.is_empty() {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Err(_) => return Ok(records),
+                Ok(Ok(m)) => records.push(consumed(&m)),
+                Ok(Err(e)) => {
+                    if let Some(err) = Self::poll_error(&e) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        // Then take what is already fetched, up to max.poll.records, without waiting.
+        while records.len() < self.config.max_poll_records {
+            match consumer.recv().now_or_never() {
+                Some(Ok(m)) => records.push(consumed(&m)),
+                Some(Err(_)) | None => break,
+            }
+        }
+        Ok(records)
+    }
+
+    async fn commit(&mut self, offsets: &[(TopicPartition, Offset)]) -> Result<(), ClientError> {
+        let consumer = Arc::clone(self.inner()?);
+        let tpl = tpl_of(offsets)?;
+        let timeout_ms = self.config.request_timeout_ms;
+        tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync))
+            .await
+            .map_err(|e| ClientError::Fatal(format!("commit task: {e}")))?
+            .map_err(|e| from_commit(&e, timeout_ms))
+    }
+
+    fn assignment(&self) -> Vec<TopicPartition> {
+        let Ok(consumer) = self.inner() else {
+            return Vec::new();
+        };
+        let Ok(tpl) = consumer.assignment() else {
+            return Vec::new();
+        };
+        let mut tps: Vec<TopicPartition> = tpl
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition() as u32))
+            .collect();
+        tps.sort();
+        tps
+    }
+
+    async fn close(&mut self) {
+        if let Some(consumer) = self.consumer.take() {
+            // Dropping the last handle runs rd_kafka_consumer_close (LeaveGroup), which
+            // blocks: do it on the blocking pool.
+            consumer.unsubscribe();
+            let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+        }
+    }
+}
+
+/// Admin calls on rdkafka's `AdminClient`.
+pub struct RealAdmin {
+    admin: AdminClient<DefaultClientContext>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RealAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealAdmin")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RealAdmin {
+    /// An admin client for `bootstrap_servers`; each call waits at most `timeout`.
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when librdkafka rejects the configuration.
+    pub fn new(bootstrap_servers: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let admin = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap_servers)
+            .set("log_level", "3")
+            .create()
+            .map_err(|e| ClientError::Fatal(format!("admin configuration: {e}")))?;
+        Ok(Self { admin, timeout })
+    }
+}
+
+#[async_trait]
+impl Admin for RealAdmin {
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+    ) -> Result<(), ClientError> {
+        let min_isr = config.min_insync_replicas.to_string();
+        let unclean = config.unclean_leader_election_enable.to_string();
+        let max_bytes = config.max_message_bytes.to_string();
+        let topic = NewTopic::new(
+            name,
+            partitions as i32,
+            TopicReplication::Fixed(replication_factor as i32),
+        )
+        .set("min.insync.replicas", &min_isr)
+        .set("unclean.leader.election.enable", &unclean)
+        .set("max.message.bytes", &max_bytes);
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
+        let timeout_ms = self.timeout.as_millis() as u64;
+        let results = self
+            .admin
+            .create_topics([&topic], &opts)
+            .await
+            .map_err(|e| from_rdkafka(&e, "create topic", timeout_ms))?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err((_, code))) => Err(from_code(code, "create topic", timeout_ms)),
+            None => Err(ClientError::Fatal(format!(
+                "create topic {name}: no result"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! Child processes of the native backend: one process group each, logs to a file, faults by
+//! signal, and nothing left behind.
+//!
+//! Every service process is spawned in a process group of its own (`setpgid(0, 0)`), so one
+//! `killpg` reaches the server and whatever it forked (PostgreSQL's backends, say). Live
+//! groups are kept in a process-wide registry; [`install_teardown_on_signal`] makes Ctrl-C,
+//! SIGTERM and SIGHUP kill every registered group before the process exits, and
+//! [`ServiceProcess`]'s `Drop` kills its group on every other exit path (return, `?`, panic
+//! unwinding).
+
+use super::ProvisionError;
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// Process groups that are alive and owned by this process.
+static LIVE_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+static TEARDOWN: Once = Once::new();
+
+/// Exit code after a teardown on a signal: 128 + SIGINT, as a shell reports Ctrl-C.
+pub const EXIT_CODE_SIGNALLED: i32 = 130;
+
+/// Installs (once per process) a Ctrl-C / SIGTERM / SIGHUP handler that kills every live
+/// service process group and exits with [`EXIT_CODE_SIGNALLED`]. Service constructors call
+/// it; calling it again is a no-op. If the program installed its own `ctrlc` handler first,
+/// this one is not installed and [`kill_all_live_groups`] is the program's to call.
+pub fn install_teardown_on_signal() {
+    TEARDOWN.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            let killed = kill_all_live_groups();
+            eprintln!("eosim: signal received, killed {killed} service process group(s)");
+            std::process::exit(EXIT_CODE_SIGNALLED);
+        });
+        if let Err(e) = installed {
+            eprintln!("eosim: no teardown on Ctrl-C: {e}");
+        }
+    });
+}
+
+/// Sends SIGKILL to every registered process group; returns how many there were.
+pub fn kill_all_live_groups() -> usize {
+    let groups: Vec<i32> = match LIVE_GROUPS.lock() {
+        Ok(mut g) => std::mem::take(&mut *g).into_iter().collect(),
+        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner())
+            .into_iter()
+            .collect(),
+    };
+    for pgid in &groups {
+        signal_group(*pgid, libc::SIGKILL);
+    }
+    // Reap the group leaders (our children), so that none is left as a zombie when this
+    // process exits and nobody reaps them (pid 1 of a container may not).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for pgid in &groups {
+        // SAFETY: waitpid on our own child's pid with a null status pointer.
+        while unsafe { libc::waitpid(*pgid, std::ptr::null_mut(), libc::WNOHANG) } == 0
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    groups.len()
+}
+
+/// The process groups currently registered (for tests that check nothing is left behind).
+pub fn live_groups() -> Vec<i32> {
+    LIVE_GROUPS
+        .lock()
+        .map(|g| g.iter().copied().collect())
+        .unwrap_or_default()
+}
+
+fn register(pgid: i32) {
+    if let Ok(mut g) = LIVE_GROUPS.lock() {
+        g.insert(pgid);
+    }
+}
+
+fn unregister(pgid: i32) {
+    if let Ok(mut g) = LIVE_GROUPS.lock() {
+        g.remove(&pgid);
+    }
+}
+
+fn signal_group(pgid: i32, signal: i32) -> bool {
+    // SAFETY: killpg has no memory-safety preconditions; pgid > 1 is checked so that a bad
+    // value can never address every process of the user (pgid 0 = our own group).
+    pgid > 1 && unsafe { libc::killpg(pgid, signal) } == 0
+}
+
+/// Whether any process of group `pgid` still exists (zombies included until reaped).
+pub fn group_exists(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    pgid > 1 && unsafe { libc::killpg(pgid, 0) } == 0
+}
+
+/// How to start one service process; kept so that `restart` starts the same command again.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Service name for messages ("kafka-1", "postgres", ...).
+    pub service: String,
+    /// Program to run.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// File that receives stdout and stderr (appended to across restarts).
+    pub log_path: PathBuf,
+    /// Run as this uid/gid (PostgreSQL refuses root); `None` keeps ours.
+    pub user: Option<(u32, u32)>,
+}
+
+impl Launch {
+    fn command(&self) -> Result<Command, ProvisionError> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.cwd)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0);
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
+        }
+        Ok(cmd)
+    }
+}
+
+/// One running service process, leader of its own process group.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    launch: Launch,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl ServiceProcess {
+    /// Spawns `launch` in a new process group and registers the group for teardown.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Spawn`] when the program cannot be started.
+    pub fn spawn(launch: Launch) -> Result<Self, ProvisionError> {
+        install_teardown_on_signal();
+        let mut p = Self {
+            launch,
+            child: None,
+            paused: false,
+        };
+        p.start()?;
+        Ok(p)
+    }
+
+    fn start(&mut self) -> Result<(), ProvisionError> {
+        let child = self
+            .launch
+            .command()?
+            .spawn()
+            .map_err(|e| ProvisionError::Spawn {
+                service: self.launch.service.clone(),
+                program: self.launch.program.clone(),
+                reason: e.to_string(),
+            })?;
+        register(child.id() as i32);
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    /// The service's name.
+    pub fn service(&self) -> &str {
+        &self.launch.service
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> &Path {
+        &self.launch.log_path
+    }
+
+    /// Process id (= process group id) while running.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    /// Whether the process is running (or stopped by [`pause`](Self::pause)); reaps it if
+    /// it has exited.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.forget_exited();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The exit status text if the process has exited on its own (for error messages).
+    pub fn exit_status(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        Some(status.to_string())
+    }
+
+    fn forget_exited(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pgid = child.id() as i32;
+            // Children the server forked may outlive it; they share its group.
+            signal_group(pgid, libc::SIGKILL);
+            let _ = child.wait();
+            unregister(pgid);
+        }
+    }
+
+    /// SIGKILL to the whole process group, then reaps it: a crash, nothing flushed.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pgid = child.id() as i32;
+            signal_group(pgid, libc::SIGKILL);
+            let _ = child.wait();
+            wait_group_gone(pgid, Duration::from_secs(5));
+            unregister(pgid);
+        }
+        self.paused = false;
+    }
+
+    /// Graceful stop: `signal` (SIGTERM, or SIGINT for PostgreSQL's fast shutdown) to the
+    /// group, SIGKILL after `grace`.
+    pub fn stop(&mut self, signal: i32, grace: Duration) {
+        self.begin_stop(signal);
+        self.finish_stop(Instant::now() + grace);
+    }
+
+    /// Sends the stop `signal` to the group (after SIGCONT if paused) without waiting, so
+    /// that several services can shut down at once; [`finish_stop`](Self::finish_stop)
+    /// waits.
+    pub fn begin_stop(&mut self, signal: i32) {
+        let Some(pgid) = self.pid() else { return };
+        if self.paused {
+            signal_group(pgid, libc::SIGCONT);
+            self.paused = false;
+        }
+        signal_group(pgid, signal);
+    }
+
+    /// Waits until the process has exited, SIGKILLs its group at `deadline`.
+    pub fn finish_stop(&mut self, deadline: Instant) {
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+    }
+
+    /// Starts the same command again after [`kill`](Self::kill) or [`stop`](Self::stop).
+    ///
+    /// # Errors
+    /// [`ProvisionError::Spawn`]; [`ProvisionError::StillRunning`] if it was never stopped.
+    pub fn restart(&mut self) -> Result<(), ProvisionError> {
+        if self.is_running() {
+            return Err(ProvisionError::StillRunning {
+                service: self.launch.service.clone(),
+            });
+        }
+        self.start()
+    }
+
+    /// SIGSTOP to the group: the process stops answering but keeps its sockets open.
+    pub fn pause(&mut self) {
+        if let Some(pgid) = self.pid() {
+            self.paused = signal_group(pgid, libc::SIGSTOP);
+        }
+    }
+
+    /// SIGCONT to the group.
+    pub fn resume(&mut self) {
+        if let Some(pgid) = self.pid() {
+            signal_group(pgid, libc::SIGCONT);
+            self.paused = false;
+        }
+    }
+
+    /// Whether [`pause`](Self::pause) is in effect.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_group_gone(pgid: i32, max: Duration) {
+    let deadline = Instant::now() + max;
+    while group_exists(pgid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `probe` every `interval` until it returns `Ok`, the process exits, or `timeout_ms`
+/// passes. The error names the service and its log file, with the probe's last error.
+///
+/// # Errors
+/// [`ProvisionError::NotReady`].
+pub fn wait_healthy<T>(
+    process: &mut ServiceProcess,
+    timeout_ms: u64,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> Result<T, ProvisionError> {
+    let started = Instant::now();
+    let mut last_error = String::from("no probe ran");
+    while started.elapsed() < Duration::from_millis(timeout_ms) {
+        match probe() {
+            Ok(v) => return Ok(v),
+            Err(e) => last_error = e,
+        }
+        if let Some(status) = process.exit_status() {
+            last_error = format!("process exited ({status}); last probe error: {last_error}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(ProvisionError::NotReady {
+        service: process.service().to_string(),
+        log_path: process.log_path().to_path_buf(),
+        waited_ms: started.elapsed().as_millis() as u64,
+        last_error,
+    })
+}
+
+/// A loopback TCP port that was free a moment ago. Ports of one service are taken while
+/// the earlier ones are still bound, so they differ from each other.
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_ports(count: usize) -> Result<Vec<u16>, ProvisionError> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ProvisionError::io("ports", Path::new("127.0.0.1:0"), e))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ProvisionError::io("ports", Path::new("127.0.0.1:0"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(dir: &Path, script: &str) -> Launch {
+        Launch {
+            service: "test-service".into(),
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
+            cwd: dir.to_path_buf(),
+            log_path: dir.join("test-service.log"),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn kill_takes_the_whole_process_group_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "sleep 100 & sleep 100")).unwrap();
+        let pgid = p.pid().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(live_groups().contains(&pgid));
+        p.kill();
+        assert!(!group_exists(pgid), "a forked grandchild survived");
+        assert!(!live_groups().contains(&pgid));
+    }
+
+    #[test]
+    fn drop_kills_and_restart_runs_the_same_command_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "echo started; sleep 100")).unwrap();
+        assert!(matches!(
+            p.restart(),
+            Err(ProvisionError::StillRunning { .. })
+        ));
+        let log_path = dir.path().join("test-service.log");
+        let started = |n: usize| {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.matches("started").count() >= n
+        };
+        wait_healthy(&mut p, 5_000, || {
+            started(1).then_some(()).ok_or("not yet".to_string())
+        })
+        .unwrap();
+        p.kill();
+        p.restart().unwrap();
+        wait_healthy(&mut p, 5_000, || {
+            started(2).then_some(()).ok_or("not yet".to_string())
+        })
+        .unwrap();
+        let pgid = p.pid().unwrap();
+        p.pause();
+        assert!(p.is_paused());
+        p.resume();
+        drop(p);
+        assert!(!group_exists(pgid));
+    }
+
+    #[test]
+    fn a_service_that_never_answers_is_not_ready_naming_it_and_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "sleep 100")).unwrap();
+        let err = wait_healthy(&mut p, 300, || Err::<(), _>("connection refused".into()));
+        let Err(ProvisionError::NotReady {
+            service,
+            log_path,
+            last_error,
+            ..
+        }) = err
+        else {
+            panic!("expected NotReady, got {err:?}");
+        };
+        assert_eq!(service, "test-service");
+        assert_eq!(log_path, dir.path().join("test-service.log"));
+        assert_eq!(last_error, "connection refused");
+    }
+
+    #[test]
+    fn a_service_that_exits_is_not_ready_with_its_exit_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p =
+            ServiceProcess::spawn(launch(dir.path(), "echo no config >&2; exit 3")).unwrap();
+        let err = wait_healthy(&mut p, 10_000, || Err::<(), _>("refused".into())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("test-service did not come up"), "{text}");
+        assert!(text.contains("exit status: 3"), "{text}");
+        assert!(text.contains("test-service.log"), "{text}");
+    }
+}

@@ -1,0 +1,546 @@
+//! Apache Kafka 4.x in KRaft mode from Maven Central's jars, one or three combined
+//! broker+controller nodes.
+
+use super::{create_dir, java, render, require_program, run_step, write_file, INSTALL_HINT};
+use crate::real::process::{free_ports, Launch, ServiceProcess};
+use crate::real::ProvisionError;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::metadata::Metadata;
+use rdkafka::ClientConfig;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const SERVER_PROPERTIES: &str = include_str!("../../../../real/kafka/server.properties.template");
+const LOG4J2_YAML: &str = include_str!("../../../../real/kafka/log4j2.yaml");
+
+/// How to start a Kafka cluster.
+///
+/// ## Default values
+/// One node, 768 MiB heap per node, 120000 ms start timeout, 10 partitions for
+/// `__consumer_offsets` and `__transaction_state` (Kafka's 50 take seconds to create on two
+/// cores), no extra properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaOptions {
+    /// Number of nodes, each broker and controller: 1 or 3.
+    pub broker_count: u32,
+    /// `-Xmx` of each node's JVM, in MiB.
+    pub heap_mb: u32,
+    /// How long the health check waits for every broker to be registered, in ms.
+    pub start_timeout_ms: u64,
+    /// `offsets.topic.num.partitions` and `transaction.state.log.num.partitions`.
+    pub offsets_topic_num_partitions: u32,
+    /// Extra `server.properties` lines (`key`, `value`), appended last so they win.
+    pub extra_properties: Vec<(String, String)>,
+}
+
+impl KafkaOptions {
+    /// The defaults for `broker_count` nodes.
+    pub fn brokers(broker_count: u32) -> Self {
+        Self {
+            broker_count,
+            heap_mb: 768,
+            start_timeout_ms: 120_000,
+            offsets_topic_num_partitions: 10,
+            extra_properties: Vec::new(),
+        }
+    }
+}
+
+/// One node of the cluster.
+#[derive(Debug)]
+struct Node {
+    node_id: i32,
+    port: u16,
+    process: ServiceProcess,
+}
+
+/// A running Kafka cluster; dropping it kills every node.
+#[derive(Debug)]
+pub struct Kafka {
+    nodes: Vec<Node>,
+    options: KafkaOptions,
+    cluster_id: String,
+}
+
+/// The Kafka jars: `EOSIM_KAFKA_LIB`, else `real/kafka/lib` of this repository.
+pub fn kafka_lib_dir() -> PathBuf {
+    std::env::var_os("EOSIM_KAFKA_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../real/kafka/lib"))
+}
+
+fn check_jars(lib: &Path) -> Result<(), ProvisionError> {
+    let has_broker = std::fs::read_dir(lib)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-"))
+        })
+        .unwrap_or(false);
+    if has_broker {
+        return Ok(());
+    }
+    Err(ProvisionError::Missing {
+        service: "kafka".into(),
+        what: format!("{}/kafka_2.13-*.jar", lib.display()),
+        hint: format!("{INSTALL_HINT}, or set EOSIM_KAFKA_LIB"),
+    })
+}
+
+/// A KRaft cluster id: 16 random bytes in unpadded URL-safe base64 (22 characters), as
+/// `kafka-storage random-uuid` prints. Like Kafka's `Uuid.randomUuid`, never one that
+/// starts with `-`: the storage tool's argument parser would read it as an option.
+fn random_cluster_id() -> String {
+    loop {
+        let id = random_base64_id();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_base64_id() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !filled {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        bytes = (nanos ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bits: u32 = 0;
+    let mut bit_count = 0;
+    let mut out = String::with_capacity(22);
+    for b in bytes {
+        bits = (bits << 8) | u32::from(b);
+        bit_count += 8;
+        while bit_count >= 6 {
+            bit_count -= 6;
+            out.push(ALPHABET[((bits >> bit_count) & 63) as usize] as char);
+        }
+    }
+    if bit_count > 0 {
+        out.push(ALPHABET[((bits << (6 - bit_count)) & 63) as usize] as char);
+    }
+    out
+}
+
+/// Where a node keeps its files.
+struct NodeLayout {
+    node_id: i32,
+    port: u16,
+    dir: PathBuf,
+    properties: PathBuf,
+}
+
+fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, ProvisionError> {
+    let n = options.broker_count as usize;
+    let ports = free_ports(2 * n)?;
+    let voters: Vec<String> = (0..n)
+        .map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1]))
+        .collect();
+    let rf = options.broker_count.min(3);
+    let extra: String = options
+        .extra_properties
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    let mut nodes = Vec::with_capacity(n);
+    for i in 0..n {
+        let node_dir = dir.join(format!("kafka-{}", i + 1));
+        create_dir("kafka", &node_dir)?;
+        let properties = node_dir.join("server.properties");
+        let text = render(
+            SERVER_PROPERTIES,
+            &[
+                ("node_id", (i + 1).to_string()),
+                ("voters", voters.join(",")),
+                ("port", ports[2 * i].to_string()),
+                ("controller_port", ports[2 * i + 1].to_string()),
+                ("log_dir", node_dir.join("data").display().to_string()),
+                ("replication_factor", rf.to_string()),
+                ("txn_min_isr", rf.min(2).to_string()),
+                (
+                    "offsets_topic_num_partitions",
+                    options.offsets_topic_num_partitions.to_string(),
+                ),
+                ("extra", extra.clone()),
+            ],
+        );
+        write_file("kafka", &properties, &text)?;
+        nodes.push(NodeLayout {
+            node_id: i as i32 + 1,
+            port: ports[2 * i],
+            dir: node_dir,
+            properties,
+        });
+    }
+    Ok(nodes)
+}
+
+fn java_command(lib: &Path, log4j: &Path, heap_mb: u32, main: &str) -> Vec<String> {
+    vec![
+        format!("-Xmx{heap_mb}m"),
+        "-Xms128m".into(),
+        "-XX:+UseG1GC".into(),
+        "-Djava.awt.headless=true".into(),
+        format!("-Dlog4j2.configurationFile={}", log4j.display()),
+        "-cp".into(),
+        format!("{}/*", lib.display()),
+        main.into(),
+    ]
+}
+
+/// Formats every node's storage, in parallel (each is a JVM start of a few seconds).
+fn format_storage(
+    nodes: &[NodeLayout],
+    lib: &Path,
+    log4j: &Path,
+    cluster_id: &str,
+) -> Result<(), ProvisionError> {
+    let java = &require_program("kafka", &java())?;
+    let results: Vec<Result<(), ProvisionError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                s.spawn(move || {
+                    let mut cmd = std::process::Command::new(java);
+                    cmd.args(java_command(lib, log4j, 256, "kafka.tools.StorageTool"))
+                        .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
+                        .arg(&node.properties);
+                    let log = node.dir.join("format.log");
+                    run_step(
+                        &format!("kafka-{}", node.node_id),
+                        "storage format",
+                        cmd,
+                        &log,
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("format thread panicked"))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+impl Kafka {
+    /// Starts `broker_count` (1 or 3) KRaft nodes under `dir` and waits until every broker
+    /// is registered. See [`Kafka::start_with`].
+    ///
+    /// # Errors
+    /// As [`Kafka::start_with`].
+    pub fn start(dir: &Path, broker_count: u32) -> Result<Kafka, ProvisionError> {
+        Kafka::start_with(dir, KafkaOptions::brokers(broker_count))
+    }
+
+    /// Starts a cluster as `options` say: formats each node's storage under
+    /// `dir/kafka-<node>/data` and runs `kafka.Kafka` with its log in
+    /// `dir/kafka-<node>/kafka.log`.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Missing`] without Java or the jars, [`ProvisionError::Setup`] when
+    /// formatting fails, [`ProvisionError::NotReady`] naming the first broker that did not
+    /// register within `start_timeout_ms`.
+    pub fn start_with(dir: &Path, options: KafkaOptions) -> Result<Kafka, ProvisionError> {
+        if !(options.broker_count == 1 || options.broker_count == 3) {
+            return Err(ProvisionError::Invalid {
+                service: "kafka".into(),
+                reason: format!("broker_count must be 1 or 3, not {}", options.broker_count),
+            });
+        }
+        let lib = kafka_lib_dir();
+        check_jars(&lib)?;
+        let java = require_program("kafka", &java())?;
+        create_dir("kafka", dir)?;
+        let log4j = dir.join("kafka-log4j2.yaml");
+        write_file("kafka", &log4j, LOG4J2_YAML)?;
+        let layouts = layout(dir, &options)?;
+        let cluster_id = random_cluster_id();
+        format_storage(&layouts, &lib, &log4j, &cluster_id)?;
+        let mut nodes = Vec::with_capacity(layouts.len());
+        for node in layouts {
+            let mut args = java_command(&lib, &log4j, options.heap_mb, "kafka.Kafka");
+            args.push(node.properties.display().to_string());
+            let launch = Launch {
+                service: format!("kafka-{}", node.node_id),
+                program: java.clone(),
+                args,
+                env: Vec::new(),
+                cwd: node.dir.clone(),
+                log_path: node.dir.join("kafka.log"),
+                user: None,
+            };
+            let process = ServiceProcess::spawn(launch)?;
+            nodes.push(Node {
+                node_id: node.node_id,
+                port: node.port,
+                process,
+            });
+        }
+        let mut kafka = Kafka {
+            nodes,
+            options,
+            cluster_id,
+        };
+        let all: Vec<i32> = kafka.nodes.iter().map(|n| n.node_id).collect();
+        kafka.wait_registered(&all, kafka.options.start_timeout_ms)?;
+        Ok(kafka)
+    }
+}
+
+/// A metadata fetch through `bootstrap` alone, so it succeeds only when that broker answers.
+fn fetch_metadata(bootstrap: &str, timeout: Duration) -> Result<Metadata, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("socket.connection.setup.timeout.ms", "1000")
+        .set("log_level", "0")
+        .create()
+        .map_err(|e| e.to_string())?;
+    consumer
+        .fetch_metadata(None, timeout)
+        .map_err(|e| e.to_string())
+}
+
+impl Kafka {
+    /// `bootstrap.servers` for clients: every node, `127.0.0.1:<port>,...`.
+    pub fn bootstrap_servers(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        addrs.join(",")
+    }
+
+    /// The KRaft cluster id.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Node ids, `1..=broker_count`.
+    pub fn broker_ids(&self) -> Vec<i32> {
+        self.nodes.iter().map(|n| n.node_id).collect()
+    }
+
+    /// The log file of node `node_id`.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Invalid`] for an unknown node.
+    pub fn log_path(&self, node_id: i32) -> Result<PathBuf, ProvisionError> {
+        Ok(self.node(node_id)?.process.log_path().to_path_buf())
+    }
+
+    fn node(&self, node_id: i32) -> Result<&Node, ProvisionError> {
+        self.nodes
+            .iter()
+            .find(|n| n.node_id == node_id)
+            .ok_or_else(|| unknown_node(node_id))
+    }
+
+    fn node_mut(&mut self, node_id: i32) -> Result<&mut Node, ProvisionError> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.node_id == node_id)
+            .ok_or_else(|| unknown_node(node_id))
+    }
+
+    /// Waits until each of `node_ids` answers a metadata request itself and is listed as a
+    /// registered broker.
+    fn wait_registered(&mut self, node_ids: &[i32], timeout_ms: u64) -> Result<(), ProvisionError> {
+        let started = Instant::now();
+        let mut pending: Vec<i32> = node_ids.to_vec();
+        let mut last_error;
+        while !pending.is_empty() {
+            let node = self.node_mut(pending[0])?;
+            let bootstrap = format!("127.0.0.1:{}", node.port);
+            match fetch_metadata(&bootstrap, Duration::from_millis(1500)) {
+                Ok(m) if m.brokers().iter().any(|b| b.id() == node.node_id) => {
+                    pending.remove(0);
+                    continue;
+                }
+                Ok(m) => last_error = format!("metadata lists brokers {:?}", broker_list(&m)),
+                Err(e) => last_error = e,
+            }
+            if let Some(status) = node.process.exit_status() {
+                last_error = format!("process exited ({status}); last: {last_error}");
+            }
+            if started.elapsed() >= Duration::from_millis(timeout_ms) || !node.process.is_running()
+            {
+                return Err(ProvisionError::NotReady {
+                    service: node.process.service().to_string(),
+                    log_path: node.process.log_path().to_path_buf(),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    last_error,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
+    /// Cluster metadata as a running broker sees it.
+    ///
+    /// # Errors
+    /// [`ProvisionError::NotReady`] when no broker answers within `timeout_ms`.
+    pub fn metadata(&self, timeout_ms: u64) -> Result<Metadata, ProvisionError> {
+        fetch_metadata(&self.bootstrap_servers(), Duration::from_millis(timeout_ms)).map_err(|e| {
+            ProvisionError::NotReady {
+                service: "kafka".into(),
+                log_path: self.nodes[0].process.log_path().to_path_buf(),
+                waited_ms: timeout_ms,
+                last_error: e,
+            }
+        })
+    }
+
+    /// The current leader of `topic`-`partition`, `None` while it has none.
+    ///
+    /// # Errors
+    /// When metadata cannot be fetched or the partition does not exist.
+    pub fn partition_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i32>, ProvisionError> {
+        let m = self.metadata(10_000)?;
+        let t = m.topics().iter().find(|t| t.name() == topic);
+        let p = t.and_then(|t| t.partitions().iter().find(|p| p.id() == partition));
+        match p {
+            Some(p) if p.error().is_none() && p.leader() >= 0 => Ok(Some(p.leader())),
+            Some(_) => Ok(None),
+            None => Err(ProvisionError::Invalid {
+                service: "kafka".into(),
+                reason: format!("no partition {topic}-{partition} in metadata"),
+            }),
+        }
+    }
+
+    /// Leader failover: SIGKILLs the leader of `topic`-`partition` and returns its id.
+    ///
+    /// # Errors
+    /// When the partition has no leader or metadata cannot be fetched.
+    pub fn kill_leader(&mut self, topic: &str, partition: i32) -> Result<i32, ProvisionError> {
+        let leader =
+            self.partition_leader(topic, partition)?
+                .ok_or_else(|| ProvisionError::Invalid {
+                    service: "kafka".into(),
+                    reason: format!("{topic}-{partition} has no leader to kill"),
+                })?;
+        self.kill(leader)?;
+        Ok(leader)
+    }
+
+    /// Waits until `topic`-`partition` has a leader other than `old`; returns it.
+    ///
+    /// # Errors
+    /// [`ProvisionError::NotReady`] when none is elected within `timeout_ms`.
+    pub fn wait_new_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        old: i32,
+        timeout_ms: u64,
+    ) -> Result<i32, ProvisionError> {
+        let started = Instant::now();
+        let mut last = String::from("no metadata yet");
+        while started.elapsed() < Duration::from_millis(timeout_ms) {
+            match self.partition_leader(topic, partition) {
+                Ok(Some(l)) if l != old => return Ok(l),
+                Ok(l) => last = format!("leader is {l:?}"),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(ProvisionError::NotReady {
+            service: format!("kafka leader election for {topic}-{partition}"),
+            log_path: self.nodes[0].process.log_path().to_path_buf(),
+            waited_ms: timeout_ms,
+            last_error: last,
+        })
+    }
+
+    /// SIGKILL to node `node_id` (its page cache survives: the OS keeps what was written).
+    ///
+    /// # Errors
+    /// [`ProvisionError::Invalid`] for an unknown node.
+    pub fn kill(&mut self, node_id: i32) -> Result<(), ProvisionError> {
+        self.node_mut(node_id)?.process.kill();
+        Ok(())
+    }
+
+    /// Starts a killed or stopped node again and waits until it is registered.
+    ///
+    /// # Errors
+    /// [`ProvisionError::StillRunning`], [`ProvisionError::NotReady`].
+    pub fn restart(&mut self, node_id: i32) -> Result<(), ProvisionError> {
+        self.node_mut(node_id)?.process.restart()?;
+        self.wait_registered(&[node_id], self.options.start_timeout_ms)
+    }
+
+    /// SIGSTOP to node `node_id`.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Invalid`] for an unknown node.
+    pub fn pause(&mut self, node_id: i32) -> Result<(), ProvisionError> {
+        self.node_mut(node_id)?.process.pause();
+        Ok(())
+    }
+
+    /// SIGCONT to node `node_id`.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Invalid`] for an unknown node.
+    pub fn resume(&mut self, node_id: i32) -> Result<(), ProvisionError> {
+        self.node_mut(node_id)?.process.resume();
+        Ok(())
+    }
+
+    /// Process ids of the running nodes (each the leader of its process group).
+    pub fn pids(&self) -> Vec<i32> {
+        self.nodes.iter().filter_map(|n| n.process.pid()).collect()
+    }
+
+    /// Stops every node at once: SIGTERM (controlled shutdown), SIGKILL after 15 s.
+    pub fn stop(mut self) {
+        for node in &mut self.nodes {
+            node.process.begin_stop(libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for node in &mut self.nodes {
+            node.process.finish_stop(deadline);
+        }
+    }
+}
+
+fn unknown_node(node_id: i32) -> ProvisionError {
+    ProvisionError::Invalid {
+        service: "kafka".into(),
+        reason: format!("no node {node_id}"),
+    }
+}
+
+fn broker_list(m: &Metadata) -> Vec<i32> {
+    m.brokers().iter().map(|b| b.id()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_is_22_url_safe_characters() {
+        let id = random_cluster_id();
+        assert_eq!(id.len(), 22);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert_ne!(id, random_cluster_id());
+        assert!((0..1000).all(|_| !random_cluster_id().starts_with('-')));
+    }
+}

@@ -1,0 +1,2 @@
+//! Sink connectors under test, one file per external system, each a
+//! [`crate::connect::task::SinkTask`].

@@ -1,0 +1,363 @@
+//! The rdkafka clients against Apache Kafka 4.x started natively (KRaft): produce,
+//! consume with a group, commit, re-read committed offsets, murmur2 placement, pause and
+//! leader failover, and a differential test against the Kafka model. Runs only with
+//! `EOSIM_REAL=1`.
+#![cfg(not(madsim))]
+
+#[path = "real_support/differential.rs"]
+mod differential;
+mod real_support;
+
+use bytes::Bytes;
+use eosim::client::real::{RealAdmin, RealConsumer, RealProducer};
+use eosim::client::{
+    Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, Delivery,
+    Producer, ProducerConfig, ProducerRecord,
+};
+use eosim::real::provision::Kafka;
+use eosim_sim::kafka::{KafkaError, Offset, TopicConfig, TopicPartition};
+use real_support::{real_enabled, runtime, service_dir, timed};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn record(topic: &str, key: &str, value: &str) -> ProducerRecord {
+    ProducerRecord {
+        topic: topic.into(),
+        partition: None,
+        key: Some(Bytes::copy_from_slice(key.as_bytes())),
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        headers: vec![("h".into(), Bytes::from_static(b"1"))],
+    }
+}
+
+fn consumer_config(group: &str) -> ConsumerConfig {
+    let mut c = ConsumerConfig::new(group);
+    c.auto_offset_reset = AutoOffsetReset::Earliest;
+    c.session_timeout_ms = 10_000;
+    c.fetch_max_wait_ms = 100;
+    c
+}
+
+/// Polls until `count` records arrived or `max` passed.
+async fn poll_until(
+    consumer: &mut RealConsumer,
+    count: usize,
+    max: Duration,
+) -> Vec<ConsumedRecord> {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < count && started.elapsed() < max {
+        seen.extend(
+            consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .expect("poll"),
+        );
+    }
+    seen
+}
+
+/// The next offset to read per partition after `records`.
+fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
+    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+    for r in records {
+        let e = next.entry(r.tp.clone()).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    next.into_iter().collect()
+}
+
+async fn produce_all(producer: &RealProducer, topic: &str, keys: &[String]) -> Vec<Delivery> {
+    let mut deliveries = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let d = producer
+            .send(record(topic, key, &format!("v{i}")))
+            .await
+            .expect("acked");
+        deliveries.push(d);
+    }
+    deliveries
+}
+
+#[test]
+fn one_broker_produce_consume_commit_and_reread_committed_offsets() {
+    if !real_enabled("one_broker_produce_consume_commit_and_reread_committed_offsets") {
+        return;
+    }
+    let dir = service_dir("kafka-1");
+    let mut kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        let created = admin
+            .create_topic("roundtrip", 3, 1, TopicConfig::default())
+            .await;
+        assert_eq!(created, Ok(()));
+        let again = admin
+            .create_topic("roundtrip", 3, 1, TopicConfig::default())
+            .await;
+        assert_eq!(
+            again,
+            Err(ClientError::Kafka(KafkaError::TopicAlreadyExists))
+        );
+        let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+        let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+        let deliveries = produce_all(&producer, "roundtrip", &keys).await;
+        assert_dense_per_partition(&deliveries);
+        consume_all_then_commit(&bootstrap, &keys, &deliveries).await;
+        new_member_starts_at_committed_offsets(&bootstrap, &producer).await;
+        pause_makes_produce_time_out(&mut kafka, &bootstrap).await;
+    });
+}
+
+/// Per partition, offsets of one idempotent producer are dense from 0.
+fn assert_dense_per_partition(deliveries: &[Delivery]) {
+    let mut per_partition: BTreeMap<u32, Vec<Offset>> = BTreeMap::new();
+    for d in deliveries {
+        per_partition.entry(d.partition).or_default().push(d.offset);
+    }
+    for offsets in per_partition.values() {
+        assert_eq!(*offsets, (0..offsets.len() as i64).collect::<Vec<_>>());
+    }
+}
+
+/// A lone group member reads every record where it was delivered, commits, and reads the
+/// committed offsets back.
+async fn consume_all_then_commit(bootstrap: &str, keys: &[String], deliveries: &[Delivery]) {
+    let mut consumer = RealConsumer::new(bootstrap, consumer_config("g-roundtrip")).unwrap();
+    consumer
+        .subscribe(&["roundtrip".to_string()])
+        .await
+        .unwrap();
+    let seen = poll_until(&mut consumer, keys.len(), Duration::from_secs(60)).await;
+    assert_eq!(
+        seen.len(),
+        keys.len(),
+        "every produced record is consumed once"
+    );
+    for r in &seen {
+        let value = std::str::from_utf8(r.value.as_ref().unwrap()).unwrap();
+        let i: usize = value[1..].parse().unwrap();
+        let delivered = (deliveries[i].partition, deliveries[i].offset);
+        assert_eq!((r.tp.partition, r.offset), delivered);
+        assert_eq!(r.key.as_deref(), Some(keys[i].as_bytes()));
+        assert_eq!(r.headers, vec![("h".to_string(), Bytes::from_static(b"1"))]);
+    }
+    let all: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new("roundtrip", p))
+        .collect();
+    assert_eq!(
+        consumer.assignment(),
+        all,
+        "range assignor gives a lone member everything"
+    );
+    let next = next_offsets(&seen);
+    consumer.commit(&next).await.expect("commit");
+    assert_eq!(
+        consumer.committed(&all).await.unwrap(),
+        next,
+        "committed offsets re-read"
+    );
+    consumer.close().await;
+}
+
+/// A new member of the group starts at the committed offsets.
+async fn new_member_starts_at_committed_offsets(bootstrap: &str, producer: &RealProducer) {
+    let keys = ["a".to_string(), "b".into(), "c".into()];
+    let more = produce_all(producer, "roundtrip", &keys).await;
+    let mut second = RealConsumer::new(bootstrap, consumer_config("g-roundtrip")).unwrap();
+    second.subscribe(&["roundtrip".to_string()]).await.unwrap();
+    let rest = poll_until(&mut second, 3, Duration::from_secs(60)).await;
+    let mut got: Vec<(u32, Offset)> = rest.iter().map(|r| (r.tp.partition, r.offset)).collect();
+    let mut want: Vec<(u32, Offset)> = more.iter().map(|d| (d.partition, d.offset)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "only records after the committed offsets");
+    second.close().await;
+}
+
+/// SIGSTOP of the only broker: a send with a short delivery timeout ends in an ambiguous
+/// timeout; after SIGCONT the next send is acknowledged.
+async fn pause_makes_produce_time_out(kafka: &mut Kafka, bootstrap: &str) {
+    let config = ProducerConfig {
+        delivery_timeout_ms: 3_000,
+        request_timeout_ms: 2_000,
+        ..Default::default()
+    };
+    let producer = RealProducer::new(bootstrap, config).unwrap();
+    producer
+        .send(record("roundtrip", "p", "before"))
+        .await
+        .expect("acked before pause");
+    kafka.pause(1).unwrap();
+    let err = producer
+        .send(record("roundtrip", "p", "paused"))
+        .await
+        .expect_err("no ack while paused");
+    assert!(matches!(err, ClientError::Timeout { .. }), "got {err:?}");
+    assert!(err.is_ambiguous());
+    kafka.resume(1).unwrap();
+    producer
+        .send(record("roundtrip", "p", "after"))
+        .await
+        .expect("acked after resume");
+}
+
+#[test]
+fn keyed_records_land_on_the_murmur2_partition() {
+    if !real_enabled("keyed_records_land_on_the_murmur2_partition") {
+        return;
+    }
+    let dir = service_dir("kafka-murmur2");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        admin
+            .create_topic("keyed", 3, 1, TopicConfig::default())
+            .await
+            .unwrap();
+        let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+        let mut keys: Vec<String> = vec!["0".into(), "1".into(), "key-1".into()];
+        keys.extend((0..20).map(|i| format!("user-{i}")));
+        for key in &keys {
+            let d = producer.send(record("keyed", key, "v")).await.unwrap();
+            let model = eosim_sim::kafka::murmur2::partition_for_key(key.as_bytes(), 3);
+            assert_eq!(
+                d.partition, model,
+                "key {key:?}: Kafka put it on {}, murmur2 says {model}",
+                d.partition
+            );
+        }
+    });
+}
+
+#[test]
+fn leader_failover_on_three_brokers_keeps_acknowledged_records() {
+    if !real_enabled("leader_failover_on_three_brokers_keeps_acknowledged_records") {
+        return;
+    }
+    let dir = service_dir("kafka-3");
+    let mut kafka =
+        timed("kafka (3 brokers) start", || Kafka::start(dir.path(), 3)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    let rt = runtime();
+    let topic_config = TopicConfig {
+        min_insync_replicas: 2,
+        ..Default::default()
+    };
+    rt.block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        admin
+            .create_topic("failover", 1, 3, topic_config)
+            .await
+            .unwrap();
+    });
+    let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+    let before: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    rt.block_on(produce_all(&producer, "failover", &before));
+    let old = timed("kill partition leader", || kafka.kill_leader("failover", 0)).unwrap();
+    let new = timed("new leader elected", || {
+        kafka.wait_new_leader("failover", 0, old, 60_000)
+    })
+    .unwrap();
+    assert_ne!(old, new);
+    let after: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
+    let acked = rt.block_on(produce_all(&producer, "failover", &after));
+    assert_eq!(
+        acked.last().map(|d| d.offset),
+        Some(19),
+        "offsets continue after failover"
+    );
+    let values = rt.block_on(async {
+        let mut consumer = RealConsumer::new(&bootstrap, consumer_config("g-failover")).unwrap();
+        consumer.subscribe(&["failover".to_string()]).await.unwrap();
+        let seen = poll_until(&mut consumer, 20, Duration::from_secs(60)).await;
+        consumer.close().await;
+        seen.into_iter()
+            .map(|r| (r.offset, r.value.unwrap()))
+            .collect::<Vec<_>>()
+    });
+    let want: Vec<(Offset, Bytes)> = (0..20)
+        .map(|i| (i as i64, Bytes::from(format!("v{}", i % 10))))
+        .collect();
+    assert_eq!(
+        values, want,
+        "every acknowledged record survives the failover, in order"
+    );
+    timed("restart killed broker", || kafka.restart(old)).expect("old leader rejoins");
+    let pids = kafka.pids();
+    assert_eq!(pids.len(), 3);
+    timed("stop 3 brokers (SIGTERM)", || kafka.stop());
+    for pid in pids {
+        real_support::assert_group_gone("kafka", pid);
+    }
+}
+
+/// Generated sequences of produce (key, acks) / commit / fetch run against one real broker
+/// and against `eosim_sim::kafka::model::Cluster`; offsets, committed offsets and what a
+/// consumer reads must be equal. See `real_support/differential.rs`.
+#[test]
+fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
+    if !real_enabled("model_and_real_kafka_agree_on_offsets_commits_and_fetches") {
+        return;
+    }
+    let dir = service_dir("kafka-differential");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    // EOSIM_DIFF_CASES overrides the number of generated sequences (default 8).
+    let cases = std::env::var("EOSIM_DIFF_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(8);
+    timed(&format!("differential, {cases} cases"), || {
+        differential::run(&kafka.bootstrap_servers(), cases)
+    });
+}
+
+/// A member that does not poll within `max.poll.interval.ms` leaves the group; its commit
+/// afterwards fails as Java's `CommitFailedException` does, which is not ambiguous: the
+/// offsets were not committed.
+///
+/// A rebalance alone does not make a librdkafka commit fail, unlike Java's: librdkafka
+/// rejoins in its background thread without the application polling, and then commits in
+/// the new generation, even offsets of partitions the member no longer owns.
+#[test]
+fn commit_after_max_poll_interval_is_commit_failed() {
+    if !real_enabled("commit_after_max_poll_interval_is_commit_failed") {
+        return;
+    }
+    let dir = service_dir("kafka-poll-interval");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        admin
+            .create_topic("slow", 2, 1, TopicConfig::default())
+            .await
+            .unwrap();
+        let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        produce_all(&producer, "slow", &keys).await;
+        let mut config = consumer_config("g-slow");
+        config.session_timeout_ms = 6_000;
+        config.max_poll_interval_ms = 6_000;
+        let mut a = RealConsumer::new(&bootstrap, config).unwrap();
+        a.subscribe(&["slow".to_string()]).await.unwrap();
+        let seen = poll_until(&mut a, 10, Duration::from_secs(60)).await;
+        assert_eq!(seen.len(), 10);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        let err = a
+            .commit(&next_offsets(&seen))
+            .await
+            .expect_err("member left the group");
+        assert!(matches!(err, ClientError::CommitFailed(_)), "got {err:?}");
+        assert!(!err.is_ambiguous());
+        a.close().await;
+    });
+}

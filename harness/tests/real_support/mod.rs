@@ -1,0 +1,71 @@
+//! Shared by the real-tier tests (`real_*.rs`): the `EOSIM_REAL=1` gate, a runtime, and
+//! checks that no process was left behind.
+#![allow(dead_code)]
+
+use std::io::Write;
+
+/// Whether the real tier is enabled; prints a visible skip line (past libtest's output
+/// capture) when it is not.
+pub fn real_enabled(test: &str) -> bool {
+    if std::env::var("EOSIM_REAL").as_deref() == Ok("1") {
+        return true;
+    }
+    let line = format!(
+        "skipped: {test}: set EOSIM_REAL=1 to run the real tier (needs .ci/install-real-services)\n"
+    );
+    // Straight to the stderr handle: libtest captures only the print macros.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    false
+}
+
+/// A multi-threaded tokio runtime (rdkafka's futures and blocking calls run on it).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A temporary directory for one service; kept (not deleted) when `EOSIM_KEEP_DIRS=1`.
+pub fn service_dir(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("eosim-{name}-"))
+        .tempdir()
+        .expect("temp dir");
+    if std::env::var("EOSIM_KEEP_DIRS").as_deref() == Ok("1") {
+        let _ =
+            std::io::stderr().write_all(format!("{name}: {}\n", dir.path().display()).as_bytes());
+    }
+    dir
+}
+
+/// Processes whose process group is `pgid`, from `pgrep -g` (empty when none).
+pub fn processes_in_group(pgid: i32) -> Vec<String> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-g", &pgid.to_string(), "-a"])
+        .output()
+        .expect("pgrep runs (procps)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Asserts that no process of group `pgid` is left.
+pub fn assert_group_gone(service: &str, pgid: i32) {
+    let left = processes_in_group(pgid);
+    assert!(
+        left.is_empty(),
+        "{service}: processes left behind in group {pgid}: {left:?}"
+    );
+}
+
+/// Times `f`, prints `<what> took <ms> ms` past the capture, returns its value.
+pub fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let v = f();
+    let line = format!("{what} took {} ms\n", started.elapsed().as_millis());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    v
+}
