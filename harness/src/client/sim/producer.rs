@@ -396,7 +396,11 @@ mod tests {
     fn a_retry_before_the_acknowledgement_keeps_its_sequence() {
         let mut state = IdempotenceState::new(7, 0);
         let first = state.header(&tp(), false);
-        assert_eq!(state.header(&tp(), false), first, "an unacknowledged batch is resent as is");
+        assert_eq!(
+            state.header(&tp(), false),
+            first,
+            "an unacknowledged batch is resent as is"
+        );
         state.acknowledge(&tp(), 3);
         assert_eq!(state.header(&tp(), true).base_sequence, 3);
     }
