@@ -7,10 +7,16 @@
 //!
 //! [`connect_jdbc`]: change events through Kafka Connect workers and the JDBC sink into
 //! PostgreSQL (P2).
+//!
+//! [`clickhouse_sink`]: the ClickHouse exactly-once sink with its KeeperMap state (P1).
+//!
+//! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
+//! read_committed and copy them to an output topic in transactions with their offsets.
 
 pub mod connect_jdbc;
 pub mod clickhouse_sink;
 pub mod kafka_consume;
+pub mod transactional_copy;
 
 use crate::history::Recorder;
 use crate::runner::world::World;
@@ -37,6 +43,9 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         PipelineKind::ConnectJdbc => Box::new(connect_jdbc::ConnectJdbc::new(scenario, recorder)),
         PipelineKind::ClickhouseSink => {
             Box::new(clickhouse_sink::ClickhouseSink::new(scenario, recorder))
+        }
+        PipelineKind::TransactionalCopy => {
+            Box::new(transactional_copy::TransactionalCopy::new(scenario, recorder))
         }
     }
 }

@@ -5,3 +5,4 @@
 mod connect_jdbc;
 mod clickhouse_sink;
 mod kafka_consume;
+mod transactional_copy;

@@ -9,3 +9,4 @@ pub mod conn;
 pub mod consumer;
 pub mod postgres;
 pub mod producer;
+pub mod txn;
