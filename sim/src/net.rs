@@ -186,6 +186,74 @@ where
         .map_err(|_| RpcError::Timeout { target, timeout_ms })?
 }
 
+/// As [`call`], but a delayed request is in the network, not in the caller: it leaves
+/// after its delay even if the caller stopped waiting (timed out), as a packet already
+/// sent is not recalled when a client gives up. This is how a produce or EndTxn arrives
+/// after its transaction ended (cases.md F8, KAFKA-17754).
+///
+/// # Errors
+/// [`RpcError::Timeout`] when no response came back in time, whatever the reason.
+pub async fn call_shared<Req, Resp>(
+    endpoint: &std::sync::Arc<Endpoint>,
+    target: SocketAddr,
+    request: Req,
+    timeout: Duration,
+) -> Result<Resp, RpcError>
+where
+    Req: Clone + Send + Sync + 'static,
+    Resp: Send + Sync + 'static,
+{
+    call_delayed(endpoint, target, request, timeout, Duration::ZERO).await
+}
+
+/// As [`call_shared`], with `extra_delay` added to the link's drawn delay: a BUGGIFY-style
+/// fault point for a component that wants exactly this request late (cases.md F8).
+///
+/// # Errors
+/// [`RpcError::Timeout`] when no response came back in time, whatever the reason.
+pub async fn call_delayed<Req, Resp>(
+    endpoint: &std::sync::Arc<Endpoint>,
+    target: SocketAddr,
+    request: Req,
+    timeout: Duration,
+    extra_delay: Duration,
+) -> Result<Resp, RpcError>
+where
+    Req: Clone + Send + Sync + 'static,
+    Resp: Send + Sync + 'static,
+{
+    let timeout_ms = timeout.as_millis() as u64;
+    let source = endpoint.local_addr().map_err(|e| RpcError::Transport(e.to_string()))?;
+    let faults = faults_on(source.ip(), target.ip());
+    if faults.delay_ms_max == 0 && extra_delay.is_zero() {
+        return call(endpoint, target, request, timeout).await;
+    }
+    let response_tag: u64 = madsim::rand::random();
+    let delay_ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max)
+        + extra_delay.as_millis() as u64;
+    let drop_request = draw(faults.drop_request_probability);
+    let copies = if draw(faults.duplicate_probability) { 2 } else { 1 };
+    let sender = endpoint.clone();
+    madsim::task::spawn(async move {
+        madsim::time::sleep(Duration::from_millis(delay_ms)).await;
+        for _ in 0..copies * usize::from(!drop_request) {
+            let envelope: Envelope<Req> = (response_tag, request.clone());
+            // A send error means the local endpoint is gone; nobody waits any more.
+            let _ = sender.send_to_raw(target, REQUEST_TAG, Box::new(envelope)).await;
+        }
+    });
+    let exchange = async {
+        let (payload, _) = endpoint
+            .recv_from_raw(response_tag)
+            .await
+            .map_err(|e| RpcError::Transport(e.to_string()))?;
+        Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
+    };
+    madsim::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| RpcError::Timeout { target, timeout_ms })?
+}
+
 /// Serves requests on `endpoint` forever, one task per request, answering each with
 /// `handler`'s response (unless a fault loses it). `handler` gets the caller's address.
 pub async fn serve<Req, Resp, F, Fut>(endpoint: Endpoint, handler: F)

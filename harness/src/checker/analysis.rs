@@ -99,6 +99,66 @@ pub struct CommitOp {
     pub offsets: Vec<(TopicPartition, Offset)>,
 }
 
+/// A transaction: its invoke and completion ops, its records and input offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnOp {
+    /// Transaction number.
+    pub id: u64,
+    /// Producer process.
+    pub process: String,
+    /// The producer's `transactional.id`.
+    pub transactional_id: String,
+    /// Index of the invoke op.
+    pub invoke: usize,
+    /// Index and kind of the completion, if any (`None`: the process died mid-way, an
+    /// unknown outcome like `info`).
+    pub completion: Option<(usize, OpKind)>,
+    /// Records sent (the completion's list when there is one).
+    pub sends: Vec<RecordRef>,
+    /// Input offsets sent with the transaction.
+    pub offsets: Vec<(TopicPartition, Offset)>,
+}
+
+impl TxnOp {
+    /// Committed: completed `ok`.
+    pub fn committed(&self) -> bool {
+        matches!(self.completion, Some((_, OpKind::Ok)))
+    }
+
+    /// Certainly aborted: completed `fail`.
+    pub fn aborted(&self) -> bool {
+        matches!(self.completion, Some((_, OpKind::Fail)))
+    }
+
+    /// The ops that are its evidence: invoke and completion.
+    pub fn ops(&self) -> Vec<usize> {
+        let mut ops = vec![self.invoke];
+        ops.extend(self.completion.map(|(op, _)| op));
+        ops
+    }
+
+    /// `ok`, `fail`, `info` or `unfinished`.
+    pub fn outcome(&self) -> &'static str {
+        match self.completion {
+            Some((_, OpKind::Ok)) => "committed",
+            Some((_, OpKind::Fail)) => "aborted",
+            Some(_) => "of unknown outcome",
+            None => "unfinished",
+        }
+    }
+}
+
+/// A partition's final high watermark and last stable offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinalOffsets {
+    /// Index of the `PartitionState` op.
+    pub op: usize,
+    /// High watermark.
+    pub high_watermark: Offset,
+    /// Last stable offset.
+    pub last_stable_offset: Offset,
+}
+
 /// What the checkers know about a history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Analysis {
@@ -125,6 +185,12 @@ pub struct Analysis {
     pub committed_final: Option<CommitOp>,
     /// Topics the sink consumes (empty = every topic with a final log).
     pub sink_topics: BTreeSet<String>,
+    /// Transactions in invoke order.
+    pub txns: Vec<TxnOp>,
+    /// Final read_committed views by partition (`CommittedLogState`).
+    pub committed_logs: BTreeMap<TopicPartition, FinalLog>,
+    /// Final HW and LSO by partition (`PartitionState`).
+    pub final_offsets: BTreeMap<TopicPartition, FinalOffsets>,
 }
 
 impl Analysis {
@@ -141,12 +207,16 @@ impl Analysis {
                     .or_default()
                     .push(op.index);
             }
+            if let Value::Txn { .. } = &op.value {
+                a.add_txn(op);
+                continue;
+            }
             if op.kind != OpKind::Ok {
                 continue;
             }
             a.add_ok(op.index, &op.process, &op.value);
         }
-        for log in a.logs.values_mut() {
+        for log in a.logs.values_mut().chain(a.committed_logs.values_mut()) {
             log.records.sort_by_key(|r| r.offset);
         }
         for (tp, log) in &a.logs {
@@ -220,7 +290,72 @@ impl Analysis {
                 };
                 self.logs.insert(tp.clone(), log);
             }
-            Value::Fault { .. } | Value::Drain => {}
+            Value::CommittedLogState { .. } | Value::PartitionState { .. } => {
+                self.add_final(op, value)
+            }
+            Value::Txn { .. } | Value::Fault { .. } | Value::Drain => {}
+        }
+    }
+
+    /// The final state of transactional pipelines: read_committed views, HW and LSO.
+    fn add_final(&mut self, op: usize, value: &Value) {
+        match value {
+            Value::CommittedLogState { tp, records } => {
+                let log = FinalLog {
+                    op,
+                    records: records.clone(),
+                };
+                self.committed_logs.insert(tp.clone(), log);
+            }
+            Value::PartitionState {
+                tp,
+                high_watermark,
+                last_stable_offset,
+            } => {
+                let offsets = FinalOffsets {
+                    op,
+                    high_watermark: *high_watermark,
+                    last_stable_offset: *last_stable_offset,
+                };
+                self.final_offsets.insert(tp.clone(), offsets);
+            }
+            _ => {}
+        }
+    }
+
+    /// A `Txn` op: an invoke opens a transaction, a completion closes the open one with
+    /// the same id.
+    fn add_txn(&mut self, op: &crate::history::Op) {
+        let Value::Txn {
+            id,
+            transactional_id,
+            sends,
+            offsets,
+        } = &op.value
+        else {
+            return;
+        };
+        if op.kind == OpKind::Invoke {
+            self.txns.push(TxnOp {
+                id: *id,
+                process: op.process.clone(),
+                transactional_id: transactional_id.clone(),
+                invoke: op.index,
+                completion: None,
+                sends: sends.clone(),
+                offsets: offsets.clone(),
+            });
+            return;
+        }
+        let open = self
+            .txns
+            .iter_mut()
+            .rev()
+            .find(|t| t.id == *id && t.completion.is_none());
+        if let Some(txn) = open {
+            txn.completion = Some((op.index, op.kind));
+            txn.sends = sends.clone();
+            txn.offsets = offsets.clone();
         }
     }
 

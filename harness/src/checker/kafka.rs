@@ -26,7 +26,6 @@ impl Checker for KafkaChecker {
             (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(&a)),
             (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(&a)),
             (Anomaly::PollSkip, poll_skip_cases(&a)),
-            (Anomaly::AbortedRead, aborted_read_cases(&a)),
         ];
         let unchecked = a.acked.values().filter(|ack| !judgeable(&a, ack)).count();
         let mut counts = BTreeMap::new();
@@ -317,11 +316,4 @@ pub fn poll_skip_cases(a: &Analysis) -> Vec<Case> {
         });
     }
     cases
-}
-
-/// `aborted-read`: a read_committed consumer returned a record of an aborted transaction.
-/// Reserved: the history does not yet record transaction outcomes (`Send` carries no
-/// transactional id, no `abort` op exists), so nothing is inferred and no case is returned.
-pub fn aborted_read_cases(_a: &Analysis) -> Vec<Case> {
-    Vec::new()
 }

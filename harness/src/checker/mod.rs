@@ -9,7 +9,8 @@
 //! # Sections
 //! - [`Validity`], [`Anomaly`], [`Case`], [`CheckResult`]: what a checker answers.
 //! - [`Claim`], [`CheckOptions`], [`forbidden_anomalies`]: what the scenario promises.
-//! - [`Checker`], [`Compose`], [`KafkaChecker`], [`SinkChecker`], [`check_all`].
+//! - [`Checker`], [`Compose`], [`KafkaChecker`], [`SinkChecker`], [`TxnChecker`],
+//!   [`check_all`].
 //!
 //! # Which anomalies are forbidden
 //!
@@ -23,7 +24,11 @@
 //! | `duplicate` | F | F | F | only with `idempotent_producer` (2) |
 //! | `unseen` | - | - | - | informational |
 //! | `nonmonotonic-poll`, `poll-skip` | F | F | F | only when not `subscribe` (3) |
-//! | `aborted-read` | F | F | F | only with `read_committed` |
+//! | `aborted-read` (G1a) | F | F | F | only with `read_committed` |
+//! | `torn-transaction` | F | F | F | only with `read_committed` |
+//! | `uncommitted-read` | F | F | F | only with `read_committed` |
+//! | `stuck-lso` | F | F | F | only with `read_committed` |
+//! | `offsets-for-aborted-output` | F | F | F | only with `read_committed` |
 //! | `sink-lost` | F | F | - | |
 //! | `sink-duplicate` | F | - | F | |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
@@ -48,17 +53,27 @@
 mod analysis;
 mod kafka;
 mod sink;
+mod txn;
+#[cfg(test)]
+mod txn_tests;
 #[cfg(test)]
 mod tests;
 
-pub use analysis::{AckedSend, Analysis, CommitOp, FinalLog, Observation, PollOp, Source, WriteOp};
+pub use analysis::{
+    AckedSend, Analysis, CommitOp, FinalLog, FinalOffsets, Observation, PollOp, Source, TxnOp,
+    WriteOp,
+};
 pub use kafka::{
-    aborted_read_cases, duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
+    duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
     nonmonotonic_poll_cases, poll_skip_cases, unseen_cases, KafkaChecker,
 };
 pub use sink::{
     progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
     SinkChecker,
+};
+pub use txn::{
+    aborted_read_cases, lost_committed_write_cases, offsets_for_aborted_output_cases,
+    stuck_lso_cases, torn_transaction_cases, uncommitted_read_cases, TxnChecker,
 };
 
 use crate::history::History;
@@ -116,9 +131,19 @@ pub enum Anomaly {
     NonmonotonicPoll,
     /// A consumer skipped offsets that hold records.
     PollSkip,
-    /// A read_committed consumer saw a record of an aborted transaction (reserved: the
-    /// history does not carry transaction outcomes yet).
+    /// A read_committed reader saw a record of an aborted transaction (Adya's G1a).
     AbortedRead,
+    /// Some but not all records of a committed (or undecided) transaction are visible to
+    /// read_committed readers.
+    TornTransaction,
+    /// A read_committed reader saw a record before its transaction asked to commit.
+    UncommittedRead,
+    /// A partition's last stable offset stays below its high watermark after the drain: a
+    /// hanging transaction stalls every read_committed consumer.
+    StuckLso,
+    /// A consume-transform-produce group committed input offsets past input whose output
+    /// was aborted and never written again.
+    OffsetsForAbortedOutput,
     /// A record committed to Kafka (in the final log) is absent from the final sink state.
     SinkLost,
     /// An id is held more than once in the final sink state.
@@ -131,7 +156,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 11] = [
+    pub const ALL: [Anomaly; 15] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -139,6 +164,10 @@ impl Anomaly {
         Anomaly::NonmonotonicPoll,
         Anomaly::PollSkip,
         Anomaly::AbortedRead,
+        Anomaly::TornTransaction,
+        Anomaly::UncommittedRead,
+        Anomaly::StuckLso,
+        Anomaly::OffsetsForAbortedOutput,
         Anomaly::SinkLost,
         Anomaly::SinkDuplicate,
         Anomaly::SinkReorder,
@@ -155,6 +184,10 @@ impl Anomaly {
             Anomaly::NonmonotonicPoll => "nonmonotonic-poll",
             Anomaly::PollSkip => "poll-skip",
             Anomaly::AbortedRead => "aborted-read",
+            Anomaly::TornTransaction => "torn-transaction",
+            Anomaly::UncommittedRead => "uncommitted-read",
+            Anomaly::StuckLso => "stuck-lso",
+            Anomaly::OffsetsForAbortedOutput => "offsets-for-aborted-output",
             Anomaly::SinkLost => "sink-lost",
             Anomaly::SinkDuplicate => "sink-duplicate",
             Anomaly::SinkReorder => "sink-reorder",
@@ -286,7 +319,15 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::Duplicate, options.idempotent_producer);
     forbid(Anomaly::NonmonotonicPoll, !options.subscribe);
     forbid(Anomaly::PollSkip, !options.subscribe);
-    forbid(Anomaly::AbortedRead, options.read_committed);
+    for anomaly in [
+        Anomaly::AbortedRead,
+        Anomaly::TornTransaction,
+        Anomaly::UncommittedRead,
+        Anomaly::StuckLso,
+        Anomaly::OffsetsForAbortedOutput,
+    ] {
+        forbid(anomaly, options.read_committed);
+    }
     forbid(Anomaly::SinkLost, claim != Claim::AtMostOnce);
     forbid(Anomaly::SinkDuplicate, claim != Claim::AtLeastOnce);
     forbid(Anomaly::SinkReorder, options.per_key_order);
@@ -474,9 +515,10 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The standard composition: [`KafkaChecker`] and [`SinkChecker`].
+/// The standard composition: [`KafkaChecker`], [`SinkChecker`] and [`TxnChecker`] (which
+/// finds nothing in a history without transactions).
 pub fn standard() -> Compose {
-    Compose::new().with(KafkaChecker).with(SinkChecker)
+    Compose::new().with(KafkaChecker).with(SinkChecker).with(TxnChecker)
 }
 
 /// Runs [`standard`] over `history`.

@@ -70,6 +70,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         let known = |n: &String| Anomaly::ALL.into_iter().find(|a| a.name() == n);
         names.iter().filter_map(known).collect()
     };
+    let transactional = scenario.pipeline == crate::scenario::Pipeline::TransactionalCopy;
     CheckOptions {
         claim: scenario.claim,
         acks: match scenario.workload.acks {
@@ -77,8 +78,12 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
             eosim_sim::kafka::Acks::Leader => ProducerAcks::Leader,
             eosim_sim::kafka::Acks::None => ProducerAcks::None,
         },
-        // The simulated producer is not idempotent yet: a retried batch may land twice.
-        idempotent_producer: false,
+        // kafka-consume's producers run with enable.idempotence=false (a retried batch may
+        // land twice); the transactional copy's producers are idempotent, its readers
+        // read_committed, and its sink is the output's committed view of the input topic.
+        idempotent_producer: transactional,
+        read_committed: transactional,
+        sink_topics: if transactional { vec![scenario.topic.name.clone()] } else { Vec::new() },
         forbidden: anomalies(&scenario.check.forbidden),
         allowed: anomalies(&scenario.check.allowed),
         ..CheckOptions::for_claim(scenario.claim)

@@ -65,6 +65,30 @@ fn format_value(value: &Value) -> String {
         Value::LogState { tp, records } => {
             format!("log-state tp={tp} {}", ids(records.iter().map(|r| r.id)))
         }
+        Value::Txn {
+            id,
+            transactional_id,
+            sends,
+            offsets,
+        } => format!(
+            "txn id={id} transactional_id={transactional_id} sends {} offsets {}",
+            ids(sends.iter().map(|r| r.id)),
+            offsets_text(offsets)
+        ),
+        Value::PartitionState {
+            tp,
+            high_watermark,
+            last_stable_offset,
+        } => format!(
+            "partition-state tp={tp} high_watermark={high_watermark} \
+             last_stable_offset={last_stable_offset}"
+        ),
+        Value::CommittedLogState { tp, records } => {
+            format!(
+                "committed-log-state tp={tp} {}",
+                ids(records.iter().map(|r| r.id))
+            )
+        }
         Value::Fault { name, detail } => format!("{name} {detail}"),
         Value::Drain => "drain".to_string(),
     }

@@ -216,8 +216,144 @@ pub trait Consumer: Send {
     /// The partitions currently assigned to this member.
     fn assignment(&self) -> Vec<TopicPartition>;
 
+    /// The group, generation and member id to hand to
+    /// [`TransactionalProducer::send_offsets_to_transaction`] (rdkafka's
+    /// `Consumer::group_metadata`, KIP-447); `None` outside a stable generation.
+    fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        None
+    }
+
+    /// Moves the fetch position of an assigned partition to `offset`, dropping records
+    /// buffered for it (rdkafka's `seek`).
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when `tp` is not assigned or seeking is not supported.
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        let _ = offset;
+        Err(ClientError::Fatal(format!("seek to {tp} is not supported")))
+    }
+
+    /// The group's committed offsets of `partitions` (-1 where none), as rdkafka's
+    /// `committed_offsets`, asking the coordinator with `require_stable` semantics.
+    ///
+    /// # Errors
+    /// A timeout or the coordinator's error.
+    async fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        let _ = partitions;
+        Err(ClientError::Fatal("committed offsets are not supported".into()))
+    }
+
     /// Leaves the group.
     async fn close(&mut self);
+}
+
+/// A consumer's group identity as a transaction needs it to commit offsets (KIP-447): the
+/// group coordinator fences a commit whose generation or member id is stale.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConsumerGroupMetadata {
+    /// `group.id`.
+    pub group_id: String,
+    /// Generation the member joined in.
+    pub generation: i32,
+    /// Member id the coordinator assigned.
+    pub member_id: String,
+}
+
+/// How a failed transactional call leaves the producer, as librdkafka classes its
+/// `RDKafkaError` (and Java its exceptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TxnErrorClass {
+    /// The call may be retried as is (`rd_kafka_error_is_retriable`): a timeout or a
+    /// coordinator that moved. The transaction is still open.
+    Retriable,
+    /// The transaction must be aborted (`rd_kafka_error_txn_requires_abort`); the producer
+    /// stays usable after `abort_transaction`.
+    Abortable,
+    /// The producer is unusable (`rd_kafka_error_is_fatal`): fenced by a newer instance
+    /// (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or misused; it must be recreated.
+    Fatal,
+}
+
+/// The error of a [`TransactionalProducer`] call: the API, the class and the underlying
+/// client error. `is_ambiguous` says whether the operation may still have taken effect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{api}: {class:?}: {cause}")]
+pub struct TxnError {
+    /// The call that failed (`commit_transaction`, ...).
+    pub api: &'static str,
+    /// How the producer is left.
+    pub class: TxnErrorClass,
+    /// What happened.
+    pub cause: ClientError,
+}
+
+impl TxnError {
+    /// An error of `class` from `api`.
+    pub fn new(api: &'static str, class: TxnErrorClass, cause: ClientError) -> Self {
+        Self { api, class, cause }
+    }
+
+    /// rdkafka's `is_retriable`.
+    pub fn is_retriable(&self) -> bool {
+        self.class == TxnErrorClass::Retriable
+    }
+
+    /// rdkafka's `txn_requires_abort`.
+    pub fn txn_requires_abort(&self) -> bool {
+        self.class == TxnErrorClass::Abortable
+    }
+
+    /// rdkafka's `is_fatal`.
+    pub fn is_fatal(&self) -> bool {
+        self.class == TxnErrorClass::Fatal
+    }
+
+    /// Whether the operation may have taken effect (a timeout on the way).
+    pub fn is_ambiguous(&self) -> bool {
+        self.cause.is_ambiguous()
+    }
+}
+
+/// A transactional producer, shaped after rdkafka's `Producer` transaction methods
+/// (`init_transactions` ... `abort_transaction`) and Java's `KafkaProducer` (KIP-98,
+/// KIP-447). Every record sent between `begin_transaction` and `commit_transaction` is
+/// visible to read_committed consumers together with the offsets sent with it, or not at
+/// all.
+///
+/// # Errors
+/// Every call fails with a [`TxnError`] whose class says what to do next: retry the call,
+/// abort the transaction, or drop the producer.
+#[async_trait]
+pub trait TransactionalProducer: Send + Sync {
+    /// Registers `transactional.id` with its coordinator (InitProducerId): fences older
+    /// instances by bumping the epoch, and completes (aborts) a transaction they left open.
+    async fn init_transactions(&self, timeout: Duration) -> Result<(), TxnError>;
+
+    /// Starts a transaction (local only, as in Kafka).
+    fn begin_transaction(&self) -> Result<(), TxnError>;
+
+    /// Sends one record inside the open transaction, adding its partition to the
+    /// transaction first (AddPartitionsToTxn), and waits for its delivery.
+    async fn send(&self, record: ProducerRecord) -> Result<Delivery, TxnError>;
+
+    /// Adds the consumer's offsets (next offsets to read) to the transaction
+    /// (AddOffsetsToTxn, then TxnOffsetCommit with the group's generation and member id).
+    async fn send_offsets_to_transaction(
+        &self,
+        offsets: &[(TopicPartition, Offset)],
+        group: &ConsumerGroupMetadata,
+        timeout: Duration,
+    ) -> Result<(), TxnError>;
+
+    /// Commits the transaction (EndTxn commit). Returns once the coordinator has decided;
+    /// read_committed consumers see the records after the markers are written.
+    async fn commit_transaction(&self, timeout: Duration) -> Result<(), TxnError>;
+
+    /// Aborts the transaction (EndTxn abort); after an abortable error, the only way on.
+    async fn abort_transaction(&self, timeout: Duration) -> Result<(), TxnError>;
 }
 
 /// Admin calls (rdkafka's `AdminClient`).

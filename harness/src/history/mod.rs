@@ -88,6 +88,40 @@ pub enum Value {
         /// Records in offset order.
         records: Vec<RecordRef>,
     },
+    /// A transaction of a transactional producer (Jepsen's `:txn`): invoked when the
+    /// producer calls `commit_transaction` (or aborts), with every record it sent and the
+    /// input offsets it added; completed `ok` (committed), `fail` (certainly aborted) or
+    /// `info` (outcome unknown). Records whose send failed are listed too: a failed send
+    /// may still have been appended, and belongs to this transaction if it was.
+    Txn {
+        /// Unique transaction number within the run.
+        id: u64,
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// Records sent in it; `tp`/`offset` are those of the acknowledgement, offset -1
+        /// when the send was not acknowledged.
+        sends: Vec<RecordRef>,
+        /// Input offsets (next offsets to read) sent with `send_offsets_to_transaction`.
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// The end state of a partition after the drain: its high watermark and last stable
+    /// offset. An LSO below the HW after the quiet period is a transaction left hanging.
+    PartitionState {
+        /// Partition.
+        tp: TopicPartition,
+        /// High watermark.
+        high_watermark: Offset,
+        /// Last stable offset.
+        last_stable_offset: Offset,
+    },
+    /// The final contents of a partition as a read_committed consumer reads it from offset
+    /// 0 after the drain: below the LSO, aborted transactions filtered out.
+    CommittedLogState {
+        /// Partition.
+        tp: TopicPartition,
+        /// Records in offset order.
+        records: Vec<RecordRef>,
+    },
     /// A fault or a recovery by the nemesis.
     Fault {
         /// Fault name (`kill`, `partition`, `heal`, ...).

@@ -27,7 +27,7 @@
 //! [`ScenarioError`] naming the file, the key path and what was expected.
 
 use crate::checker::Claim;
-use eosim_sim::kafka::{Acks, ClusterConfig};
+use eosim_sim::kafka::{Acks, ClusterConfig, TxnProtocol};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -62,6 +62,10 @@ pub enum Pipeline {
     /// Producers write ids into a topic; a consumer group copies them into an in-memory
     /// sink, committing offsets before or after the write (`workload.commit`).
     KafkaConsume,
+    /// Producers write ids into the input topic (`[topic]`); copier processes (the
+    /// `consumers`) read it with read_committed and copy each record into the output topic
+    /// inside a transaction together with their input offsets (`[copy]`).
+    TransactionalCopy,
 }
 
 impl Pipeline {
@@ -69,6 +73,60 @@ impl Pipeline {
     pub fn name(self) -> &'static str {
         match self {
             Pipeline::KafkaConsume => "kafka-consume",
+            Pipeline::TransactionalCopy => "transactional-copy",
+        }
+    }
+}
+
+/// `[copy]`: the transactional consume-transform-produce copy (pipeline
+/// `transactional-copy`).
+///
+/// ## Default values
+/// `output_topic = "output"`, `records_per_transaction_max = 10`,
+/// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
+/// `abort_transactions = []`, `process_ms = 0`, `buggify_produce_delay_probability = 0`,
+/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CopySpec {
+    /// Output topic; same partition count and replication as `[topic]`.
+    pub output_topic: String,
+    /// Records copied per transaction at most (the copiers' `max.poll.records`).
+    pub records_per_transaction_max: usize,
+    /// The copiers' `transaction.timeout.ms`.
+    pub transaction_timeout_ms: u64,
+    /// After an abort, seek back to the group's committed offsets (the right behaviour);
+    /// `false` is the F9 bug switch: the consumer goes on past the aborted input.
+    pub rewind_on_abort: bool,
+    /// Transactions each copier aborts on purpose (an injected produce error), by their
+    /// 0-based number within the copier process.
+    pub abort_transactions: Vec<u64>,
+    /// Time the transform takes per record before it is sent, ms: a copier spends it
+    /// inside its open transaction.
+    pub process_ms: u64,
+    /// Probability that a transactional Produce is held in the network `buggify_delay_ms`
+    /// (it arrives after the copier gave up on it: cases.md F8).
+    pub buggify_produce_delay_probability: f64,
+    /// Probability that an EndTxn is held in the network `buggify_delay_ms` (the copier
+    /// retries it and moves on; the late one arrives during the next transaction:
+    /// KAFKA-17754).
+    pub buggify_end_txn_delay_probability: f64,
+    /// How long a held request waits, ms.
+    pub buggify_delay_ms: u64,
+}
+
+impl Default for CopySpec {
+    fn default() -> Self {
+        Self {
+            output_topic: "output".into(),
+            records_per_transaction_max: 10,
+            transaction_timeout_ms: 10_000,
+            rewind_on_abort: true,
+            abort_transactions: Vec::new(),
+            process_ms: 0,
+            buggify_produce_delay_probability: 0.0,
+            buggify_end_txn_delay_probability: 0.0,
+            buggify_delay_ms: 0,
         }
     }
 }
@@ -101,6 +159,20 @@ pub struct ClusterSpec {
     /// short; set it to test the delay.
     #[serde(default)]
     pub group_initial_rebalance_delay_ms: u64,
+    /// The brokers' transaction protocol (models-reference C.9): `"pre-kip890"`,
+    /// `"kip890-part1"` (default; Kafka 3.6–3.9) or `"tv2"` (Kafka 4.0). `pre-kip890` is
+    /// the F8 switch: a produce delayed past its transaction's end hangs the partition or
+    /// joins the next transaction.
+    #[serde(default)]
+    pub transaction_protocol: TxnProtocol,
+    /// Whether a new leader knows the producer state of what it replicated (every real
+    /// Kafka). Default true; false is the F10 switch: a retried batch is appended twice.
+    #[serde(default = "default_true")]
+    pub producer_state_survives_failover: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for ClusterSpec {
@@ -110,6 +182,8 @@ impl Default for ClusterSpec {
             replica_lag_time_max_ms: default_replica_lag(),
             broker_session_timeout_ms: default_broker_session(),
             group_initial_rebalance_delay_ms: 0,
+            transaction_protocol: TxnProtocol::default(),
+            producer_state_survives_failover: true,
         }
     }
 }
@@ -122,6 +196,8 @@ impl ClusterSpec {
             broker_session_timeout_ms: self.broker_session_timeout_ms,
             group_initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms,
             offsets_topic_replication_factor: self.brokers.min(3),
+            transaction_protocol: self.transaction_protocol,
+            producer_state_survives_failover: self.producer_state_survives_failover,
             ..ClusterConfig::default()
         }
     }
@@ -430,6 +506,9 @@ pub struct Scenario {
     /// Heal and drain.
     #[serde(default)]
     pub drain: DrainSpec,
+    /// The transactional copy (pipeline `transactional-copy` only).
+    #[serde(default)]
+    pub copy: CopySpec,
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,
@@ -621,24 +700,35 @@ impl Scenario {
             }
             Fault::KillLeader {
                 topic, partition, ..
-            } => {
-                ensure(
-                    *topic == self.topic.name,
-                    &format!("{key}.topic"),
-                    format!("expected the scenario's topic \"{}\"", self.topic.name),
-                )?;
-                return ensure(
-                    *partition < self.topic.partitions,
-                    &format!("{key}.partition"),
-                    format!("expected 0..{}, found {partition}", self.topic.partitions),
-                );
-            }
+            } => return self.check_kill_leader(key, topic, *partition),
             Fault::Heal => Vec::new(),
         };
         for (field, node) in nodes {
             self.check_node(&format!("{key}.{field}"), node)?;
         }
         Ok(())
+    }
+
+    /// `kill-leader` names a partition of the scenario's topics (`[topic]`, and
+    /// `copy.output_topic` for `transactional-copy`) or of the internal topics
+    /// `__consumer_offsets` / `__transaction_state` (50 partitions each): killing the leader
+    /// of the latter moves a group or transaction coordinator.
+    fn check_kill_leader(&self, key: &str, topic: &str, partition: u32) -> Result<(), (String, String)> {
+        let mut topics = vec![(self.topic.name.as_str(), self.topic.partitions)];
+        if self.pipeline == Pipeline::TransactionalCopy {
+            topics.push((self.copy.output_topic.as_str(), self.topic.partitions));
+        }
+        topics.push(("__consumer_offsets", 50));
+        topics.push(("__transaction_state", 50));
+        let Some(&(_, partitions)) = topics.iter().find(|(name, _)| *name == topic) else {
+            let names: Vec<String> = topics.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+            return Err((format!("{key}.topic"), format!("expected one of {}", names.join(", "))));
+        };
+        ensure(
+            partition < partitions,
+            &format!("{key}.partition"),
+            format!("expected 0..{partitions}, found {partition}"),
+        )
     }
 
     /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a

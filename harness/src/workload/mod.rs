@@ -4,8 +4,12 @@
 //! [`kafka_consume`]: producers write unique ids into a topic; a consumer group copies them
 //! into an in-memory sink (a durable store outside every process), committing before or after
 //! each write.
+//!
+//! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
+//! read_committed and copy them to an output topic in transactions with their offsets.
 
 pub mod kafka_consume;
+pub mod transactional_copy;
 
 use crate::history::Recorder;
 use crate::runner::world::World;
@@ -29,5 +33,8 @@ pub trait Pipeline {
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
         PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
+        PipelineKind::TransactionalCopy => {
+            Box::new(transactional_copy::TransactionalCopy::new(scenario, recorder))
+        }
     }
 }

@@ -3,3 +3,4 @@
 #![cfg(madsim)]
 
 mod kafka_consume;
+mod transactional_copy;

@@ -51,7 +51,32 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Response, ClientError> {
         let mut what = format!("{} to broker-{broker}", request_name(&request));
-        eosim_sim::net::call(&self.endpoint, broker_addr(broker), request, timeout)
+        eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
+            .await
+            .map_err(|e| {
+                if let RpcError::Disconnected { .. } = e {
+                    what.push_str(" (connection reset)");
+                }
+                ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
+            })
+    }
+
+    /// As [`Connection::request`], with the request held `extra_delay` in the network
+    /// before it leaves (it still leaves if the caller gave up): a BUGGIFY-style fault
+    /// point for a late Produce or EndTxn (cases.md F8, KAFKA-17754).
+    ///
+    /// # Errors
+    /// As [`Connection::request`].
+    pub async fn request_delayed(
+        &self,
+        broker: BrokerId,
+        request: Request,
+        timeout: Duration,
+        extra_delay: Duration,
+    ) -> Result<Response, ClientError> {
+        let mut what = format!("{} to broker-{broker}", request_name(&request));
+        let addr = broker_addr(broker);
+        eosim_sim::net::call_delayed(&self.endpoint, addr, request, timeout, extra_delay)
             .await
             .map_err(|e| {
                 if let RpcError::Disconnected { .. } = e {

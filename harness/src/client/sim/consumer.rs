@@ -25,11 +25,12 @@
 //!
 //! # read_committed
 //! The model hides control records, so the client cannot see ABORT markers the way Java's
-//! `CompletedFetch` does. Approximation: a transactional record is dropped when the fetch
-//! response lists an aborted transaction of its producer id with `first_offset ≤ offset`.
-//! This is exact unless one producer id has an aborted and a later committed transaction
-//! in the same fetched range; then the committed records are dropped too (visible as lost
-//! records in a history). The fix is for the fetch response to carry abort-marker offsets.
+//! `CompletedFetch` does; instead each aborted-transaction entry of the fetch response
+//! carries the offset of its ABORT marker (`last_offset`). A transactional record is
+//! dropped when an entry of its producer id has `first_offset ≤ offset < last_offset`:
+//! exact, since one producer's transactions never overlap on a partition. Committed
+//! offsets are fetched with `require_stable` (OffsetFetchStable, KIP-447), so a partition
+//! whose offsets a transaction has pending is positioned only once that transaction ended.
 //!
 //! # Not modelled
 //! Auto-commit (ConsumerConfig has no `enable.auto.commit`), cooperative rebalancing,
@@ -37,7 +38,9 @@
 //! one after the other).
 
 use super::conn::{needs_metadata_refresh, Connection};
-use crate::client::{AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig};
+use crate::client::{
+    AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
+};
 use async_trait::async_trait;
 use eosim_sim::kafka::{
     AbortedTxn, BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec,
@@ -181,10 +184,9 @@ impl SimConsumer {
     async fn update_positions(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
         if !self.needs_committed.is_empty() {
             let partitions: Vec<TopicPartition> = self.needs_committed.iter().cloned().collect();
-            let request = Request::OffsetFetch {
-                group_id: self.group.config.group_id.clone(),
-                partitions,
-            };
+            let group_id = self.group.config.group_id.clone();
+            let stable = self.group.config.isolation_level == Isolation::ReadCommitted;
+            let request = offset_fetch(group_id, partitions, stable);
             if let Ok(Response::OffsetFetch { offsets }) =
                 self.group.coordinator_request(request, deadline).await
             {
@@ -467,6 +469,46 @@ impl Consumer for SimConsumer {
         self.assignment.clone()
     }
 
+    fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        let m = self.group.membership();
+        (m.stable && !m.member_id.is_empty()).then(|| ConsumerGroupMetadata {
+            group_id: self.group.config.group_id.clone(),
+            generation: m.generation,
+            member_id: m.member_id.clone(),
+        })
+    }
+
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        if !self.assignment.contains(tp) {
+            return Err(ClientError::Fatal(format!("seek: {tp} is not assigned")));
+        }
+        self.needs_committed.remove(tp);
+        self.needs_reset.remove(tp);
+        self.buffer.retain(|r| &r.tp != tp);
+        self.positions.insert(tp.clone(), offset);
+        Ok(())
+    }
+
+    async fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        let group_id = self.group.config.group_id.clone();
+        let request = offset_fetch(group_id, partitions.to_vec(), true);
+        let deadline = Deadline::after(Duration::from_millis(DEFAULT_API_TIMEOUT_MS));
+        loop {
+            match self.group.coordinator_request(request.clone(), &deadline).await? {
+                Response::OffsetFetch { offsets } => return Ok(offsets),
+                // A transaction's offsets are pending: wait until it ends (Java retries).
+                Response::Error(KafkaError::UnstableOffsetCommit) if !deadline.expired() => {
+                    backoff(&deadline).await
+                }
+                Response::Error(e) => return Err(ClientError::Kafka(e)),
+                other => return Err(unexpected("OffsetFetch", &other)),
+            }
+        }
+    }
+
     async fn close(&mut self) {
         self.abort_tasks();
         self.revoke_all();
@@ -499,18 +541,30 @@ impl Drop for SimConsumer {
 }
 
 /// Drops the transactional records of aborted transactions: a record whose producer id
-/// has an aborted entry with `first_offset ≤ offset` (see the module docs for where this
-/// approximates Java's `CompletedFetch`).
-fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
+/// has an aborted entry with `first_offset ≤ offset < last_offset` (the ABORT marker's
+/// offset), as Java's `CompletedFetch` does with the markers themselves.
+pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
     records
         .into_iter()
         .filter(|r| {
             !(r.transactional
-                && aborted
-                    .iter()
-                    .any(|a| a.producer_id == r.producer_id && a.first_offset <= r.offset))
+                && aborted.iter().any(|a| {
+                    a.producer_id == r.producer_id
+                        && a.first_offset <= r.offset
+                        && r.offset < a.last_offset
+                }))
         })
         .collect()
+}
+
+/// OffsetFetch for `partitions`; with `require_stable` (read_committed) the KIP-447
+/// variant, which answers UNSTABLE_OFFSET_COMMIT while a transaction has offsets pending.
+fn offset_fetch(group_id: String, partitions: Vec<TopicPartition>, stable: bool) -> Request {
+    if stable {
+        Request::OffsetFetchStable { group_id, partitions }
+    } else {
+        Request::OffsetFetch { group_id, partitions }
+    }
 }
 
 fn consumed(tp: &TopicPartition, fetched: FetchedRecord) -> ConsumedRecord {

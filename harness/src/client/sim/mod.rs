@@ -7,3 +7,4 @@ pub mod admin;
 pub mod conn;
 pub mod consumer;
 pub mod producer;
+pub mod txn;

@@ -1,56 +1,213 @@
-//! The simulated producer: partitioning, leader routing, retries, `delivery.timeout.ms`.
+//! The simulated producer: partitioning, leader routing, retries, `delivery.timeout.ms`, and
+//! the idempotent producer of KIP-98 / KIP-360 (on by default, `enable.idempotence=true`).
 //!
-//! One record per Produce request (no linger): simple to reason about in histories. The
+//! One record per Produce request (no linger) and one send in flight per producer
+//! (`max.in.flight.requests.per.connection=1`): simple to reason about in histories. The
 //! outcome of a send that saw any timeout is ambiguous and is reported as
 //! [`ClientError::Timeout`] unless a later attempt succeeded, because a timed-out Produce
 //! may have been appended (`models-reference.md` A.2).
+//!
+//! # Idempotence (models-reference B.1, B.4)
+//! - The first send asks any broker for a producer id (InitProducerId without a
+//!   transactional id) and numbers records per partition from sequence 0.
+//! - A retry resends the same batch with the same producer id, epoch and base sequence, so
+//!   a broker that already appended it answers with the original offset.
+//! - DUPLICATE_SEQUENCE_NUMBER (46) is a success without an offset (Java's `Sender`).
+//! - OUT_OF_ORDER_SEQUENCE_NUMBER (45) or UNKNOWN_PRODUCER_ID (59) on the batch: the
+//!   producer bumps its epoch locally (KIP-360, Java's `bumpIdempotentProducerEpoch`),
+//!   restarts every partition's sequences at 0 and retries.
+//! - A send that ends without a known outcome leaves its partition *unresolved*: the epoch
+//!   is bumped before the next send to it, as Java does.
 
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
 use async_trait::async_trait;
 use eosim_sim::kafka::murmur2::partition_for_key;
-use eosim_sim::kafka::{KafkaError, ProducerBatchHeader, Record, Request, Response, TopicPartition};
+use eosim_sim::kafka::{
+    KafkaError, ProducerBatchHeader, Record, Request, Response, TopicPartition,
+};
 use madsim::rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
-/// A producer over a [`Connection`]. Idempotence comes with the transactions issue; until
-/// then every batch is sent without a producer id, so retries can duplicate.
+/// Producer id, epoch and per-partition sequence numbers of an idempotent or transactional
+/// producer (KIP-98).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdempotenceState {
+    /// Producer id from InitProducerId.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// Sequence of the next record per partition (absent = 0).
+    pub next_sequence: BTreeMap<TopicPartition, i32>,
+    /// Partitions with a batch whose outcome is unknown: bump the epoch before reuse.
+    pub unresolved: BTreeSet<TopicPartition>,
+}
+
+impl IdempotenceState {
+    /// A fresh state for `producer_id` at `producer_epoch`, every sequence at 0.
+    pub fn new(producer_id: i64, producer_epoch: i16) -> Self {
+        Self {
+            producer_id,
+            producer_epoch,
+            ..Self::default()
+        }
+    }
+
+    /// The header of the next batch to `tp`.
+    pub fn header(&self, tp: &TopicPartition, transactional: bool) -> ProducerBatchHeader {
+        ProducerBatchHeader {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.next_sequence.get(tp).copied().unwrap_or(0),
+            transactional,
+        }
+    }
+
+    /// A batch of `count` records to `tp` was acknowledged: advance its sequence (wrapping
+    /// from `i32::MAX` to 0, as Kafka does).
+    pub fn acknowledge(&mut self, tp: &TopicPartition, count: usize) {
+        let next = self.next_sequence.entry(tp.clone()).or_insert(0);
+        let advanced = i64::from(*next) + count as i64;
+        *next = (advanced % (i64::from(i32::MAX) + 1)) as i32;
+        self.unresolved.remove(tp);
+    }
+
+    /// KIP-360's local epoch bump: epoch + 1, every sequence back to 0.
+    pub fn bump_epoch(&mut self) {
+        self.producer_epoch = self.producer_epoch.saturating_add(1);
+        self.next_sequence.clear();
+        self.unresolved.clear();
+    }
+}
+
+/// Sends one batch with `header` to the leader of `tp` (refreshing metadata if the leader
+/// is unknown) and returns the base offset. `extra_delay` holds the request in the network
+/// that long (a fault point; zero normally).
+///
+/// # Errors
+/// The broker's error or a timeout (ambiguous).
+pub async fn produce_once(
+    conn: &Connection,
+    config: &ProducerConfig,
+    tp: &TopicPartition,
+    header: ProducerBatchHeader,
+    records: Vec<Record>,
+    extra_delay: Duration,
+) -> Result<i64, ClientError> {
+    let timeout = Duration::from_millis(config.request_timeout_ms);
+    let leader = match conn.leader(tp) {
+        Some(leader) => leader,
+        None => {
+            conn.refresh_metadata(&[tp.topic.clone()], timeout).await?;
+            conn.leader(tp)
+                .ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
+        }
+    };
+    let request = Request::Produce {
+        tp: tp.clone(),
+        acks: config.acks,
+        timeout_ms: config.request_timeout_ms,
+        header,
+        records,
+    };
+    match conn
+        .request_delayed(leader, request, timeout, extra_delay)
+        .await?
+    {
+        Response::Produce { base_offset, .. } => Ok(base_offset),
+        Response::Error(KafkaError::DuplicateSequenceNumber) => Ok(-1),
+        Response::Error(e) => {
+            if needs_metadata_refresh(e) {
+                conn.invalidate(&tp.topic);
+            }
+            Err(ClientError::Kafka(e))
+        }
+        other => Err(ClientError::Fatal(format!(
+            "unexpected produce response {other:?}"
+        ))),
+    }
+}
+
+/// The partition of `record`: explicit, murmur2 of the key, or random for a null key.
+///
+/// # Errors
+/// When the topic's metadata cannot be had.
+pub async fn partition_of(
+    conn: &Connection,
+    config: &ProducerConfig,
+    record: &ProducerRecord,
+) -> Result<u32, ClientError> {
+    if let Some(p) = record.partition {
+        return Ok(p);
+    }
+    let count = match conn.partition_count(&record.topic) {
+        Some(n) => n,
+        None => {
+            let timeout = Duration::from_millis(config.request_timeout_ms);
+            conn.refresh_metadata(&[record.topic.clone()], timeout)
+                .await?;
+            conn.partition_count(&record.topic)
+                .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))?
+        }
+    };
+    Ok(match &record.key {
+        Some(key) => partition_for_key(key, count),
+        // Sticky partitioning reduced to a random pick per record.
+        None => madsim::rand::thread_rng().gen_range(0..count),
+    })
+}
+
+/// Whether a client error is worth another attempt of the same batch.
+pub fn is_retriable(error: &ClientError) -> bool {
+    match error {
+        ClientError::Kafka(e) => e.is_retriable(),
+        ClientError::Timeout { .. } => true,
+        _ => false,
+    }
+}
+
+/// The record a [`ProducerRecord`] becomes, stamped with the simulated time.
+pub fn to_record(record: ProducerRecord) -> Record {
+    let now_ms = madsim::time::TimeHandle::current().elapsed().as_millis() as i64;
+    Record {
+        key: record.key,
+        value: record.value,
+        headers: record.headers,
+        timestamp_ms: now_ms,
+    }
+}
+
+/// A producer over a [`Connection`]; idempotent unless `enable_idempotence` is false.
 pub struct SimProducer {
     conn: Connection,
     config: ProducerConfig,
+    idempotence: Mutex<Option<IdempotenceState>>,
+    /// One send at a time (`max.in.flight.requests.per.connection=1`).
+    in_flight: tokio::sync::Mutex<()>,
 }
 
 impl SimProducer {
     /// A producer with `config` on `conn`.
     pub fn new(conn: Connection, config: ProducerConfig) -> Self {
-        Self { conn, config }
+        Self {
+            conn,
+            config,
+            idempotence: Mutex::new(None),
+            in_flight: tokio::sync::Mutex::new(()),
+        }
     }
 
-    async fn partition_of(&self, record: &ProducerRecord) -> Result<u32, ClientError> {
-        if let Some(p) = record.partition {
-            return Ok(p);
-        }
-        let count = self.partition_count(&record.topic).await?;
-        Ok(match &record.key {
-            Some(key) => partition_for_key(key, count),
-            // Sticky partitioning reduced to a random pick per record.
-            None => madsim::rand::thread_rng().gen_range(0..count),
-        })
-    }
-
-    async fn partition_count(&self, topic: &str) -> Result<u32, ClientError> {
-        if let Some(n) = self.conn.partition_count(topic) {
-            return Ok(n);
-        }
-        let timeout = Duration::from_millis(self.config.request_timeout_ms);
-        self.conn.refresh_metadata(&[topic.to_string()], timeout).await?;
-        self.conn
-            .partition_count(topic)
-            .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))
+    /// The producer id and epoch in use, once the first send got one.
+    pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
+        let state = self.idempotence.lock().expect("idempotence lock");
+        state.as_ref().map(|s| (s.producer_id, s.producer_epoch))
     }
 
     /// Sends `records` to `tp` as one batch in one Produce request, without retries (what
     /// librdkafka does under the hood once its linger expires). Returns the base offset.
+    /// Idempotent producers number the batch and advance the sequence on success.
     ///
     /// # Errors
     /// The broker's error or a timeout (ambiguous).
@@ -59,30 +216,103 @@ impl SimProducer {
         tp: &TopicPartition,
         records: Vec<Record>,
     ) -> Result<i64, ClientError> {
-        self.attempt(tp, records).await
+        let _one = self.in_flight.lock().await;
+        let deadline = self.deadline();
+        let header = self.next_header(tp, deadline).await?;
+        let count = records.len();
+        let result = produce_once(
+            &self.conn,
+            &self.config,
+            tp,
+            header,
+            records,
+            Duration::ZERO,
+        )
+        .await;
+        self.settle(tp, header, count, &result);
+        if result.as_ref().is_err_and(ClientError::is_ambiguous) {
+            self.mark_unresolved(tp);
+        }
+        result
     }
 
-    /// One attempt: find the leader and send the batch.
-    async fn attempt(&self, tp: &TopicPartition, records: Vec<Record>) -> Result<i64, ClientError> {
+    fn deadline(&self) -> madsim::time::Instant {
+        madsim::time::Instant::now() + Duration::from_millis(self.config.delivery_timeout_ms)
+    }
+
+    /// Gets a producer id if idempotent and none is held yet, retrying until `deadline`.
+    async fn ensure_producer_id(&self, deadline: madsim::time::Instant) -> Result<(), ClientError> {
+        if !self.config.enable_idempotence || self.producer_id_and_epoch().is_some() {
+            return Ok(());
+        }
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
-        let leader = match self.conn.leader(tp) {
-            Some(leader) => leader,
-            None => {
-                self.conn.refresh_metadata(&[tp.topic.clone()], timeout).await?;
-                self.conn.leader(tp).ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
+        loop {
+            let request = Request::InitProducerId {
+                transactional_id: None,
+                transaction_timeout_ms: 60_000,
+                producer_id: -1,
+                producer_epoch: -1,
+            };
+            let error = match self.conn.request_any(request, timeout).await {
+                Ok(Response::InitProducerId {
+                    producer_id,
+                    producer_epoch,
+                }) => {
+                    let state = IdempotenceState::new(producer_id, producer_epoch);
+                    *self.idempotence.lock().expect("idempotence lock") = Some(state);
+                    return Ok(());
+                }
+                Ok(Response::Error(e)) => ClientError::Kafka(e),
+                Ok(other) => return Err(ClientError::Fatal(format!("InitProducerId: {other:?}"))),
+                Err(e) => e,
+            };
+            let backoff = Duration::from_millis(self.config.retry_backoff_ms);
+            if !is_retriable(&error) || madsim::time::Instant::now() + backoff >= deadline {
+                return Err(error);
             }
+            madsim::time::sleep(backoff).await;
+        }
+    }
+
+    /// The header of the next batch to `tp`: plain without idempotence; else numbered, after
+    /// an epoch bump if the partition is unresolved.
+    async fn next_header(
+        &self,
+        tp: &TopicPartition,
+        deadline: madsim::time::Instant,
+    ) -> Result<ProducerBatchHeader, ClientError> {
+        self.ensure_producer_id(deadline).await?;
+        let mut state = self.idempotence.lock().expect("idempotence lock");
+        let Some(state) = state.as_mut() else {
+            return Ok(ProducerBatchHeader::NONE);
         };
-        let request = Request::Produce {
-            tp: tp.clone(),
-            acks: self.config.acks,
-            timeout_ms: self.config.request_timeout_ms,
-            header: ProducerBatchHeader::NONE,
-            records,
-        };
-        match self.conn.request(leader, request, timeout).await? {
-            Response::Produce { base_offset, .. } => Ok(base_offset),
-            Response::Error(e) => Err(ClientError::Kafka(e)),
-            other => Err(ClientError::Fatal(format!("unexpected produce response {other:?}"))),
+        if state.unresolved.contains(tp) {
+            state.bump_epoch();
+        }
+        Ok(state.header(tp, false))
+    }
+
+    /// Updates the sequence state after one attempt of a batch of `count` records.
+    fn settle(
+        &self,
+        tp: &TopicPartition,
+        header: ProducerBatchHeader,
+        count: usize,
+        result: &Result<i64, ClientError>,
+    ) {
+        let mut state = self.idempotence.lock().expect("idempotence lock");
+        let Some(state) = state.as_mut() else { return };
+        if state.producer_epoch != header.producer_epoch {
+            return;
+        }
+        match result {
+            Ok(_) => state.acknowledge(tp, count),
+            Err(ClientError::Kafka(
+                KafkaError::OutOfOrderSequenceNumber | KafkaError::UnknownProducerId,
+            )) => state.bump_epoch(),
+            // An ambiguous attempt is retried with the same sequence; only a send that gives
+            // up leaves its partition unresolved (`mark_unresolved`).
+            Err(_) => {}
         }
     }
 }
@@ -90,49 +320,65 @@ impl SimProducer {
 #[async_trait]
 impl Producer for SimProducer {
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError> {
-        let partition = self.partition_of(&record).await?;
+        let _one = self.in_flight.lock().await;
+        let partition = partition_of(&self.conn, &self.config, &record).await?;
         let tp = TopicPartition::new(record.topic.clone(), partition);
-        let now_ms = madsim::time::TimeHandle::current().elapsed().as_millis() as i64;
-        let batch = Record {
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
-            timestamp_ms: now_ms,
-        };
-        let deadline = madsim::time::Instant::now()
-            + Duration::from_millis(self.config.delivery_timeout_ms);
+        let batch = to_record(record);
+        let deadline = self.deadline();
         let mut ambiguous = false;
         let mut attempts = 0u32;
         loop {
-            let error = match self.attempt(&tp, vec![batch.clone()]).await {
+            let header = self.next_header(&tp, deadline).await?;
+            let result = produce_once(
+                &self.conn,
+                &self.config,
+                &tp,
+                header,
+                vec![batch.clone()],
+                Duration::ZERO,
+            )
+            .await;
+            self.settle(&tp, header, 1, &result);
+            let error = match result {
                 Ok(offset) => return Ok(Delivery { partition, offset }),
                 Err(e) => e,
             };
             ambiguous |= error.is_ambiguous();
-            if let ClientError::Kafka(e) = error {
-                if needs_metadata_refresh(e) {
-                    self.conn.invalidate(&tp.topic);
-                }
-            }
-            let retriable = match &error {
-                ClientError::Kafka(e) => e.is_retriable(),
-                ClientError::Timeout { .. } => true,
-                _ => false,
-            };
+            // After 45/59 the epoch was bumped: the retry is a new batch under it.
+            let resequenced = matches!(
+                error,
+                ClientError::Kafka(
+                    KafkaError::OutOfOrderSequenceNumber | KafkaError::UnknownProducerId
+                )
+            ) && header.producer_id >= 0;
             attempts += 1;
             let backoff = Duration::from_millis(self.config.retry_backoff_ms);
             let out_of_time = madsim::time::Instant::now() + backoff >= deadline;
+            let retriable = is_retriable(&error) || resequenced;
             if !retriable || attempts > self.config.retries || out_of_time {
-                return Err(if ambiguous && !matches!(error, ClientError::Timeout { .. }) {
-                    ClientError::Timeout {
-                        what: format!("delivery to {tp} (an attempt timed out; last: {error})"),
-                        timeout_ms: self.config.delivery_timeout_ms,
-                    }
-                } else {
-                    error
-                });
+                if ambiguous {
+                    self.mark_unresolved(&tp);
+                }
+                return Err(
+                    if ambiguous && !matches!(error, ClientError::Timeout { .. }) {
+                        ClientError::Timeout {
+                            what: format!("delivery to {tp} (an attempt timed out; last: {error})"),
+                            timeout_ms: self.config.delivery_timeout_ms,
+                        }
+                    } else {
+                        error
+                    },
+                );
             }
             madsim::time::sleep(backoff).await;
+        }
+    }
+}
+
+impl SimProducer {
+    fn mark_unresolved(&self, tp: &TopicPartition) {
+        if let Some(state) = self.idempotence.lock().expect("idempotence lock").as_mut() {
+            state.unresolved.insert(tp.clone());
         }
     }
 }

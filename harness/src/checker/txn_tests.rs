@@ -1,0 +1,252 @@
+//! Transactional checker tests: one per anomaly on a literal history, each with a valid
+//! twin that differs in the one fact the anomaly rests on.
+
+use super::*;
+use crate::history::{OpKind, RecordRef, Value};
+
+fn out(id: u64, offset: Offset) -> RecordRef {
+    RecordRef {
+        id,
+        key: None,
+        tp: TopicPartition::new("out", 0),
+        offset,
+    }
+}
+
+fn input(id: u64, offset: Offset) -> RecordRef {
+    RecordRef {
+        id,
+        key: None,
+        tp: TopicPartition::new("in", 0),
+        offset,
+    }
+}
+
+fn txn(id: u64, sends: &[(u64, Offset)], next: Offset) -> Value {
+    Value::Txn {
+        id,
+        transactional_id: "copier-0".into(),
+        sends: sends.iter().map(|&(i, o)| out(i, o)).collect(),
+        offsets: vec![(TopicPartition::new("in", 0), next)],
+    }
+}
+
+fn committed_view(records: &[(u64, Offset)]) -> Value {
+    let records = records.iter().map(|&(i, o)| out(i, o)).collect();
+    Value::CommittedLogState {
+        tp: TopicPartition::new("out", 0),
+        records,
+    }
+}
+
+fn partition_state(high_watermark: Offset, last_stable_offset: Offset) -> Value {
+    let tp = TopicPartition::new("out", 0);
+    Value::PartitionState {
+        tp,
+        high_watermark,
+        last_stable_offset,
+    }
+}
+
+fn history(ops: Vec<(&str, OpKind, Value)>) -> History {
+    let mut h = History::default();
+    for (i, (process, kind, value)) in ops.into_iter().enumerate() {
+        h.push(i as u64 * 1_000_000, process, kind, value, None);
+    }
+    h
+}
+
+fn options() -> CheckOptions {
+    CheckOptions {
+        read_committed: true,
+        sink: false,
+        ..CheckOptions::default()
+    }
+}
+
+fn found(h: &History) -> CheckResult {
+    TxnChecker.check(h, &options())
+}
+
+#[test]
+fn aborted_read_is_a_record_of_an_aborted_transaction_in_the_committed_view() {
+    // Transaction 1 wrote record 7 at out-0@0 and aborted; the read_committed view still
+    // holds it there (G1a). The record was retried at @2 by transaction 2, which committed.
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(7, 0)], 1)),
+        ("copier-0", OpKind::Fail, txn(1, &[(7, 0)], 1)),
+        ("copier-0", OpKind::Invoke, txn(2, &[(7, 2)], 1)),
+        ("copier-0", OpKind::Ok, txn(2, &[(7, 2)], 1)),
+        ("final", OpKind::Ok, committed_view(&[(7, 0), (7, 2)])),
+    ]);
+    let result = found(&h);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::AbortedRead].len(), 1);
+    assert_eq!(result.anomalies[&Anomaly::AbortedRead][0].offsets, vec![0]);
+}
+
+#[test]
+fn aborted_records_filtered_from_the_committed_view_are_valid() {
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(7, 0)], 1)),
+        ("copier-0", OpKind::Fail, txn(1, &[(7, 0)], 1)),
+        ("copier-0", OpKind::Invoke, txn(2, &[(7, 2)], 1)),
+        ("copier-0", OpKind::Ok, txn(2, &[(7, 2)], 1)),
+        ("final", OpKind::Ok, committed_view(&[(7, 2)])),
+    ]);
+    let result = found(&h);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+}
+
+#[test]
+fn torn_transaction_is_part_of_a_committed_transaction_visible() {
+    // Transaction 1 committed records 1 and 2; only record 1 is readable.
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("copier-0", OpKind::Ok, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("final", OpKind::Ok, committed_view(&[(1, 0)])),
+    ]);
+    let result = found(&h);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::TornTransaction][0].ids, vec![2]);
+}
+
+#[test]
+fn a_committed_transaction_wholly_visible_is_not_torn() {
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("copier-0", OpKind::Ok, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("final", OpKind::Ok, committed_view(&[(1, 0), (2, 1)])),
+    ]);
+    assert_eq!(found(&h).validity, Validity::Valid);
+}
+
+#[test]
+fn lost_write_is_a_committed_transaction_with_nothing_visible() {
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("copier-0", OpKind::Ok, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("final", OpKind::Ok, committed_view(&[])),
+    ]);
+    let result = found(&h);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::LostWrite][0].ids, vec![1, 2]);
+}
+
+#[test]
+fn a_transaction_of_unknown_outcome_may_be_wholly_invisible() {
+    // An `info` transaction may have aborted: nothing of it visible is fine.
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("copier-0", OpKind::Info, txn(1, &[(1, 0), (2, 1)], 2)),
+        ("final", OpKind::Ok, committed_view(&[])),
+    ]);
+    assert_eq!(found(&h).validity, Validity::Valid);
+}
+
+#[test]
+fn uncommitted_read_is_a_poll_before_the_transaction_asked_to_commit() {
+    // reader-0 polled record 5 (op 0) before transaction 1 even invoked its commit (op 1).
+    let h = history(vec![
+        (
+            "reader-0",
+            OpKind::Ok,
+            Value::Poll {
+                records: vec![out(5, 0)],
+            },
+        ),
+        ("copier-0", OpKind::Invoke, txn(1, &[(5, 0)], 1)),
+        ("copier-0", OpKind::Ok, txn(1, &[(5, 0)], 1)),
+    ]);
+    let result = found(&h);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(
+        result.anomalies[&Anomaly::UncommittedRead][0].ops,
+        vec![0, 1]
+    );
+}
+
+#[test]
+fn a_poll_after_the_commit_request_is_not_an_uncommitted_read() {
+    // The commit returns only after PrepareCommit; markers may land before the ok, so a
+    // read between invoke and ok is legitimate.
+    let h = history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(5, 0)], 1)),
+        (
+            "reader-0",
+            OpKind::Ok,
+            Value::Poll {
+                records: vec![out(5, 0)],
+            },
+        ),
+        ("copier-0", OpKind::Ok, txn(1, &[(5, 0)], 1)),
+    ]);
+    assert_eq!(found(&h).validity, Validity::Valid);
+}
+
+#[test]
+fn stuck_lso_is_a_last_stable_offset_below_the_high_watermark_after_the_drain() {
+    // A produce that arrived after its transaction's abort marker opened a transaction no
+    // coordinator knows: the LSO stays at 3 while the HW is 5.
+    let h = history(vec![("final", OpKind::Ok, partition_state(5, 3))]);
+    let result = found(&h);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::StuckLso][0].offsets, vec![3, 5]);
+}
+
+#[test]
+fn a_last_stable_offset_at_the_high_watermark_is_valid() {
+    let h = history(vec![("final", OpKind::Ok, partition_state(5, 5))]);
+    assert_eq!(found(&h).validity, Validity::Valid);
+}
+
+fn f9_history(retried: bool) -> History {
+    // Input records 0 and 1. Transaction 1 copied record 0 and aborted; transaction 2 (not
+    // rewound) copied only record 1 yet committed the input offset 2.
+    let mut sends = vec![(1, 2)];
+    if retried {
+        sends.insert(0, (0, 1));
+    }
+    let view: Vec<(u64, Offset)> = sends.clone();
+    let log = Value::LogState {
+        tp: TopicPartition::new("in", 0),
+        records: vec![input(0, 0), input(1, 1)],
+    };
+    let committed = Value::CommittedOffsets {
+        offsets: vec![(TopicPartition::new("in", 0), 2)],
+    };
+    history(vec![
+        ("copier-0", OpKind::Invoke, txn(1, &[(0, 0)], 1)),
+        ("copier-0", OpKind::Fail, txn(1, &[(0, 0)], 1)),
+        ("copier-0", OpKind::Invoke, txn(2, &sends, 2)),
+        ("copier-0", OpKind::Ok, txn(2, &sends, 2)),
+        ("final", OpKind::Ok, log),
+        ("final", OpKind::Ok, committed_view(&view)),
+        ("final", OpKind::Ok, committed),
+    ])
+}
+
+#[test]
+fn offsets_for_aborted_output_is_input_committed_past_output_that_only_aborted() {
+    let result = found(&f9_history(false));
+    assert_eq!(result.validity, Validity::Invalid);
+    let cases = &result.anomalies[&Anomaly::OffsetsForAbortedOutput];
+    assert_eq!(cases.len(), 1);
+    assert_eq!(cases[0].ids, vec![0]);
+}
+
+#[test]
+fn input_whose_aborted_output_was_written_again_is_valid() {
+    let result = found(&f9_history(true));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+}
