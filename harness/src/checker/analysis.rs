@@ -294,6 +294,12 @@ impl Analysis {
                 self.add_final(op, value)
             }
             Value::Txn { .. } | Value::Fault { .. } | Value::Drain => {}
+            // Judged by the Streams checker.
+            Value::StreamsInput { .. }
+            | Value::StreamsOutput { .. }
+            | Value::StreamsCommit { .. }
+            | Value::StreamsWindow { .. }
+            | Value::StreamsRestore { .. } => {}
         }
     }
 

@@ -33,7 +33,15 @@
 //! | `sink-duplicate` | F | - | F | |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
 //! | `progress-ahead-of-data` | - | F | - | |
+//! | `aggregate-under-count` | F | F | - | Streams (4) |
+//! | `aggregate-over-count` | F | - | F | Streams |
+//! | `missing-aggregate` | F | F | - | Streams |
+//! | `extra-aggregate` | F | F | F | Streams |
+//! | `aggregate-sequence` | F | - | - | Streams |
 //!
+//! (4) The Streams anomalies come from [`StreamsChecker`], Kafka's `EosTestDriver` in
+//! Jepsen's shape: final value per `key@window` against the count recomputed from the input
+//! up to the committed offsets.
 //! (1) With `acks = "1"` it stays forbidden: that is how an unclean election's loss of
 //! acknowledged writes shows. (2) Retries of a plain producer may duplicate. (3) With group
 //! subscription a rebalance legitimately rewinds to the committed offset or moves on.
@@ -53,6 +61,7 @@
 mod analysis;
 mod kafka;
 mod sink;
+mod streams;
 mod txn;
 #[cfg(test)]
 mod txn_tests;
@@ -66,6 +75,10 @@ pub use analysis::{
 pub use kafka::{
     duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
     nonmonotonic_poll_cases, poll_skip_cases, unseen_cases, KafkaChecker,
+};
+pub use streams::{
+    aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
+    extra_aggregate_cases, missing_aggregate_cases, StreamsAnalysis, StreamsChecker,
 };
 pub use sink::{
     progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
@@ -152,11 +165,23 @@ pub enum Anomaly {
     SinkReorder,
     /// A committed offset is past a record of its partition the sink did not hold.
     ProgressAheadOfData,
+    /// Streams: the final value of a `key@window` is below the true count of its input.
+    AggregateUnderCount,
+    /// Streams: the final value of a `key@window` is above the true count (an input applied
+    /// twice).
+    AggregateOverCount,
+    /// Streams: a `key@window` with input and no committed output at all.
+    MissingAggregate,
+    /// Streams: committed output for a `key@window` that has no input.
+    ExtraAggregate,
+    /// Streams: the committed updates of one `key@window` are not 1, 2, ..., n (a count
+    /// repeated, gone back or skipped: an input's effect seen twice or lost on the way).
+    AggregateSequence,
 }
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 15] = [
+    pub const ALL: [Anomaly; 20] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -172,6 +197,11 @@ impl Anomaly {
         Anomaly::SinkDuplicate,
         Anomaly::SinkReorder,
         Anomaly::ProgressAheadOfData,
+        Anomaly::AggregateUnderCount,
+        Anomaly::AggregateOverCount,
+        Anomaly::MissingAggregate,
+        Anomaly::ExtraAggregate,
+        Anomaly::AggregateSequence,
     ];
 
     /// The kebab-case name, as in JSON (`lost-write`).
@@ -192,6 +222,11 @@ impl Anomaly {
             Anomaly::SinkDuplicate => "sink-duplicate",
             Anomaly::SinkReorder => "sink-reorder",
             Anomaly::ProgressAheadOfData => "progress-ahead-of-data",
+            Anomaly::AggregateUnderCount => "aggregate-under-count",
+            Anomaly::AggregateOverCount => "aggregate-over-count",
+            Anomaly::MissingAggregate => "missing-aggregate",
+            Anomaly::ExtraAggregate => "extra-aggregate",
+            Anomaly::AggregateSequence => "aggregate-sequence",
         }
     }
 }
@@ -332,6 +367,11 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::SinkDuplicate, claim != Claim::AtLeastOnce);
     forbid(Anomaly::SinkReorder, options.per_key_order);
     forbid(Anomaly::ProgressAheadOfData, claim == Claim::AtLeastOnce);
+    forbid(Anomaly::AggregateUnderCount, claim != Claim::AtMostOnce);
+    forbid(Anomaly::AggregateOverCount, claim != Claim::AtLeastOnce);
+    forbid(Anomaly::MissingAggregate, claim != Claim::AtMostOnce);
+    forbid(Anomaly::ExtraAggregate, true);
+    forbid(Anomaly::AggregateSequence, claim == Claim::ExactlyOnce);
     for anomaly in &options.allowed {
         set.remove(anomaly);
     }
@@ -518,7 +558,11 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// The standard composition: [`KafkaChecker`], [`SinkChecker`] and [`TxnChecker`] (which
 /// finds nothing in a history without transactions).
 pub fn standard() -> Compose {
-    Compose::new().with(KafkaChecker).with(SinkChecker).with(TxnChecker)
+    Compose::new()
+        .with(KafkaChecker)
+        .with(SinkChecker)
+        .with(TxnChecker)
+        .with(StreamsChecker)
 }
 
 /// Runs [`standard`] over `history`.

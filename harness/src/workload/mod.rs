@@ -9,6 +9,7 @@
 //! read_committed and copy them to an output topic in transactions with their offsets.
 
 pub mod kafka_consume;
+pub mod streams_count;
 pub mod transactional_copy;
 
 use crate::history::Recorder;
@@ -36,5 +37,6 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         PipelineKind::TransactionalCopy => {
             Box::new(transactional_copy::TransactionalCopy::new(scenario, recorder))
         }
+        PipelineKind::StreamsCount => Box::new(streams_count::StreamsCount::new(scenario, recorder)),
     }
 }
