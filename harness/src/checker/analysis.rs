@@ -299,6 +299,7 @@ impl Analysis {
             | Value::StreamsOutput { .. }
             | Value::StreamsCommit { .. }
             | Value::StreamsWindow { .. }
+            | Value::StreamsRecover { .. }
             | Value::StreamsRestore { .. } => {}
         }
     }

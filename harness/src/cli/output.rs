@@ -94,6 +94,9 @@ fn format_value(value: &Value) -> String {
                 u.key, u.window_start_ms, u.count
             ))
         ),
+        Value::StreamsRecover { reason, tasks } => {
+            format!("streams-recover tasks={tasks:?} reason={reason}")
+        }
         Value::StreamsWindow { window_size_ms } => {
             format!("streams-window window_size_ms={window_size_ms}")
         }

@@ -180,6 +180,15 @@ pub enum Value {
         /// Input offsets (next offsets to read).
         offsets: Vec<(TopicPartition, Offset)>,
     },
+    /// A Streams instance closed every task dirty after an error (TaskMigratedException,
+    /// a failed send or commit): under `exactly_once_v2` its transaction was aborted (or
+    /// its producer recreated) and its stores wiped.
+    StreamsRecover {
+        /// What went wrong.
+        reason: String,
+        /// Input partitions of the tasks closed.
+        tasks: Vec<u32>,
+    },
     /// A Streams task (one input partition) started on an instance: its store restored.
     StreamsRestore {
         /// Input partition of the task.

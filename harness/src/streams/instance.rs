@@ -209,6 +209,17 @@ impl Instance {
             .collect();
         let revoked: Vec<u32> =
             self.tasks.keys().copied().filter(|p| !assigned.contains(p)).collect();
+        if let Some(txn) = &self.txn_group {
+            // A rebalance while a transaction is open: its records may belong to a task that
+            // moved, and its offsets would be fenced anyway (TaskMigratedException).
+            let now = self.consumer.group_metadata().map(|g| g.generation);
+            if !revoked.is_empty() || now != Some(txn.generation) {
+                return Err(format!(
+                    "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
+                    txn.generation
+                ));
+            }
+        }
         for p in revoked {
             self.close_dirty(p);
         }
@@ -397,7 +408,9 @@ impl Instance {
     /// commit's outcome is unknown) and wipe every store; then close every task, so that
     /// each reopens at the committed offset with a restored store.
     async fn recover(&mut self, error: String, recreate: bool) {
-        tracing::debug!(instance = self.ctx.index, %error, "task migrated or failed");
+        let tasks = self.tasks.keys().copied().collect();
+        let value = Value::StreamsRecover { reason: error, tasks };
+        self.ctx.record(OpKind::Info, value, None);
         if let Writer::Eos(p) = &self.writer {
             let mut recreate = recreate;
             if self.txn_group.take().is_some() && !recreate {
