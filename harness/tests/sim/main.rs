@@ -3,4 +3,5 @@
 #![cfg(madsim)]
 
 mod kafka_consume;
+mod streams_count;
 mod transactional_copy;
