@@ -64,7 +64,7 @@ fn a_single_instance_counts_exactly_without_faults_under_both_guarantees() {
 
 #[test]
 fn at_least_once_over_counts_after_an_instance_crash() {
-    let s = scenario("p3-alo-crash-over-counts.toml");
+    let s = scenario("p3-alo-crash-duplicates-increments.toml");
     let (outcome, result) = run(&s, 1);
     assert_eq!(result.validity, Validity::Invalid);
     assert!(result.forbidden.contains(&Anomaly::AggregateOverCount));
@@ -99,7 +99,7 @@ fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
 
 #[test]
 fn at_least_once_zombie_writes_a_stale_count_last_and_under_counts() {
-    let s = scenario("p3-alo-zombie-stale-update-under-counts.toml");
+    let s = scenario("p3-alo-zombie-loses-increments.toml");
     let (_, result) = run(&s, 1);
     assert!(result.forbidden.contains(&Anomaly::AggregateUnderCount), "{:?}", result.case_texts(8));
 }
