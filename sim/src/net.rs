@@ -249,7 +249,18 @@ where
             .map_err(|e| RpcError::Transport(e.to_string()))?;
         Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
     };
-    madsim::time::timeout(timeout, exchange)
+    let bell = reset_bell(target.ip());
+    let reset = bell.notified();
+    let answered = async {
+        tokio::select! {
+            // `biased`: tokio picks branches with a thread-local RNG otherwise, which
+            // would break replay.
+            biased;
+            result = exchange => result,
+            () = reset => Err(RpcError::Disconnected { target }),
+        }
+    };
+    madsim::time::timeout(timeout, answered)
         .await
         .map_err(|_| RpcError::Timeout { target, timeout_ms })?
 }

@@ -50,15 +50,11 @@ impl Connection {
         request: Request,
         timeout: Duration,
     ) -> Result<Response, ClientError> {
-        let mut what = format!("{} to broker-{broker}", request_name(&request));
-        eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
-            .await
-            .map_err(|e| {
-                if let RpcError::Disconnected { .. } = e {
-                    what.push_str(" (connection reset)");
-                }
-                ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
-            })
+        let what = format!("{} to broker-{broker}", request_name(&request));
+        let result =
+            eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
+                .await;
+        result.map_err(|e| rpc_error(what, timeout, e))
     }
 
     /// As [`Connection::request`], with the request held `extra_delay` in the network
@@ -74,16 +70,11 @@ impl Connection {
         timeout: Duration,
         extra_delay: Duration,
     ) -> Result<Response, ClientError> {
-        let mut what = format!("{} to broker-{broker}", request_name(&request));
+        let what = format!("{} to broker-{broker}", request_name(&request));
         let addr = broker_addr(broker);
         eosim_sim::net::call_delayed(&self.endpoint, addr, request, timeout, extra_delay)
             .await
-            .map_err(|e| {
-                if let RpcError::Disconnected { .. } = e {
-                    what.push_str(" (connection reset)");
-                }
-                ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
-            })
+            .map_err(|e| rpc_error(what, timeout, e))
     }
 
     /// Sends `request` to the next bootstrap broker in turn (for requests any broker
@@ -139,6 +130,14 @@ impl Connection {
     pub fn invalidate(&self, topic: &str) {
         self.metadata.lock().expect("metadata lock").remove(topic);
     }
+}
+
+/// A transport failure as the client sees it: the outcome is unknown either way.
+fn rpc_error(mut what: String, timeout: Duration, error: RpcError) -> ClientError {
+    if let RpcError::Disconnected { .. } = error {
+        what.push_str(" (connection reset)");
+    }
+    ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
 }
 
 /// The Kafka API name of a request, for messages.

@@ -100,7 +100,8 @@ pub async fn produce_once(
     let leader = match conn.leader(tp) {
         Some(leader) => leader,
         None => {
-            conn.refresh_metadata(&[tp.topic.clone()], timeout).await?;
+            conn.refresh_metadata(std::slice::from_ref(&tp.topic), timeout)
+                .await?;
             conn.leader(tp)
                 .ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
         }
@@ -146,7 +147,7 @@ pub async fn partition_of(
         Some(n) => n,
         None => {
             let timeout = Duration::from_millis(config.request_timeout_ms);
-            conn.refresh_metadata(&[record.topic.clone()], timeout)
+            conn.refresh_metadata(std::slice::from_ref(&record.topic), timeout)
                 .await?;
             conn.partition_count(&record.topic)
                 .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))?
@@ -380,5 +381,46 @@ impl SimProducer {
         if let Some(state) = self.idempotence.lock().expect("idempotence lock").as_mut() {
             state.unresolved.insert(tp.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    #[test]
+    fn a_retry_before_the_acknowledgement_keeps_its_sequence() {
+        let mut state = IdempotenceState::new(7, 0);
+        let first = state.header(&tp(), false);
+        assert_eq!(
+            state.header(&tp(), false),
+            first,
+            "an unacknowledged batch is resent as is"
+        );
+        state.acknowledge(&tp(), 3);
+        assert_eq!(state.header(&tp(), true).base_sequence, 3);
+    }
+
+    #[test]
+    fn sequences_wrap_from_i32_max_to_zero() {
+        let mut state = IdempotenceState::new(7, 0);
+        state.next_sequence.insert(tp(), i32::MAX);
+        state.acknowledge(&tp(), 1);
+        assert_eq!(state.header(&tp(), false).base_sequence, 0);
+    }
+
+    #[test]
+    fn an_epoch_bump_restarts_every_partition_at_sequence_zero() {
+        let mut state = IdempotenceState::new(7, 4);
+        state.acknowledge(&tp(), 5);
+        state.unresolved.insert(tp());
+        state.bump_epoch();
+        let header = state.header(&tp(), false);
+        assert_eq!((header.producer_epoch, header.base_sequence), (5, 0));
+        assert!(state.unresolved.is_empty());
     }
 }
