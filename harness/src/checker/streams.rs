@@ -66,7 +66,11 @@ impl StreamsAnalysis {
                     analysis.present = true;
                     for u in records {
                         let k = (u.key.clone(), u.window_start_ms);
-                        analysis.updates.entry(k.clone()).or_default().push((u.count, u.offset));
+                        analysis
+                            .updates
+                            .entry(k.clone())
+                            .or_default()
+                            .push((u.count, u.offset));
                         analysis.output_tp.insert(k.clone(), tp.clone());
                         analysis.output_op.insert(k, op.index);
                     }
@@ -117,7 +121,9 @@ pub fn aggregate_over_count_cases(a: &StreamsAnalysis) -> Vec<Case> {
 fn compare(a: &StreamsAnalysis, bad: impl Fn(u64, u64) -> bool, verb: &str) -> Vec<Case> {
     let mut cases = Vec::new();
     for (k, exp) in &a.expected {
-        let Some(fin) = a.final_value(k) else { continue };
+        let Some(fin) = a.final_value(k) else {
+            continue;
+        };
         if bad(fin, *exp) {
             let text = format!("{}@{}: final {fin} {verb} the true count {exp}", k.0, k.1);
             cases.push(a.case(k, text));
@@ -144,7 +150,10 @@ pub fn extra_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
         .filter(|k| !a.expected.contains_key(*k))
         .map(|k| {
             let fin = a.final_value(k).unwrap_or(0);
-            a.case(k, format!("{}@{}: output {fin} without consumed input", k.0, k.1))
+            a.case(
+                k,
+                format!("{}@{}: output {fin} without consumed input", k.0, k.1),
+            )
         })
         .collect()
 }
@@ -154,7 +163,10 @@ pub fn extra_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
 pub fn aggregate_sequence_cases(a: &StreamsAnalysis) -> Vec<Case> {
     let mut cases = Vec::new();
     for (k, updates) in &a.updates {
-        let bad = updates.iter().enumerate().find(|(i, (c, _))| *c != *i as u64 + 1);
+        let bad = updates
+            .iter()
+            .enumerate()
+            .find(|(i, (c, _))| *c != *i as u64 + 1);
         if let Some((i, (c, offset))) = bad {
             let text = format!(
                 "{}@{}: update {} at offset {offset} is {c}, expected {} (counts {:?})",
@@ -184,7 +196,10 @@ impl Checker for StreamsChecker {
             return CheckResult::from_cases(Vec::new(), BTreeMap::new(), options);
         }
         let found = vec![
-            (Anomaly::AggregateUnderCount, aggregate_under_count_cases(&a)),
+            (
+                Anomaly::AggregateUnderCount,
+                aggregate_under_count_cases(&a),
+            ),
             (Anomaly::AggregateOverCount, aggregate_over_count_cases(&a)),
             (Anomaly::MissingAggregate, missing_aggregate_cases(&a)),
             (Anomaly::ExtraAggregate, extra_aggregate_cases(&a)),
@@ -234,10 +249,32 @@ mod tests {
             })
             .collect();
         let fin = |h: &mut History, v| h.push(0, "final", OpKind::Ok, v, None);
-        fin(&mut h, Value::StreamsWindow { window_size_ms: 5000 });
-        fin(&mut h, Value::StreamsInput { tp: tp("input"), records: input });
-        fin(&mut h, Value::CommittedOffsets { offsets: vec![(tp("input"), committed)] });
-        fin(&mut h, Value::StreamsOutput { tp: tp("output"), records: output });
+        fin(
+            &mut h,
+            Value::StreamsWindow {
+                window_size_ms: 5000,
+            },
+        );
+        fin(
+            &mut h,
+            Value::StreamsInput {
+                tp: tp("input"),
+                records: input,
+            },
+        );
+        fin(
+            &mut h,
+            Value::CommittedOffsets {
+                offsets: vec![(tp("input"), committed)],
+            },
+        );
+        fin(
+            &mut h,
+            Value::StreamsOutput {
+                tp: tp("output"),
+                records: output,
+            },
+        );
         h
     }
 

@@ -74,7 +74,8 @@ impl InstanceContext {
     }
 
     fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
-        self.recorder.record(now_ns(), &self.name(), kind, value, error);
+        self.recorder
+            .record(now_ns(), &self.name(), kind, value, error);
     }
 
     fn consumer_config(&self) -> ConsumerConfig {
@@ -150,7 +151,10 @@ pub async fn run(ctx: InstanceContext) {
 /// transactional producer with `transactional.id = <application.id>-streams-<index>`
 /// (stable across restarts, so a restarted instance fences its zombie), initialized.
 async fn new_writer(ctx: &InstanceContext, conn: &Connection) -> Writer {
-    let producer = ProducerConfig { enable_idempotence: true, ..ctx.producer.clone() };
+    let producer = ProducerConfig {
+        enable_idempotence: true,
+        ..ctx.producer.clone()
+    };
     if !ctx.eos() {
         return Writer::Alo(SimProducer::new(conn.clone(), producer));
     }
@@ -160,7 +164,10 @@ async fn new_writer(ctx: &InstanceContext, conn: &Connection) -> Writer {
     config.producer = producer;
     loop {
         let p = SimTransactionalProducer::new(conn.clone(), config.clone());
-        match p.init_transactions(Duration::from_millis(CALL_TIMEOUT_MS)).await {
+        match p
+            .init_transactions(Duration::from_millis(CALL_TIMEOUT_MS))
+            .await
+        {
             Ok(()) => return Writer::Eos(p),
             Err(e) => tracing::debug!(%e, "init_transactions"),
         }
@@ -207,8 +214,12 @@ impl Instance {
             .filter(|tp| tp.topic == source)
             .map(|tp| tp.partition)
             .collect();
-        let revoked: Vec<u32> =
-            self.tasks.keys().copied().filter(|p| !assigned.contains(p)).collect();
+        let revoked: Vec<u32> = self
+            .tasks
+            .keys()
+            .copied()
+            .filter(|p| !assigned.contains(p))
+            .collect();
         if let Some(txn) = &self.txn_group {
             // A rebalance while a transaction is open: its records may belong to a task that
             // moved, and its offsets would be fenced anyway (TaskMigratedException).
@@ -250,7 +261,9 @@ impl Instance {
             .await
             .map_err(|e| format!("committed offset of {input}: {e}"))?;
         let offset = committed.first().map_or(0, |(_, o)| (*o).max(0));
-        self.consumer.seek(&input, offset).map_err(|e| e.to_string())?;
+        self.consumer
+            .seek(&input, offset)
+            .map_err(|e| e.to_string())?;
         let (mut store, from, label) = self.local_state(p);
         let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
         let isolation = match self.ctx.eos() {
@@ -265,7 +278,11 @@ impl Instance {
             restored: restored.records,
         };
         self.ctx.record(OpKind::Ok, value, None);
-        let task = Task { store, changelog_end: restored.end_offset, position: None };
+        let task = Task {
+            store,
+            changelog_end: restored.end_offset,
+            position: None,
+        };
         self.tasks.insert(p, task);
         Ok(())
     }
@@ -276,7 +293,13 @@ impl Instance {
         let (disk, index) = (&self.ctx.disk, self.ctx.index);
         match (self.ctx.spec.store, disk.read(index, p)) {
             (StoreKind::InMemory, _) => (KeyValueStore::default(), 0, "in-memory".into()),
-            (StoreKind::Persistent, Some(Flushed { store, checkpoint: Some(c) })) => {
+            (
+                StoreKind::Persistent,
+                Some(Flushed {
+                    store,
+                    checkpoint: Some(c),
+                }),
+            ) => {
                 if self.ctx.eos() {
                     disk.delete_checkpoint(index, p);
                 }
@@ -320,16 +343,27 @@ impl Instance {
     async fn send(&mut self, rec: ProducerRecord) -> Result<Offset, (String, bool)> {
         self.sent += 1;
         match &self.writer {
-            Writer::Alo(p) => p.send(rec).await.map(|d| d.offset).map_err(|e| (e.to_string(), false)),
+            Writer::Alo(p) => p
+                .send(rec)
+                .await
+                .map(|d| d.offset)
+                .map_err(|e| (e.to_string(), false)),
             Writer::Eos(p) => {
                 if self.txn_group.is_none() {
                     let group = self.consumer.group_metadata().ok_or_else(|| {
-                        ("no stable group generation to begin a transaction".to_string(), false)
+                        (
+                            "no stable group generation to begin a transaction".to_string(),
+                            false,
+                        )
                     })?;
-                    p.begin_transaction().map_err(|e| (e.to_string(), e.is_fatal()))?;
+                    p.begin_transaction()
+                        .map_err(|e| (e.to_string(), e.is_fatal()))?;
                     self.txn_group = Some(group);
                 }
-                p.send(rec).await.map(|d| d.offset).map_err(|e| (e.to_string(), e.is_fatal()))
+                p.send(rec)
+                    .await
+                    .map(|d| d.offset)
+                    .map_err(|e| (e.to_string(), e.is_fatal()))
             }
         }
     }
@@ -339,7 +373,10 @@ impl Instance {
         let source = &self.ctx.topology.source;
         self.tasks
             .iter()
-            .filter_map(|(p, t)| t.position.map(|o| (TopicPartition::new(source.clone(), *p), o)))
+            .filter_map(|(p, t)| {
+                t.position
+                    .map(|o| (TopicPartition::new(source.clone(), *p), o))
+            })
             .collect()
     }
 
@@ -362,7 +399,11 @@ impl Instance {
         match result {
             Ok(()) => self.ctx.record(OpKind::Ok, value, None),
             Err((e, ambiguous, fatal)) => {
-                let kind = if ambiguous { OpKind::Info } else { OpKind::Fail };
+                let kind = if ambiguous {
+                    OpKind::Info
+                } else {
+                    OpKind::Fail
+                };
                 self.ctx.record(kind, value, Some(e.clone()));
                 self.recover(e, fatal || ambiguous).await;
             }
@@ -373,7 +414,10 @@ impl Instance {
     async fn commit_alo(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
         if self.ctx.spec.store == StoreKind::Persistent {
             for (p, t) in &self.tasks {
-                let flushed = Flushed { store: t.store.clone(), checkpoint: Some(t.changelog_end) };
+                let flushed = Flushed {
+                    store: t.store.clone(),
+                    checkpoint: Some(t.changelog_end),
+                };
                 self.ctx.disk.write(self.ctx.index, *p, flushed);
             }
         }
@@ -385,7 +429,9 @@ impl Instance {
 
     /// The offsets into the open transaction with its group metadata, then commit.
     async fn commit_eos(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
-        let Writer::Eos(p) = &self.writer else { unreachable!("EOS has a transactional producer") };
+        let Writer::Eos(p) = &self.writer else {
+            unreachable!("EOS has a transactional producer")
+        };
         let Some(group) = self.txn_group.clone() else {
             return Ok(()); // nothing sent since the last commit: nothing to commit
         };
@@ -393,11 +439,16 @@ impl Instance {
         p.send_offsets_to_transaction(offsets, &group, timeout)
             .await
             .map_err(|e| (e.to_string(), false, e.is_fatal()))?;
-        p.commit_transaction(timeout).await.map_err(|e| (e.to_string(), true, true))?;
+        p.commit_transaction(timeout)
+            .await
+            .map_err(|e| (e.to_string(), true, true))?;
         self.txn_group = None;
         if self.ctx.spec.store == StoreKind::Persistent {
             for (p, t) in &self.tasks {
-                let flushed = Flushed { store: t.store.clone(), checkpoint: None };
+                let flushed = Flushed {
+                    store: t.store.clone(),
+                    checkpoint: None,
+                };
                 self.ctx.disk.write(self.ctx.index, *p, flushed);
             }
         }
@@ -409,7 +460,10 @@ impl Instance {
     /// each reopens at the committed offset with a restored store.
     async fn recover(&mut self, error: String, recreate: bool) {
         let tasks = self.tasks.keys().copied().collect();
-        let value = Value::StreamsRecover { reason: error, tasks };
+        let value = Value::StreamsRecover {
+            reason: error,
+            tasks,
+        };
         self.ctx.record(OpKind::Info, value, None);
         if let Writer::Eos(p) = &self.writer {
             let mut recreate = recreate;

@@ -150,6 +150,11 @@ impl StreamsSpec {
     /// The topology the scenario runs: count per key in tumbling windows of
     /// `window_size_ms` (unwindowed when 0), from `input` to `output_topic`.
     pub fn topology(&self, input: &str) -> topology::Topology {
-        topology::windowed_count(input, &self.store_name, self.window_size_ms, &self.output_topic)
+        topology::windowed_count(
+            input,
+            &self.store_name,
+            self.window_size_ms,
+            &self.output_topic,
+        )
     }
 }

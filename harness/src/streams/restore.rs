@@ -46,7 +46,10 @@ pub async fn restore(
                 }
                 offset = offset.max(next);
                 if offset >= end {
-                    return Ok(Restored { records, end_offset: offset });
+                    return Ok(Restored {
+                        records,
+                        end_offset: offset,
+                    });
                 }
             }
             Err(e) => {
@@ -54,7 +57,9 @@ pub async fn restore(
                 if failures >= RESTORE_ATTEMPTS_MAX {
                     return Err(format!("restore of {tp}: {e}"));
                 }
-                let _ = conn.refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5)).await;
+                let _ = conn
+                    .refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5))
+                    .await;
                 madsim::time::sleep(Duration::from_millis(250)).await;
             }
         }
@@ -73,8 +78,11 @@ async fn fetch_once(
     let leader = match conn.leader(tp) {
         Some(l) => l,
         None => {
-            conn.refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
-            conn.leader(tp).ok_or_else(|| format!("{tp} has no leader"))?
+            conn.refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())?;
+            conn.leader(tp)
+                .ok_or_else(|| format!("{tp} has no leader"))?
         }
     };
     let request = Request::Fetch {
@@ -91,7 +99,10 @@ async fn fetch_once(
     let Response::Fetch { partitions } = response else {
         return Err(format!("{tp}: unexpected answer {response:?}"));
     };
-    let (_, part) = partitions.into_iter().next().ok_or("empty fetch response")?;
+    let (_, part) = partitions
+        .into_iter()
+        .next()
+        .ok_or("empty fetch response")?;
     if let Some(e) = part.error {
         conn.invalidate(&tp.topic);
         return Err(format!("{tp}: {e}"));
@@ -106,7 +117,10 @@ async fn fetch_once(
         .filter(|r| r.offset >= offset)
         .filter_map(|r| {
             let key = String::from_utf8(r.record.key?.to_vec()).ok()?;
-            let count = String::from_utf8(r.record.value?.to_vec()).ok()?.parse().ok()?;
+            let count = String::from_utf8(r.record.value?.to_vec())
+                .ok()?
+                .parse()
+                .ok()?;
             Some((key, count))
         })
         .collect();

@@ -58,23 +58,38 @@ pub struct Disk {
 impl Disk {
     /// What instance `instance` flushed for task `partition`.
     pub fn read(&self, instance: u32, partition: u32) -> Option<Flushed> {
-        self.inner.lock().expect("disk lock").get(&(instance, partition)).cloned()
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .get(&(instance, partition))
+            .cloned()
     }
 
     /// Flushes a store and its checkpoint.
     pub fn write(&self, instance: u32, partition: u32, flushed: Flushed) {
-        self.inner.lock().expect("disk lock").insert((instance, partition), flushed);
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .insert((instance, partition), flushed);
     }
 
     /// Deletes the checkpoint of a task (EOS, when the task starts running).
     pub fn delete_checkpoint(&self, instance: u32, partition: u32) {
-        if let Some(f) = self.inner.lock().expect("disk lock").get_mut(&(instance, partition)) {
+        if let Some(f) = self
+            .inner
+            .lock()
+            .expect("disk lock")
+            .get_mut(&(instance, partition))
+        {
             f.checkpoint = None;
         }
     }
 
     /// Wipes the store directory of a task.
     pub fn wipe(&self, instance: u32, partition: u32) {
-        self.inner.lock().expect("disk lock").remove(&(instance, partition));
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .remove(&(instance, partition));
     }
 }

@@ -30,7 +30,11 @@ impl StreamRecord {
         let key = String::from_utf8(key?.to_vec()).ok()?;
         let value = String::from_utf8(value?.to_vec()).ok()?;
         let timestamp_ms = value.split_once(',')?.1.parse().ok()?;
-        Some(Self { key, value, timestamp_ms })
+        Some(Self {
+            key,
+            value,
+            timestamp_ms,
+        })
     }
 }
 
@@ -71,7 +75,10 @@ impl StreamsBuilder {
     /// A stream from `topic`.
     #[allow(clippy::new_ret_no_self)]
     pub fn stream(topic: &str) -> KStream {
-        KStream { source: topic.to_string(), steps: Vec::new() }
+        KStream {
+            source: topic.to_string(),
+            steps: Vec::new(),
+        }
     }
 }
 
@@ -84,7 +91,10 @@ pub struct KStream {
 
 impl KStream {
     /// Keeps records for which `predicate` holds.
-    pub fn filter(mut self, predicate: impl Fn(&StreamRecord) -> bool + Send + Sync + 'static) -> Self {
+    pub fn filter(
+        mut self,
+        predicate: impl Fn(&StreamRecord) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.steps.push(Step::Filter(Arc::new(predicate)));
         self
     }
@@ -97,7 +107,10 @@ impl KStream {
 
     /// Groups by the record key (no repartition needed).
     pub fn group_by_key(self) -> KGroupedStream {
-        KGroupedStream { stream: self, window: None }
+        KGroupedStream {
+            stream: self,
+            window: None,
+        }
     }
 }
 
@@ -117,7 +130,10 @@ impl KGroupedStream {
 
     /// Counts per key (and window) in state store `store`.
     pub fn count(self, store: &str) -> KTable {
-        KTable { grouped: self, store: store.to_string() }
+        KTable {
+            grouped: self,
+            store: store.to_string(),
+        }
     }
 }
 
@@ -235,7 +251,11 @@ mod tests {
     use crate::streams::store::KeyValueStore;
 
     fn record(key: &str, ts: i64) -> StreamRecord {
-        StreamRecord { key: key.into(), value: format!("0,{ts}"), timestamp_ms: ts }
+        StreamRecord {
+            key: key.into(),
+            value: format!("0,{ts}"),
+            timestamp_ms: ts,
+        }
     }
 
     #[test]
@@ -246,8 +266,10 @@ mod tests {
             .into_iter()
             .filter_map(|(k, ts)| t.process(record(k, ts), &mut store))
             .collect();
-        let text: Vec<String> =
-            updates.iter().map(|u| format!("{}={}", u.store_key, u.count)).collect();
+        let text: Vec<String> = updates
+            .iter()
+            .map(|u| format!("{}={}", u.store_key, u.count))
+            .collect();
         assert_eq!(text, ["a@0=1", "a@0=2", "a@5000=1", "b@0=1"]);
     }
 
@@ -262,7 +284,11 @@ mod tests {
             .to("out");
         let mut store = KeyValueStore::default();
         assert_eq!(t.process(record("skip", 1), &mut store), None);
-        assert_eq!(t.process(record("a", 9_999), &mut store).map(|u| u.store_key), Some("a@0".into()));
+        assert_eq!(
+            t.process(record("a", 9_999), &mut store)
+                .map(|u| u.store_key),
+            Some("a@0".into())
+        );
     }
 
     #[test]

@@ -98,7 +98,10 @@ impl Context {
             spec: s.streams.clone(),
             topology: s.streams.topology(&s.topic.name),
             brokers: s.cluster.brokers,
-            session_timeout_ms: s.streams.session_timeout_ms.unwrap_or(s.workload.session_timeout_ms),
+            session_timeout_ms: s
+                .streams
+                .session_timeout_ms
+                .unwrap_or(s.workload.session_timeout_ms),
             producer: self.producer_config(),
             disk: self.disk.clone(),
             recorder: self.recorder.clone(),
@@ -116,8 +119,14 @@ async fn producer_process(ctx: Context, name: String) {
     while let Some(id) = ctx.take_id(&name) {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
         let timestamp_ms = now_ns() / 1_000_000;
-        let invoke = Value::Send { id, key: Some(key.clone()), tp: None, offset: None };
-        ctx.recorder.record(now_ns(), &name, OpKind::Invoke, invoke, None);
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
+        ctx.recorder
+            .record(now_ns(), &name, OpKind::Invoke, invoke, None);
         let record = ProducerRecord {
             topic: ctx.scenario.topic.name.clone(),
             partition: None,
@@ -128,12 +137,22 @@ async fn producer_process(ctx: Context, name: String) {
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
-                (OpKind::Ok, Some(tp), Some(d.offset).filter(|o| *o >= 0), None)
+                (
+                    OpKind::Ok,
+                    Some(tp),
+                    Some(d.offset).filter(|o| *o >= 0),
+                    None,
+                )
             }
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
             Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
         };
-        let value = Value::Send { id, key: Some(key), tp, offset };
+        let value = Value::Send {
+            id,
+            key: Some(key),
+            tp,
+            offset,
+        };
         ctx.recorder.record(now_ns(), &name, kind, value, error);
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
@@ -147,7 +166,12 @@ pub struct StreamsCount {
 impl StreamsCount {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
-        let ctx = Context { scenario, recorder, shared: Arc::default(), disk: Disk::default() };
+        let ctx = Context {
+            scenario,
+            recorder,
+            shared: Arc::default(),
+            disk: Disk::default(),
+        };
         Self { ctx }
     }
 
@@ -159,13 +183,21 @@ impl StreamsCount {
 
     fn lso_grace_over(&self) -> bool {
         let now = now_ns();
-        let started = *self.ctx.shared.lock().expect("shared lock").drain_started_ns.get_or_insert(now);
+        let started = *self
+            .ctx
+            .shared
+            .lock()
+            .expect("shared lock")
+            .drain_started_ns
+            .get_or_insert(now);
         let grace_ms = self.ctx.scenario.streams.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
         now >= started + grace_ms * 1_000_000
     }
 
     fn record(&self, value: Value) {
-        self.ctx.recorder.record(now_ns(), "final", OpKind::Ok, value, None);
+        self.ctx
+            .recorder
+            .record(now_ns(), "final", OpKind::Ok, value, None);
     }
 }
 
@@ -173,8 +205,14 @@ impl Pipeline for StreamsCount {
     fn topics(&self) -> Vec<TopicSpec> {
         let input = self.ctx.scenario.topic.clone();
         let streams = &self.ctx.scenario.streams;
-        let output = TopicSpec { name: streams.output_topic.clone(), ..input.clone() };
-        let changelog = TopicSpec { name: streams.changelog_topic(), ..input.clone() };
+        let output = TopicSpec {
+            name: streams.output_topic.clone(),
+            ..input.clone()
+        };
+        let changelog = TopicSpec {
+            name: streams.changelog_topic(),
+            ..input.clone()
+        };
         vec![input, output, changelog]
     }
 
@@ -188,7 +226,9 @@ impl Pipeline for StreamsCount {
         for i in 0..self.ctx.scenario.streams.instances {
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
             let instance = self.ctx.instance(i);
-            world.add_node(&instance.name(), ip, move || instance::run(instance.clone()));
+            world.add_node(&instance.name(), ip, move || {
+                instance::run(instance.clone())
+            });
         }
     }
 
@@ -219,7 +259,9 @@ impl Pipeline for StreamsCount {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let lso = cluster.last_stable_offset(&tp).unwrap_or(0);
             if lso < hw && !grace_over {
-                lag.push(format!("{tp}: last stable offset {lso} < high watermark {hw}"));
+                lag.push(format!(
+                    "{tp}: last stable offset {lso} < high watermark {hw}"
+                ));
             }
         }
         lag
@@ -229,7 +271,9 @@ impl Pipeline for StreamsCount {
         let now_ms = world.kafka.now_ms();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let streams = &self.ctx.scenario.streams;
-        self.record(Value::StreamsWindow { window_size_ms: streams.window_size_ms });
+        self.record(Value::StreamsWindow {
+            window_size_ms: streams.window_size_ms,
+        });
         for tp in self.partitions(&self.ctx.scenario.topic.name) {
             self.record_input(&cluster, tp);
         }
@@ -256,24 +300,47 @@ impl StreamsCount {
             let (id, ts) = value.split_once(',').unwrap_or((value.as_str(), ""));
             let id = id.parse().unwrap_or(u64::MAX);
             let key = text(&r.key);
-            refs.push(RecordRef { id, key: key.clone(), tp: tp.clone(), offset });
+            refs.push(RecordRef {
+                id,
+                key: key.clone(),
+                tp: tp.clone(),
+                offset,
+            });
             let timestamp_ms = ts.parse().unwrap_or(-1);
             let key = key.unwrap_or_default();
-            inputs.push(StreamsInputRecord { id, key, timestamp_ms, offset });
+            inputs.push(StreamsInputRecord {
+                id,
+                key,
+                timestamp_ms,
+                offset,
+            });
         }
-        self.record(Value::LogState { tp: tp.clone(), records: refs });
-        self.record(Value::StreamsInput { tp, records: inputs });
+        self.record(Value::LogState {
+            tp: tp.clone(),
+            records: refs,
+        });
+        self.record(Value::StreamsInput {
+            tp,
+            records: inputs,
+        });
     }
 }
 
 fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
     let (key, window_start_ms) = split_store_key(&text(&r.record.key)?)?;
     let count = text(&r.record.value)?.parse().ok()?;
-    Some(StreamsUpdate { key, window_start_ms, count, offset: r.offset })
+    Some(StreamsUpdate {
+        key,
+        window_start_ms,
+        count,
+        offset: r.offset,
+    })
 }
 
 fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
@@ -288,7 +355,9 @@ fn read_committed(
 ) -> Result<Vec<FetchedRecord>, String> {
     let mut out = Vec::new();
     let mut offset = 0;
-    let leader = cluster.leader(tp).ok_or_else(|| format!("{tp} has no leader"))?;
+    let leader = cluster
+        .leader(tp)
+        .ok_or_else(|| format!("{tp} has no leader"))?;
     loop {
         let request = Request::Fetch {
             isolation: Isolation::ReadCommitted,
@@ -301,7 +370,10 @@ fn read_committed(
             Reply::Done(Response::Fetch { partitions }) => partitions,
             other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
         };
-        let (_, part) = partitions.into_iter().next().ok_or_else(|| format!("{tp}: empty fetch"))?;
+        let (_, part) = partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{tp}: empty fetch"))?;
         if let Some(e) = part.error {
             return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
         }

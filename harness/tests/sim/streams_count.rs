@@ -9,7 +9,9 @@ use eosim::scenario::Scenario;
 use std::path::Path;
 
 fn scenario(file: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(file);
     Scenario::load(&path).expect("catalogue scenario parses")
 }
 
@@ -29,12 +31,22 @@ fn assert_holds(file: &str, seeds: u64) {
     let s = scenario(file);
     for seed in 1..=seeds {
         let (_, result) = run(&s, seed);
-        assert_eq!(result.validity, Validity::Valid, "seed {seed}: {:?}", result.case_texts(8));
+        assert_eq!(
+            result.validity,
+            Validity::Valid,
+            "seed {seed}: {:?}",
+            result.case_texts(8)
+        );
     }
 }
 
 fn count(outcome: &SeedOutcome, pred: impl Fn(&Value) -> bool) -> usize {
-    outcome.history.ops.iter().filter(|op| pred(&op.value)).count()
+    outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| pred(&op.value))
+        .count()
 }
 
 #[test]
@@ -56,8 +68,17 @@ fn a_single_instance_counts_exactly_without_faults_under_both_guarantees() {
             "#
         ));
         let (outcome, result) = run(&s, 1);
-        assert_eq!(result.validity, Validity::Valid, "{guarantee}: {:?}", result.case_texts(8));
-        assert_eq!(result.counts.get("streams-consumed-inputs"), Some(&150), "{guarantee}");
+        assert_eq!(
+            result.validity,
+            Validity::Valid,
+            "{guarantee}: {:?}",
+            result.case_texts(8)
+        );
+        assert_eq!(
+            result.counts.get("streams-consumed-inputs"),
+            Some(&150),
+            "{guarantee}"
+        );
         assert!(count(&outcome, |v| matches!(v, Value::StreamsOutput { .. })) > 0);
     }
 }
@@ -88,7 +109,12 @@ fn exactly_once_v2_counts_exactly_despite_crashes_mid_commit() {
 fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
     let s = scenario("p3-eos-zombie-pause.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     let fenced = outcome.history.ops.iter().any(|op| {
         op.process == "streams-0"
             && matches!(&op.value, Value::StreamsRecover { reason, .. }
@@ -101,14 +127,23 @@ fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
 fn at_least_once_zombie_writes_a_stale_count_last_and_under_counts() {
     let s = scenario("p3-alo-zombie-loses-increments.toml");
     let (_, result) = run(&s, 1);
-    assert!(result.forbidden.contains(&Anomaly::AggregateUnderCount), "{:?}", result.case_texts(8));
+    assert!(
+        result.forbidden.contains(&Anomaly::AggregateUnderCount),
+        "{:?}",
+        result.case_texts(8)
+    );
 }
 
 #[test]
 fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
     let s = scenario("p3-eos-rebalance-open-txn.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     let recovered = count(&outcome, |v| matches!(v, Value::StreamsRecover { .. }));
     assert!(recovered > 0, "no task migration happened");
 }
@@ -117,10 +152,16 @@ fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
 fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash() {
     let s = scenario("p3-eos-persistent-store-lost.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    let wiped = count(&outcome, |v| {
-        matches!(v, Value::StreamsRestore { store, .. } if store == "persistent-wiped")
-    });
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    let wiped = count(
+        &outcome,
+        |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent-wiped"),
+    );
     assert!(wiped > 0, "no corrupted store was wiped");
 }
 
@@ -128,10 +169,16 @@ fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash()
 fn at_least_once_persistent_store_restores_from_its_checkpoint() {
     let s = scenario("p3-alo-persistent-store.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    let from_checkpoint = count(&outcome, |v| {
-        matches!(v, Value::StreamsRestore { store, .. } if store == "persistent+checkpoint")
-    });
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    let from_checkpoint = count(
+        &outcome,
+        |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent+checkpoint"),
+    );
     assert!(from_checkpoint > 0, "no store restored from a checkpoint");
 }
 
@@ -139,9 +186,16 @@ fn at_least_once_persistent_store_restores_from_its_checkpoint() {
 fn exactly_once_v2_counts_exactly_across_coordinator_failover() {
     let s = scenario("p3-eos-coordinator-failover.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
-    let committed = outcome.history.ops.iter().filter(|op| {
-        op.kind == OpKind::Ok && matches!(op.value, Value::StreamsCommit { .. })
-    });
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    let committed = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Ok && matches!(op.value, Value::StreamsCommit { .. }));
     assert!(committed.count() > 0);
 }
