@@ -9,6 +9,8 @@
 //!   simulated implementation (under `--cfg madsim`).
 //! - [`connect`]: the Kafka Connect sink task contract and worker.
 //! - [`sinks`]: sink connectors under test.
+//! - [`streams`]: a Kafka Streams-style processor: topology, tasks, state stores,
+//!   changelogs, `processing.guarantee`.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
 //! - [`workload`]: the components under test on the Kafka layer and their generators.
 //! - [`marks`]: coverage marks (`mark!`) that runs collect per seed.
@@ -32,5 +34,6 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod sinks;
+pub mod streams;
 #[cfg(madsim)]
 pub mod workload;

@@ -37,7 +37,15 @@
 //! | `cdc-duplicate-row` | F | - | F | change data |
 //! | `cdc-regression` | - | - | - | change data: readers saw a replay |
 //! | `cdc-skipped` | F | F | F | change data, with a DLQ |
+//! | `aggregate-under-count` | F | F | - | Streams (4) |
+//! | `aggregate-over-count` | F | - | F | Streams |
+//! | `missing-aggregate` | F | F | - | Streams |
+//! | `extra-aggregate` | F | F | F | Streams |
+//! | `aggregate-sequence` | F | - | - | Streams |
 //!
+//! (4) The Streams anomalies come from [`StreamsChecker`], Kafka's `EosTestDriver` in
+//! Jepsen's shape: final value per `key@window` against the count recomputed from the input
+//! up to the committed offsets.
 //! (1) With `acks = "1"` it stays forbidden: that is how an unclean election's loss of
 //! acknowledged writes shows. (2) Retries of a plain producer may duplicate. (3) With group
 //! subscription a rebalance legitimately rewinds to the committed offset or moves on.
@@ -58,6 +66,7 @@ mod analysis;
 pub mod cdc;
 mod kafka;
 mod sink;
+mod streams;
 mod txn;
 #[cfg(test)]
 mod txn_tests;
@@ -71,6 +80,10 @@ pub use analysis::{
 pub use kafka::{
     duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
     nonmonotonic_poll_cases, poll_skip_cases, unseen_cases, KafkaChecker,
+};
+pub use streams::{
+    aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
+    extra_aggregate_cases, missing_aggregate_cases, StreamsAnalysis, StreamsChecker,
 };
 pub use sink::{
     progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
@@ -166,11 +179,23 @@ pub enum Anomaly {
     CdcRegression,
     /// Change data: a record that cannot be applied was dropped without reaching the DLQ.
     CdcSkipped,
+    /// Streams: the final value of a `key@window` is below the true count of its input.
+    AggregateUnderCount,
+    /// Streams: the final value of a `key@window` is above the true count (an input applied
+    /// twice).
+    AggregateOverCount,
+    /// Streams: a `key@window` with input and no committed output at all.
+    MissingAggregate,
+    /// Streams: committed output for a `key@window` that has no input.
+    ExtraAggregate,
+    /// Streams: the committed updates of one `key@window` are not 1, 2, ..., n (a count
+    /// repeated, gone back or skipped: an input's effect seen twice or lost on the way).
+    AggregateSequence,
 }
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 19] = [
+    pub const ALL: [Anomaly; 24] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -190,6 +215,11 @@ impl Anomaly {
         Anomaly::CdcDuplicateRow,
         Anomaly::CdcRegression,
         Anomaly::CdcSkipped,
+        Anomaly::AggregateUnderCount,
+        Anomaly::AggregateOverCount,
+        Anomaly::MissingAggregate,
+        Anomaly::ExtraAggregate,
+        Anomaly::AggregateSequence,
     ];
 
     /// The kebab-case name, as in JSON (`lost-write`).
@@ -214,6 +244,11 @@ impl Anomaly {
             Anomaly::CdcDuplicateRow => "cdc-duplicate-row",
             Anomaly::CdcRegression => "cdc-regression",
             Anomaly::CdcSkipped => "cdc-skipped",
+            Anomaly::AggregateUnderCount => "aggregate-under-count",
+            Anomaly::AggregateOverCount => "aggregate-over-count",
+            Anomaly::MissingAggregate => "missing-aggregate",
+            Anomaly::ExtraAggregate => "extra-aggregate",
+            Anomaly::AggregateSequence => "aggregate-sequence",
         }
     }
 }
@@ -357,6 +392,11 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::CdcFinalState, claim != Claim::AtMostOnce);
     forbid(Anomaly::CdcDuplicateRow, claim != Claim::AtLeastOnce);
     forbid(Anomaly::CdcSkipped, true);
+    forbid(Anomaly::AggregateUnderCount, claim != Claim::AtMostOnce);
+    forbid(Anomaly::AggregateOverCount, claim != Claim::AtLeastOnce);
+    forbid(Anomaly::MissingAggregate, claim != Claim::AtMostOnce);
+    forbid(Anomaly::ExtraAggregate, true);
+    forbid(Anomaly::AggregateSequence, claim == Claim::ExactlyOnce);
     for anomaly in &options.allowed {
         set.remove(anomaly);
     }
@@ -549,6 +589,7 @@ pub fn standard() -> Compose {
         .with(SinkChecker)
         .with(cdc::CdcChecker)
         .with(TxnChecker)
+        .with(StreamsChecker)
 }
 
 /// Runs [`standard`] over `history`.

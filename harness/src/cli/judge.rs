@@ -14,6 +14,9 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         names.iter().filter_map(known).collect()
     };
     let transactional = scenario.pipeline == crate::scenario::Pipeline::TransactionalCopy;
+    // streams-count: idempotent input producers; no sink of ids (the Streams checker judges
+    // the output's aggregates instead).
+    let streams = scenario.pipeline == crate::scenario::Pipeline::StreamsCount;
     CheckOptions {
         claim: scenario.claim,
         acks: match scenario.workload.acks {
@@ -24,7 +27,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // kafka-consume's producers run with enable.idempotence=false (a retried batch may
         // land twice); the transactional copy's producers are idempotent, its readers
         // read_committed, and its sink is the output's committed view of the input topic.
-        idempotent_producer: transactional,
+        idempotent_producer: transactional || streams,
         read_committed: transactional,
         sink_topics: if transactional { vec![scenario.topic.name.clone()] } else { Vec::new() },
         sink: scenario.pipeline.has_record_sink(),

@@ -83,6 +83,30 @@ fn format_value(value: &Value) -> String {
             "partition-state tp={tp} high_watermark={high_watermark} \
              last_stable_offset={last_stable_offset}"
         ),
+        Value::StreamsInput { tp, records } => {
+            format!("streams-input tp={tp} {}", ids(records.iter().map(|r| r.id)))
+        }
+        Value::StreamsOutput { tp, records } => format!(
+            "streams-output tp={tp} updates={} last={}",
+            records.len(),
+            records.last().map_or(String::new(), |u| format!(
+                "{}@{}->{}",
+                u.key, u.window_start_ms, u.count
+            ))
+        ),
+        Value::StreamsRecover { reason, tasks } => {
+            format!("streams-recover tasks={tasks:?} reason={reason}")
+        }
+        Value::StreamsWindow { window_size_ms } => {
+            format!("streams-window window_size_ms={window_size_ms}")
+        }
+        Value::StreamsCommit { guarantee, records, offsets } => format!(
+            "streams-commit {guarantee} records={records} offsets {}",
+            offsets_text(offsets)
+        ),
+        Value::StreamsRestore { tp, store, from_offset, restored } => format!(
+            "streams-restore tp={tp} store={store} from_offset={from_offset} restored={restored}"
+        ),
         Value::CommittedLogState { tp, records } => {
             format!(
                 "committed-log-state tp={tp} {}",

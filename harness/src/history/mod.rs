@@ -40,6 +40,32 @@ pub struct RecordRef {
     pub offset: Offset,
 }
 
+/// An input record of a Streams application as the checker needs it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StreamsInputRecord {
+    /// Unique id carried in the value.
+    pub id: u64,
+    /// Record key.
+    pub key: String,
+    /// Event time carried in the value, ms.
+    pub timestamp_ms: i64,
+    /// Offset in its partition.
+    pub offset: Offset,
+}
+
+/// One KTable update a Streams application wrote: `key@window_start_ms → count`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StreamsUpdate {
+    /// Grouping key.
+    pub key: String,
+    /// Window start, ms (0 for an unwindowed aggregate).
+    pub window_start_ms: i64,
+    /// The aggregate value.
+    pub count: u64,
+    /// Offset in the output partition.
+    pub offset: Offset,
+}
+
 /// What an operation did, with its arguments (on invoke) or results (on completion).
 /// The variant name is Jepsen's `:f`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,6 +148,58 @@ pub enum Value {
         tp: TopicPartition,
         /// Records in offset order.
         records: Vec<RecordRef>,
+    },
+    /// The final input of a Streams application after the drain (read_uncommitted, up to
+    /// the HW of one input partition), each record with the event time it carries.
+    StreamsInput {
+        /// Input partition.
+        tp: TopicPartition,
+        /// Records in offset order.
+        records: Vec<StreamsInputRecord>,
+    },
+    /// The final output of a Streams application after the drain, read read_committed from
+    /// offset 0 of one output partition: KTable changelog updates `key@windowStart → count`.
+    StreamsOutput {
+        /// Output partition.
+        tp: TopicPartition,
+        /// Updates in offset order.
+        records: Vec<StreamsUpdate>,
+    },
+    /// The window size of a Streams topology (0 = unwindowed), recorded once at the end so
+    /// that the checker maps input to windows as the processor does.
+    StreamsWindow {
+        /// Tumbling window size, ms.
+        window_size_ms: i64,
+    },
+    /// A commit of a Streams instance: under `at_least_once` the offsets it committed after
+    /// flushing; under `exactly_once_v2` one transaction (output, changelog, offsets).
+    StreamsCommit {
+        /// `processing.guarantee`.
+        guarantee: String,
+        /// Output and changelog records sent in it.
+        records: usize,
+        /// Input offsets (next offsets to read).
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
+    /// A Streams instance closed every task dirty after an error (TaskMigratedException,
+    /// a failed send or commit): under `exactly_once_v2` its transaction was aborted (or
+    /// its producer recreated) and its stores wiped.
+    StreamsRecover {
+        /// What went wrong.
+        reason: String,
+        /// Input partitions of the tasks closed.
+        tasks: Vec<u32>,
+    },
+    /// A Streams task (one input partition) started on an instance: its store restored.
+    StreamsRestore {
+        /// Input partition of the task.
+        tp: TopicPartition,
+        /// `in-memory` or `persistent`; `+checkpoint` when a local checkpoint was used.
+        store: String,
+        /// Changelog offset the restore started from.
+        from_offset: Offset,
+        /// Changelog records replayed into the store.
+        restored: usize,
     },
     /// A fault or a recovery by the nemesis.
     Fault {

@@ -3,8 +3,8 @@
 //!
 //! Node names and addresses: `controller` 10.0.0.2 (runs the model's tick loop),
 //! `broker-b` 10.0.1.b, `producer-i` 10.0.2.(i+1), `consumer-i` 10.0.3.(i+1),
-//! `admin` 10.0.9.1. Group names a fault may target: `brokers`, `producers`, `consumers`,
-//! `clients` (producers and consumers), `all`.
+//! `streams-i` 10.0.4.(i+1), `admin` 10.0.9.1. Group names a fault may target: `brokers`,
+//! `producers`, `consumers`, `streams`, `clients` (producers, consumers, streams), `all`.
 
 use crate::history::{OpKind, Recorder, Value};
 use eosim_sim::kafka::model::Env;
@@ -150,6 +150,7 @@ impl World {
                 "brokers" => Some("broker-"),
                 "producers" => Some("producer-"),
                 "consumers" => Some("consumer-"),
+                "streams" => Some("streams-"),
                 "clients" | "all" => None,
                 name if self.nodes.contains_key(name) => {
                     out.insert(name.to_string());
@@ -161,7 +162,9 @@ impl World {
                 let hit = match (prefix, target.as_str()) {
                     (Some(p), _) => name.starts_with(p),
                     (None, "clients") => {
-                        name.starts_with("producer-") || name.starts_with("consumer-")
+                        name.starts_with("producer-")
+                            || name.starts_with("consumer-")
+                            || name.starts_with("streams-")
                     }
                     _ => name != "controller",
                 };

@@ -75,6 +75,10 @@ pub enum Pipeline {
     /// `consumers`) read it with read_committed and copy each record into the output topic
     /// inside a transaction together with their input offsets (`[copy]`).
     TransactionalCopy,
+    /// A Kafka Streams-style processor (`streams-i` nodes) counting input records per key
+    /// in tumbling windows, with state stores, changelogs and `processing.guarantee`
+    /// (`[streams]`).
+    StreamsCount,
 }
 
 impl Pipeline {
@@ -85,13 +89,15 @@ impl Pipeline {
             Pipeline::ConnectJdbc => "connect-jdbc",
             Pipeline::ClickhouseSink => "clickhouse-sink",
             Pipeline::TransactionalCopy => "transactional-copy",
+            Pipeline::StreamsCount => "streams-count",
         }
     }
 
     /// Whether the pipeline's target is a record sink judged by `SinkChecker` (a final
-    /// `SinkState`); change-data pipelines are judged by `CdcChecker` instead.
+    /// `SinkState`); change-data pipelines are judged by `CdcChecker` and Streams
+    /// aggregates by `StreamsChecker` instead.
     pub fn has_record_sink(self) -> bool {
-        !matches!(self, Pipeline::ConnectJdbc)
+        !matches!(self, Pipeline::ConnectJdbc | Pipeline::StreamsCount)
     }
 }
 
@@ -526,6 +532,9 @@ pub struct Scenario {
     /// The transactional copy (pipeline `transactional-copy` only).
     #[serde(default)]
     pub copy: CopySpec,
+    /// The Streams processor (pipeline `streams-count` only).
+    #[serde(default)]
+    pub streams: crate::streams::StreamsSpec,
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,
@@ -896,6 +905,11 @@ impl Scenario {
         if self.pipeline == Pipeline::TransactionalCopy {
             topics.push((self.copy.output_topic.as_str(), self.topic.partitions));
         }
+        let changelog = self.streams.changelog_topic();
+        if self.pipeline == Pipeline::StreamsCount {
+            topics.push((self.streams.output_topic.as_str(), self.topic.partitions));
+            topics.push((changelog.as_str(), self.topic.partitions));
+        }
         topics.push(("__consumer_offsets", 50));
         topics.push(("__transaction_state", 50));
         let Some(&(_, partitions)) = topics.iter().find(|(name, _)| *name == topic) else {
@@ -912,7 +926,7 @@ impl Scenario {
     /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a
     /// group (`brokers`, `producers`, `consumers`, `clients`, `all`).
     fn check_node(&self, key: &str, node: &str) -> Result<(), (String, String)> {
-        if NODE_GROUPS.contains(&node) {
+        if NODE_GROUPS.contains(&node) || node == "streams" {
             return Ok(());
         }
         if self.pipeline == Pipeline::ConnectJdbc {
@@ -924,6 +938,14 @@ impl Scenario {
             if known {
                 return Ok(());
             }
+        }
+        if let Some(Ok(n)) = node.strip_prefix("streams-").map(str::parse::<u32>) {
+            let instances = self.streams.instances;
+            return ensure(
+                n < instances,
+                key,
+                format!("unknown node \"{node}\": expected streams-0..=streams-{}", instances - 1),
+            );
         }
         let (brokers, w) = (self.cluster.brokers, &self.workload);
         let known = match node

@@ -16,6 +16,7 @@
 pub mod connect_jdbc;
 pub mod clickhouse_sink;
 pub mod kafka_consume;
+pub mod streams_count;
 pub mod transactional_copy;
 
 use crate::history::Recorder;
@@ -47,5 +48,6 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         PipelineKind::TransactionalCopy => {
             Box::new(transactional_copy::TransactionalCopy::new(scenario, recorder))
         }
+        PipelineKind::StreamsCount => Box::new(streams_count::StreamsCount::new(scenario, recorder)),
     }
 }

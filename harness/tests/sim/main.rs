@@ -5,4 +5,5 @@
 mod connect_jdbc;
 mod clickhouse_sink;
 mod kafka_consume;
+mod streams_count;
 mod transactional_copy;

@@ -1,0 +1,63 @@
+//! Streams throughput: input records per wall second through the Streams processor
+//! (pipeline `streams-count`, the seed's per-key count in 5-second windows) in simulation,
+//! under each `processing.guarantee`: 3 brokers, 3 partitions (replication 3), 2 instances,
+//! no faults, the whole run (produce, process, commit, drain, final read) in one madsim
+//! runtime per iteration.
+//!
+//! Reports input records per wall second (criterion's throughput) and prints simulated
+//! seconds per wall second. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
+
+#[cfg(madsim)]
+mod bench {
+    use criterion::{criterion_group, Criterion, Throughput};
+    use eosim::runner::run_seed;
+    use eosim::scenario::Scenario;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    const RECORDS: u64 = 2_000;
+
+    fn scenario(guarantee: &str) -> Scenario {
+        let text = format!(
+            r#"
+            pipeline = "streams-count"
+            claim = "exactly-once"
+            [workload]
+            records = {RECORDS}
+            produce_interval_ms = 5
+            [streams]
+            processing_guarantee = "{guarantee}"
+            [faults]
+            until_ms = 1000
+            "#
+        );
+        Scenario::parse(Path::new("bench.toml"), &text).expect("bench scenario parses")
+    }
+
+    fn streams(c: &mut Criterion) {
+        let mut group = c.benchmark_group("streams");
+        group.throughput(Throughput::Elements(RECORDS));
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(30));
+        for guarantee in ["at_least_once", "exactly_once_v2"] {
+            let s = scenario(guarantee);
+            let wall = Instant::now();
+            let outcome = run_seed(&s, 1);
+            assert_eq!(outcome.stalled, None, "{guarantee}: the bench run stalled");
+            let ratio = outcome.sim_time_ms as f64 / 1e3 / wall.elapsed().as_secs_f64();
+            println!("streams {guarantee}: {ratio:.1} simulated s per wall s");
+            group.bench_function(guarantee, |b| b.iter(|| run_seed(&s, 1)));
+        }
+        group.finish();
+    }
+
+    criterion_group!(benches, streams);
+}
+
+#[cfg(madsim)]
+criterion::criterion_main!(bench::benches);
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!("the streams bench needs --cfg madsim: run `cargo xtask bench`");
+}

@@ -1,0 +1,325 @@
+//! The Streams checker, after Kafka's own `EosTestDriver` / `SmokeTestDriver`: after every
+//! transaction finished, read the output read_committed, recompute the expected aggregates
+//! from the input up to the committed offsets, and report missing, extra and wrong values
+//! per key and window.
+//!
+//! # Inputs (ops of process `final`)
+//! - `StreamsInput` per input partition: every input record with its key and event time.
+//! - `CommittedOffsets` of the application's group: how far the input was consumed. A
+//!   partition without one counts as consumed up to nothing.
+//! - `StreamsOutput` per output partition: the KTable updates `key@windowStart → count`,
+//!   read_committed, in offset order. Each `key@window` lands in one output partition (the
+//!   default partitioner on the output key), so its updates have one order.
+//!
+//! - `StreamsWindow`: the window size of the topology, so that input maps to windows as the
+//!   processor maps it (`start = timestamp - timestamp mod size`; 0 = unwindowed).
+
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
+use crate::history::{History, Value};
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::BTreeMap;
+
+/// `key@windowStart`, the identity of one aggregate.
+pub type WindowedKey = (String, i64);
+
+/// The facts the Streams anomalies are inferred from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamsAnalysis {
+    /// True counts per `key@window` of the input below the committed offsets.
+    pub expected: BTreeMap<WindowedKey, u64>,
+    /// Committed updates per `key@window`, in output offset order: (count, offset).
+    pub updates: BTreeMap<WindowedKey, Vec<(u64, Offset)>>,
+    /// Output partition of each `key@window`.
+    pub output_tp: BTreeMap<WindowedKey, TopicPartition>,
+    /// Index of the op holding each `key@window`'s last update.
+    pub output_op: BTreeMap<WindowedKey, usize>,
+    /// Whether the history has a Streams final state at all.
+    pub present: bool,
+}
+
+impl StreamsAnalysis {
+    /// Gathers the facts of `history`.
+    pub fn from_history(history: &History) -> Self {
+        let mut committed: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        let mut window_size_ms = 0;
+        for op in &history.ops {
+            match &op.value {
+                Value::CommittedOffsets { offsets } if op.process == "final" => {
+                    committed.extend(offsets.iter().cloned());
+                }
+                Value::StreamsWindow { window_size_ms: w } => window_size_ms = *w,
+                _ => {}
+            }
+        }
+        let mut analysis = Self::default();
+        for op in &history.ops {
+            match &op.value {
+                Value::StreamsInput { tp, records } => {
+                    analysis.present = true;
+                    let end = committed.get(tp).copied().unwrap_or(0);
+                    for r in records.iter().filter(|r| r.offset < end) {
+                        let start = window_start(r.timestamp_ms, window_size_ms);
+                        *analysis.expected.entry((r.key.clone(), start)).or_default() += 1;
+                    }
+                }
+                Value::StreamsOutput { tp, records } => {
+                    analysis.present = true;
+                    for u in records {
+                        let k = (u.key.clone(), u.window_start_ms);
+                        analysis
+                            .updates
+                            .entry(k.clone())
+                            .or_default()
+                            .push((u.count, u.offset));
+                        analysis.output_tp.insert(k.clone(), tp.clone());
+                        analysis.output_op.insert(k, op.index);
+                    }
+                }
+                _ => {}
+            }
+        }
+        analysis
+    }
+
+    fn case(&self, k: &WindowedKey, text: String) -> Case {
+        let updates = self.updates.get(k).cloned().unwrap_or_default();
+        Case {
+            ids: Vec::new(),
+            tp: self.output_tp.get(k).cloned(),
+            offsets: updates.iter().map(|(_, o)| *o).collect(),
+            ops: self.output_op.get(k).copied().into_iter().collect(),
+            text,
+        }
+    }
+
+    fn final_value(&self, k: &WindowedKey) -> Option<u64> {
+        self.updates.get(k).and_then(|u| u.last()).map(|(c, _)| *c)
+    }
+}
+
+/// The window a timestamp falls in (`size_ms` 0: unwindowed, start 0).
+pub fn window_start(timestamp_ms: i64, size_ms: i64) -> i64 {
+    if size_ms <= 0 {
+        0
+    } else {
+        timestamp_ms - timestamp_ms.rem_euclid(size_ms)
+    }
+}
+
+/// `key@window`s whose final committed value is below the true count. Inferred from the
+/// last update in output offset order against the input up to the committed offsets.
+pub fn aggregate_under_count_cases(a: &StreamsAnalysis) -> Vec<Case> {
+    compare(a, |fin, exp| fin < exp, "under-counts")
+}
+
+/// `key@window`s whose final committed value is above the true count: an input applied
+/// twice (at_least_once after a crash replays what the changelog already holds).
+pub fn aggregate_over_count_cases(a: &StreamsAnalysis) -> Vec<Case> {
+    compare(a, |fin, exp| fin > exp, "over-counts")
+}
+
+fn compare(a: &StreamsAnalysis, bad: impl Fn(u64, u64) -> bool, verb: &str) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (k, exp) in &a.expected {
+        let Some(fin) = a.final_value(k) else {
+            continue;
+        };
+        if bad(fin, *exp) {
+            let text = format!("{}@{}: final {fin} {verb} the true count {exp}", k.0, k.1);
+            cases.push(a.case(k, text));
+        }
+    }
+    // Worst first.
+    cases.sort_by_key(|c| std::cmp::Reverse(c.offsets.len()));
+    cases
+}
+
+/// `key@window`s with committed input and no committed update at all.
+pub fn missing_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
+    a.expected
+        .iter()
+        .filter(|(k, exp)| **exp > 0 && !a.updates.contains_key(*k))
+        .map(|(k, exp)| a.case(k, format!("{}@{}: no output, true count {exp}", k.0, k.1)))
+        .collect()
+}
+
+/// `key@window`s with committed updates but no consumed input.
+pub fn extra_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
+    a.updates
+        .keys()
+        .filter(|k| !a.expected.contains_key(*k))
+        .map(|k| {
+            let fin = a.final_value(k).unwrap_or(0);
+            a.case(
+                k,
+                format!("{}@{}: output {fin} without consumed input", k.0, k.1),
+            )
+        })
+        .collect()
+}
+
+/// `key@window`s whose committed updates are not exactly 1, 2, ..., n in offset order:
+/// under exactly_once_v2 each input's update is committed once, in order.
+pub fn aggregate_sequence_cases(a: &StreamsAnalysis) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (k, updates) in &a.updates {
+        let bad = updates
+            .iter()
+            .enumerate()
+            .find(|(i, (c, _))| *c != *i as u64 + 1);
+        if let Some((i, (c, offset))) = bad {
+            let text = format!(
+                "{}@{}: update {} at offset {offset} is {c}, expected {} (counts {:?})",
+                k.0,
+                k.1,
+                i + 1,
+                i + 1,
+                updates.iter().map(|(c, _)| *c).take(12).collect::<Vec<_>>()
+            );
+            cases.push(a.case(k, text));
+        }
+    }
+    cases
+}
+
+/// The Streams checker; finds nothing in a history without a Streams final state.
+pub struct StreamsChecker;
+
+impl Checker for StreamsChecker {
+    fn name(&self) -> &'static str {
+        "streams"
+    }
+
+    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
+        let a = StreamsAnalysis::from_history(history);
+        if !a.present {
+            return CheckResult::from_cases(Vec::new(), BTreeMap::new(), options);
+        }
+        let found = vec![
+            (
+                Anomaly::AggregateUnderCount,
+                aggregate_under_count_cases(&a),
+            ),
+            (Anomaly::AggregateOverCount, aggregate_over_count_cases(&a)),
+            (Anomaly::MissingAggregate, missing_aggregate_cases(&a)),
+            (Anomaly::ExtraAggregate, extra_aggregate_cases(&a)),
+            (Anomaly::AggregateSequence, aggregate_sequence_cases(&a)),
+        ];
+        let mut counts = BTreeMap::new();
+        counts.insert("streams-aggregates".to_string(), a.expected.len() as u64);
+        let inputs: u64 = a.expected.values().sum();
+        counts.insert("streams-consumed-inputs".to_string(), inputs);
+        let updates: usize = a.updates.values().map(Vec::len).sum();
+        counts.insert("streams-updates".to_string(), updates as u64);
+        CheckResult::from_cases(found, counts, options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per anomaly with a literal history, and a valid history beside them.
+    use super::*;
+    use crate::checker::{Claim, Validity};
+    use crate::history::{OpKind, StreamsInputRecord, StreamsUpdate};
+
+    fn tp(topic: &str) -> TopicPartition {
+        TopicPartition::new(topic.to_string(), 0)
+    }
+
+    /// Input: `k0` three times in window 0 (offsets 0..3), committed up to `committed`;
+    /// output: the given counts for `k0@0`.
+    fn history(committed: Offset, counts: &[u64]) -> History {
+        let mut h = History::default();
+        let input = (0..3)
+            .map(|i| StreamsInputRecord {
+                id: i,
+                key: "k0".into(),
+                timestamp_ms: 100 * i as i64,
+                offset: i as Offset,
+            })
+            .collect();
+        let output = counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| StreamsUpdate {
+                key: "k0".into(),
+                window_start_ms: 0,
+                count: *c,
+                offset: i as Offset,
+            })
+            .collect();
+        let fin = |h: &mut History, v| h.push(0, "final", OpKind::Ok, v, None);
+        fin(
+            &mut h,
+            Value::StreamsWindow {
+                window_size_ms: 5000,
+            },
+        );
+        fin(
+            &mut h,
+            Value::StreamsInput {
+                tp: tp("input"),
+                records: input,
+            },
+        );
+        fin(
+            &mut h,
+            Value::CommittedOffsets {
+                offsets: vec![(tp("input"), committed)],
+            },
+        );
+        fin(
+            &mut h,
+            Value::StreamsOutput {
+                tp: tp("output"),
+                records: output,
+            },
+        );
+        h
+    }
+
+    fn check(h: &History, claim: Claim) -> CheckResult {
+        StreamsChecker.check(h, &CheckOptions::for_claim(claim))
+    }
+
+    #[test]
+    fn exact_counts_in_sequence_are_valid_under_exactly_once() {
+        let r = check(&history(3, &[1, 2, 3]), Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+    }
+
+    #[test]
+    fn a_replayed_input_is_an_over_count_allowed_at_least_once() {
+        // A crash after the changelog and output were flushed but before the offsets were
+        // committed: the restored store holds 2, the replayed input makes it 3, then 4.
+        let h = history(3, &[1, 2, 3, 3, 4]);
+        let eos = check(&h, Claim::ExactlyOnce);
+        assert!(eos.forbidden.contains(&Anomaly::AggregateOverCount));
+        assert!(eos.forbidden.contains(&Anomaly::AggregateSequence));
+        assert_eq!(check(&h, Claim::AtLeastOnce).validity, Validity::Valid);
+    }
+
+    #[test]
+    fn a_lost_update_is_an_under_count_forbidden_at_least_once() {
+        let r = check(&history(3, &[1, 2]), Claim::AtLeastOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::AggregateUnderCount]);
+    }
+
+    #[test]
+    fn consumed_input_without_output_is_a_missing_aggregate() {
+        let r = check(&history(3, &[]), Claim::AtLeastOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::MissingAggregate]);
+    }
+
+    #[test]
+    fn output_without_consumed_input_is_an_extra_aggregate() {
+        let r = check(&history(0, &[1]), Claim::AtLeastOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::ExtraAggregate]);
+    }
+
+    #[test]
+    fn input_past_the_committed_offset_is_not_expected() {
+        let r = check(&history(2, &[1, 2]), Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+    }
+}

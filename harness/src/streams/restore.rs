@@ -1,0 +1,128 @@
+//! The restore consumer: reads one changelog partition from an offset to its end over the
+//! network (Fetch at the partition leader), read_committed under exactly_once_v2 (so
+//! aborted changelog writes are never restored) and read_uncommitted otherwise.
+//!
+//! The end is the partition's LSO (read_committed) or HW as the fetch response states it;
+//! the read stops once the next fetch offset reaches it.
+
+use crate::client::sim::conn::Connection;
+use crate::client::sim::consumer::drop_aborted;
+use crate::streams::store::KeyValueStore;
+use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
+use std::time::Duration;
+
+/// Attempts before a restore gives up (the task is then retried on the next poll).
+const RESTORE_ATTEMPTS_MAX: u32 = 40;
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Changelog records replayed.
+    pub records: usize,
+    /// The changelog offset the store is now complete up to.
+    pub end_offset: Offset,
+}
+
+/// Replays changelog partition `tp` from `from` into `store` (last value per key wins).
+///
+/// # Errors
+/// A text when the partition stayed unreadable for [`RESTORE_ATTEMPTS_MAX`] attempts.
+pub async fn restore(
+    conn: &Connection,
+    tp: &TopicPartition,
+    from: Offset,
+    isolation: Isolation,
+    store: &mut KeyValueStore,
+) -> Result<Restored, String> {
+    let mut offset = from;
+    let mut records = 0;
+    let mut failures = 0;
+    loop {
+        match fetch_once(conn, tp, offset, isolation).await {
+            Ok((batch, next, end)) => {
+                for (key, count) in batch {
+                    store.put(key, count);
+                    records += 1;
+                }
+                offset = offset.max(next);
+                if offset >= end {
+                    return Ok(Restored {
+                        records,
+                        end_offset: offset,
+                    });
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= RESTORE_ATTEMPTS_MAX {
+                    return Err(format!("restore of {tp}: {e}"));
+                }
+                let _ = conn
+                    .refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5))
+                    .await;
+                madsim::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+type Batch = (Vec<(String, u64)>, Offset, Offset);
+
+/// One fetch: the (key, count) pairs, the next fetch offset and the end (LSO or HW).
+async fn fetch_once(
+    conn: &Connection,
+    tp: &TopicPartition,
+    offset: Offset,
+    isolation: Isolation,
+) -> Result<Batch, String> {
+    let leader = match conn.leader(tp) {
+        Some(l) => l,
+        None => {
+            conn.refresh_metadata(&[tp.topic.clone()], Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())?;
+            conn.leader(tp)
+                .ok_or_else(|| format!("{tp} has no leader"))?
+        }
+    };
+    let request = Request::Fetch {
+        isolation,
+        partitions: vec![(tp.clone(), offset)],
+        max_bytes: 1_048_576,
+        partition_max_bytes: 1_048_576,
+        max_wait_ms: 0,
+    };
+    let response = conn
+        .request(leader, request, Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())?;
+    let Response::Fetch { partitions } = response else {
+        return Err(format!("{tp}: unexpected answer {response:?}"));
+    };
+    let (_, part) = partitions
+        .into_iter()
+        .next()
+        .ok_or("empty fetch response")?;
+    if let Some(e) = part.error {
+        conn.invalidate(&tp.topic);
+        return Err(format!("{tp}: {e}"));
+    }
+    let end = match isolation {
+        Isolation::ReadCommitted => part.last_stable_offset,
+        Isolation::ReadUncommitted => part.high_watermark,
+    };
+    let kept = drop_aborted(part.records, &part.aborted);
+    let batch = kept
+        .into_iter()
+        .filter(|r| r.offset >= offset)
+        .filter_map(|r| {
+            let key = String::from_utf8(r.record.key?.to_vec()).ok()?;
+            let count = String::from_utf8(r.record.value?.to_vec())
+                .ok()?
+                .parse()
+                .ok()?;
+            Some((key, count))
+        })
+        .collect();
+    Ok((batch, part.next_fetch_offset, end))
+}

@@ -1,0 +1,95 @@
+//! State stores: an ordered key-value map per task, and the "disk" a persistent store
+//! flushes to.
+//!
+//! The disk lives outside every process (shared by the run, keyed by instance and task), so
+//! a killed instance finds on restart exactly what it flushed before: the store contents as
+//! of its last flush and, if one was written, a checkpoint (the changelog offset those
+//! contents reflect). Restoring then replays the changelog from the checkpoint on; without
+//! a checkpoint the store is wiped and restored from the changelog's start.
+
+use eosim_sim::kafka::Offset;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A task's key-value state store (`key@windowStart → count`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyValueStore {
+    map: BTreeMap<String, u64>,
+}
+
+impl KeyValueStore {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.map.get(key).copied()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: String, value: u64) {
+        self.map.insert(key, value);
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// What one persistent store left on disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Store contents as of the last flush.
+    pub store: KeyValueStore,
+    /// The `.checkpoint`: changelog offset up to which `store` is complete; `None` when no
+    /// valid checkpoint exists (EOS deletes it while a task runs).
+    pub checkpoint: Option<Offset>,
+}
+
+/// The disks of all instances: (instance, task partition) → what was flushed.
+#[derive(Debug, Clone, Default)]
+pub struct Disk {
+    inner: Arc<Mutex<BTreeMap<(u32, u32), Flushed>>>,
+}
+
+impl Disk {
+    /// What instance `instance` flushed for task `partition`.
+    pub fn read(&self, instance: u32, partition: u32) -> Option<Flushed> {
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .get(&(instance, partition))
+            .cloned()
+    }
+
+    /// Flushes a store and its checkpoint.
+    pub fn write(&self, instance: u32, partition: u32, flushed: Flushed) {
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .insert((instance, partition), flushed);
+    }
+
+    /// Deletes the checkpoint of a task (EOS, when the task starts running).
+    pub fn delete_checkpoint(&self, instance: u32, partition: u32) {
+        if let Some(f) = self
+            .inner
+            .lock()
+            .expect("disk lock")
+            .get_mut(&(instance, partition))
+        {
+            f.checkpoint = None;
+        }
+    }
+
+    /// Wipes the store directory of a task.
+    pub fn wipe(&self, instance: u32, partition: u32) {
+        self.inner
+            .lock()
+            .expect("disk lock")
+            .remove(&(instance, partition));
+    }
+}

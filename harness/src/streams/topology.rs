@@ -1,0 +1,301 @@
+//! The topology API: source topic → stateless `filter` / `map_values` → `group_by_key` →
+//! an aggregate over tumbling windows (or unwindowed) in a named state store → sink topic.
+//!
+//! The aggregate is Kafka Streams' `count()`: a KTable whose every update is forwarded
+//! downstream (no record cache, as `cache.max.bytes.buffering=0`), so the output topic is
+//! a changelog of `key@windowStart → count` in which later updates supersede earlier ones.
+//!
+//! A key-changing `map` would need a repartition topic and is not offered: grouping is by
+//! the input key, which the input partitioner already co-located in one task.
+
+use std::sync::Arc;
+
+/// A record as the topology sees it. The event time travels in the value
+/// (`<id>,<timestamp_ms>`) because the client trait's consumed record has no timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    /// Key.
+    pub key: String,
+    /// Value (after any `map_values`).
+    pub value: String,
+    /// Event time, ms.
+    pub timestamp_ms: i64,
+}
+
+impl StreamRecord {
+    /// Parses an input record whose value is `<id>,<timestamp_ms>`; `None` for a record
+    /// without key or with another value shape (skipped, as Streams' default
+    /// deserialization handler `LogAndContinue` would be configured to).
+    pub fn parse(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Self> {
+        let key = String::from_utf8(key?.to_vec()).ok()?;
+        let value = String::from_utf8(value?.to_vec()).ok()?;
+        let timestamp_ms = value.split_once(',')?.1.parse().ok()?;
+        Some(Self {
+            key,
+            value,
+            timestamp_ms,
+        })
+    }
+}
+
+type Predicate = Arc<dyn Fn(&StreamRecord) -> bool + Send + Sync>;
+type ValueMapper = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// A stateless step.
+#[derive(Clone)]
+enum Step {
+    Filter(Predicate),
+    MapValues(ValueMapper),
+}
+
+/// Tumbling windows (`TimeWindows.ofSizeWithNoGrace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    /// Window size, ms.
+    pub size_ms: i64,
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size_ms`.
+    pub fn of_size_ms(size_ms: i64) -> Self {
+        assert!(size_ms > 0, "window size must be positive");
+        Self { size_ms }
+    }
+
+    /// Start of the window `timestamp_ms` falls in.
+    pub fn start_of(&self, timestamp_ms: i64) -> i64 {
+        timestamp_ms - timestamp_ms.rem_euclid(self.size_ms)
+    }
+}
+
+/// Entry point (`StreamsBuilder`).
+pub struct StreamsBuilder;
+
+impl StreamsBuilder {
+    /// A stream from `topic`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn stream(topic: &str) -> KStream {
+        KStream {
+            source: topic.to_string(),
+            steps: Vec::new(),
+        }
+    }
+}
+
+/// A record stream (`KStream`).
+#[derive(Clone)]
+pub struct KStream {
+    source: String,
+    steps: Vec<Step>,
+}
+
+impl KStream {
+    /// Keeps records for which `predicate` holds.
+    pub fn filter(
+        mut self,
+        predicate: impl Fn(&StreamRecord) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::Filter(Arc::new(predicate)));
+        self
+    }
+
+    /// Replaces each value by `mapper(value)`; keys stay.
+    pub fn map_values(mut self, mapper: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.steps.push(Step::MapValues(Arc::new(mapper)));
+        self
+    }
+
+    /// Groups by the record key (no repartition needed).
+    pub fn group_by_key(self) -> KGroupedStream {
+        KGroupedStream {
+            stream: self,
+            window: None,
+        }
+    }
+}
+
+/// A grouped stream, optionally windowed.
+#[derive(Clone)]
+pub struct KGroupedStream {
+    stream: KStream,
+    window: Option<TimeWindows>,
+}
+
+impl KGroupedStream {
+    /// Aggregates per tumbling window.
+    pub fn windowed_by(mut self, window: TimeWindows) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// Counts per key (and window) in state store `store`.
+    pub fn count(self, store: &str) -> KTable {
+        KTable {
+            grouped: self,
+            store: store.to_string(),
+        }
+    }
+}
+
+/// The aggregate's table (`KTable`).
+#[derive(Clone)]
+pub struct KTable {
+    grouped: KGroupedStream,
+    store: String,
+}
+
+impl KTable {
+    /// The table's update stream.
+    pub fn to_stream(self) -> KTableStream {
+        KTableStream { table: self }
+    }
+}
+
+/// A table's update stream, waiting for its sink.
+#[derive(Clone)]
+pub struct KTableStream {
+    table: KTable,
+}
+
+impl KTableStream {
+    /// Writes every update to `topic` as `key@windowStart → count`.
+    pub fn to(self, topic: &str) -> Topology {
+        let KTable { grouped, store } = self.table;
+        Topology {
+            source: grouped.stream.source,
+            steps: grouped.stream.steps,
+            window: grouped.window,
+            store,
+            sink: topic.to_string(),
+        }
+    }
+}
+
+/// A built topology: one sub-topology, one state store.
+#[derive(Clone)]
+pub struct Topology {
+    /// Source topic.
+    pub source: String,
+    steps: Vec<Step>,
+    /// Windowing, `None` for an unwindowed count.
+    pub window: Option<TimeWindows>,
+    /// State store name.
+    pub store: String,
+    /// Sink topic.
+    pub sink: String,
+}
+
+/// One update of the aggregate: the store key `key@windowStart`, the new count. It is
+/// written to the store, its changelog and the sink topic alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// `key@windowStart` (`key@0` unwindowed).
+    pub store_key: String,
+    /// The new count.
+    pub count: u64,
+}
+
+impl Topology {
+    /// The changelog topic of the store under `application_id`.
+    pub fn changelog_topic(&self, application_id: &str) -> String {
+        format!("{application_id}-{}-changelog", self.store)
+    }
+
+    /// Runs `record` through the stateless steps; the grouping key@window if it survives.
+    pub fn store_key(&self, record: StreamRecord) -> Option<String> {
+        let mut record = record;
+        for step in &self.steps {
+            match step {
+                Step::Filter(p) if !p(&record) => return None,
+                Step::Filter(_) => {}
+                Step::MapValues(m) => record.value = m(&record.value),
+            }
+        }
+        let start = self.window.map_or(0, |w| w.start_of(record.timestamp_ms));
+        Some(format!("{}@{start}", record.key))
+    }
+
+    /// Processes one record against the task's store: the update to forward, if any.
+    pub fn process(
+        &self,
+        record: StreamRecord,
+        store: &mut super::store::KeyValueStore,
+    ) -> Option<Update> {
+        let store_key = self.store_key(record)?;
+        let count = store.get(&store_key).unwrap_or(0) + 1;
+        store.put(store_key.clone(), count);
+        Some(Update { store_key, count })
+    }
+}
+
+/// Splits a store key `key@windowStart` (the output key) into its parts.
+pub fn split_store_key(store_key: &str) -> Option<(String, i64)> {
+    let (key, start) = store_key.rsplit_once('@')?;
+    Some((key.to_string(), start.parse().ok()?))
+}
+
+/// The seed's topology: count per key in tumbling windows of `window_size_ms` (unwindowed
+/// when 0), in store `store`, written to `output`.
+pub fn windowed_count(input: &str, store: &str, window_size_ms: i64, output: &str) -> Topology {
+    let grouped = StreamsBuilder::stream(input).group_by_key();
+    let grouped = match window_size_ms {
+        0 => grouped,
+        size => grouped.windowed_by(TimeWindows::of_size_ms(size)),
+    };
+    grouped.count(store).to_stream().to(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::streams::store::KeyValueStore;
+
+    fn record(key: &str, ts: i64) -> StreamRecord {
+        StreamRecord {
+            key: key.into(),
+            value: format!("0,{ts}"),
+            timestamp_ms: ts,
+        }
+    }
+
+    #[test]
+    fn windowed_count_counts_per_key_and_window() {
+        let t = windowed_count("in", "s", 5_000, "out");
+        let mut store = KeyValueStore::default();
+        let updates: Vec<Update> = [("a", 0), ("a", 4_999), ("a", 5_000), ("b", 1)]
+            .into_iter()
+            .filter_map(|(k, ts)| t.process(record(k, ts), &mut store))
+            .collect();
+        let text: Vec<String> = updates
+            .iter()
+            .map(|u| format!("{}={}", u.store_key, u.count))
+            .collect();
+        assert_eq!(text, ["a@0=1", "a@0=2", "a@5000=1", "b@0=1"]);
+    }
+
+    #[test]
+    fn filtered_records_leave_the_store_alone() {
+        let t = StreamsBuilder::stream("in")
+            .filter(|r| r.key != "skip")
+            .map_values(|v| v.to_uppercase())
+            .group_by_key()
+            .count("s")
+            .to_stream()
+            .to("out");
+        let mut store = KeyValueStore::default();
+        assert_eq!(t.process(record("skip", 1), &mut store), None);
+        assert_eq!(
+            t.process(record("a", 9_999), &mut store)
+                .map(|u| u.store_key),
+            Some("a@0".into())
+        );
+    }
+
+    #[test]
+    fn input_values_carry_their_event_time() {
+        let r = StreamRecord::parse(Some(b"k1"), Some(b"17,12345")).expect("parses");
+        assert_eq!((r.key.as_str(), r.timestamp_ms), ("k1", 12_345));
+        assert_eq!(StreamRecord::parse(None, Some(b"1,2")), None);
+        assert_eq!(split_store_key("k1@5000"), Some(("k1".into(), 5_000)));
+    }
+}

@@ -1,0 +1,387 @@
+//! Pipeline `streams-count`: the seed's Kafka Streams application (SPEC P3), a count per key
+//! in tumbling windows with a state store, its changelog and `processing.guarantee`.
+//!
+//! # Model
+//! - Producers (`producer-i`, idempotent) write ids `0..records` into the input topic
+//!   (`[topic]`): key `k{id % keys}`, value `<id>,<timestamp_ms>` with the send's simulated
+//!   time as event time.
+//! - Instances (`streams-i`, [`crate::streams::instance`]) form the consumer group
+//!   `streams.application_id`; one task per input partition, one state store per task
+//!   (`streams.store`), its changelog `<application_id>-<store_name>-changelog` with the
+//!   input's partition count, output `key@windowStart → count` to `streams.output_topic`.
+//! - Persistent stores live on a [`Disk`] outside the processes, keyed by instance.
+//!
+//! # Ops recorded
+//! `send` per input id; per instance `streams-restore` per task opened and
+//! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
+//! records `streams-window`, each input partition's `log-state` and `streams-input`, the
+//! group's `committed-offsets`, and each output partition's `streams-output`
+//! (read_committed from offset 0).
+//!
+//! # Analyses
+//! 1. Kafka checker on the input (lost writes, duplicates).
+//! 2. Streams checker: final value per `key@window` against the true count of the input
+//!    below the committed offsets (under-count, over-count, missing, extra), and under
+//!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
+
+use super::Pipeline;
+use crate::client::sim::conn::Connection;
+use crate::client::sim::consumer::drop_aborted;
+use crate::client::sim::producer::SimProducer;
+use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpdate, Value};
+use crate::runner::world::{now_ns, World};
+use crate::scenario::{Scenario, TopicSpec};
+use crate::streams::instance::{self, InstanceContext};
+use crate::streams::store::Disk;
+use crate::streams::topology::split_store_key;
+use bytes::Bytes;
+use eosim_sim::kafka::model::{Cluster, Reply};
+use eosim_sim::kafka::{FetchedRecord, Isolation, Offset, Request, Response, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Grace after the drain began for every output LSO to reach its HW, on top of the
+/// transaction timeout, ms.
+const LSO_GRACE_EXTRA_MS: u64 = 15_000;
+
+#[derive(Debug, Default)]
+struct Shared {
+    next_id: u64,
+    active_producers: BTreeSet<String>,
+    drain_started_ns: Option<u64>,
+}
+
+#[derive(Clone)]
+struct Context {
+    scenario: Arc<Scenario>,
+    recorder: Recorder,
+    shared: Arc<Mutex<Shared>>,
+    disk: Disk,
+}
+
+impl Context {
+    fn take_id(&self, process: &str) -> Option<u64> {
+        let mut shared = self.shared.lock().expect("shared lock");
+        if shared.next_id >= self.scenario.workload.records {
+            shared.active_producers.remove(process);
+            return None;
+        }
+        shared.active_producers.insert(process.to_string());
+        shared.next_id += 1;
+        Some(shared.next_id - 1)
+    }
+
+    fn producers_done(&self) -> bool {
+        let shared = self.shared.lock().expect("shared lock");
+        shared.next_id >= self.scenario.workload.records && shared.active_producers.is_empty()
+    }
+
+    fn producer_config(&self) -> ProducerConfig {
+        let w = &self.scenario.workload;
+        ProducerConfig {
+            acks: w.acks,
+            enable_idempotence: true,
+            request_timeout_ms: w.request_timeout_ms,
+            delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+            retries: w.retries,
+            ..ProducerConfig::default()
+        }
+    }
+
+    fn instance(&self, index: u32) -> InstanceContext {
+        let s = &self.scenario;
+        InstanceContext {
+            index,
+            spec: s.streams.clone(),
+            topology: s.streams.topology(&s.topic.name),
+            brokers: s.cluster.brokers,
+            session_timeout_ms: s
+                .streams
+                .session_timeout_ms
+                .unwrap_or(s.workload.session_timeout_ms),
+            producer: self.producer_config(),
+            disk: self.disk.clone(),
+            recorder: self.recorder.clone(),
+        }
+    }
+}
+
+/// An input producer: ids from the generator, event time = send time.
+async fn producer_process(ctx: Context, name: String) {
+    let w = &ctx.scenario.workload;
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
+    let producer = SimProducer::new(conn, ctx.producer_config());
+    while let Some(id) = ctx.take_id(&name) {
+        let key = format!("k{}", id % u64::from(w.keys.max(1)));
+        let timestamp_ms = now_ns() / 1_000_000;
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
+        ctx.recorder
+            .record(now_ns(), &name, OpKind::Invoke, invoke, None);
+        let record = ProducerRecord {
+            topic: ctx.scenario.topic.name.clone(),
+            partition: None,
+            key: Some(Bytes::from(key.clone())),
+            value: Some(Bytes::from(format!("{id},{timestamp_ms}"))),
+            headers: Vec::new(),
+        };
+        let (kind, tp, offset, error) = match producer.send(record).await {
+            Ok(d) => {
+                let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
+                (
+                    OpKind::Ok,
+                    Some(tp),
+                    Some(d.offset).filter(|o| *o >= 0),
+                    None,
+                )
+            }
+            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
+            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
+        };
+        let value = Value::Send {
+            id,
+            key: Some(key),
+            tp,
+            offset,
+        };
+        ctx.recorder.record(now_ns(), &name, kind, value, error);
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+}
+
+/// The `streams-count` pipeline.
+pub struct StreamsCount {
+    ctx: Context,
+}
+
+impl StreamsCount {
+    /// The pipeline of `scenario`, recording into `recorder`.
+    pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
+        let ctx = Context {
+            scenario,
+            recorder,
+            shared: Arc::default(),
+            disk: Disk::default(),
+        };
+        Self { ctx }
+    }
+
+    fn partitions(&self, topic: &str) -> Vec<TopicPartition> {
+        (0..self.ctx.scenario.topic.partitions)
+            .map(|p| TopicPartition::new(topic.to_string(), p))
+            .collect()
+    }
+
+    fn lso_grace_over(&self) -> bool {
+        let now = now_ns();
+        let started = *self
+            .ctx
+            .shared
+            .lock()
+            .expect("shared lock")
+            .drain_started_ns
+            .get_or_insert(now);
+        let grace_ms = self.ctx.scenario.streams.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
+        now >= started + grace_ms * 1_000_000
+    }
+
+    fn record(&self, value: Value) {
+        self.ctx
+            .recorder
+            .record(now_ns(), "final", OpKind::Ok, value, None);
+    }
+}
+
+impl Pipeline for StreamsCount {
+    fn topics(&self) -> Vec<TopicSpec> {
+        let input = self.ctx.scenario.topic.clone();
+        let streams = &self.ctx.scenario.streams;
+        let output = TopicSpec {
+            name: streams.output_topic.clone(),
+            ..input.clone()
+        };
+        let changelog = TopicSpec {
+            name: streams.changelog_topic(),
+            ..input.clone()
+        };
+        vec![input, output, changelog]
+    }
+
+    fn start(&mut self, world: &mut World) {
+        for i in 0..self.ctx.scenario.workload.producers {
+            let name = format!("producer-{i}");
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
+            let (ctx, n) = (self.ctx.clone(), name.clone());
+            world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
+        }
+        for i in 0..self.ctx.scenario.streams.instances {
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
+            let instance = self.ctx.instance(i);
+            world.add_node(&instance.name(), ip, move || {
+                instance::run(instance.clone())
+            });
+        }
+    }
+
+    /// Unfinished: producers holding ids; input partitions whose committed offset is behind
+    /// the HW; output partitions not readable, or (within a grace) with LSO below HW.
+    fn lag(&self, world: &World) -> Vec<String> {
+        let mut lag = Vec::new();
+        if !self.ctx.producers_done() {
+            lag.push("producers not done".to_string());
+        }
+        let grace_over = self.lso_grace_over();
+        let group = &self.ctx.scenario.streams.application_id;
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let committed: BTreeMap<TopicPartition, Offset> =
+            cluster.committed_offsets(group).into_iter().collect();
+        for tp in self.partitions(&self.ctx.scenario.topic.name) {
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
+            let c = committed.get(&tp).copied().unwrap_or(0);
+            if c < hw {
+                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        let now_ms = world.kafka.now_ms();
+        for tp in self.partitions(&self.ctx.scenario.streams.output_topic) {
+            if let Err(e) = read_committed(&mut cluster, now_ms, &tp) {
+                lag.push(format!("not readable: {e}"));
+            }
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
+            let lso = cluster.last_stable_offset(&tp).unwrap_or(0);
+            if lso < hw && !grace_over {
+                lag.push(format!(
+                    "{tp}: last stable offset {lso} < high watermark {hw}"
+                ));
+            }
+        }
+        lag
+    }
+
+    fn record_final(&self, world: &World) {
+        let now_ms = world.kafka.now_ms();
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let streams = &self.ctx.scenario.streams;
+        self.record(Value::StreamsWindow {
+            window_size_ms: streams.window_size_ms,
+        });
+        for tp in self.partitions(&self.ctx.scenario.topic.name) {
+            self.record_input(&cluster, tp);
+        }
+        let offsets = cluster.committed_offsets(&streams.application_id);
+        self.record(Value::CommittedOffsets { offsets });
+        for tp in self.partitions(&streams.output_topic) {
+            let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
+                continue; // the drain waits for readability; the checker judges without
+            };
+            let records = fetched.iter().filter_map(update).collect();
+            self.record(Value::StreamsOutput { tp, records });
+        }
+    }
+}
+
+impl StreamsCount {
+    /// Records an input partition as `log-state` (for the Kafka checker) and
+    /// `streams-input` (keys and event times for the Streams checker).
+    fn record_input(&self, cluster: &Cluster, tp: TopicPartition) {
+        let mut refs = Vec::new();
+        let mut inputs = Vec::new();
+        for (offset, r) in cluster.records(&tp) {
+            let value = text(&r.value).unwrap_or_default();
+            let (id, ts) = value.split_once(',').unwrap_or((value.as_str(), ""));
+            let id = id.parse().unwrap_or(u64::MAX);
+            let key = text(&r.key);
+            refs.push(RecordRef {
+                id,
+                key: key.clone(),
+                tp: tp.clone(),
+                offset,
+            });
+            let timestamp_ms = ts.parse().unwrap_or(-1);
+            let key = key.unwrap_or_default();
+            inputs.push(StreamsInputRecord {
+                id,
+                key,
+                timestamp_ms,
+                offset,
+            });
+        }
+        self.record(Value::LogState {
+            tp: tp.clone(),
+            records: refs,
+        });
+        self.record(Value::StreamsInput {
+            tp,
+            records: inputs,
+        });
+    }
+}
+
+fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
+    let (key, window_start_ms) = split_store_key(&text(&r.record.key)?)?;
+    let count = text(&r.record.value)?.parse().ok()?;
+    Some(StreamsUpdate {
+        key,
+        window_start_ms,
+        count,
+        offset: r.offset,
+    })
+}
+
+fn text(bytes: &Option<Bytes>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
+/// at the partition's leader, with the client's aborted-transaction filter.
+///
+/// # Errors
+/// When the partition has no leader or the leader answers with an error.
+fn read_committed(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+) -> Result<Vec<FetchedRecord>, String> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    let leader = cluster
+        .leader(tp)
+        .ok_or_else(|| format!("{tp} has no leader"))?;
+    loop {
+        let request = Request::Fetch {
+            isolation: Isolation::ReadCommitted,
+            partitions: vec![(tp.clone(), offset)],
+            max_bytes: 52_428_800,
+            partition_max_bytes: 52_428_800,
+            max_wait_ms: 0,
+        };
+        let partitions = match cluster.handle(now_ms, leader, request) {
+            Reply::Done(Response::Fetch { partitions }) => partitions,
+            other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
+        };
+        let (_, part) = partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{tp}: empty fetch"))?;
+        if let Some(e) = part.error {
+            return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
+        }
+        if part.next_fetch_offset <= offset {
+            return Ok(out);
+        }
+        let records = drop_aborted(part.records, &part.aborted);
+        out.extend(records.into_iter().filter(|r| r.offset >= offset));
+        offset = part.next_fetch_offset;
+    }
+}
