@@ -218,6 +218,14 @@ pub trait Consumer: Send {
     /// The partitions currently assigned to this member.
     fn assignment(&self) -> Vec<TopicPartition>;
 
+    /// Moves `tp`'s fetch position to `offset` for the next poll, dropping what was
+    /// already fetched of it (Java's `KafkaConsumer.seek`, used by Connect's
+    /// `WorkerSinkTask.rewind` for `SinkTaskContext.offset`).
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when `tp` is not assigned (Java's `IllegalStateException`).
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError>;
+
     /// Leaves the group.
     async fn close(&mut self);
 }

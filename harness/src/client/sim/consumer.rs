@@ -467,6 +467,19 @@ impl Consumer for SimConsumer {
         self.assignment.clone()
     }
 
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        if !self.assignment.contains(tp) {
+            return Err(ClientError::Fatal(format!(
+                "no current assignment for partition {tp:?}"
+            )));
+        }
+        self.needs_committed.remove(tp);
+        self.needs_reset.remove(tp);
+        self.buffer.retain(|r| &r.tp != tp);
+        self.positions.insert(tp.clone(), offset);
+        Ok(())
+    }
+
     async fn close(&mut self) {
         self.abort_tasks();
         self.revoke_all();
