@@ -4,4 +4,5 @@
 
 mod connect_jdbc;
 mod clickhouse_sink;
+mod connect_worker;
 mod kafka_consume;
