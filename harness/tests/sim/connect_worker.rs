@@ -24,7 +24,9 @@ use std::time::Duration;
 const TOPIC: &str = "events";
 const RECORDS: i64 = 10;
 
-type Seen = Arc<Mutex<Vec<(TopicPartition, Offset)>>>;
+/// Positions, in the order seen.
+type Positions = Vec<(TopicPartition, Offset)>;
+type Seen = Arc<Mutex<Positions>>;
 
 /// Records what it is given; once it saw offset 5 of partition 0 it rewinds that
 /// partition to 2 and asks for a commit; commits what it saw.
@@ -120,7 +122,7 @@ fn worker_runtime(world: &World, seen: Seen) -> WorkerRuntime {
 
 /// Runs one worker with the rewinding sink for 20 s; returns what the sink saw and the
 /// committed offsets of its group.
-fn run_worker() -> (Vec<(TopicPartition, Offset)>, Vec<(TopicPartition, Offset)>) {
+fn run_worker() -> (Positions, Positions) {
     let runtime = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
     runtime.block_on(async {
         let kafka = KafkaWorld::new(Cluster::new(1, ClusterConfig::default()));
