@@ -20,6 +20,13 @@
 //! and stays FAILED. Errant records reported from `put` are written to the DLQ before the
 //! batch's offsets count as processed, so a commit never passes an unreported record.
 //!
+//!
+//! The task's [`SinkTaskContext`] (given by `initialize` before anything else): seeks it
+//! asks for are applied before the next poll and right after `open` (`WorkerSinkTask.rewind`:
+//! records already polled of a rewound partition are dropped, its current offset becomes
+//! the seek's), a `request_commit` commits at the next iteration, and its assignment is
+//! updated before `open`.
+//!
 //! Not modelled: pausing partitions during retries (the batch is retried without
 //! polling), seeking back after a failed `pre_commit`, `errors.retry.timeout` (the
 //! JsonConverter raises no retriable errors; the key is validated and kept).
@@ -27,7 +34,7 @@
 use super::config::{ConnectorConfig, Tolerance};
 use super::converter::Converter;
 use super::herder::{Assignment, Herder, TaskState};
-use super::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use super::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
@@ -206,6 +213,7 @@ struct WorkerSinkTask {
     a: Assignment,
     config: ConnectorConfig,
     sink: Box<dyn SinkTask>,
+    context: SinkTaskContext,
     consumer: SimConsumer,
     dlq: Option<SimProducer>,
     key_converter: Converter,
@@ -221,8 +229,10 @@ impl WorkerSinkTask {
         worker: String,
         a: Assignment,
         config: ConnectorConfig,
-        sink: Box<dyn SinkTask>,
+        mut sink: Box<dyn SinkTask>,
     ) -> Result<Self, String> {
+        let context = SinkTaskContext::new();
+        sink.initialize(context.clone());
         let wc = rt.herder.worker_config().clone();
         let conn = Connection::open(rt.brokers)
             .await
@@ -264,6 +274,7 @@ impl WorkerSinkTask {
             a,
             config,
             sink,
+            context,
             consumer,
             dlq,
             assigned: BTreeSet::new(),
@@ -281,11 +292,12 @@ impl WorkerSinkTask {
     }
 
     async fn iteration(&mut self) -> Result<(), String> {
-        if now_ms() >= self.next_commit_ms {
+        if self.context.take_commit_request() || now_ms() >= self.next_commit_ms {
             self.commit().await;
             self.next_commit_ms =
                 now_ms() + self.rt.herder.worker_config().offset_flush_interval_ms;
         }
+        self.rewind();
         let records = match self.consumer.poll(Duration::from_millis(500)).await {
             Ok(r) => r,
             Err(_) => {
@@ -294,6 +306,11 @@ impl WorkerSinkTask {
             }
         };
         self.on_assignment().await?;
+        let rewound = self.rewind();
+        let records: Vec<ConsumedRecord> = records
+            .into_iter()
+            .filter(|r| !rewound.contains(&r.tp))
+            .collect();
         if records.is_empty() {
             return Ok(());
         }
@@ -307,6 +324,11 @@ impl WorkerSinkTask {
         {
             self.current.insert(tp, offset);
         }
+        self.crash_point()
+    }
+
+    /// The `task-crash` fault point after a successful `put`.
+    fn crash_point(&self) -> Result<(), String> {
         let p = self.rt.task_crash_probability;
         if p > 0.0 && madsim::rand::thread_rng().gen_bool(p.min(1.0)) {
             let detail = format!(
@@ -338,6 +360,7 @@ impl WorkerSinkTask {
             }
         }
         self.assigned = now;
+        self.context.set_assignment(self.assigned.clone());
         if !added.is_empty() {
             loop {
                 match self.sink.open(&added).await {
@@ -350,6 +373,20 @@ impl WorkerSinkTask {
             }
         }
         Ok(())
+    }
+
+    /// Applies the seeks the task asked for through its context (`WorkerSinkTask.rewind`):
+    /// the consumer seeks each assigned partition, whose current offset becomes the seek's.
+    /// Returns the partitions rewound.
+    fn rewind(&mut self) -> BTreeSet<TopicPartition> {
+        let mut rewound = BTreeSet::new();
+        for (tp, offset) in self.context.take_offsets() {
+            if self.assigned.contains(&tp) && self.consumer.seek(&tp, offset).is_ok() {
+                self.current.insert(tp.clone(), offset);
+                rewound.insert(tp);
+            }
+        }
+        rewound
     }
 
     /// Converts records (the converter stage), returning the batch for `put`, the next

@@ -4,6 +4,7 @@
 
 mod connect_jdbc;
 mod clickhouse_sink;
+mod connect_worker;
 mod kafka_consume;
 mod streams_count;
 mod transactional_copy;

@@ -383,6 +383,21 @@ impl Consumer for RealConsumer {
         tps
     }
 
+    /// librdkafka's `rd_kafka_seek` on an assigned partition; it does not block with a
+    /// zero timeout, the fetcher picks the new position up.
+    fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        let partition = i32::try_from(tp.partition)
+            .map_err(|_| ClientError::Fatal(format!("partition {tp:?} out of range")))?;
+        self.inner()?
+            .seek(
+                &tp.topic,
+                partition,
+                rdkafka::Offset::Offset(offset),
+                Timeout::After(Duration::ZERO),
+            )
+            .map_err(|e| from_rdkafka(&e, "seek", 0))
+    }
+
     async fn close(&mut self) {
         if let Some(consumer) = self.consumer.take() {
             // Dropping the last handle runs rd_kafka_consumer_close (LeaveGroup), which

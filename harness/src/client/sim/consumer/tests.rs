@@ -409,6 +409,18 @@ fn a_paused_consumer_is_removed_its_commit_fails_and_it_rejoins_after_resuming()
 /// Runs one consumer with `config` for 10 s after `setup` ran against the broker; returns
 /// what it consumed.
 fn consume_alone(config: ConsumerConfig, setup: Option<Request>) -> Vec<(TopicPartition, Offset)> {
+    consume_alone_seeking(config, setup, None)
+}
+
+/// A seek a test asks for: once `tp` was consumed up to `after`, seek it to `to`.
+type SeekOnce = Option<(TopicPartition, Offset, Offset)>;
+
+/// [`consume_alone`], seeking once as `seek` says.
+fn consume_alone_seeking(
+    config: ConsumerConfig,
+    setup: Option<Request>,
+    mut seek: SeekOnce,
+) -> Vec<(TopicPartition, Offset)> {
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async move {
         let handle = madsim::runtime::Handle::current();
@@ -447,6 +459,15 @@ fn consume_alone(config: ConsumerConfig, setup: Option<Request>) -> Vec<(TopicPa
                     .await
                     .expect("poll")
                 {
+                    if seek
+                        .as_ref()
+                        .is_some_and(|(tp, after, _)| *tp == r.tp && r.offset >= *after)
+                    {
+                        let (tp, _, to) = seek.take().expect("seek");
+                        consumer.seek(&tp, to).expect("seek an assigned partition");
+                        let unassigned = TopicPartition::new(fake_broker::TOPIC, 99);
+                        assert!(consumer.seek(&unassigned, 0).is_err(), "not assigned");
+                    }
                     task_seen.lock().expect("lock").push((r.tp, r.offset));
                 }
             }
@@ -468,6 +489,33 @@ fn without_a_committed_offset_latest_starts_at_the_end_and_earliest_at_the_start
     let all = consume_alone(test_config(), None);
     let expected = fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
     assert_eq!(all.len(), expected);
+}
+
+/// `seek` (Java's `KafkaConsumer.seek`): the next polls read the partition from the new
+/// position, dropping what was already fetched of it; other partitions are untouched. A
+/// partition not assigned cannot be sought.
+#[test]
+fn seek_rereads_a_partition_from_the_given_offset() {
+    let tp0 = TopicPartition::new(fake_broker::TOPIC, 0);
+    let seen = consume_alone_seeking(test_config(), None, Some((tp0.clone(), 5, 2)));
+    let of = |p: u32| -> Vec<Offset> {
+        seen.iter()
+            .filter(|(tp, _)| tp.partition == p)
+            .map(|(_, o)| *o)
+            .collect()
+    };
+    let n = fake_broker::RECORDS_PER_PARTITION;
+    let expected: Vec<Offset> = (0..=5).chain(2..n).collect();
+    let first = of(0);
+    // Records fetched past 5 before the seek may have been polled in the same batch.
+    let resumed = first.iter().rposition(|&o| o == 2).expect("re-read from 2");
+    assert_eq!(
+        first[resumed..],
+        expected[6..],
+        "re-read in order from the seek"
+    );
+    assert!(first[..resumed].starts_with(&expected[..6]), "{first:?}");
+    assert_eq!(of(1), (0..n).collect::<Vec<_>>());
 }
 
 #[test]
