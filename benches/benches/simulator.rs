@@ -8,8 +8,8 @@
 mod bench {
     use bytes::Bytes;
     use criterion::{criterion_group, Criterion, Throughput};
-    use eosim::client::sim::{admin::SimAdmin, conn::Connection, consumer::SimConsumer};
     use eosim::client::sim::producer::SimProducer;
+    use eosim::client::sim::{admin::SimAdmin, conn::Connection, consumer::SimConsumer};
     use eosim::client::{Admin, AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig};
     use eosim_sim::kafka::model::Cluster;
     use eosim_sim::kafka::service::{broker_ip, serve_broker, KafkaWorld};
@@ -36,7 +36,10 @@ mod bench {
 
     async fn pipeline() -> Duration {
         let handle = madsim::runtime::Handle::current();
-        let config = ClusterConfig { group_initial_rebalance_delay_ms: 0, ..Default::default() };
+        let config = ClusterConfig {
+            group_initial_rebalance_delay_ms: 0,
+            ..Default::default()
+        };
         let kafka = KafkaWorld::new(Cluster::new(3, config));
         let ticker = kafka.clone();
         let env = std::sync::Arc::new(AllUp);
@@ -47,18 +50,31 @@ mod bench {
             .build();
         for b in 1..=3 {
             let k = kafka.clone();
-            handle.create_node().ip(broker_ip(b)).init(move || serve_broker(b, k.clone())).build();
+            handle
+                .create_node()
+                .ip(broker_ip(b))
+                .init(move || serve_broker(b, k.clone()))
+                .build();
         }
-        let client = handle.create_node().ip(IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1))).build();
+        let client = handle
+            .create_node()
+            .ip(IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1)))
+            .build();
         let start = madsim::time::Instant::now();
-        client.spawn(produce_and_consume()).await.expect("bench client");
+        client
+            .spawn(produce_and_consume())
+            .await
+            .expect("bench client");
         start.elapsed()
     }
 
     async fn produce_and_consume() {
         let conn = Connection::open(3).await.expect("connect");
         let admin = SimAdmin::new(conn.clone(), Duration::from_secs(30));
-        admin.create_topic("bench", PARTITIONS, 3, TopicConfig::default()).await.expect("topic");
+        admin
+            .create_topic("bench", PARTITIONS, 3, TopicConfig::default())
+            .await
+            .expect("topic");
         let producer = SimProducer::new(conn.clone(), ProducerConfig::default());
         let mut sent = 0;
         while sent < RECORDS {
@@ -79,10 +95,17 @@ mod bench {
         config.auto_offset_reset = AutoOffsetReset::Earliest;
         config.max_poll_records = 5_000;
         let mut consumer = SimConsumer::new(conn, config);
-        consumer.subscribe(&["bench".to_string()]).await.expect("subscribe");
+        consumer
+            .subscribe(&["bench".to_string()])
+            .await
+            .expect("subscribe");
         let mut received = 0u64;
         while received < RECORDS {
-            received += consumer.poll(Duration::from_millis(100)).await.expect("poll").len() as u64;
+            received += consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("poll")
+                .len() as u64;
         }
     }
 

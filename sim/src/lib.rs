@@ -19,6 +19,6 @@
 pub mod clickhouse;
 pub mod kafka;
 pub mod nemesis;
-pub mod postgres;
 #[cfg(madsim)]
 pub mod net;
+pub mod postgres;

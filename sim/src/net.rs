@@ -91,7 +91,12 @@ pub fn clear_message_faults() {
 }
 
 fn faults_on(source: IpAddr, target: IpAddr) -> MessageFaults {
-    LINK_FAULTS.with(|t| t.borrow().get(&(source, target)).copied().unwrap_or_default())
+    LINK_FAULTS.with(|t| {
+        t.borrow()
+            .get(&(source, target))
+            .copied()
+            .unwrap_or_default()
+    })
 }
 
 fn draw(probability: f64) -> bool {
@@ -143,7 +148,9 @@ where
     Resp: Send + Sync + 'static,
 {
     let timeout_ms = timeout.as_millis() as u64;
-    let source = endpoint.local_addr().map_err(|e| RpcError::Transport(e.to_string()))?;
+    let source = endpoint
+        .local_addr()
+        .map_err(|e| RpcError::Transport(e.to_string()))?;
     let faults = faults_on(source.ip(), target.ip());
     let response_tag: u64 = madsim::rand::random();
     let exchange = async {
@@ -154,7 +161,11 @@ where
         if draw(faults.drop_request_probability) {
             std::future::pending::<()>().await;
         }
-        let copies = if draw(faults.duplicate_probability) { 2 } else { 1 };
+        let copies = if draw(faults.duplicate_probability) {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let envelope: Envelope<Req> = (response_tag, request.clone());
             endpoint
@@ -166,7 +177,9 @@ where
             .recv_from_raw(response_tag)
             .await
             .map_err(|e| RpcError::Transport(e.to_string()))?;
-        Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
+        Ok(*payload
+            .downcast::<Resp>()
+            .expect("response type matches the request type"))
     };
     // Created before anything is sent, so a reset from then on is seen even before the
     // first poll.
@@ -223,7 +236,9 @@ where
     Resp: Send + Sync + 'static,
 {
     let timeout_ms = timeout.as_millis() as u64;
-    let source = endpoint.local_addr().map_err(|e| RpcError::Transport(e.to_string()))?;
+    let source = endpoint
+        .local_addr()
+        .map_err(|e| RpcError::Transport(e.to_string()))?;
     let faults = faults_on(source.ip(), target.ip());
     if faults.delay_ms_max == 0 && extra_delay.is_zero() {
         return call(endpoint, target, request, timeout).await;
@@ -232,14 +247,20 @@ where
     let delay_ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max)
         + extra_delay.as_millis() as u64;
     let drop_request = draw(faults.drop_request_probability);
-    let copies = if draw(faults.duplicate_probability) { 2 } else { 1 };
+    let copies = if draw(faults.duplicate_probability) {
+        2
+    } else {
+        1
+    };
     let sender = endpoint.clone();
     madsim::task::spawn(async move {
         madsim::time::sleep(Duration::from_millis(delay_ms)).await;
         for _ in 0..copies * usize::from(!drop_request) {
             let envelope: Envelope<Req> = (response_tag, request.clone());
             // A send error means the local endpoint is gone; nobody waits any more.
-            let _ = sender.send_to_raw(target, REQUEST_TAG, Box::new(envelope)).await;
+            let _ = sender
+                .send_to_raw(target, REQUEST_TAG, Box::new(envelope))
+                .await;
         }
     });
     let exchange = async {
@@ -247,7 +268,9 @@ where
             .recv_from_raw(response_tag)
             .await
             .map_err(|e| RpcError::Transport(e.to_string()))?;
-        Ok(*payload.downcast::<Resp>().expect("response type matches the request type"))
+        Ok(*payload
+            .downcast::<Resp>()
+            .expect("response type matches the request type"))
     };
     let bell = reset_bell(target.ip());
     let reset = bell.notified();
@@ -279,18 +302,23 @@ where
         let Ok((payload, from)) = endpoint.recv_from_raw(REQUEST_TAG).await else {
             return;
         };
-        let (response_tag, request) =
-            *payload.downcast::<Envelope<Req>>().expect("request type matches the service");
+        let (response_tag, request) = *payload
+            .downcast::<Envelope<Req>>()
+            .expect("request type matches the service");
         let handler = handler.clone();
         let endpoint = endpoint.clone();
         madsim::task::spawn(async move {
             let response = handler(request, from).await;
-            let Ok(local) = endpoint.local_addr() else { return };
+            let Ok(local) = endpoint.local_addr() else {
+                return;
+            };
             if draw(faults_on(from.ip(), local.ip()).drop_response_probability) {
                 return;
             }
             // A send error means the caller is gone; there is nobody to tell.
-            let _ = endpoint.send_to_raw(from, response_tag, Box::new(response)).await;
+            let _ = endpoint
+                .send_to_raw(from, response_tag, Box::new(response))
+                .await;
         });
     }
 }

@@ -67,27 +67,27 @@ pub mod cdc;
 mod kafka;
 mod sink;
 mod streams;
+#[cfg(test)]
+mod tests;
 mod txn;
 #[cfg(test)]
 mod txn_tests;
-#[cfg(test)]
-mod tests;
 
 pub use analysis::{
     AckedSend, Analysis, CommitOp, FinalLog, FinalOffsets, Observation, PollOp, Source, TxnOp,
     WriteOp,
 };
 pub use kafka::{
-    duplicate_cases, inconsistent_offsets_cases, lost_write_cases,
-    nonmonotonic_poll_cases, poll_skip_cases, unseen_cases, KafkaChecker,
-};
-pub use streams::{
-    aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
-    extra_aggregate_cases, missing_aggregate_cases, StreamsAnalysis, StreamsChecker,
+    duplicate_cases, inconsistent_offsets_cases, lost_write_cases, nonmonotonic_poll_cases,
+    poll_skip_cases, unseen_cases, KafkaChecker,
 };
 pub use sink::{
     progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
     SinkChecker,
+};
+pub use streams::{
+    aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
+    extra_aggregate_cases, missing_aggregate_cases, StreamsAnalysis, StreamsChecker,
 };
 pub use txn::{
     aborted_read_cases, lost_committed_write_cases, offsets_for_aborted_output_cases,

@@ -3,11 +3,11 @@
 //! (the failing seed with the fewest faults before its first forbidden anomaly; ties go to
 //! the smallest seed).
 //!
-use crate::checker::{check_all, CheckResult, Validity};
 pub use super::judge::{check_options, exit_class, expected_verdict};
-use crate::report::{Counterexample, ScenarioResult, Verdict};
 use super::output::format_op;
+use crate::checker::{check_all, CheckResult, Validity};
 use crate::history::{History, Value};
+use crate::report::{Counterexample, ScenarioResult, Verdict};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
@@ -200,7 +200,9 @@ pub fn aggregate(
         seed: s.seed,
         replay: replay_command(scenario_path, s.seed),
         faults: s.faults_before_anomaly.clone(),
-        history_path: history_path(run_dir, &scenario.name, s.seed).display().to_string(),
+        history_path: history_path(run_dir, &scenario.name, s.seed)
+            .display()
+            .to_string(),
         anomalies: s.check.case_texts(8),
     });
     ScenarioResult {

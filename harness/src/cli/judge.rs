@@ -29,7 +29,11 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // read_committed, and its sink is the output's committed view of the input topic.
         idempotent_producer: transactional || streams,
         read_committed: transactional,
-        sink_topics: if transactional { vec![scenario.topic.name.clone()] } else { Vec::new() },
+        sink_topics: if transactional {
+            vec![scenario.topic.name.clone()]
+        } else {
+            Vec::new()
+        },
         sink: scenario.pipeline.has_record_sink(),
         forbidden: anomalies(&scenario.check.forbidden),
         allowed: anomalies(&scenario.check.allowed),

@@ -84,7 +84,10 @@ fn format_value(value: &Value) -> String {
              last_stable_offset={last_stable_offset}"
         ),
         Value::StreamsInput { tp, records } => {
-            format!("streams-input tp={tp} {}", ids(records.iter().map(|r| r.id)))
+            format!(
+                "streams-input tp={tp} {}",
+                ids(records.iter().map(|r| r.id))
+            )
         }
         Value::StreamsOutput { tp, records } => format!(
             "streams-output tp={tp} updates={} last={}",
@@ -100,11 +103,20 @@ fn format_value(value: &Value) -> String {
         Value::StreamsWindow { window_size_ms } => {
             format!("streams-window window_size_ms={window_size_ms}")
         }
-        Value::StreamsCommit { guarantee, records, offsets } => format!(
+        Value::StreamsCommit {
+            guarantee,
+            records,
+            offsets,
+        } => format!(
             "streams-commit {guarantee} records={records} offsets {}",
             offsets_text(offsets)
         ),
-        Value::StreamsRestore { tp, store, from_offset, restored } => format!(
+        Value::StreamsRestore {
+            tp,
+            store,
+            from_offset,
+            restored,
+        } => format!(
             "streams-restore tp={tp} store={store} from_offset={from_offset} restored={restored}"
         ),
         Value::CommittedLogState { tp, records } => {

@@ -4,11 +4,11 @@ use super::aggregate::{
     aggregate, exit_class, expected_verdict, history_path, judge_seed, replay_command, SeedClass,
     SeedVerdict,
 };
-use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
 use super::output::{build_id, format_op, format_sim_time, seed_header};
 use super::rundir::{create_run_dir, point_latest, rfc3339};
 use super::{Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
 use crate::history::History;
+use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
 use crate::runner::{run_seed, SeedOutcome};
 use crate::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -285,7 +285,11 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
         .as_ref()
         .map(|c| (c.seed, c.replay.clone()));
     if class == ExitClass::Expected {
-        let forbidden: Vec<&str> = result.forbidden_anomalies.keys().map(String::as_str).collect();
+        let forbidden: Vec<&str> = result
+            .forbidden_anomalies
+            .keys()
+            .map(String::as_str)
+            .collect();
         let forbidden = forbidden.join(",");
         println!(
             "PASSED {stats} verdict={} forbidden={forbidden} \
@@ -408,4 +412,3 @@ fn determinism(args: &SeedArgs) -> ExitClass {
     println!("  replay: {}", replay_command(&args.scenario, args.seed));
     ExitClass::Violated
 }
-

@@ -11,9 +11,9 @@ use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPa
 use std::time::Duration;
 
 pub mod clickhouse;
+pub mod postgres;
 #[cfg(not(madsim))]
 pub mod real;
-pub mod postgres;
 #[cfg(madsim)]
 pub mod sim;
 
@@ -245,7 +245,9 @@ pub trait Consumer: Send {
         partitions: &[TopicPartition],
     ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
         let _ = partitions;
-        Err(ClientError::Fatal("committed offsets are not supported".into()))
+        Err(ClientError::Fatal(
+            "committed offsets are not supported".into(),
+        ))
     }
 
     /// Leaves the group.

@@ -302,7 +302,10 @@ pub struct DlqRecord {
 impl DlqRecord {
     /// The value of header `name`, if present.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -313,13 +316,23 @@ impl Value {
             Value::ConnectorConfig { connector, config } => {
                 format!("connector-config {connector} keys={}", config.len())
             }
-            Value::TaskStatus { connector, task, state, trace } => {
-                let trace = trace.as_deref().map(|t| format!(" trace={t}")).unwrap_or_default();
+            Value::TaskStatus {
+                connector,
+                task,
+                state,
+                trace,
+            } => {
+                let trace = trace
+                    .as_deref()
+                    .map(|t| format!(" trace={t}"))
+                    .unwrap_or_default();
                 format!("task-status {connector}-{task} {state}{trace}")
             }
             Value::RestartTask { connector, task } => format!("restart-task {connector}-{task}"),
             Value::SourceLog { tp, records } => format!("source-log tp={tp} n={}", records.len()),
-            Value::TableRead { table, rows, .. } => format!("table-read {table} rows={}", rows.len()),
+            Value::TableRead { table, rows, .. } => {
+                format!("table-read {table} rows={}", rows.len())
+            }
             Value::TableState { table, rows, .. } => {
                 format!("table-state {table} rows={}", rows.len())
             }
@@ -371,7 +384,14 @@ impl History {
         error: Option<String>,
     ) -> usize {
         let index = self.ops.len();
-        self.ops.push(Op { index, time_ns, process: process.to_string(), kind, value, error });
+        self.ops.push(Op {
+            index,
+            time_ns,
+            process: process.to_string(),
+            kind,
+            value,
+            error,
+        });
         index
     }
 
@@ -391,7 +411,11 @@ impl History {
     /// The line number and serde's message for the first bad line.
     pub fn from_jsonl(text: &str) -> Result<Self, String> {
         let mut ops = Vec::new();
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             ops.push(serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?);
         }
         Ok(Self { ops })
@@ -416,7 +440,10 @@ impl History {
 
 /// Whether a nemesis op name is a recovery rather than a fault.
 pub fn is_recovery(name: &str) -> bool {
-    matches!(name, "heal" | "restart" | "resume" | "repair" | "unclog" | "release")
+    matches!(
+        name,
+        "heal" | "restart" | "resume" | "repair" | "unclog" | "release"
+    )
 }
 
 /// A shared recorder handed to every process of a simulation. Cloning shares the history.
@@ -435,7 +462,10 @@ impl Recorder {
         value: Value,
         error: Option<String>,
     ) -> usize {
-        self.inner.lock().expect("recorder lock").push(time_ns, process, kind, value, error)
+        self.inner
+            .lock()
+            .expect("recorder lock")
+            .push(time_ns, process, kind, value, error)
     }
 
     /// A copy of the history so far.

@@ -55,10 +55,8 @@ pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutco
     let thread = std::thread::Builder::new()
         .name(format!("sim-{}-{seed}", scenario.name))
         .spawn(move || {
-            let runtime = madsim::runtime::Runtime::with_seed_and_config(
-                seed,
-                madsim::Config::default(),
-            );
+            let runtime =
+                madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
             runtime.block_on(simulate(scenario, seed, verbose))
         })
         .expect("spawn a simulation thread");
@@ -164,7 +162,9 @@ fn build_schedule(
         drawn_lines = drawn.lines();
         let window = (2_000, scenario.faults.until_ms);
         let (topic, partitions) = (&scenario.topic.name, scenario.topic.partitions);
-        schedule.extend(nemesis::swarm_schedule(swarm, &drawn, world, topic, partitions, window)?);
+        schedule.extend(nemesis::swarm_schedule(
+            swarm, &drawn, world, topic, partitions, window,
+        )?);
     }
     for f in &schedule {
         if let Err(e) = world.resolve(&fault_targets(&f.fault)) {
@@ -213,7 +213,9 @@ async fn drain(
     verbose: bool,
 ) -> Option<String> {
     nemesis::recover_everything(world, verbose);
-    world.recorder.record(now_ns(), "nemesis", OpKind::Info, Value::Drain, None);
+    world
+        .recorder
+        .record(now_ns(), "nemesis", OpKind::Info, Value::Drain, None);
     let deadline = now_ns() + scenario.drain.time_s_max * 1_000_000_000;
     loop {
         let lag = pipeline.lag(world);

@@ -24,8 +24,11 @@ pub struct DrawnSwarm {
 impl DrawnSwarm {
     /// `key=value` lines for the run header.
     pub fn lines(&self) -> Vec<String> {
-        let kinds: Vec<String> =
-            self.kinds.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
+        let kinds: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|k| format!("{k:?}").to_lowercase())
+            .collect();
         vec![
             format!("swarm.kinds={}", kinds.join(",")),
             format!("swarm.interval_ms={}", self.interval_ms),
@@ -38,15 +41,24 @@ impl DrawnSwarm {
 /// interval and a duration bound within the configured ranges.
 pub fn draw_swarm(swarm: &Swarm) -> DrawnSwarm {
     let mut rng = madsim::rand::thread_rng();
-    let mut kinds: Vec<FaultKind> =
-        swarm.kinds.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
+    let mut kinds: Vec<FaultKind> = swarm
+        .kinds
+        .iter()
+        .copied()
+        .filter(|_| rng.gen_bool(0.5))
+        .collect();
     if kinds.is_empty() && !swarm.kinds.is_empty() {
         kinds.push(swarm.kinds[rng.gen_range(0..swarm.kinds.len())]);
     }
-    let interval_ms = rng.gen_range(swarm.interval_ms_min..=swarm.interval_ms_max.max(swarm.interval_ms_min));
+    let interval_ms =
+        rng.gen_range(swarm.interval_ms_min..=swarm.interval_ms_max.max(swarm.interval_ms_min));
     let duration_ms_max =
         rng.gen_range(swarm.duration_ms_min..=swarm.duration_ms_max.max(swarm.duration_ms_min));
-    DrawnSwarm { kinds, interval_ms, duration_ms_max }
+    DrawnSwarm {
+        kinds,
+        interval_ms,
+        duration_ms_max,
+    }
 }
 
 /// Expands a drawn swarm into faults with their recoveries between `from_ms` and
@@ -85,31 +97,56 @@ pub fn swarm_schedule(
             }
             FaultKind::MachineCrash => kill_and_restart(node, CrashMode::ProcessKill),
             FaultKind::Pause => (
-                Fault::Pause { target: vec![node.clone()] },
+                Fault::Pause {
+                    target: vec![node.clone()],
+                },
                 Fault::Resume { target: vec![node] },
             ),
             FaultKind::Partition => {
                 let one_way = rng.gen_bool(0.25);
-                (Fault::Partition { source: vec![node], target: vec![other], one_way }, Fault::Heal)
+                (
+                    Fault::Partition {
+                        source: vec![node],
+                        target: vec![other],
+                        one_way,
+                    },
+                    Fault::Heal,
+                )
             }
             FaultKind::Messages => (message_fault(&mut rng, node, other), Fault::Heal),
             FaultKind::KillLeader => {
                 let partition = rng.gen_range(0..partitions.max(1));
                 let topic = topic.to_string();
                 let mode = CrashMode::ProcessKill;
-                (Fault::KillLeader { topic, partition, mode }, Fault::Restart {
-                    target: vec!["brokers".into()],
-                })
+                (
+                    Fault::KillLeader {
+                        topic,
+                        partition,
+                        mode,
+                    },
+                    Fault::Restart {
+                        target: vec!["brokers".into()],
+                    },
+                )
             }
         };
         out.push(ScheduledFault { at_ms, fault });
-        out.push(ScheduledFault { at_ms: end_ms, fault: recovery });
+        out.push(ScheduledFault {
+            at_ms: end_ms,
+            fault: recovery,
+        });
     }
     Ok(out)
 }
 
 fn kill_and_restart(node: String, mode: CrashMode) -> (Fault, Fault) {
-    (Fault::Kill { target: vec![node.clone()], mode }, Fault::Restart { target: vec![node] })
+    (
+        Fault::Kill {
+            target: vec![node.clone()],
+            mode,
+        },
+        Fault::Restart { target: vec![node] },
+    )
 }
 
 fn message_fault(rng: &mut impl Rng, source: String, target: String) -> Fault {
@@ -132,9 +169,18 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
                 kill(world, &name, *mode, verbose);
             }
         }
-        Fault::KillLeader { topic, partition, mode } => {
+        Fault::KillLeader {
+            topic,
+            partition,
+            mode,
+        } => {
             let tp = TopicPartition::new(topic.clone(), *partition);
-            let leader = world.kafka.cluster.lock().expect("cluster lock").leader(&tp);
+            let leader = world
+                .kafka
+                .cluster
+                .lock()
+                .expect("cluster lock")
+                .leader(&tp);
             match leader {
                 Some(b) => kill(world, &broker_name(b), *mode, verbose),
                 None => world.record_fault("kill-leader", format!("{tp} has no leader"), verbose),
@@ -151,20 +197,37 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
                 pause_or_resume(world, &name, pause, verbose);
             }
         }
-        Fault::Partition { source, target, one_way } => {
-            partition(world, &world.resolve(source)?, &world.resolve(target)?, *one_way, verbose)
-        }
+        Fault::Partition {
+            source,
+            target,
+            one_way,
+        } => partition(
+            world,
+            &world.resolve(source)?,
+            &world.resolve(target)?,
+            *one_way,
+            verbose,
+        ),
         Fault::Clog { target } => {
             for name in world.resolve(target)? {
                 let (id, _) = world.node(&name).expect("resolved names exist");
                 NetSim::current().clog_node(id);
-                world.net.lock().expect("net lock").clogged.insert(name.clone());
+                world
+                    .net
+                    .lock()
+                    .expect("net lock")
+                    .clogged
+                    .insert(name.clone());
                 world.record_fault("clog", format!("target=[{name}]"), verbose);
             }
         }
-        Fault::Messages { source, target, .. } => {
-            messages(world, fault, &world.resolve(source)?, &world.resolve(target)?, verbose)
-        }
+        Fault::Messages { source, target, .. } => messages(
+            world,
+            fault,
+            &world.resolve(source)?,
+            &world.resolve(target)?,
+            verbose,
+        ),
         Fault::Heal => heal(world, verbose),
     }
     Ok(())
@@ -186,7 +249,12 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
     world.notify_kill(name);
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
-        world.kafka.cluster.lock().expect("cluster lock").crash_broker(now, b, mode);
+        world
+            .kafka
+            .cluster
+            .lock()
+            .expect("cluster lock")
+            .crash_broker(now, b, mode);
     }
     let mode = match mode {
         CrashMode::ProcessKill => "process-kill",
@@ -202,7 +270,12 @@ fn restart(world: &World, name: &str, verbose: bool) {
     let (id, ip) = world.node(name).expect("resolved names exist");
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
-        world.kafka.cluster.lock().expect("cluster lock").restart_broker(now, b);
+        world
+            .kafka
+            .cluster
+            .lock()
+            .expect("cluster lock")
+            .restart_broker(now, b);
     }
     world.handle().restart(id);
     // The new incarnation answers whatever still waits on the old one (a crashed machine's
@@ -216,7 +289,11 @@ fn pause_or_resume(world: &World, name: &str, pause: bool, verbose: bool) {
     if net.down.contains(name) {
         return;
     }
-    let changed = if pause { net.paused.insert(name.to_string()) } else { net.paused.remove(name) };
+    let changed = if pause {
+        net.paused.insert(name.to_string())
+    } else {
+        net.paused.remove(name)
+    };
     drop(net);
     if !changed {
         return;

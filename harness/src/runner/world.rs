@@ -123,7 +123,13 @@ impl World {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + 'static,
     {
-        let node = self.handle.create_node().name(name).ip(ip).init(init).build();
+        let node = self
+            .handle
+            .create_node()
+            .name(name)
+            .ip(ip)
+            .init(init)
+            .build();
         self.nodes.insert(name.to_string(), (node.id(), ip));
     }
 
@@ -131,9 +137,11 @@ impl World {
     pub fn add_kafka(&mut self) {
         let kafka = self.kafka.clone();
         let env = EnvView(self.net.clone());
-        self.add_node("controller", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), move || {
-            kafka.clone().run_ticker(Arc::new(env.clone()))
-        });
+        self.add_node(
+            "controller",
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            move || kafka.clone().run_ticker(Arc::new(env.clone())),
+        );
         for b in 1..=self.broker_count {
             let kafka = self.kafka.clone();
             self.add_node(&broker_name(b), broker_ip(b), move || {
@@ -202,8 +210,12 @@ impl World {
         if verbose {
             println!("t={:.3}s nemesis {name} {detail}", t as f64 / 1e9);
         }
-        let value = Value::Fault { name: name.to_string(), detail };
-        self.recorder.record(t, "nemesis", OpKind::Info, value, None);
+        let value = Value::Fault {
+            name: name.to_string(),
+            detail,
+        };
+        self.recorder
+            .record(t, "nemesis", OpKind::Info, value, None);
     }
 }
 

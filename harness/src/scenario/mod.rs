@@ -900,7 +900,12 @@ impl Scenario {
     /// `copy.output_topic` for `transactional-copy`) or of the internal topics
     /// `__consumer_offsets` / `__transaction_state` (50 partitions each): killing the leader
     /// of the latter moves a group or transaction coordinator.
-    fn check_kill_leader(&self, key: &str, topic: &str, partition: u32) -> Result<(), (String, String)> {
+    fn check_kill_leader(
+        &self,
+        key: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(), (String, String)> {
         let mut topics = vec![(self.topic.name.as_str(), self.topic.partitions)];
         if self.pipeline == Pipeline::TransactionalCopy {
             topics.push((self.copy.output_topic.as_str(), self.topic.partitions));
@@ -914,7 +919,10 @@ impl Scenario {
         topics.push(("__transaction_state", 50));
         let Some(&(_, partitions)) = topics.iter().find(|(name, _)| *name == topic) else {
             let names: Vec<String> = topics.iter().map(|(n, _)| format!("\"{n}\"")).collect();
-            return Err((format!("{key}.topic"), format!("expected one of {}", names.join(", "))));
+            return Err((
+                format!("{key}.topic"),
+                format!("expected one of {}", names.join(", ")),
+            ));
         };
         ensure(
             partition < partitions,
@@ -944,7 +952,10 @@ impl Scenario {
             return ensure(
                 n < instances,
                 key,
-                format!("unknown node \"{node}\": expected streams-0..=streams-{}", instances - 1),
+                format!(
+                    "unknown node \"{node}\": expected streams-0..=streams-{}",
+                    instances - 1
+                ),
             );
         }
         let (brokers, w) = (self.cluster.brokers, &self.workload);
@@ -975,7 +986,10 @@ impl Scenario {
     fn check_check(&self) -> Result<(), (String, String)> {
         let expect = self.check.expect.as_deref();
         ensure(
-            matches!(expect, None | Some("holds") | Some("violated") | Some("stalled")),
+            matches!(
+                expect,
+                None | Some("holds") | Some("violated") | Some("stalled")
+            ),
             "check.expect",
             format!(
                 "expected \"holds\" or \"violated\" (or \"stalled\" for a liveness failure), \
@@ -988,9 +1002,13 @@ impl Scenario {
             ("allowed", &self.check.allowed),
         ] {
             for (i, name) in names.iter().enumerate() {
-                let known = crate::checker::Anomaly::ALL.iter().any(|a| a.name() == name);
-                let names: Vec<&str> =
-                    crate::checker::Anomaly::ALL.iter().map(|a| a.name()).collect();
+                let known = crate::checker::Anomaly::ALL
+                    .iter()
+                    .any(|a| a.name() == name);
+                let names: Vec<&str> = crate::checker::Anomaly::ALL
+                    .iter()
+                    .map(|a| a.name())
+                    .collect();
                 ensure(
                     known,
                     &format!("check.{field}[{i}]"),

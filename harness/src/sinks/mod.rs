@@ -1,5 +1,5 @@
 //! Sink connectors under test, one file per external system, each a
 //! [`crate::connect::task::SinkTask`].
 
-pub mod jdbc;
 pub mod clickhouse;
+pub mod jdbc;

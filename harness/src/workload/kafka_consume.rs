@@ -14,6 +14,7 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
+use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
@@ -23,13 +24,12 @@ use crate::client::{
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
-use super::Pipeline;
 use crate::runner::world::World;
 use crate::scenario::{CommitMode, Scenario, TopicSpec};
-use std::net::{IpAddr, Ipv4Addr};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,7 +83,9 @@ impl Context {
 /// A producer process: sends ids from the generator until it is empty.
 pub async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
@@ -95,7 +97,12 @@ pub async fn producer_process(ctx: Context, name: String) {
     let producer = SimProducer::new(conn, config);
     while let Some(id) = ctx.take_id(&name) {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let invoke = Value::Send { id, key: Some(key.clone()), tp: None, offset: None };
+        let invoke = Value::Send {
+            id,
+            key: Some(key.clone()),
+            tp: None,
+            offset: None,
+        };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let record = ProducerRecord {
             topic: ctx.scenario.topic.name.clone(),
@@ -113,7 +120,17 @@ pub async fn producer_process(ctx: Context, name: String) {
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
             Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
         };
-        ctx.record(&name, kind, Value::Send { id, key: Some(key), tp, offset }, error);
+        ctx.record(
+            &name,
+            kind,
+            Value::Send {
+                id,
+                key: Some(key),
+                tp,
+                offset,
+            },
+            error,
+        );
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }
@@ -121,7 +138,9 @@ pub async fn producer_process(ctx: Context, name: String) {
 /// A consumer process: polls, writes into the sink and commits, forever.
 pub async fn consumer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else { return };
+    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+        return;
+    };
     let mut config = ConsumerConfig::new(SINK_GROUP);
     config.auto_offset_reset = AutoOffsetReset::Earliest;
     config.session_timeout_ms = w.session_timeout_ms;
@@ -145,7 +164,14 @@ pub async fn consumer_process(ctx: Context, name: String) {
             continue;
         }
         let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        ctx.record(&name, OpKind::Ok, Value::Poll { records: rows.clone() }, None);
+        ctx.record(
+            &name,
+            OpKind::Ok,
+            Value::Poll {
+                records: rows.clone(),
+            },
+            None,
+        );
         let offsets = next_offsets(&records);
         match w.commit {
             CommitMode::AfterProcessing => {
@@ -184,7 +210,11 @@ fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
 /// loses the write, as a crash before a database commit would).
 async fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
     madsim::time::sleep(Duration::from_millis(ctx.scenario.workload.sink_write_ms)).await;
-    ctx.shared.lock().expect("shared lock").sink.extend(rows.iter().cloned());
+    ctx.shared
+        .lock()
+        .expect("shared lock")
+        .sink
+        .extend(rows.iter().cloned());
     ctx.record(name, OpKind::Ok, Value::Write { rows }, None);
 }
 
@@ -195,7 +225,14 @@ async fn commit(
     consumer: &mut SimConsumer,
     offsets: Vec<(TopicPartition, Offset)>,
 ) -> bool {
-    ctx.record(name, OpKind::Invoke, Value::Commit { offsets: offsets.clone() }, None);
+    ctx.record(
+        name,
+        OpKind::Invoke,
+        Value::Commit {
+            offsets: offsets.clone(),
+        },
+        None,
+    );
     let result: Result<(), ClientError> = consumer.commit(&offsets).await;
     let (kind, error) = match &result {
         Ok(()) => (OpKind::Ok, None),
@@ -214,7 +251,13 @@ pub struct KafkaConsume {
 impl KafkaConsume {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
-        Self { ctx: Context { scenario, recorder, shared: Arc::default() } }
+        Self {
+            ctx: Context {
+                scenario,
+                recorder,
+                shared: Arc::default(),
+            },
+        }
     }
 
     fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
@@ -288,19 +331,29 @@ impl Pipeline for KafkaConsume {
                 })
                 .collect();
             let value = Value::LogState { tp, records };
-            self.ctx.recorder.record(t, "final", OpKind::Ok, value, None);
+            self.ctx
+                .recorder
+                .record(t, "final", OpKind::Ok, value, None);
         }
         let offsets = cluster.committed_offsets(SINK_GROUP);
         drop(cluster);
         let rows = self.ctx.shared.lock().expect("shared lock").sink.clone();
         let recorder = &self.ctx.recorder;
         recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-        recorder.record(t, "final", OpKind::Ok, Value::CommittedOffsets { offsets }, None);
+        recorder.record(
+            t,
+            "final",
+            OpKind::Ok,
+            Value::CommittedOffsets { offsets },
+            None,
+        );
     }
 }
 
 fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// The id a record's value carries; `u64::MAX` for a value that is not one.

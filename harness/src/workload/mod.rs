@@ -13,8 +13,8 @@
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 
-pub mod connect_jdbc;
 pub mod clickhouse_sink;
+pub mod connect_jdbc;
 pub mod kafka_consume;
 pub mod streams_count;
 pub mod transactional_copy;
@@ -40,14 +40,18 @@ pub trait Pipeline {
 /// The pipeline a scenario names.
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
-        PipelineKind::KafkaConsume => Box::new(kafka_consume::KafkaConsume::new(scenario, recorder)),
+        PipelineKind::KafkaConsume => {
+            Box::new(kafka_consume::KafkaConsume::new(scenario, recorder))
+        }
         PipelineKind::ConnectJdbc => Box::new(connect_jdbc::ConnectJdbc::new(scenario, recorder)),
         PipelineKind::ClickhouseSink => {
             Box::new(clickhouse_sink::ClickhouseSink::new(scenario, recorder))
         }
-        PipelineKind::TransactionalCopy => {
-            Box::new(transactional_copy::TransactionalCopy::new(scenario, recorder))
+        PipelineKind::TransactionalCopy => Box::new(transactional_copy::TransactionalCopy::new(
+            scenario, recorder,
+        )),
+        PipelineKind::StreamsCount => {
+            Box::new(streams_count::StreamsCount::new(scenario, recorder))
         }
-        PipelineKind::StreamsCount => Box::new(streams_count::StreamsCount::new(scenario, recorder)),
     }
 }

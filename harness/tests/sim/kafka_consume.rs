@@ -10,7 +10,10 @@ fn scenario(text: &str) -> Scenario {
 }
 
 fn options(s: &Scenario) -> CheckOptions {
-    CheckOptions { idempotent_producer: false, ..CheckOptions::for_claim(s.claim) }
+    CheckOptions {
+        idempotent_producer: false,
+        ..CheckOptions::for_claim(s.claim)
+    }
 }
 
 #[test]
@@ -29,7 +32,12 @@ fn at_least_once_consumer_delivers_every_record_without_faults() {
     assert_eq!(outcome.crashed, None);
     assert_eq!(outcome.stalled, None);
     let result = check_all(&outcome.history, &options(&s));
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
     let sink = outcome
         .history
         .ops
@@ -44,7 +52,9 @@ fn at_least_once_consumer_delivers_every_record_without_faults() {
 }
 
 fn catalogue(file: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(file);
     Scenario::load(&path).expect("catalogue scenario parses")
 }
 
@@ -92,7 +102,10 @@ fn committing_before_processing_loses_records_when_consumers_crash() {
     let mut lost = 0;
     for seed in 1..=10 {
         let forbidden = forbidden_anomalies(&s, seed);
-        assert!(!forbidden.contains(&Anomaly::SinkDuplicate), "seed {seed}: {forbidden:?}");
+        assert!(
+            !forbidden.contains(&Anomaly::SinkDuplicate),
+            "seed {seed}: {forbidden:?}"
+        );
         lost += usize::from(forbidden.contains(&Anomaly::SinkLost));
     }
     assert!(lost >= 1, "no seed lost a record");
@@ -145,5 +158,10 @@ fn consumers_rejoin_after_the_coordinator_dies_during_a_rebalance() {
     assert_eq!(outcome.crashed, None);
     assert_eq!(outcome.stalled, None, "the group must form again");
     let result = check_all(&outcome.history, &options(&s));
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(8));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
 }

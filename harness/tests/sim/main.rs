@@ -2,8 +2,8 @@
 //! `--cfg madsim` (`cargo xtask test` does that).
 #![cfg(madsim)]
 
-mod connect_jdbc;
 mod clickhouse_sink;
+mod connect_jdbc;
 mod connect_worker;
 mod kafka_consume;
 mod streams_count;

@@ -70,7 +70,11 @@ impl KafkaWorld {
     pub async fn run_ticker(self, env: Arc<dyn Env + Send + Sync>) {
         let mut waiting = false;
         loop {
-            let pause_ms = if waiting { REPLICA_FETCH_DELAY_MS } else { TICK_INTERVAL_IDLE_MS };
+            let pause_ms = if waiting {
+                REPLICA_FETCH_DELAY_MS
+            } else {
+                TICK_INTERVAL_IDLE_MS
+            };
             let idle = madsim::time::sleep(Duration::from_millis(pause_ms));
             tokio::select! {
                 // `biased`: tokio picks branches with a thread-local RNG otherwise, which
@@ -96,7 +100,10 @@ impl KafkaWorld {
         let park_timeout = park_timeout(&request);
         let reply = {
             let now = self.now_ms();
-            self.cluster.lock().expect("cluster lock").handle(now, broker, request)
+            self.cluster
+                .lock()
+                .expect("cluster lock")
+                .handle(now, broker, request)
         };
         self.dirty.notify_one();
         let token = match reply {
@@ -107,8 +114,11 @@ impl KafkaWorld {
         loop {
             let ticked = self.ticked.notified();
             let now = self.now_ms();
-            if let Some(response) =
-                self.cluster.lock().expect("cluster lock").poll_parked(now, &token)
+            if let Some(response) = self
+                .cluster
+                .lock()
+                .expect("cluster lock")
+                .poll_parked(now, &token)
             {
                 return response;
             }
@@ -132,9 +142,10 @@ impl KafkaWorld {
 fn park_timeout(request: &Request) -> Duration {
     match request {
         Request::Produce { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
-        Request::JoinGroup { rebalance_timeout_ms, .. } => {
-            Duration::from_millis(rebalance_timeout_ms + TICK_INTERVAL_IDLE_MS * 2)
-        }
+        Request::JoinGroup {
+            rebalance_timeout_ms,
+            ..
+        } => Duration::from_millis(rebalance_timeout_ms + TICK_INTERVAL_IDLE_MS * 2),
         _ => Duration::from_secs(60),
     }
 }

@@ -28,7 +28,10 @@ pub struct TopicPartition {
 impl TopicPartition {
     /// Builds a topic-partition.
     pub fn new(topic: impl Into<String>, partition: u32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 }
 
@@ -78,8 +81,12 @@ pub struct ProducerBatchHeader {
 
 impl ProducerBatchHeader {
     /// The header of a non-idempotent batch.
-    pub const NONE: Self =
-        Self { producer_id: -1, producer_epoch: -1, base_sequence: -1, transactional: false };
+    pub const NONE: Self = Self {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        transactional: false,
+    };
 }
 
 /// `isolation.level` of a fetch.
@@ -114,7 +121,11 @@ pub struct TopicConfig {
 
 impl Default for TopicConfig {
     fn default() -> Self {
-        Self { min_insync_replicas: 1, unclean_leader_election_enable: false, max_message_bytes: 1_048_588 }
+        Self {
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            max_message_bytes: 1_048_588,
+        }
     }
 }
 
@@ -409,7 +420,12 @@ pub enum Request {
     /// `Metadata`: every topic when `topics` is `None`.
     Metadata { topics: Option<Vec<String>> },
     /// `CreateTopics` (admin).
-    CreateTopic { name: String, partitions: u32, replication_factor: u32, config: TopicConfig },
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        config: TopicConfig,
+    },
     /// `Produce` of one batch to one partition.
     Produce {
         tp: TopicPartition,
@@ -427,7 +443,10 @@ pub enum Request {
         max_wait_ms: u64,
     },
     /// `ListOffsets`.
-    ListOffsets { tp: TopicPartition, spec: OffsetSpec },
+    ListOffsets {
+        tp: TopicPartition,
+        spec: OffsetSpec,
+    },
     /// `FindCoordinator`.
     FindCoordinator { key: String, kind: CoordinatorKind },
     /// `JoinGroup` (classic protocol, range assignor computed by the leader client).
@@ -446,7 +465,11 @@ pub enum Request {
         assignments: BTreeMap<String, Vec<TopicPartition>>,
     },
     /// `Heartbeat`.
-    Heartbeat { group_id: String, generation: i32, member_id: String },
+    Heartbeat {
+        group_id: String,
+        generation: i32,
+        member_id: String,
+    },
     /// `LeaveGroup`.
     LeaveGroup { group_id: String, member_id: String },
     /// `OffsetCommit`; generation -1 and empty member id for a simple (admin) commit.
@@ -457,7 +480,10 @@ pub enum Request {
         offsets: Vec<(TopicPartition, Offset)>,
     },
     /// `OffsetFetch`.
-    OffsetFetch { group_id: String, partitions: Vec<TopicPartition> },
+    OffsetFetch {
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+    },
     /// `InitProducerId` (KIP-98, KIP-360): a new producer id, or with a `transactional_id`
     /// the id of that transactional id with its epoch bumped (fencing older instances).
     /// `producer_id`/`producer_epoch` are -1 on first init, the current ones on a re-init.
@@ -493,24 +519,44 @@ pub enum Request {
         offsets: Vec<(TopicPartition, Offset)>,
     },
     /// `EndTxn`: commit (`commit = true`) or abort.
-    EndTxn { transactional_id: String, producer_id: i64, producer_epoch: i16, commit: bool },
+    EndTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    },
     /// `OffsetFetch` with `require_stable = true` (KIP-447; Java consumers in read_committed):
     /// `UNSTABLE_OFFSET_COMMIT` (88, retriable) while any asked partition has transactional
     /// offsets pending; otherwise as [`Request::OffsetFetch`].
-    OffsetFetchStable { group_id: String, partitions: Vec<TopicPartition> },
+    OffsetFetchStable {
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+    },
 }
 
 /// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub enum Response {
-    Metadata { brokers: Vec<BrokerId>, topics: BTreeMap<String, Vec<PartitionMetadata>> },
+    Metadata {
+        brokers: Vec<BrokerId>,
+        topics: BTreeMap<String, Vec<PartitionMetadata>>,
+    },
     CreateTopic,
     /// Base offset of the appended (or, for a duplicate, the original) batch; -1 for acks=0.
-    Produce { base_offset: Offset, log_append_time_ms: i64 },
-    Fetch { partitions: Vec<(TopicPartition, FetchPartition)> },
-    ListOffsets { offset: Offset },
-    FindCoordinator { broker: BrokerId },
+    Produce {
+        base_offset: Offset,
+        log_append_time_ms: i64,
+    },
+    Fetch {
+        partitions: Vec<(TopicPartition, FetchPartition)>,
+    },
+    ListOffsets {
+        offset: Offset,
+    },
+    FindCoordinator {
+        broker: BrokerId,
+    },
     JoinGroup {
         generation: i32,
         member_id: String,
@@ -520,24 +566,40 @@ pub enum Response {
     },
     /// `JoinGroup` answered with `MEMBER_ID_REQUIRED` (79, KIP-394): the client rejoins with
     /// the member id the coordinator assigned.
-    MemberIdRequired { member_id: String },
-    SyncGroup { assignment: Vec<TopicPartition> },
+    MemberIdRequired {
+        member_id: String,
+    },
+    SyncGroup {
+        assignment: Vec<TopicPartition>,
+    },
     Heartbeat,
     LeaveGroup,
     OffsetCommit,
     /// Committed offsets; -1 where none.
-    OffsetFetch { offsets: Vec<(TopicPartition, Offset)> },
+    OffsetFetch {
+        offsets: Vec<(TopicPartition, Offset)>,
+    },
     /// The producer id and epoch to use.
-    InitProducerId { producer_id: i64, producer_epoch: i16 },
+    InitProducerId {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
     /// Per-partition result of `AddPartitionsToTxn` (`None` = added).
-    AddPartitionsToTxn { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    AddPartitionsToTxn {
+        results: Vec<(TopicPartition, Option<KafkaError>)>,
+    },
     AddOffsetsToTxn,
     /// Per-partition result of `TxnOffsetCommit` (`None` = pending until EndTxn).
-    TxnOffsetCommit { results: Vec<(TopicPartition, Option<KafkaError>)> },
+    TxnOffsetCommit {
+        results: Vec<(TopicPartition, Option<KafkaError>)>,
+    },
     EndTxn,
     /// `EndTxn` v5 answer under transaction version 2 (KIP-890 part 2): the producer id and
     /// the bumped epoch the producer must use from its next transaction on (sequences
     /// restart at 0 with a new epoch).
-    EndTxnV5 { producer_id: i64, producer_epoch: i16 },
+    EndTxnV5 {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
     Error(KafkaError),
 }

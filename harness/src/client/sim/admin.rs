@@ -38,14 +38,15 @@ impl Admin for SimAdmin {
         };
         let mut retried = false;
         loop {
-            let attempt = self.conn.request_any(request.clone(), Duration::from_secs(5)).await;
+            let attempt = self
+                .conn
+                .request_any(request.clone(), Duration::from_secs(5))
+                .await;
             let error = match attempt {
                 Ok(Response::CreateTopic) => return Ok(()),
                 // A retry after a lost response finds the topic made by the first attempt.
                 Ok(Response::Error(KafkaError::TopicAlreadyExists)) if retried => return Ok(()),
-                Ok(Response::Error(e)) if !e.is_retriable() => {
-                    return Err(ClientError::Kafka(e))
-                }
+                Ok(Response::Error(e)) if !e.is_retriable() => return Err(ClientError::Kafka(e)),
                 Ok(Response::Error(e)) => ClientError::Kafka(e),
                 Ok(other) => return Err(ClientError::Fatal(format!("unexpected {other:?}"))),
                 Err(e) => e,

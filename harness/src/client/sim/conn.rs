@@ -3,8 +3,10 @@
 
 use crate::client::ClientError;
 use eosim_sim::kafka::service::broker_addr;
+use eosim_sim::kafka::{
+    BrokerId, KafkaError, PartitionMetadata, Request, Response, TopicPartition,
+};
 use eosim_sim::net::RpcError;
-use eosim_sim::kafka::{BrokerId, KafkaError, PartitionMetadata, Request, Response, TopicPartition};
 use madsim::net::Endpoint;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -104,26 +106,38 @@ impl Connection {
         topics: &[String],
         timeout: Duration,
     ) -> Result<(), ClientError> {
-        let request = Request::Metadata { topics: Some(topics.to_vec()) };
+        let request = Request::Metadata {
+            topics: Some(topics.to_vec()),
+        };
         match self.request_any(request, timeout).await? {
             Response::Metadata { topics, .. } => {
                 self.metadata.lock().expect("metadata lock").extend(topics);
                 Ok(())
             }
             Response::Error(e) => Err(ClientError::Kafka(e)),
-            other => Err(ClientError::Fatal(format!("unexpected metadata response {other:?}"))),
+            other => Err(ClientError::Fatal(format!(
+                "unexpected metadata response {other:?}"
+            ))),
         }
     }
 
     /// The cached leader of `tp`, if known and online.
     pub fn leader(&self, tp: &TopicPartition) -> Option<BrokerId> {
         let metadata = self.metadata.lock().expect("metadata lock");
-        metadata.get(&tp.topic)?.iter().find(|p| p.partition == tp.partition)?.leader
+        metadata
+            .get(&tp.topic)?
+            .iter()
+            .find(|p| p.partition == tp.partition)?
+            .leader
     }
 
     /// Number of partitions of `topic` in the cache.
     pub fn partition_count(&self, topic: &str) -> Option<u32> {
-        self.metadata.lock().expect("metadata lock").get(topic).map(|p| p.len() as u32)
+        self.metadata
+            .lock()
+            .expect("metadata lock")
+            .get(topic)
+            .map(|p| p.len() as u32)
     }
 
     /// Forgets the leader of every partition (after NOT_LEADER_OR_FOLLOWER, say).
@@ -137,7 +151,10 @@ fn rpc_error(mut what: String, timeout: Duration, error: RpcError) -> ClientErro
     if let RpcError::Disconnected { .. } = error {
         what.push_str(" (connection reset)");
     }
-    ClientError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }
+    ClientError::Timeout {
+        what,
+        timeout_ms: timeout.as_millis() as u64,
+    }
 }
 
 /// The Kafka API name of a request, for messages.

@@ -497,7 +497,11 @@ impl Consumer for SimConsumer {
         let request = offset_fetch(group_id, partitions.to_vec(), true);
         let deadline = Deadline::after(Duration::from_millis(DEFAULT_API_TIMEOUT_MS));
         loop {
-            match self.group.coordinator_request(request.clone(), &deadline).await? {
+            match self
+                .group
+                .coordinator_request(request.clone(), &deadline)
+                .await?
+            {
                 Response::OffsetFetch { offsets } => return Ok(offsets),
                 // A transaction's offsets are pending: wait until it ends (Java retries).
                 Response::Error(KafkaError::UnstableOffsetCommit) if !deadline.expired() => {
@@ -561,9 +565,15 @@ pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<
 /// variant, which answers UNSTABLE_OFFSET_COMMIT while a transaction has offsets pending.
 fn offset_fetch(group_id: String, partitions: Vec<TopicPartition>, stable: bool) -> Request {
     if stable {
-        Request::OffsetFetchStable { group_id, partitions }
+        Request::OffsetFetchStable {
+            group_id,
+            partitions,
+        }
     } else {
-        Request::OffsetFetch { group_id, partitions }
+        Request::OffsetFetch {
+            group_id,
+            partitions,
+        }
     }
 }
 
