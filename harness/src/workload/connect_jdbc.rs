@@ -21,6 +21,7 @@
 //! per source partition `log-state` and `source-log`, then `table-state`, `dlq-state`
 //! (with a DLQ), `committed-offsets` and every task's `task-status`.
 
+use super::records::text;
 use super::Pipeline;
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
@@ -552,12 +553,6 @@ impl ConnectJdbc {
             rows,
         }
     }
-}
-
-fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// The `eosim.id` header's value; `u64::MAX` without one.

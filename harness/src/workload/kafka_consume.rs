@@ -14,13 +14,14 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
+use super::records::{next_offsets, parse_id, record_ref, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{
-    AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, Producer,
-    ProducerConfig, ProducerRecord,
+    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, Producer, ProducerConfig,
+    ProducerRecord,
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
@@ -187,25 +188,6 @@ pub async fn consumer_process(ctx: Context, name: String) {
     }
 }
 
-fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    RecordRef {
-        id: parse_id(&r.value),
-        key: text(&r.key),
-        tp: r.tp.clone(),
-        offset: r.offset,
-    }
-}
-
-/// The next offset to read per partition after `records`.
-fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
-    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-    for r in records {
-        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
-        *entry = (*entry).max(r.offset + 1);
-    }
-    next.into_iter().collect()
-}
-
 /// Writes rows into the sink: durable only after `sink_write_ms` (a kill before then
 /// loses the write, as a crash before a database commit would).
 async fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
@@ -348,15 +330,4 @@ impl Pipeline for KafkaConsume {
             None,
         );
     }
-}
-
-fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
-/// The id a record's value carries; `u64::MAX` for a value that is not one.
-fn parse_id(value: &Option<Bytes>) -> u64 {
-    text(value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
 }

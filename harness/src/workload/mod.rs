@@ -16,6 +16,7 @@
 pub mod clickhouse_sink;
 pub mod connect_jdbc;
 pub mod kafka_consume;
+pub mod records;
 pub mod streams_count;
 pub mod transactional_copy;
 

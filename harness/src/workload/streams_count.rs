@@ -24,6 +24,7 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
+use super::records::text;
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::drop_aborted;
@@ -335,12 +336,6 @@ fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
         count,
         offset: r.offset,
     })
-}
-
-fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch

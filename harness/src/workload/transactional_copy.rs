@@ -31,6 +31,7 @@
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
+use super::records::{next_offsets, parse_id, record_ref, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::{drop_aborted, SimConsumer};
@@ -411,36 +412,6 @@ async fn rewind(consumer: &mut SimConsumer) {
     for (tp, offset) in committed {
         let _ = consumer.seek(&tp, offset.max(0));
     }
-}
-
-fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    RecordRef {
-        id: parse_id(&r.value),
-        key: text(&r.key),
-        tp: r.tp.clone(),
-        offset: r.offset,
-    }
-}
-
-/// The next offset to read per partition after `records`.
-fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
-    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-    for r in records {
-        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
-        *entry = (*entry).max(r.offset + 1);
-    }
-    next.into_iter().collect()
-}
-
-fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
-/// The id a record's value carries; `u64::MAX` for a value that is not one.
-fn parse_id(value: &Option<Bytes>) -> u64 {
-    text(value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
 }
 
 /// The `transactional-copy` pipeline.
