@@ -266,6 +266,55 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// Every error the model knows, in declaration order (for the lookup by number).
+    pub const ALL: [KafkaError; 36] = {
+        use KafkaError::*;
+        [
+            OffsetOutOfRange,
+            CorruptMessage,
+            UnknownTopicOrPartition,
+            LeaderNotAvailable,
+            NotLeaderOrFollower,
+            RequestTimedOut,
+            MessageTooLarge,
+            CoordinatorLoadInProgress,
+            CoordinatorNotAvailable,
+            NotCoordinator,
+            NotEnoughReplicas,
+            NotEnoughReplicasAfterAppend,
+            IllegalGeneration,
+            InconsistentGroupProtocol,
+            UnknownMemberId,
+            InvalidSessionTimeout,
+            RebalanceInProgress,
+            TopicAlreadyExists,
+            InvalidPartitions,
+            InvalidReplicationFactor,
+            OutOfOrderSequenceNumber,
+            DuplicateSequenceNumber,
+            InvalidProducerEpoch,
+            InvalidTxnState,
+            InvalidProducerIdMapping,
+            InvalidTransactionTimeout,
+            ConcurrentTransactions,
+            TransactionCoordinatorFenced,
+            ProducerFenced,
+            UnknownProducerId,
+            FencedLeaderEpoch,
+            UnknownLeaderEpoch,
+            MemberIdRequired,
+            FencedInstanceId,
+            TransactionAbortable,
+            UnstableOffsetCommit,
+        ]
+    };
+
+    /// The error with Kafka's numeric `code`, if the model knows it (the inverse of
+    /// [`KafkaError::code`]).
+    pub fn from_code(code: i16) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.code() == code)
+    }
+
     /// Kafka's numeric error code.
     pub fn code(self) -> i16 {
         use KafkaError::*;
@@ -602,4 +651,21 @@ pub enum Response {
         producer_epoch: i16,
     },
     Error(KafkaError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KafkaError;
+
+    #[test]
+    fn every_known_error_code_maps_back_to_its_error_and_codes_are_distinct() {
+        for e in KafkaError::ALL {
+            assert_eq!(KafkaError::from_code(e.code()), Some(e), "{e}");
+        }
+        let mut codes: Vec<i16> = KafkaError::ALL.iter().map(|e| e.code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), KafkaError::ALL.len());
+        assert_eq!(KafkaError::from_code(0), None);
+    }
 }

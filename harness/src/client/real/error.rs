@@ -12,52 +12,11 @@ use crate::client::ClientError;
 use eosim_sim::kafka::KafkaError;
 use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 
-/// Every [`KafkaError`] the model knows, for the lookup by number.
-const KNOWN: [KafkaError; 35] = {
-    use KafkaError::*;
-    [
-        OffsetOutOfRange,
-        CorruptMessage,
-        UnknownTopicOrPartition,
-        LeaderNotAvailable,
-        NotLeaderOrFollower,
-        RequestTimedOut,
-        MessageTooLarge,
-        CoordinatorLoadInProgress,
-        CoordinatorNotAvailable,
-        NotCoordinator,
-        NotEnoughReplicas,
-        NotEnoughReplicasAfterAppend,
-        IllegalGeneration,
-        InconsistentGroupProtocol,
-        UnknownMemberId,
-        InvalidSessionTimeout,
-        RebalanceInProgress,
-        TopicAlreadyExists,
-        InvalidPartitions,
-        InvalidReplicationFactor,
-        OutOfOrderSequenceNumber,
-        DuplicateSequenceNumber,
-        InvalidProducerEpoch,
-        InvalidTxnState,
-        InvalidProducerIdMapping,
-        InvalidTransactionTimeout,
-        ConcurrentTransactions,
-        TransactionCoordinatorFenced,
-        ProducerFenced,
-        UnknownProducerId,
-        FencedLeaderEpoch,
-        UnknownLeaderEpoch,
-        MemberIdRequired,
-        FencedInstanceId,
-        TransactionAbortable,
-    ]
-};
-
 /// The model's name for a broker error code, if it knows it.
 pub fn kafka_error(code: RDKafkaErrorCode) -> Option<KafkaError> {
-    let n = code as i32;
-    KNOWN.iter().copied().find(|e| i32::from(e.code()) == n)
+    i16::try_from(code as i32)
+        .ok()
+        .and_then(KafkaError::from_code)
 }
 
 /// Whether `code` means "no answer in time": the outcome is unknown.
