@@ -1,10 +1,13 @@
 //! Small conversions every pipeline shares: record bytes as text, the id a value carries,
-//! a consumed record as the history names it, and the offsets to commit after a batch.
+//! a consumed record as the history names it, the offsets to commit after a batch, and the
+//! final read_committed view of a partition.
 
+use crate::client::sim::consumer::drop_aborted;
 use crate::client::ConsumedRecord;
 use crate::history::RecordRef;
 use bytes::Bytes;
-use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::kafka::model::{Cluster, Reply};
+use eosim_sim::kafka::{FetchedRecord, Isolation, Offset, Request, Response, TopicPartition};
 use std::collections::BTreeMap;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
@@ -37,4 +40,47 @@ pub fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)>
         *entry = (*entry).max(r.offset + 1);
     }
     next.into_iter().collect()
+}
+
+/// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
+/// at the partition's leader, with the client's aborted-transaction filter.
+///
+/// # Errors
+/// When the partition has no leader or the leader answers with an error.
+pub fn read_committed(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+) -> Result<Vec<FetchedRecord>, String> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    let leader = cluster
+        .leader(tp)
+        .ok_or_else(|| format!("{tp} has no leader"))?;
+    loop {
+        let request = Request::Fetch {
+            isolation: Isolation::ReadCommitted,
+            partitions: vec![(tp.clone(), offset)],
+            max_bytes: 52_428_800,
+            partition_max_bytes: 52_428_800,
+            max_wait_ms: 0,
+        };
+        let partitions = match cluster.handle(now_ms, leader, request) {
+            Reply::Done(Response::Fetch { partitions }) => partitions,
+            other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
+        };
+        let (_, part) = partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{tp}: empty fetch"))?;
+        if let Some(e) = part.error {
+            return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
+        }
+        if part.next_fetch_offset <= offset {
+            return Ok(out);
+        }
+        let records = drop_aborted(part.records, &part.aborted);
+        out.extend(records.into_iter().filter(|r| r.offset >= offset));
+        offset = part.next_fetch_offset;
+    }
 }

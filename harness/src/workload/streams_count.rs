@@ -24,10 +24,9 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::text;
+use super::records::{read_committed, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
-use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpdate, Value};
@@ -37,8 +36,8 @@ use crate::streams::instance::{self, InstanceContext};
 use crate::streams::store::Disk;
 use crate::streams::topology::split_store_key;
 use bytes::Bytes;
-use eosim_sim::kafka::model::{Cluster, Reply};
-use eosim_sim::kafka::{FetchedRecord, Isolation, Offset, Request, Response, TopicPartition};
+use eosim_sim::kafka::model::Cluster;
+use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
@@ -336,47 +335,4 @@ fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
         count,
         offset: r.offset,
     })
-}
-
-/// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
-/// at the partition's leader, with the client's aborted-transaction filter.
-///
-/// # Errors
-/// When the partition has no leader or the leader answers with an error.
-fn read_committed(
-    cluster: &mut Cluster,
-    now_ms: u64,
-    tp: &TopicPartition,
-) -> Result<Vec<FetchedRecord>, String> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    let leader = cluster
-        .leader(tp)
-        .ok_or_else(|| format!("{tp} has no leader"))?;
-    loop {
-        let request = Request::Fetch {
-            isolation: Isolation::ReadCommitted,
-            partitions: vec![(tp.clone(), offset)],
-            max_bytes: 52_428_800,
-            partition_max_bytes: 52_428_800,
-            max_wait_ms: 0,
-        };
-        let partitions = match cluster.handle(now_ms, leader, request) {
-            Reply::Done(Response::Fetch { partitions }) => partitions,
-            other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
-        };
-        let (_, part) = partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("{tp}: empty fetch"))?;
-        if let Some(e) = part.error {
-            return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
-        }
-        if part.next_fetch_offset <= offset {
-            return Ok(out);
-        }
-        let records = drop_aborted(part.records, &part.aborted);
-        out.extend(records.into_iter().filter(|r| r.offset >= offset));
-        offset = part.next_fetch_offset;
-    }
 }

@@ -31,10 +31,10 @@
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
-use super::records::{next_offsets, parse_id, record_ref, text};
+use super::records::{next_offsets, parse_id, read_committed, record_ref, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
-use crate::client::sim::consumer::{drop_aborted, SimConsumer};
+use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnBuggify, TxnProducerConfig};
 use crate::client::{
@@ -45,8 +45,8 @@ use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use bytes::Bytes;
-use eosim_sim::kafka::model::{Cluster, Reply};
-use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
+use eosim_sim::kafka::model::Cluster;
+use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
@@ -533,11 +533,20 @@ impl Pipeline for TransactionalCopy {
                 high_watermark,
                 last_stable_offset,
             });
-            let Ok(records) = read_committed(&mut cluster, now_ms, &tp) else {
+            let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
                 // The drain waits until every output partition is readable; a partition
                 // that is not has no committed view, and the checkers judge without it.
                 continue;
             };
+            let records: Vec<RecordRef> = fetched
+                .into_iter()
+                .map(|r| RecordRef {
+                    id: parse_id(&r.record.value),
+                    key: text(&r.record.key),
+                    tp: tp.clone(),
+                    offset: r.offset,
+                })
+                .collect();
             for r in &records {
                 let (tp, offset) = input_position
                     .get(&r.id)
@@ -582,57 +591,5 @@ impl TransactionalCopy {
             self.record(Value::LogState { tp, records });
         }
         input_position
-    }
-}
-
-/// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
-/// at the partition's leader, with the client's aborted-transaction filter.
-///
-/// # Errors
-/// When the partition has no leader or the leader answers with an error.
-fn read_committed(
-    cluster: &mut Cluster,
-    now_ms: u64,
-    tp: &TopicPartition,
-) -> Result<Vec<RecordRef>, String> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    let leader = cluster
-        .leader(tp)
-        .ok_or_else(|| format!("{tp} has no leader"))?;
-    loop {
-        let request = Request::Fetch {
-            isolation: Isolation::ReadCommitted,
-            partitions: vec![(tp.clone(), offset)],
-            max_bytes: 52_428_800,
-            partition_max_bytes: 52_428_800,
-            max_wait_ms: 0,
-        };
-        let partitions = match cluster.handle(now_ms, leader, request) {
-            Reply::Done(Response::Fetch { partitions }) => partitions,
-            other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
-        };
-        let Some((_, part)) = partitions.into_iter().next() else {
-            return Err(format!("{tp}: empty fetch response"));
-        };
-        if let Some(e) = part.error {
-            return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
-        }
-        if part.next_fetch_offset <= offset {
-            return Ok(out);
-        }
-        let records = drop_aborted(part.records, &part.aborted);
-        out.extend(
-            records
-                .into_iter()
-                .filter(|r| r.offset >= offset)
-                .map(|r| RecordRef {
-                    id: parse_id(&r.record.value),
-                    key: text(&r.record.key),
-                    tp: tp.clone(),
-                    offset: r.offset,
-                }),
-        );
-        offset = part.next_fetch_offset;
     }
 }
