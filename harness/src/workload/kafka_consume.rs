@@ -14,20 +14,16 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{next_offsets, parse_id, record_ref, text};
+use super::records::{next_offsets, parse_id, record_ref, send_id, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{
-    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, Producer, ProducerConfig,
-    ProducerRecord,
-};
+use crate::client::{AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use crate::runner::world::World;
 use crate::scenario::{CommitMode, Scenario, TopicSpec};
-use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -97,41 +93,11 @@ pub async fn producer_process(ctx: Context, name: String) {
     };
     let producer = SimProducer::new(conn, config);
     while let Some(id) = ctx.take_id(&name) {
-        let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let invoke = Value::Send {
-            id,
-            key: Some(key.clone()),
-            tp: None,
-            offset: None,
-        };
-        ctx.record(&name, OpKind::Invoke, invoke, None);
-        let record = ProducerRecord {
-            topic: ctx.scenario.topic.name.clone(),
-            partition: None,
-            key: Some(Bytes::from(key.clone())),
-            value: Some(Bytes::from(id.to_string())),
-            headers: Vec::new(),
-        };
-        let result = producer.send(record).await;
-        let (kind, tp, offset, error) = match result {
-            Ok(d) => {
-                let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
-                (OpKind::Ok, Some(tp), Some(d.offset), None)
-            }
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
-        };
-        ctx.record(
-            &name,
-            kind,
-            Value::Send {
-                id,
-                key: Some(key),
-                tp,
-                offset,
-            },
-            error,
-        );
+        let topic = &ctx.scenario.topic.name;
+        send_id(&producer, topic, w.keys, id, |kind, value, error| {
+            ctx.record(&name, kind, value, error)
+        })
+        .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }

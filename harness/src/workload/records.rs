@@ -1,10 +1,12 @@
 //! Small conversions every pipeline shares: record bytes as text, the id a value carries,
 //! a consumed record as the history names it, the offsets to commit after a batch, and the
-//! final read_committed view of a partition.
+//! final read_committed view of a partition; and the send of one generated id, recorded
+//! as invoke then ok / fail / info.
 
 use crate::client::sim::consumer::drop_aborted;
-use crate::client::ConsumedRecord;
-use crate::history::RecordRef;
+use crate::client::sim::producer::SimProducer;
+use crate::client::{ConsumedRecord, Producer, ProducerRecord};
+use crate::history::{OpKind, RecordRef, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
 use eosim_sim::kafka::{FetchedRecord, Isolation, Offset, Request, Response, TopicPartition};
@@ -82,5 +84,42 @@ pub fn read_committed(
         let records = drop_aborted(part.records, &part.aborted);
         out.extend(records.into_iter().filter(|r| r.offset >= offset));
         offset = part.next_fetch_offset;
+    }
+}
+
+/// Sends generated id `id` to `topic` (key `k{id % keys}`, value the id in decimal),
+/// recording a `send` invoke and its completion through `record`: ok with the partition
+/// and offset (no offset under acks=0, which reports -1), info when the outcome is unknown,
+/// fail when the record certainly was not written.
+pub async fn send_id(
+    producer: &SimProducer,
+    topic: &str,
+    keys: u32,
+    id: u64,
+    record: impl Fn(OpKind, Value, Option<String>),
+) {
+    let key = format!("k{}", id % u64::from(keys.max(1)));
+    let send = |tp, offset| Value::Send {
+        id,
+        key: Some(key.clone()),
+        tp,
+        offset,
+    };
+    record(OpKind::Invoke, send(None, None), None);
+    let produced = ProducerRecord {
+        topic: topic.to_string(),
+        partition: None,
+        key: Some(Bytes::from(key.clone())),
+        value: Some(Bytes::from(id.to_string())),
+        headers: Vec::new(),
+    };
+    match producer.send(produced).await {
+        Ok(d) => {
+            let tp = TopicPartition::new(topic, d.partition);
+            let offset = Some(d.offset).filter(|o| *o >= 0);
+            record(OpKind::Ok, send(Some(tp), offset), None);
+        }
+        Err(e) if e.is_ambiguous() => record(OpKind::Info, send(None, None), Some(e.to_string())),
+        Err(e) => record(OpKind::Fail, send(None, None), Some(e.to_string())),
     }
 }

@@ -31,20 +31,19 @@
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
-use super::records::{next_offsets, parse_id, read_committed, record_ref, text};
+use super::records::{next_offsets, parse_id, read_committed, record_ref, send_id, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnBuggify, TxnProducerConfig};
 use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
-    ProducerRecord, TransactionalProducer, TxnError,
+    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
+    TransactionalProducer, TxnError,
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
-use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,45 +135,11 @@ async fn producer_process(ctx: Context, name: String) {
     };
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
-        let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let invoke = Value::Send {
-            id,
-            key: Some(key.clone()),
-            tp: None,
-            offset: None,
-        };
-        ctx.record(&name, OpKind::Invoke, invoke, None);
-        let record = ProducerRecord {
-            topic: ctx.scenario.topic.name.clone(),
-            partition: None,
-            key: Some(Bytes::from(key.clone())),
-            value: Some(Bytes::from(id.to_string())),
-            headers: Vec::new(),
-        };
-        let (kind, tp, offset, error) = match producer.send(record).await {
-            Ok(d) => {
-                let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
-                (
-                    OpKind::Ok,
-                    Some(tp),
-                    Some(d.offset).filter(|o| *o >= 0),
-                    None,
-                )
-            }
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
-        };
-        ctx.record(
-            &name,
-            kind,
-            Value::Send {
-                id,
-                key: Some(key),
-                tp,
-                offset,
-            },
-            error,
-        );
+        let topic = &ctx.scenario.topic.name;
+        send_id(&producer, topic, w.keys, id, |kind, value, error| {
+            ctx.record(&name, kind, value, error)
+        })
+        .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
 }
