@@ -147,7 +147,6 @@ where
     Req: Clone + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
-    let timeout_ms = timeout.as_millis() as u64;
     let source = endpoint
         .local_addr()
         .map_err(|e| RpcError::Transport(e.to_string()))?;
@@ -173,16 +172,35 @@ where
                 .await
                 .map_err(|e| RpcError::Transport(e.to_string()))?;
         }
-        let (payload, _) = endpoint
-            .recv_from_raw(response_tag)
-            .await
-            .map_err(|e| RpcError::Transport(e.to_string()))?;
-        Ok(*payload
-            .downcast::<Resp>()
-            .expect("response type matches the request type"))
+        receive(endpoint, response_tag).await
     };
-    // Created before anything is sent, so a reset from then on is seen even before the
-    // first poll.
+    answer_or_reset(target, timeout, exchange).await
+}
+
+/// Waits for the response tagged `response_tag`.
+async fn receive<Resp: Send + Sync + 'static>(
+    endpoint: &Endpoint,
+    response_tag: u64,
+) -> Result<Resp, RpcError> {
+    let (payload, _) = endpoint
+        .recv_from_raw(response_tag)
+        .await
+        .map_err(|e| RpcError::Transport(e.to_string()))?;
+    Ok(*payload
+        .downcast::<Resp>()
+        .expect("response type matches the request type"))
+}
+
+/// Runs `exchange` (not yet polled) until it answers, the server's connections are reset
+/// ([`RpcError::Disconnected`]) or `timeout` passes ([`RpcError::Timeout`]).
+async fn answer_or_reset<Resp>(
+    target: SocketAddr,
+    timeout: Duration,
+    exchange: impl Future<Output = Result<Resp, RpcError>>,
+) -> Result<Resp, RpcError> {
+    let timeout_ms = timeout.as_millis() as u64;
+    // Created before `exchange` sends anything, so a reset from then on is seen even
+    // before the first poll.
     let bell = reset_bell(target.ip());
     let reset = bell.notified();
     let answered = async {
@@ -235,7 +253,6 @@ where
     Req: Clone + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
-    let timeout_ms = timeout.as_millis() as u64;
     let source = endpoint
         .local_addr()
         .map_err(|e| RpcError::Transport(e.to_string()))?;
@@ -263,29 +280,7 @@ where
                 .await;
         }
     });
-    let exchange = async {
-        let (payload, _) = endpoint
-            .recv_from_raw(response_tag)
-            .await
-            .map_err(|e| RpcError::Transport(e.to_string()))?;
-        Ok(*payload
-            .downcast::<Resp>()
-            .expect("response type matches the request type"))
-    };
-    let bell = reset_bell(target.ip());
-    let reset = bell.notified();
-    let answered = async {
-        tokio::select! {
-            // `biased`: tokio picks branches with a thread-local RNG otherwise, which
-            // would break replay.
-            biased;
-            result = exchange => result,
-            () = reset => Err(RpcError::Disconnected { target }),
-        }
-    };
-    madsim::time::timeout(timeout, answered)
-        .await
-        .map_err(|_| RpcError::Timeout { target, timeout_ms })?
+    answer_or_reset(target, timeout, receive(endpoint, response_tag)).await
 }
 
 /// Serves requests on `endpoint` forever, one task per request, answering each with
