@@ -95,6 +95,10 @@ struct SimArgs {
     /// Report directory. Default: reports.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Runs allowed for shrinking each counterexample; 0 turns shrinking off. Default:
+    /// eosim's.
+    #[arg(long, value_name = "N")]
+    shrink_runs_max: Option<u32>,
 }
 
 #[derive(Args)]
@@ -167,6 +171,7 @@ fn run(task: Task) -> Result<u8> {
             verbose: false,
             no_progress: false,
             out: None,
+            shrink_runs_max: None,
         }),
     }
 }
@@ -222,6 +227,9 @@ fn sim(args: &SimArgs) -> Result<u8> {
     }
     if args.no_progress {
         cmd.arg("--no-progress");
+    }
+    if let Some(n) = args.shrink_runs_max {
+        cmd.arg("--shrink-runs-max").arg(n.to_string());
     }
     status(&mut cmd)
 }

@@ -10,6 +10,7 @@ use crate::history::{History, Value};
 use crate::report::{Counterexample, ScenarioResult, Verdict};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
+use eosim_sim::nemesis::ScheduledFault;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,8 @@ pub struct SeedVerdict {
     pub sim_time_ms: u64,
     /// Coverage marks hit.
     pub marks: BTreeMap<String, u64>,
+    /// The faults the seed applied, in time order ([`SeedOutcome::schedule`]).
+    pub schedule: Vec<ScheduledFault>,
 }
 
 /// Checks one seed's history and classifies the seed.
@@ -92,6 +95,7 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
         faults_before_anomaly_count,
         sim_time_ms: outcome.sim_time_ms,
         marks: outcome.marks.clone(),
+        schedule: outcome.schedule.clone(),
         check,
     }
 }
@@ -204,6 +208,7 @@ pub fn aggregate(
             .display()
             .to_string(),
         anomalies: s.check.case_texts(8),
+        shrunk: None,
     });
     ScenarioResult {
         scenario: scenario.name.clone(),
@@ -298,6 +303,7 @@ mod tests {
             faults_before_anomaly_count: faults_before,
             sim_time_ms: 1_000,
             marks: BTreeMap::new(),
+            schedule: Vec::new(),
         }
     }
 

@@ -24,6 +24,8 @@ mod real;
 #[cfg(madsim)]
 mod run;
 pub mod rundir;
+#[cfg(madsim)]
+mod shrink;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -140,7 +142,15 @@ pub struct SimArgs {
     /// Print every seed's header and history hash, not only failing ones.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Runs allowed for shrinking each violated claim's counterexample schedule; 0 turns
+    /// shrinking off.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHRINK_RUNS_MAX)]
+    pub shrink_runs_max: u32,
 }
+
+/// Runs per counterexample shrink unless `--shrink-runs-max` says otherwise: enough for
+/// ddmin on about a dozen faults.
+pub const DEFAULT_SHRINK_RUNS_MAX: u32 = 24;
 
 /// `eosim replay` / `eosim determinism` arguments.
 #[derive(Debug, Args)]

@@ -6,7 +6,9 @@ use super::aggregate::{
 };
 use super::output::{build_id, format_op, format_sim_time, seed_header};
 use super::rundir::{create_run_dir, point_latest, rfc3339};
+use super::shrink::{record_shrunk, shrink};
 use super::{Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
+use crate::checker::Anomaly;
 use crate::history::History;
 use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
 use crate::runner::{run_seed, SeedOutcome};
@@ -177,6 +179,9 @@ fn run_scenario(
     bar.finish_and_clear();
     let wall_time_s = started.elapsed().as_secs_f64();
     let mut result = aggregate(scenario, path, run_dir, &seeds, wall_time_s);
+    if result.verdict == Verdict::Violated && args.shrink_runs_max > 0 {
+        shrink_counterexample(scenario, &mut result, &seeds, run_dir, args.shrink_runs_max);
+    }
     let mut class = exit_class(&result, expected_verdict(scenario));
     if let Some(note) = recheck_determinism(scenario, path, &result, &seeds) {
         println!("{note}");
@@ -185,6 +190,61 @@ fn run_scenario(
     }
     print_scenario_end(&result, class);
     (result, class)
+}
+
+/// Shrinks the counterexample's fault schedule ([`super::shrink`]) and records the result
+/// (or why there is none) in `result`.
+fn shrink_counterexample(
+    scenario: &Scenario,
+    result: &mut ScenarioResult,
+    seeds: &[SeedVerdict],
+    run_dir: &Path,
+    runs_max: u32,
+) {
+    let Some(counterexample) = result.counterexample.as_mut() else {
+        return;
+    };
+    let Some(seed) = seeds.iter().find(|s| s.seed == counterexample.seed) else {
+        return;
+    };
+    if seed.schedule.is_empty() {
+        // Nothing to remove: the failure needs no scheduled fault (fault points, bad input
+        // or the pipeline's own timing), which the counterexample already shows.
+        return;
+    }
+    let target: BTreeSet<Anomaly> = seed.check.forbidden.iter().copied().collect();
+    println!(
+        "  shrinking seed {}: {} faults, at most {runs_max} runs",
+        seed.seed,
+        seed.schedule.len()
+    );
+    let outcome = shrink(
+        scenario,
+        seed.seed,
+        &seed.schedule,
+        &target,
+        runs_max,
+        &|s, seed| run_guarded(s, seed),
+    );
+    let file = history_path(run_dir, &scenario.name, seed.seed).with_file_name("shrunk.toml");
+    match record_shrunk(scenario, seed.schedule.len(), &outcome, &file, seed.seed) {
+        Ok(Some(shrunk)) => {
+            println!(
+                "  shrunk to {} of {} faults in {} runs: {}",
+                shrunk.faults.len(),
+                shrunk.faults_from,
+                shrunk.runs,
+                shrunk.replay
+            );
+            counterexample.shrunk = Some(shrunk);
+        }
+        Ok(None) => result.notes.push(format!(
+            "shrink: seed {}'s {} faults as an explicit schedule (swarm removed) did not fail              again at that seed, so the counterexample is not shrunk",
+            seed.seed,
+            seed.schedule.len()
+        )),
+        Err(e) => result.notes.push(format!("shrink: cannot write {e}")),
+    }
 }
 
 /// Runs one seed again (the counterexample's, else the first) and compares history hashes,
@@ -245,6 +305,7 @@ fn run_guarded(scenario: &Scenario, seed: u64) -> SeedOutcome {
             sim_time_ms: 0,
             marks: Default::default(),
             drawn: Vec::new(),
+            schedule: Vec::new(),
         }
     })
 }

@@ -162,6 +162,9 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
         for line in &c.faults {
             let _ = writeln!(out, "- `{line}`");
         }
+        if let Some(shrunk) = &c.shrunk {
+            shrunk_section(out, shrunk);
+        }
         out.push_str("\nAnomaly cases:\n\n");
         for text in &c.anomalies {
             let _ = writeln!(out, "- {text}");
@@ -174,6 +177,30 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
         for note in &s.notes {
             let _ = writeln!(out, "- {note}");
         }
+    }
+}
+
+/// The shrunk schedule: what the failure needs, and how to replay just that.
+fn shrunk_section(out: &mut String, shrunk: &super::Shrunk) {
+    let _ = writeln!(
+        out,
+        "\nShrunk to {} of {} faults in {} runs{}: `{}`\n",
+        shrunk.faults.len(),
+        shrunk.faults_from,
+        shrunk.runs,
+        if shrunk.minimal {
+            " (each one needed)"
+        } else {
+            " (run budget spent; may shrink further)"
+        },
+        shrunk.scenario_file
+    );
+    let _ = writeln!(out, "```sh\n{}\n```\n", shrunk.replay);
+    if shrunk.faults.is_empty() {
+        out.push_str("- no fault: the seed fails without any\n");
+    }
+    for line in &shrunk.faults {
+        let _ = writeln!(out, "- `{line}`");
     }
 }
 

@@ -97,6 +97,28 @@ pub struct Counterexample {
     pub history_path: String,
     /// The first few anomaly case texts, forbidden ones first.
     pub anomalies: Vec<String>,
+    /// The fault schedule shrunk to what the failure needs (simulation only; `None` when
+    /// not tried, not reproduced, or a real run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrunk: Option<Shrunk>,
+}
+
+/// A counterexample's fault schedule after shrinking (`cli::shrink`): an explicit schedule
+/// that fails at the same seed, written as a scenario file of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shrunk {
+    /// Faults (recoveries included) the seed applied before shrinking.
+    pub faults_from: u64,
+    /// The faults kept, as `at_ms=4200 {fault = "kill", target = ["worker-0"], ...}`.
+    pub faults: Vec<String>,
+    /// Runs the shrink took, the unshrunk explicit schedule included.
+    pub runs: u32,
+    /// Whether each kept fault was shown to be needed (false: the run budget ran out).
+    pub minimal: bool,
+    /// The shrunk scenario file.
+    pub scenario_file: String,
+    /// The command that replays it.
+    pub replay: String,
 }
 
 impl Counterexample {
@@ -117,6 +139,7 @@ impl Counterexample {
             faults: fault_lines(history, first_forbidden_op(result)),
             history_path,
             anomalies: result.case_texts(cases_max),
+            shrunk: None,
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct SeedOutcome {
     pub marks: BTreeMap<String, u64>,
     /// Swarm parameters drawn for this seed, as `key=value` lines.
     pub drawn: Vec<String>,
+    /// The faults this seed applied (explicit and swarm-drawn, before `faults.until_ms`),
+    /// in time order: what a shrinker starts from.
+    pub schedule: Vec<ScheduledFault>,
 }
 
 /// Runs `scenario` with `seed` in a fresh simulator on a fresh OS thread. `verbose` prints
@@ -70,6 +73,7 @@ pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutco
             sim_time_ms: 0,
             marks: BTreeMap::new(),
             drawn: Vec::new(),
+            schedule: Vec::new(),
         },
     }
 }
@@ -93,10 +97,11 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
     let mut pipeline = crate::workload::pipeline_for(scenario.clone(), world.recorder.clone());
     create_topics(&mut world, &scenario, pipeline.topics()).await;
     pipeline.start(&mut world);
-    let (schedule, drawn) = match build_schedule(&world, &scenario) {
+    let (mut schedule, drawn) = match build_schedule(&world, &scenario) {
         Ok(s) => s,
         Err(e) => panic!("scenario {}: faults: {e}", scenario.name),
     };
+    schedule.retain(|f| f.at_ms < scenario.faults.until_ms);
     run_schedule(&world, &schedule, scenario.faults.until_ms, verbose).await;
     let stalled = drain(&world, pipeline.as_ref(), &scenario, verbose).await;
     pipeline.record_final(&world);
@@ -108,6 +113,7 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
         sim_time_ms: now_ns() / 1_000_000,
         marks: crate::marks::take(),
         drawn,
+        schedule,
     }
 }
 
@@ -191,7 +197,7 @@ fn fault_targets(fault: &eosim_sim::nemesis::Fault) -> Vec<String> {
 }
 
 async fn run_schedule(world: &World, schedule: &[ScheduledFault], until_ms: u64, verbose: bool) {
-    for f in schedule.iter().filter(|f| f.at_ms < until_ms) {
+    for f in schedule {
         let now_ms = now_ns() / 1_000_000;
         if f.at_ms > now_ms {
             madsim::time::sleep(Duration::from_millis(f.at_ms - now_ms)).await;
