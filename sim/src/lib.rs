@@ -17,6 +17,8 @@
 #![deny(missing_docs)]
 
 pub mod clickhouse;
+#[cfg(madsim)]
+pub mod clock;
 pub mod kafka;
 pub mod nemesis;
 #[cfg(madsim)]

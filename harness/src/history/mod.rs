@@ -442,7 +442,7 @@ impl History {
 pub fn is_recovery(name: &str) -> bool {
     matches!(
         name,
-        "heal" | "restart" | "resume" | "repair" | "unclog" | "release"
+        "heal" | "restart" | "resume" | "repair" | "unclog" | "release" | "clock-reset"
     )
 }
 

@@ -188,7 +188,8 @@ fn fault_targets(fault: &eosim_sim::nemesis::Fault) -> Vec<String> {
         | Fault::Restart { target }
         | Fault::Pause { target }
         | Fault::Resume { target }
-        | Fault::Clog { target } => target.clone(),
+        | Fault::Clog { target }
+        | Fault::ClockJump { target, .. } => target.clone(),
         Fault::Partition { source, target, .. } | Fault::Messages { source, target, .. } => {
             source.iter().chain(target).cloned().collect()
         }

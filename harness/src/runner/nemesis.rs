@@ -114,6 +114,14 @@ pub fn swarm_schedule(
                 )
             }
             FaultKind::Messages => (message_fault(&mut rng, node, other), Fault::Heal),
+            FaultKind::ClockJump => {
+                let delta_ms = rng.gen_range(-CLOCK_JUMP_MS_MAX..=CLOCK_JUMP_MS_MAX);
+                let jump = |delta_ms| Fault::ClockJump {
+                    target: vec![node.clone()],
+                    delta_ms,
+                };
+                (jump(delta_ms), jump(-delta_ms))
+            }
             FaultKind::KillLeader => {
                 let partition = rng.gen_range(0..partitions.max(1));
                 let topic = topic.to_string();
@@ -138,6 +146,10 @@ pub fn swarm_schedule(
     }
     Ok(out)
 }
+
+/// The largest swarm clock step, ms: two days, past the default
+/// `producer.id.expiration.ms` (one day).
+const CLOCK_JUMP_MS_MAX: i64 = 2 * 86_400_000;
 
 fn kill_and_restart(node: String, mode: CrashMode) -> (Fault, Fault) {
     (
@@ -228,6 +240,14 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
             &world.resolve(target)?,
             verbose,
         ),
+        Fault::ClockJump { target, delta_ms } => {
+            for name in world.resolve(target)? {
+                let (id, _) = world.node(&name).expect("resolved names exist");
+                eosim_sim::clock::jump(id, *delta_ms);
+                let detail = format!("target=[{name}] delta_ms={delta_ms}");
+                world.record_fault("clock-jump", detail, verbose);
+            }
+        }
         Fault::Heal => heal(world, verbose),
     }
     Ok(())
@@ -394,9 +414,13 @@ fn has_message_faults() -> bool {
     eosim_sim::net::message_faults_set()
 }
 
-/// The heal-and-drain start: heal the network, restart the dead, resume the paused.
+/// The heal-and-drain start: heal the network, set every wall clock right, restart the
+/// dead, resume the paused.
 pub fn recover_everything(world: &World, verbose: bool) {
     heal(world, verbose);
+    if eosim_sim::clock::reset_all() {
+        world.record_fault("clock-reset", String::new(), verbose);
+    }
     let all = world.names();
     for name in &all {
         restart(world, name, verbose);

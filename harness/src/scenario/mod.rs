@@ -192,6 +192,21 @@ pub struct ClusterSpec {
     /// Kafka). Default true; false is the F10 switch: a retried batch is appended twice.
     #[serde(default = "default_true")]
     pub producer_state_survives_failover: bool,
+    /// `producer.id.expiration.ms` (KIP-854): a producer whose last batch's max timestamp
+    /// (the client's wall clock) is older than this is forgotten. Default 86400000 (1 day).
+    #[serde(default = "default_producer_id_expiration")]
+    pub producer_id_expiration_ms: u64,
+    /// `producer.id.expiration.check.interval.ms`: how often brokers look. Default 600000.
+    #[serde(default = "default_producer_id_expiration_check")]
+    pub producer_id_expiration_check_interval_ms: u64,
+}
+
+fn default_producer_id_expiration() -> u64 {
+    ClusterConfig::default().producer_id_expiration_ms
+}
+
+fn default_producer_id_expiration_check() -> u64 {
+    ClusterConfig::default().producer_id_expiration_check_interval_ms
 }
 
 fn default_true() -> bool {
@@ -207,6 +222,8 @@ impl Default for ClusterSpec {
             group_initial_rebalance_delay_ms: 0,
             transaction_protocol: TxnProtocol::default(),
             producer_state_survives_failover: true,
+            producer_id_expiration_ms: default_producer_id_expiration(),
+            producer_id_expiration_check_interval_ms: default_producer_id_expiration_check(),
         }
     }
 }
@@ -221,6 +238,8 @@ impl ClusterSpec {
             offsets_topic_replication_factor: self.brokers.min(3),
             transaction_protocol: self.transaction_protocol,
             producer_state_survives_failover: self.producer_state_survives_failover,
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms: self.producer_id_expiration_check_interval_ms,
             ..ClusterConfig::default()
         }
     }
@@ -852,7 +871,8 @@ impl Scenario {
             | Fault::Restart { target }
             | Fault::Pause { target }
             | Fault::Resume { target }
-            | Fault::Clog { target } => target.iter().map(|t| ("target", t)).collect(),
+            | Fault::Clog { target }
+            | Fault::ClockJump { target, .. } => target.iter().map(|t| ("target", t)).collect(),
             Fault::Partition { source, target, .. } | Fault::Messages { source, target, .. } => {
                 let source = source.iter().map(|t| ("source", t));
                 source.chain(target.iter().map(|t| ("target", t))).collect()

@@ -222,7 +222,9 @@ impl ProducerState {
             .max()
             .unwrap_or(0);
         let entry = self.entry_for_epoch(header.producer_id, header.producer_epoch);
-        entry.last_timestamp_ms = entry.last_timestamp_ms.max(timestamp);
+        // `ProducerStateEntry.addBatch`: `lastTimestamp = timestamp`, a plain assignment, so
+        // a client whose clock went back makes its entry look old at once.
+        entry.last_timestamp_ms = timestamp;
         let count = (batch.last_offset - batch.base_offset + 1) as usize;
         entry.batches.push_back(BatchMetadata {
             first_seq: header.base_sequence,
@@ -267,7 +269,7 @@ impl ProducerState {
         let timestamp = batch.records.first().map_or(0, |r| r.timestamp_ms);
         let abort = marker_type(&batch.records[0]) == Some(CONTROL_TYPE_ABORT);
         let entry = self.entry_for_epoch(header.producer_id, header.producer_epoch);
-        entry.last_timestamp_ms = entry.last_timestamp_ms.max(timestamp);
+        entry.last_timestamp_ms = timestamp;
         let Some(first) = self.ongoing.remove(&header.producer_id) else {
             return;
         };

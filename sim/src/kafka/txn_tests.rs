@@ -196,8 +196,20 @@ impl World {
         header: ProducerBatchHeader,
         values: &[&str],
     ) -> Response {
+        self.produce_stamped(tp, header, values, self.now as i64)
+    }
+
+    /// As [`World::produce`], with the records stamped `timestamp_ms` (a client's wall
+    /// clock, which may be off).
+    pub fn produce_stamped(
+        &mut self,
+        tp: &TopicPartition,
+        header: ProducerBatchHeader,
+        values: &[&str],
+        timestamp_ms: i64,
+    ) -> Response {
         let leader = self.cluster.leader(tp).expect("partition online");
-        let records = values.iter().map(|v| record(v, self.now as i64)).collect();
+        let records = values.iter().map(|v| record(v, timestamp_ms)).collect();
         let req = Request::Produce {
             tp: tp.clone(),
             acks: Acks::All,

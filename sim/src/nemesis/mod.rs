@@ -85,6 +85,15 @@ pub enum Fault {
         #[serde(default = "default_crash_mode")]
         mode: CrashMode,
     },
+    /// Step the wall clock of the target processes by `delta_ms` (negative: back), as an
+    /// NTP step or `date -s` does; their monotonic timers do not move
+    /// ([`crate::clock`]). The drain sets every clock right again.
+    ClockJump {
+        /// Node names or groups.
+        target: Vec<String>,
+        /// The step, ms.
+        delta_ms: i64,
+    },
     /// Undo every partition, clog and message fault.
     Heal,
 }
@@ -105,6 +114,7 @@ impl Fault {
             Fault::Clog { .. } => "clog",
             Fault::Messages { .. } => "messages",
             Fault::KillLeader { .. } => "kill-leader",
+            Fault::ClockJump { .. } => "clock-jump",
             Fault::Heal => "heal",
         }
     }
@@ -137,6 +147,8 @@ pub enum FaultKind {
     KillLeader,
     /// Crash a broker machine (its unflushed log tail is lost), then restart it.
     MachineCrash,
+    /// Step a process's wall clock by up to two days either way, then step it back.
+    ClockJump,
 }
 
 /// Swarm settings: each seed draws a subset of `kinds`, a fault interval within

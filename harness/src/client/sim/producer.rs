@@ -169,14 +169,14 @@ pub fn is_retriable(error: &ClientError) -> bool {
     }
 }
 
-/// The record a [`ProducerRecord`] becomes, stamped with the simulated time.
+/// The record a [`ProducerRecord`] becomes, stamped with the producing process's wall
+/// clock (`CreateTime`; moved by `clock-jump` faults, [`eosim_sim::clock`]).
 pub fn to_record(record: ProducerRecord) -> Record {
-    let now_ms = madsim::time::TimeHandle::current().elapsed().as_millis() as i64;
     Record {
         key: record.key,
         value: record.value,
         headers: record.headers,
-        timestamp_ms: now_ms,
+        timestamp_ms: eosim_sim::clock::wall_clock_ms(),
     }
 }
 

@@ -97,6 +97,11 @@ impl Run<'_> {
                     "network faults need Linux network namespaces, not set up \
                                      by this backend yet",
                 ),
+            Fault::ClockJump { .. } => self.unsupported(
+                fault,
+                "a clock jump needs a per-process fake clock (libfaketime); stepping the \
+                 machine's clock would move every service's at once",
+            ),
             Fault::Heal => {}
         }
     }

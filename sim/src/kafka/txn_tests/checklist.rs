@@ -182,6 +182,57 @@ fn f10_with_producer_state_lost_on_failover_the_retry_is_appended_twice() {
 }
 
 #[test]
+fn a_client_clock_set_back_expires_a_producer_that_is_still_writing_and_its_retry_duplicates() {
+    // B.6: `lastTimestamp` is the batch's max timestamp, assigned (not maxed) on each
+    // append, so one batch stamped by a clock two days behind makes the entry look idle.
+    let mut w = World::with(ClusterConfig {
+        producer_id_expiration_ms: 86_400_000,
+        producer_id_expiration_check_interval_ms: 1_000,
+        ..ClusterConfig::default()
+    });
+    let (pid, epoch) = idempotent(&mut w);
+    offset(&w.produce(&tp(0), header(pid, epoch, 0, false), &["a"]));
+    w.tick_for(2_000);
+    let behind_ms = w.now as i64 - 2 * 86_400_000;
+    let first = offset(&w.produce_stamped(&tp(0), header(pid, epoch, 1, false), &["b"], behind_ms));
+    let leader = w.cluster.leader(&tp(0)).unwrap();
+    let entry = |w: &World| {
+        w.cluster
+            .producer_state(&tp(0), leader)
+            .unwrap()
+            .entry(pid)
+            .is_some()
+    };
+    assert!(entry(&w), "not yet scanned");
+    w.tick_for(1_500);
+    assert!(
+        !entry(&w),
+        "expired at the next scan though it wrote 1.5 s ago"
+    );
+    // The response to `b` was lost; the client retries the same batch (same sequence).
+    let retry = w.produce_stamped(&tp(0), header(pid, epoch, 1, false), &["b"], behind_ms);
+    assert_eq!(offset(&retry), first + 1, "appended a second time");
+}
+
+#[test]
+fn a_producer_whose_clock_is_right_keeps_its_state_across_scans_and_a_retry_is_deduplicated() {
+    let mut w = World::with(ClusterConfig {
+        producer_id_expiration_ms: 86_400_000,
+        producer_id_expiration_check_interval_ms: 1_000,
+        ..ClusterConfig::default()
+    });
+    let (pid, epoch) = idempotent(&mut w);
+    let first = offset(&w.produce(&tp(0), header(pid, epoch, 0, false), &["a"]));
+    w.tick_for(3_000);
+    let retry = w.produce(&tp(0), header(pid, epoch, 0, false), &["a"]);
+    assert_eq!(
+        offset(&retry),
+        first,
+        "the retained batch answers the retry"
+    );
+}
+
+#[test]
 fn after_producer_id_expiration_of_inactivity_the_entry_is_gone_and_a_retry_duplicates() {
     let mut w = World::with(ClusterConfig {
         producer_id_expiration_ms: 60_000,
