@@ -345,6 +345,10 @@ pub trait TransactionalProducer: Send + Sync {
 
     /// Adds the consumer's offsets (next offsets to read) to the transaction
     /// (AddOffsetsToTxn, then TxnOffsetCommit with the group's generation and member id).
+    /// Offsets below 0 are dropped first, and with none left the call does nothing and
+    /// succeeds, sending no request (librdkafka's `rd_kafka_send_offsets_to_transaction`:
+    /// "nothing was consumed, this is not an error"; the Java producer skips an empty map
+    /// too), so an empty commit is never checked against the group's generation.
     async fn send_offsets_to_transaction(
         &self,
         offsets: &[(TopicPartition, Offset)],

@@ -8,3 +8,4 @@ mod connect_worker;
 mod kafka_consume;
 mod streams_count;
 mod transactional_copy;
+mod txn_client;

@@ -551,6 +551,12 @@ impl TransactionalProducer for SimTransactionalProducer {
     ) -> Result<(), TxnError> {
         let _one = self.in_flight.lock().await;
         let api = "send_offsets_to_transaction";
+        let valid: Vec<(TopicPartition, Offset)> =
+            offsets.iter().filter(|(_, o)| *o >= 0).cloned().collect();
+        if valid.is_empty() {
+            return Ok(());
+        }
+        let offsets = valid.as_slice();
         self.require_transaction(api)?;
         let deadline = Instant::now() + timeout;
         let (producer_id, producer_epoch) = self.producer_id_and_epoch();
