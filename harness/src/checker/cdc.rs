@@ -22,6 +22,11 @@
 //!   version (the version of a row = the last event whose `after` equals it).
 //! - `cdc-skipped`: with a DLQ configured, a record the reference cannot interpret (not
 //!   JSON, an unknown op) that is not in the DLQ: it was dropped silently.
+//! - `cdc-dropped-field` (informational): a field of an applied event's row (`after`, or a
+//!   flattened row) that is not a target column (`col.names`, else the final table's
+//!   columns): schema drift the sink absorbed by dropping the field's values. One case per
+//!   field, with the records that carried it. Forbid it (`check.forbidden`) to hold a
+//!   pipeline to "no column silently lost".
 
 use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
 use crate::connect::config::ConnectorConfig;
@@ -280,6 +285,7 @@ impl Checker for CdcChecker {
             (Anomaly::CdcDuplicateRow, cdc_duplicate_row_cases(&a)),
             (Anomaly::CdcRegression, cdc_regression_cases(&a)),
             (Anomaly::CdcSkipped, cdc_skipped_cases(&a)),
+            (Anomaly::CdcDroppedField, cdc_dropped_field_cases(&a)),
         ];
         let mut counts = BTreeMap::new();
         let events: usize = a.sources.values().map(|(_, r)| r.len()).sum();
@@ -536,6 +542,52 @@ pub fn cdc_skipped_cases(a: &CdcAnalysis) -> Vec<Case> {
     cases
 }
 
+/// `cdc-dropped-field`: per field that is not a target column, the applied records whose
+/// row carried it.
+pub fn cdc_dropped_field_cases(a: &CdcAnalysis) -> Vec<Case> {
+    let columns: BTreeSet<String> = a.columns().into_iter().collect();
+    if columns.is_empty() {
+        return Vec::new();
+    }
+    // field -> (partition, offset, id) of each record carrying it, and the source op.
+    let mut carried: BTreeMap<String, Vec<(TopicPartition, Offset, u64, usize)>> = BTreeMap::new();
+    for (tp, (op, records)) in &a.sources {
+        for r in a.applied(records) {
+            let row = match a.change(&r) {
+                Ok(Change::Create { after } | Change::Read { after }) => after,
+                Ok(Change::Update { after, .. }) => after,
+                Ok(Change::Row { row }) => row,
+                _ => continue,
+            };
+            for field in row.keys().filter(|f| !columns.contains(*f)) {
+                let at = (tp.clone(), r.offset, r.id, *op);
+                carried.entry(field.clone()).or_default().push(at);
+            }
+        }
+    }
+    let listed: Vec<&str> = columns.iter().map(String::as_str).collect();
+    carried
+        .into_iter()
+        .map(|(field, at)| {
+            let ids: Vec<u64> = at.iter().map(|a| a.2).collect();
+            let text = format!(
+                "field `{field}` of {} record(s) (ids {ids:?}) is not a column of the target \
+                 ({}): its values were not stored",
+                at.len(),
+                listed.join(", ")
+            );
+            let ops: BTreeSet<usize> = at.iter().map(|a| a.3).collect();
+            Case {
+                ids,
+                tp: at.first().map(|a| a.0.clone()),
+                offsets: at.iter().map(|a| a.1).collect(),
+                ops: ops.into_iter().collect(),
+                text,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,6 +748,30 @@ mod tests {
         // ...but not skip one: id 2 missing while the update after it is applied.
         let h = history(&[c(1, "a"), c(2, "b"), u(1, "a2")], &[], &[(1, "a2")], 1);
         assert!(check(&h).forbidden.contains(&Anomaly::CdcFinalState));
+    }
+
+    #[test]
+    fn cdc_dropped_field_names_a_drifted_field_and_its_records_without_breaking_the_claim() {
+        // Schema drift: events 1 and 2 carry `email`, which col.names (id,v) lacks.
+        let drifted = |op: &str, id: i64, v: &str| {
+            let after = json!({"id": id, "v": v, "email": format!("{v}@x")});
+            json!({"op": op, "before": {"id": id}, "after": after}).to_string()
+        };
+        let h = history(
+            &[c(1, "a"), drifted("c", 2, "b"), drifted("u", 1, "a2")],
+            &[],
+            &[(1, "a2"), (2, "b")],
+            3,
+        );
+        let r = check(&h);
+        let cases = &r.anomalies[&Anomaly::CdcDroppedField];
+        assert_eq!(cases.len(), 1, "one case per field: {cases:?}");
+        assert_eq!(cases[0].ids, vec![1, 2]);
+        assert!(cases[0].text.contains("`email`"), "{}", cases[0].text);
+        assert_eq!(r.validity, Validity::Valid, "informational by default");
+        // Without drift there is nothing to report.
+        let h = history(&[c(1, "a")], &[], &[(1, "a")], 1);
+        assert!(!check(&h).anomalies.contains_key(&Anomaly::CdcDroppedField));
     }
 
     #[test]

@@ -179,6 +179,10 @@ pub enum Anomaly {
     CdcRegression,
     /// Change data: a record that cannot be applied was dropped without reaching the DLQ.
     CdcSkipped,
+    /// Change data: an event carries a field that is not a column of the target (schema
+    /// drift against a fixed `col.names`), so its values were never stored. Informational
+    /// unless the scenario forbids it.
+    CdcDroppedField,
     /// Streams: the final value of a `key@window` is below the true count of its input.
     AggregateUnderCount,
     /// Streams: the final value of a `key@window` is above the true count (an input applied
@@ -195,7 +199,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 24] = [
+    pub const ALL: [Anomaly; 25] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -215,6 +219,7 @@ impl Anomaly {
         Anomaly::CdcDuplicateRow,
         Anomaly::CdcRegression,
         Anomaly::CdcSkipped,
+        Anomaly::CdcDroppedField,
         Anomaly::AggregateUnderCount,
         Anomaly::AggregateOverCount,
         Anomaly::MissingAggregate,
@@ -244,6 +249,7 @@ impl Anomaly {
             Anomaly::CdcDuplicateRow => "cdc-duplicate-row",
             Anomaly::CdcRegression => "cdc-regression",
             Anomaly::CdcSkipped => "cdc-skipped",
+            Anomaly::CdcDroppedField => "cdc-dropped-field",
             Anomaly::AggregateUnderCount => "aggregate-under-count",
             Anomaly::AggregateOverCount => "aggregate-over-count",
             Anomaly::MissingAggregate => "missing-aggregate",
