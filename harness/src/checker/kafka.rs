@@ -3,7 +3,7 @@
 
 use super::analysis::{AckedSend, Analysis};
 use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
-use crate::history::History;
+use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,6 +26,7 @@ impl Checker for KafkaChecker {
             (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(&a)),
             (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(&a)),
             (Anomaly::PollSkip, poll_skip_cases(&a)),
+            (Anomaly::SendRejected, send_rejected_cases(history, &a)),
         ];
         let unchecked = a.acked.values().filter(|ack| !judgeable(&a, ack)).count();
         let mut counts = BTreeMap::new();
@@ -87,6 +88,29 @@ pub fn lost_write_cases(a: &Analysis) -> Vec<Case> {
         });
     }
     cases
+}
+
+/// `send-rejected`: ids whose send completed `fail` (with the error) and that no later
+/// send acknowledged and no final log holds. One case per id, naming the error.
+pub fn send_rejected_cases(history: &History, a: &Analysis) -> Vec<Case> {
+    let mut rejected: BTreeMap<u64, (usize, String)> = BTreeMap::new();
+    for op in &history.ops {
+        if let (OpKind::Fail, Value::Send { id, .. }) = (op.kind, &op.value) {
+            let error = op.error.clone().unwrap_or_else(|| "no error text".into());
+            rejected.entry(*id).or_insert((op.index, error));
+        }
+    }
+    rejected
+        .into_iter()
+        .filter(|(id, _)| !a.acked.contains_key(id) && !a.log_positions.contains_key(id))
+        .map(|(id, (op, error))| Case {
+            ids: vec![id],
+            tp: None,
+            offsets: Vec::new(),
+            ops: vec![op],
+            text: format!("send {id} failed and was never written (op {op}): {error}"),
+        })
+        .collect()
 }
 
 /// `unseen`: a record of the final log that no poll of any process returned, in a topic some

@@ -170,6 +170,10 @@ pub enum Anomaly {
     SinkReorder,
     /// A committed offset is past a record of its partition the sink did not hold.
     ProgressAheadOfData,
+    /// A send that failed for certain (a non-retriable error such as `MESSAGE_TOO_LARGE`,
+    /// or retries exhausted) and was never written: the record is in no log and no sink.
+    /// Informational, so such records are counted, never silently gone.
+    SendRejected,
     /// Change data: the final table differs from every change applied once in per-key
     /// order (see [`cdc`]).
     CdcFinalState,
@@ -199,7 +203,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 25] = [
+    pub const ALL: [Anomaly; 26] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -215,6 +219,7 @@ impl Anomaly {
         Anomaly::SinkDuplicate,
         Anomaly::SinkReorder,
         Anomaly::ProgressAheadOfData,
+        Anomaly::SendRejected,
         Anomaly::CdcFinalState,
         Anomaly::CdcDuplicateRow,
         Anomaly::CdcRegression,
@@ -245,6 +250,7 @@ impl Anomaly {
             Anomaly::SinkDuplicate => "sink-duplicate",
             Anomaly::SinkReorder => "sink-reorder",
             Anomaly::ProgressAheadOfData => "progress-ahead-of-data",
+            Anomaly::SendRejected => "send-rejected",
             Anomaly::CdcFinalState => "cdc-final-state",
             Anomaly::CdcDuplicateRow => "cdc-duplicate-row",
             Anomaly::CdcRegression => "cdc-regression",

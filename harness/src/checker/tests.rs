@@ -660,3 +660,31 @@ fn rereading_an_offset_is_a_nonmonotonic_poll() {
     let result = check_all(&h, &assign);
     assert_eq!(ids(&result, Anomaly::NonmonotonicPoll), vec![vec![2, 2]]);
 }
+
+#[test]
+fn send_rejected_counts_a_failed_send_that_nothing_wrote_and_stays_valid() {
+    let mut h = History::default();
+    h.push(0, "producer-0", Invoke, send(1, None), None);
+    let too_large = Some("broker error MessageTooLarge(10)".to_string());
+    h.push(1, "producer-0", OpKind::Fail, send(1, None), too_large);
+    h.push(2, "producer-0", Invoke, send(2, None), None);
+    h.push(
+        3,
+        "producer-0",
+        OpKind::Fail,
+        send(2, None),
+        Some("timeout".into()),
+    );
+    h.push(4, "producer-0", Invoke, send(2, None), None);
+    h.push(5, "producer-0", Done, send(2, Some(0)), None);
+    h.push(6, "final", Done, log(&[(2, 0)]), None);
+    let result = check_all(&h, &kafka_only());
+    assert_eq!(
+        ids(&result, Anomaly::SendRejected),
+        vec![vec![1]],
+        "2 was retried and written"
+    );
+    let case = &result.anomalies[&Anomaly::SendRejected][0];
+    assert!(case.text.contains("MessageTooLarge"), "{}", case.text);
+    assert_eq!(result.validity, Validity::Valid, "informational");
+}

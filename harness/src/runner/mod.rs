@@ -134,6 +134,7 @@ async fn create_topics(world: &mut World, scenario: &Arc<Scenario>, topics: Vec<
                     let config = TopicConfig {
                         min_insync_replicas: t.min_insync_replicas,
                         unclean_leader_election_enable: t.unclean_leader_election_enable,
+                        max_message_bytes: t.max_message_bytes,
                         ..TopicConfig::default()
                     };
                     admin

@@ -274,6 +274,10 @@ pub struct TopicSpec {
     /// `unclean.leader.election.enable`. Default false.
     #[serde(default)]
     pub unclean_leader_election_enable: bool,
+    /// `max.message.bytes`: the largest record batch the topic takes, bytes; a larger one
+    /// is refused with `MESSAGE_TOO_LARGE`. Default 1048588 (Kafka's).
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: u32,
 }
 
 impl Default for TopicSpec {
@@ -284,8 +288,13 @@ impl Default for TopicSpec {
             replication_factor: default_replication(),
             min_insync_replicas: default_min_isr(),
             unclean_leader_election_enable: false,
+            max_message_bytes: default_max_message_bytes(),
         }
     }
+}
+
+fn default_max_message_bytes() -> u32 {
+    eosim_sim::kafka::TopicConfig::default().max_message_bytes
 }
 
 fn default_topic() -> String {

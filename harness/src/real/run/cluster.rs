@@ -62,6 +62,7 @@ pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> 
     let config = TopicConfig {
         min_insync_replicas: t.min_insync_replicas,
         unclean_leader_election_enable: t.unclean_leader_election_enable,
+        max_message_bytes: t.max_message_bytes,
         ..TopicConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
