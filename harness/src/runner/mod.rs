@@ -16,7 +16,6 @@ use crate::history::{History, OpKind, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
-use eosim_sim::kafka::TopicConfig;
 use eosim_sim::nemesis::ScheduledFault;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -131,12 +130,7 @@ async fn create_topics(world: &mut World, scenario: &Arc<Scenario>, topics: Vec<
                 let conn = Connection::open(brokers).await.map_err(|e| e.to_string())?;
                 let admin = SimAdmin::new(conn, Duration::from_secs(60));
                 for t in &topics {
-                    let config = TopicConfig {
-                        min_insync_replicas: t.min_insync_replicas,
-                        unclean_leader_election_enable: t.unclean_leader_election_enable,
-                        max_message_bytes: t.max_message_bytes,
-                        ..TopicConfig::default()
-                    };
+                    let config = t.to_config();
                     admin
                         .create_topic(&t.name, t.partitions, t.replication_factor, config)
                         .await

@@ -293,6 +293,17 @@ impl Default for TopicSpec {
     }
 }
 
+impl TopicSpec {
+    /// The model's (and the admin client's) topic configuration.
+    pub fn to_config(&self) -> eosim_sim::kafka::TopicConfig {
+        eosim_sim::kafka::TopicConfig {
+            min_insync_replicas: self.min_insync_replicas,
+            unclean_leader_election_enable: self.unclean_leader_election_enable,
+            max_message_bytes: self.max_message_bytes,
+        }
+    }
+}
+
 fn default_max_message_bytes() -> u32 {
     eosim_sim::kafka::TopicConfig::default().max_message_bytes
 }

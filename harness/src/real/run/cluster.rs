@@ -8,7 +8,7 @@ use crate::client::Admin;
 use crate::history::RecordRef;
 use crate::real::provision::Kafka;
 use crate::scenario::Scenario;
-use eosim_sim::kafka::{Offset, TopicConfig, TopicPartition};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -59,12 +59,7 @@ impl Brokers {
 /// The admin client's error, naming the topic and the bootstrap servers.
 pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> {
     let t = &scenario.topic;
-    let config = TopicConfig {
-        min_insync_replicas: t.min_insync_replicas,
-        unclean_leader_election_enable: t.unclean_leader_election_enable,
-        max_message_bytes: t.max_message_bytes,
-        ..TopicConfig::default()
-    };
+    let config = t.to_config();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
