@@ -143,6 +143,41 @@ impl Herder {
         Ok(())
     }
 
+    /// `PUT /connectors/{name}/config` on an existing connector: replaces its configuration
+    /// and restarts every task with it (Connect reconfigures the connector and starts its
+    /// tasks afresh; a changed `tasks.max` adds or drops tasks).
+    ///
+    /// # Errors
+    /// The configuration's first problem; no connector of that name.
+    pub fn update_connector_config(
+        &self,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<(), ConfigError> {
+        let config = (self.parser)(raw)?;
+        let mut state = self.lock();
+        let Some((old, tasks)) = state.connectors.get_mut(&config.name) else {
+            return Err(ConfigError::InvalidValue {
+                key: "name".into(),
+                value: config.name.clone(),
+                expected: "an existing connector".into(),
+            });
+        };
+        let idle = TaskSlot {
+            worker: None,
+            state: TaskState::Unassigned,
+            trace: None,
+            run: 0,
+        };
+        tasks.resize(config.tasks_max as usize, idle);
+        for t in tasks.iter_mut() {
+            t.run += 1;
+            t.state = TaskState::Unassigned;
+            t.trace = None;
+        }
+        *old = config;
+        Ok(())
+    }
+
     /// `DELETE /connectors/{name}`; false when there was none.
     pub fn delete_connector(&self, name: &str) -> bool {
         self.lock().connectors.remove(name).is_some()
@@ -401,6 +436,51 @@ mod tests {
             h.status("c").unwrap()[a.task as usize].state,
             TaskState::Unassigned
         );
+    }
+
+    #[test]
+    fn a_config_update_restarts_every_task_with_the_new_config() {
+        let h = herder(0);
+        h.register("connect-1", 0);
+        h.rebalance(0);
+        let before = h.assignments("connect-1");
+        for a in &before {
+            assert!(h.set_state("c", a.task, a.run, TaskState::Failed, None));
+        }
+        let raw = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("tasks.max", "2"),
+            ("consumer.override.max.poll.records", "50"),
+        ];
+        let raw = raw
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        h.update_connector_config(&raw).expect("valid config");
+        assert_eq!(h.connector_config("c").unwrap().max_poll_records, 50);
+        let after = h.assignments("connect-1");
+        assert_eq!(after.len(), 2, "the tasks stay on their worker");
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a.run, b.run + 1, "a stale run stops, a new one starts");
+            assert_eq!(a.state, TaskState::Unassigned);
+        }
+        let mut unknown = raw_of(&[("name", "d"), ("connector.class", "x"), ("topics", "t")]);
+        assert!(
+            h.update_connector_config(&unknown).is_err(),
+            "no connector d"
+        );
+        unknown.insert("name".into(), "c".into());
+        unknown.insert("tasks.max".into(), "0".into());
+        assert!(h.update_connector_config(&unknown).is_err(), "tasks.max 0");
+    }
+
+    fn raw_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]

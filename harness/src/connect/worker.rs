@@ -47,13 +47,31 @@ use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
-/// Builds a connector's sink task (Connect's plugin loading).
-pub type SinkFactory =
-    Arc<dyn Fn(&ConnectorConfig) -> Result<Box<dyn SinkTask>, String> + Send + Sync>;
+/// Which run of which task a [`SinkFactory`] builds: the worker it starts on, the task id
+/// and the herder's run number (bumped on every start or move of the task).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRun {
+    /// The worker process's name (`connect-1`, `worker-0`).
+    pub worker: String,
+    /// The task id within its connector.
+    pub task: u32,
+    /// The herder's run number of this start.
+    pub run: u64,
+}
+
+/// What a [`SinkFactory`] returns: a future of the task, or the reason it cannot be built
+/// (the task then goes FAILED). A future, because a plugin may open connections first.
+pub type SinkFuture = Pin<Box<dyn Future<Output = Result<Box<dyn SinkTask>, String>>>>;
+
+/// Builds a connector's sink task for one run (Connect's plugin loading, then the task's
+/// `start`).
+pub type SinkFactory = Arc<dyn Fn(&ConnectorConfig, &TaskRun) -> SinkFuture + Send + Sync>;
 
 /// What every worker process shares.
 #[derive(Clone)]
@@ -126,7 +144,12 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
         return;
     }
     rt.record(&worker, OpKind::Ok, status_value(&a, "RUNNING", None), None);
-    let sink = match (rt.factory)(&config) {
+    let run = TaskRun {
+        worker: worker.clone(),
+        task: a.task,
+        run: a.run,
+    };
+    let sink = match (rt.factory)(&config, &run).await {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
     };
@@ -245,6 +268,7 @@ impl WorkerSinkTask {
             .min(wc.session_timeout_ms / 3)
             .max(100);
         cc.max_poll_records = config.max_poll_records;
+        cc.max_poll_interval_ms = config.max_poll_interval_ms;
         cc.isolation_level = config.isolation_level;
         cc.request_timeout_ms = 5_000;
         let mut consumer = SimConsumer::new(conn.clone(), cc);

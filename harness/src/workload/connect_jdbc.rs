@@ -30,7 +30,7 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
-use crate::connect::worker::{worker_process, SinkFactory, WorkerRuntime};
+use crate::connect::worker::{worker_process, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{DlqRecord, OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TableSpec, TopicSpec};
@@ -347,13 +347,16 @@ impl ConnectJdbc {
 
     fn runtime(&self, world: &World) -> WorkerRuntime {
         let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
-        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig| {
-            let sink =
-                JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
-            Ok(Box::new(JdbcSinkTask::new(
-                sink,
-                Box::new(SimPostgres::new(timeout_ms)),
-            )) as _)
+        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig, _: &TaskRun| {
+            let sink = JdbcSinkConfig::parse(&config.raw, &config.topics);
+            Box::pin(std::future::ready(sink.map_err(|e| e.to_string()).map(
+                |sink| {
+                    Box::new(JdbcSinkTask::new(
+                        sink,
+                        Box::new(SimPostgres::new(timeout_ms)),
+                    )) as _
+                },
+            )))
         });
         WorkerRuntime {
             herder: self.ctx.herder.clone(),
