@@ -1,8 +1,10 @@
-//! The ClickHouse exactly-once sink (SPEC.md P1) on the field cases F1 and F2: the seed's
-//! design fails both, the fenced variant with a dedup token holds on the same schedules.
+//! The ClickHouse exactly-once sink (SPEC.md P1), run by the Connect worker, on the field
+//! cases F1 and F2: the seed's design fails both, the fenced variant with a dedup token
+//! holds on the same schedules.
 
 use eosim::checker::{Anomaly, Validity};
 use eosim::cli::aggregate::check_options;
+use eosim::history::{OpKind, Value};
 use eosim::runner::{run_seed, SeedOutcome};
 use eosim::scenario::Scenario;
 use std::path::Path;
@@ -58,6 +60,8 @@ fn f1_zombie_is_fenced_by_the_fenced_variant_on_the_same_schedule() {
     assert!(outcome
         .marks
         .contains_key("fencing:insert-refused-stale-owner"));
+    // The zombie rewinds to its unwritten batch through SinkTaskContext::offset.
+    assert!(outcome.marks.contains_key("fencing:rewind"));
 }
 
 #[test]
@@ -70,6 +74,45 @@ fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_se
     assert_eq!(lost.len(), 100, "{:?}", result.case_texts(4));
     assert_eq!(outcome.marks.get("dlq:record"), Some(&100));
     assert!(outcome.marks.contains_key("case:contains:BEFORE"));
+    // The worker's DLQ topic holds them, with Connect's context headers of the put stage.
+    let dlq: Vec<_> = final_values(&outcome)
+        .filter_map(|v| match v {
+            Value::DlqState { records, .. } => Some(records.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(dlq.len(), 100);
+    let ids: Vec<u64> = dlq.iter().map(|r| r.id).collect();
+    assert_eq!(ids, (0..100).collect::<Vec<_>>());
+    let stage = dlq[0].headers.iter().find(|(k, _)| k == "__connect.errors.stage");
+    assert_eq!(stage.map(|(_, v)| v.as_str()), Some("TASK_PUT"));
+    // The restarted task polled batches of 50 because the operator put that config.
+    let configs = outcome.history.ops.iter().filter(|op| {
+        matches!(&op.value, Value::ConnectorConfig { config, .. }
+            if config.get("consumer.override.max.poll.records").map(String::as_str) == Some("50"))
+    });
+    assert_eq!(configs.count(), 1);
+}
+
+fn final_values(outcome: &SeedOutcome) -> impl Iterator<Item = &Value> {
+    let ops = outcome.history.ops.iter();
+    ops.filter(|op| op.process == "final" && op.kind == OpKind::Ok)
+        .map(|op| &op.value)
+}
+
+#[test]
+fn f2_with_errors_tolerance_none_leaves_the_task_failed_in_the_herder() {
+    let mut s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
+    s.sink.as_mut().expect("[sink]").errors_tolerance = "none".into();
+    let outcome = run_seed(&s, 1);
+    let stalled = outcome.stalled.clone().expect("a FAILED task stalls the run");
+    assert!(stalled.contains("task ck-sink-0 FAILED on worker-0"), "{stalled}");
+    let failed = final_values(&outcome).any(|v| {
+        matches!(v, Value::TaskStatus { state, trace: Some(t), .. }
+            if state == "FAILED" && t.contains("Tolerance exceeded"))
+    });
+    assert!(failed, "the final task status is FAILED with the reporter's error");
 }
 
 #[test]
