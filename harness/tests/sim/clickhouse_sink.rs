@@ -85,7 +85,10 @@ fn f2_redelivery_with_smaller_batches_loses_the_first_batch_to_the_dlq_on_the_se
     assert_eq!(dlq.len(), 100);
     let ids: Vec<u64> = dlq.iter().map(|r| r.id).collect();
     assert_eq!(ids, (0..100).collect::<Vec<_>>());
-    let stage = dlq[0].headers.iter().find(|(k, _)| k == "__connect.errors.stage");
+    let stage = dlq[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "__connect.errors.stage");
     assert_eq!(stage.map(|(_, v)| v.as_str()), Some("TASK_PUT"));
     // The restarted task polled batches of 50 because the operator put that config.
     let configs = outcome.history.ops.iter().filter(|op| {
@@ -106,13 +109,22 @@ fn f2_with_errors_tolerance_none_leaves_the_task_failed_in_the_herder() {
     let mut s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
     s.sink.as_mut().expect("[sink]").errors_tolerance = "none".into();
     let outcome = run_seed(&s, 1);
-    let stalled = outcome.stalled.clone().expect("a FAILED task stalls the run");
-    assert!(stalled.contains("task ck-sink-0 FAILED on worker-0"), "{stalled}");
+    let stalled = outcome
+        .stalled
+        .clone()
+        .expect("a FAILED task stalls the run");
+    assert!(
+        stalled.contains("task ck-sink-0 FAILED on worker-0"),
+        "{stalled}"
+    );
     let failed = final_values(&outcome).any(|v| {
         matches!(v, Value::TaskStatus { state, trace: Some(t), .. }
             if state == "FAILED" && t.contains("Tolerance exceeded"))
     });
-    assert!(failed, "the final task status is FAILED with the reporter's error");
+    assert!(
+        failed,
+        "the final task status is FAILED with the reporter's error"
+    );
 }
 
 #[test]
