@@ -2,11 +2,12 @@
 //!
 //! # Model
 //! - Nodes: `clickhouse` (10.0.6.1) and `keeper` (10.0.6.2) serving one
-//!   [`ClickHouseWorld`] (23.7 profile); `producer-0` writes ids `0..records` as JSON
-//!   `{"id": id, "name": "r<id>"}` to partition `id % partitions` (so with one partition
-//!   offset = id), acks=all, no retries (a retried send could land twice and blur
-//!   offset-level exactly-once); `worker-i` (10.0.4.(i+1)), `i < tasks`, are Kafka
-//!   Connect workers (`connect::worker`) of one herder; `operator` (10.0.9.3) creates the
+//!   [`ClickHouseWorld`] (`clickhouse_version`'s profile, 23.7 by default);
+//!   `producer-0` writes ids `0..records` as JSON `{"id": id, "name": "r<id>"}` to
+//!   partition `id % partitions` (so with one partition offset = id), acks=all, no
+//!   retries (a retried send could land twice and blur offset-level exactly-once);
+//!   `worker-i` (10.0.4.(i+1)), `i < tasks`, are Kafka Connect workers
+//!   (`connect::worker`) of one herder; `operator` (10.0.9.3) creates the
 //!   target and KeeperMap state tables, then posts the connector (class
 //!   `com.clickhouse.kafka.connect.ClickHouseSinkConnector`, `tasks.max = tasks`) at
 //!   `start_after_ms`; `fault-supervisor` (10.0.9.2) carries out armed fault points.
@@ -52,9 +53,7 @@ use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
 use eosim_sim::clickhouse::service::{
     clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
 };
-use eosim_sim::clickhouse::types::{
-    ColumnType, Engine, TableDef, Value as ChValue, VersionProfile,
-};
+use eosim_sim::clickhouse::types::{ColumnType, Engine, TableDef, Value as ChValue};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;
@@ -123,6 +122,9 @@ pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
     }
     def.settings.non_replicated_deduplication_window = spec.non_replicated_deduplication_window;
     def.settings.replicated_deduplication_window = spec.replicated_deduplication_window;
+    if spec.cleanup_delay_period_ms.is_some() {
+        def.settings.cleanup_delay_period_ms = spec.cleanup_delay_period_ms;
+    }
     def
 }
 
@@ -198,7 +200,8 @@ impl ClickhouseSink {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         let spec = Arc::new(scenario.sink.clone().unwrap_or_default());
-        let server = ClickHouse::new(VersionProfile::V23_7, ServerConfig::default());
+        let version = spec.clickhouse_version.profile();
+        let server = ClickHouse::new(version, ServerConfig::default());
         let ch = ClickHouseWorld::new(server, Keeper::new());
         let shared = Arc::default();
         let herder = Herder::new(WorkerConfig::default(), connector::parser());
