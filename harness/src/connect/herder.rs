@@ -19,7 +19,7 @@
 //!   longer owns, so a zombie (a paused worker whose tasks moved) stops at its next
 //!   heartbeat, after it possibly wrote once more (as in Connect).
 
-use super::config::{ConfigError, ConnectorConfig, WorkerConfig};
+use super::config::{invalid, ConfigError, ConnectorConfig, WorkerConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +69,18 @@ struct TaskSlot {
     state: TaskState,
     trace: Option<String>,
     run: u64,
+}
+
+impl TaskSlot {
+    /// A task no worker runs yet.
+    fn unassigned() -> Self {
+        Self {
+            worker: None,
+            state: TaskState::Unassigned,
+            trace: None,
+            run: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -124,19 +136,9 @@ impl Herder {
         let config = (self.parser)(raw)?;
         let mut state = self.lock();
         if state.connectors.contains_key(&config.name) {
-            return Err(ConfigError::InvalidValue {
-                key: "name".into(),
-                value: config.name.clone(),
-                expected: "a name not in use".into(),
-            });
+            return Err(invalid("name", &config.name, "a name not in use"));
         }
-        let slot = TaskSlot {
-            worker: None,
-            state: TaskState::Unassigned,
-            trace: None,
-            run: 0,
-        };
-        let tasks = vec![slot; config.tasks_max as usize];
+        let tasks = vec![TaskSlot::unassigned(); config.tasks_max as usize];
         state
             .connectors
             .insert(config.name.clone(), (config, tasks));
@@ -156,19 +158,9 @@ impl Herder {
         let config = (self.parser)(raw)?;
         let mut state = self.lock();
         let Some((old, tasks)) = state.connectors.get_mut(&config.name) else {
-            return Err(ConfigError::InvalidValue {
-                key: "name".into(),
-                value: config.name.clone(),
-                expected: "an existing connector".into(),
-            });
+            return Err(invalid("name", &config.name, "an existing connector"));
         };
-        let idle = TaskSlot {
-            worker: None,
-            state: TaskState::Unassigned,
-            trace: None,
-            run: 0,
-        };
-        tasks.resize(config.tasks_max as usize, idle);
+        tasks.resize(config.tasks_max as usize, TaskSlot::unassigned());
         for t in tasks.iter_mut() {
             t.run += 1;
             t.state = TaskState::Unassigned;
@@ -390,16 +382,12 @@ mod tests {
         };
         let parser: ConfigParser = Arc::new(|raw| ConnectorConfig::parse(raw, &[]));
         let h = Herder::new(config, parser);
-        let raw = [
+        let raw = raw_of(&[
             ("name", "c"),
             ("connector.class", "x"),
             ("topics", "t"),
             ("tasks.max", "2"),
-        ];
-        let raw = raw
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        ]);
         h.create_connector(&raw).expect("valid config");
         h
     }
@@ -447,17 +435,13 @@ mod tests {
         for a in &before {
             assert!(h.set_state("c", a.task, a.run, TaskState::Failed, None));
         }
-        let raw = [
+        let raw = raw_of(&[
             ("name", "c"),
             ("connector.class", "x"),
             ("topics", "t"),
             ("tasks.max", "2"),
             ("consumer.override.max.poll.records", "50"),
-        ];
-        let raw = raw
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        ]);
         h.update_connector_config(&raw).expect("valid config");
         assert_eq!(h.connector_config("c").unwrap().max_poll_records, 50);
         let after = h.assignments("connect-1");
@@ -493,11 +477,7 @@ mod tests {
         assert!(status
             .iter()
             .all(|t| t.worker_id.as_deref() == Some("connect-1")));
-        let raw = [("name", "c"), ("connector.class", "x"), ("topics", "t")];
-        let raw = raw
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let raw = raw_of(&[("name", "c"), ("connector.class", "x"), ("topics", "t")]);
         assert!(h.create_connector(&raw).is_err(), "the name is in use");
         assert!(h.delete_connector("c"));
         assert!(h.status("c").is_none());

@@ -42,7 +42,7 @@ use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord,
 };
-use crate::history::{OpKind, Recorder, Value};
+use crate::history::{DlqRecord, OpKind, Recorder, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::Rng;
@@ -187,6 +187,33 @@ fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
             status_value(a, "FAILED", Some(trace)),
             None,
         );
+    }
+}
+
+/// The final `DlqState` of a one-partition dead-letter queue `topic`: each record with its
+/// headers as text and the id `id_of` finds in it (the original's id).
+pub fn dlq_state(
+    cluster: &eosim_sim::kafka::model::Cluster,
+    topic: &str,
+    id_of: impl Fn(&eosim_sim::kafka::Record) -> u64,
+) -> Value {
+    let tp = TopicPartition::new(topic, 0);
+    let records = cluster
+        .records(&tp)
+        .into_iter()
+        .map(|(offset, r)| DlqRecord {
+            id: id_of(&r),
+            tp: tp.clone(),
+            offset,
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect(),
+        });
+    Value::DlqState {
+        topic: topic.to_string(),
+        records: records.collect(),
     }
 }
 

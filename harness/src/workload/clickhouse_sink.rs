@@ -42,8 +42,8 @@ use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
 use crate::connect::herder::TaskState;
-use crate::connect::worker::{worker_process, WorkerRuntime};
-use crate::history::{DlqRecord, OpKind, RecordRef, Recorder, Value};
+use crate::connect::worker::{dlq_state, worker_process, WorkerRuntime};
+use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::clickhouse::{ClickHouseSinkSpec, TargetEngine};
 use crate::scenario::{Scenario, TopicSpec};
@@ -333,21 +333,7 @@ impl Pipeline for ClickhouseSink {
         }
         let dlq = connector::dlq_topic(&self.ctx).map(|topic| {
             let tp = TopicPartition::new(topic.clone(), 0);
-            let records = cluster.records(&tp).into_iter();
-            let records = records.map(|(offset, r)| DlqRecord {
-                id: record_ref(&tp, offset, &r.value).id,
-                tp: tp.clone(),
-                offset,
-                headers: r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
-                    .collect(),
-            });
-            Value::DlqState {
-                topic,
-                records: records.collect(),
-            }
+            dlq_state(&cluster, &topic, |r| record_ref(&tp, 0, &r.value).id)
         });
         let offsets = cluster.committed_offsets(&self.ctx.group());
         drop(cluster);
