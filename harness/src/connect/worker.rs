@@ -11,8 +11,8 @@
 //! id, run number), so a plugin can name each start (the ClickHouse sink's fencing owner
 //! `worker-i#n`) and open its connections on the worker's node. One consumer in group
 //! `connect-<name>` (`auto.offset.reset=earliest`, no auto-commit, `isolation.level`,
-//! `max.poll.records` and `max.poll.interval.ms` from the `consumer.override.` keys). Each iteration: commit if
-//! `offset.flush.interval.ms` has passed (`pre_commit` bounded by
+//! `max.poll.records` and `max.poll.interval.ms` from the `consumer.override.` keys).
+//! Each iteration: commit if `offset.flush.interval.ms` has passed (`pre_commit` bounded by
 //! `offset.flush.timeout.ms`, then a synchronous commit of what it returned, within the
 //! current assignment and never past what `put` accepted); poll; on an assignment change
 //! `close` the revoked and `open` the new partitions (a revocation here comes after the
