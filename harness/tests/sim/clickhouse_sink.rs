@@ -145,3 +145,141 @@ fn f2_redelivery_is_reassembled_by_the_fenced_variant_on_the_same_schedule() {
         .contains_key("token:hold-until-stored-range-covered"));
     assert_eq!(outcome.marks.get("dlq:record"), None);
 }
+
+mod fencing {
+    //! The fenced variant's task against the ClickHouse and Keeper nodes alone, driven
+    //! call by call as the worker would: a fenced task rewinds through its context, and
+    //! claims the partition again when it gets its records anyway.
+
+    use eosim::client::sim::clickhouse::SimClickHouse;
+    use eosim::connect::task::{
+        ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
+    };
+    use eosim::sinks::clickhouse::{
+        create_tables, ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks,
+    };
+    use eosim_sim::clickhouse::keeper::Keeper;
+    use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
+    use eosim_sim::clickhouse::service::{
+        clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
+    };
+    use eosim_sim::clickhouse::types::{TableDef, Value as ChValue, VersionProfile};
+    use eosim_sim::kafka::TopicPartition;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    struct Refuse;
+
+    impl ErrantRecordReporter for Refuse {
+        fn report(&mut self, record: &SinkRecord, error: &str) -> Result<(), ConnectError> {
+            panic!("no record should be reported: {} {error}", record.offset);
+        }
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("events", 0)
+    }
+
+    fn records(offsets: std::ops::Range<i64>) -> Vec<SinkRecord> {
+        let json = |i| serde_json::json!({"id": i, "name": format!("r{i}")});
+        offsets
+            .map(|i| SinkRecord {
+                tp: tp(),
+                offset: i,
+                key: None,
+                value: Some(json(i)),
+                headers: Vec::new(),
+                timestamp_ms: 0,
+            })
+            .collect()
+    }
+
+    async fn task(owner: &str) -> (ClickHouseSinkTask<SimClickHouse>, SinkTaskContext) {
+        let props: BTreeMap<String, String> =
+            [("exactlyOnce", "true"), ("variant", "seed+token+fencing")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let config = ClickHouseSinkConfig::from_props(&props).expect("valid props");
+        let client = SimClickHouse::connect(5_000).await.expect("client");
+        let mut task = ClickHouseSinkTask::new(config, client, owner.into(), Arc::new(NoHooks));
+        let context = SinkTaskContext::new();
+        task.initialize(context.clone());
+        task.open(&[tp()]).await.expect("claim");
+        (task, context)
+    }
+
+    async fn scenario(ch: ClickHouseWorld) {
+        let client = SimClickHouse::connect(5_000).await.expect("client");
+        create_tables(&client, TableDef::kafka2ck(), "connect_state")
+            .await
+            .expect("tables");
+        let (mut a, a_context) = task("worker-0#1").await;
+        a.put(records(0..5), &mut Refuse).await.expect("put");
+        assert!(
+            a_context.take_commit_request(),
+            "a handled batch asks for a commit"
+        );
+        let (mut b, b_context) = task("worker-1#1").await;
+        // B claimed the partition: A's next batch is refused and rewound to its start.
+        a.put(records(5..10), &mut Refuse)
+            .await
+            .expect("fenced, not failed");
+        assert_eq!(a_context.take_offsets(), [(tp(), 5)].into_iter().collect());
+        assert!(!a_context.take_commit_request());
+        let next = [(tp(), 10)].into_iter().collect();
+        assert!(a.pre_commit(&next).await.expect("pre_commit").is_empty());
+        // The group gives A the rewound records again without a new open: A claims anew.
+        a.put(records(5..10), &mut Refuse).await.expect("put");
+        assert_eq!(a.pre_commit(&next).await.expect("pre_commit"), next);
+        // Now B is the stale owner: its insert of the same range is refused.
+        b.put(records(5..10), &mut Refuse)
+            .await
+            .expect("fenced, not failed");
+        assert_eq!(b_context.take_offsets(), [(tp(), 5)].into_iter().collect());
+        let rows = ch.server.lock().unwrap().select("kafka2ck", false).unwrap();
+        let mut names: Vec<String> = rows
+            .iter()
+            .map(|r| match &r[1] {
+                ChValue::String(s) => s.clone(),
+                other => panic!("name is a String, found {other:?}"),
+            })
+            .collect();
+        names.sort_by_key(|n| n[1..].parse::<u32>().unwrap());
+        let expected: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+        assert_eq!(names, expected, "each row once");
+    }
+
+    #[test]
+    fn a_fenced_task_rewinds_and_claims_again_when_it_gets_the_records_back() {
+        let runtime = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
+        runtime.block_on(async {
+            let server = ClickHouse::new(VersionProfile::V23_7, ServerConfig::default());
+            let ch = ClickHouseWorld::new(server, Keeper::new());
+            let handle = madsim::runtime::Handle::current();
+            let c = ch.clone();
+            let init = move || serve_keeper(c.clone());
+            handle
+                .create_node()
+                .name("keeper")
+                .ip(keeper_ip())
+                .init(init)
+                .build();
+            let c = ch.clone();
+            let init = move || serve_clickhouse(c.clone());
+            let ip = clickhouse_ip();
+            handle
+                .create_node()
+                .name("clickhouse")
+                .ip(ip)
+                .init(init)
+                .build();
+            let worker = handle
+                .create_node()
+                .name("worker")
+                .ip([10, 0, 4, 1].into())
+                .build();
+            worker.spawn(scenario(ch)).await.expect("scenario ran");
+        });
+    }
+}
