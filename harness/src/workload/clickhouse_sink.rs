@@ -282,7 +282,8 @@ impl Pipeline for ClickhouseSink {
     }
 
     /// Unfinished: the producer, partitions whose committed offset (group
-    /// `connect-<name>`) is behind the high watermark, and tasks the herder has FAILED.
+    /// `connect-<name>`) is behind the high watermark, a connector the herder refused, and
+    /// tasks the herder has FAILED.
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.shared().produced {
@@ -301,7 +302,13 @@ impl Pipeline for ClickhouseSink {
             }
         }
         let name = &self.ctx.spec.name;
-        for t in self.ctx.herder.status(name).unwrap_or_default() {
+        let Some(status) = self.ctx.herder.status(name) else {
+            lag.push(format!(
+                "connector {name} not created (see the operator's op)"
+            ));
+            return lag;
+        };
+        for t in status {
             if t.state == TaskState::Failed {
                 let trace = t.trace.unwrap_or_default();
                 let worker = t.worker_id.unwrap_or_default();

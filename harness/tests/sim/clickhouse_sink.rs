@@ -146,6 +146,30 @@ fn f2_redelivery_is_reassembled_by_the_fenced_variant_on_the_same_schedule() {
     assert_eq!(outcome.marks.get("dlq:record"), None);
 }
 
+#[test]
+fn a_connector_config_the_herder_refuses_stalls_the_run_and_says_so() {
+    let mut s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
+    s.sink.as_mut().expect("[sink]").errors_tolerance = "some".into();
+    let outcome = run_seed(&s, 1);
+    let stalled = outcome.stalled.clone().expect("nothing is consumed");
+    assert!(
+        stalled.contains("connector ck-sink not created"),
+        "{stalled}"
+    );
+    let refused = outcome.history.ops.iter().any(|op| {
+        op.kind == OpKind::Fail
+            && matches!(op.value, Value::ConnectorConfig { .. })
+            && op
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("errors.tolerance"))
+    });
+    assert!(
+        refused,
+        "the operator's post is recorded as failed, naming the key"
+    );
+}
+
 mod fencing {
     //! The fenced variant's task against the ClickHouse and Keeper nodes alone, driven
     //! call by call as the worker would: a fenced task rewinds through its context, and
