@@ -1,6 +1,6 @@
 //! ClickHouse exactly-once sink throughput in simulation: 1,000 JSON records in 3
-//! partitions through a producer, 3 brokers, two sink tasks (batches of 200) and the
-//! clickhouse and keeper nodes, without faults, for the `seed` and the
+//! partitions through a producer, 3 brokers, two Connect workers running one sink task
+//! each (batches of 200) and the clickhouse and keeper nodes, without faults, for the `seed` and the
 //! `seed+token+fencing` variants (the latter adds a KeeperMap read and conditional writes
 //! per batch).
 //!

@@ -9,7 +9,8 @@
 //! `errors.retry.delay.max.ms` 60000, `errors.deadletterqueue.topic.name` "" (none),
 //! `errors.deadletterqueue.context.headers.enable` false, `value.converter.schemas.enable`
 //! true, `consumer.override.isolation.level` read_uncommitted,
-//! `consumer.override.max.poll.records` 500; worker: `offset.flush.interval.ms` 60000,
+//! `consumer.override.max.poll.records` 500, `consumer.override.max.poll.interval.ms`
+//! 300000; worker: `offset.flush.interval.ms` 60000,
 //! `offset.flush.timeout.ms` 5000, `session.timeout.ms` 10000, `heartbeat.interval.ms`
 //! 3000, `scheduled.rebalance.max.delay.ms` 300000.
 
@@ -63,6 +64,7 @@ pub const FRAMEWORK_KEYS: &[&str] = &[
     "errors.deadletterqueue.context.headers.enable",
     "consumer.override.isolation.level",
     "consumer.override.max.poll.records",
+    "consumer.override.max.poll.interval.ms",
 ];
 
 /// Converter classes the worker knows.
@@ -115,6 +117,8 @@ pub struct ConnectorConfig {
     pub isolation_level: Isolation,
     /// `consumer.override.max.poll.records`.
     pub max_poll_records: usize,
+    /// `consumer.override.max.poll.interval.ms`.
+    pub max_poll_interval_ms: u64,
     /// Every key as given (the sink reads its own keys from here).
     pub raw: BTreeMap<String, String>,
 }
@@ -254,6 +258,7 @@ impl ConnectorConfig {
             )?,
             isolation_level: parse_isolation(raw)?,
             max_poll_records: number(raw, "consumer.override.max.poll.records", "500")?,
+            max_poll_interval_ms: number(raw, "consumer.override.max.poll.interval.ms", "300000")?,
             raw: raw.clone(),
         })
     }

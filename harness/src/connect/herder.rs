@@ -19,7 +19,7 @@
 //!   longer owns, so a zombie (a paused worker whose tasks moved) stops at its next
 //!   heartbeat, after it possibly wrote once more (as in Connect).
 
-use super::config::{ConfigError, ConnectorConfig, WorkerConfig};
+use super::config::{invalid, ConfigError, ConnectorConfig, WorkerConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +69,18 @@ struct TaskSlot {
     state: TaskState,
     trace: Option<String>,
     run: u64,
+}
+
+impl TaskSlot {
+    /// A task no worker runs yet.
+    fn unassigned() -> Self {
+        Self {
+            worker: None,
+            state: TaskState::Unassigned,
+            trace: None,
+            run: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -124,22 +136,37 @@ impl Herder {
         let config = (self.parser)(raw)?;
         let mut state = self.lock();
         if state.connectors.contains_key(&config.name) {
-            return Err(ConfigError::InvalidValue {
-                key: "name".into(),
-                value: config.name.clone(),
-                expected: "a name not in use".into(),
-            });
+            return Err(invalid("name", &config.name, "a name not in use"));
         }
-        let slot = TaskSlot {
-            worker: None,
-            state: TaskState::Unassigned,
-            trace: None,
-            run: 0,
-        };
-        let tasks = vec![slot; config.tasks_max as usize];
+        let tasks = vec![TaskSlot::unassigned(); config.tasks_max as usize];
         state
             .connectors
             .insert(config.name.clone(), (config, tasks));
+        Ok(())
+    }
+
+    /// `PUT /connectors/{name}/config` on an existing connector: replaces its configuration
+    /// and restarts every task with it (Connect reconfigures the connector and starts its
+    /// tasks afresh; a changed `tasks.max` adds or drops tasks).
+    ///
+    /// # Errors
+    /// The configuration's first problem; no connector of that name.
+    pub fn update_connector_config(
+        &self,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<(), ConfigError> {
+        let config = (self.parser)(raw)?;
+        let mut state = self.lock();
+        let Some((old, tasks)) = state.connectors.get_mut(&config.name) else {
+            return Err(invalid("name", &config.name, "an existing connector"));
+        };
+        tasks.resize(config.tasks_max as usize, TaskSlot::unassigned());
+        for t in tasks.iter_mut() {
+            t.run += 1;
+            t.state = TaskState::Unassigned;
+            t.trace = None;
+        }
+        *old = config;
         Ok(())
     }
 
@@ -355,16 +382,12 @@ mod tests {
         };
         let parser: ConfigParser = Arc::new(|raw| ConnectorConfig::parse(raw, &[]));
         let h = Herder::new(config, parser);
-        let raw = [
+        let raw = raw_of(&[
             ("name", "c"),
             ("connector.class", "x"),
             ("topics", "t"),
             ("tasks.max", "2"),
-        ];
-        let raw = raw
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        ]);
         h.create_connector(&raw).expect("valid config");
         h
     }
@@ -404,6 +427,47 @@ mod tests {
     }
 
     #[test]
+    fn a_config_update_restarts_every_task_with_the_new_config() {
+        let h = herder(0);
+        h.register("connect-1", 0);
+        h.rebalance(0);
+        let before = h.assignments("connect-1");
+        for a in &before {
+            assert!(h.set_state("c", a.task, a.run, TaskState::Failed, None));
+        }
+        let raw = raw_of(&[
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("tasks.max", "2"),
+            ("consumer.override.max.poll.records", "50"),
+        ]);
+        h.update_connector_config(&raw).expect("valid config");
+        assert_eq!(h.connector_config("c").unwrap().max_poll_records, 50);
+        let after = h.assignments("connect-1");
+        assert_eq!(after.len(), 2, "the tasks stay on their worker");
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a.run, b.run + 1, "a stale run stops, a new one starts");
+            assert_eq!(a.state, TaskState::Unassigned);
+        }
+        let mut unknown = raw_of(&[("name", "d"), ("connector.class", "x"), ("topics", "t")]);
+        assert!(
+            h.update_connector_config(&unknown).is_err(),
+            "no connector d"
+        );
+        unknown.insert("name".into(), "c".into());
+        unknown.insert("tasks.max".into(), "0".into());
+        assert!(h.update_connector_config(&unknown).is_err(), "tasks.max 0");
+    }
+
+    fn raw_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
     fn control_api_creates_reports_and_deletes_a_connector() {
         let h = herder(0);
         h.register("connect-1", 0);
@@ -413,11 +477,7 @@ mod tests {
         assert!(status
             .iter()
             .all(|t| t.worker_id.as_deref() == Some("connect-1")));
-        let raw = [("name", "c"), ("connector.class", "x"), ("topics", "t")];
-        let raw = raw
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let raw = raw_of(&[("name", "c"), ("connector.class", "x"), ("topics", "t")]);
         assert!(h.create_connector(&raw).is_err(), "the name is in use");
         assert!(h.delete_connector("c"));
         assert!(h.status("c").is_none());

@@ -7,9 +7,12 @@
 //! worker's node, so a kill or pause of the node takes them with it.
 //!
 //! # A sink task ([`run_task`])
-//! One consumer in group `connect-<name>` (`auto.offset.reset=earliest`, no auto-commit,
-//! `isolation.level` from `consumer.override.isolation.level`). Each iteration: commit if
-//! `offset.flush.interval.ms` has passed (`pre_commit` bounded by
+//! The connector's [`SinkFactory`] builds the task for its [`TaskRun`] (worker name, task
+//! id, run number), so a plugin can name each start (the ClickHouse sink's fencing owner
+//! `worker-i#n`) and open its connections on the worker's node. One consumer in group
+//! `connect-<name>` (`auto.offset.reset=earliest`, no auto-commit, `isolation.level`,
+//! `max.poll.records` and `max.poll.interval.ms` from the `consumer.override.` keys).
+//! Each iteration: commit if `offset.flush.interval.ms` has passed (`pre_commit` bounded by
 //! `offset.flush.timeout.ms`, then a synchronous commit of what it returned, within the
 //! current assignment and never past what `put` accepted); poll; on an assignment change
 //! `close` the revoked and `open` the new partitions (a revocation here comes after the
@@ -42,18 +45,36 @@ use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord,
 };
-use crate::history::{OpKind, Recorder, Value};
+use crate::history::{DlqRecord, OpKind, Recorder, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
-/// Builds a connector's sink task (Connect's plugin loading).
-pub type SinkFactory =
-    Arc<dyn Fn(&ConnectorConfig) -> Result<Box<dyn SinkTask>, String> + Send + Sync>;
+/// Which run of which task a [`SinkFactory`] builds: the worker it starts on, the task id
+/// and the herder's run number (bumped on every start or move of the task).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRun {
+    /// The worker process's name (`connect-1`, `worker-0`).
+    pub worker: String,
+    /// The task id within its connector.
+    pub task: u32,
+    /// The herder's run number of this start.
+    pub run: u64,
+}
+
+/// What a [`SinkFactory`] returns: a future of the task, or the reason it cannot be built
+/// (the task then goes FAILED). A future, because a plugin may open connections first.
+pub type SinkFuture = Pin<Box<dyn Future<Output = Result<Box<dyn SinkTask>, String>>>>;
+
+/// Builds a connector's sink task for one run (Connect's plugin loading, then the task's
+/// `start`).
+pub type SinkFactory = Arc<dyn Fn(&ConnectorConfig, &TaskRun) -> SinkFuture + Send + Sync>;
 
 /// What every worker process shares.
 #[derive(Clone)]
@@ -126,7 +147,12 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
         return;
     }
     rt.record(&worker, OpKind::Ok, status_value(&a, "RUNNING", None), None);
-    let sink = match (rt.factory)(&config) {
+    let run = TaskRun {
+        worker: worker.clone(),
+        task: a.task,
+        run: a.run,
+    };
+    let sink = match (rt.factory)(&config, &run).await {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
     };
@@ -164,6 +190,33 @@ fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
             status_value(a, "FAILED", Some(trace)),
             None,
         );
+    }
+}
+
+/// The final `DlqState` of a one-partition dead-letter queue `topic`: each record with its
+/// headers as text and the id `id_of` finds in it (the original's id).
+pub fn dlq_state(
+    cluster: &eosim_sim::kafka::model::Cluster,
+    topic: &str,
+    id_of: impl Fn(&eosim_sim::kafka::Record) -> u64,
+) -> Value {
+    let tp = TopicPartition::new(topic, 0);
+    let records = cluster
+        .records(&tp)
+        .into_iter()
+        .map(|(offset, r)| DlqRecord {
+            id: id_of(&r),
+            tp: tp.clone(),
+            offset,
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect(),
+        });
+    Value::DlqState {
+        topic: topic.to_string(),
+        records: records.collect(),
     }
 }
 
@@ -245,6 +298,7 @@ impl WorkerSinkTask {
             .min(wc.session_timeout_ms / 3)
             .max(100);
         cc.max_poll_records = config.max_poll_records;
+        cc.max_poll_interval_ms = config.max_poll_interval_ms;
         cc.isolation_level = config.isolation_level;
         cc.request_timeout_ms = 5_000;
         let mut consumer = SimConsumer::new(conn.clone(), cc);

@@ -1,12 +1,18 @@
 //! `[sink]` of a `clickhouse-sink` scenario: the ClickHouse exactly-once sink's variant,
 //! tables, Connect-side settings, and an armed fault point.
 //!
+//! The sink runs as a Kafka Connect connector: `tasks` worker nodes `worker-i` run one
+//! herder's workers, and the connector has `tasks.max = tasks`, so each worker runs one
+//! task while all are up; partitions move between tasks by the consumer group.
+//!
 //! ```toml
 //! [sink]
 //! variant = "seed"           # seed, connector-current, seed+token, seed+token+fencing
-//! tasks = 2                             # worker nodes, one task each
-//! batch_records_max = 100               # the task consumer's max.poll.records
+//! tasks = 2                             # worker nodes and tasks.max
+//! batch_records_max = 100               # consumer.override.max.poll.records
 //! non_replicated_deduplication_window = 3
+//! engine = "replicated-merge-tree"      # or merge-tree (the seed's)
+//! clickhouse_version = "23.11"          # 23.7 (the seed's), 23.11, 25.9
 //! [sink.fault_point]
 //! point = "between-before-and-insert"   # or "enumerate": point and hit drawn from the seed
 //! action = "pause"                      # crash | pause | crash-clickhouse
@@ -14,7 +20,34 @@
 //! ```
 
 use crate::sinks::clickhouse::plan::Variant;
+use eosim_sim::clickhouse::types::VersionProfile;
 use serde::{Deserialize, Serialize};
+
+/// The ClickHouse server version whose defaults the model follows; KeeperMap needs 23.x.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ClickHouseVersion {
+    /// 23.7, the seed's: `replicated_deduplication_window` 100.
+    #[default]
+    #[serde(rename = "23.7")]
+    V23_7,
+    /// 23.11 to 25.8: `replicated_deduplication_window` 1000.
+    #[serde(rename = "23.11")]
+    V23_11,
+    /// 25.9 and later: `replicated_deduplication_window` 10000.
+    #[serde(rename = "25.9")]
+    V25_9,
+}
+
+impl ClickHouseVersion {
+    /// The model's profile of this version.
+    pub fn profile(self) -> VersionProfile {
+        match self {
+            Self::V23_7 => VersionProfile::V23_7,
+            Self::V23_11 => VersionProfile::V23_11,
+            Self::V25_9 => VersionProfile::V25_9,
+        }
+    }
+}
 
 /// The target table's engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -80,23 +113,27 @@ pub struct ClickHouseSinkSpec {
     /// Connector name (group `connect-<name>`). Default `ck-sink`.
     #[serde(default = "connector_name")]
     pub name: String,
-    /// Worker nodes, one task each. Default 2.
+    /// Worker nodes `worker-0..`, and the connector's `tasks.max`. Default 2.
     #[serde(default = "two")]
     pub tasks: u32,
-    /// The task consumer's `max.poll.records`. Default 100.
+    /// `consumer.override.max.poll.records`. Default 100.
     #[serde(default = "hundred")]
     pub batch_records_max: usize,
-    /// `max.poll.records` of a task after its worker restarted (F2: redelivery with other
-    /// batch boundaries). Default: `batch_records_max`.
+    /// F2, redelivery with other batch boundaries: when an armed `crash` fault point kills
+    /// a worker, the operator puts the connector's configuration again with this
+    /// `consumer.override.max.poll.records` while the worker is down, so the tasks restart
+    /// (as on any Connect configuration change) polling batches of this size. Default: none.
     #[serde(default)]
     pub redelivery_batch_records_max: Option<usize>,
-    /// The task consumer's `session.timeout.ms`. Default 10000.
+    /// `session.timeout.ms` of the worker group and of the task consumers; workers
+    /// heartbeat every third of it. Default 10000.
     #[serde(default = "ten_s")]
     pub session_timeout_ms: u64,
-    /// The task consumer's `max.poll.interval.ms`. Default 300000.
+    /// `consumer.override.max.poll.interval.ms`. Default 300000.
     #[serde(default = "five_min")]
     pub max_poll_interval_ms: u64,
-    /// Tasks start this long after the run, ms (to let the topic fill up). Default 0.
+    /// When the operator posts the connector, ms after the start (to let the topic fill
+    /// up); the tables are created before. Default 0.
     #[serde(default)]
     pub start_after_ms: u64,
     /// The ClickHouse client's request timeout, ms. Default 5000.
@@ -108,16 +145,25 @@ pub struct ClickHouseSinkSpec {
     /// Target engine. Default merge-tree.
     #[serde(default)]
     pub engine: TargetEngine,
+    /// The server version whose defaults apply (the Replicated window). Default 23.7.
+    #[serde(default)]
+    pub clickhouse_version: ClickHouseVersion,
     /// `non_replicated_deduplication_window` of a MergeTree target. Default: off.
     #[serde(default)]
     pub non_replicated_deduplication_window: Option<u64>,
     /// `replicated_deduplication_window` of a Replicated target. Default: the version's.
     #[serde(default)]
     pub replicated_deduplication_window: Option<u64>,
+    /// `cleanup_delay_period` of a Replicated target, ms: how often the cleanup thread
+    /// trims its block ids to the window (until then older ids still deduplicate).
+    /// Default: the server's 30 s.
+    #[serde(default)]
+    pub cleanup_delay_period_ms: Option<u64>,
     /// `tolerateStateMismatch`. Default false.
     #[serde(default)]
     pub tolerate_state_mismatch: bool,
-    /// `errors.tolerance` (`none` | `all`, with a dead-letter queue). Default all.
+    /// `errors.tolerance`: `none`, or `all` with the worker's dead-letter queue topic
+    /// `<name>-dlq` (context headers on). Default all.
     #[serde(default = "all")]
     pub errors_tolerance: String,
     /// An armed fault point.

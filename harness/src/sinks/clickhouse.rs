@@ -10,6 +10,25 @@
 //! ([`ConnectError::Fatal`]) unless `tolerateStateMismatch=true`, which then drops what is
 //! at or below the stored max and inserts the rest as a new batch.
 //!
+//! # Run by the Connect worker
+//! The worker (`connect::worker`) polls, converts and calls `put`; the task keeps what it
+//! accepted per partition until its plan ran, and returns from `pre_commit` only offsets
+//! whose records are handled (inserted, dropped as already in, or reported). After a `put`
+//! that handled records it calls `request_commit` on its [`SinkTaskContext`], so the
+//! worker commits after every batch. The real connector does not: it leaves commits to
+//! `offset.flush.interval.ms` (60 s by default) and relies on its state record to absorb
+//! the larger redelivery. eosim commits per batch so the committed offset tracks the
+//! state record and the field cases read as cases.md states them (F1: B starts from the
+//! committed offset 100); the KeeperMap record, not the commit, decides what is inserted.
+//!
+//! # Fencing (variant `seed+token+fencing`)
+//! `open` claims each partition with a conditional KeeperMap write. When a state write or
+//! an insert finds another owner's record, the task drops what it holds of the partition
+//! and rewinds it through [`SinkTaskContext::offset`] to the first record it had not
+//! handled, as a sink does for records it could not write. If the consumer group takes
+//! the partition away, `close` forgets it; if the task gets its records again, it claims
+//! the partition anew before planning them.
+//!
 //! # Fault points
 //! Between every two steps the task calls [`SinkHooks::fault_point`] with one of
 //! [`FAULT_POINTS`] (and hits the coverage mark `fault-point:<name>`), so a scenario can
@@ -24,7 +43,7 @@
 pub mod plan;
 
 use crate::client::clickhouse::{ChClientError, ClickHouse, KeeperMap};
-use crate::connect::task::{ConnectError, SinkRecord};
+use crate::connect::task::{ConnectError, SinkRecord, SinkTaskContext};
 use crate::mark;
 use async_trait::async_trait;
 use eosim_sim::clickhouse::types::{Column, ColumnType, Insert, TableDef, Value as ChValue};
@@ -42,6 +61,24 @@ pub const FAULT_POINTS: [&str; 5] = [
     "mid-insert",
     "between-insert-and-after",
     "after-after",
+];
+
+/// `connector.class` of the sink (clickhouse-kafka-connect's).
+pub const CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
+
+/// The sink's own connector keys, besides Connect's framework keys.
+pub const KEYS: &[&str] = &[
+    "exactlyOnce",
+    "hostname",
+    "port",
+    "database",
+    "username",
+    "password",
+    "tolerateStateMismatch",
+    "variant",
+    "table",
+    "state.table",
+    "max_insert_block_size",
 ];
 
 /// The sink's configuration.
@@ -137,6 +174,27 @@ pub fn state_table_def(name: &str) -> TableDef {
     TableDef::keeper_map(name, columns, &format!("/eosim_{name}"), "key")
 }
 
+/// Creates the target table `target` and the KeeperMap state table `state_table` unless
+/// they exist, as the connector's documentation asks its user to before starting it.
+///
+/// # Errors
+/// [`ConnectError::Retriable`] when ClickHouse or Keeper is unreachable; fatal for a
+/// definition the server refuses.
+pub async fn create_tables<C: ClickHouse>(
+    client: &C,
+    target: TableDef,
+    state_table: &str,
+) -> Result<(), ConnectError> {
+    for def in [target, state_table_def(state_table)] {
+        match client.create_table(def).await {
+            Ok(()) => {}
+            Err(ChClientError::Server(e)) if e.code == ErrorCode::TableAlreadyExists => {}
+            Err(e) => return Err(connect_error(&e)),
+        }
+    }
+    Ok(())
+}
+
 /// What the task lets its runner observe and break.
 #[async_trait]
 pub trait SinkHooks: Send + Sync {
@@ -221,8 +279,10 @@ pub struct ClickHouseSinkTask<C> {
     committable: BTreeMap<TopicPartition, Offset>,
     /// Fencing: the state record version this task last wrote or claimed.
     versions: BTreeMap<TopicPartition, Option<i32>>,
-    /// Fencing: partitions another owner took.
+    /// Fencing: partitions another owner took; their next records re-claim them.
     fenced: BTreeSet<TopicPartition>,
+    /// The worker's context (given by `initialize`): rewinds and commit requests.
+    context: SinkTaskContext,
 }
 
 impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
@@ -242,28 +302,8 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             committable: BTreeMap::new(),
             versions: BTreeMap::new(),
             fenced: BTreeSet::new(),
+            context: SinkTaskContext::new(),
         }
-    }
-
-    /// Partitions another owner took from this task (fencing): the runner should rejoin
-    /// the group so they are revoked or reopened from the committed offsets.
-    pub fn fenced_partitions(&self) -> Vec<TopicPartition> {
-        self.fenced.iter().cloned().collect()
-    }
-
-    /// Creates the target and state tables unless they exist.
-    ///
-    /// # Errors
-    /// [`ConnectError::Retriable`] when ClickHouse or Keeper is unreachable.
-    pub async fn ensure_tables(&self, target: TableDef) -> Result<(), ConnectError> {
-        for def in [target, state_table_def(&self.config.state_table)] {
-            match self.client.create_table(def).await {
-                Ok(()) => {}
-                Err(ChClientError::Server(e)) if e.code == ErrorCode::TableAlreadyExists => {}
-                Err(e) => return Err(connect_error(&e)),
-            }
-        }
-        Ok(())
     }
 
     fn key(tp: &TopicPartition) -> String {

@@ -2,36 +2,47 @@
 //!
 //! # Model
 //! - Nodes: `clickhouse` (10.0.6.1) and `keeper` (10.0.6.2) serving one
-//!   [`ClickHouseWorld`] (23.7 profile); `producer-0` writes ids `0..records` as JSON
-//!   `{"id": id, "name": "r<id>"}` to partition `id % partitions` (so with one partition
-//!   offset = id), acks=all, no retries (a retried send could land twice and blur
-//!   offset-level exactly-once); `worker-i` (10.0.4.(i+1)) each run one sink task;
-//!   `fault-supervisor` (10.0.9.2) carries out armed fault points.
+//!   [`ClickHouseWorld`] (`clickhouse_version`'s profile, 23.7 by default);
+//!   `producer-0` writes ids `0..records` as JSON `{"id": id, "name": "r<id>"}` to
+//!   partition `id % partitions` (so with one partition offset = id), acks=all, no
+//!   retries (a retried send could land twice and blur offset-level exactly-once);
+//!   `worker-i` (10.0.4.(i+1)), `i < tasks`, are Kafka Connect workers
+//!   (`connect::worker`) of one herder; `operator` (10.0.9.3) creates the
+//!   target and KeeperMap state tables, then posts the connector (class
+//!   `com.clickhouse.kafka.connect.ClickHouseSinkConnector`, `tasks.max = tasks`) at
+//!   `start_after_ms`; `fault-supervisor` (10.0.9.2) carries out armed fault points.
 //! - The target table is the seed's `kafka2ck(id UInt8, name String)`: `id` wraps past
 //!   255 as JSONEachRow does, so a row's identity is its `name`.
-//! - **Stand-in worker loop** (until the Connect worker of branch `connect` lands): per
-//!   task one consumer in group `connect-<name>`, poll → JSON conversion (a value that is
-//!   not JSON goes to the DLQ) → `put` (retried while it answers `Retriable`) →
-//!   `pre_commit` → commit what it returned. A `Fatal` answer leaves the task FAILED until
-//!   its node restarts. Marked `STAND-IN` below so it is easy to replace.
+//! - The sink task runs in the worker's `WorkerSinkTask` loop, as the JDBC sink does: one
+//!   consumer per task in group `connect-<name>`, JsonConverter (schemas off), `put`
+//!   retried while it answers `Retriable`, a commit of what `pre_commit` returns after
+//!   every batch (the task requests it), the worker's dead-letter queue `<name>-dlq` with
+//!   Connect's context headers (`errors.tolerance=all`). A `Fatal` answer leaves the task
+//!   FAILED in the herder until its worker restarts (no operator restarts it).
 //!
 //! # Ops recorded
-//! `send` per id; `poll` ok per non-empty poll; `write` ok per insert that returned
-//! success (the rows it carried); `commit` invoke/ok/fail/info; nemesis `fault`s for fault
-//! points that fire. Final: `LogState` per partition, `SinkState` (the table's rows mapped
-//! back to log positions by name), `CommittedOffsets` of `connect-<name>`.
+//! `send` per id; the operator's connector configurations; task status changes; `write`
+//! ok per insert that returned success (the rows it carried); `commit` invoke/ok/fail/info;
+//! nemesis `fault`s for fault points that fire. Final: `LogState` per partition,
+//! `SinkState` (the table's rows mapped back to log positions by name), `DlqState` (with
+//! a DLQ), `CommittedOffsets` of `connect-<name>`, and each task's status.
 //!
 //! # Analyses
 //! The standard checkers: `sink-lost` (a record of the log missing from the table,
-//! including records sent to the DLQ), `sink-duplicate` (a record held twice).
+//! including records sent to the DLQ: F2's right answer has an empty DLQ),
+//! `sink-duplicate` (a record held twice).
 
+mod connector;
 mod hooks;
-mod task_loop;
 
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::connect::config::WorkerConfig;
+use crate::connect::herder::Herder;
+use crate::connect::herder::TaskState;
+use crate::connect::worker::{dlq_state, worker_process, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::clickhouse::{ClickHouseSinkSpec, TargetEngine};
@@ -42,9 +53,7 @@ use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
 use eosim_sim::clickhouse::service::{
     clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
 };
-use eosim_sim::clickhouse::types::{
-    ColumnType, Engine, TableDef, Value as ChValue, VersionProfile,
-};
+use eosim_sim::clickhouse::types::{ColumnType, Engine, TableDef, Value as ChValue};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;
@@ -65,11 +74,7 @@ pub struct Shared {
     pub point_hits: BTreeMap<String, u64>,
     /// Whether the armed fault point fired.
     pub fired: bool,
-    /// Tasks that failed, with the reason (until their node restarts).
-    pub failed: BTreeMap<String, String>,
-    /// Records reported to the dead-letter queue: (tp, offset, reason).
-    pub dlq: Vec<(TopicPartition, Offset, String)>,
-    /// Task incarnations, per worker (owner names `worker-i#n`).
+    /// Task starts, per worker (owner names `worker-i#n`).
     pub incarnations: BTreeMap<String, u64>,
 }
 
@@ -86,6 +91,8 @@ pub struct Context {
     pub ch: ClickHouseWorld,
     /// Shared state.
     pub shared: Arc<Mutex<Shared>>,
+    /// The Connect herder of the `worker-i` nodes.
+    pub herder: Herder,
 }
 
 impl Context {
@@ -103,6 +110,10 @@ impl Context {
     }
 }
 
+fn ip(a: u8, b: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
+}
+
 /// The seed's target table with the scenario's engine and dedup settings.
 pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
     let mut def = TableDef::kafka2ck();
@@ -111,6 +122,9 @@ pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
     }
     def.settings.non_replicated_deduplication_window = spec.non_replicated_deduplication_window;
     def.settings.replicated_deduplication_window = spec.replicated_deduplication_window;
+    if spec.cleanup_delay_period_ms.is_some() {
+        def.settings.cleanup_delay_period_ms = spec.cleanup_delay_period_ms;
+    }
     def
 }
 
@@ -186,17 +200,30 @@ impl ClickhouseSink {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         let spec = Arc::new(scenario.sink.clone().unwrap_or_default());
-        let server = ClickHouse::new(VersionProfile::V23_7, ServerConfig::default());
+        let version = spec.clickhouse_version.profile();
+        let server = ClickHouse::new(version, ServerConfig::default());
         let ch = ClickHouseWorld::new(server, Keeper::new());
         let shared = Arc::default();
-        Self {
-            ctx: Context {
-                scenario,
-                spec,
-                recorder,
-                ch,
-                shared,
-            },
+        let herder = Herder::new(WorkerConfig::default(), connector::parser());
+        let mut ctx = Context {
+            scenario,
+            spec,
+            recorder,
+            ch,
+            shared,
+            herder,
+        };
+        ctx.herder = Herder::new(connector::worker_config(&ctx), connector::parser());
+        Self { ctx }
+    }
+
+    fn runtime(&self, world: &World) -> WorkerRuntime {
+        WorkerRuntime {
+            herder: self.ctx.herder.clone(),
+            brokers: world.broker_count(),
+            recorder: self.ctx.recorder.clone(),
+            factory: connector::factory(self.ctx.clone()),
+            task_crash_probability: 0.0,
         }
     }
 
@@ -207,8 +234,18 @@ impl ClickhouseSink {
 }
 
 impl Pipeline for ClickhouseSink {
+    /// The input topic and, under `errors.tolerance=all`, the one-partition DLQ topic.
     fn topics(&self) -> Vec<TopicSpec> {
-        vec![self.ctx.scenario.topic.clone()]
+        let t = &self.ctx.scenario.topic;
+        let mut topics = vec![t.clone()];
+        if let Some(name) = connector::dlq_topic(&self.ctx) {
+            topics.push(TopicSpec {
+                name,
+                partitions: 1,
+                ..t.clone()
+            });
+        }
+        topics
     }
 
     fn start(&mut self, world: &mut World) {
@@ -218,22 +255,22 @@ impl Pipeline for ClickhouseSink {
         world.add_node("clickhouse", clickhouse_ip(), move || {
             serve_clickhouse(ch.clone())
         });
-        world.add_node(
-            "fault-supervisor",
-            IpAddr::V4(Ipv4Addr::new(10, 0, 9, 2)),
-            || async { std::future::pending::<()>().await },
-        );
-        let (ctx, name) = (self.ctx.clone(), "producer-0".to_string());
-        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1));
-        world.add_node(&name, ip, move || {
+        world.add_node("fault-supervisor", ip(9, 2), || async {
+            std::future::pending::<()>().await
+        });
+        let ctx = self.ctx.clone();
+        world.add_node("operator", ip(9, 3), move || {
+            connector::operator_process(ctx.clone())
+        });
+        let ctx = self.ctx.clone();
+        world.add_node("producer-0", ip(2, 1), move || {
             producer_process(ctx.clone(), "producer-0".into())
         });
+        let rt = self.runtime(world);
         for i in 0..self.ctx.spec.tasks {
-            let name = format!("worker-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || {
-                task_loop::task_process(ctx.clone(), n.clone())
+            let (rt, name) = (rt.clone(), format!("worker-{i}"));
+            world.add_node(&name.clone(), ip(4, i as u8 + 1), move || {
+                worker_process(rt.clone(), name.clone())
             });
         }
         let mut shared = self.ctx.shared();
@@ -245,7 +282,8 @@ impl Pipeline for ClickhouseSink {
     }
 
     /// Unfinished: the producer, partitions whose committed offset (group
-    /// `connect-<name>`) is behind the high watermark, and failed tasks.
+    /// `connect-<name>`) is behind the high watermark, a connector the herder refused, and
+    /// tasks the herder has FAILED.
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.shared().produced {
@@ -263,8 +301,19 @@ impl Pipeline for ClickhouseSink {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
         }
-        for (task, reason) in &self.ctx.shared().failed {
-            lag.push(format!("task {task} FAILED: {reason}"));
+        let name = &self.ctx.spec.name;
+        let Some(status) = self.ctx.herder.status(name) else {
+            lag.push(format!(
+                "connector {name} not created (see the operator's op)"
+            ));
+            return lag;
+        };
+        for t in status {
+            if t.state == TaskState::Failed {
+                let trace = t.trace.unwrap_or_default();
+                let worker = t.worker_id.unwrap_or_default();
+                lag.push(format!("task {name}-{} FAILED on {worker}: {trace}", t.id));
+            }
         }
         lag
     }
@@ -289,18 +338,32 @@ impl Pipeline for ClickhouseSink {
                 .recorder
                 .record(t, "final", OpKind::Ok, value, None);
         }
+        let dlq = connector::dlq_topic(&self.ctx).map(|topic| {
+            let tp = TopicPartition::new(topic.clone(), 0);
+            dlq_state(&cluster, &topic, |r| record_ref(&tp, 0, &r.value).id)
+        });
         let offsets = cluster.committed_offsets(&self.ctx.group());
         drop(cluster);
         let rows = self.table_rows(&by_name);
-        let recorder = &self.ctx.recorder;
-        recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-        recorder.record(
-            t,
-            "final",
-            OpKind::Ok,
-            Value::CommittedOffsets { offsets },
-            None,
-        );
+        let rec = |value| {
+            self.ctx
+                .recorder
+                .record(t, "final", OpKind::Ok, value, None);
+        };
+        rec(Value::SinkState { rows });
+        if let Some(dlq) = dlq {
+            rec(dlq);
+        }
+        rec(Value::CommittedOffsets { offsets });
+        let name = &self.ctx.spec.name;
+        for s in self.ctx.herder.status(name).unwrap_or_default() {
+            rec(Value::TaskStatus {
+                connector: name.clone(),
+                task: s.id,
+                state: format!("{:?}", s.state).to_uppercase(),
+                trace: s.trace,
+            });
+        }
     }
 }
 

@@ -30,8 +30,8 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
-use crate::connect::worker::{worker_process, SinkFactory, WorkerRuntime};
-use crate::history::{DlqRecord, OpKind, RecordRef, Recorder, SourceRecord, Value};
+use crate::connect::worker::{dlq_state, worker_process, SinkFactory, TaskRun, WorkerRuntime};
+use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TableSpec, TopicSpec};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
@@ -347,13 +347,16 @@ impl ConnectJdbc {
 
     fn runtime(&self, world: &World) -> WorkerRuntime {
         let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
-        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig| {
-            let sink =
-                JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
-            Ok(Box::new(JdbcSinkTask::new(
-                sink,
-                Box::new(SimPostgres::new(timeout_ms)),
-            )) as _)
+        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig, _: &TaskRun| {
+            let sink = JdbcSinkConfig::parse(&config.raw, &config.topics);
+            Box::pin(std::future::ready(sink.map_err(|e| e.to_string()).map(
+                |sink| {
+                    Box::new(JdbcSinkTask::new(
+                        sink,
+                        Box::new(SimPostgres::new(timeout_ms)),
+                    )) as _
+                },
+            )))
         });
         WorkerRuntime {
             herder: self.ctx.herder.clone(),
@@ -491,24 +494,7 @@ impl Pipeline for ConnectJdbc {
         }
         rec(self.table_state());
         if let Some(topic) = &self.ctx.connector.dlq_topic {
-            let tp = TopicPartition::new(topic.clone(), 0);
-            let records = cluster
-                .records(&tp)
-                .into_iter()
-                .map(|(offset, r)| DlqRecord {
-                    id: id_of(&r.headers),
-                    tp: tp.clone(),
-                    offset,
-                    headers: r
-                        .headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
-                        .collect(),
-                });
-            rec(Value::DlqState {
-                topic: topic.clone(),
-                records: records.collect(),
-            });
+            rec(dlq_state(&cluster, topic, |r| id_of(&r.headers)));
         }
         let offsets = cluster.committed_offsets(&self.ctx.connector.group_id());
         drop(cluster);

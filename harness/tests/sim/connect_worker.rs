@@ -11,7 +11,7 @@ use eosim::connect::herder::{ConfigParser, Herder};
 use eosim::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
-use eosim::connect::worker::{worker_process, SinkFactory, WorkerRuntime};
+use eosim::connect::worker::{worker_process, SinkFactory, TaskRun, WorkerRuntime};
 use eosim::runner::world::World;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
@@ -104,12 +104,13 @@ async fn produce() {
 
 fn worker_runtime(world: &World, seen: Seen) -> WorkerRuntime {
     let parser: ConfigParser = Arc::new(|raw| ConnectorConfig::parse(raw, &[]));
-    let factory: SinkFactory = Arc::new(move |_config: &ConnectorConfig| {
-        Ok(Box::new(RewindingSink {
+    let factory: SinkFactory = Arc::new(move |_config: &ConnectorConfig, _: &TaskRun| {
+        let sink = RewindingSink {
             context: None,
             seen: seen.clone(),
             rewound: false,
-        }) as _)
+        };
+        Box::pin(std::future::ready(Ok(Box::new(sink) as _)))
     });
     WorkerRuntime {
         herder: Herder::new(WorkerConfig::default(), parser),

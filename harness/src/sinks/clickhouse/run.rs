@@ -3,7 +3,9 @@
 use super::plan::{self, Mismatch, Phase, Range, StateRecord, Step};
 use super::{ClickHouseSinkTask, Stop};
 use crate::client::clickhouse::{ClickHouse, KeeperMap};
-use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use crate::connect::task::{
+    ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
+};
 use crate::mark;
 use async_trait::async_trait;
 use eosim_sim::clickhouse::types::Insert;
@@ -120,6 +122,7 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             Step::Dlq(range) => {
                 for record in self.records_in(tp, range) {
                     let why = format!("{tp}: batch {range} is inside a stored BEFORE range");
+                    mark!("dlq:record");
                     reporter.report(&record, &why).map_err(Stop::Connect)?;
                 }
             }
@@ -145,9 +148,12 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         for record in self.records_in(tp, range) {
             match &record.value {
                 Some(v @ serde_json::Value::Object(_)) => rows.push(v.clone()),
-                _ => reporter
-                    .report(&record, "value is not a JSON object")
-                    .map_err(Stop::Connect)?,
+                _ => {
+                    mark!("dlq:record");
+                    reporter
+                        .report(&record, "value is not a JSON object")
+                        .map_err(Stop::Connect)?;
+                }
             }
         }
         if rows.is_empty() {
@@ -168,6 +174,23 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
     }
 }
 
+impl<C> ClickHouseSinkTask<C> {
+    /// Another owner took `tp`: forget what this task holds of it and rewind it to the
+    /// first record not handled, so nothing between is skipped if the task keeps it.
+    fn fence(&mut self, tp: &TopicPartition) {
+        self.fenced.insert(tp.clone());
+        self.versions.remove(tp);
+        let first = self
+            .pending
+            .remove(tp)
+            .and_then(|r| r.first().map(|r| r.offset));
+        if let Some(offset) = first {
+            mark!("fencing:rewind");
+            self.context.offset(tp.clone(), offset);
+        }
+    }
+}
+
 fn range_kind(range: Range) -> &'static str {
     if range.min == range.max {
         "one"
@@ -178,6 +201,10 @@ fn range_kind(range: Range) -> &'static str {
 
 #[async_trait]
 impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
+    fn initialize(&mut self, context: SinkTaskContext) {
+        self.context = context;
+    }
+
     async fn open(&mut self, partitions: &[TopicPartition]) -> Result<(), ConnectError> {
         for tp in partitions {
             self.pending.remove(tp);
@@ -198,9 +225,13 @@ impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
         for r in records {
             by_tp.entry(r.tp.clone()).or_default().push(r);
         }
+        let mut handled = false;
         for (tp, records) in by_tp {
             if self.fenced.contains(&tp) {
-                continue;
+                // The group still gives this task the partition: take it back first.
+                mark!("fencing:reclaim");
+                self.claim(&tp).await?;
+                self.fenced.remove(&tp);
             }
             let pending = self.pending.entry(tp.clone()).or_default();
             let last = pending.last().map(|r| r.offset);
@@ -210,13 +241,13 @@ impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
                     .filter(|r| last.is_none_or(|l| r.offset > l)),
             );
             match self.process(&tp, reporter).await {
-                Ok(()) => {}
-                Err(Stop::Fenced) => {
-                    self.fenced.insert(tp.clone());
-                    self.pending.remove(&tp);
-                }
+                Ok(()) => handled |= !self.pending.contains_key(&tp),
+                Err(Stop::Fenced) => self.fence(&tp),
                 Err(Stop::Connect(e)) => return Err(e),
             }
+        }
+        if handled {
+            self.context.request_commit();
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! The armed fault point and the history hooks of the sink tasks.
 
+use super::connector::{connector_props, post_config};
 use super::Context;
 use crate::client::clickhouse::ChClientError;
 use crate::history::{OpKind, RecordRef, Value};
@@ -27,6 +28,19 @@ pub fn armed(ctx: &Context) -> Option<(String, u64, FaultPointAction)> {
         FaultPointAction::Crash
     };
     Some((point.to_string(), hit, action))
+}
+
+/// F2's other batch boundaries: with `redelivery_batch_records_max` set, the operator
+/// puts the connector's configuration again with that `consumer.override.max.poll.records`
+/// while the crashed worker is down, so every task restarts polling batches of that size
+/// (Connect restarts a connector's tasks on a configuration change).
+fn redelivery_config(ctx: &Context) {
+    let Some(n) = ctx.spec.redelivery_batch_records_max else {
+        return;
+    };
+    let mut raw = connector_props(ctx);
+    raw.insert("consumer.override.max.poll.records".into(), n.to_string());
+    post_config(ctx, raw, true);
 }
 
 /// Hooks of task `worker`.
@@ -80,8 +94,8 @@ impl Hooks {
         let node = handle.get_node(supervisor).expect("supervisor node");
         node.spawn(async move {
             Handle::current().kill(worker);
+            redelivery_config(&ctx);
             madsim::time::sleep(Duration::from_millis(spec.restart_after_ms)).await;
-            ctx.shared().failed.remove(&name);
             Handle::current().restart(worker);
             let value = Value::Fault {
                 name: "restart".into(),
