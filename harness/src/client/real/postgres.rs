@@ -252,6 +252,23 @@ impl RealPostgres {
         Ok(Reply::Rows { columns, rows })
     }
 
+    /// Runs SQL text in autocommit mode (setup the model's statements cannot say, such as
+    /// `CREATE ROLE`); returns the rows the last statement affected.
+    ///
+    /// # Errors
+    /// As [`PostgresClient::execute`].
+    pub async fn run_sql(&mut self, text: &str) -> Result<u64, PgClientError> {
+        let messages = self.query(text, Phase::Applying).await?;
+        Ok(messages
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                _ => None,
+            })
+            .last()
+            .unwrap_or(0))
+    }
+
     /// Loads `rows` into `table`'s `columns` with `COPY ... FROM STDIN` (text format), in
     /// one statement; returns the rows copied.
     ///

@@ -13,7 +13,6 @@
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
 //! mode=process-kill`, `restart target=[consumer-0]`.
 
-use super::worker::Role;
 use super::Run;
 use crate::real::provision::Kafka;
 use eosim_sim::kafka::model::CrashMode;
@@ -107,10 +106,11 @@ impl Run<'_> {
         let brokers: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
             .collect();
-        let of_role = |role: Role| -> Vec<String> {
+        // Producers, and everything else that reads (consumers, sink tasks).
+        let of_role = |producer: bool| -> Vec<String> {
             self.workers
                 .iter()
-                .filter(|w| w.role == role)
+                .filter(|w| w.role.is_producer() == producer)
                 .map(|w| w.name.clone())
                 .collect()
         };
@@ -118,16 +118,16 @@ impl Run<'_> {
         for t in targets {
             match t.as_str() {
                 "brokers" => out.extend(brokers.clone()),
-                "producers" => out.extend(of_role(Role::Producer)),
-                "consumers" => out.extend(of_role(Role::Consumer)),
+                "producers" => out.extend(of_role(true)),
+                "consumers" => out.extend(of_role(false)),
                 "clients" => {
-                    out.extend(of_role(Role::Producer));
-                    out.extend(of_role(Role::Consumer));
+                    out.extend(of_role(true));
+                    out.extend(of_role(false));
                 }
                 "all" => {
                     out.extend(brokers.clone());
-                    out.extend(of_role(Role::Producer));
-                    out.extend(of_role(Role::Consumer));
+                    out.extend(of_role(true));
+                    out.extend(of_role(false));
                 }
                 name => out.push(name.to_string()),
             }
@@ -261,6 +261,8 @@ impl Run<'_> {
 
     /// Undoes every fault: killed brokers and workers restarted, paused ones resumed.
     pub(super) fn heal(&mut self) {
+        // A process that ended by itself is not a killed one: classify it first.
+        self.restart_exited();
         let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
             .collect();
