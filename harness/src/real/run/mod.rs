@@ -94,6 +94,8 @@ pub struct Run<'a> {
     workers: Vec<Worker>,
     notes: Vec<String>,
     bulk_loads: Vec<crate::report::BulkLoad>,
+    /// Sink tasks not started yet (`connect.connector_create_at_ms`).
+    connector_pending: bool,
     verbose: bool,
 }
 
@@ -186,16 +188,22 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         workers: pipelines::workers(scenario),
         notes: Vec::new(),
         bulk_loads: Vec::new(),
+        connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
         verbose: options.verbose,
     };
-    run.record_connector();
     run.spawn_workers()?;
+    run.create_connector_by(0);
     Ok(run)
 }
 
 impl Run<'_> {
+    /// Starts every worker but the sink tasks when the connector is created later
+    /// (`connect.connector_create_at_ms` > 0, see `create_connector_by`).
     fn spawn_workers(&mut self) -> Result<(), String> {
         for worker in &mut self.workers {
+            if self.connector_pending && worker.role == Role::SinkTask {
+                continue;
+            }
             worker.start(&self.env)?;
         }
         Ok(())
@@ -233,6 +241,7 @@ impl Run<'_> {
 
     fn execute(&mut self) -> RealOutcome {
         self.run_faults();
+        self.create_connector_by(u64::MAX);
         self.heal();
         let t = self.now_ns();
         self.push(t, "nemesis", Value::Drain);

@@ -301,6 +301,13 @@ impl Run<'_> {
         let Target::Postgres(t) = &self.target else {
             return;
         };
+        if self.scenario.cdc.read_interval_ms > 0 {
+            self.notes.push(
+                "cdc.read_interval_ms: the real backend makes no table reads during the run \
+                 (no cdc-regression can be seen)"
+                    .into(),
+            );
+        }
         let op = Op {
             index: 0,
             time_ns: self.now_ns(),
