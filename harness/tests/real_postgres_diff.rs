@@ -52,6 +52,7 @@
 mod real_support;
 
 use eosim::client::real::postgres::sql::{ident, quote, statement_sql};
+use eosim::client::real::postgres::{affected, text_rows};
 use eosim::real::provision::Postgres;
 use eosim_sim::postgres::coerce::format_column_value;
 use eosim_sim::postgres::{
@@ -601,27 +602,7 @@ fn sql(create: &CreateTable, st: &Statement) -> String {
 }
 
 fn real_rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
-    sorted(
-        messages
-            .iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(r) => {
-                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-                }
-                _ => None,
-            })
-            .collect(),
-    )
-}
-
-fn affected(messages: &[SimpleQueryMessage]) -> u64 {
-    messages
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::CommandComplete(n) => Some(*n),
-            _ => None,
-        })
-        .unwrap_or(0)
+    sorted(text_rows(messages))
 }
 
 async fn real_outcome(

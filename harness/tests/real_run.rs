@@ -12,8 +12,8 @@ use eosim::history::Value;
 use eosim::real::backend::Backend;
 use eosim::real::process::live_groups;
 use eosim::real::run::result::scenario_result;
-use eosim::real::run::{run_real, RunOptions};
-use eosim::report::Verdict;
+use eosim::real::run::{run_real, RealOutcome, RunOptions};
+use eosim::report::{ScenarioResult, Verdict};
 use eosim::scenario::Scenario;
 use real_support::{real_enabled, service_dir, timed};
 use std::path::PathBuf;
@@ -49,6 +49,41 @@ fn options(backend: Backend, dir: &std::path::Path) -> RunOptions {
     }
 }
 
+/// Runs `scenario` on `backend`, which must report it skipped (no seed run); its notes.
+fn skipped(path: &std::path::Path, scenario: &Scenario, backend: Backend) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let outcome = run_real(scenario, path, &options(backend, dir.path()));
+    let result = scenario_result(scenario, &outcome, &dir.path().join("h.jsonl"), "test");
+    assert_eq!(result.verdict, Verdict::Skipped);
+    assert_eq!(result.seeds, 0);
+    result.notes
+}
+
+/// Runs `scenario` natively in `dir`, judges it, and checks what every real smoke run must
+/// show: the verdict `holds`, the faults `kill` then `restart` of `killed`.
+fn run_and_judge(
+    what: &str,
+    path: &std::path::Path,
+    scenario: &Scenario,
+    dir: &std::path::Path,
+    killed: &str,
+) -> (RealOutcome, ScenarioResult) {
+    let outcome = timed(what, || {
+        run_real(scenario, path, &options(Backend::Native, dir))
+    });
+    let result = scenario_result(scenario, &outcome, &dir.join("history.jsonl"), "test");
+    eprintln!("{}", serde_json::to_string_pretty(&result).expect("json"));
+    assert_eq!(result.verdict, Verdict::Holds, "notes: {:?}", result.notes);
+    assert_eq!(
+        fault_lines(&outcome.history),
+        [
+            format!("kill target=[{killed}] mode=process-kill"),
+            format!("restart target=[{killed}]")
+        ]
+    );
+    (outcome, result)
+}
+
 #[test]
 fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     if !real_enabled("a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka") {
@@ -56,24 +91,8 @@ fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     }
     let (path, scenario) = smoke_scenario();
     let dir = service_dir("real-run");
-    let outcome = timed("real run of the smoke scenario", || {
-        run_real(&scenario, &path, &options(Backend::Native, dir.path()))
-    });
-    let result = scenario_result(
-        &scenario,
-        &outcome,
-        &dir.path().join("history.jsonl"),
-        "test",
-    );
-    eprintln!("{}", serde_json::to_string_pretty(&result).expect("json"));
-    assert_eq!(result.verdict, Verdict::Holds, "notes: {:?}", result.notes);
-    assert_eq!(
-        fault_lines(&outcome.history),
-        [
-            "kill target=[consumer-0] mode=process-kill",
-            "restart target=[consumer-0]"
-        ]
-    );
+    let what = "real run of the smoke scenario";
+    let (_, result) = run_and_judge(what, &path, &scenario, dir.path(), "consumer-0");
     let measured = result
         .measured
         .expect("throughput and latency are measured");
@@ -92,25 +111,8 @@ fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
 #[test]
 fn the_testcontainers_backend_is_reported_skipped_never_passed() {
     let (path, scenario) = smoke_scenario();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let outcome = run_real(
-        &scenario,
-        &path,
-        &options(Backend::Testcontainers, dir.path()),
-    );
-    let result = scenario_result(
-        &scenario,
-        &outcome,
-        &dir.path().join("history.jsonl"),
-        "test",
-    );
-    assert_eq!(result.verdict, Verdict::Skipped);
-    assert!(
-        result.notes[0].starts_with("skipped:"),
-        "{:?}",
-        result.notes
-    );
-    assert_eq!(result.seeds, 0);
+    let notes = skipped(&path, &scenario, Backend::Testcontainers);
+    assert!(notes[0].starts_with("skipped:"), "{notes:?}");
 }
 
 #[test]
@@ -121,24 +123,8 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
     }
     let (path, scenario) = scenario_at("../scenarios/real/connect-jdbc-upsert-worker-crash.toml");
     let dir = service_dir("real-run-p2");
-    let outcome = timed("real run of the P2 scenario", || {
-        run_real(&scenario, &path, &options(Backend::Native, dir.path()))
-    });
-    let result = scenario_result(
-        &scenario,
-        &outcome,
-        &dir.path().join("history.jsonl"),
-        "test",
-    );
-    eprintln!("{}", serde_json::to_string_pretty(&result).expect("json"));
-    assert_eq!(result.verdict, Verdict::Holds, "notes: {:?}", result.notes);
-    assert_eq!(
-        fault_lines(&outcome.history),
-        [
-            "kill target=[connect-1] mode=process-kill",
-            "restart target=[connect-1]"
-        ]
-    );
+    let what = "real run of the P2 scenario";
+    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "connect-1");
     // The change-data checker had a final table to judge: every key the events leave
     // present is a row.
     let rows = outcome.history.ops.iter().find_map(|op| match &op.value {
@@ -179,18 +165,9 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
 #[test]
 fn a_pipeline_the_real_backend_does_not_run_is_reported_skipped() {
     let (path, scenario) = scenario_at("../scenarios/p3-eos-swarm.toml");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let outcome = run_real(&scenario, &path, &options(Backend::Native, dir.path()));
-    let result = scenario_result(
-        &scenario,
-        &outcome,
-        &dir.path().join("history.jsonl"),
-        "test",
-    );
-    assert_eq!(result.verdict, Verdict::Skipped);
+    let notes = skipped(&path, &scenario, Backend::Native);
     assert!(
-        result.notes[0].contains("streams-count is not supported by the real backend yet"),
-        "{:?}",
-        result.notes
+        notes[0].contains("streams-count is not supported by the real backend yet"),
+        "{notes:?}"
     );
 }

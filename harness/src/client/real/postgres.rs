@@ -395,7 +395,7 @@ fn map_error(
 }
 
 /// The rows of a simple query's answer, as text (`None` = NULL).
-fn text_rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+pub fn text_rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
     messages
         .iter()
         .filter_map(|m| match m {
@@ -408,7 +408,7 @@ fn text_rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
 }
 
 /// The rows a statement affected, from its `CommandComplete`.
-fn affected(messages: &[SimpleQueryMessage]) -> u64 {
+pub fn affected(messages: &[SimpleQueryMessage]) -> u64 {
     messages
         .iter()
         .find_map(|m| match m {
