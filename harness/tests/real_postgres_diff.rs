@@ -51,8 +51,10 @@
 
 mod real_support;
 
+use eosim::client::postgres::{PgClientError, PostgresClient};
 use eosim::client::real::postgres::sql::{ident, quote, statement_sql};
 use eosim::client::real::postgres::{affected, text_rows};
+use eosim::client::real::RealPostgres;
 use eosim::real::provision::Postgres;
 use eosim_sim::postgres::coerce::format_column_value;
 use eosim_sim::postgres::{
@@ -910,22 +912,9 @@ fn model_select(statements: &[Statement], table: &str) -> Reply {
     }
 }
 
-#[test]
-fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
-    use eosim::client::postgres::{PgClientError, PostgresClient};
-    use eosim::client::real::RealPostgres;
-    use eosim::real::provision::Kill;
-    if !real_enabled("the_real_client_commits_batches_whole_and_reports_sqlstates") {
-        return;
-    }
-    let dir = service_dir("postgres-client");
-    let mut pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let mut client = RealPostgres::from_connection_string(&pg.connection_string(), 5_000)
-        .expect("connection string parses");
+/// Batches commit whole or not at all, a failing statement is named with its SQLSTATE,
+/// and the table read back equals the model's after the same statements.
+async fn batches_and_reads(client: &mut RealPostgres) {
     let create = Statement::CreateTable(CreateTable {
         name: "t1".into(),
         columns: vec![
@@ -941,40 +930,79 @@ fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
         upsert("t1", 2, "b"),
         upsert("t1", 1, "c"),
     ];
-    rt.block_on(async {
-        client.execute(create.clone()).await.expect("create");
-        let replies = client.execute_batch(good.clone()).await.expect("batch");
-        assert_eq!(replies, vec![Reply::Affected(1); 3]);
-        // The second statement does not fit varchar(5): nothing of the batch lands.
-        let bad = vec![upsert("t1", 3, "d"), upsert("t1", 4, "toolong")];
-        match client.execute_batch(bad).await {
-            Err(PgClientError::Db { index, error }) => {
-                assert_eq!(index, Some(1));
-                assert_eq!(error.code.code(), "22001");
-            }
-            other => panic!("expected 22001 at statement 1, got {other:?}"),
+    client.execute(create.clone()).await.expect("create");
+    let replies = client.execute_batch(good.clone()).await.expect("batch");
+    assert_eq!(replies, vec![Reply::Affected(1); 3]);
+    // The second statement does not fit varchar(5): nothing of the batch lands.
+    let bad = vec![upsert("t1", 3, "d"), upsert("t1", 4, "toolong")];
+    match client.execute_batch(bad).await {
+        Err(PgClientError::Db { index, error }) => {
+            assert_eq!(index, Some(1));
+            assert_eq!(error.code.code(), "22001");
         }
-        let delete = Statement::Delete {
-            table: "t1".into(),
-            where_pk: vec![Value::Int(2)],
-        };
-        assert_eq!(client.execute(delete.clone()).await, Ok(Reply::Affected(1)));
-        let mut all = vec![create.clone()];
-        all.extend(good.clone());
-        all.push(delete);
-        let real = client.select("t1").await.expect("select");
-        let model = model_select(&all, "t1");
-        assert_eq!(
-            Reply::Rows {
-                columns: real.columns,
-                rows: real.rows
-            },
-            model,
-            "the real table read back equals the model's"
-        );
-        let missing = client.select("nope").await.unwrap_err();
-        assert_eq!(missing.sqlstate(), Some("42P01"));
-    });
+        other => panic!("expected 22001 at statement 1, got {other:?}"),
+    }
+    let delete = Statement::Delete {
+        table: "t1".into(),
+        where_pk: vec![Value::Int(2)],
+    };
+    assert_eq!(client.execute(delete.clone()).await, Ok(Reply::Affected(1)));
+    let mut all = vec![create];
+    all.extend(good);
+    all.push(delete);
+    let real = client.select("t1").await.expect("select");
+    let real = Reply::Rows {
+        columns: real.columns,
+        rows: real.rows,
+    };
+    assert_eq!(
+        real,
+        model_select(&all, "t1"),
+        "the table read back is the model's"
+    );
+    let missing = client.select("nope").await.unwrap_err();
+    assert_eq!(missing.sqlstate(), Some("42P01"));
+}
+
+/// After a reconnect, `COPY` loads rows (escapes and NULL included) next to the others.
+async fn copy_after_reconnect(client: &mut RealPostgres) {
+    client
+        .execute(upsert("t1", 5, "e"))
+        .await
+        .expect("reconnected");
+    let rows = [
+        vec![Value::Int(10), Value::text("x\ty")],
+        vec![Value::Int(11), Value::Null],
+    ];
+    let copied = client
+        .copy_in("t1", &["id".into(), "name".into()], &rows)
+        .await
+        .expect("copy");
+    assert_eq!(copied, 2);
+    let rows = client.select("t1").await.expect("select").rows;
+    let ids: Vec<&Value> = rows.iter().map(|r| &r[0]).collect();
+    assert_eq!(
+        ids,
+        [1, 5, 10, 11].map(Value::Int).iter().collect::<Vec<_>>()
+    );
+    assert_eq!(rows[2][1], Value::text("x\ty"));
+}
+
+#[test]
+fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
+    use eosim::real::provision::Kill;
+    if !real_enabled("the_real_client_commits_batches_whole_and_reports_sqlstates") {
+        return;
+    }
+    let dir = service_dir("postgres-client");
+    let mut pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut client = RealPostgres::from_connection_string(&pg.connection_string(), 5_000)
+        .expect("connection string parses");
+    rt.block_on(batches_and_reads(&mut client));
     // A server killed under the client: the next call fails without a server error, and
     // the one after the restart reconnects by itself.
     pg.kill();
@@ -987,29 +1015,5 @@ fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
         "{down:?}"
     );
     pg.restart().expect("postgres restarts");
-    rt.block_on(async {
-        client
-            .execute(upsert("t1", 5, "e"))
-            .await
-            .expect("reconnected");
-        let copied = client
-            .copy_in(
-                "t1",
-                &["id".into(), "name".into()],
-                &[
-                    vec![Value::Int(10), Value::text("x\ty")],
-                    vec![Value::Int(11), Value::Null],
-                ],
-            )
-            .await
-            .expect("copy");
-        assert_eq!(copied, 2);
-        let rows = client.select("t1").await.expect("select").rows;
-        let ids: Vec<&Value> = rows.iter().map(|r| &r[0]).collect();
-        assert_eq!(
-            ids,
-            [1, 5, 10, 11].map(Value::Int).iter().collect::<Vec<_>>()
-        );
-        assert_eq!(rows[2][1], Value::text("x\ty"));
-    });
+    rt.block_on(copy_after_reconnect(&mut client));
 }

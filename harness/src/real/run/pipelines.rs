@@ -2,10 +2,12 @@
 //! besides Kafka, the worker processes, the consumer group the drain waits for, and the
 //! final state.
 //!
-//! | pipeline | services | workers | group | final state |
-//! |---|---|---|---|---|
-//! | `kafka-consume` | – | `producer-i`, `consumer-i` | `sink` | log, sink files, committed offsets |
-//! | `connect-jdbc` | PostgreSQL 15 (initdb, role `connection.user`) | `producer-i` (change events), `connect-1..n` (one sink task each) | `connect-<name>` | log and source log, the table, the DLQ, committed offsets, task states |
+//! - `kafka-consume`: no other service; workers `producer-i` and `consumer-i`; group
+//!   `sink`; final state: the log, the sink files, the committed offsets.
+//! - `connect-jdbc`: PostgreSQL 15 (initdb, a role for `connection.user`); workers
+//!   `producer-i` (the change events) and `connect-1..n` (one sink task each); group
+//!   `connect-<name>`; final state: the log and the source log, the table, the DLQ, the
+//!   committed offsets and the tasks' states, then the bulk loads.
 //!
 //! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the

@@ -1,10 +1,11 @@
 //! Connect's plugin loading for the real runner: a connector configuration to its sink
 //! task over the real clients, chosen by `connector.class`.
 //!
-//! | `connector.class` | task |
-//! |---|---|
-//! | `io.confluent.connect.jdbc.JdbcSinkConnector`, `...Adb4PgSinkConnector` | [`JdbcSinkTask`] over [`RealPostgres`] (`connection.url`, `connection.user`, `connection.password`; `[postgres] client_timeout_ms` as the socket timeout) |
-//! | `com.clickhouse.kafka.connect.ClickHouseSinkConnector` | not wired yet (an error saying so) |
+//! - `io.confluent.connect.jdbc.JdbcSinkConnector` and `...Adb4PgSinkConnector`:
+//!   [`JdbcSinkTask`] over [`RealPostgres`] (`connection.url`, `connection.user`,
+//!   `connection.password`; `[postgres] client_timeout_ms` as the socket timeout).
+//! - `com.clickhouse.kafka.connect.ClickHouseSinkConnector`: not wired yet (an error
+//!   saying so).
 //!
 //! Anything else is an error naming the class and the ones known.
 
