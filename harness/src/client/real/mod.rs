@@ -25,5 +25,7 @@
 
 pub mod error;
 pub mod kafka;
+pub mod postgres;
 
 pub use kafka::{RealAdmin, RealConsumer, RealProducer};
+pub use postgres::RealPostgres;
