@@ -37,6 +37,15 @@
 //! the client cannot tell whether the statement ran (a refused connection did not, but
 //! the crate does not say which happened reliably, so it is reported as ambiguous too).
 //!
+//! # Blocks
+//! `max_insert_block_size` cuts the parsed rows into blocks, but the server then squashes
+//! consecutive small blocks up to `min_insert_block_size_rows` (1048576) /
+//! `_bytes` (256 MiB) before writing parts (models-reference F.1). So on a real server a
+//! small INSERT with `max_insert_block_size = 2` still forms one part; it forms one part
+//! per block, as the model's INSERT does, only with `min_insert_block_size_rows = 0` and
+//! `min_insert_block_size_bytes = 0` ([`RealClickHouseConfig::settings`]). The model does
+//! not squash.
+//!
 //! # What the client does not learn
 //! ClickHouse answers a deduplicated INSERT like a written one: the returned
 //! [`InsertSummary`] counts the blocks the client expects
@@ -51,6 +60,7 @@ use eosim_sim::clickhouse::types::{
     VersionProfile,
 };
 use eosim_sim::clickhouse::{ChError, ErrorCode};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -135,6 +145,9 @@ pub struct RealClickHouseConfig {
     pub password: String,
     /// How long one statement may take before it counts as unanswered, ms.
     pub timeout_ms: u64,
+    /// Settings sent with every statement (URL parameters), as a user profile in
+    /// `users.xml` would set them: `min_insert_block_size_rows=0` for instance.
+    pub settings: BTreeMap<String, String>,
 }
 
 impl RealClickHouseConfig {
@@ -146,6 +159,7 @@ impl RealClickHouseConfig {
             user: "default".into(),
             password: String::new(),
             timeout_ms: 30_000,
+            settings: BTreeMap::new(),
         }
     }
 }
@@ -171,7 +185,7 @@ impl RealClickHouse {
     /// Connects and asks the server's version.
     ///
     /// # Errors
-    /// [`ChClientError::Timeout`] when the server does not answer; a server error; 
+    /// [`ChClientError::Timeout`] when the server does not answer; a server error;
     /// [`ChClientError::Server`] with `BAD_ARGUMENTS` when the version is unreadable.
     pub async fn connect(config: RealClickHouseConfig) -> Result<Self, ChClientError> {
         let mut client = clickhouse::Client::default()
@@ -182,6 +196,9 @@ impl RealClickHouse {
             .with_validation(false);
         if !config.password.is_empty() {
             client = client.with_password(&config.password);
+        }
+        for (name, value) in &config.settings {
+            client = client.with_setting(name, value);
         }
         let mut ch = Self {
             client,
@@ -422,7 +439,10 @@ pub fn create_table_sql(def: &TableDef, database: &str) -> String {
     sql.push_str(&format!(" ORDER BY ({})", order.join(", ")));
     let s = &def.settings;
     let settings: Vec<String> = [
-        ("replicated_deduplication_window", s.replicated_deduplication_window),
+        (
+            "replicated_deduplication_window",
+            s.replicated_deduplication_window,
+        ),
         (
             "replicated_deduplication_window_seconds",
             s.replicated_deduplication_window_seconds,

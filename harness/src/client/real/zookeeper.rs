@@ -51,7 +51,7 @@ use eosim_sim::clickhouse::types::{Engine, Insert, Row, TableDef, VersionProfile
 use eosim_sim::clickhouse::{ChError, ErrorCode};
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -256,7 +256,12 @@ impl ZkKeeperMap {
         if let Some(t) = resolve()? {
             return Ok(Some(t));
         }
-        if self.not_keeper_map.lock().expect("not poisoned").contains(name) {
+        if self
+            .not_keeper_map
+            .lock()
+            .expect("not poisoned")
+            .contains(name)
+        {
             return Ok(None);
         }
         let Some((data, _)) = self.get_znode(&self.catalog_path(name)).await? else {
@@ -283,7 +288,10 @@ impl ZkKeeperMap {
     async fn ensure_node(&self, path: &str, data: &[u8]) -> Result<(), ChClientError> {
         let client = self.client().await?;
         let options = persistent();
-        match self.bounded("create", client.create(path, data, &options)).await {
+        match self
+            .bounded("create", client.create(path, data, &options))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(ChClientError::Server(e)) if e.keeper_error == Some(KeeperError::NodeExists) => {
                 Ok(())
@@ -319,7 +327,10 @@ impl ClickHouse for ZkKeeperMap {
         let table = KeeperMapTable::resolve(&scratch, &def.name).map_err(server)?;
         let json = serde_json::to_vec(&def).expect("definitions serialize");
         self.mkdir(&table.data_path).await?;
-        let root = table.data_path.strip_suffix("/data").expect("KeeperMap layout");
+        let root = table
+            .data_path
+            .strip_suffix("/data")
+            .expect("KeeperMap layout");
         self.ensure_node(&format!("{root}/metadata"), &json).await?;
         let catalog = self.catalog_path(&def.name);
         self.mkdir(catalog.rsplit_once('/').expect("absolute").0)
@@ -353,7 +364,11 @@ impl ClickHouse for ZkKeeperMap {
         let keys_now = data_stat.map_or(0, |s| s.num_children.max(0) as u64);
         let mut existing = Vec::new();
         for (path, _) in &prepared.entries {
-            existing.push(self.bounded("exists", client.check_stat(path)).await?.is_some());
+            existing.push(
+                self.bounded("exists", client.check_stat(path))
+                    .await?
+                    .is_some(),
+            );
         }
         let ops = insert_ops(&prepared, &existing, keys_now).map_err(server)?;
         let mut multi = client.new_multi_writer();
@@ -440,7 +455,9 @@ impl KeeperMap for ZkKeeperMap {
         match expected_version {
             None => {
                 let create = client.create(&path, &data, &persistent());
-                self.bounded("create", create).await.map(|(stat, _)| stat.version)
+                self.bounded("create", create)
+                    .await
+                    .map(|(stat, _)| stat.version)
             }
             Some(v) => {
                 let set = client.set_data(&path, &data, Some(v));
@@ -453,12 +470,30 @@ impl KeeperMap for ZkKeeperMap {
 /// A ClickHouse server `C` whose KeeperMap tables live in ZooKeeper ([`ZkKeeperMap`]):
 /// `CREATE TABLE` of a KeeperMap table, and INSERT and SELECT of a table ZooKeeper's
 /// catalog names, go to ZooKeeper; everything else goes to `C`. This is the client the
-/// ClickHouse sink runs over on a server without KeeperMap (18.16).
+/// ClickHouse sink runs over on a server without KeeperMap (18.16). Cloning shares the
+/// connections and the ZooKeeper session.
+#[derive(Debug, Clone)]
 pub struct ClickHouseWithZooKeeper<C = RealClickHouse> {
     /// The ClickHouse server.
     pub clickhouse: C,
     /// The KeeperMap tables.
-    pub keeper: ZkKeeperMap,
+    pub keeper: Arc<ZkKeeperMap>,
+}
+
+impl ClickHouseWithZooKeeper<RealClickHouse> {
+    /// Connects to both.
+    ///
+    /// # Errors
+    /// As [`RealClickHouse::connect`] and [`ZkKeeperMap::connect`].
+    pub async fn connect(
+        clickhouse: super::clickhouse::RealClickHouseConfig,
+        zookeeper: ZkKeeperMapConfig,
+    ) -> Result<Self, ChClientError> {
+        Ok(Self {
+            clickhouse: RealClickHouse::connect(clickhouse).await?,
+            keeper: Arc::new(ZkKeeperMap::connect(zookeeper).await?),
+        })
+    }
 }
 
 #[async_trait]
@@ -501,7 +536,9 @@ impl<C: ClickHouse> KeeperMap for ClickHouseWithZooKeeper<C> {
         row: serde_json::Value,
         expected_version: Option<i32>,
     ) -> Result<i32, ChClientError> {
-        self.keeper.put_if_version(table, row, expected_version).await
+        self.keeper
+            .put_if_version(table, row, expected_version)
+            .await
     }
 }
 
@@ -517,7 +554,10 @@ mod tests {
         let lost = keeper_error(&zk::Error::ConnectionLoss);
         assert_eq!(lost.keeper_error, Some(KeeperError::ConnectionLoss));
         let auth = keeper_error(&zk::Error::NoAuth);
-        assert_eq!((auth.code, auth.keeper_error), (ErrorCode::KeeperException, None));
+        assert_eq!(
+            (auth.code, auth.keeper_error),
+            (ErrorCode::KeeperException, None)
+        );
         let multi = zk::MultiWriteError::OperationFailed {
             index: 2,
             source: zk::Error::NodeExists,
