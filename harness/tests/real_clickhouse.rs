@@ -11,7 +11,7 @@ use eosim::client::real::clickhouse::{RealClickHouse, RealClickHouseConfig};
 use eosim::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMap, ZkKeeperMapConfig};
 use eosim::connect::task::{ConnectError, SinkTask};
 use eosim::real::bulk::{clickhouse_sink_vs_bulk, seed_record, KeptReports};
-use eosim::real::provision::{ClickHouse as ChServer, ZooKeeper};
+use eosim::real::provision::{ClickHouse as ChServer, Kill, Pause, ZooKeeper};
 use eosim::sinks::clickhouse::{
     state_table_def, ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks,
 };
@@ -90,7 +90,7 @@ fn insert_and_select_round_trip_on_the_seed_table() {
         let ch = RealClickHouse::connect(RealClickHouseConfig::new(&server.url()))
             .await
             .expect("connects");
-        assert_eq!(ch.version().to_string(), "18.16.1");
+        assert_eq!(ch.version().await.unwrap().to_string(), "18.16.1");
         ch.create_table(TableDef::kafka2ck()).await.expect("create");
         let code = server_code(ch.create_table(TableDef::kafka2ck()).await);
         assert_eq!(code, ErrorCode::TableAlreadyExists);
@@ -364,4 +364,56 @@ fn sink_rows_per_second_beside_one_large_insert() {
         // Forty INSERTs with six ZooKeeper round trips each cannot beat one INSERT.
         assert!(ratio.ratio() < 1.0, "{ratio}");
     });
+}
+
+#[test]
+fn a_lost_answer_is_ambiguous_and_a_lost_session_comes_back() {
+    if !real_enabled("a_lost_answer_is_ambiguous_and_a_lost_session_comes_back") {
+        return;
+    }
+    let mut services = start_services();
+    let rt = runtime();
+    let mut config = RealClickHouseConfig::new(&services.ch.url());
+    config.timeout_ms = 1_000;
+    let ch = rt
+        .block_on(RealClickHouse::connect(config))
+        .expect("connects");
+    rt.block_on(ch.create_table(TableDef::kafka2ck()))
+        .expect("create");
+    services.ch.pause();
+    let lost = rt.block_on(ch.insert(Insert::new("kafka2ck", rows(0..2))));
+    services.ch.resume();
+    match lost {
+        Err(e @ ChClientError::Timeout { .. }) => assert!(e.is_ambiguous()),
+        other => panic!("a paused server's insert: {other:?}"),
+    }
+    // ZooKeeper killed: KeeperMap calls fail as Keeper errors or timeouts; after its
+    // restart the same client works again (a new session if the old one expired).
+    let mut zk_config = ZkKeeperMapConfig::new(&services.zk.connect_string());
+    zk_config.timeout_ms = 2_000;
+    let map = rt
+        .block_on(ZkKeeperMap::connect(zk_config))
+        .expect("connects");
+    rt.block_on(map.create_table(state_table_def("connect_state")))
+        .expect("create");
+    services.zk.kill();
+    let down = rt.block_on(map.get("connect_state", json!("t-0")));
+    match down {
+        Err(ChClientError::Timeout { .. }) => {}
+        other => assert_eq!(keeper_cause(other), KeeperError::ConnectionLoss),
+    }
+    timed("zookeeper restart", || services.zk.restart()).expect("restarts");
+    let back = rt.block_on(async {
+        for _ in 0..20 {
+            if map.get("connect_state", json!("t-0")).await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        false
+    });
+    assert!(back, "the client works again within 10 s of the restart");
+    let row = json!({"key": "t-0", "state": "AFTER"});
+    let again = rt.block_on(map.put_if_version("connect_state", row, None));
+    assert_eq!(again.expect("works after the restart"), 0);
 }

@@ -180,7 +180,7 @@ pub async fn clickhouse_sink_vs_bulk(
     let bulk_rows_per_s = per_s(rows, started);
     expect_count(ch, &bulk_table, rows).await?;
     Ok(BulkRatio {
-        target: format!("clickhouse {}", ch.clickhouse.version()),
+        target: format!("clickhouse {}", ch.clickhouse.version().await?),
         rows,
         batch_rows,
         sink_rows_per_s,

@@ -23,7 +23,8 @@
 //! spelled out, which 18.16 understands.
 //!
 //! # Versions
-//! [`RealClickHouse::connect`] asks `SELECT version()`. A setting the server does not
+//! The first statement that needs it asks `SELECT version()` (once per client;
+//! [`RealClickHouse::connect`] asks at once). A setting the server does not
 //! know is refused before anything is sent, with ClickHouse's own code 115
 //! `UNKNOWN_SETTING` and a message naming the version that introduced it:
 //! `insert_deduplication_token` needs 22.2, `keeper_map_strict_mode` 23.4
@@ -169,25 +170,21 @@ impl RealClickHouseConfig {
 pub struct RealClickHouse {
     client: clickhouse::Client,
     config: RealClickHouseConfig,
-    version: ServerVersion,
+    version: std::sync::Arc<tokio::sync::OnceCell<ServerVersion>>,
 }
 
 impl std::fmt::Debug for RealClickHouse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RealClickHouse")
             .field("url", &self.config.url)
-            .field("version", &self.version)
+            .field("version", &self.version.get())
             .finish()
     }
 }
 
 impl RealClickHouse {
-    /// Connects and asks the server's version.
-    ///
-    /// # Errors
-    /// [`ChClientError::Timeout`] when the server does not answer; a server error;
-    /// [`ChClientError::Server`] with `BAD_ARGUMENTS` when the version is unreadable.
-    pub async fn connect(config: RealClickHouseConfig) -> Result<Self, ChClientError> {
+    /// A client of the server `config` names; nothing is sent until the first statement.
+    pub fn new(config: RealClickHouseConfig) -> Self {
         let mut client = clickhouse::Client::default()
             .with_url(&config.url)
             .with_database(&config.database)
@@ -200,22 +197,37 @@ impl RealClickHouse {
         for (name, value) in &config.settings {
             client = client.with_setting(name, value);
         }
-        let mut ch = Self {
+        Self {
             client,
             config,
-            version: ServerVersion::parse("0.0.0").expect("literal"),
-        };
-        let text = ch.query_text("SELECT version()").await?;
-        ch.version = ServerVersion::parse(&text).ok_or_else(|| {
-            let msg = format!("unreadable answer to SELECT version(): {text:?}");
-            ChClientError::Server(ChError::new(ErrorCode::BadArguments, msg))
-        })?;
+            version: Default::default(),
+        }
+    }
+
+    /// A client that has asked the server's version.
+    ///
+    /// # Errors
+    /// As [`RealClickHouse::version`].
+    pub async fn connect(config: RealClickHouseConfig) -> Result<Self, ChClientError> {
+        let ch = Self::new(config);
+        ch.version().await?;
         Ok(ch)
     }
 
-    /// The server's version.
-    pub fn version(&self) -> ServerVersion {
-        self.version
+    /// The server's version (`SELECT version()`, asked once).
+    ///
+    /// # Errors
+    /// [`ChClientError::Timeout`] when the server does not answer; [`ChClientError::Server`]
+    /// with `BAD_ARGUMENTS` when the answer is not a version.
+    pub async fn version(&self) -> Result<ServerVersion, ChClientError> {
+        let ask = || async {
+            let text = self.query_text("SELECT version()").await?;
+            ServerVersion::parse(&text).ok_or_else(|| {
+                let msg = format!("unreadable answer to SELECT version(): {text:?}");
+                ChClientError::Server(ChError::new(ErrorCode::BadArguments, msg))
+            })
+        };
+        self.version.get_or_try_init(ask).await.copied()
     }
 
     /// The connection settings.
@@ -314,23 +326,23 @@ impl RealClickHouse {
     }
 
     /// Refuses settings this server does not know, before anything is sent.
-    fn check_settings(&self, insert: &Insert) -> Result<(), ChClientError> {
+    async fn check_settings(&self, insert: &Insert) -> Result<(), ChClientError> {
         let s = &insert.settings;
+        let version = self.version().await?;
         let refuse = |setting: &str, since: &str| {
             let msg = format!(
                 "Unknown setting {setting}: it needs ClickHouse {since} or later, \
-                 the server is {}",
-                self.version
+                 the server is {version}"
             );
             Err(ChClientError::Server(ChError::new(
                 ErrorCode::UnknownSetting,
                 msg,
             )))
         };
-        if s.insert_deduplication_token.is_some() && !self.version.has_deduplication_token() {
+        if s.insert_deduplication_token.is_some() && !version.has_deduplication_token() {
             return refuse("insert_deduplication_token", "22.2");
         }
-        if s.keeper_map_strict_mode.is_some() && !self.version.has_keeper_map_strict_mode() {
+        if s.keeper_map_strict_mode.is_some() && !version.has_keeper_map_strict_mode() {
             return refuse("keeper_map_strict_mode", "23.4");
         }
         if s.integer_overflow == IntegerOverflow::Throw {
@@ -566,7 +578,7 @@ impl ClickHouse for RealClickHouse {
     }
 
     async fn insert(&self, insert: Insert) -> Result<InsertSummary, ChClientError> {
-        self.check_settings(&insert)?;
+        self.check_settings(&insert).await?;
         let sql = format!(
             "INSERT INTO {} FORMAT JSONEachRow",
             quote_ident(&insert.table)
@@ -584,7 +596,7 @@ impl ClickHouse for RealClickHouse {
         let block = insert
             .settings
             .max_insert_block_size
-            .unwrap_or_else(|| self.version.profile().max_insert_block_size())
+            .unwrap_or(self.version().await?.profile().max_insert_block_size())
             .max(1);
         let blocks = insert.rows.len().div_ceil(block);
         Ok(InsertSummary {
@@ -601,7 +613,7 @@ impl ClickHouse for RealClickHouse {
             quote_ident(table),
             if final_ { " FINAL" } else { "" }
         );
-        let profile = self.version.profile();
+        let profile = self.version().await?.profile();
         self.query_json(&sql)
             .await?
             .iter()

@@ -145,24 +145,29 @@ fn server(e: ChError) -> ChClientError {
 }
 
 impl ZkKeeperMap {
-    /// Opens a session.
-    ///
-    /// # Errors
-    /// `KEEPER_EXCEPTION` (connection loss) or [`ChClientError::Timeout`] when ZooKeeper
-    /// does not answer.
-    pub async fn connect(config: ZkKeeperMapConfig) -> Result<Self, ChClientError> {
+    /// A client that opens its session at the first call.
+    pub fn new(config: ZkKeeperMapConfig) -> Self {
         let catalog = Catalog::new(
             VersionProfile::V23_7,
             ServerConfig {
                 keeper_map_path_prefix: Some(config.path_prefix.clone()),
             },
         );
-        let map = Self {
+        Self {
             config,
             session: tokio::sync::Mutex::new(None),
             catalog: Mutex::new(catalog),
             not_keeper_map: Mutex::new(BTreeSet::new()),
-        };
+        }
+    }
+
+    /// A client with its session open.
+    ///
+    /// # Errors
+    /// `KEEPER_EXCEPTION` (connection loss) or [`ChClientError::Timeout`] when ZooKeeper
+    /// does not answer.
+    pub async fn connect(config: ZkKeeperMapConfig) -> Result<Self, ChClientError> {
+        let map = Self::new(config);
         map.client().await?;
         Ok(map)
     }
@@ -481,6 +486,17 @@ pub struct ClickHouseWithZooKeeper<C = RealClickHouse> {
 }
 
 impl ClickHouseWithZooKeeper<RealClickHouse> {
+    /// Clients of both that connect at their first call.
+    pub fn new(
+        clickhouse: super::clickhouse::RealClickHouseConfig,
+        zookeeper: ZkKeeperMapConfig,
+    ) -> Self {
+        Self {
+            clickhouse: RealClickHouse::new(clickhouse),
+            keeper: Arc::new(ZkKeeperMap::new(zookeeper)),
+        }
+    }
+
     /// Connects to both.
     ///
     /// # Errors
