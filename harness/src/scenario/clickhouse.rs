@@ -14,6 +14,7 @@
 //! ```
 
 use crate::sinks::clickhouse::plan::Variant;
+use eosim_sim::clickhouse::types::{Engine, TableDef};
 use serde::{Deserialize, Serialize};
 
 /// The target table's engine.
@@ -123,6 +124,19 @@ pub struct ClickHouseSinkSpec {
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
+}
+
+impl ClickHouseSinkSpec {
+    /// The seed's target table `kafka2ck` with this spec's engine and dedup settings.
+    pub fn target_table(&self) -> TableDef {
+        let mut def = TableDef::kafka2ck();
+        if self.engine == TargetEngine::ReplicatedMergeTree {
+            def.engine = Engine::ReplicatedMergeTree;
+        }
+        def.settings.non_replicated_deduplication_window = self.non_replicated_deduplication_window;
+        def.settings.replicated_deduplication_window = self.replicated_deduplication_window;
+        def
+    }
 }
 
 impl Default for ClickHouseSinkSpec {
