@@ -21,6 +21,7 @@
 //! A real run is one run, not a seed: it is reported as one seed (`seed 0`), is not
 //! reproducible, and its history carries wall-clock times since the run's start.
 
+pub mod clickhouse_sink;
 pub mod cluster;
 pub mod faults;
 pub mod measure;

@@ -1,0 +1,344 @@
+//! The `clickhouse-sink` pipeline (SPEC.md P1) in a real run: Debian's ClickHouse 18.16
+//! and a ZooKeeper it is configured with, the ClickHouse exactly-once sink task
+//! ([`ClickHouseSinkTask`]) in `eosim worker --role sink-task` processes over the real
+//! clients, its state record kept in ZooKeeper directly
+//! ([`crate::client::real::zookeeper`]: 18.16 has no KeeperMap).
+//!
+//! # What runs
+//! - Services: ZooKeeper, then ClickHouse with a `<zookeeper>` section (Replicated
+//!   targets); the target table (`[sink]`'s engine and windows,
+//!   [`ClickHouseSinkSpec::target_table`]) and the state table are created before the
+//!   workers start.
+//! - Workers: `producer-i` send ids as the simulated producer does (`{"id": id, "name":
+//!   "r<id>"}` to partition `id % partitions`, no key, the id also in header `eosim.id`);
+//!   `connect-1..=tasks` run one sink task each in group `connect-<name>`.
+//! - The connector: built from `[sink]` ([`connector_raw`]) with clickhouse-kafka-connect's
+//!   keys (`hostname`, `port`, `ssl=false`, `exactlyOnce=true`, ...), Connect's
+//!   (`consumer.override.max.poll.records` = `batch_records_max`, `errors.tolerance`), and
+//!   two of eosim's: `eosim.zookeeper.connect` (where the state lives) and
+//!   `eosim.request.timeout.ms` (`request_timeout_ms`).
+//! - Final state, as the simulated pipeline records it: `LogState` per partition,
+//!   `SinkState` (the table's rows mapped back to log records by `name`, a name the log
+//!   does not hold as offset -1), `CommittedOffsets` of `connect-<name>`.
+//!
+//! # Not run here (skipped, with the reason)
+//! Variants that need `insert_deduplication_token` (22.2+), a MergeTree target with
+//! `non_replicated_deduplication_window` (21.x+), and the simulation-only
+//! `[sink.fault_point]` and `redelivery_batch_records_max`.
+
+use crate::client::clickhouse::{ChClientError, ClickHouse};
+use crate::client::real::clickhouse::RealClickHouseConfig;
+use crate::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMapConfig};
+use crate::connect::config::{ConnectorConfig, JSON_CONVERTER};
+use crate::connect::task::SinkTask;
+use crate::history::RecordRef;
+use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
+use crate::scenario::clickhouse::ClickHouseSinkSpec;
+use crate::scenario::{Pipeline, Scenario};
+use crate::sinks::clickhouse::{
+    state_table_def, ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks,
+};
+use eosim_sim::clickhouse::types::{TableDef, Value as ChValue};
+use eosim_sim::clickhouse::ErrorCode;
+use eosim_sim::kafka::TopicPartition;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// clickhouse-kafka-connect's connector class.
+pub const CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
+
+/// eosim's key: ZooKeeper's `host:port`, where the state table lives.
+pub const ZOOKEEPER_KEY: &str = "eosim.zookeeper.connect";
+
+/// eosim's key: the ClickHouse client's request timeout, ms (default 30000).
+pub const TIMEOUT_KEY: &str = "eosim.request.timeout.ms";
+
+/// The sink's own keys: clickhouse-kafka-connect's, the eosim sink's (`variant`, `table`,
+/// `state.table`, `max_insert_block_size`) and the two above.
+pub const SINK_KEYS: &[&str] = &[
+    "hostname",
+    "port",
+    "ssl",
+    "database",
+    "username",
+    "password",
+    "exactlyOnce",
+    "tolerateStateMismatch",
+    "variant",
+    "table",
+    "state.table",
+    "max_insert_block_size",
+    ZOOKEEPER_KEY,
+    TIMEOUT_KEY,
+];
+
+/// The scenario's `[sink]` (its defaults when absent).
+pub fn spec(scenario: &Scenario) -> ClickHouseSinkSpec {
+    scenario.sink.clone().unwrap_or_default()
+}
+
+/// Why this backend cannot run a `clickhouse-sink` scenario, if it cannot.
+pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    let s = spec(scenario);
+    if s.variant.uses_token() {
+        return Some(format!(
+            "skipped: variant {} needs insert_deduplication_token (ClickHouse 22.2+); the \
+             native backend's ClickHouse is Debian's 18.16",
+            s.variant.name()
+        ));
+    }
+    if s.non_replicated_deduplication_window.is_some() {
+        return Some(
+            "skipped: non_replicated_deduplication_window needs ClickHouse 21.x or later \
+             (PR #22514); the native backend's ClickHouse is Debian's 18.16"
+                .into(),
+        );
+    }
+    if s.fault_point.is_some() {
+        return Some("skipped: [sink.fault_point] is simulation-only".into());
+    }
+    if s.redelivery_batch_records_max.is_some() {
+        return Some("skipped: [sink] redelivery_batch_records_max is simulation-only".into());
+    }
+    None
+}
+
+/// The consumer group of the sink's tasks.
+pub fn group(scenario: &Scenario) -> String {
+    format!("connect-{}", spec(scenario).name)
+}
+
+/// The connector's keys for a ClickHouse at `127.0.0.1:<http_port>` and ZooKeeper at
+/// `zookeeper`; see the module docs.
+pub fn connector_raw(
+    scenario: &Scenario,
+    http_port: u16,
+    zookeeper: &str,
+) -> BTreeMap<String, String> {
+    let s = spec(scenario);
+    let mut raw: BTreeMap<String, String> = [
+        ("name", s.name.clone()),
+        ("connector.class", CONNECTOR_CLASS.into()),
+        ("topics", scenario.topic.name.clone()),
+        ("tasks.max", s.tasks.to_string()),
+        ("hostname", "127.0.0.1".into()),
+        ("port", http_port.to_string()),
+        ("ssl", "false".into()),
+        ("exactlyOnce", "true".into()),
+        ("variant", s.variant.name().into()),
+        (
+            "tolerateStateMismatch",
+            s.tolerate_state_mismatch.to_string(),
+        ),
+        ("errors.tolerance", s.errors_tolerance.clone()),
+        ("value.converter", JSON_CONVERTER.into()),
+        ("value.converter.schemas.enable", "false".into()),
+        ("key.converter.schemas.enable", "false".into()),
+        (
+            "consumer.override.max.poll.records",
+            s.batch_records_max.to_string(),
+        ),
+        (ZOOKEEPER_KEY, zookeeper.to_string()),
+        (TIMEOUT_KEY, s.request_timeout_ms.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if let Some(n) = s.max_insert_block_size {
+        raw.insert("max_insert_block_size".into(), n.to_string());
+    }
+    raw
+}
+
+/// Validates the connector's whole configuration (framework and sink keys).
+///
+/// # Errors
+/// The first bad key.
+pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfig, String> {
+    let config = ConnectorConfig::parse(raw, SINK_KEYS).map_err(|e| format!("connector: {e}"))?;
+    ClickHouseSinkConfig::from_props(raw).map_err(|e| format!("connector: {e}"))?;
+    Ok(config)
+}
+
+/// The clients of the ClickHouse and ZooKeeper `raw` names.
+///
+/// # Errors
+/// A port or timeout that is not a number, no `eosim.zookeeper.connect`.
+pub fn clients(raw: &BTreeMap<String, String>) -> Result<ClickHouseWithZooKeeper, String> {
+    let sink = ClickHouseSinkConfig::from_props(raw).map_err(|e| e.to_string())?;
+    let zookeeper = raw
+        .get(ZOOKEEPER_KEY)
+        .ok_or_else(|| format!("{ZOOKEEPER_KEY}: required on the real backend"))?;
+    let mut ch = RealClickHouseConfig::new(&format!("http://{}:{}", sink.hostname, sink.port));
+    ch.database = sink.database;
+    ch.user = sink.username;
+    ch.password = sink.password;
+    if let Some(t) = raw.get(TIMEOUT_KEY) {
+        ch.timeout_ms = t.parse().map_err(|_| format!("{TIMEOUT_KEY}: {t}"))?;
+    }
+    Ok(ClickHouseWithZooKeeper::new(
+        ch,
+        ZkKeeperMapConfig::new(zookeeper),
+    ))
+}
+
+/// The sink task of `config` over the real clients, owner `<process>-<pid>` (unique per
+/// process, so a restarted worker is a new owner, as a new task instance is).
+///
+/// # Errors
+/// As [`clients`].
+pub fn real_sink_task(config: &ConnectorConfig) -> Result<Box<dyn SinkTask>, String> {
+    let sink = ClickHouseSinkConfig::from_props(&config.raw).map_err(|e| e.to_string())?;
+    let client = clients(&config.raw)?;
+    let owner = format!("{}-{}", config.name, std::process::id());
+    let task = ClickHouseSinkTask::new(sink, client, owner, Arc::new(NoHooks));
+    Ok(Box::new(task))
+}
+
+/// `kafka2ck`'s rows mapped to log records by `name` (`r<id>`); see the module docs.
+pub fn sink_rows(
+    rows: &[Vec<ChValue>],
+    by_name: &BTreeMap<String, RecordRef>,
+    topic: &str,
+) -> Vec<RecordRef> {
+    let name_col = TableDef::kafka2ck()
+        .column_index("name")
+        .expect("kafka2ck.name");
+    rows.iter()
+        .map(|row| {
+            let name = match &row[name_col] {
+                ChValue::String(name) => name.clone(),
+                other => format!("{other:?}"),
+            };
+            by_name.get(&name).cloned().unwrap_or_else(|| RecordRef {
+                id: name.trim_start_matches('r').parse().unwrap_or(u64::MAX),
+                key: None,
+                tp: TopicPartition::new(topic.to_string(), 0),
+                offset: -1,
+            })
+        })
+        .collect()
+}
+
+/// Whether `e` says a table exists already.
+fn exists(e: &ChClientError) -> bool {
+    matches!(e, ChClientError::Server(s) if s.code == ErrorCode::TableAlreadyExists)
+}
+
+/// Creates the target and the state table (either may exist).
+///
+/// # Errors
+/// ClickHouse's or ZooKeeper's error.
+pub async fn create_tables(
+    client: &ClickHouseWithZooKeeper,
+    spec: &ClickHouseSinkSpec,
+) -> Result<(), String> {
+    for def in [spec.target_table(), state_table_def("connect_state")] {
+        let name = def.name.clone();
+        match client.create_table(def).await {
+            Err(e) if !exists(&e) => return Err(format!("clickhouse: CREATE TABLE {name}: {e}")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// ZooKeeper and ClickHouse started for a `clickhouse-sink` run.
+pub struct ChServices {
+    /// ClickHouse (dropped first).
+    pub ch: ChServer,
+    /// ZooKeeper.
+    pub zk: ZooKeeper,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl ChServices {
+    /// Starts ZooKeeper, then ClickHouse configured with it.
+    ///
+    /// # Errors
+    /// A service that does not come up (naming its log).
+    pub fn start() -> Result<Self, String> {
+        let dir = |name: &str| {
+            tempfile::Builder::new()
+                .prefix(&format!("eosim-run-{name}-"))
+                .tempdir()
+                .map_err(|e| format!("{name}: temporary directory: {e}"))
+        };
+        let (zk_dir, ch_dir) = (dir("zookeeper")?, dir("clickhouse")?);
+        let zk = ZooKeeper::start(zk_dir.path()).map_err(|e| e.to_string())?;
+        let ch = ChServer::start_with_zookeeper(ch_dir.path(), Some(&zk.connect_string()))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            ch,
+            zk,
+            _dirs: (zk_dir, ch_dir),
+        })
+    }
+}
+
+/// Whether `scenario` is a `clickhouse-sink` scenario.
+pub fn is_clickhouse(scenario: &Scenario) -> bool {
+    scenario.pipeline == Pipeline::ClickhouseSink
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(sink: &str) -> Scenario {
+        let text = format!(
+            "name = \"t\"\npipeline = \"clickhouse-sink\"\nclaim = \"exactly-once\"\n\
+             [topic]\npartitions = 2\n[sink]\n{sink}"
+        );
+        toml::from_str(&text).expect("scenario parses")
+    }
+
+    #[test]
+    fn the_connector_is_built_from_sink_and_validates() {
+        let s = scenario("batch_records_max = 30\nmax_insert_block_size = 10\n");
+        let raw = connector_raw(&s, 8123, "127.0.0.1:2181");
+        let config = connector_config(&raw).expect("validates");
+        assert_eq!(config.connector_class, CONNECTOR_CLASS);
+        assert_eq!(config.max_poll_records, 30);
+        assert_eq!(config.group_id(), group(&s));
+        let sink = ClickHouseSinkConfig::from_props(&raw).unwrap();
+        assert_eq!((sink.port, sink.max_insert_block_size), (8123, Some(10)));
+        assert!(real_sink_task(&config).is_ok());
+        assert_eq!(unsupported(&s), None);
+    }
+
+    #[test]
+    fn token_variants_and_simulation_only_keys_are_skipped_with_the_reason() {
+        for variant in ["seed+token", "seed+token+fencing"] {
+            let why = unsupported(&scenario(&format!("variant = \"{variant}\"\n"))).unwrap();
+            assert!(why.contains("insert_deduplication_token") && why.contains("18.16"));
+        }
+        let window = unsupported(&scenario("non_replicated_deduplication_window = 3\n"));
+        assert!(window
+            .unwrap()
+            .contains("non_replicated_deduplication_window"));
+        let point = "[sink.fault_point]\npoint = \"mid-insert\"\n";
+        assert!(unsupported(&scenario(point))
+            .unwrap()
+            .contains("simulation-only"));
+    }
+
+    #[test]
+    fn table_rows_map_to_log_records_by_name() {
+        let tp = TopicPartition::new("t", 1);
+        let known = RecordRef {
+            id: 3,
+            key: None,
+            tp: tp.clone(),
+            offset: 1,
+        };
+        let by_name = BTreeMap::from([("r3".to_string(), known.clone())]);
+        let rows = vec![
+            vec![ChValue::UInt(3), ChValue::String("r3".into())],
+            vec![ChValue::UInt(9), ChValue::String("r9".into())],
+        ];
+        let got = sink_rows(&rows, &by_name, "t");
+        assert_eq!(got[0], known);
+        assert_eq!((got[1].id, got[1].offset), (9, -1));
+    }
+}
