@@ -17,11 +17,10 @@
 //! assignment cast).
 //!
 //! # How statements become SQL
-//! Identifiers are double-quoted (the model takes them as written). [`Value::Text`] is an
-//! untyped literal `'…'` (quotes doubled; `standard_conforming_strings` is on, so
-//! backslashes are literal), which is what the model says it is; [`Value::Int`] is
-//! `'…'::int8`, [`Value::Float`] `'…'::float8`, [`Value::Bool`] `true`/`false`,
-//! [`Value::Json`] `'…'::json`, NULL `NULL`. Statements run with the simple query protocol.
+//! By the real client's renderer, `eosim::client::real::postgres::sql` (see its docs for
+//! the literal each value becomes), so this test also checks the SQL that the real JDBC
+//! sink runs; `SELECT` is this test's own ([`select_sql`]). Statements run with the simple
+//! query protocol.
 //!
 //! # What is compared
 //! Per statement: ok with its affected-row count (or its rows, for SELECT), or the error's
@@ -52,6 +51,7 @@
 
 mod real_support;
 
+use eosim::client::real::postgres::sql::{ident, quote, statement_sql};
 use eosim::real::provision::Postgres;
 use eosim_sim::postgres::coerce::format_column_value;
 use eosim_sim::postgres::{
@@ -575,47 +575,6 @@ fn run_model(case: &Case) -> Observed {
 // SQL text and the real server
 // ---------------------------------------------------------------------------------------
 
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-/// A value as SQL: see the module docs for the types each variant carries.
-fn literal(v: &Value) -> String {
-    use eosim_sim::postgres::coerce::format_float;
-    use eosim_sim::postgres::datetime;
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Int(i) => format!("{}::int8", quote(&i.to_string())),
-        Value::Float(f) => format!("{}::float8", quote(&format_float(*f))),
-        Value::Text(s) => quote(s),
-        Value::Json(j) => format!("{}::json", quote(&j.to_string())),
-        Value::Date(d) => format!("{}::date", quote(&datetime::format_date(*d))),
-        Value::TimeTz(t) => format!("{}::timetz", quote(&datetime::format_timetz(*t))),
-        Value::TimestampTz(t) => {
-            format!("{}::timestamptz", quote(&datetime::format_timestamptz(*t)))
-        }
-    }
-}
-
-fn type_sql(ty: ColumnType) -> String {
-    ty.pg_name()
-}
-
-fn key_condition(create: &CreateTable, where_pk: &[Value]) -> String {
-    create
-        .primary_key
-        .iter()
-        .zip(where_pk)
-        .map(|(k, v)| format!("{} = {}", ident(k), literal(v)))
-        .collect::<Vec<_>>()
-        .join(" AND ")
-}
-
 /// How the real server reads a column for comparison: the column itself (the simple query
 /// protocol returns its type's output function text; not `::text`, which for `boolean` is
 /// the `true`/`false` cast, not `boolout`'s `t`/`f`), except `json` (a known difference,
@@ -632,101 +591,12 @@ fn select_sql(create: &CreateTable) -> String {
     format!("SELECT {} FROM {}", cols.join(", "), ident(TABLE))
 }
 
-/// The statement as SQL text.
+/// The statement as SQL text: the library's renderer, except `SELECT`, which reads every
+/// column as the comparison needs it ([`select_sql`]).
 fn sql(create: &CreateTable, st: &Statement) -> String {
     match st {
-        Statement::CreateTable(c) => {
-            let mut parts: Vec<String> = c
-                .columns
-                .iter()
-                .map(|col| {
-                    let nn = if col.not_null { " NOT NULL" } else { "" };
-                    format!("{} {}{nn}", ident(&col.name), type_sql(col.ty))
-                })
-                .collect();
-            if !c.primary_key.is_empty() {
-                let pk: Vec<String> = c.primary_key.iter().map(|k| ident(k)).collect();
-                parts.push(format!("PRIMARY KEY ({})", pk.join(", ")));
-            }
-            let ine = if c.if_not_exists {
-                "IF NOT EXISTS "
-            } else {
-                ""
-            };
-            format!(
-                "CREATE TABLE {ine}{} ({})",
-                ident(&c.name),
-                parts.join(", ")
-            )
-        }
-        Statement::Insert(i) => {
-            let mut out = format!("INSERT INTO {}", ident(&i.table));
-            if !i.columns.is_empty() {
-                let cols: Vec<String> = i.columns.iter().map(|c| ident(c)).collect();
-                out.push_str(&format!(" ({})", cols.join(", ")));
-            }
-            let rows: Vec<String> = i
-                .rows
-                .iter()
-                .map(|r| {
-                    let vals: Vec<String> = r.iter().map(literal).collect();
-                    format!("({})", vals.join(", "))
-                })
-                .collect();
-            out.push_str(&format!(" VALUES {}", rows.join(", ")));
-            let target = |cols: &[String]| {
-                let cols: Vec<String> = cols.iter().map(|c| ident(c)).collect();
-                format!(" ({})", cols.join(", "))
-            };
-            match &i.on_conflict {
-                OnConflict::None => {}
-                OnConflict::DoNothing { conflict_target } => {
-                    out.push_str(" ON CONFLICT");
-                    if let Some(t) = conflict_target {
-                        out.push_str(&target(t));
-                    }
-                    out.push_str(" DO NOTHING");
-                }
-                OnConflict::DoUpdate {
-                    conflict_target,
-                    set,
-                } => {
-                    let sets: Vec<String> = set
-                        .iter()
-                        .map(|c| format!("{} = EXCLUDED.{}", ident(c), ident(c)))
-                        .collect();
-                    out.push_str(&format!(
-                        " ON CONFLICT{} DO UPDATE SET {}",
-                        target(conflict_target),
-                        sets.join(", ")
-                    ));
-                }
-            }
-            out
-        }
-        Statement::Update {
-            table,
-            set,
-            where_pk,
-        } => {
-            let sets: Vec<String> = set
-                .iter()
-                .map(|(c, v)| format!("{} = {}", ident(c), literal(v)))
-                .collect();
-            format!(
-                "UPDATE {} SET {} WHERE {}",
-                ident(table),
-                sets.join(", "),
-                key_condition(create, where_pk)
-            )
-        }
-        Statement::Delete { table, where_pk } => format!(
-            "DELETE FROM {} WHERE {}",
-            ident(table),
-            key_condition(create, where_pk)
-        ),
-        Statement::Truncate { table } => format!("TRUNCATE {}", ident(table)),
         Statement::Select { .. } => select_sql(create),
+        _ => statement_sql(st, &create.primary_key),
     }
 }
 
@@ -1018,4 +888,147 @@ fn postgres_model_agrees_with_real_postgres() {
     if let Err(e) = result {
         panic!("the PostgreSQL model and real PostgreSQL differ: {e}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The real client (`RealPostgres`) against the same server
+// ---------------------------------------------------------------------------------------
+
+fn upsert(table: &str, id: i64, name: &str) -> Statement {
+    Statement::Insert(Insert {
+        table: table.into(),
+        columns: vec!["id".into(), "name".into(), "at".into()],
+        rows: vec![vec![
+            Value::Int(id),
+            Value::text(name),
+            Value::text("2024-01-31 12:30:00.5+02"),
+        ]],
+        on_conflict: OnConflict::DoUpdate {
+            conflict_target: vec!["id".into()],
+            set: vec!["name".into(), "at".into()],
+        },
+    })
+}
+
+/// What the model answers for the same statements, one session, autocommit.
+fn model_select(statements: &[Statement], table: &str) -> Reply {
+    let mut db = Database::new(DbConfig::default());
+    let s = db.connect(0);
+    for st in statements {
+        assert!(matches!(db.execute(0, s, st), Execution::Done(Ok(_))));
+    }
+    match db.execute(
+        0,
+        s,
+        &Statement::Select {
+            table: table.into(),
+        },
+    ) {
+        Execution::Done(Ok(reply)) => reply,
+        other => panic!("model select: {other:?}"),
+    }
+}
+
+#[test]
+fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
+    use eosim::client::postgres::{PgClientError, PostgresClient};
+    use eosim::client::real::RealPostgres;
+    use eosim::real::provision::Kill;
+    if !real_enabled("the_real_client_commits_batches_whole_and_reports_sqlstates") {
+        return;
+    }
+    let dir = service_dir("postgres-client");
+    let mut pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut client = RealPostgres::from_connection_string(&pg.connection_string(), 5_000)
+        .expect("connection string parses");
+    let create = Statement::CreateTable(CreateTable {
+        name: "t1".into(),
+        columns: vec![
+            Column::new("id", ColumnType::BigInt),
+            Column::new("name", ColumnType::Varchar(Some(5))),
+            Column::new("at", ColumnType::TimestampTz),
+        ],
+        primary_key: vec!["id".into()],
+        if_not_exists: true,
+    });
+    let good = vec![
+        upsert("t1", 1, "a"),
+        upsert("t1", 2, "b"),
+        upsert("t1", 1, "c"),
+    ];
+    rt.block_on(async {
+        client.execute(create.clone()).await.expect("create");
+        let replies = client.execute_batch(good.clone()).await.expect("batch");
+        assert_eq!(replies, vec![Reply::Affected(1); 3]);
+        // The second statement does not fit varchar(5): nothing of the batch lands.
+        let bad = vec![upsert("t1", 3, "d"), upsert("t1", 4, "toolong")];
+        match client.execute_batch(bad).await {
+            Err(PgClientError::Db { index, error }) => {
+                assert_eq!(index, Some(1));
+                assert_eq!(error.code.code(), "22001");
+            }
+            other => panic!("expected 22001 at statement 1, got {other:?}"),
+        }
+        let delete = Statement::Delete {
+            table: "t1".into(),
+            where_pk: vec![Value::Int(2)],
+        };
+        assert_eq!(client.execute(delete.clone()).await, Ok(Reply::Affected(1)));
+        let mut all = vec![create.clone()];
+        all.extend(good.clone());
+        all.push(delete);
+        let real = client.select("t1").await.expect("select");
+        let model = model_select(&all, "t1");
+        assert_eq!(
+            Reply::Rows {
+                columns: real.columns,
+                rows: real.rows
+            },
+            model,
+            "the real table read back equals the model's"
+        );
+        let missing = client.select("nope").await.unwrap_err();
+        assert_eq!(missing.sqlstate(), Some("42P01"));
+    });
+    // A server killed under the client: the next call fails without a server error, and
+    // the one after the restart reconnects by itself.
+    pg.kill();
+    let down = rt.block_on(client.execute(upsert("t1", 5, "e")));
+    assert!(
+        matches!(
+            down,
+            Err(PgClientError::Timeout { .. } | PgClientError::Connection(_))
+        ),
+        "{down:?}"
+    );
+    pg.restart().expect("postgres restarts");
+    rt.block_on(async {
+        client
+            .execute(upsert("t1", 5, "e"))
+            .await
+            .expect("reconnected");
+        let copied = client
+            .copy_in(
+                "t1",
+                &["id".into(), "name".into()],
+                &[
+                    vec![Value::Int(10), Value::text("x\ty")],
+                    vec![Value::Int(11), Value::Null],
+                ],
+            )
+            .await
+            .expect("copy");
+        assert_eq!(copied, 2);
+        let rows = client.select("t1").await.expect("select").rows;
+        let ids: Vec<&Value> = rows.iter().map(|r| &r[0]).collect();
+        assert_eq!(
+            ids,
+            [1, 5, 10, 11].map(Value::Int).iter().collect::<Vec<_>>()
+        );
+        assert_eq!(rows[2][1], Value::text("x\ty"));
+    });
 }

@@ -93,7 +93,7 @@ pub struct RunArgs {
 /// `eosim worker` arguments (hidden: the real runner passes them).
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// `producer` or `consumer`.
+    /// `producer`, `consumer`, `cdc-producer` or `sink-task`.
     #[arg(long)]
     pub role: String,
     /// Scenario file.
@@ -117,6 +117,9 @@ pub struct WorkerArgs {
     /// One past the last id to send (producers).
     #[arg(long, default_value_t = 0)]
     pub id_to: u64,
+    /// A connector key over the scenario's `[connector]` (sink tasks); repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 /// `eosim sim` arguments.

@@ -172,11 +172,17 @@ fn print_end(result: &ScenarioResult, class: ExitClass) {
 
 /// `eosim worker`: one process of a real run, until its work is done or it is killed.
 pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
-    let role = match args.role.as_str() {
-        "producer" => Role::Producer,
-        "consumer" => Role::Consumer,
-        other => return config_error(format!("--role {other:?}: expected producer or consumer")),
+    let role = match Role::parse(&args.role) {
+        Ok(r) => r,
+        Err(e) => return config_error(e),
     };
+    let mut connector_sets = Vec::new();
+    for set in &args.set {
+        match set.split_once('=') {
+            Some((k, v)) => connector_sets.push((k.to_string(), v.to_string())),
+            None => return config_error(format!("--set {set:?}: expected KEY=VALUE")),
+        }
+    }
     let scenario = match Scenario::load(&args.scenario) {
         Ok(s) => s,
         Err(e) => return config_error(e),
@@ -190,6 +196,7 @@ pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
         epoch_ns: args.epoch_ns,
         id_from: args.id_from,
         id_to: args.id_to,
+        connector_sets,
     };
     match run_worker(spec) {
         Ok(()) => ExitClass::Expected,

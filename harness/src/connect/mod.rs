@@ -1,14 +1,18 @@
-//! The Kafka Connect side of eosim: the sink task contract ([`task`]), configuration
+//! The Kafka Connect side of eosim: the sink task contract ([`task`]), the change events
+//! P2's producers send ([`cdc_events`]), configuration
 //! with Connect's own keys ([`config`]), converters ([`converter`]), Debezium change
-//! events ([`debezium`]), the distributed herder and its control API ([`herder`]) and,
-//! under `--cfg madsim`, the worker processes and the `WorkerSinkTask` loop (`worker`).
+//! events ([`debezium`]), the distributed herder and its control API ([`herder`]), the
+//! `WorkerSinkTask` loop over the client traits ([`sink_loop`]) and, under `--cfg madsim`,
+//! the worker processes (`worker`).
 //! Behaviour follows `shared/models-reference.md` section E and Kafka Connect's
 //! `WorkerSinkTask`.
 
+pub mod cdc_events;
 pub mod config;
 pub mod converter;
 pub mod debezium;
 pub mod herder;
+pub mod sink_loop;
 pub mod task;
 #[cfg(madsim)]
 pub mod worker;

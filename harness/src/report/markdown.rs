@@ -28,6 +28,7 @@ pub fn summary_markdown(report: &RunReport) -> String {
     }
     notes_section(&mut out, &report.scenarios);
     measured_section(&mut out, &report.scenarios);
+    bulk_section(&mut out, &report.scenarios);
     marks_section(&mut out, &report.scenarios);
     out
 }
@@ -131,6 +132,38 @@ fn measured_section(out: &mut String, scenarios: &[ScenarioResult]) {
             m.records_acked,
             m.rows_written,
             s.wall_time_s
+        );
+    }
+}
+
+/// The sink's put rate beside bulk loads of the same rows, one row per load.
+fn bulk_section(out: &mut String, scenarios: &[ScenarioResult]) {
+    let loads: Vec<_> = scenarios
+        .iter()
+        .filter_map(|s| s.measured.as_ref().map(|m| (s, m)))
+        .flat_map(|(s, m)| m.bulk_loads.iter().map(move |b| (s, m, b)))
+        .collect();
+    if loads.is_empty() {
+        return;
+    }
+    out.push_str("\n## Sink against bulk loads (same rows, same run)\n\n");
+    out.push_str(
+        "| scenario | target | method | rows | load s | load rows/s | sink put rows/s | \
+         sink / load |\n",
+    );
+    out.push_str("|---|---|---|---:|---:|---:|---:|---:|\n");
+    for (s, m, b) in loads {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.0} | {:.3} |",
+            cell(&s.scenario),
+            cell(&b.target),
+            cell(&b.method),
+            b.rows,
+            b.time_s,
+            b.rows_per_s,
+            m.sink_put_rows_per_s.unwrap_or(0.0),
+            b.sink_ratio
         );
     }
 }

@@ -180,6 +180,33 @@ pub struct Measured {
     pub records_acked: u64,
     /// Rows written into the sink (duplicates included).
     pub rows_written: u64,
+    /// Rows per second of time spent inside the sink's `put` (sum of the puts' durations):
+    /// the sink's own write rate, what [`Measured::bulk_loads`] compares against; absent
+    /// where the sink does not report its puts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_put_rows_per_s: Option<f64>,
+    /// The same rows bulk-loaded into a fresh table in the same run, one entry per method.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bulk_loads: Vec<BulkLoad>,
+}
+
+/// One bulk load of the rows the sink wrote, into a fresh table of the same target, after
+/// the pipeline (issue 6's ratio of the sink to a bulk load).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkLoad {
+    /// The target (`postgres`, `clickhouse`).
+    pub target: String,
+    /// How: `COPY FROM STDIN`, `one multi-row INSERT`.
+    pub method: String,
+    /// Rows loaded.
+    pub rows: u64,
+    /// Wall time of the load, s.
+    pub time_s: f64,
+    /// Rows per second.
+    pub rows_per_s: f64,
+    /// The sink's put rate over this one ([`Measured::sink_put_rows_per_s`] / `rows_per_s`):
+    /// 0.05 means the sink writes at a twentieth of the bulk load's rate.
+    pub sink_ratio: f64,
 }
 
 impl ScenarioResult {

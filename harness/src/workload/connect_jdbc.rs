@@ -28,6 +28,7 @@ use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::connect::cdc_events::{build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
 use crate::connect::worker::{worker_process, SinkFactory, WorkerRuntime};
@@ -39,25 +40,10 @@ use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
 use eosim_sim::postgres::{Column, ColumnType, CreateTable, Database, DbConfig, Statement};
-use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The header carrying an event's unique id.
-pub const ID_HEADER: &str = "eosim.id";
-
-/// One change event to produce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// Unique id.
-    pub id: u64,
-    /// Key text.
-    pub key: Option<String>,
-    /// Value text; `None` is a tombstone.
-    pub value: Option<String>,
-}
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -98,53 +84,6 @@ impl Context {
         let shared = self.shared.lock().expect("shared lock");
         shared.next_event >= self.events.len() && shared.active_producers.is_empty()
     }
-}
-
-/// Builds the event list: explicit events, then generated ones (drawn from madsim's RNG).
-fn build_events(scenario: &Scenario) -> Vec<Event> {
-    let mut events: Vec<Event> = scenario
-        .cdc
-        .events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| Event {
-            id: i as u64,
-            key: e.key.clone(),
-            value: e.value.clone(),
-        })
-        .collect();
-    let Some(g) = &scenario.cdc.generate else {
-        return events;
-    };
-    let mut rng = madsim::rand::thread_rng();
-    let mut present: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
-    let table = &scenario.topic.name;
-    for _ in 0..g.events {
-        let id = events.len() as u64;
-        let k = rng.gen_range(0..g.keys.max(1));
-        let row = serde_json::json!({"id": k, "v": id, "name": format!("n{id}")});
-        let before = present.get(&k).cloned();
-        let (op, after) = match &before {
-            None => ("c", Some(row)),
-            Some(_) if rng.gen_bool(g.delete_probability.clamp(0.0, 1.0)) => ("d", None),
-            Some(_) => ("u", Some(row)),
-        };
-        match &after {
-            Some(a) => present.insert(k, a.clone()),
-            None => present.remove(&k),
-        };
-        let value = serde_json::json!({
-            "before": before, "after": after, "op": op,
-            "source": {"table": table, "seq": id}, "transaction": null,
-        });
-        let key = serde_json::json!({"id": k}).to_string();
-        events.push(Event {
-            id,
-            key: Some(key),
-            value: Some(value.to_string()),
-        });
-    }
-    events
 }
 
 async fn producer_process(ctx: Context, name: String) {
@@ -326,7 +265,7 @@ impl ConnectJdbc {
         let worker = WorkerConfig::parse(&scenario.connect.worker).expect("validated at load");
         let parser: ConfigParser = Arc::new(parse_connector);
         let ctx = Context {
-            events: Arc::new(build_events(&scenario)),
+            events: Arc::new(build_events(&scenario, &mut madsim::rand::thread_rng())),
             scenario,
             recorder,
             shared: Arc::default(),
@@ -553,13 +492,4 @@ impl ConnectJdbc {
             rows,
         }
     }
-}
-
-/// The `eosim.id` header's value; `u64::MAX` without one.
-fn id_of(headers: &[(String, Bytes)]) -> u64 {
-    headers
-        .iter()
-        .find(|(k, _)| k == ID_HEADER)
-        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-        .unwrap_or(u64::MAX)
 }

@@ -69,6 +69,45 @@ pub enum SqlState {
 }
 
 impl SqlState {
+    /// Every code the model raises, for mapping a real server's SQLSTATE back
+    /// ([`SqlState::from_code`]).
+    pub const ALL: [SqlState; 26] = {
+        use SqlState::*;
+        [
+            FeatureNotSupported,
+            ConnectionDoesNotExist,
+            CardinalityViolation,
+            StringDataRightTruncation,
+            NumericValueOutOfRange,
+            InvalidDatetimeFormat,
+            DatetimeFieldOverflow,
+            InvalidTimeZoneDisplacementValue,
+            CharacterNotInRepertoire,
+            InvalidParameterValue,
+            InvalidTextRepresentation,
+            UntranslatableCharacter,
+            NotNullViolation,
+            UniqueViolation,
+            InFailedSqlTransaction,
+            IdleInTransactionSessionTimeout,
+            DeadlockDetected,
+            SyntaxError,
+            DuplicateColumn,
+            UndefinedColumn,
+            UndefinedObject,
+            DatatypeMismatch,
+            UndefinedTable,
+            DuplicateTable,
+            InvalidColumnReference,
+            LockNotAvailable,
+        ]
+    };
+
+    /// The model's name for a five-character SQLSTATE, if it knows it.
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.code() == code)
+    }
+
     /// The five-character code, as the server sends it.
     pub fn code(self) -> &'static str {
         match self {

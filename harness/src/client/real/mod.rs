@@ -30,8 +30,10 @@
 pub mod clickhouse;
 pub mod error;
 pub mod kafka;
+pub mod postgres;
 pub mod zookeeper;
 
 pub use clickhouse::RealClickHouse;
 pub use kafka::{RealAdmin, RealConsumer, RealProducer};
+pub use postgres::RealPostgres;
 pub use zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMap};

@@ -1,8 +1,7 @@
 //! The Kafka side of a real run: the brokers (started here, or a user's), the topic, and
-//! the reads the runner makes itself: high watermarks, the sink group's committed offsets
-//! and the final log.
+//! the reads the runner makes itself: high watermarks, the pipeline group's committed
+//! offsets and the final log.
 
-use super::worker::SINK_GROUP;
 use crate::client::real::RealAdmin;
 use crate::client::Admin;
 use crate::history::RecordRef;
@@ -58,7 +57,14 @@ impl Brokers {
 /// # Errors
 /// The admin client's error, naming the topic and the bootstrap servers.
 pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> {
-    let t = &scenario.topic;
+    create_topic_spec(bootstrap, &scenario.topic)
+}
+
+/// Creates topic `t` with its settings.
+///
+/// # Errors
+/// The admin client's error, naming the topic and the bootstrap servers.
+pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Result<(), String> {
     let config = TopicConfig {
         min_insync_replicas: t.min_insync_replicas,
         unclean_leader_election_enable: t.unclean_leader_election_enable,
@@ -74,31 +80,45 @@ pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> 
         .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
 }
 
-/// A consumer of the sink's group that never joins it: it reads committed offsets and
+/// A consumer of the pipeline's group that never joins it: it reads committed offsets and
 /// watermarks only.
 pub struct Probe {
     consumer: BaseConsumer,
+    group: String,
     tps: Vec<TopicPartition>,
 }
 
 impl Probe {
-    /// A probe of the scenario's topic on `bootstrap`.
+    /// A probe of `partitions` partitions of `topic` and of `group`'s offsets on
+    /// `bootstrap`.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
-    pub fn new(bootstrap: &str, scenario: &Scenario) -> Result<Self, String> {
+    pub fn new(bootstrap: &str, topic: &str, partitions: u32, group: &str) -> Result<Self, String> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
-            .set("group.id", SINK_GROUP)
+            .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("log_level", "0")
             .create()
             .map_err(|e| format!("probe consumer: {e}"))?;
-        let t = &scenario.topic;
-        let tps = (0..t.partitions)
-            .map(|p| TopicPartition::new(t.name.clone(), p))
+        let tps = (0..partitions)
+            .map(|p| TopicPartition::new(topic, p))
             .collect();
-        Ok(Self { consumer, tps })
+        Ok(Self {
+            consumer,
+            group: group.to_string(),
+            tps,
+        })
+    }
+
+    /// A probe of the scenario's topic and of `group`.
+    ///
+    /// # Errors
+    /// As [`Probe::new`].
+    pub fn of_scenario(bootstrap: &str, scenario: &Scenario, group: &str) -> Result<Self, String> {
+        let t = &scenario.topic;
+        Self::new(bootstrap, &t.name, t.partitions, group)
     }
 
     /// The partitions of the topic.
@@ -123,7 +143,7 @@ impl Probe {
         Ok(out)
     }
 
-    /// The sink group's committed offsets (partitions without one left out).
+    /// The group's committed offsets (partitions without one left out).
     ///
     /// # Errors
     /// When the coordinator does not answer in time.
@@ -136,7 +156,7 @@ impl Probe {
         let tpl = self
             .consumer
             .committed_offsets(query, timeout)
-            .map_err(|e| format!("group {SINK_GROUP}: committed offsets: {e}"))?;
+            .map_err(|e| format!("group {}: committed offsets: {e}", self.group))?;
         let mut out: Vec<(TopicPartition, Offset)> = tpl
             .elements()
             .iter()
@@ -152,6 +172,61 @@ impl Probe {
     }
 }
 
+/// A record of the final log: offset, key and value (text, lossily), headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Offset.
+    pub offset: Offset,
+    /// Key text.
+    pub key: Option<String>,
+    /// Value text; `None` is a tombstone.
+    pub value: Option<String>,
+    /// Headers, raw.
+    pub headers: Vec<(String, bytes::Bytes)>,
+}
+
+impl LogRecord {
+    /// As the history's [`RecordRef`] of partition `tp`, its id given.
+    pub fn record_ref(&self, tp: &TopicPartition, id: u64) -> RecordRef {
+        RecordRef {
+            id,
+            key: self.key.clone(),
+            tp: tp.clone(),
+            offset: self.offset,
+        }
+    }
+
+    /// The id a `kafka-consume` record carries in its value; `u64::MAX` without one.
+    pub fn value_id(&self) -> u64 {
+        self.value
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX)
+    }
+}
+
+fn log_record(m: &rdkafka::message::BorrowedMessage<'_>) -> LogRecord {
+    use rdkafka::message::Headers;
+    let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+    let headers = m
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    let v = bytes::Bytes::copy_from_slice(h.value.unwrap_or_default());
+                    (h.key.to_string(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    LogRecord {
+        offset: m.offset(),
+        key: text(m.key()),
+        value: text(m.payload()),
+        headers,
+    }
+}
+
 /// Reads every partition from offset 0 to its high watermark with read_uncommitted.
 ///
 /// # Errors
@@ -160,7 +235,7 @@ pub fn read_log(
     bootstrap: &str,
     high: &BTreeMap<TopicPartition, Offset>,
     time_ms_max: u64,
-) -> Result<BTreeMap<TopicPartition, Vec<RecordRef>>, String> {
+) -> Result<BTreeMap<TopicPartition, Vec<LogRecord>>, String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "eosim-final-log")
@@ -177,9 +252,9 @@ pub fn read_log(
     consumer
         .assign(&tpl)
         .map_err(|e| format!("log reader assign: {e}"))?;
-    let mut log: BTreeMap<TopicPartition, Vec<RecordRef>> =
+    let mut log: BTreeMap<TopicPartition, Vec<LogRecord>> =
         high.keys().map(|tp| (tp.clone(), Vec::new())).collect();
-    let done = |log: &BTreeMap<TopicPartition, Vec<RecordRef>>| {
+    let done = |log: &BTreeMap<TopicPartition, Vec<LogRecord>>| {
         high.iter()
             .all(|(tp, hw)| log[tp].last().map_or(0, |r| r.offset + 1) >= *hw)
     };
@@ -187,25 +262,14 @@ pub fn read_log(
     while !done(&log) {
         if started.elapsed() > Duration::from_millis(time_ms_max) {
             return Err(format!(
-                "final log read: not at the high watermarks {high:?} after \
-                                {time_ms_max} ms"
+                "final log read: not at the high watermarks {high:?} after {time_ms_max} ms"
             ));
         }
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition() as u32);
-                let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
-                let id = text(m.payload())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(u64::MAX);
-                let record = RecordRef {
-                    id,
-                    key: text(m.key()),
-                    tp: tp.clone(),
-                    offset: m.offset(),
-                };
                 if m.offset() < high.get(&tp).copied().unwrap_or(0) {
-                    log.entry(tp).or_default().push(record);
+                    log.entry(tp).or_default().push(log_record(&m));
                 }
             }
             Some(Err(e)) => eprintln!("eosim: final log read: {e}"),

@@ -3,7 +3,8 @@
 //! | fault | real effect |
 //! |---|---|
 //! | `kill` of `broker-N` (process-kill) | SIGKILL to the broker's JVM (its page cache survives) |
-//! | `kill` of `producer-i` / `consumer-i` | SIGKILL to the worker process |
+//! | `kill` of `producer-i` / `consumer-i` / `connect-i` | SIGKILL to the worker process |
+//! | `kill` of `postgres` (`connect-jdbc`) | SIGKILL to the postmaster's process group |
 //! | `restart` | the process started again (a broker waits until it is registered) |
 //! | `pause` / `resume` | SIGSTOP / SIGCONT |
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
@@ -13,9 +14,8 @@
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
 //! mode=process-kill`, `restart target=[consumer-0]`.
 
-use super::worker::Role;
 use super::Run;
-use crate::real::provision::Kafka;
+use crate::real::provision::{Kafka, Kill, Pause};
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::nemesis::Fault;
 use std::time::Duration;
@@ -42,10 +42,32 @@ impl Run<'_> {
             .collect();
         schedule.sort_by_key(|f| f.at_ms);
         for scheduled in schedule {
+            self.create_connector_by(scheduled.at_ms);
             self.sleep_until_ms(scheduled.at_ms);
             self.apply(&scheduled.fault);
         }
+        self.create_connector_by(until_ms);
         self.sleep_until_ms(until_ms);
+    }
+
+    /// Starts the sink tasks at `connect.connector_create_at_ms` (when the operator creates
+    /// the connector in simulation) if that comes before `by_ms`.
+    pub(super) fn create_connector_by(&mut self, by_ms: u64) {
+        let at_ms = self.scenario.connect.connector_create_at_ms;
+        if !self.connector_pending || at_ms > by_ms {
+            return;
+        }
+        self.sleep_until_ms(at_ms);
+        self.connector_pending = false;
+        self.record_connector();
+        for i in 0..self.workers.len() {
+            if self.workers[i].role != super::worker::Role::SinkTask {
+                continue;
+            }
+            if let Err(e) = self.workers[i].start(&self.env) {
+                self.notes.push(e);
+            }
+        }
     }
 
     fn sleep_until_ms(&self, at_ms: u64) {
@@ -107,10 +129,11 @@ impl Run<'_> {
         let brokers: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
             .collect();
-        let of_role = |role: Role| -> Vec<String> {
+        // Producers, and everything else that reads (consumers, sink tasks).
+        let of_role = |producer: bool| -> Vec<String> {
             self.workers
                 .iter()
-                .filter(|w| w.role == role)
+                .filter(|w| w.role.is_producer() == producer)
                 .map(|w| w.name.clone())
                 .collect()
         };
@@ -118,16 +141,16 @@ impl Run<'_> {
         for t in targets {
             match t.as_str() {
                 "brokers" => out.extend(brokers.clone()),
-                "producers" => out.extend(of_role(Role::Producer)),
-                "consumers" => out.extend(of_role(Role::Consumer)),
+                "producers" => out.extend(of_role(true)),
+                "consumers" => out.extend(of_role(false)),
                 "clients" => {
-                    out.extend(of_role(Role::Producer));
-                    out.extend(of_role(Role::Consumer));
+                    out.extend(of_role(true));
+                    out.extend(of_role(false));
                 }
                 "all" => {
                     out.extend(brokers.clone());
-                    out.extend(of_role(Role::Producer));
-                    out.extend(of_role(Role::Consumer));
+                    out.extend(of_role(true));
+                    out.extend(of_role(false));
                 }
                 name => out.push(name.to_string()),
             }
@@ -161,8 +184,22 @@ impl Run<'_> {
         }
     }
 
+    /// The run's PostgreSQL server when `name` is `postgres` and there is one.
+    fn postgres(&mut self, name: &str) -> Option<&mut super::pipelines::PgTarget> {
+        match &mut self.target {
+            super::pipelines::Target::Postgres(t) if name == "postgres" => Some(t),
+            _ => None,
+        }
+    }
+
     fn kill(&mut self, name: &str) {
-        if let Some(b) = Self::broker_id(name) {
+        if let Some(t) = self.postgres(name) {
+            if t.down {
+                return;
+            }
+            (t.down, t.paused) = (true, false);
+            Kill::kill(&mut t.pg);
+        } else if let Some(b) = Self::broker_id(name) {
             let Some((kafka, down, paused)) = self.kafka() else {
                 return self.note_external(name);
             };
@@ -182,7 +219,15 @@ impl Run<'_> {
     }
 
     fn restart(&mut self, name: &str) {
-        if let Some(b) = Self::broker_id(name) {
+        if let Some(t) = self.postgres(name) {
+            if !t.down {
+                return;
+            }
+            t.down = false;
+            if let Err(e) = Kill::restart(&mut t.pg) {
+                self.notes.push(format!("restart {name}: {e}"));
+            }
+        } else if let Some(b) = Self::broker_id(name) {
             let Some((kafka, down, _)) = self.kafka() else {
                 return self.note_external(name);
             };
@@ -208,7 +253,18 @@ impl Run<'_> {
     }
 
     fn pause(&mut self, name: &str, pause: bool) {
-        let changed = if let Some(b) = Self::broker_id(name) {
+        let changed = if let Some(t) = self.postgres(name) {
+            let changed = !t.down && t.paused != pause;
+            if changed {
+                t.paused = pause;
+                if pause {
+                    Pause::pause(&mut t.pg);
+                } else {
+                    Pause::resume(&mut t.pg);
+                }
+            }
+            changed
+        } else if let Some(b) = Self::broker_id(name) {
             let Some((kafka, down, paused)) = self.kafka() else {
                 return self.note_external(name);
             };
@@ -261,9 +317,14 @@ impl Run<'_> {
 
     /// Undoes every fault: killed brokers and workers restarted, paused ones resumed.
     pub(super) fn heal(&mut self) {
+        // A process that ended by itself is not a killed one: classify it first.
+        self.restart_exited();
         let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
             .collect();
+        if matches!(self.target, super::pipelines::Target::Postgres(_)) {
+            names.push("postgres".into());
+        }
         names.extend(self.workers.iter().map(|w| w.name.clone()));
         if matches!(self.brokers, super::Brokers::External(_)) {
             names.retain(|n| Self::broker_id(n).is_none());

@@ -1,17 +1,45 @@
 //! Throughput and end-to-end latency of a real run, from its history's wall-clock times
-//! (see [`Measured`] for the definitions).
+//! and, for sinks that report their puts ([`PutMark`]s), from those (see [`Measured`] for
+//! the definitions); the bulk loads of the same run get the sink's ratio to each.
 
+use super::connect_task::PutMark;
 use crate::history::{History, OpKind, Value};
-use crate::report::Measured;
+use crate::report::{BulkLoad, Measured};
 use std::collections::BTreeMap;
 
-/// What the history says about throughput and latency; `None` when nothing was
-/// acknowledged.
-pub fn measure(history: &History) -> Option<Measured> {
+/// When rows became durable in the sink: the history's `write` ops, and the sink tasks'
+/// successful puts (their end).
+fn writes(history: &History, marks: &[PutMark]) -> Vec<(u64, Vec<u64>)> {
+    let mut out: Vec<(u64, Vec<u64>)> = history
+        .ops
+        .iter()
+        .filter_map(|op| match (&op.value, op.kind) {
+            (Value::Write { rows }, OpKind::Ok) => {
+                Some((op.time_ns, rows.iter().map(|r| r.id).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    out.extend(marks.iter().map(|m| (m.end_ns, m.ids.clone())));
+    out.sort();
+    out
+}
+
+/// Rows over the time spent inside `put`, rows/s; `None` without marks.
+fn put_rate(marks: &[PutMark]) -> Option<f64> {
+    let rows: usize = marks.iter().map(|m| m.ids.len()).sum();
+    let busy_ns: u64 = marks
+        .iter()
+        .map(|m| m.end_ns.saturating_sub(m.start_ns))
+        .sum();
+    (busy_ns > 0).then(|| rows as f64 / (busy_ns as f64 / 1e9))
+}
+
+/// What the history and the put marks say about throughput and latency, with `bulk`
+/// loads given their ratio to the sink's put rate; `None` when nothing was acknowledged.
+pub fn measure(history: &History, marks: &[PutMark], bulk: &[BulkLoad]) -> Option<Measured> {
     let mut invoked: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut written: BTreeMap<u64, u64> = BTreeMap::new();
-    let (mut first_send, mut last_ack, mut last_write) = (u64::MAX, 0u64, 0u64);
-    let (mut acked, mut rows) = (0u64, 0u64);
+    let (mut first_send, mut last_ack, mut acked) = (u64::MAX, 0u64, 0u64);
     for op in &history.ops {
         match (&op.value, op.kind) {
             (Value::Send { id, .. }, OpKind::Invoke) => {
@@ -22,18 +50,19 @@ pub fn measure(history: &History) -> Option<Measured> {
                 acked += 1;
                 last_ack = last_ack.max(op.time_ns);
             }
-            (Value::Write { rows: r }, OpKind::Ok) => {
-                rows += r.len() as u64;
-                last_write = last_write.max(op.time_ns);
-                for row in r {
-                    written.entry(row.id).or_insert(op.time_ns);
-                }
-            }
             _ => {}
         }
     }
     if acked == 0 {
         return None;
+    }
+    let (mut written, mut rows, mut last_write) = (BTreeMap::new(), 0u64, 0u64);
+    for (t, ids) in writes(history, marks) {
+        rows += ids.len() as u64;
+        last_write = last_write.max(t);
+        for id in ids {
+            written.entry(id).or_insert(t);
+        }
     }
     let mut latencies_ms: Vec<f64> = written
         .iter()
@@ -48,6 +77,17 @@ pub fn measure(history: &History) -> Option<Measured> {
             0.0
         }
     };
+    let sink_put_rows_per_s = put_rate(marks);
+    let bulk_loads = bulk
+        .iter()
+        .map(|b| BulkLoad {
+            sink_ratio: match sink_put_rows_per_s {
+                Some(sink) if b.rows_per_s > 0.0 => sink / b.rows_per_s,
+                _ => 0.0,
+            },
+            ..b.clone()
+        })
+        .collect();
     Some(Measured {
         records_per_s: per_s(acked, last_ack),
         rows_per_s: per_s(rows, last_write),
@@ -56,6 +96,8 @@ pub fn measure(history: &History) -> Option<Measured> {
         latency_ms_p99: percentile(&latencies_ms, 99.0),
         records_acked: acked,
         rows_written: rows,
+        sink_put_rows_per_s,
+        bulk_loads,
     })
 }
 
@@ -119,11 +161,54 @@ mod tests {
             Value::Write { rows: vec![row(1)] },
             None,
         );
-        let m = measure(&h).expect("measured");
+        let m = measure(&h, &[], &[]).expect("measured");
         assert_eq!(m.records_acked, 2);
         assert_eq!(m.rows_written, 3);
         assert_eq!(m.latency_ms_p50, 3.0);
         assert_eq!(m.latency_ms_p99, 4.0);
         assert_eq!(m.records_per_s, 1_000.0);
+    }
+
+    #[test]
+    fn put_marks_count_as_writes_and_give_the_sinks_rate_against_bulk_loads() {
+        let mut h = History::default();
+        let send = |id| Value::Send {
+            id,
+            key: None,
+            tp: None,
+            offset: None,
+        };
+        for id in 0..4u64 {
+            h.push(id * 1_000_000, "producer-0", OpKind::Invoke, send(id), None);
+            h.push(id * 1_000_000 + 1, "producer-0", OpKind::Ok, send(id), None);
+        }
+        let marks = [
+            PutMark {
+                start_ns: 5_000_000,
+                end_ns: 6_000_000,
+                ids: vec![0, 1],
+            },
+            PutMark {
+                start_ns: 7_000_000,
+                end_ns: 8_000_000,
+                ids: vec![2, 3],
+            },
+        ];
+        let copy = BulkLoad {
+            target: "postgres".into(),
+            method: "COPY FROM STDIN".into(),
+            rows: 4,
+            time_s: 0.0001,
+            rows_per_s: 40_000.0,
+            sink_ratio: 0.0,
+        };
+        let m = measure(&h, &marks, &[copy]).expect("measured");
+        assert_eq!(m.rows_written, 4);
+        // 4 rows in 2 ms of put: 2000 rows/s, a twentieth of the copy's 40,000.
+        assert_eq!(m.sink_put_rows_per_s, Some(2_000.0));
+        assert!((m.bulk_loads[0].sink_ratio - 0.05).abs() < 1e-9);
+        // Latency of id 0: invoked at 0, written at 6 ms; of id 3: 3 ms to 8 ms.
+        assert_eq!(m.latency_ms_p50, 5.0);
+        assert_eq!(m.latency_ms_p99, 6.0);
     }
 }

@@ -18,13 +18,22 @@
 //! 5. Final state: the log (read_uncommitted, offset 0 to the high watermark), the group's
 //!    committed offsets, the sink's files; then [`check_all`](crate::checker::check_all).
 //!
+//! Per pipeline ([`pipelines`]): `kafka-consume` as above; `connect-jdbc` (P2) with a
+//! PostgreSQL server, change-event producers and `connect-i` sink-task processes
+//! ([`connect_task`]), drained on group `connect-<name>`, its final state the table read
+//! back, and a bulk load of the same rows for comparison ([`bulk`]).
+//!
 //! A real run is one run, not a seed: it is reported as one seed (`seed 0`), is not
 //! reproducible, and its history carries wall-clock times since the run's start.
 
+pub mod bulk;
 pub mod clickhouse_sink;
 pub mod cluster;
+pub mod connect_task;
 pub mod faults;
 pub mod measure;
+pub mod pipelines;
+pub mod plugins;
 pub mod result;
 pub mod worker;
 pub mod workers;
@@ -38,7 +47,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worker::{unix_ns, Role, SinkBatch};
+use worker::{unix_ns, Role, SinkBatch, SINK_GROUP};
 use workers::{Worker, WorkerEnv};
 
 /// How to run.
@@ -71,15 +80,23 @@ pub struct RealOutcome {
     pub notes: Vec<String>,
     /// Wall time of the whole run, s.
     pub wall_time_s: f64,
+    /// The sink tasks' successful puts (`connect-jdbc`), for throughput and latency.
+    pub put_marks: Vec<connect_task::PutMark>,
+    /// Bulk loads of the same rows after the pipeline (`connect-jdbc`).
+    pub bulk_loads: Vec<crate::report::BulkLoad>,
 }
 
 /// A run in progress: the brokers, the workers and what they recorded.
 pub struct Run<'a> {
     scenario: &'a Scenario,
     brokers: Brokers,
+    target: pipelines::Target,
     env: WorkerEnv,
     workers: Vec<Worker>,
     notes: Vec<String>,
+    bulk_loads: Vec<crate::report::BulkLoad>,
+    /// Sink tasks not started yet (`connect.connector_create_at_ms`).
+    connector_pending: bool,
     verbose: bool,
 }
 
@@ -124,7 +141,7 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
             "skipped: the native backend runs 1 or 3 brokers, the scenario asks for {}",
             scenario.cluster.brokers
         )),
-        _ => Ok(()),
+        _ => pipelines::unsupported(scenario).map_or(Ok(()), Err),
     }
 }
 
@@ -149,6 +166,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     };
     let bootstrap = brokers.bootstrap();
     cluster::create_topic(&bootstrap, scenario)?;
+    let target = pipelines::setup(scenario, &bootstrap)?;
     let (sink_dir, log_dir) = (options.dir.join("sink"), options.dir.join("logs"));
     for d in [&sink_dir, &log_dir] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -160,35 +178,33 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         sink_dir,
         log_dir,
         epoch_ns: unix_ns(),
+        connector_sets: target.connector_sets(),
         ops: Arc::new(Mutex::new(Vec::new())),
     };
     let mut run = Run {
         scenario,
         brokers,
+        target,
         env,
-        workers: Vec::new(),
+        workers: pipelines::workers(scenario),
         notes: Vec::new(),
+        bulk_loads: Vec::new(),
+        connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
         verbose: options.verbose,
     };
     run.spawn_workers()?;
+    run.create_connector_by(0);
     Ok(run)
 }
 
 impl Run<'_> {
+    /// Starts every worker but the sink tasks when the connector is created later
+    /// (`connect.connector_create_at_ms` > 0, see `create_connector_by`).
     fn spawn_workers(&mut self) -> Result<(), String> {
-        let w = &self.scenario.workload;
-        let producers = u64::from(w.producers.max(1));
-        for i in 0..w.producers {
-            let i = u64::from(i);
-            let ids = (i * w.records / producers)..((i + 1) * w.records / producers);
-            self.workers
-                .push(Worker::new(&format!("producer-{i}"), Role::Producer, ids));
-        }
-        for i in 0..w.consumers {
-            self.workers
-                .push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
-        }
         for worker in &mut self.workers {
+            if self.connector_pending && worker.role == Role::SinkTask {
+                continue;
+            }
             worker.start(&self.env)?;
         }
         Ok(())
@@ -226,6 +242,7 @@ impl Run<'_> {
 
     fn execute(&mut self) -> RealOutcome {
         self.run_faults();
+        self.create_connector_by(u64::MAX);
         self.heal();
         let t = self.now_ns();
         self.push(t, "nemesis", Value::Drain);
@@ -234,7 +251,11 @@ impl Run<'_> {
             w.kill(&self.env);
         }
         let mut history = self.merged_history();
-        let crashed = self.record_final(&mut history).err();
+        let crashed = match &self.target {
+            pipelines::Target::Files => self.record_final(&mut history),
+            pipelines::Target::Postgres(_) => self.record_final_cdc(&mut history),
+        }
+        .err();
         self.note_bad_lines();
         RealOutcome {
             history,
@@ -243,6 +264,8 @@ impl Run<'_> {
             crashed,
             notes: std::mem::take(&mut self.notes),
             wall_time_s: 0.0,
+            put_marks: self.read_put_marks(),
+            bulk_loads: std::mem::take(&mut self.bulk_loads),
         }
     }
 
@@ -262,7 +285,8 @@ impl Run<'_> {
     fn drain(&mut self) -> Option<String> {
         let bound = Duration::from_secs(self.scenario.drain.time_s_max);
         let started = Instant::now();
-        let probe = match Probe::new(&self.env.bootstrap, self.scenario) {
+        let group = pipelines::group(self.scenario);
+        let probe = match Probe::of_scenario(&self.env.bootstrap, self.scenario, &group) {
             Ok(p) => p,
             Err(e) => return Some(e),
         };
@@ -289,7 +313,7 @@ impl Run<'_> {
         let mut lag: Vec<String> = self
             .workers
             .iter()
-            .filter(|w| w.role == Role::Producer && w.has_work())
+            .filter(|w| w.role.is_producer() && w.has_work())
             .map(|w| format!("{} not done", w.name))
             .collect();
         let (high, committed) = match (probe.high_watermarks(), probe.committed()) {
@@ -305,39 +329,97 @@ impl Run<'_> {
         lag
     }
 
-    /// Reaps workers that ended by themselves: a producer that finished is done; any
-    /// other exit is noted and the worker started again (as the heal phase would).
+    /// Reaps workers that ended by themselves: a producer that finished is done; a sink
+    /// task that failed stays FAILED (Connect does not restart it) unless `[connect]
+    /// restart_failed_after_ms` > 0, when the operator restarts it; any other exit is
+    /// noted and the worker started again (as the heal phase would).
     fn restart_exited(&mut self) {
-        let mut restarted = Vec::new();
-        for w in &mut self.workers {
+        let mut notes = Vec::new();
+        let restart_failed = self.scenario.connect.restart_failed_after_ms > 0;
+        for i in 0..self.workers.len() {
+            let w = &mut self.workers[i];
             let Some(status) = w.exit_status() else {
                 continue;
             };
             w.reap(&self.env);
-            let finished = w.role == Role::Producer && status.success();
-            if finished {
+            if w.role.is_producer() && status.success() {
                 w.mark_done();
                 continue;
             }
-            restarted.push(format!(
-                "{} exited by itself ({status}) and was started again (log: {})",
-                w.name,
-                w.log_path(&self.env).display()
+            let log = w.log_path(&self.env).display().to_string();
+            if w.role == Role::SinkTask && !restart_failed {
+                w.mark_failed();
+                notes.push(format!(
+                    "{}: the sink task failed ({status}) and stays FAILED, as in Connect \
+                     (log: {log})",
+                    w.name
+                ));
+                continue;
+            }
+            notes.push(format!(
+                "{} exited by itself ({status}) and was started again (log: {log})",
+                w.name
             ));
             if w.has_work() {
                 if let Err(e) = w.start(&self.env) {
-                    restarted.push(e);
+                    notes.push(e);
                 }
             }
+            if w.role == Role::SinkTask {
+                let task = connect_task::task_id(&w.name);
+                self.record_restart_task(task);
+            }
         }
-        self.notes.extend(restarted);
+        self.notes.extend(notes);
+    }
+
+    /// The operator's `restart-task` of a FAILED task, as in simulation.
+    fn record_restart_task(&mut self, task: u32) {
+        let connector = self
+            .scenario
+            .connector
+            .get("name")
+            .cloned()
+            .unwrap_or_default();
+        let op = Op {
+            index: 0,
+            time_ns: self.now_ns(),
+            process: "operator".into(),
+            kind: OpKind::Ok,
+            value: Value::RestartTask { connector, task },
+            error: None,
+        };
+        self.env.ops.lock().expect("ops lock").push(op);
+    }
+
+    /// The sink tasks' put marks (`<sink>/*.puts.jsonl`), torn lines skipped.
+    fn read_put_marks(&self) -> Vec<connect_task::PutMark> {
+        let Ok(entries) = std::fs::read_dir(&self.env.sink_dir) else {
+            return Vec::new();
+        };
+        let mut marks = Vec::new();
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if !path.to_string_lossy().ends_with(".puts.jsonl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            marks.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
+        }
+        marks
     }
 
     /// The final state, as `final` ops at the time the drain ended.
     fn record_final(&mut self, history: &mut History) -> Result<(), String> {
-        let probe = Probe::new(&self.env.bootstrap, self.scenario)?;
+        let probe = Probe::of_scenario(&self.env.bootstrap, self.scenario, SINK_GROUP)?;
         let high = probe.high_watermarks()?;
         let log = cluster::read_log(&self.env.bootstrap, &high, 30_000)?;
+        let log = log.into_iter().map(|(tp, records)| {
+            let refs = records
+                .iter()
+                .map(|r| r.record_ref(&tp, r.value_id()))
+                .collect();
+            (tp, refs)
+        });
         let offsets = probe.committed()?;
         let rows = self.read_sink()?;
         let t = self.now_ns();
@@ -370,6 +452,7 @@ impl Run<'_> {
             .map_err(|e| format!("sink {}: {e}", dir.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .filter(|p| !p.to_string_lossy().ends_with(".puts.jsonl"))
             .collect();
         files.sort();
         let mut batches = Vec::new();

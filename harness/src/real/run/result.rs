@@ -75,6 +75,6 @@ pub fn scenario_result(
             REPORT_CASES_MAX,
         ));
     }
-    result.measured = measure(&outcome.history);
+    result.measured = measure(&outcome.history, &outcome.put_marks, &outcome.bulk_loads);
     result
 }

@@ -25,10 +25,13 @@ use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord,
 };
+use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
 use crate::history::{Op, OpKind, RecordRef, Value};
 use crate::scenario::{CommitMode, Scenario};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
+use madsim::rand::rngs::StdRng;
+use madsim::rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,10 +43,51 @@ pub const SINK_GROUP: &str = "sink";
 /// Which process of the pipeline a worker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// Sends its id range, then exits 0.
+    /// `kafka-consume`: sends its id range, then exits 0.
     Producer,
-    /// Polls, writes into the sink and commits, until killed.
+    /// `kafka-consume`: polls, writes into the sink and commits, until killed.
     Consumer,
+    /// `connect-jdbc`: sends its range of the scenario's change events
+    /// ([`crate::connect::cdc_events`]), then exits 0.
+    CdcProducer,
+    /// `connect-jdbc`: one Connect sink task ([`super::connect_task`]) until killed; exits
+    /// non-zero when the task fails.
+    SinkTask,
+}
+
+impl Role {
+    /// The name `eosim worker --role` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+            Role::CdcProducer => "cdc-producer",
+            Role::SinkTask => "sink-task",
+        }
+    }
+
+    /// The role named `name`.
+    ///
+    /// # Errors
+    /// An unknown name, with the known ones.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        [
+            Role::Producer,
+            Role::Consumer,
+            Role::CdcProducer,
+            Role::SinkTask,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+        .ok_or(format!(
+            "--role {name:?}: expected producer, consumer, cdc-producer or sink-task"
+        ))
+    }
+
+    /// Whether the role sends an id range and then ends.
+    pub fn is_producer(self) -> bool {
+        matches!(self, Role::Producer | Role::CdcProducer)
+    }
 }
 
 /// One line of a sink file: a batch, made durable at once.
@@ -74,6 +118,9 @@ pub struct WorkerSpec {
     pub id_from: u64,
     /// One past the last id to send (producers).
     pub id_to: u64,
+    /// Connector keys set over the scenario's `[connector]` (where the real services are,
+    /// such as `connection.url`).
+    pub connector_sets: Vec<(String, String)>,
 }
 
 /// Nanoseconds since the Unix epoch.
@@ -84,13 +131,22 @@ pub fn unix_ns() -> u64 {
 }
 
 /// Prints ops as JSON lines on stdout, each flushed at once (a kill loses none printed).
-struct Emit {
-    name: String,
-    epoch_ns: u64,
+#[derive(Debug, Clone)]
+pub struct Emit {
+    /// The process name ops carry.
+    pub name: String,
+    /// The run's epoch, ns since the Unix epoch.
+    pub epoch_ns: u64,
 }
 
 impl Emit {
-    fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
+    /// ns since the run's epoch.
+    pub fn now_ns(&self) -> u64 {
+        unix_ns().saturating_sub(self.epoch_ns)
+    }
+
+    /// Prints one op of this process, timed now.
+    pub fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
         let op = Op {
             index: 0,
             time_ns: unix_ns().saturating_sub(self.epoch_ns),
@@ -117,12 +173,54 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         .build()
         .map_err(|e| format!("{}: tokio runtime: {e}", spec.name))?;
     match spec.role {
-        Role::Producer => runtime.block_on(producer(&spec)),
+        Role::Producer => runtime.block_on(producer(&spec, |id| id_record(&spec, id))),
+        Role::CdcProducer => {
+            let mut rng = StdRng::seed_from_u64(REAL_EVENTS_SEED);
+            let events = build_events(&spec.scenario, &mut rng);
+            runtime.block_on(producer(&spec, |id| event_record(&spec, &events, id)))
+        }
         Role::Consumer => runtime.block_on(consumer(&spec)),
+        Role::SinkTask => runtime.block_on(super::connect_task::run_sink_task(&spec)),
     }
 }
 
-async fn producer(spec: &WorkerSpec) -> Result<(), String> {
+/// The seed of the change events of a real run: every producer process (and each
+/// restart) draws the same list and sends its own range of it.
+pub const REAL_EVENTS_SEED: u64 = 1;
+
+/// `kafka-consume`'s record for `id`: key `k<id % keys>`, value the id.
+fn id_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {
+    let key = format!("k{}", id % u64::from(spec.scenario.workload.keys.max(1)));
+    let record = ProducerRecord {
+        topic: spec.scenario.topic.name.clone(),
+        partition: None,
+        key: Some(Bytes::from(key.clone())),
+        value: Some(Bytes::from(id.to_string())),
+        headers: Vec::new(),
+    };
+    (Some(key), record)
+}
+
+/// `connect-jdbc`'s record for event `id`, as the simulated producer sends it: the id in
+/// header `eosim.id`, a null key (a truncate) on partition 0.
+fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>, ProducerRecord) {
+    let e = &events[id as usize];
+    let record = ProducerRecord {
+        topic: spec.scenario.topic.name.clone(),
+        partition: e.key.is_none().then_some(0),
+        key: e.key.clone().map(Bytes::from),
+        value: e.value.clone().map(Bytes::from),
+        headers: vec![(ID_HEADER.to_string(), Bytes::from(e.id.to_string()))],
+    };
+    (e.key.clone(), record)
+}
+
+/// Sends the ids `[id_from, id_to)`, each as `make(id)` gives it (its key for the
+/// history, and the record), one at a time.
+async fn producer(
+    spec: &WorkerSpec,
+    make: impl Fn(u64) -> (Option<String>, ProducerRecord),
+) -> Result<(), String> {
     let w = &spec.scenario.workload;
     let config = ProducerConfig {
         acks: w.acks,
@@ -140,21 +238,14 @@ async fn producer(spec: &WorkerSpec) -> Result<(), String> {
     };
     let topic = &spec.scenario.topic.name;
     for id in spec.id_from..spec.id_to {
-        let key = format!("k{}", id % u64::from(w.keys.max(1)));
+        let (key, record) = make(id);
         let invoke = Value::Send {
             id,
-            key: Some(key.clone()),
+            key: key.clone(),
             tp: None,
             offset: None,
         };
         emit.op(OpKind::Invoke, invoke, None);
-        let record = ProducerRecord {
-            topic: topic.clone(),
-            partition: None,
-            key: Some(Bytes::from(key.clone())),
-            value: Some(Bytes::from(id.to_string())),
-            headers: Vec::new(),
-        };
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(topic.clone(), d.partition);
@@ -167,7 +258,7 @@ async fn producer(spec: &WorkerSpec) -> Result<(), String> {
             kind,
             Value::Send {
                 id,
-                key: Some(key),
+                key,
                 tp,
                 offset,
             },

@@ -31,6 +31,8 @@ pub struct WorkerEnv {
     pub log_dir: PathBuf,
     /// The run's epoch, ns since the Unix epoch.
     pub epoch_ns: u64,
+    /// Connector keys every worker sets over the scenario's (`--set KEY=VALUE`).
+    pub connector_sets: Vec<(String, String)>,
     /// Ops read from every worker's stdout, in arrival order.
     pub ops: Arc<Mutex<Vec<Op>>>,
 }
@@ -45,6 +47,7 @@ pub struct Worker {
     child: Option<Child>,
     reader: Option<JoinHandle<()>>,
     paused: bool,
+    failed: bool,
     id_from: u64,
     id_to: u64,
     /// Ops lines that were not ops (a torn last line of a killed worker, say).
@@ -60,6 +63,7 @@ impl Worker {
             child: None,
             reader: None,
             paused: false,
+            failed: false,
             id_from: ids.start,
             id_to: ids.end,
             bad_lines: Arc::default(),
@@ -71,9 +75,14 @@ impl Worker {
         env.log_dir.join(format!("{}.log", self.name))
     }
 
-    /// Whether a producer has ids left to send.
+    /// Whether a producer has ids left to send (other roles always have work).
     pub fn has_work(&self) -> bool {
-        self.role == Role::Consumer || self.id_from < self.id_to
+        !self.failed && (!self.role.is_producer() || self.id_from < self.id_to)
+    }
+
+    /// Marks a sink task that failed: it is not started again.
+    pub fn mark_failed(&mut self) {
+        self.failed = true;
     }
 
     /// Starts (or starts again) the process.
@@ -87,10 +96,7 @@ impl Worker {
             .append(true)
             .open(&log_path)
             .map_err(|e| format!("{}: log {}: {e}", self.name, log_path.display()))?;
-        let role = match self.role {
-            Role::Producer => "producer",
-            Role::Consumer => "consumer",
-        };
+        let role = self.role.name();
         let mut cmd = Command::new(&env.exe);
         cmd.arg("worker")
             .args([
@@ -112,6 +118,11 @@ impl Worker {
                 "--id-to",
                 &self.id_to.to_string(),
             ])
+            .args(
+                env.connector_sets
+                    .iter()
+                    .flat_map(|(k, v)| ["--set".to_string(), format!("{k}={v}")]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -170,7 +181,7 @@ impl Worker {
             let _ = reader.join();
         }
         self.paused = false;
-        if self.role == Role::Producer {
+        if self.role.is_producer() {
             self.id_from = self
                 .id_from
                 .max(last_invoked(&env.ops, &self.name).map_or(0, |i| i + 1));

@@ -1,0 +1,153 @@
+//! The change events of the `connect-jdbc` pipeline (P2), built from a scenario's `[cdc]`
+//! section: what the simulated producers (`workload::connect_jdbc`) and the real runner's
+//! producer process send, in the same order, with the same ids.
+//!
+//! - Explicit `[cdc] events` first, ids `0..n`, key and value as written.
+//! - Then `[cdc.generate]`: Debezium envelopes over `(id bigint, v bigint, name text)` with
+//!   keys `{"id":k}`, `k` drawn from `0..keys`: a `c` for an absent key, else a `d` with
+//!   probability `delete_probability` or a `u`; `v` is the event id, so every version of
+//!   a row is distinct. Draws come from the caller's RNG (madsim's in simulation, a seeded
+//!   one in a real run), so the simulation's histories depend only on its seed.
+//!
+//! Each event's id travels in header [`ID_HEADER`] (a poison record has no other place
+//! for it).
+
+use crate::scenario::Scenario;
+use bytes::Bytes;
+use madsim::rand::Rng;
+use std::collections::BTreeMap;
+
+/// The header carrying an event's unique id.
+pub const ID_HEADER: &str = "eosim.id";
+
+/// One change event to produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Unique id.
+    pub id: u64,
+    /// Key text.
+    pub key: Option<String>,
+    /// Value text; `None` is a tombstone.
+    pub value: Option<String>,
+}
+
+/// Builds the event list of `scenario`: explicit events, then generated ones drawn from
+/// `rng`.
+pub fn build_events<R: Rng>(scenario: &Scenario, rng: &mut R) -> Vec<Event> {
+    let mut events: Vec<Event> = scenario
+        .cdc
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| Event {
+            id: i as u64,
+            key: e.key.clone(),
+            value: e.value.clone(),
+        })
+        .collect();
+    let Some(g) = &scenario.cdc.generate else {
+        return events;
+    };
+    let mut present: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
+    let table = &scenario.topic.name;
+    for _ in 0..g.events {
+        let id = events.len() as u64;
+        let k = rng.gen_range(0..g.keys.max(1));
+        let row = serde_json::json!({"id": k, "v": id, "name": format!("n{id}")});
+        let before = present.get(&k).cloned();
+        let (op, after) = match &before {
+            None => ("c", Some(row)),
+            Some(_) if rng.gen_bool(g.delete_probability.clamp(0.0, 1.0)) => ("d", None),
+            Some(_) => ("u", Some(row)),
+        };
+        match &after {
+            Some(a) => present.insert(k, a.clone()),
+            None => present.remove(&k),
+        };
+        let value = serde_json::json!({
+            "before": before, "after": after, "op": op,
+            "source": {"table": table, "seq": id}, "transaction": null,
+        });
+        let key = serde_json::json!({"id": k}).to_string();
+        events.push(Event {
+            id,
+            key: Some(key),
+            value: Some(value.to_string()),
+        });
+    }
+    events
+}
+
+/// The [`ID_HEADER`] header's value; `u64::MAX` without one.
+pub fn id_of(headers: &[(String, Bytes)]) -> u64 {
+    headers
+        .iter()
+        .find(|(k, _)| k == ID_HEADER)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+#[cfg(all(test, not(madsim)))]
+mod tests {
+    use super::*;
+    use madsim::rand::SeedableRng;
+    use std::path::Path;
+
+    fn scenario(text: &str) -> Scenario {
+        Scenario::parse(Path::new("t.toml"), text).expect("scenario parses")
+    }
+
+    const CDC: &str = r#"
+pipeline = "connect-jdbc"
+claim = "exactly-once"
+[topic]
+name = "t"
+[connector]
+name = "s"
+"connector.class" = "io.confluent.connect.jdbc.JdbcSinkConnector"
+topics = "t"
+"connection.url" = "jdbc:postgresql://h:5432/db"
+"pk.fields" = "id"
+[cdc]
+events = [{ key = '{"id":9}', value = '{"op":"c","after":{"id":9}}' }, {}]
+generate = { events = 50, keys = 3, delete_probability = 0.3 }
+"#;
+
+    #[test]
+    fn explicit_events_come_first_then_generated_ones_follow_each_key() {
+        let s = scenario(CDC);
+        let mut rng = madsim::rand::rngs::StdRng::seed_from_u64(7);
+        let events = build_events(&s, &mut rng);
+        assert_eq!(events.len(), 52);
+        assert_eq!(
+            events[1],
+            Event {
+                id: 1,
+                key: None,
+                value: None
+            }
+        );
+        let mut present: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate().skip(2) {
+            assert_eq!(e.id, i as u64);
+            let v: serde_json::Value = serde_json::from_str(e.value.as_deref().unwrap()).unwrap();
+            let key = e.key.clone().unwrap();
+            // `before` is the key's current row; `c` only for an absent key.
+            assert_eq!(v["before"], present.get(&key).cloned().unwrap_or_default());
+            assert_eq!(v["op"] == "c", !present.contains_key(&key), "event {i}");
+            match v["op"].as_str().unwrap() {
+                "d" => present.remove(&key),
+                _ => present.insert(key, v["after"].clone()),
+            };
+        }
+        let again = build_events(&s, &mut madsim::rand::rngs::StdRng::seed_from_u64(7));
+        assert_eq!(events, again, "the same seed draws the same events");
+    }
+
+    #[test]
+    fn the_id_header_names_the_event() {
+        let headers = vec![(ID_HEADER.to_string(), Bytes::from("42"))];
+        assert_eq!(id_of(&headers), 42);
+        assert_eq!(id_of(&[]), u64::MAX);
+    }
+}

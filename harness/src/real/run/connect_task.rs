@@ -1,0 +1,261 @@
+//! One Kafka Connect sink task as an `eosim worker --role sink-task` process of a real run:
+//! the loop of [`crate::connect::sink_loop`] (Connect's `WorkerSinkTask`, shared with the
+//! simulation) over rdkafka and the real database clients, so that a kill of the process
+//! is a real SIGKILL of a worker and its task.
+//!
+//! # What it runs
+//! - The connector: the scenario's `[connector]` with the runner's `--set KEY=VALUE`
+//!   overrides (where the real services are: `connection.url`), validated for its class
+//!   and built by [`plugins::real_sink_task`].
+//! - Worker settings from `[connect] worker` (`offset.flush.interval.ms`, ...); the task
+//!   consumer joins group `connect-<name>` from `earliest` without auto-commit, and
+//!   commits what `pre_commit` returns every `offset.flush.interval.ms`.
+//! - Task id: `connect-<i>` runs task `i - 1`. One process is one worker with one task:
+//!   the group spreads the partitions over the processes alive, as Connect spreads tasks
+//!   over workers (so `connect.workers` processes stand for `tasks.max` tasks).
+//!
+//! # Output
+//! Ops on stdout as the other roles print them: `task-status` RUNNING at the start and
+//! FAILED with its trace when the task fails (the process then exits non-zero, and stays
+//! down: Connect does not restart a failed task by itself), `commit` invoke/ok/fail/info.
+//! Each successful `put` is also appended to `<sink>/<name>.puts.jsonl` ([`PutMark`]):
+//! what was written when, for the throughput and latency of the run, not for the
+//! checkers (the target's contents are read from the database after the drain).
+
+use super::plugins;
+use super::worker::{unix_ns, Emit, WorkerSpec};
+use crate::client::real::{RealConsumer, RealProducer};
+use crate::client::Consumer;
+use crate::connect::cdc_events::id_of;
+use crate::connect::config::WorkerConfig;
+use crate::connect::sink_loop::TaskHost;
+use crate::connect::sink_loop::{dlq_producer_config, task_consumer_config, SinkTaskLoop};
+use crate::connect::task::{
+    ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
+};
+use crate::history::{OpKind, Value};
+use async_trait::async_trait;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// One successful `put`: when it started and ended (ns since the run's epoch) and the ids
+/// (header `eosim.id`) of the records it wrote, errant ones left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PutMark {
+    /// When `put` was called.
+    pub start_ns: u64,
+    /// When it returned `Ok`.
+    pub end_ns: u64,
+    /// Ids of the records written.
+    pub ids: Vec<u64>,
+}
+
+/// The process as a [`TaskHost`]: the wall clock since the run's epoch, ops on stdout.
+struct RealHost {
+    emit: Emit,
+}
+
+impl TaskHost for RealHost {
+    fn now_ms(&self) -> u64 {
+        self.emit.now_ns() / 1_000_000
+    }
+
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
+        self.emit.op(kind, value, error);
+    }
+}
+
+/// The task's own reporter wrapped, to leave errant records out of the [`PutMark`].
+struct Counting<'a> {
+    inner: &'a mut dyn ErrantRecordReporter,
+    reported: BTreeSet<(TopicPartition, Offset)>,
+}
+
+impl ErrantRecordReporter for Counting<'_> {
+    fn report(&mut self, record: &SinkRecord, error: &str) -> Result<(), ConnectError> {
+        self.reported.insert((record.tp.clone(), record.offset));
+        self.inner.report(record, error)
+    }
+}
+
+/// A sink task whose successful `put`s are appended to a [`PutMark`] file.
+struct Metered {
+    inner: Box<dyn SinkTask>,
+    file: std::fs::File,
+    epoch_ns: u64,
+}
+
+#[async_trait]
+impl SinkTask for Metered {
+    fn initialize(&mut self, context: SinkTaskContext) {
+        self.inner.initialize(context);
+    }
+
+    async fn open(&mut self, partitions: &[TopicPartition]) -> Result<(), ConnectError> {
+        self.inner.open(partitions).await
+    }
+
+    async fn put(
+        &mut self,
+        records: Vec<SinkRecord>,
+        reporter: &mut dyn ErrantRecordReporter,
+    ) -> Result<(), ConnectError> {
+        let start_ns = unix_ns().saturating_sub(self.epoch_ns);
+        let ids: Vec<(TopicPartition, Offset, u64)> = records
+            .iter()
+            .map(|r| (r.tp.clone(), r.offset, id_of(&r.headers)))
+            .collect();
+        let mut counting = Counting {
+            inner: reporter,
+            reported: BTreeSet::new(),
+        };
+        self.inner.put(records, &mut counting).await?;
+        let mark = PutMark {
+            start_ns,
+            end_ns: unix_ns().saturating_sub(self.epoch_ns),
+            ids: ids
+                .into_iter()
+                .filter(|(tp, o, _)| !counting.reported.contains(&(tp.clone(), *o)))
+                .map(|(_, _, id)| id)
+                .collect(),
+        };
+        let mut line = serde_json::to_string(&mark).expect("marks serialize");
+        line.push('\n');
+        // Measurement only: a lost line costs a data point, never a verdict.
+        let _ = self.file.write_all(line.as_bytes());
+        Ok(())
+    }
+
+    async fn pre_commit(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, Offset>,
+    ) -> Result<BTreeMap<TopicPartition, Offset>, ConnectError> {
+        self.inner.pre_commit(offsets).await
+    }
+
+    async fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), ConnectError> {
+        self.inner.close(partitions).await
+    }
+}
+
+/// The put-mark file of worker `name` under `sink_dir`.
+pub fn puts_path(sink_dir: &Path, name: &str) -> std::path::PathBuf {
+    sink_dir.join(format!("{name}.puts.jsonl"))
+}
+
+/// The task id of process `connect-<i>`: `i - 1` (0 for another name).
+pub fn task_id(name: &str) -> u32 {
+    name.strip_prefix("connect-")
+        .and_then(|i| i.parse::<u32>().ok())
+        .map_or(0, |i| i.saturating_sub(1))
+}
+
+/// The connector's configuration: `[connector]` with the runner's overrides.
+pub fn connector_raw(spec: &WorkerSpec) -> BTreeMap<String, String> {
+    let mut raw = spec.scenario.connector.clone();
+    raw.extend(spec.connector_sets.iter().cloned());
+    raw
+}
+
+fn status(connector: &str, task: u32, state: &str, trace: Option<String>) -> Value {
+    Value::TaskStatus {
+        connector: connector.to_string(),
+        task,
+        state: state.into(),
+        trace,
+    }
+}
+
+/// Runs the task until it fails (then `Err` with its trace: the process exits non-zero) or
+/// the process is killed.
+///
+/// # Errors
+/// A connector configuration that does not validate, a client that cannot be created, the
+/// task's failure.
+pub async fn run_sink_task(spec: &WorkerSpec) -> Result<(), String> {
+    let config = plugins::connector_config(&connector_raw(spec))?;
+    let wc = WorkerConfig::parse(&spec.scenario.connect.worker)
+        .map_err(|e| format!("[connect] worker: {e}"))?;
+    let task = task_id(&spec.name);
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
+    emit.op(
+        OpKind::Ok,
+        status(&config.name, task, "RUNNING", None),
+        None,
+    );
+    let trace = match start(spec, &config, &wc, task, &emit).await {
+        Ok(mut task_loop) => {
+            let trace = task_loop.run().await;
+            task_loop.close_consumer().await;
+            trace
+        }
+        Err(e) => e,
+    };
+    let failed = status(&config.name, task, "FAILED", Some(trace.clone()));
+    emit.op(OpKind::Ok, failed, None);
+    Err(format!("task {}-{task} failed: {trace}", config.name))
+}
+
+type RealTaskLoop = SinkTaskLoop<RealConsumer, RealProducer, RealHost>;
+
+async fn start(
+    spec: &WorkerSpec,
+    config: &crate::connect::config::ConnectorConfig,
+    wc: &WorkerConfig,
+    task: u32,
+    emit: &Emit,
+) -> Result<RealTaskLoop, String> {
+    let sink = plugins::real_sink_task(config, &spec.scenario)?;
+    let path = puts_path(&spec.sink_dir, &spec.name);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let sink = Box::new(Metered {
+        inner: sink,
+        file,
+        epoch_ns: spec.epoch_ns,
+    });
+    let mut consumer = RealConsumer::new(&spec.bootstrap, task_consumer_config(config, wc))
+        .map_err(|e| format!("task consumer: {e}"))?;
+    while let Err(e) = consumer.subscribe(&config.topics).await {
+        eprintln!("{}: subscribe: {e}; retrying", spec.name);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let dlq = match &config.dlq_topic {
+        Some(_) => Some(
+            RealProducer::new(&spec.bootstrap, dlq_producer_config())
+                .map_err(|e| format!("dead-letter queue producer: {e}"))?,
+        ),
+        None => None,
+    };
+    let host = RealHost { emit: emit.clone() };
+    Ok(SinkTaskLoop::new(
+        host,
+        task,
+        config.clone(),
+        wc,
+        sink,
+        consumer,
+        dlq,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_i_runs_task_i_minus_one() {
+        assert_eq!(task_id("connect-1"), 0);
+        assert_eq!(task_id("connect-3"), 2);
+        assert_eq!(task_id("worker-0"), 0);
+    }
+}

@@ -1,0 +1,359 @@
+//! What differs per pipeline in a real run: which scenarios run at all, the services
+//! besides Kafka, the worker processes, the consumer group the drain waits for, and the
+//! final state.
+//!
+//! | pipeline | services | workers | group | final state |
+//! |---|---|---|---|---|
+//! | `kafka-consume` | – | `producer-i`, `consumer-i` | `sink` | log, sink files, committed offsets |
+//! | `connect-jdbc` | PostgreSQL 15 (initdb, role `connection.user`) | `producer-i` (change events), `connect-1..n` (one sink task each) | `connect-<name>` | log and source log, the table, the DLQ, committed offsets, task states |
+//!
+//! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
+//! connector runs with `connection.url` pointing at the server started here (the
+//! scenario's own URL is the simulated node's); the history records the configuration the
+//! tasks ran with, which the change-data checker reads as in simulation.
+
+use super::cluster::{self, LogRecord, Probe};
+use super::worker::{Role, REAL_EVENTS_SEED, SINK_GROUP};
+use super::workers::Worker;
+use super::Run;
+use crate::client::postgres::{value_to_json, PostgresClient};
+use crate::client::real::RealPostgres;
+use crate::connect::cdc_events::{build_events, id_of};
+use crate::connect::config::ConnectorConfig;
+use crate::history::{DlqRecord, History, Op, OpKind, SourceRecord, Value};
+use crate::real::provision::Postgres;
+use crate::scenario::{Pipeline, Scenario, TopicSpec};
+use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
+use eosim_sim::kafka::TopicPartition;
+use madsim::rand::rngs::StdRng;
+use madsim::rand::SeedableRng;
+use std::collections::BTreeMap;
+
+/// Where a pipeline's output goes in a real run.
+pub enum Target {
+    /// `kafka-consume`: the workers' fsync'ed sink files.
+    Files,
+    /// `connect-jdbc`: a PostgreSQL server started for the run.
+    Postgres(Box<PgTarget>),
+}
+
+/// The PostgreSQL server of a `connect-jdbc` run and the connector writing into it.
+pub struct PgTarget {
+    /// The server (dropped before its directory).
+    pub pg: Postgres,
+    /// Whether the nemesis killed it and it was not restarted yet.
+    pub down: bool,
+    /// Whether the nemesis paused it.
+    pub paused: bool,
+    /// The connector as the tasks run it (`connection.url` set to this server).
+    pub connector: ConnectorConfig,
+    /// The JDBC sink's part of it.
+    pub sink: JdbcSinkConfig,
+    /// `[postgres] client_timeout_ms`.
+    pub timeout_ms: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl PgTarget {
+    /// A client of the server as superuser `postgres`.
+    ///
+    /// # Errors
+    /// A connection string tokio-postgres rejects (not expected).
+    pub fn admin(&self) -> Result<RealPostgres, String> {
+        RealPostgres::from_connection_string(&self.pg.connection_string(), self.timeout_ms)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Target {
+    /// Connector keys every sink task sets over the scenario's.
+    pub fn connector_sets(&self) -> Vec<(String, String)> {
+        match self {
+            Target::Files => Vec::new(),
+            Target::Postgres(t) => vec![(
+                "connection.url".to_string(),
+                t.connector.raw["connection.url"].clone(),
+            )],
+        }
+    }
+}
+
+/// Why the real backend cannot run `scenario` (a skip reason), if it cannot.
+pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    match scenario.pipeline {
+        Pipeline::KafkaConsume => None,
+        Pipeline::ConnectJdbc if scenario.postgres.table.is_some() => Some(
+            "skipped: [postgres.table] (a table created before the connector) is not \
+             supported by the real backend yet; use auto.create"
+                .into(),
+        ),
+        Pipeline::ConnectJdbc => None,
+        other => Some(format!(
+            "skipped: pipeline {} is not supported by the real backend yet",
+            other.name()
+        )),
+    }
+}
+
+/// The consumer group whose committed offsets the drain waits for.
+pub fn group(scenario: &Scenario) -> String {
+    match scenario.pipeline {
+        Pipeline::ConnectJdbc => parse_connector(&scenario.connector)
+            .map_or_else(|_| SINK_GROUP.to_string(), |c| c.group_id()),
+        _ => SINK_GROUP.to_string(),
+    }
+}
+
+/// The change events a `connect-jdbc` run sends (the producers draw the same list).
+pub fn event_count(scenario: &Scenario) -> u64 {
+    let mut rng = StdRng::seed_from_u64(REAL_EVENTS_SEED);
+    build_events(scenario, &mut rng).len() as u64
+}
+
+/// The pipeline's worker processes, not started.
+pub fn workers(scenario: &Scenario) -> Vec<Worker> {
+    let w = &scenario.workload;
+    let (ids, producer_role) = match scenario.pipeline {
+        Pipeline::ConnectJdbc => (event_count(scenario), Role::CdcProducer),
+        _ => (w.records, Role::Producer),
+    };
+    let producers = u64::from(w.producers.max(1));
+    let mut out = Vec::new();
+    for i in 0..u64::from(w.producers) {
+        let range = (i * ids / producers)..((i + 1) * ids / producers);
+        out.push(Worker::new(&format!("producer-{i}"), producer_role, range));
+    }
+    match scenario.pipeline {
+        Pipeline::ConnectJdbc => {
+            for i in 1..=scenario.connect.workers {
+                out.push(Worker::new(&format!("connect-{i}"), Role::SinkTask, 0..0));
+            }
+        }
+        _ => {
+            for i in 0..w.consumers {
+                out.push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
+            }
+        }
+    }
+    out
+}
+
+/// Starts what the pipeline needs besides the topic: for `connect-jdbc`, PostgreSQL (with
+/// the connector's role) and the dead-letter queue topic.
+///
+/// # Errors
+/// A service that does not come up (naming its log), a topic that cannot be created.
+pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
+    if scenario.pipeline != Pipeline::ConnectJdbc {
+        return Ok(Target::Files);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("eosim-run-postgres-")
+        .tempdir()
+        .map_err(|e| format!("postgres: temporary directory: {e}"))?;
+    let pg = Postgres::start(dir.path()).map_err(|e| e.to_string())?;
+    let mut raw = scenario.connector.clone();
+    let url = format!("jdbc:postgresql://127.0.0.1:{}/postgres", pg.port());
+    raw.insert("connection.url".into(), url);
+    let connector = parse_connector(&raw).map_err(|e| format!("[connector]: {e}"))?;
+    let sink = JdbcSinkConfig::parse(&raw, &connector.topics).map_err(|e| e.to_string())?;
+    let target = PgTarget {
+        pg,
+        down: false,
+        paused: false,
+        connector,
+        sink,
+        timeout_ms: scenario.postgres.client_timeout_ms,
+        _dir: dir,
+    };
+    create_role(&target)?;
+    if let Some(dlq) = &target.connector.dlq_topic {
+        let t = &scenario.topic;
+        let spec = TopicSpec {
+            name: dlq.clone(),
+            partitions: 1,
+            replication_factor: target
+                .connector
+                .dlq_replication_factor
+                .min(t.replication_factor),
+            ..t.clone()
+        };
+        cluster::create_topic_spec(bootstrap, &spec)?;
+    }
+    Ok(Target::Postgres(Box::new(target)))
+}
+
+/// `CREATE ROLE` for the connector's `connection.user` (login, superuser, its password),
+/// so the scenario's credentials work as written.
+fn create_role(target: &PgTarget) -> Result<(), String> {
+    let user = &target.sink.connection_user;
+    if user.is_empty() || user == "postgres" {
+        return Ok(());
+    }
+    let password = target.connector.raw.get("connection.password");
+    let mut text = format!(
+        "CREATE ROLE {} LOGIN SUPERUSER",
+        crate::client::real::postgres::sql::ident(user)
+    );
+    if let Some(p) = password.filter(|p| !p.is_empty()) {
+        text.push_str(&format!(
+            " PASSWORD {}",
+            crate::client::real::postgres::sql::quote(p)
+        ));
+    }
+    let mut admin = target.admin()?;
+    block_on(admin.run_sql(&text))?
+        .map(|_| ())
+        .map_err(|e| format!("postgres: {text}: {e}"))
+}
+
+/// Runs `f` on a fresh current-thread runtime.
+pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    Ok(runtime.block_on(f))
+}
+
+/// The final table as the history holds it (absent table: no columns, no rows).
+async fn table_state(client: &mut RealPostgres, table: &str) -> Result<Value, String> {
+    let (columns, rows) = match client.select(table).await {
+        Ok(t) => (t.columns, t.rows),
+        Err(e) if e.sqlstate() == Some("42P01") => (Vec::new(), Vec::new()),
+        Err(e) => return Err(format!("postgres: final read of {table}: {e}")),
+    };
+    let rows = rows
+        .iter()
+        .map(|r| r.iter().map(value_to_json).collect())
+        .collect();
+    Ok(Value::TableState {
+        table: table.to_string(),
+        columns,
+        rows,
+    })
+}
+
+fn source_log(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
+    let refs = records.iter().map(|r| r.record_ref(tp, id_of(&r.headers)));
+    let source = records.iter().map(|r| SourceRecord {
+        id: id_of(&r.headers),
+        offset: r.offset,
+        key: r.key.clone(),
+        value: r.value.clone(),
+    });
+    [
+        Value::LogState {
+            tp: tp.clone(),
+            records: refs.collect(),
+        },
+        Value::SourceLog {
+            tp: tp.clone(),
+            records: source.collect(),
+        },
+    ]
+}
+
+/// The DLQ topic's records (one partition) with their headers as text.
+fn dlq_state(bootstrap: &str, topic: &str) -> Result<Value, String> {
+    let probe = Probe::new(bootstrap, topic, 1, "eosim-final-dlq")?;
+    let high = probe.high_watermarks()?;
+    let log = cluster::read_log(bootstrap, &high, 30_000)?;
+    let records = log
+        .iter()
+        .flat_map(|(tp, records)| {
+            records.iter().map(move |r| DlqRecord {
+                id: id_of(&r.headers),
+                tp: tp.clone(),
+                offset: r.offset,
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect(),
+            })
+        })
+        .collect();
+    Ok(Value::DlqState {
+        topic: topic.to_string(),
+        records,
+    })
+}
+
+/// Each sink task's last `task-status`, as the workers printed it.
+fn task_states(history: &History) -> BTreeMap<(String, u32), Value> {
+    let mut last = BTreeMap::new();
+    for op in &history.ops {
+        if let Value::TaskStatus {
+            connector, task, ..
+        } = &op.value
+        {
+            last.insert((connector.clone(), *task), op.value.clone());
+        }
+    }
+    last
+}
+
+impl Run<'_> {
+    /// Records the connector's configuration (as the operator's creation does in
+    /// simulation), at the start of the run.
+    pub(super) fn record_connector(&mut self) {
+        let Target::Postgres(t) = &self.target else {
+            return;
+        };
+        if self.scenario.cdc.read_interval_ms > 0 {
+            self.notes.push(
+                "cdc.read_interval_ms: the real backend makes no table reads during the run \
+                 (no cdc-regression can be seen)"
+                    .into(),
+            );
+        }
+        let op = Op {
+            index: 0,
+            time_ns: self.now_ns(),
+            process: "operator".into(),
+            kind: OpKind::Ok,
+            value: Value::ConnectorConfig {
+                connector: t.connector.name.clone(),
+                config: t.connector.raw.clone(),
+            },
+            error: None,
+        };
+        self.env.ops.lock().expect("ops lock").push(op);
+    }
+
+    /// The final state of a `connect-jdbc` run, as the simulated pipeline records it.
+    pub(super) fn record_final_cdc(&mut self, history: &mut History) -> Result<(), String> {
+        let Target::Postgres(t) = &self.target else {
+            return Err("connect-jdbc without its PostgreSQL".into());
+        };
+        let bootstrap = &self.env.bootstrap;
+        let probe = Probe::of_scenario(bootstrap, self.scenario, &t.connector.group_id())?;
+        let high = probe.high_watermarks()?;
+        let log = cluster::read_log(bootstrap, &high, 30_000)?;
+        let offsets = probe.committed()?;
+        let mut client = t.admin()?;
+        let table = block_on(table_state(&mut client, &t.sink.table))??;
+        let dlq = match &t.connector.dlq_topic {
+            Some(topic) => Some(dlq_state(bootstrap, topic)?),
+            None => None,
+        };
+        let mut values: Vec<Value> = Vec::new();
+        for (tp, records) in &log {
+            values.extend(source_log(tp, records));
+        }
+        values.push(table);
+        values.extend(dlq);
+        values.push(Value::CommittedOffsets { offsets });
+        values.extend(task_states(history).into_values());
+        let at = self.now_ns();
+        for value in values {
+            history.push(at, "final", OpKind::Ok, value, None);
+        }
+        match super::bulk::bulk_loads(t, &log) {
+            Ok(loads) => self.bulk_loads = loads,
+            Err(e) => self.notes.push(e),
+        }
+        Ok(())
+    }
+}

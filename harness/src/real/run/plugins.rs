@@ -1,0 +1,109 @@
+//! Connect's plugin loading for the real runner: a connector configuration to its sink
+//! task over the real clients, chosen by `connector.class`.
+//!
+//! | `connector.class` | task |
+//! |---|---|
+//! | `io.confluent.connect.jdbc.JdbcSinkConnector`, `...Adb4PgSinkConnector` | [`JdbcSinkTask`] over [`RealPostgres`] (`connection.url`, `connection.user`, `connection.password`; `[postgres] client_timeout_ms` as the socket timeout) |
+//! | `com.clickhouse.kafka.connect.ClickHouseSinkConnector` | not wired yet (an error saying so) |
+//!
+//! Anything else is an error naming the class and the ones known.
+
+use crate::client::real::RealPostgres;
+use crate::connect::config::ConnectorConfig;
+use crate::connect::task::SinkTask;
+use crate::scenario::Scenario;
+use crate::sinks::jdbc::{self, JdbcSinkConfig, JdbcSinkTask};
+use std::collections::BTreeMap;
+
+/// The ClickHouse sink's connector class (clickhouse-kafka-connect).
+pub const CLICKHOUSE_CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
+
+/// Validates a connector's whole configuration for its class (framework keys and the
+/// sink's own keys).
+///
+/// # Errors
+/// A class no real sink answers to, or the configuration's first bad key.
+pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfig, String> {
+    let class = raw.get("connector.class").map(String::as_str).unwrap_or("");
+    if jdbc::CONNECTOR_CLASSES.contains(&class) {
+        return jdbc::parse_connector(raw).map_err(|e| format!("connector config: {e}"));
+    }
+    Err(unknown_class(class))
+}
+
+fn unknown_class(class: &str) -> String {
+    if class == CLICKHOUSE_CONNECTOR_CLASS {
+        return format!(
+            "connector.class {class}: the real ClickHouse sink is not wired yet (real \
+             backend); run it in simulation"
+        );
+    }
+    let mut known: Vec<&str> = jdbc::CONNECTOR_CLASSES.to_vec();
+    known.push(CLICKHOUSE_CONNECTOR_CLASS);
+    format!(
+        "connector.class {class:?}: no real sink task for it (known: {})",
+        known.join(", ")
+    )
+}
+
+/// The sink task `config` names, over real clients; `scenario` gives the client settings
+/// the connector keys do not (`[postgres] client_timeout_ms`).
+///
+/// # Errors
+/// An unknown or not yet wired class, or a sink configuration that does not parse.
+pub fn real_sink_task(
+    config: &ConnectorConfig,
+    scenario: &Scenario,
+) -> Result<Box<dyn SinkTask>, String> {
+    let class = config.connector_class.as_str();
+    if jdbc::CONNECTOR_CLASSES.contains(&class) {
+        let sink = JdbcSinkConfig::parse(&config.raw, &config.topics).map_err(|e| e.to_string())?;
+        let password = config
+            .raw
+            .get("connection.password")
+            .map_or("", String::as_str);
+        let client = RealPostgres::from_jdbc(
+            &sink.connection_url,
+            &sink.connection_user,
+            password,
+            scenario.postgres.client_timeout_ms,
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(Box::new(JdbcSinkTask::new(sink, Box::new(client))));
+    }
+    Err(unknown_class(class))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(class: &str) -> BTreeMap<String, String> {
+        [
+            ("name", "s"),
+            ("connector.class", class),
+            ("topics", "t"),
+            (
+                "connection.url",
+                "jdbc:postgresql://127.0.0.1:5432/postgres",
+            ),
+            ("pk.fields", "id"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    #[test]
+    fn the_jdbc_class_builds_a_task_and_clickhouse_says_not_wired() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/p2-upsert-worker-crash.toml");
+        let scenario = Scenario::load(&path).expect("scenario parses");
+        let config = connector_config(&raw(jdbc::CONNECTOR_CLASSES[1])).expect("jdbc parses");
+        assert!(real_sink_task(&config, &scenario).is_ok());
+        let e = connector_config(&raw(CLICKHOUSE_CONNECTOR_CLASS)).unwrap_err();
+        assert!(e.contains("not wired yet"), "{e}");
+        let e = connector_config(&raw("x.Y")).unwrap_err();
+        assert!(e.contains("x.Y") && e.contains("JdbcSinkConnector"), "{e}");
+    }
+}
