@@ -10,7 +10,8 @@
 //! small inserts cost against ClickHouse's preferred bulk shape.
 
 use crate::client::clickhouse::{ChClientError, ClickHouse};
-use crate::client::real::ClickHouseWithZooKeeper;
+use crate::client::real::clickhouse::quote_ident;
+use crate::client::real::{ClickHouseWithZooKeeper, RealClickHouse};
 use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
 use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks};
 use eosim_sim::clickhouse::types::{Insert, TableDef};
@@ -125,6 +126,35 @@ async fn expect_count(ch: &ClickHouseWithZooKeeper, table: &str, n: u64) -> Resu
     Ok(())
 }
 
+/// Loads `rows` (JSON objects) as one INSERT into a fresh table `def` (dropped first if
+/// it exists), checked by `count()`; returns the rows loaded and the INSERT's wall time, s.
+///
+/// # Errors
+/// [`BulkError`].
+pub async fn one_insert(
+    ch: &RealClickHouse,
+    def: TableDef,
+    rows: Vec<serde_json::Value>,
+) -> Result<(u64, f64), BulkError> {
+    let table = def.name.clone();
+    ch.execute(&format!("DROP TABLE IF EXISTS {}", quote_ident(&table)))
+        .await?;
+    ch.create_table(def).await?;
+    let n = rows.len() as u64;
+    let started = Instant::now();
+    ch.insert(Insert::new(&table, rows)).await?;
+    let time_s = started.elapsed().as_secs_f64();
+    let found = ch.count(&table).await?;
+    if found != n {
+        return Err(BulkError::Count {
+            table,
+            found,
+            loaded: n,
+        });
+    }
+    Ok((n, time_s))
+}
+
 /// Loads `rows` seed records through a fresh sink task into `<prefix>_sink` (state in
 /// `<prefix>_state`, topic `<prefix>`), then the same rows as one INSERT into
 /// `<prefix>_bulk`; both tables are dropped first. Each load is checked by `count()`.
@@ -138,11 +168,12 @@ pub async fn clickhouse_sink_vs_bulk(
     batch_rows: u64,
 ) -> Result<BulkRatio, BulkError> {
     let (sink_table, bulk_table) = (format!("{prefix}_sink"), format!("{prefix}_bulk"));
-    for t in [&sink_table, &bulk_table] {
-        ch.clickhouse
-            .execute(&format!("DROP TABLE IF EXISTS {t}"))
-            .await?;
-    }
+    ch.clickhouse
+        .execute(&format!(
+            "DROP TABLE IF EXISTS {}",
+            quote_ident(&sink_table)
+        ))
+        .await?;
     let props = BTreeMap::from([
         ("exactlyOnce".to_string(), "true".to_string()),
         ("table".to_string(), sink_table.clone()),
@@ -172,13 +203,9 @@ pub async fn clickhouse_sink_vs_bulk(
     let sink_rows_per_s = per_s(rows, started);
     expect_count(ch, &sink_table, rows).await?;
     def.name = bulk_table.clone();
-    ch.clickhouse.create_table(def).await?;
     let all = (0..rows).map(|o| seed_record(&tp, o as Offset).value.expect("set"));
-    let insert = Insert::new(&bulk_table, all.collect());
-    let started = Instant::now();
-    ch.clickhouse.insert(insert).await?;
-    let bulk_rows_per_s = per_s(rows, started);
-    expect_count(ch, &bulk_table, rows).await?;
+    let (loaded, time_s) = one_insert(&ch.clickhouse, def, all.collect()).await?;
+    let bulk_rows_per_s = loaded as f64 / time_s.max(1e-9);
     Ok(BulkRatio {
         target: format!("clickhouse {}", ch.clickhouse.version().await?),
         rows,

@@ -26,15 +26,23 @@
 //! `non_replicated_deduplication_window` (21.x+), and the simulation-only
 //! `[sink.fault_point]` and `redelivery_batch_records_max`.
 
+use super::cluster::{self, LogRecord, Probe};
+use super::pipelines::{block_on, task_states, Target};
+use super::plugins::CLICKHOUSE_CONNECTOR_CLASS as CONNECTOR_CLASS;
+use super::Run;
 use crate::client::clickhouse::{ChClientError, ClickHouse};
 use crate::client::real::clickhouse::RealClickHouseConfig;
 use crate::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMapConfig};
+use crate::client::ProducerRecord;
+use crate::connect::cdc_events::{id_of, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, JSON_CONVERTER};
 use crate::connect::task::SinkTask;
-use crate::history::RecordRef;
+use crate::history::{History, OpKind, RecordRef, Value};
+use crate::real::bulk::one_insert;
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
+use crate::report::BulkLoad;
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
-use crate::scenario::{Pipeline, Scenario};
+use crate::scenario::Scenario;
 use crate::sinks::clickhouse::{
     state_table_def, ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks,
 };
@@ -43,9 +51,6 @@ use eosim_sim::clickhouse::ErrorCode;
 use eosim_sim::kafka::TopicPartition;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// clickhouse-kafka-connect's connector class.
-pub const CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
 
 /// eosim's key: ZooKeeper's `host:port`, where the state table lives.
 pub const ZOOKEEPER_KEY: &str = "eosim.zookeeper.connect";
@@ -276,9 +281,130 @@ impl ChServices {
     }
 }
 
-/// Whether `scenario` is a `clickhouse-sink` scenario.
-pub fn is_clickhouse(scenario: &Scenario) -> bool {
-    scenario.pipeline == Pipeline::ClickhouseSink
+/// The record of id `id`, as the simulated producer sends it: value `{"id": id, "name":
+/// "r<id>"}` on partition `id % partitions`, no key; the id also in header `eosim.id`.
+pub fn row_record(scenario: &Scenario, id: u64) -> (Option<String>, ProducerRecord) {
+    let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
+    let record = ProducerRecord {
+        topic: scenario.topic.name.clone(),
+        partition: Some((id % u64::from(scenario.topic.partitions.max(1))) as u32),
+        key: None,
+        value: Some(bytes::Bytes::from(value)),
+        headers: vec![(ID_HEADER.to_string(), bytes::Bytes::from(id.to_string()))],
+    };
+    (None, record)
+}
+
+/// The services of a `clickhouse-sink` run and the connector writing into them.
+pub struct ChTarget {
+    /// ClickHouse and ZooKeeper.
+    pub services: ChServices,
+    /// The connector as the tasks run it ([`connector_raw`]).
+    pub connector: ConnectorConfig,
+    /// `[sink]`.
+    pub spec: ClickHouseSinkSpec,
+}
+
+impl ChTarget {
+    /// Starts the services and creates the tables.
+    ///
+    /// # Errors
+    /// A service that does not come up (naming its log), a table that cannot be created.
+    pub fn setup(scenario: &Scenario) -> Result<Self, String> {
+        let services = ChServices::start()?;
+        let raw = connector_raw(
+            scenario,
+            services.ch.http_port(),
+            &services.zk.connect_string(),
+        );
+        let connector = connector_config(&raw)?;
+        let spec = spec(scenario);
+        let client = clients(&raw)?;
+        block_on(create_tables(&client, &spec))??;
+        Ok(Self {
+            services,
+            connector,
+            spec,
+        })
+    }
+
+    /// One INSERT of the rows the log carries into a fresh twin of the target.
+    fn bulk_load(
+        &self,
+        log: &BTreeMap<TopicPartition, Vec<LogRecord>>,
+    ) -> Result<BulkLoad, String> {
+        let rows: Vec<serde_json::Value> = log
+            .values()
+            .flatten()
+            .filter_map(|r| serde_json::from_str(r.value.as_deref()?).ok())
+            .collect();
+        let mut def = self.spec.target_table();
+        def.name = format!("{}_bulk_insert", def.name);
+        let client = clients(&self.connector.raw)?;
+        let (rows, time_s) = block_on(one_insert(&client.clickhouse, def, rows))?
+            .map_err(|e| format!("bulk load: {e}"))?;
+        Ok(BulkLoad {
+            target: "clickhouse".into(),
+            method: "one INSERT (JSONEachRow)".into(),
+            rows,
+            time_s,
+            rows_per_s: if time_s > 0.0 {
+                rows as f64 / time_s
+            } else {
+                0.0
+            },
+            sink_ratio: 0.0,
+        })
+    }
+}
+
+impl Run<'_> {
+    /// The final state of a `clickhouse-sink` run, as the simulated pipeline records it
+    /// (see the module docs), then the bulk load.
+    pub(super) fn record_final_clickhouse(&mut self, history: &mut History) -> Result<(), String> {
+        let Target::ClickHouse(t) = &self.target else {
+            return Err("clickhouse-sink without its ClickHouse".into());
+        };
+        let bootstrap = &self.env.bootstrap;
+        let probe = Probe::of_scenario(bootstrap, self.scenario, &t.connector.group_id())?;
+        let high = probe.high_watermarks()?;
+        let log = cluster::read_log(bootstrap, &high, 30_000)?;
+        let offsets = probe.committed()?;
+        let client = clients(&t.connector.raw)?;
+        let table = t.spec.target_table().name;
+        let rows = block_on(client.select(&table, false))?
+            .map_err(|e| format!("clickhouse: final read of {table}: {e}"))?;
+        let mut values = Vec::new();
+        let mut by_name = BTreeMap::new();
+        for (tp, records) in &log {
+            let refs: Vec<RecordRef> = records
+                .iter()
+                .map(|r| r.record_ref(tp, id_of(&r.headers)))
+                .collect();
+            for r in &refs {
+                by_name
+                    .entry(format!("r{}", r.id))
+                    .or_insert_with(|| r.clone());
+            }
+            values.push(Value::LogState {
+                tp: tp.clone(),
+                records: refs,
+            });
+        }
+        let rows = sink_rows(&rows, &by_name, &self.scenario.topic.name);
+        values.push(Value::SinkState { rows });
+        values.push(Value::CommittedOffsets { offsets });
+        values.extend(task_states(history).into_values());
+        let at = self.now_ns();
+        for value in values {
+            history.push(at, "final", OpKind::Ok, value, None);
+        }
+        match t.bulk_load(&log) {
+            Ok(load) => self.bulk_loads = vec![load],
+            Err(e) => self.notes.push(e),
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

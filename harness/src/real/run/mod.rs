@@ -254,6 +254,7 @@ impl Run<'_> {
         let crashed = match &self.target {
             pipelines::Target::Files => self.record_final(&mut history),
             pipelines::Target::Postgres(_) => self.record_final_cdc(&mut history),
+            pipelines::Target::ClickHouse(_) => self.record_final_clickhouse(&mut history),
         }
         .err();
         self.note_bad_lines();
