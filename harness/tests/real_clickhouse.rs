@@ -1,7 +1,8 @@
 //! P1 on real services: Debian's ClickHouse 18.16 and ZooKeeper, through the real clients
 //! (`client::real::{clickhouse, zookeeper}`). Insert/select round trip, what 18.16
 //! deduplicates, KeeperMap-in-ZooKeeper's versioned writes, the sink task's state machine,
-//! and the sink-versus-bulk-load ratio. Runs only with `EOSIM_REAL=1`.
+//! and the sink-versus-bulk-load ratio. Runs only with `EOSIM_REAL=1`, except the check
+//! that a token variant is reported skipped on 18.16 (it needs no services).
 #![cfg(not(madsim))]
 
 mod real_support;
@@ -416,4 +417,35 @@ fn a_lost_answer_is_ambiguous_and_a_lost_session_comes_back() {
     let row = json!({"key": "t-0", "state": "AFTER"});
     let again = rt.block_on(map.put_if_version("connect_state", row, None));
     assert_eq!(again.expect("works after the restart"), 0);
+}
+
+/// `seed+token` scenarios run in simulation only: on Debian's 18.16 the runner reports
+/// them skipped, naming the setting and the version, never passed. Needs no services.
+#[test]
+fn a_token_variant_is_reported_skipped_on_18_16_not_passed() {
+    use eosim::real::backend::Backend;
+    use eosim::real::run::result::scenario_result;
+    use eosim::real::run::{run_real, RunOptions};
+    use eosim::report::Verdict;
+    use eosim::scenario::Scenario;
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/p1-clickhouse-restart-seed-token.toml");
+    let scenario = Scenario::load(&path).expect("the scenario parses");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = RunOptions {
+        backend: Backend::Native,
+        bootstrap_servers: None,
+        exe: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eosim")),
+        dir: dir.path().to_path_buf(),
+        verbose: false,
+    };
+    let outcome = run_real(&scenario, &path, &options);
+    let history = dir.path().join("history.jsonl");
+    let result = scenario_result(&scenario, &outcome, &history, "test");
+    assert_eq!(result.verdict, Verdict::Skipped);
+    let note = &result.notes[0];
+    assert!(
+        note.contains("insert_deduplication_token") && note.contains("18.16"),
+        "{note}"
+    );
 }
