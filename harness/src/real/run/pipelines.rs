@@ -6,7 +6,12 @@
 //! |---|---|---|---|---|
 //! | `kafka-consume` | – | `producer-i`, `consumer-i` | `sink` | log, sink files, committed offsets |
 //! | `connect-jdbc` | PostgreSQL 15 (initdb, role `connection.user`) | `producer-i` (change events), `connect-1..n` (one sink task each) | `connect-<name>` | log and source log, the table, the DLQ, committed offsets, task states |
-//! | `clickhouse-sink` | ZooKeeper, ClickHouse 18.16 with it ([`clickhouse_sink`](super::clickhouse_sink)) | `producer-i` (`{"id","name"}` rows), `worker-0..tasks` (one sink task each) | `connect-<[sink] name>` | log, the table's rows by name, committed offsets, task states |
+//! | `clickhouse-sink` | see below | | | |
+//!
+//! `clickhouse-sink` ([`clickhouse_sink`](super::clickhouse_sink)): ZooKeeper and
+//! ClickHouse 18.16 configured with it; producers send `{"id", "name"}` rows, `worker-i`
+//! run one sink task each in group `connect-<[sink] name>`; final state: the log, the
+//! table's rows by name, committed offsets, task states.
 //!
 //! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the

@@ -4,7 +4,13 @@
 //! | `connector.class` | task |
 //! |---|---|
 //! | `io.confluent.connect.jdbc.JdbcSinkConnector`, `...Adb4PgSinkConnector` | [`JdbcSinkTask`] over [`RealPostgres`] (`connection.url`, `connection.user`, `connection.password`; `[postgres] client_timeout_ms` as the socket timeout) |
-//! | `com.clickhouse.kafka.connect.ClickHouseSinkConnector` | [`ClickHouseSinkTask`](crate::sinks::clickhouse::ClickHouseSinkTask) over [`ClickHouseWithZooKeeper`](crate::client::real::ClickHouseWithZooKeeper) (`hostname`, `port`, `eosim.zookeeper.connect`; see [`clickhouse_sink`](super::clickhouse_sink)) |
+//! | `com.clickhouse.kafka.connect.ClickHouseSinkConnector` | see below |
+//!
+//! The ClickHouse class runs
+//! [`ClickHouseSinkTask`](crate::sinks::clickhouse::ClickHouseSinkTask) over
+//! [`ClickHouseWithZooKeeper`](crate::client::real::ClickHouseWithZooKeeper)
+//! (`hostname`, `port`, `eosim.zookeeper.connect`; see
+//! [`clickhouse_sink`](super::clickhouse_sink)).
 //!
 //! Anything else is an error naming the class and the ones known.
 
