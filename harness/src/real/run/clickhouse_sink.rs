@@ -26,6 +26,7 @@
 //! `non_replicated_deduplication_window` (21.x+), and the simulation-only
 //! `[sink.fault_point]` and `redelivery_batch_records_max`.
 
+use super::bulk::timed_load;
 use super::cluster::{self, LogRecord, Probe};
 use super::pipelines::{block_on, task_states, Target};
 use super::plugins::CLICKHOUSE_CONNECTOR_CLASS as CONNECTOR_CLASS;
@@ -343,18 +344,12 @@ impl ChTarget {
         let client = clients(&self.connector.raw)?;
         let (rows, time_s) = block_on(one_insert(&client.clickhouse, def, rows))?
             .map_err(|e| format!("bulk load: {e}"))?;
-        Ok(BulkLoad {
-            target: "clickhouse".into(),
-            method: "one INSERT (JSONEachRow)".into(),
+        Ok(timed_load(
+            "clickhouse",
+            "one INSERT (JSONEachRow)",
             rows,
             time_s,
-            rows_per_s: if time_s > 0.0 {
-                rows as f64 / time_s
-            } else {
-                0.0
-            },
-            sink_ratio: 0.0,
-        })
+        ))
     }
 }
 
