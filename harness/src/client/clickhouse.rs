@@ -3,8 +3,10 @@
 //! operations a state store needs (a keyed get with the row's Keeper version, and a write
 //! conditional on that version).
 //!
-//! The simulated implementation is [`crate::client::sim::clickhouse::SimClickHouse`]; a real
-//! one (the `clickhouse` crate over HTTP) comes with the real-services tier.
+//! The simulated implementation is [`crate::client::sim::clickhouse::SimClickHouse`]; the
+//! real ones are `client::real::RealClickHouse` (the `clickhouse` crate over HTTP) and
+//! `client::real::ClickHouseWithZooKeeper` (KeeperMap tables kept in ZooKeeper, for
+//! servers without KeeperMap such as Debian's 18.16).
 
 use async_trait::async_trait;
 use eosim_sim::clickhouse::keeper_map::VersionedRow;

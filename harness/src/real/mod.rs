@@ -8,6 +8,7 @@
 //!   ZooKeeper as child processes on loopback ports in a temporary directory, each with a
 //!   health check, `kill`/`restart`, `pause`/`resume`.
 //! - [`process`]: process groups, logs, signals and the teardown on Ctrl-C.
+//! - [`bulk`]: rows/s through a sink beside a bulk load of the same rows, as a ratio.
 //!
 //! # Example
 //! ```no_run
@@ -24,6 +25,7 @@
 //! Debian's `clickhouse-server` and `zookeeper`.
 
 pub mod backend;
+pub mod bulk;
 pub mod process;
 pub mod provision;
 pub mod run;

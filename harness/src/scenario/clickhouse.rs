@@ -20,7 +20,7 @@
 //! ```
 
 use crate::sinks::clickhouse::plan::Variant;
-use eosim_sim::clickhouse::types::VersionProfile;
+use eosim_sim::clickhouse::types::{Engine, TableDef, VersionProfile};
 use serde::{Deserialize, Serialize};
 
 /// The ClickHouse server version whose defaults the model follows; KeeperMap needs 23.x.
@@ -169,6 +169,22 @@ pub struct ClickHouseSinkSpec {
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
+}
+
+impl ClickHouseSinkSpec {
+    /// The seed's target table `kafka2ck` with this spec's engine and dedup settings.
+    pub fn target_table(&self) -> TableDef {
+        let mut def = TableDef::kafka2ck();
+        if self.engine == TargetEngine::ReplicatedMergeTree {
+            def.engine = Engine::ReplicatedMergeTree;
+        }
+        def.settings.non_replicated_deduplication_window = self.non_replicated_deduplication_window;
+        def.settings.replicated_deduplication_window = self.replicated_deduplication_window;
+        if self.cleanup_delay_period_ms.is_some() {
+            def.settings.cleanup_delay_period_ms = self.cleanup_delay_period_ms;
+        }
+        def
+    }
 }
 
 impl Default for ClickHouseSinkSpec {

@@ -45,7 +45,7 @@ use crate::connect::herder::TaskState;
 use crate::connect::worker::{dlq_state, worker_process, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
-use crate::scenario::clickhouse::{ClickHouseSinkSpec, TargetEngine};
+use crate::scenario::clickhouse::ClickHouseSinkSpec;
 use crate::scenario::{Scenario, TopicSpec};
 use bytes::Bytes;
 use eosim_sim::clickhouse::keeper::Keeper;
@@ -53,7 +53,7 @@ use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
 use eosim_sim::clickhouse::service::{
     clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
 };
-use eosim_sim::clickhouse::types::{ColumnType, Engine, TableDef, Value as ChValue};
+use eosim_sim::clickhouse::types::{ColumnType, TableDef, Value as ChValue};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;
@@ -116,16 +116,7 @@ fn ip(a: u8, b: u8) -> IpAddr {
 
 /// The seed's target table with the scenario's engine and dedup settings.
 pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
-    let mut def = TableDef::kafka2ck();
-    if spec.engine == TargetEngine::ReplicatedMergeTree {
-        def.engine = Engine::ReplicatedMergeTree;
-    }
-    def.settings.non_replicated_deduplication_window = spec.non_replicated_deduplication_window;
-    def.settings.replicated_deduplication_window = spec.replicated_deduplication_window;
-    if spec.cleanup_delay_period_ms.is_some() {
-        def.settings.cleanup_delay_period_ms = spec.cleanup_delay_period_ms;
-    }
-    def
+    spec.target_table()
 }
 
 /// The producer: ids `0..records` as JSON, one partition each by `id % partitions`.

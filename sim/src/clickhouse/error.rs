@@ -44,6 +44,8 @@ pub enum ErrorCode {
     CannotInsertNullInOrdinaryColumn,
     /// 999: an error from Keeper (node exists, bad version, no node...).
     KeeperException,
+    /// Any other number a real server reported (the model raises none of these).
+    Other(i32),
 }
 
 impl ErrorCode {
@@ -68,7 +70,38 @@ impl ErrorCode {
             Self::UnknownStatusOfInsert => 319,
             Self::CannotInsertNullInOrdinaryColumn => 349,
             Self::KeeperException => 999,
+            Self::Other(n) => n,
         }
+    }
+
+    /// The codes the model names, each once.
+    pub const NAMED: [ErrorCode; 18] = [
+        Self::NoSuchColumnInTable,
+        Self::CannotParseInputAssertionFailed,
+        Self::BadArguments,
+        Self::CannotParseDatetime,
+        Self::TypeMismatch,
+        Self::UnknownStorage,
+        Self::TableAlreadyExists,
+        Self::UnknownTable,
+        Self::ArgumentOutOfBound,
+        Self::UnknownSetting,
+        Self::IncorrectData,
+        Self::IllegalFinal,
+        Self::NoZookeeper,
+        Self::TableIsReadOnly,
+        Self::LimitExceeded,
+        Self::UnknownStatusOfInsert,
+        Self::CannotInsertNullInOrdinaryColumn,
+        Self::KeeperException,
+    ];
+
+    /// The code a server reported as `Code: n`: a named one, or [`ErrorCode::Other`].
+    pub fn from_number(n: i32) -> Self {
+        Self::NAMED
+            .into_iter()
+            .find(|c| c.number() == n)
+            .unwrap_or(Self::Other(n))
     }
 
     /// The name in `ErrorCodes.cpp`.
@@ -92,6 +125,7 @@ impl ErrorCode {
             Self::UnknownStatusOfInsert => "UNKNOWN_STATUS_OF_INSERT",
             Self::CannotInsertNullInOrdinaryColumn => "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
             Self::KeeperException => "KEEPER_EXCEPTION",
+            Self::Other(_) => "OTHER",
         }
     }
 }

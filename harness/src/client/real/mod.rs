@@ -5,6 +5,10 @@
 //! - [`kafka`]: [`RealProducer`] (`FutureProducer`), [`RealConsumer`] (`StreamConsumer`
 //!   with `subscribe`, range assignor, manual synchronous commits) and [`RealAdmin`].
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
+//! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
+//!   0.15 (HTTP, JSONEachRow; works with Debian's 18.16).
+//! - [`zookeeper`]: [`ZkKeeperMap`], KeeperMap tables kept directly in ZooKeeper (for
+//!   servers without KeeperMap), and [`ClickHouseWithZooKeeper`], the two together.
 //!
 //! Placement matches Java and the model: the producer sets `partitioner=murmur2_random`,
 //! so a keyed record lands on `murmur2(key) % partitions` (Java's `BuiltInPartitioner`),
@@ -23,9 +27,13 @@
 //! rdkafka's futures run on real tokio (`madsim-tokio` outside `--cfg madsim`); blocking
 //! librdkafka calls (synchronous commit, committed offsets) run on tokio's blocking pool.
 
+pub mod clickhouse;
 pub mod error;
 pub mod kafka;
 pub mod postgres;
+pub mod zookeeper;
 
+pub use clickhouse::RealClickHouse;
 pub use kafka::{RealAdmin, RealConsumer, RealProducer};
 pub use postgres::RealPostgres;
+pub use zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMap};

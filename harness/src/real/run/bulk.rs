@@ -53,9 +53,14 @@ fn fresh_table(name: &str, columns: Vec<Column>) -> Statement {
 }
 
 fn load(method: &str, rows: u64, started: Instant) -> BulkLoad {
-    let time_s = started.elapsed().as_secs_f64();
+    timed_load("postgres", method, rows, started.elapsed().as_secs_f64())
+}
+
+/// A bulk load of `rows` into `target` by `method` that took `time_s` s (its `sink_ratio`
+/// is filled in once the sink's rate is known).
+pub fn timed_load(target: &str, method: &str, rows: u64, time_s: f64) -> BulkLoad {
     BulkLoad {
-        target: "postgres".into(),
+        target: target.into(),
         method: method.into(),
         rows,
         time_s,

@@ -146,8 +146,12 @@ pub fn puts_path(sink_dir: &Path, name: &str) -> std::path::PathBuf {
     sink_dir.join(format!("{name}.puts.jsonl"))
 }
 
-/// The task id of process `connect-<i>`: `i - 1` (0 for another name).
+/// The task id of process `connect-<i>`: `i - 1`; of `worker-<i>` (the ClickHouse sink's
+/// processes, named as its simulated nodes): `i`; 0 for another name.
 pub fn task_id(name: &str) -> u32 {
+    if let Some(i) = name.strip_prefix("worker-") {
+        return i.parse().unwrap_or(0);
+    }
     name.strip_prefix("connect-")
         .and_then(|i| i.parse::<u32>().ok())
         .map_or(0, |i| i.saturating_sub(1))
@@ -257,5 +261,6 @@ mod tests {
         assert_eq!(task_id("connect-1"), 0);
         assert_eq!(task_id("connect-3"), 2);
         assert_eq!(task_id("worker-0"), 0);
+        assert_eq!(task_id("worker-2"), 2);
     }
 }

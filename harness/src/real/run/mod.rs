@@ -27,6 +27,7 @@
 //! reproducible, and its history carries wall-clock times since the run's start.
 
 pub mod bulk;
+pub mod clickhouse_sink;
 pub mod cluster;
 pub mod connect_task;
 pub mod faults;
@@ -253,6 +254,7 @@ impl Run<'_> {
         let crashed = match &self.target {
             pipelines::Target::Files => self.record_final(&mut history),
             pipelines::Target::Postgres(_) => self.record_final_cdc(&mut history),
+            pipelines::Target::ClickHouse(_) => self.record_final_clickhouse(&mut history),
         }
         .err();
         self.note_bad_lines();

@@ -8,6 +8,10 @@
 //!   `producer-i` (the change events) and `connect-1..n` (one sink task each); group
 //!   `connect-<name>`; final state: the log and the source log, the table, the DLQ, the
 //!   committed offsets and the tasks' states, then the bulk loads.
+//! - `clickhouse-sink` ([`clickhouse_sink`](super::clickhouse_sink)): ZooKeeper and
+//!   ClickHouse 18.16 configured with it; producers send `{"id", "name"}` rows, `worker-i`
+//!   run one sink task each in group `connect-<[sink] name>`; final state: the log, the
+//!   table's rows by name, committed offsets, task states.
 //!
 //! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
@@ -37,6 +41,8 @@ pub enum Target {
     Files,
     /// `connect-jdbc`: a PostgreSQL server started for the run.
     Postgres(Box<PgTarget>),
+    /// `clickhouse-sink`: ClickHouse and ZooKeeper started for the run.
+    ClickHouse(Box<super::clickhouse_sink::ChTarget>),
 }
 
 /// The PostgreSQL server of a `connect-jdbc` run and the connector writing into it.
@@ -72,6 +78,7 @@ impl Target {
     pub fn connector_sets(&self) -> Vec<(String, String)> {
         match self {
             Target::Files => Vec::new(),
+            Target::ClickHouse(t) => t.connector.raw.clone().into_iter().collect(),
             Target::Postgres(t) => vec![(
                 "connection.url".to_string(),
                 t.connector.raw["connection.url"].clone(),
@@ -90,6 +97,7 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
                 .into(),
         ),
         Pipeline::ConnectJdbc => None,
+        Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         other => Some(format!(
             "skipped: pipeline {} is not supported by the real backend yet",
             other.name()
@@ -102,6 +110,7 @@ pub fn group(scenario: &Scenario) -> String {
     match scenario.pipeline {
         Pipeline::ConnectJdbc => parse_connector(&scenario.connector)
             .map_or_else(|_| SINK_GROUP.to_string(), |c| c.group_id()),
+        Pipeline::ClickhouseSink => super::clickhouse_sink::group(scenario),
         _ => SINK_GROUP.to_string(),
     }
 }
@@ -131,6 +140,11 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
                 out.push(Worker::new(&format!("connect-{i}"), Role::SinkTask, 0..0));
             }
         }
+        Pipeline::ClickhouseSink => {
+            for i in 0..super::clickhouse_sink::spec(scenario).tasks {
+                out.push(Worker::new(&format!("worker-{i}"), Role::SinkTask, 0..0));
+            }
+        }
         _ => {
             for i in 0..w.consumers {
                 out.push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
@@ -146,6 +160,10 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
 /// # Errors
 /// A service that does not come up (naming its log), a topic that cannot be created.
 pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
+    if scenario.pipeline == Pipeline::ClickhouseSink {
+        let target = super::clickhouse_sink::ChTarget::setup(scenario)?;
+        return Ok(Target::ClickHouse(Box::new(target)));
+    }
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);
     }
@@ -283,7 +301,7 @@ fn dlq_state(bootstrap: &str, topic: &str) -> Result<Value, String> {
 }
 
 /// Each sink task's last `task-status`, as the workers printed it.
-fn task_states(history: &History) -> BTreeMap<(String, u32), Value> {
+pub(super) fn task_states(history: &History) -> BTreeMap<(String, u32), Value> {
     let mut last = BTreeMap::new();
     for op in &history.ops {
         if let Value::TaskStatus {

@@ -4,8 +4,11 @@
 //! - `io.confluent.connect.jdbc.JdbcSinkConnector` and `...Adb4PgSinkConnector`:
 //!   [`JdbcSinkTask`] over [`RealPostgres`] (`connection.url`, `connection.user`,
 //!   `connection.password`; `[postgres] client_timeout_ms` as the socket timeout).
-//! - `com.clickhouse.kafka.connect.ClickHouseSinkConnector`: not wired yet (an error
-//!   saying so).
+//! - `com.clickhouse.kafka.connect.ClickHouseSinkConnector`:
+//!   [`ClickHouseSinkTask`](crate::sinks::clickhouse::ClickHouseSinkTask) over
+//!   [`ClickHouseWithZooKeeper`](crate::client::real::ClickHouseWithZooKeeper)
+//!   (`hostname`, `port`, `eosim.zookeeper.connect`; see
+//!   [`clickhouse_sink`](super::clickhouse_sink)).
 //!
 //! Anything else is an error naming the class and the ones known.
 
@@ -29,16 +32,13 @@ pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfi
     if jdbc::CONNECTOR_CLASSES.contains(&class) {
         return jdbc::parse_connector(raw).map_err(|e| format!("connector config: {e}"));
     }
+    if class == CLICKHOUSE_CONNECTOR_CLASS {
+        return super::clickhouse_sink::connector_config(raw);
+    }
     Err(unknown_class(class))
 }
 
 fn unknown_class(class: &str) -> String {
-    if class == CLICKHOUSE_CONNECTOR_CLASS {
-        return format!(
-            "connector.class {class}: the real ClickHouse sink is not wired yet (real \
-             backend); run it in simulation"
-        );
-    }
     let mut known: Vec<&str> = jdbc::CONNECTOR_CLASSES.to_vec();
     known.push(CLICKHOUSE_CONNECTOR_CLASS);
     format!(
@@ -72,6 +72,9 @@ pub fn real_sink_task(
         .map_err(|e| e.to_string())?;
         return Ok(Box::new(JdbcSinkTask::new(sink, Box::new(client))));
     }
+    if class == CLICKHOUSE_CONNECTOR_CLASS {
+        return super::clickhouse_sink::real_sink_task(config);
+    }
     Err(unknown_class(class))
 }
 
@@ -96,14 +99,22 @@ mod tests {
     }
 
     #[test]
-    fn the_jdbc_class_builds_a_task_and_clickhouse_says_not_wired() {
+    fn the_jdbc_and_clickhouse_classes_build_tasks_and_others_are_refused() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../scenarios/p2-upsert-worker-crash.toml");
         let scenario = Scenario::load(&path).expect("scenario parses");
         let config = connector_config(&raw(jdbc::CONNECTOR_CLASSES[1])).expect("jdbc parses");
         assert!(real_sink_task(&config, &scenario).is_ok());
-        let e = connector_config(&raw(CLICKHOUSE_CONNECTOR_CLASS)).unwrap_err();
-        assert!(e.contains("not wired yet"), "{e}");
+        let mut ch = raw(CLICKHOUSE_CONNECTOR_CLASS);
+        ch.remove("connection.url");
+        ch.remove("pk.fields");
+        ch.insert("exactlyOnce".into(), "true".into());
+        ch.insert("eosim.zookeeper.connect".into(), "127.0.0.1:2181".into());
+        let config = connector_config(&ch).expect("clickhouse parses");
+        assert!(real_sink_task(&config, &scenario).is_ok());
+        ch.insert("pk.fields".into(), "id".into());
+        let e = connector_config(&ch).unwrap_err();
+        assert!(e.contains("pk.fields"), "{e}");
         let e = connector_config(&raw("x.Y")).unwrap_err();
         assert!(e.contains("x.Y") && e.contains("JdbcSinkConnector"), "{e}");
     }

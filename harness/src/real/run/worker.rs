@@ -173,6 +173,11 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         .build()
         .map_err(|e| format!("{}: tokio runtime: {e}", spec.name))?;
     match spec.role {
+        Role::Producer if spec.scenario.pipeline == crate::scenario::Pipeline::ClickhouseSink => {
+            runtime.block_on(producer(&spec, |id| {
+                super::clickhouse_sink::row_record(&spec.scenario, id)
+            }))
+        }
         Role::Producer => runtime.block_on(producer(&spec, |id| id_record(&spec, id))),
         Role::CdcProducer => {
             let mut rng = StdRng::seed_from_u64(REAL_EVENTS_SEED);

@@ -1,0 +1,453 @@
+//! The `clickhouse-sink` pipeline (SPEC.md P1) in a real run: Debian's ClickHouse 18.16
+//! and a ZooKeeper it is configured with, the ClickHouse exactly-once sink task
+//! ([`ClickHouseSinkTask`]) in `eosim worker --role sink-task` processes over the real
+//! clients, its state record kept in ZooKeeper directly
+//! ([`crate::client::real::zookeeper`]: 18.16 has no KeeperMap).
+//!
+//! # What runs
+//! - Services: ZooKeeper, then ClickHouse with a `<zookeeper>` section (Replicated
+//!   targets); the target table (`[sink]`'s engine and windows,
+//!   [`ClickHouseSinkSpec::target_table`]) and the state table are created before the
+//!   workers start.
+//! - Workers: `producer-i` send ids as the simulated producer does (`{"id": id, "name":
+//!   "r<id>"}` to partition `id % partitions`, no key, the id also in header `eosim.id`);
+//!   `connect-1..=tasks` run one sink task each in group `connect-<name>`.
+//! - The connector: built from `[sink]` ([`connector_raw`]) with clickhouse-kafka-connect's
+//!   keys (`hostname`, `port`, `ssl=false`, `exactlyOnce=true`, ...), Connect's
+//!   (`consumer.override.max.poll.records` = `batch_records_max`, `errors.tolerance`), and
+//!   two of eosim's: `eosim.zookeeper.connect` (where the state lives) and
+//!   `eosim.request.timeout.ms` (`request_timeout_ms`).
+//! - Final state, as the simulated pipeline records it: `LogState` per partition,
+//!   `SinkState` (the table's rows mapped back to log records by `name`, a name the log
+//!   does not hold as offset -1), `CommittedOffsets` of `connect-<name>`.
+//!
+//! # Not run here (skipped, with the reason)
+//! Variants that need `insert_deduplication_token` (22.2+), a MergeTree target with
+//! `non_replicated_deduplication_window` (21.x+), and the simulation-only
+//! `[sink.fault_point]` and `redelivery_batch_records_max`.
+
+use super::bulk::timed_load;
+use super::cluster::{self, LogRecord, Probe};
+use super::pipelines::{block_on, task_states, Target};
+use super::plugins::CLICKHOUSE_CONNECTOR_CLASS as CONNECTOR_CLASS;
+use super::Run;
+use crate::client::clickhouse::ClickHouse;
+use crate::client::real::clickhouse::RealClickHouseConfig;
+use crate::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMapConfig};
+use crate::client::ProducerRecord;
+use crate::connect::cdc_events::{id_of, ID_HEADER};
+use crate::connect::config::{ConnectorConfig, JSON_CONVERTER};
+use crate::connect::task::SinkTask;
+use crate::history::{History, OpKind, RecordRef, Value};
+use crate::real::bulk::one_insert;
+use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
+use crate::report::BulkLoad;
+use crate::scenario::clickhouse::ClickHouseSinkSpec;
+use crate::scenario::Scenario;
+use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks};
+use eosim_sim::clickhouse::types::{TableDef, Value as ChValue};
+use eosim_sim::kafka::TopicPartition;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// eosim's key: ZooKeeper's `host:port`, where the state table lives.
+pub const ZOOKEEPER_KEY: &str = "eosim.zookeeper.connect";
+
+/// eosim's key: the ClickHouse client's request timeout, ms (default 30000).
+pub const TIMEOUT_KEY: &str = "eosim.request.timeout.ms";
+
+/// The sink's own keys: clickhouse-kafka-connect's, the eosim sink's (`variant`, `table`,
+/// `state.table`, `max_insert_block_size`) and the two above.
+pub const SINK_KEYS: &[&str] = &[
+    "hostname",
+    "port",
+    "ssl",
+    "database",
+    "username",
+    "password",
+    "exactlyOnce",
+    "tolerateStateMismatch",
+    "variant",
+    "table",
+    "state.table",
+    "max_insert_block_size",
+    ZOOKEEPER_KEY,
+    TIMEOUT_KEY,
+];
+
+/// The scenario's `[sink]` (its defaults when absent).
+pub fn spec(scenario: &Scenario) -> ClickHouseSinkSpec {
+    scenario.sink.clone().unwrap_or_default()
+}
+
+/// Why this backend cannot run a `clickhouse-sink` scenario, if it cannot.
+pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    let s = spec(scenario);
+    if s.variant.uses_token() {
+        return Some(format!(
+            "skipped: variant {} needs insert_deduplication_token (ClickHouse 22.2+); the \
+             native backend's ClickHouse is Debian's 18.16",
+            s.variant.name()
+        ));
+    }
+    if s.non_replicated_deduplication_window.is_some() {
+        return Some(
+            "skipped: non_replicated_deduplication_window needs ClickHouse 21.x or later \
+             (PR #22514); the native backend's ClickHouse is Debian's 18.16"
+                .into(),
+        );
+    }
+    if s.fault_point.is_some() {
+        return Some("skipped: [sink.fault_point] is simulation-only".into());
+    }
+    if s.redelivery_batch_records_max.is_some() {
+        return Some("skipped: [sink] redelivery_batch_records_max is simulation-only".into());
+    }
+    None
+}
+
+/// The consumer group of the sink's tasks.
+pub fn group(scenario: &Scenario) -> String {
+    format!("connect-{}", spec(scenario).name)
+}
+
+/// The connector's keys for a ClickHouse at `127.0.0.1:<http_port>` and ZooKeeper at
+/// `zookeeper`; see the module docs.
+pub fn connector_raw(
+    scenario: &Scenario,
+    http_port: u16,
+    zookeeper: &str,
+) -> BTreeMap<String, String> {
+    let s = spec(scenario);
+    let mut raw: BTreeMap<String, String> = [
+        ("name", s.name.clone()),
+        ("connector.class", CONNECTOR_CLASS.into()),
+        ("topics", scenario.topic.name.clone()),
+        ("tasks.max", s.tasks.to_string()),
+        ("hostname", "127.0.0.1".into()),
+        ("port", http_port.to_string()),
+        ("ssl", "false".into()),
+        ("exactlyOnce", "true".into()),
+        ("variant", s.variant.name().into()),
+        (
+            "tolerateStateMismatch",
+            s.tolerate_state_mismatch.to_string(),
+        ),
+        ("errors.tolerance", s.errors_tolerance.clone()),
+        ("value.converter", JSON_CONVERTER.into()),
+        ("value.converter.schemas.enable", "false".into()),
+        ("key.converter.schemas.enable", "false".into()),
+        (
+            "consumer.override.max.poll.records",
+            s.batch_records_max.to_string(),
+        ),
+        (ZOOKEEPER_KEY, zookeeper.to_string()),
+        (TIMEOUT_KEY, s.request_timeout_ms.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if let Some(n) = s.max_insert_block_size {
+        raw.insert("max_insert_block_size".into(), n.to_string());
+    }
+    raw
+}
+
+/// Validates the connector's whole configuration (framework and sink keys).
+///
+/// # Errors
+/// The first bad key.
+pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfig, String> {
+    let config = ConnectorConfig::parse(raw, SINK_KEYS).map_err(|e| format!("connector: {e}"))?;
+    ClickHouseSinkConfig::from_props(raw).map_err(|e| format!("connector: {e}"))?;
+    Ok(config)
+}
+
+/// The clients of the ClickHouse and ZooKeeper `raw` names.
+///
+/// # Errors
+/// A port or timeout that is not a number, no `eosim.zookeeper.connect`.
+pub fn clients(raw: &BTreeMap<String, String>) -> Result<ClickHouseWithZooKeeper, String> {
+    let sink = ClickHouseSinkConfig::from_props(raw).map_err(|e| e.to_string())?;
+    let zookeeper = raw
+        .get(ZOOKEEPER_KEY)
+        .ok_or_else(|| format!("{ZOOKEEPER_KEY}: required on the real backend"))?;
+    let mut ch = RealClickHouseConfig::new(&format!("http://{}:{}", sink.hostname, sink.port));
+    ch.database = sink.database;
+    ch.user = sink.username;
+    ch.password = sink.password;
+    if let Some(t) = raw.get(TIMEOUT_KEY) {
+        ch.timeout_ms = t.parse().map_err(|_| format!("{TIMEOUT_KEY}: {t}"))?;
+    }
+    Ok(ClickHouseWithZooKeeper::new(
+        ch,
+        ZkKeeperMapConfig::new(zookeeper),
+    ))
+}
+
+/// The sink task of `config` over the real clients, owner `<process>-<pid>` (unique per
+/// process, so a restarted worker is a new owner, as a new task instance is).
+///
+/// # Errors
+/// As [`clients`].
+pub fn real_sink_task(config: &ConnectorConfig) -> Result<Box<dyn SinkTask>, String> {
+    let sink = ClickHouseSinkConfig::from_props(&config.raw).map_err(|e| e.to_string())?;
+    let client = clients(&config.raw)?;
+    let owner = format!("{}-{}", config.name, std::process::id());
+    let task = ClickHouseSinkTask::new(sink, client, owner, Arc::new(NoHooks));
+    Ok(Box::new(task))
+}
+
+/// `kafka2ck`'s rows mapped to log records by `name` (`r<id>`); see the module docs.
+pub fn sink_rows(
+    rows: &[Vec<ChValue>],
+    by_name: &BTreeMap<String, RecordRef>,
+    topic: &str,
+) -> Vec<RecordRef> {
+    let name_col = TableDef::kafka2ck()
+        .column_index("name")
+        .expect("kafka2ck.name");
+    rows.iter()
+        .map(|row| {
+            let name = match &row[name_col] {
+                ChValue::String(name) => name.clone(),
+                other => format!("{other:?}"),
+            };
+            by_name.get(&name).cloned().unwrap_or_else(|| RecordRef {
+                id: name.trim_start_matches('r').parse().unwrap_or(u64::MAX),
+                key: None,
+                tp: TopicPartition::new(topic.to_string(), 0),
+                offset: -1,
+            })
+        })
+        .collect()
+}
+
+/// Creates the target and the state table (either may exist), as the simulated operator
+/// does ([`crate::sinks::clickhouse::create_tables`]).
+///
+/// # Errors
+/// ClickHouse's or ZooKeeper's error.
+pub async fn create_tables(
+    client: &ClickHouseWithZooKeeper,
+    spec: &ClickHouseSinkSpec,
+) -> Result<(), String> {
+    crate::sinks::clickhouse::create_tables(client, spec.target_table(), "connect_state")
+        .await
+        .map_err(|e| format!("clickhouse: CREATE TABLE: {e}"))
+}
+
+/// ZooKeeper and ClickHouse started for a `clickhouse-sink` run.
+pub struct ChServices {
+    /// ClickHouse (dropped first).
+    pub ch: ChServer,
+    /// ZooKeeper.
+    pub zk: ZooKeeper,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl ChServices {
+    /// Starts ZooKeeper, then ClickHouse configured with it.
+    ///
+    /// # Errors
+    /// A service that does not come up (naming its log).
+    pub fn start() -> Result<Self, String> {
+        let dir = |name: &str| {
+            tempfile::Builder::new()
+                .prefix(&format!("eosim-run-{name}-"))
+                .tempdir()
+                .map_err(|e| format!("{name}: temporary directory: {e}"))
+        };
+        let (zk_dir, ch_dir) = (dir("zookeeper")?, dir("clickhouse")?);
+        let zk = ZooKeeper::start(zk_dir.path()).map_err(|e| e.to_string())?;
+        let ch = ChServer::start_with_zookeeper(ch_dir.path(), Some(&zk.connect_string()))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            ch,
+            zk,
+            _dirs: (zk_dir, ch_dir),
+        })
+    }
+}
+
+/// The record of id `id`, as the simulated producer sends it: value `{"id": id, "name":
+/// "r<id>"}` on partition `id % partitions`, no key; the id also in header `eosim.id`.
+pub fn row_record(scenario: &Scenario, id: u64) -> (Option<String>, ProducerRecord) {
+    let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
+    let record = ProducerRecord {
+        topic: scenario.topic.name.clone(),
+        partition: Some((id % u64::from(scenario.topic.partitions.max(1))) as u32),
+        key: None,
+        value: Some(bytes::Bytes::from(value)),
+        headers: vec![(ID_HEADER.to_string(), bytes::Bytes::from(id.to_string()))],
+    };
+    (None, record)
+}
+
+/// The services of a `clickhouse-sink` run and the connector writing into them.
+pub struct ChTarget {
+    /// ClickHouse and ZooKeeper.
+    pub services: ChServices,
+    /// The connector as the tasks run it ([`connector_raw`]).
+    pub connector: ConnectorConfig,
+    /// `[sink]`.
+    pub spec: ClickHouseSinkSpec,
+}
+
+impl ChTarget {
+    /// Starts the services and creates the tables.
+    ///
+    /// # Errors
+    /// A service that does not come up (naming its log), a table that cannot be created.
+    pub fn setup(scenario: &Scenario) -> Result<Self, String> {
+        let services = ChServices::start()?;
+        let raw = connector_raw(
+            scenario,
+            services.ch.http_port(),
+            &services.zk.connect_string(),
+        );
+        let connector = connector_config(&raw)?;
+        let spec = spec(scenario);
+        let client = clients(&raw)?;
+        block_on(create_tables(&client, &spec))??;
+        Ok(Self {
+            services,
+            connector,
+            spec,
+        })
+    }
+
+    /// One INSERT of the rows the log carries into a fresh twin of the target.
+    fn bulk_load(
+        &self,
+        log: &BTreeMap<TopicPartition, Vec<LogRecord>>,
+    ) -> Result<BulkLoad, String> {
+        let rows: Vec<serde_json::Value> = log
+            .values()
+            .flatten()
+            .filter_map(|r| serde_json::from_str(r.value.as_deref()?).ok())
+            .collect();
+        let mut def = self.spec.target_table();
+        def.name = format!("{}_bulk_insert", def.name);
+        let client = clients(&self.connector.raw)?;
+        let (rows, time_s) = block_on(one_insert(&client.clickhouse, def, rows))?
+            .map_err(|e| format!("bulk load: {e}"))?;
+        Ok(timed_load(
+            "clickhouse",
+            "one INSERT (JSONEachRow)",
+            rows,
+            time_s,
+        ))
+    }
+}
+
+impl Run<'_> {
+    /// The final state of a `clickhouse-sink` run, as the simulated pipeline records it
+    /// (see the module docs), then the bulk load.
+    pub(super) fn record_final_clickhouse(&mut self, history: &mut History) -> Result<(), String> {
+        let Target::ClickHouse(t) = &self.target else {
+            return Err("clickhouse-sink without its ClickHouse".into());
+        };
+        let bootstrap = &self.env.bootstrap;
+        let probe = Probe::of_scenario(bootstrap, self.scenario, &t.connector.group_id())?;
+        let high = probe.high_watermarks()?;
+        let log = cluster::read_log(bootstrap, &high, 30_000)?;
+        let offsets = probe.committed()?;
+        let client = clients(&t.connector.raw)?;
+        let table = t.spec.target_table().name;
+        let rows = block_on(client.select(&table, false))?
+            .map_err(|e| format!("clickhouse: final read of {table}: {e}"))?;
+        let mut values = Vec::new();
+        let mut by_name = BTreeMap::new();
+        for (tp, records) in &log {
+            let refs: Vec<RecordRef> = records
+                .iter()
+                .map(|r| r.record_ref(tp, id_of(&r.headers)))
+                .collect();
+            for r in &refs {
+                by_name
+                    .entry(format!("r{}", r.id))
+                    .or_insert_with(|| r.clone());
+            }
+            values.push(Value::LogState {
+                tp: tp.clone(),
+                records: refs,
+            });
+        }
+        let rows = sink_rows(&rows, &by_name, &self.scenario.topic.name);
+        values.push(Value::SinkState { rows });
+        values.push(Value::CommittedOffsets { offsets });
+        values.extend(task_states(history).into_values());
+        let at = self.now_ns();
+        for value in values {
+            history.push(at, "final", OpKind::Ok, value, None);
+        }
+        match t.bulk_load(&log) {
+            Ok(load) => self.bulk_loads = vec![load],
+            Err(e) => self.notes.push(e),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(sink: &str) -> Scenario {
+        let text = format!(
+            "name = \"t\"\npipeline = \"clickhouse-sink\"\nclaim = \"exactly-once\"\n\
+             [topic]\npartitions = 2\n[sink]\n{sink}"
+        );
+        toml::from_str(&text).expect("scenario parses")
+    }
+
+    #[test]
+    fn the_connector_is_built_from_sink_and_validates() {
+        let s = scenario("batch_records_max = 30\nmax_insert_block_size = 10\n");
+        let raw = connector_raw(&s, 8123, "127.0.0.1:2181");
+        let config = connector_config(&raw).expect("validates");
+        assert_eq!(config.connector_class, CONNECTOR_CLASS);
+        assert_eq!(config.max_poll_records, 30);
+        assert_eq!(config.group_id(), group(&s));
+        let sink = ClickHouseSinkConfig::from_props(&raw).unwrap();
+        assert_eq!((sink.port, sink.max_insert_block_size), (8123, Some(10)));
+        assert!(real_sink_task(&config).is_ok());
+        assert_eq!(unsupported(&s), None);
+    }
+
+    #[test]
+    fn token_variants_and_simulation_only_keys_are_skipped_with_the_reason() {
+        for variant in ["seed+token", "seed+token+fencing"] {
+            let why = unsupported(&scenario(&format!("variant = \"{variant}\"\n"))).unwrap();
+            assert!(why.contains("insert_deduplication_token") && why.contains("18.16"));
+        }
+        let window = unsupported(&scenario("non_replicated_deduplication_window = 3\n"));
+        assert!(window
+            .unwrap()
+            .contains("non_replicated_deduplication_window"));
+        let point = "[sink.fault_point]\npoint = \"mid-insert\"\n";
+        assert!(unsupported(&scenario(point))
+            .unwrap()
+            .contains("simulation-only"));
+    }
+
+    #[test]
+    fn table_rows_map_to_log_records_by_name() {
+        let tp = TopicPartition::new("t", 1);
+        let known = RecordRef {
+            id: 3,
+            key: None,
+            tp: tp.clone(),
+            offset: 1,
+        };
+        let by_name = BTreeMap::from([("r3".to_string(), known.clone())]);
+        let rows = vec![
+            vec![ChValue::UInt(3), ChValue::String("r3".into())],
+            vec![ChValue::UInt(9), ChValue::String("r9".into())],
+        ];
+        let got = sink_rows(&rows, &by_name, "t");
+        assert_eq!(got[0], known);
+        assert_eq!((got[1].id, got[1].offset), (9, -1));
+    }
+}
