@@ -18,7 +18,9 @@
 //!   and every task reopened: restored read_committed from the changelog, positioned at the
 //!   committed offsets (models-reference E.5: TaskMigrated → close dirty, wipe, rejoin).
 
+use super::assignor::TaskOffset;
 use super::restore::restore;
+use super::standby::{self, Board, StandbyTask, StreamsAssignor};
 use super::store::{Disk, Flushed, KeyValueStore};
 use super::topology::{StreamRecord, Topology};
 use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
@@ -35,6 +37,7 @@ use crate::runner::world::now_ns;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The instances' `max.poll.interval.ms` (and rebalance timeout), ms.
@@ -59,6 +62,8 @@ pub struct InstanceContext {
     pub producer: ProducerConfig,
     /// The disks of persistent stores.
     pub disk: Disk,
+    /// The group's Streams user data (used when `spec.num_standby_replicas > 0`).
+    pub board: Board,
     /// The history.
     pub recorder: Recorder,
 }
@@ -71,6 +76,14 @@ impl InstanceContext {
 
     fn eos(&self) -> bool {
         self.spec.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+    }
+
+    /// The restore consumer's isolation (also the standby tasks').
+    fn restore_isolation(&self) -> Isolation {
+        match self.eos() {
+            true => Isolation::ReadCommitted,
+            false => Isolation::ReadUncommitted,
+        }
     }
 
     fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
@@ -115,6 +128,10 @@ struct Instance {
     consumer: SimConsumer,
     writer: Writer,
     tasks: BTreeMap<u32, Task>,
+    /// Standby tasks (`num.standby.replicas > 0`).
+    standbys: BTreeMap<u32, StandbyTask>,
+    /// What this instance reports to the Streams assignor at its next JoinGroup.
+    report: Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
     /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
     txn_group: Option<ConsumerGroupMetadata>,
     sent: usize,
@@ -126,7 +143,8 @@ pub async fn run(ctx: InstanceContext) {
     let Ok(conn) = Connection::open(ctx.brokers).await else {
         return;
     };
-    let mut consumer = SimConsumer::new(conn.clone(), ctx.consumer_config());
+    let report = Arc::new(Mutex::new(BTreeMap::new()));
+    let mut consumer = new_consumer(&ctx, &conn, &report);
     let topics = vec![ctx.topology.source.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
@@ -138,6 +156,8 @@ pub async fn run(ctx: InstanceContext) {
         consumer,
         writer,
         tasks: BTreeMap::new(),
+        standbys: BTreeMap::new(),
+        report,
         txn_group: None,
         sent: 0,
         last_commit_ns: now_ns(),
@@ -145,6 +165,26 @@ pub async fn run(ctx: InstanceContext) {
     loop {
         instance.step().await;
     }
+}
+
+/// The instance's consumer: with the Streams assignor when standbys are asked for, else
+/// with the range assignor.
+fn new_consumer(
+    ctx: &InstanceContext,
+    conn: &Connection,
+    report: &Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
+) -> SimConsumer {
+    if ctx.spec.num_standby_replicas == 0 {
+        return SimConsumer::new(conn.clone(), ctx.consumer_config());
+    }
+    let assignor = StreamsAssignor {
+        board: ctx.board.clone(),
+        report: report.clone(),
+        source: ctx.topology.source.clone(),
+        changelog: ctx.spec.changelog_topic(),
+        config: ctx.spec.assignor_config(),
+    };
+    SimConsumer::with_assignor(conn.clone(), ctx.consumer_config(), Arc::new(assignor))
 }
 
 /// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
@@ -202,6 +242,34 @@ impl Instance {
         if now_ns() >= self.last_commit_ns + interval_ns {
             self.commit().await;
         }
+        if !self.standbys.is_empty() {
+            let topic = self.ctx.spec.changelog_topic();
+            let isolation = self.ctx.restore_isolation();
+            standby::update(&self.conn, &topic, isolation, &mut self.standbys).await;
+        }
+        self.publish_report();
+    }
+
+    /// What the next JoinGroup reports: active tasks running, standbys at their position,
+    /// other tasks at their on-disk checkpoint (Java's `getTaskOffsetSums`).
+    fn publish_report(&self) {
+        if self.ctx.spec.num_standby_replicas == 0 {
+            return;
+        }
+        let mut report: BTreeMap<u32, TaskOffset> = self
+            .ctx
+            .disk
+            .checkpoints(self.ctx.index)
+            .into_iter()
+            .map(|(p, c)| (p, TaskOffset::Position(c)))
+            .collect();
+        for (p, s) in &self.standbys {
+            report.insert(*p, TaskOffset::Position(s.position));
+        }
+        for p in self.tasks.keys() {
+            report.insert(*p, TaskOffset::Running);
+        }
+        *self.report.lock().expect("report lock") = report;
     }
 
     /// Drops tasks of revoked partitions and opens tasks of new ones; returns the new ones.
@@ -231,8 +299,12 @@ impl Instance {
                 ));
             }
         }
+        let standbys = self.assigned_standbys();
         for p in revoked {
-            self.close_dirty(p);
+            match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
+                true => self.recycle_to_standby(p),
+                false => self.close_dirty(p),
+            }
         }
         let mut fresh = BTreeSet::new();
         for p in assigned {
@@ -241,7 +313,35 @@ impl Instance {
                 fresh.insert(p);
             }
         }
+        if let Some(standbys) = standbys {
+            self.standbys.retain(|p, _| standbys.contains(p));
+            for p in standbys.into_iter().filter(|p| !self.tasks.contains_key(p)) {
+                self.standbys.entry(p).or_default();
+            }
+        }
         Ok(fresh)
+    }
+
+    /// The standby tasks of this member's current generation; `None` without standbys or
+    /// outside a stable generation (the standbys are then left as they are).
+    fn assigned_standbys(&self) -> Option<BTreeSet<u32>> {
+        if self.ctx.spec.num_standby_replicas == 0 {
+            return None;
+        }
+        let group = self.consumer.group_metadata()?;
+        self.ctx.board.standbys(group.generation, &group.member_id)
+    }
+
+    /// An active task revoked while its standby stays here: it keeps its store (no
+    /// transaction is open, so the store holds committed changelog data only).
+    fn recycle_to_standby(&mut self, p: u32) {
+        if let Some(task) = self.tasks.remove(&p) {
+            let standby = StandbyTask {
+                store: task.store,
+                position: task.changelog_end,
+            };
+            self.standbys.insert(p, standby);
+        }
     }
 
     /// Closes a task without a commit: under exactly_once_v2 its store directory is wiped.
@@ -264,12 +364,12 @@ impl Instance {
         self.consumer
             .seek(&input, offset)
             .map_err(|e| e.to_string())?;
-        let (mut store, from, label) = self.local_state(p);
-        let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
-        let isolation = match self.ctx.eos() {
-            true => Isolation::ReadCommitted,
-            false => Isolation::ReadUncommitted,
+        let (mut store, from, label) = match self.standbys.remove(&p) {
+            Some(s) => (s.store, s.position, "standby".to_string()),
+            None => self.local_state(p),
         };
+        let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
+        let isolation = self.ctx.restore_isolation();
         let restored = restore(&self.conn, &changelog, from, isolation, &mut store).await?;
         let value = Value::StreamsRestore {
             tp: input,

@@ -34,22 +34,18 @@ pub async fn restore(
     isolation: Isolation,
     store: &mut KeyValueStore,
 ) -> Result<Restored, String> {
-    let mut offset = from;
-    let mut records = 0;
+    let mut restored = Restored {
+        records: 0,
+        end_offset: from,
+    };
     let mut failures = 0;
     loop {
-        match fetch_once(conn, tp, offset, isolation).await {
-            Ok((batch, next, end)) => {
-                for (key, count) in batch {
-                    store.put(key, count);
-                    records += 1;
-                }
-                offset = offset.max(next);
-                if offset >= end {
-                    return Ok(Restored {
-                        records,
-                        end_offset: offset,
-                    });
+        match restore_step(conn, tp, restored.end_offset, isolation, store).await {
+            Ok(step) => {
+                restored.records += step.records;
+                restored.end_offset = step.end_offset;
+                if step.caught_up {
+                    return Ok(restored);
                 }
             }
             Err(e) => {
@@ -64,6 +60,42 @@ pub async fn restore(
             }
         }
     }
+}
+
+/// What one fetch of [`restore_step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Changelog records applied.
+    pub records: usize,
+    /// The changelog offset the store is now complete up to.
+    pub end_offset: Offset,
+    /// Whether that reaches the partition's end (LSO under read_committed, else HW).
+    pub caught_up: bool,
+}
+
+/// One fetch of changelog partition `tp` from `from` into `store`: what a standby task does
+/// per loop of its stream thread, and a restore repeats until caught up.
+///
+/// # Errors
+/// A text when the leader is unknown, the request fails or the partition answers an error.
+pub async fn restore_step(
+    conn: &Connection,
+    tp: &TopicPartition,
+    from: Offset,
+    isolation: Isolation,
+    store: &mut KeyValueStore,
+) -> Result<Step, String> {
+    let (batch, next, end) = fetch_once(conn, tp, from, isolation).await?;
+    let records = batch.len();
+    for (key, count) in batch {
+        store.put(key, count);
+    }
+    let end_offset = from.max(next);
+    Ok(Step {
+        records,
+        end_offset,
+        caught_up: end_offset >= end,
+    })
 }
 
 type Batch = (Vec<(String, u64)>, Offset, Offset);
