@@ -132,6 +132,8 @@ struct Instance {
     standbys: BTreeMap<u32, StandbyTask>,
     /// What this instance reports to the Streams assignor at its next JoinGroup.
     report: Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
+    /// The generation the tasks were last confirmed in.
+    generation: Option<i32>,
     /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
     txn_group: Option<ConsumerGroupMetadata>,
     sent: usize,
@@ -158,6 +160,7 @@ pub async fn run(ctx: InstanceContext) {
         tasks: BTreeMap::new(),
         standbys: BTreeMap::new(),
         report,
+        generation: None,
         txn_group: None,
         sent: 0,
         last_commit_ns: now_ns(),
@@ -239,7 +242,8 @@ impl Instance {
             }
         }
         let interval_ns = self.ctx.spec.commit_interval_ms() * 1_000_000;
-        if now_ns() >= self.last_commit_ns + interval_ns {
+        let stable = self.consumer.group_metadata().is_some();
+        if now_ns() >= self.last_commit_ns + interval_ns && stable {
             self.commit().await;
         }
         if !self.standbys.is_empty() {
@@ -272,7 +276,8 @@ impl Instance {
         *self.report.lock().expect("report lock") = report;
     }
 
-    /// Drops tasks of revoked partitions and opens tasks of new ones; returns the new ones.
+    /// Drops tasks of revoked partitions (recycling them into standbys where assigned) and
+    /// opens tasks of new ones; returns the new ones. Nothing changes during a rebalance.
     async fn sync_tasks(&mut self) -> Result<BTreeSet<u32>, String> {
         let source = self.ctx.topology.source.clone();
         let assigned: BTreeSet<u32> = self
@@ -299,6 +304,26 @@ impl Instance {
                 ));
             }
         }
+        // Eager rebalancing revokes every partition until the new assignment: the tasks
+        // are suspended meanwhile (Streams keeps suspended tasks and their stores).
+        let Some(group) = self.consumer.group_metadata() else {
+            return Ok(BTreeSet::new());
+        };
+        // A task kept from the previous generation may resume; after a missed generation
+        // someone else may have run it, so every task is lost (closed dirty).
+        let previous = self.generation.replace(group.generation);
+        if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
+            let lost: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in lost {
+                self.close_dirty(p);
+            }
+        }
+        let revoked: Vec<u32> = self
+            .tasks
+            .keys()
+            .copied()
+            .filter(|p| !assigned.contains(p))
+            .collect();
         let standbys = self.assigned_standbys();
         for p in revoked {
             match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
