@@ -187,8 +187,11 @@ impl State<'_> {
         destination: &str,
         eligible: impl Fn(&Self, &str) -> bool,
     ) -> Option<String> {
-        let mut by_lag: Vec<(Lag, &String)> =
-            self.clients.keys().map(|c| (self.lag(c, task), c)).collect();
+        let mut by_lag: Vec<(Lag, &String)> = self
+            .clients
+            .keys()
+            .map(|c| (self.lag(c, task), c))
+            .collect();
         by_lag.sort();
         by_lag
             .into_iter()
@@ -231,9 +234,8 @@ impl State<'_> {
     fn move_actives(&mut self, tasks: u32) {
         for m in self.planned(tasks, |a, t| a.active.contains(&t)) {
             let (task, dest) = (m.task, m.destination.as_str());
-            let standby_holder = self.least_loaded(|s, c| {
-                s.caught_up(c, task) && s.clients[c].standby.contains(&task)
-            });
+            let standby_holder = self
+                .least_loaded(|s, c| s.caught_up(c, task) && s.clients[c].standby.contains(&task));
             let source = standby_holder
                 .or_else(|| self.least_loaded(|s, c| s.caught_up(c, task)))
                 .or_else(|| self.most_caught_up(task, dest, |_, _| true));
@@ -253,7 +255,9 @@ impl State<'_> {
     }
 
     fn move_standbys(&mut self, tasks: u32) {
-        let plans = self.planned(tasks, |a, t| a.standby.contains(&t) && !a.warmup.contains(&t));
+        let plans = self.planned(tasks, |a, t| {
+            a.standby.contains(&t) && !a.warmup.contains(&t)
+        });
         for m in plans {
             let (task, dest) = (m.task, m.destination.as_str());
             let eligible = |s: &Self, c: &str| !s.holds(c, task);
@@ -307,7 +311,8 @@ mod tests {
     fn lags_count_from_the_end_and_a_missing_report_as_offset_zero() {
         let reports = BTreeMap::from([(0, TaskOffset::Running), (1, TaskOffset::Position(7))]);
         let ends = BTreeMap::from([(0, 50), (1, 10), (2, 4)]);
-        let expected = BTreeMap::from([(0, Lag::Running), (1, Lag::Behind(3)), (2, Lag::Behind(4))]);
+        let expected =
+            BTreeMap::from([(0, Lag::Running), (1, Lag::Behind(3)), (2, Lag::Behind(4))]);
         assert_eq!(lags(&reports, &ends), expected);
     }
 
@@ -334,7 +339,11 @@ mod tests {
             acceptable_recovery_lag: 10,
             ..DEFAULTS
         };
-        let cold = [(0, Lag::Behind(300)), (1, Lag::Behind(300)), (2, Lag::Behind(300))];
+        let cold = [
+            (0, Lag::Behind(300)),
+            (1, Lag::Behind(300)),
+            (2, Lag::Behind(300)),
+        ];
         let warm = [(0, Lag::Running), (1, Lag::Behind(4)), (2, Lag::Running)];
         let a = assign(3, &clients(&[("a", &cold), ("b", &warm)]), config);
         assert_eq!(a.clients["b"].active, set(&[0, 1, 2]));
@@ -368,7 +377,10 @@ mod tests {
         };
         let a = assign(
             1,
-            &clients(&[("a", &[(0, Lag::Behind(90))]), ("b", &[(0, Lag::Behind(20))])]),
+            &clients(&[
+                ("a", &[(0, Lag::Behind(90))]),
+                ("b", &[(0, Lag::Behind(20))]),
+            ]),
             config,
         );
         assert_eq!(a.clients["b"].active, set(&[0]));
@@ -391,7 +403,11 @@ mod tests {
                 .map(|(id, _)| id)
                 .collect();
             assert_eq!(holders.len(), 3, "task {task}: one active and two standbys");
-            let actives = a.clients.values().filter(|c| c.active.contains(&task)).count();
+            let actives = a
+                .clients
+                .values()
+                .filter(|c| c.active.contains(&task))
+                .count();
             assert_eq!(actives, 1);
         }
     }

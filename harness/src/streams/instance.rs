@@ -606,6 +606,7 @@ impl Instance {
         }
         self.tasks.clear();
         self.sent = 0;
+        self.publish_report();
     }
 }
 

@@ -119,7 +119,10 @@ impl GroupAssignor for StreamsAssignor {
             for (member, a) in assignment.clients {
                 let key = (generation, member.clone());
                 state.standbys.insert(key, a.standby);
-                let tps = a.active.iter().map(|p| TopicPartition::new(&self.source, *p));
+                let tps = a
+                    .active
+                    .iter()
+                    .map(|p| TopicPartition::new(&self.source, *p));
                 actives.insert(member, tps.collect());
             }
             actives
