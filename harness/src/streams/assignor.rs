@@ -318,12 +318,12 @@ mod tests {
 
     #[test]
     fn with_everyone_caught_up_actives_go_round_robin_and_standbys_elsewhere() {
-        let lags = clients(&[("a", &[]), ("b", &[])]);
-        let lags: BTreeMap<_, _> = lags
-            .into_iter()
-            .map(|(c, _)| (c, (0..3).map(|t| (t, Lag::Behind(0))).collect()))
-            .collect();
-        let a = assign(3, &lags, DEFAULTS);
+        let fresh = [
+            (0, Lag::Behind(0)),
+            (1, Lag::Behind(0)),
+            (2, Lag::Behind(0)),
+        ];
+        let a = assign(3, &clients(&[("a", &fresh), ("b", &fresh)]), DEFAULTS);
         assert_eq!(a.clients["a"].active, set(&[0, 2]));
         assert_eq!(a.clients["b"].active, set(&[1]));
         assert_eq!(a.clients["a"].standby, set(&[1]));

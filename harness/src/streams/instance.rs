@@ -287,23 +287,7 @@ impl Instance {
             .filter(|tp| tp.topic == source)
             .map(|tp| tp.partition)
             .collect();
-        let revoked: Vec<u32> = self
-            .tasks
-            .keys()
-            .copied()
-            .filter(|p| !assigned.contains(p))
-            .collect();
-        if let Some(txn) = &self.txn_group {
-            // A rebalance while a transaction is open: its records may belong to a task that
-            // moved, and its offsets would be fenced anyway (TaskMigratedException).
-            let now = self.consumer.group_metadata().map(|g| g.generation);
-            if !revoked.is_empty() || now != Some(txn.generation) {
-                return Err(format!(
-                    "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
-                    txn.generation
-                ));
-            }
-        }
+        self.check_migrated(&assigned)?;
         // Eager rebalancing revokes every partition until the new assignment: the tasks
         // are suspended meanwhile (Streams keeps suspended tasks and their stores).
         let Some(group) = self.consumer.group_metadata() else {
@@ -318,14 +302,8 @@ impl Instance {
                 self.close_dirty(p);
             }
         }
-        let revoked: Vec<u32> = self
-            .tasks
-            .keys()
-            .copied()
-            .filter(|p| !assigned.contains(p))
-            .collect();
         let standbys = self.assigned_standbys();
-        for p in revoked {
+        for p in self.revoked(&assigned) {
             match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
                 true => self.recycle_to_standby(p),
                 false => self.close_dirty(p),
@@ -345,6 +323,29 @@ impl Instance {
             }
         }
         Ok(fresh)
+    }
+
+    /// The tasks whose partitions are not in `assigned`.
+    fn revoked(&self, assigned: &BTreeSet<u32>) -> Vec<u32> {
+        let tasks = self.tasks.keys().copied();
+        tasks.filter(|p| !assigned.contains(p)).collect()
+    }
+
+    /// A rebalance while a transaction is open: its records may belong to a task that
+    /// moved, and its offsets would be fenced anyway (TaskMigratedException).
+    fn check_migrated(&self, assigned: &BTreeSet<u32>) -> Result<(), String> {
+        let Some(txn) = &self.txn_group else {
+            return Ok(());
+        };
+        let revoked = self.revoked(assigned);
+        let now = self.consumer.group_metadata().map(|g| g.generation);
+        if !revoked.is_empty() || now != Some(txn.generation) {
+            return Err(format!(
+                "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
+                txn.generation
+            ));
+        }
+        Ok(())
     }
 
     /// The standby tasks of this member's current generation; `None` without standbys or

@@ -27,16 +27,20 @@ fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
     (outcome, result)
 }
 
+fn assert_valid(result: &CheckResult, what: &str) {
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{what}: {:?}",
+        result.case_texts(8)
+    );
+}
+
 fn assert_holds(file: &str, seeds: u64) {
     let s = scenario(file);
     for seed in 1..=seeds {
         let (_, result) = run(&s, seed);
-        assert_eq!(
-            result.validity,
-            Validity::Valid,
-            "seed {seed}: {:?}",
-            result.case_texts(8)
-        );
+        assert_valid(&result, &format!("seed {seed}"));
     }
 }
 
@@ -109,12 +113,7 @@ fn exactly_once_v2_counts_exactly_despite_crashes_mid_commit() {
 fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
     let s = scenario("p3-eos-zombie-pause.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let fenced = outcome.history.ops.iter().any(|op| {
         op.process == "streams-0"
             && matches!(&op.value, Value::StreamsRecover { reason, .. }
@@ -138,12 +137,7 @@ fn at_least_once_zombie_writes_a_stale_count_last_and_under_counts() {
 fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
     let s = scenario("p3-eos-rebalance-open-txn.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let recovered = count(&outcome, |v| matches!(v, Value::StreamsRecover { .. }));
     assert!(recovered > 0, "no task migration happened");
 }
@@ -152,12 +146,7 @@ fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
 fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash() {
     let s = scenario("p3-eos-persistent-store-lost.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let wiped = count(
         &outcome,
         |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent-wiped"),
@@ -169,12 +158,7 @@ fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash()
 fn at_least_once_persistent_store_restores_from_its_checkpoint() {
     let s = scenario("p3-alo-persistent-store.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let from_checkpoint = count(
         &outcome,
         |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent+checkpoint"),
@@ -186,12 +170,7 @@ fn at_least_once_persistent_store_restores_from_its_checkpoint() {
 fn exactly_once_v2_counts_exactly_across_coordinator_failover() {
     let s = scenario("p3-eos-coordinator-failover.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let committed = outcome
         .history
         .ops
@@ -228,12 +207,7 @@ fn exactly_once_v2_promotes_a_standby_that_restores_only_the_changelog_tail() {
     let s = scenario("p3-eos-standby-promoted.toml");
     for seed in 1..=3 {
         let (outcome, result) = run(&s, seed);
-        assert_eq!(
-            result.validity,
-            Validity::Valid,
-            "seed {seed}: {:?}",
-            result.case_texts(8)
-        );
+        assert_valid(&result, &format!("seed {seed}"));
         let promoted = promotions(&outcome, "streams-1");
         assert!(!promoted.is_empty(), "seed {seed}: no standby was promoted");
         for (p, from, restored) in promoted {
@@ -250,12 +224,7 @@ fn exactly_once_v2_promotes_a_standby_that_restores_only_the_changelog_tail() {
 fn at_least_once_promotes_a_standby_and_never_under_counts() {
     let s = scenario("p3-alo-standby-promoted.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     assert!(!result.anomalies.contains_key(&Anomaly::AggregateUnderCount));
     let promoted = promotions(&outcome, "streams-1");
     assert!(
@@ -315,23 +284,13 @@ fn a_restarted_instance_behind_acceptable_recovery_lag_gets_warm_ups_not_actives
     };
     let restart_ns = 16_000_000_000;
     let (outcome, result) = run(&inline(&text(20)), 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     assert_eq!(
         opened_after(&outcome, "streams-0", restart_ns),
         Vec::<u32>::new()
     );
     assert!(!promotions(&outcome, "streams-1").is_empty());
     let (outcome, result) = run(&inline(&text(10_000)), 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     assert!(!opened_after(&outcome, "streams-0", restart_ns).is_empty());
 }
