@@ -7,6 +7,14 @@
 //! record (store update, output record, changelog record) → every `commit.interval.ms`
 //! commit.
 //!
+//! # Standbys (`num.standby.replicas > 0`, [`super::standby`])
+//! After each loop the standby tasks fetch their changelogs once; a newly assigned active
+//! task with a standby here starts from the standby's store and position (history:
+//! `streams-restore` with `store = "standby"`); a revoked active task with a standby
+//! assigned here is recycled into it. Tasks kept into the next generation keep their
+//! stores (Streams suspends, not closes, them during a rebalance); after a missed
+//! generation they are closed dirty.
+//!
 //! # Commit
 //! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
 //!   checkpoint; then the offsets are committed. A crash in between replays input whose

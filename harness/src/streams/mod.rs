@@ -10,6 +10,12 @@
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - `instance` (simulation only): one processor instance (`streams-i`): consumer group
 //!   member, tasks, restore, commit under each guarantee.
+//! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
+//!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
+//! - `standby` (simulation only): the group leader's Streams assignor over the consumer
+//!   group and the standby tasks an instance keeps from the changelog (read_committed under
+//!   exactly_once_v2), promoted to active by restoring only the tail past their position.
+//! - `restore` (simulation only): the restore consumer, up to the log end offset.
 //! - [`StreamsSpec`]: the `[streams]` section of a scenario.
 //!
 //! # Example
