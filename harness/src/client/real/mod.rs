@@ -4,6 +4,7 @@
 //! # Sections
 //! - [`kafka`]: [`RealProducer`] (`FutureProducer`), [`RealConsumer`] (`StreamConsumer`
 //!   with `subscribe`, range assignor, manual synchronous commits) and [`RealAdmin`].
+//! - [`txn`]: [`RealTransactionalProducer`], librdkafka's transactional producer.
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //!
 //! Placement matches Java and the model: the producer sets `partitioner=murmur2_random`,
@@ -25,5 +26,7 @@
 
 pub mod error;
 pub mod kafka;
+pub mod txn;
 
 pub use kafka::{RealAdmin, RealConsumer, RealProducer};
+pub use txn::{RealTransactionalProducer, RealTxnConfig};
