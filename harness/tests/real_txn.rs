@@ -206,6 +206,23 @@ async fn offsets_commit_with_the_transaction(bootstrap: &str) {
         };
         end.expect("end of the transaction");
     }
+    // The generation and member id reach the group coordinator (KIP-447): a member the
+    // group does not know is refused and the transaction cannot commit.
+    let ghost = ConsumerGroupMetadata {
+        generation: 7,
+        member_id: "ghost".into(),
+        ..group.clone()
+    };
+    p.begin_transaction().expect("begin");
+    let refused = p
+        .send_offsets_to_transaction(&[(input.clone(), 12)], &ghost, TIMEOUT)
+        .await
+        .expect_err("offsets of an unknown member");
+    assert_ne!(refused.class, TxnErrorClass::Retriable, "{refused}");
+    eprintln!("offsets of an unknown member: {refused}");
+    if refused.class == TxnErrorClass::Abortable {
+        p.abort_transaction(TIMEOUT).await.expect("abort");
+    }
     let mut config = ConsumerConfig::new("g-copy");
     config.isolation_level = Isolation::ReadCommitted;
     let mut reader = RealConsumer::new(bootstrap, config).expect("consumer");

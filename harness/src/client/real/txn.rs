@@ -46,7 +46,8 @@ pub struct RealTxnConfig {
     /// `transaction.timeout.ms` (Kafka's default 60000; Streams under EOS 10000).
     pub transaction_timeout_ms: u64,
     /// The producer settings underneath; `acks` is forced to `all` and idempotence on, as
-    /// transactions require.
+    /// transactions require, and `delivery.timeout.ms` is capped at
+    /// `transaction.timeout.ms` (librdkafka refuses a `message.timeout.ms` above it).
     pub producer: ProducerConfig,
 }
 
@@ -85,6 +86,8 @@ impl RealTransactionalProducer {
         let producer_config = ProducerConfig {
             acks: Acks::All,
             enable_idempotence: true,
+            delivery_timeout_ms: (config.producer.delivery_timeout_ms)
+                .min(config.transaction_timeout_ms),
             ..config.producer.clone()
         };
         let mut c = producer_client_config(bootstrap_servers, &producer_config);
@@ -255,7 +258,8 @@ impl TransactionalProducer for RealTransactionalProducer {
         if let Some(p) = record.partition {
             r = r.partition(p as i32);
         }
-        let timeout_ms = self.config.producer.delivery_timeout_ms;
+        let timeout_ms =
+            (self.config.producer.delivery_timeout_ms).min(self.config.transaction_timeout_ms);
         let queue_timeout = Timeout::After(Duration::from_millis(timeout_ms));
         match self.producer.send(r, queue_timeout).await {
             Ok(d) => Ok(Delivery {
