@@ -1,7 +1,8 @@
 //! Streams throughput: input records per wall second through the Streams processor
 //! (pipeline `streams-count`, the seed's per-key count in 5-second windows) in simulation,
-//! under each `processing.guarantee`: 3 brokers, 3 partitions (replication 3), 2 instances,
-//! no faults, the whole run (produce, process, commit, drain, final read) in one madsim
+//! under each `processing.guarantee`, and under exactly_once_v2 with one standby replica per
+//! task (`num.standby.replicas = 1`: every instance also follows the other's changelogs):
+//! 3 brokers, 3 partitions (replication 3), 2 instances, no faults, the whole run (produce, process, commit, drain, final read) in one madsim
 //! runtime per iteration.
 //!
 //! Reports input records per wall second (criterion's throughput) and prints simulated
@@ -17,7 +18,14 @@ mod bench {
 
     const RECORDS: u64 = 2_000;
 
-    fn scenario(guarantee: &str) -> Scenario {
+    /// Bench cases: name, `processing.guarantee`, `num.standby.replicas`.
+    const CASES: [(&str, &str, u32); 3] = [
+        ("at_least_once", "at_least_once", 0),
+        ("exactly_once_v2", "exactly_once_v2", 0),
+        ("exactly_once_v2+standby", "exactly_once_v2", 1),
+    ];
+
+    fn scenario(guarantee: &str, standbys: u32) -> Scenario {
         let text = format!(
             r#"
             pipeline = "streams-count"
@@ -27,6 +35,7 @@ mod bench {
             produce_interval_ms = 5
             [streams]
             processing_guarantee = "{guarantee}"
+            num_standby_replicas = {standbys}
             [faults]
             until_ms = 1000
             "#
@@ -39,14 +48,14 @@ mod bench {
         group.throughput(Throughput::Elements(RECORDS));
         group.sample_size(10);
         group.measurement_time(Duration::from_secs(30));
-        for guarantee in ["at_least_once", "exactly_once_v2"] {
-            let s = scenario(guarantee);
+        for (name, guarantee, standbys) in CASES {
+            let s = scenario(guarantee, standbys);
             let wall = Instant::now();
             let outcome = run_seed(&s, 1);
-            assert_eq!(outcome.stalled, None, "{guarantee}: the bench run stalled");
+            assert_eq!(outcome.stalled, None, "{name}: the bench run stalled");
             let ratio = outcome.sim_time_ms as f64 / 1e3 / wall.elapsed().as_secs_f64();
-            println!("streams {guarantee}: {ratio:.1} simulated s per wall s");
-            group.bench_function(guarantee, |b| b.iter(|| run_seed(&s, 1)));
+            println!("streams {name}: {ratio:.1} simulated s per wall s");
+            group.bench_function(name, |b| b.iter(|| run_seed(&s, 1)));
         }
         group.finish();
     }

@@ -7,6 +7,14 @@
 //! record (store update, output record, changelog record) → every `commit.interval.ms`
 //! commit.
 //!
+//! # Standbys (`num.standby.replicas > 0`, [`super::standby`])
+//! After each loop the standby tasks fetch their changelogs once; a newly assigned active
+//! task with a standby here starts from the standby's store and position (history:
+//! `streams-restore` with `store = "standby"`); a revoked active task with a standby
+//! assigned here is recycled into it. Tasks kept into the next generation keep their
+//! stores (Streams suspends, not closes, them during a rebalance); after a missed
+//! generation they are closed dirty.
+//!
 //! # Commit
 //! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
 //!   checkpoint; then the offsets are committed. A crash in between replays input whose
@@ -18,7 +26,9 @@
 //!   and every task reopened: restored read_committed from the changelog, positioned at the
 //!   committed offsets (models-reference E.5: TaskMigrated → close dirty, wipe, rejoin).
 
+use super::assignor::TaskOffset;
 use super::restore::restore;
+use super::standby::{self, Board, StandbyTask, StreamsAssignor};
 use super::store::{Disk, Flushed, KeyValueStore};
 use super::topology::{StreamRecord, Topology};
 use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
@@ -35,6 +45,7 @@ use crate::runner::world::now_ns;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The instances' `max.poll.interval.ms` (and rebalance timeout), ms.
@@ -59,6 +70,8 @@ pub struct InstanceContext {
     pub producer: ProducerConfig,
     /// The disks of persistent stores.
     pub disk: Disk,
+    /// The group's Streams user data (used when `spec.num_standby_replicas > 0`).
+    pub board: Board,
     /// The history.
     pub recorder: Recorder,
 }
@@ -71,6 +84,14 @@ impl InstanceContext {
 
     fn eos(&self) -> bool {
         self.spec.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+    }
+
+    /// The restore consumer's isolation (also the standby tasks').
+    fn restore_isolation(&self) -> Isolation {
+        match self.eos() {
+            true => Isolation::ReadCommitted,
+            false => Isolation::ReadUncommitted,
+        }
     }
 
     fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
@@ -115,6 +136,12 @@ struct Instance {
     consumer: SimConsumer,
     writer: Writer,
     tasks: BTreeMap<u32, Task>,
+    /// Standby tasks (`num.standby.replicas > 0`).
+    standbys: BTreeMap<u32, StandbyTask>,
+    /// What this instance reports to the Streams assignor at its next JoinGroup.
+    report: Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
+    /// The generation the tasks were last confirmed in.
+    generation: Option<i32>,
     /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
     txn_group: Option<ConsumerGroupMetadata>,
     sent: usize,
@@ -126,7 +153,8 @@ pub async fn run(ctx: InstanceContext) {
     let Ok(conn) = Connection::open(ctx.brokers).await else {
         return;
     };
-    let mut consumer = SimConsumer::new(conn.clone(), ctx.consumer_config());
+    let report = Arc::new(Mutex::new(BTreeMap::new()));
+    let mut consumer = new_consumer(&ctx, &conn, &report);
     let topics = vec![ctx.topology.source.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
@@ -138,6 +166,9 @@ pub async fn run(ctx: InstanceContext) {
         consumer,
         writer,
         tasks: BTreeMap::new(),
+        standbys: BTreeMap::new(),
+        report,
+        generation: None,
         txn_group: None,
         sent: 0,
         last_commit_ns: now_ns(),
@@ -145,6 +176,26 @@ pub async fn run(ctx: InstanceContext) {
     loop {
         instance.step().await;
     }
+}
+
+/// The instance's consumer: with the Streams assignor when standbys are asked for, else
+/// with the range assignor.
+fn new_consumer(
+    ctx: &InstanceContext,
+    conn: &Connection,
+    report: &Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
+) -> SimConsumer {
+    if ctx.spec.num_standby_replicas == 0 {
+        return SimConsumer::new(conn.clone(), ctx.consumer_config());
+    }
+    let assignor = StreamsAssignor {
+        board: ctx.board.clone(),
+        report: report.clone(),
+        source: ctx.topology.source.clone(),
+        changelog: ctx.spec.changelog_topic(),
+        config: ctx.spec.assignor_config(),
+    };
+    SimConsumer::with_assignor(conn.clone(), ctx.consumer_config(), Arc::new(assignor))
 }
 
 /// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
@@ -199,12 +250,42 @@ impl Instance {
             }
         }
         let interval_ns = self.ctx.spec.commit_interval_ms() * 1_000_000;
-        if now_ns() >= self.last_commit_ns + interval_ns {
+        let stable = self.consumer.group_metadata().is_some();
+        if now_ns() >= self.last_commit_ns + interval_ns && stable {
             self.commit().await;
         }
+        if !self.standbys.is_empty() {
+            let topic = self.ctx.spec.changelog_topic();
+            let isolation = self.ctx.restore_isolation();
+            standby::update(&self.conn, &topic, isolation, &mut self.standbys).await;
+        }
+        self.publish_report();
     }
 
-    /// Drops tasks of revoked partitions and opens tasks of new ones; returns the new ones.
+    /// What the next JoinGroup reports: active tasks running, standbys at their position,
+    /// other tasks at their on-disk checkpoint (Java's `getTaskOffsetSums`).
+    fn publish_report(&self) {
+        if self.ctx.spec.num_standby_replicas == 0 {
+            return;
+        }
+        let mut report: BTreeMap<u32, TaskOffset> = self
+            .ctx
+            .disk
+            .checkpoints(self.ctx.index)
+            .into_iter()
+            .map(|(p, c)| (p, TaskOffset::Position(c)))
+            .collect();
+        for (p, s) in &self.standbys {
+            report.insert(*p, TaskOffset::Position(s.position));
+        }
+        for p in self.tasks.keys() {
+            report.insert(*p, TaskOffset::Running);
+        }
+        *self.report.lock().expect("report lock") = report;
+    }
+
+    /// Drops tasks of revoked partitions (recycling them into standbys where assigned) and
+    /// opens tasks of new ones; returns the new ones. Nothing changes during a rebalance.
     async fn sync_tasks(&mut self) -> Result<BTreeSet<u32>, String> {
         let source = self.ctx.topology.source.clone();
         let assigned: BTreeSet<u32> = self
@@ -214,25 +295,27 @@ impl Instance {
             .filter(|tp| tp.topic == source)
             .map(|tp| tp.partition)
             .collect();
-        let revoked: Vec<u32> = self
-            .tasks
-            .keys()
-            .copied()
-            .filter(|p| !assigned.contains(p))
-            .collect();
-        if let Some(txn) = &self.txn_group {
-            // A rebalance while a transaction is open: its records may belong to a task that
-            // moved, and its offsets would be fenced anyway (TaskMigratedException).
-            let now = self.consumer.group_metadata().map(|g| g.generation);
-            if !revoked.is_empty() || now != Some(txn.generation) {
-                return Err(format!(
-                    "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
-                    txn.generation
-                ));
+        self.check_migrated(&assigned)?;
+        // Eager rebalancing revokes every partition until the new assignment: the tasks
+        // are suspended meanwhile (Streams keeps suspended tasks and their stores).
+        let Some(group) = self.consumer.group_metadata() else {
+            return Ok(BTreeSet::new());
+        };
+        // A task kept from the previous generation may resume; after a missed generation
+        // someone else may have run it, so every task is lost (closed dirty).
+        let previous = self.generation.replace(group.generation);
+        if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
+            let lost: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in lost {
+                self.close_dirty(p);
             }
         }
-        for p in revoked {
-            self.close_dirty(p);
+        let standbys = self.assigned_standbys();
+        for p in self.revoked(&assigned) {
+            match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
+                true => self.recycle_to_standby(p),
+                false => self.close_dirty(p),
+            }
         }
         let mut fresh = BTreeSet::new();
         for p in assigned {
@@ -241,7 +324,58 @@ impl Instance {
                 fresh.insert(p);
             }
         }
+        if let Some(standbys) = standbys {
+            self.standbys.retain(|p, _| standbys.contains(p));
+            for p in standbys.into_iter().filter(|p| !self.tasks.contains_key(p)) {
+                self.standbys.entry(p).or_default();
+            }
+        }
         Ok(fresh)
+    }
+
+    /// The tasks whose partitions are not in `assigned`.
+    fn revoked(&self, assigned: &BTreeSet<u32>) -> Vec<u32> {
+        let tasks = self.tasks.keys().copied();
+        tasks.filter(|p| !assigned.contains(p)).collect()
+    }
+
+    /// A rebalance while a transaction is open: its records may belong to a task that
+    /// moved, and its offsets would be fenced anyway (TaskMigratedException).
+    fn check_migrated(&self, assigned: &BTreeSet<u32>) -> Result<(), String> {
+        let Some(txn) = &self.txn_group else {
+            return Ok(());
+        };
+        let revoked = self.revoked(assigned);
+        let now = self.consumer.group_metadata().map(|g| g.generation);
+        if !revoked.is_empty() || now != Some(txn.generation) {
+            return Err(format!(
+                "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
+                txn.generation
+            ));
+        }
+        Ok(())
+    }
+
+    /// The standby tasks of this member's current generation; `None` without standbys or
+    /// outside a stable generation (the standbys are then left as they are).
+    fn assigned_standbys(&self) -> Option<BTreeSet<u32>> {
+        if self.ctx.spec.num_standby_replicas == 0 {
+            return None;
+        }
+        let group = self.consumer.group_metadata()?;
+        self.ctx.board.standbys(group.generation, &group.member_id)
+    }
+
+    /// An active task revoked while its standby stays here: it keeps its store (no
+    /// transaction is open, so the store holds committed changelog data only).
+    fn recycle_to_standby(&mut self, p: u32) {
+        if let Some(task) = self.tasks.remove(&p) {
+            let standby = StandbyTask {
+                store: task.store,
+                position: task.changelog_end,
+            };
+            self.standbys.insert(p, standby);
+        }
     }
 
     /// Closes a task without a commit: under exactly_once_v2 its store directory is wiped.
@@ -264,12 +398,12 @@ impl Instance {
         self.consumer
             .seek(&input, offset)
             .map_err(|e| e.to_string())?;
-        let (mut store, from, label) = self.local_state(p);
-        let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
-        let isolation = match self.ctx.eos() {
-            true => Isolation::ReadCommitted,
-            false => Isolation::ReadUncommitted,
+        let (mut store, from, label) = match self.standbys.remove(&p) {
+            Some(s) => (s.store, s.position, "standby".to_string()),
+            None => self.local_state(p),
         };
+        let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
+        let isolation = self.ctx.restore_isolation();
         let restored = restore(&self.conn, &changelog, from, isolation, &mut store).await?;
         let value = Value::StreamsRestore {
             tp: input,
@@ -481,6 +615,7 @@ impl Instance {
         }
         self.tasks.clear();
         self.sent = 0;
+        self.publish_report();
     }
 }
 

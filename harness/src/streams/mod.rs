@@ -10,6 +10,12 @@
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - `instance` (simulation only): one processor instance (`streams-i`): consumer group
 //!   member, tasks, restore, commit under each guarantee.
+//! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
+//!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
+//! - `standby` (simulation only): the group leader's Streams assignor over the consumer
+//!   group and the standby tasks an instance keeps from the changelog (read_committed under
+//!   exactly_once_v2), promoted to active by restoring only the tail past their position.
+//! - `restore` (simulation only): the restore consumer, up to the log end offset.
 //! - [`StreamsSpec`]: the `[streams]` section of a scenario.
 //!
 //! # Example
@@ -25,6 +31,7 @@
 //! assert_eq!(topology.changelog_topic("app"), "app-windowed-counts-store-changelog");
 //! ```
 
+pub mod assignor;
 pub mod store;
 pub mod topology;
 
@@ -32,6 +39,8 @@ pub mod topology;
 pub mod instance;
 #[cfg(madsim)]
 pub mod restore;
+#[cfg(madsim)]
+pub mod standby;
 
 use serde::{Deserialize, Serialize};
 
@@ -85,7 +94,13 @@ pub enum StoreKind {
 /// `commit_interval_ms` = 30000 (100 under `exactly_once_v2`), `store = "in-memory"`,
 /// `store_name = "windowed-counts-store"`, `window_size_ms = 5000`,
 /// `output_topic = "counts"`, `transaction_timeout_ms = 10000`, `session_timeout_ms` =
-/// `workload.session_timeout_ms`, `max_poll_records = 50`, `process_ms = 0`.
+/// `workload.session_timeout_ms`, `max_poll_records = 50`, `process_ms = 0`,
+/// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`.
+///
+/// With `num_standby_replicas = 0` (Streams' default) the group uses the range assignor, as
+/// before standbys existed here; above 0 the leader runs Streams' high-availability
+/// assignment ([`assignor`]) and instances keep standby copies of stores (in memory only,
+/// whatever `store` says).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamsSpec {
@@ -114,6 +129,13 @@ pub struct StreamsSpec {
     pub max_poll_records: usize,
     /// Simulated processing time per record, ms (spent inside an open transaction).
     pub process_ms: u64,
+    /// `num.standby.replicas`: standby copies of each task's store on other instances.
+    pub num_standby_replicas: u32,
+    /// `acceptable.recovery.lag`: changelog records within which an instance's copy of a
+    /// store counts as caught up for the assignment of the active task.
+    pub acceptable_recovery_lag: u64,
+    /// `max.warmup.replicas`: warm-up standbys one assignment may add.
+    pub max_warmup_replicas: u32,
 }
 
 impl Default for StreamsSpec {
@@ -131,6 +153,9 @@ impl Default for StreamsSpec {
             session_timeout_ms: None,
             max_poll_records: 50,
             process_ms: 0,
+            num_standby_replicas: 0,
+            acceptable_recovery_lag: 10_000,
+            max_warmup_replicas: 2,
         }
     }
 }
@@ -140,6 +165,15 @@ impl StreamsSpec {
     pub fn commit_interval_ms(&self) -> u64 {
         self.commit_interval_ms
             .unwrap_or_else(|| self.processing_guarantee.default_commit_interval_ms())
+    }
+
+    /// The assignor settings of this spec.
+    pub fn assignor_config(&self) -> assignor::AssignorConfig {
+        assignor::AssignorConfig {
+            num_standby_replicas: self.num_standby_replicas,
+            acceptable_recovery_lag: self.acceptable_recovery_lag,
+            max_warmup_replicas: self.max_warmup_replicas,
+        }
     }
 
     /// `<application.id>-<store>-changelog`.

@@ -2,8 +2,12 @@
 //! network (Fetch at the partition leader), read_committed under exactly_once_v2 (so
 //! aborted changelog writes are never restored) and read_uncommitted otherwise.
 //!
-//! The end is the partition's LSO (read_committed) or HW as the fetch response states it;
-//! the read stops once the next fetch offset reaches it.
+//! The end is the log end offset as read_uncommitted lists it (the HW), taken when the
+//! restore starts, as Streams' `StoreChangelogReader` does since KAFKA-10167: a
+//! read_committed position only passes an open transaction once it ended, so a restore
+//! waits out a hanging transaction (until it is aborted by its transaction timeout or by
+//! its producer's fencing) instead of stopping at the LSO and missing what other producers
+//! committed after it.
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::drop_aborted;
@@ -13,6 +17,8 @@ use std::time::Duration;
 
 /// Attempts before a restore gives up (the task is then retried on the next poll).
 const RESTORE_ATTEMPTS_MAX: u32 = 40;
+/// Pause before fetching again when a fetch made no progress (an open transaction), ms.
+const RESTORE_WAIT_MS: u64 = 100;
 
 /// What a restore did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,22 +40,24 @@ pub async fn restore(
     isolation: Isolation,
     store: &mut KeyValueStore,
 ) -> Result<Restored, String> {
-    let mut offset = from;
-    let mut records = 0;
+    let mut restored = Restored {
+        records: 0,
+        end_offset: from,
+    };
     let mut failures = 0;
+    let mut target = None;
     loop {
-        match fetch_once(conn, tp, offset, isolation).await {
-            Ok((batch, next, end)) => {
-                for (key, count) in batch {
-                    store.put(key, count);
-                    records += 1;
+        match restore_step(conn, tp, restored.end_offset, isolation, store).await {
+            Ok(step) => {
+                restored.records += step.records;
+                let progressed = step.end_offset > restored.end_offset;
+                restored.end_offset = step.end_offset;
+                if restored.end_offset >= *target.get_or_insert(step.log_end_offset) {
+                    return Ok(restored);
                 }
-                offset = offset.max(next);
-                if offset >= end {
-                    return Ok(Restored {
-                        records,
-                        end_offset: offset,
-                    });
+                if !progressed {
+                    // Behind an open transaction: wait for it to end, as a poll would.
+                    madsim::time::sleep(Duration::from_millis(RESTORE_WAIT_MS)).await;
                 }
             }
             Err(e) => {
@@ -66,9 +74,44 @@ pub async fn restore(
     }
 }
 
+/// What one fetch of [`restore_step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Changelog records applied.
+    pub records: usize,
+    /// The changelog offset the store is now complete up to.
+    pub end_offset: Offset,
+    /// The partition's log end offset (HW) as the fetch answered it.
+    pub log_end_offset: Offset,
+}
+
+/// One fetch of changelog partition `tp` from `from` into `store`: what a standby task does
+/// per loop of its stream thread, and a restore repeats until caught up.
+///
+/// # Errors
+/// A text when the leader is unknown, the request fails or the partition answers an error.
+pub async fn restore_step(
+    conn: &Connection,
+    tp: &TopicPartition,
+    from: Offset,
+    isolation: Isolation,
+    store: &mut KeyValueStore,
+) -> Result<Step, String> {
+    let (batch, next, log_end_offset) = fetch_once(conn, tp, from, isolation).await?;
+    let records = batch.len();
+    for (key, count) in batch {
+        store.put(key, count);
+    }
+    Ok(Step {
+        records,
+        end_offset: from.max(next),
+        log_end_offset,
+    })
+}
+
 type Batch = (Vec<(String, u64)>, Offset, Offset);
 
-/// One fetch: the (key, count) pairs, the next fetch offset and the end (LSO or HW).
+/// One fetch: the (key, count) pairs, the next fetch offset and the HW.
 async fn fetch_once(
     conn: &Connection,
     tp: &TopicPartition,
@@ -107,10 +150,6 @@ async fn fetch_once(
         conn.invalidate(&tp.topic);
         return Err(format!("{tp}: {e}"));
     }
-    let end = match isolation {
-        Isolation::ReadCommitted => part.last_stable_offset,
-        Isolation::ReadUncommitted => part.high_watermark,
-    };
     let kept = drop_aborted(part.records, &part.aborted);
     let batch = kept
         .into_iter()
@@ -124,5 +163,5 @@ async fn fetch_once(
             Some((key, count))
         })
         .collect();
-    Ok((batch, part.next_fetch_offset, end))
+    Ok((batch, part.next_fetch_offset, part.high_watermark))
 }

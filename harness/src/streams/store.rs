@@ -73,6 +73,16 @@ impl Disk {
             .insert((instance, partition), flushed);
     }
 
+    /// The checkpoint of every task instance `instance` has one for (task → offset).
+    pub fn checkpoints(&self, instance: u32) -> BTreeMap<u32, Offset> {
+        let disks = self.inner.lock().expect("disk lock");
+        disks
+            .iter()
+            .filter(|((i, _), _)| *i == instance)
+            .filter_map(|((_, p), f)| f.checkpoint.map(|c| (*p, c)))
+            .collect()
+    }
+
     /// Deletes the checkpoint of a task (EOS, when the task starts running).
     pub fn delete_checkpoint(&self, instance: u32, partition: u32) {
         if let Some(f) = self

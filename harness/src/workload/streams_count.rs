@@ -33,6 +33,7 @@ use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpd
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
+use crate::streams::standby::Board;
 use crate::streams::store::Disk;
 use crate::streams::topology::split_store_key;
 use bytes::Bytes;
@@ -60,6 +61,7 @@ struct Context {
     recorder: Recorder,
     shared: Arc<Mutex<Shared>>,
     disk: Disk,
+    board: Board,
 }
 
 impl Context {
@@ -104,6 +106,7 @@ impl Context {
                 .unwrap_or(s.workload.session_timeout_ms),
             producer: self.producer_config(),
             disk: self.disk.clone(),
+            board: self.board.clone(),
             recorder: self.recorder.clone(),
         }
     }
@@ -171,6 +174,7 @@ impl StreamsCount {
             recorder,
             shared: Arc::default(),
             disk: Disk::default(),
+            board: Board::default(),
         };
         Self { ctx }
     }

@@ -27,16 +27,20 @@ fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
     (outcome, result)
 }
 
+fn assert_valid(result: &CheckResult, what: &str) {
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{what}: {:?}",
+        result.case_texts(8)
+    );
+}
+
 fn assert_holds(file: &str, seeds: u64) {
     let s = scenario(file);
     for seed in 1..=seeds {
         let (_, result) = run(&s, seed);
-        assert_eq!(
-            result.validity,
-            Validity::Valid,
-            "seed {seed}: {:?}",
-            result.case_texts(8)
-        );
+        assert_valid(&result, &format!("seed {seed}"));
     }
 }
 
@@ -109,12 +113,7 @@ fn exactly_once_v2_counts_exactly_despite_crashes_mid_commit() {
 fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
     let s = scenario("p3-eos-zombie-pause.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let fenced = outcome.history.ops.iter().any(|op| {
         op.process == "streams-0"
             && matches!(&op.value, Value::StreamsRecover { reason, .. }
@@ -138,12 +137,7 @@ fn at_least_once_zombie_writes_a_stale_count_last_and_under_counts() {
 fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
     let s = scenario("p3-eos-rebalance-open-txn.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let recovered = count(&outcome, |v| matches!(v, Value::StreamsRecover { .. }));
     assert!(recovered > 0, "no task migration happened");
 }
@@ -152,12 +146,7 @@ fn exactly_once_v2_aborts_a_transaction_open_across_a_rebalance() {
 fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash() {
     let s = scenario("p3-eos-persistent-store-lost.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let wiped = count(
         &outcome,
         |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent-wiped"),
@@ -169,12 +158,7 @@ fn exactly_once_v2_wipes_a_persistent_store_left_without_checkpoint_by_a_crash()
 fn at_least_once_persistent_store_restores_from_its_checkpoint() {
     let s = scenario("p3-alo-persistent-store.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let from_checkpoint = count(
         &outcome,
         |v| matches!(v, Value::StreamsRestore { store, .. } if store == "persistent+checkpoint"),
@@ -186,16 +170,127 @@ fn at_least_once_persistent_store_restores_from_its_checkpoint() {
 fn exactly_once_v2_counts_exactly_across_coordinator_failover() {
     let s = scenario("p3-eos-coordinator-failover.toml");
     let (outcome, result) = run(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    assert_valid(&result, "seed 1");
     let committed = outcome
         .history
         .ops
         .iter()
         .filter(|op| op.kind == OpKind::Ok && matches!(op.value, Value::StreamsCommit { .. }));
     assert!(committed.count() > 0);
+}
+
+/// The restores of one instance's tasks that promoted a standby: (input partition, changelog
+/// offset it restored from, records restored).
+fn promotions(outcome: &SeedOutcome, process: &str) -> Vec<(u32, i64, usize)> {
+    outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| op.process == process)
+        .filter_map(|op| match &op.value {
+            Value::StreamsRestore {
+                tp,
+                store,
+                from_offset,
+                restored,
+            } if store == "standby" => Some((tp.partition, *from_offset, *restored)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn exactly_once_v2_promotes_a_standby_that_restores_only_the_changelog_tail() {
+    // A promoted standby restores from its own position, not from 0, and since it read
+    // read_committed it carries no record of the killed instance's open transaction: a
+    // standby that applied those aborted records would over-count here.
+    let s = scenario("p3-eos-standby-promoted.toml");
+    for seed in 1..=3 {
+        let (outcome, result) = run(&s, seed);
+        assert_valid(&result, &format!("seed {seed}"));
+        let promoted = promotions(&outcome, "streams-1");
+        assert!(!promoted.is_empty(), "seed {seed}: no standby was promoted");
+        for (p, from, restored) in promoted {
+            assert!(from > 0, "seed {seed}: task {p} restored from 0");
+            assert!(
+                (restored as i64) < from,
+                "seed {seed}: task {p} replayed {restored} records past {from}"
+            );
+        }
+    }
+}
+
+#[test]
+fn at_least_once_promotes_a_standby_and_never_under_counts() {
+    let s = scenario("p3-alo-standby-promoted.toml");
+    let (outcome, result) = run(&s, 1);
+    assert_valid(&result, "seed 1");
+    assert!(!result.anomalies.contains_key(&Anomaly::AggregateUnderCount));
+    let promoted = promotions(&outcome, "streams-1");
+    assert!(
+        promoted.iter().any(|(_, from, _)| *from > 0),
+        "{promoted:?}"
+    );
+}
+
+/// The input partitions `process` opened active tasks for after `after_ns`.
+fn opened_after(outcome: &SeedOutcome, process: &str, after_ns: u64) -> Vec<u32> {
+    outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| op.process == process && op.time_ns > after_ns)
+        .filter_map(|op| match &op.value {
+            Value::StreamsRestore { tp, .. } => Some(tp.partition),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_restarted_instance_behind_acceptable_recovery_lag_gets_warm_ups_not_actives() {
+    // streams-0 dies; streams-1 promotes its standbys and runs every task. streams-0 comes
+    // back empty: with acceptable.recovery.lag = 20 it is not caught up on any task, so the
+    // assignment keeps every active on streams-1 (which runs them) and gives streams-0
+    // standbys and warm-ups; with the default 10000 it is caught up and gets a share.
+    let text = |lag: u64| {
+        format!(
+            r#"
+            pipeline = "streams-count"
+            claim = "exactly-once"
+            [topic]
+            partitions = 3
+            [workload]
+            records = 300
+            produce_interval_ms = 50
+            session_timeout_ms = 6000
+            [streams]
+            instances = 2
+            processing_guarantee = "exactly_once_v2"
+            num_standby_replicas = 1
+            acceptable_recovery_lag = {lag}
+            [faults]
+            until_ms = 30000
+            [[faults.schedule]]
+            at_ms = 5000
+            fault = "kill"
+            target = ["streams-0"]
+            [[faults.schedule]]
+            at_ms = 16000
+            fault = "restart"
+            target = ["streams-0"]
+            "#
+        )
+    };
+    let restart_ns = 16_000_000_000;
+    let (outcome, result) = run(&inline(&text(20)), 1);
+    assert_valid(&result, "seed 1");
+    assert_eq!(
+        opened_after(&outcome, "streams-0", restart_ns),
+        Vec::<u32>::new()
+    );
+    assert!(!promotions(&outcome, "streams-1").is_empty());
+    let (outcome, result) = run(&inline(&text(10_000)), 1);
+    assert_valid(&result, "seed 1");
+    assert!(!opened_after(&outcome, "streams-0", restart_ns).is_empty());
 }

@@ -4,6 +4,7 @@
 //! # Sections
 //! - [`kafka`]: [`RealProducer`] (`FutureProducer`), [`RealConsumer`] (`StreamConsumer`
 //!   with `subscribe`, range assignor, manual synchronous commits) and [`RealAdmin`].
+//! - [`txn`]: [`RealTransactionalProducer`], librdkafka's transactional producer.
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
 //!   0.15 (HTTP, JSONEachRow; works with Debian's 18.16).
@@ -31,9 +32,11 @@ pub mod clickhouse;
 pub mod error;
 pub mod kafka;
 pub mod postgres;
+pub mod txn;
 pub mod zookeeper;
 
 pub use clickhouse::RealClickHouse;
 pub use kafka::{RealAdmin, RealConsumer, RealProducer};
 pub use postgres::RealPostgres;
+pub use txn::{RealTransactionalProducer, RealTxnConfig};
 pub use zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMap};

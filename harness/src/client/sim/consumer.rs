@@ -56,7 +56,7 @@ mod membership;
 #[cfg(test)]
 mod tests;
 
-pub use membership::range_assign;
+pub use membership::{range_assign, AssignmentFuture, GroupAssignor};
 
 /// Java's `default.api.timeout.ms`: the bound on `commit`, in ms.
 pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
@@ -134,6 +134,18 @@ impl SimConsumer {
             needs_reset: BTreeSet::new(),
             buffer: VecDeque::new(),
         }
+    }
+
+    /// As [`SimConsumer::new`], with `assignor` in place of the range assignor when this
+    /// member leads a rebalance, and told of every JoinGroup.
+    pub fn with_assignor(
+        conn: Connection,
+        config: ConsumerConfig,
+        assignor: std::sync::Arc<dyn GroupAssignor>,
+    ) -> Self {
+        let mut consumer = Self::new(conn, config);
+        consumer.group.assignor = Some(assignor);
+        consumer
     }
 
     /// Eager: forget every partition, its position and buffered records (Java's

@@ -10,6 +10,8 @@ use crate::client::sim::conn::{request_name, Connection};
 use crate::client::{ClientError, ConsumerConfig};
 use eosim_sim::kafka::{BrokerId, CoordinatorKind, KafkaError, Request, Response, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::{sleep, Instant};
@@ -47,6 +49,30 @@ pub fn range_assign(
         }
     }
     assignment
+}
+
+/// The leader's assignment as a boxed future (member id → partitions).
+pub type AssignmentFuture<'a> =
+    Pin<Box<dyn Future<Output = BTreeMap<String, Vec<TopicPartition>>> + Send + 'a>>;
+
+/// An assignment strategy in place of [`range_assign`], after Java's
+/// `ConsumerPartitionAssignor`: `on_join` stands where `subscriptionUserData` is asked for
+/// (before every JoinGroup), `assign` is the leader's `assign`. The simulated JoinGroup and
+/// SyncGroup carry no user data, so an implementation keeps what its members would put in
+/// them (Kafka Streams' `SubscriptionInfo` / `AssignmentInfo`) itself.
+pub trait GroupAssignor: Send + Sync {
+    /// Called before each JoinGroup with the member id it carries (empty on the first).
+    fn on_join(&self, member_id: &str);
+    /// The leader's assignment of `generation`: `members` maps member id to subscribed
+    /// topics, `partition_counts` has every known topic's partition count; `conn` is the
+    /// leader's connection for what else it needs to look up (end offsets).
+    fn assign<'a>(
+        &'a self,
+        conn: &'a Connection,
+        generation: i32,
+        members: &'a BTreeMap<String, Vec<String>>,
+        partition_counts: &'a BTreeMap<String, u32>,
+    ) -> AssignmentFuture<'a>;
 }
 
 /// Group membership as the coordinator last told it.
@@ -114,6 +140,8 @@ pub(super) struct GroupClient {
     pub conn: Connection,
     pub config: ConsumerConfig,
     membership: Arc<Mutex<Membership>>,
+    /// `None`: the range assignor.
+    pub assignor: Option<Arc<dyn GroupAssignor>>,
 }
 
 impl GroupClient {
@@ -130,6 +158,7 @@ impl GroupClient {
             conn,
             config,
             membership: Arc::new(Mutex::new(membership)),
+            assignor: None,
         }
     }
 
@@ -231,6 +260,10 @@ impl GroupClient {
         coordinator: BrokerId,
         topics: &[String],
     ) -> Result<Option<JoinResult>, ClientError> {
+        if let Some(assignor) = &self.assignor {
+            let member_id = self.membership().member_id.clone();
+            assignor.on_join(&member_id);
+        }
         let request = Request::JoinGroup {
             group_id: self.config.group_id.clone(),
             member_id: self.membership().member_id.clone(),
@@ -273,7 +306,7 @@ impl GroupClient {
         join: JoinResult,
     ) -> Result<Option<Joined>, ClientError> {
         let assignments = if join.leader == join.member_id {
-            self.leader_assignment(&join.members).await
+            self.leader_assignment(join.generation, &join.members).await
         } else {
             BTreeMap::new()
         };
@@ -322,10 +355,12 @@ impl GroupClient {
         }
     }
 
-    /// The leader's range assignment over the members' subscriptions, with partition
-    /// counts from fresh metadata (topics whose metadata cannot be had are skipped).
+    /// The leader's range assignment (or the [`GroupAssignor`]'s) over the members'
+    /// subscriptions, with partition counts from fresh metadata (topics whose metadata
+    /// cannot be had are skipped).
     async fn leader_assignment(
         &self,
+        generation: i32,
         members: &BTreeMap<String, Vec<String>>,
     ) -> BTreeMap<String, Vec<TopicPartition>> {
         let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
@@ -338,7 +373,13 @@ impl GroupClient {
             .iter()
             .filter_map(|t| self.conn.partition_count(t).map(|n| (t.clone(), n)))
             .collect();
-        range_assign(members, &partition_counts)
+        match &self.assignor {
+            Some(a) => {
+                a.assign(&self.conn, generation, members, &partition_counts)
+                    .await
+            }
+            None => range_assign(members, &partition_counts),
+        }
     }
 
     /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat

@@ -1,0 +1,235 @@
+//! The rdkafka transactional producer ([`RealTransactionalProducer`]) against Apache Kafka
+//! 4.x started natively (KRaft, one broker): committed records are visible to read_committed
+//! readers and aborted ones are not, a second producer with the same `transactional.id`
+//! fences the first and aborts its open transaction, and offsets sent with a transaction
+//! are committed with it (and not when it aborts). Runs only with `EOSIM_REAL=1`.
+#![cfg(not(madsim))]
+
+mod real_support;
+
+use bytes::Bytes;
+use eosim::client::real::{RealAdmin, RealConsumer, RealTransactionalProducer, RealTxnConfig};
+use eosim::client::Consumer;
+use eosim::client::{
+    Admin, AutoOffsetReset, ConsumerConfig, ConsumerGroupMetadata, ProducerRecord,
+    TransactionalProducer, TxnErrorClass,
+};
+use eosim::real::provision::Kafka;
+use eosim_sim::kafka::{Isolation, TopicConfig, TopicPartition};
+use real_support::{real_enabled, runtime, service_dir, timed};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn record(topic: &str, value: &str) -> ProducerRecord {
+    ProducerRecord {
+        topic: topic.into(),
+        partition: Some(0),
+        key: None,
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        headers: Vec::new(),
+    }
+}
+
+fn producer(bootstrap: &str, id: &str) -> RealTransactionalProducer {
+    let mut config = RealTxnConfig::new(id);
+    config.transaction_timeout_ms = 10_000;
+    RealTransactionalProducer::new(bootstrap, config).expect("producer configuration")
+}
+
+/// One transaction sending `values` to partition 0 of `topic`, then committed or aborted.
+async fn transaction(p: &RealTransactionalProducer, topic: &str, values: &[&str], commit: bool) {
+    p.begin_transaction().expect("begin");
+    for v in values {
+        p.send(record(topic, v))
+            .await
+            .expect("send in a transaction");
+    }
+    let end = match commit {
+        true => p.commit_transaction(TIMEOUT).await,
+        false => p.abort_transaction(TIMEOUT).await,
+    };
+    end.expect("end of the transaction");
+}
+
+/// Every value a fresh member of `group` reads from `topic` with `isolation` within a few
+/// seconds after at least `expected` arrived.
+async fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    isolation: Isolation,
+    expected: usize,
+) -> Vec<String> {
+    let mut config = ConsumerConfig::new(group);
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config.isolation_level = isolation;
+    config.fetch_max_wait_ms = 100;
+    let mut consumer = RealConsumer::new(bootstrap, config).expect("consumer");
+    consumer
+        .subscribe(&[topic.to_string()])
+        .await
+        .expect("subscribe");
+    let started = Instant::now();
+    let mut values = Vec::new();
+    let mut settled_at = None;
+    while started.elapsed() < Duration::from_secs(60) {
+        for r in consumer
+            .poll(Duration::from_millis(300))
+            .await
+            .expect("poll")
+        {
+            let v = r.value.map(|b| String::from_utf8_lossy(&b).into_owned());
+            values.push(v.unwrap_or_default());
+        }
+        // Keep reading 2 s past the expected count: nothing more may come.
+        if values.len() >= expected {
+            let at = *settled_at.get_or_insert_with(Instant::now);
+            if at.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+        }
+    }
+    consumer.close().await;
+    values
+}
+
+#[test]
+fn real_transactions_commit_abort_fence_and_carry_offsets() {
+    if !real_enabled("real_transactions_commit_abort_fence_and_carry_offsets") {
+        return;
+    }
+    let dir = service_dir("kafka-txn");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, TIMEOUT).unwrap();
+        for topic in ["txn-visible", "txn-fence", "txn-offsets", "txn-in"] {
+            let created = admin
+                .create_topic(topic, 1, 1, TopicConfig::default())
+                .await;
+            assert_eq!(created, Ok(()), "{topic}");
+        }
+        committed_visible_aborted_not(&bootstrap).await;
+        a_second_producer_fences_the_first(&bootstrap).await;
+        offsets_commit_with_the_transaction(&bootstrap).await;
+    });
+    timed("stop kafka", || kafka.stop());
+}
+
+/// Committed, aborted, committed: read_committed sees the two committed transactions in
+/// order, read_uncommitted sees the aborted records too.
+async fn committed_visible_aborted_not(bootstrap: &str) {
+    let p = producer(bootstrap, "t-visible");
+    p.init_transactions(TIMEOUT).await.expect("init");
+    transaction(&p, "txn-visible", &["c0", "c1", "c2"], true).await;
+    transaction(&p, "txn-visible", &["a0", "a1"], false).await;
+    transaction(&p, "txn-visible", &["c3"], true).await;
+    let committed = read_all(
+        bootstrap,
+        "txn-visible",
+        "g-rc",
+        Isolation::ReadCommitted,
+        4,
+    )
+    .await;
+    assert_eq!(committed, ["c0", "c1", "c2", "c3"]);
+    let all = read_all(
+        bootstrap,
+        "txn-visible",
+        "g-ru",
+        Isolation::ReadUncommitted,
+        6,
+    )
+    .await;
+    assert_eq!(all, ["c0", "c1", "c2", "a0", "a1", "c3"]);
+}
+
+/// The second `init_transactions` of one transactional.id bumps the epoch: the first
+/// producer's open transaction is aborted and its next call fails fatally.
+async fn a_second_producer_fences_the_first(bootstrap: &str) {
+    let first = producer(bootstrap, "t-fence");
+    first.init_transactions(TIMEOUT).await.expect("init first");
+    first.begin_transaction().expect("begin");
+    first
+        .send(record("txn-fence", "zombie"))
+        .await
+        .expect("send before the fence");
+    let second = producer(bootstrap, "t-fence");
+    second
+        .init_transactions(TIMEOUT)
+        .await
+        .expect("init second");
+    transaction(&second, "txn-fence", &["fresh"], true).await;
+    let fenced = match first.send(record("txn-fence", "late")).await {
+        Err(e) => e,
+        Ok(_) => first
+            .commit_transaction(TIMEOUT)
+            .await
+            .expect_err("the fenced producer cannot commit"),
+    };
+    assert_eq!(fenced.class, TxnErrorClass::Fatal, "{fenced}");
+    let committed = read_all(
+        bootstrap,
+        "txn-fence",
+        "g-fence",
+        Isolation::ReadCommitted,
+        1,
+    )
+    .await;
+    assert_eq!(committed, ["fresh"]);
+}
+
+/// Offsets sent with a committed transaction become the group's committed offsets; those
+/// of an aborted one do not.
+async fn offsets_commit_with_the_transaction(bootstrap: &str) {
+    let group = ConsumerGroupMetadata {
+        group_id: "g-copy".into(),
+        generation: -1,
+        member_id: String::new(),
+    };
+    let input = TopicPartition::new("txn-in", 0);
+    let p = producer(bootstrap, "t-offsets");
+    p.init_transactions(TIMEOUT).await.expect("init");
+    for (next, commit) in [(5, true), (9, false)] {
+        p.begin_transaction().expect("begin");
+        p.send(record("txn-offsets", &format!("up to {next}")))
+            .await
+            .expect("send");
+        p.send_offsets_to_transaction(&[(input.clone(), next)], &group, TIMEOUT)
+            .await
+            .expect("offsets into the transaction");
+        let end = match commit {
+            true => p.commit_transaction(TIMEOUT).await,
+            false => p.abort_transaction(TIMEOUT).await,
+        };
+        end.expect("end of the transaction");
+    }
+    // The generation and member id reach the group coordinator (KIP-447): a member the
+    // group does not know is refused and the transaction cannot commit.
+    let ghost = ConsumerGroupMetadata {
+        generation: 7,
+        member_id: "ghost".into(),
+        ..group.clone()
+    };
+    p.begin_transaction().expect("begin");
+    let refused = p
+        .send_offsets_to_transaction(&[(input.clone(), 12)], &ghost, TIMEOUT)
+        .await
+        .expect_err("offsets of an unknown member");
+    assert_ne!(refused.class, TxnErrorClass::Retriable, "{refused}");
+    eprintln!("offsets of an unknown member: {refused}");
+    if refused.class == TxnErrorClass::Abortable {
+        p.abort_transaction(TIMEOUT).await.expect("abort");
+    }
+    let mut config = ConsumerConfig::new("g-copy");
+    config.isolation_level = Isolation::ReadCommitted;
+    let mut reader = RealConsumer::new(bootstrap, config).expect("consumer");
+    let committed = reader
+        .committed(std::slice::from_ref(&input))
+        .await
+        .expect("committed");
+    assert_eq!(committed, [(input, 5)]);
+    reader.close().await;
+}
