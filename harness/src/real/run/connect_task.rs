@@ -215,7 +215,8 @@ async fn start(
     task: u32,
     emit: &Emit,
 ) -> Result<RealTaskLoop, String> {
-    let sink = plugins::real_sink_task(config, &spec.scenario)?;
+    let hooks = std::sync::Arc::new(super::fault_point::RealHooks::new(spec));
+    let sink = plugins::real_sink_task(config, &spec.scenario, hooks)?;
     let path = puts_path(&spec.sink_dir, &spec.name);
     let file = std::fs::OpenOptions::new()
         .create(true)
