@@ -336,7 +336,8 @@ impl Run<'_> {
         lag
     }
 
-    /// Reaps workers that ended by themselves: a producer that finished is done; a sink
+    /// Reaps workers that ended by themselves: a sink task that crashed at its fault
+    /// point is restarted when its time is up; a producer that finished is done; a sink
     /// task that failed stays FAILED (Connect does not restart it) unless `[connect]
     /// restart_failed_after_ms` > 0, when the operator restarts it; any other exit is
     /// noted and the worker started again (as the heal phase would).
