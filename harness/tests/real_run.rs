@@ -2,8 +2,10 @@
 //! simulation's checkers, with throughput and latency measured: `kafka-consume` (a consumer
 //! SIGKILLed and restarted mid-run) against a real Kafka broker, and `connect-jdbc` (P2: a
 //! Connect worker SIGKILLed and restarted mid-run) against real Kafka and PostgreSQL, with
-//! the bulk-load comparison. Runs only with `EOSIM_REAL=1`; the skips (testcontainers
-//! backend, unsupported pipelines) need no services.
+//! the bulk-load comparison; `clickhouse-sink` (P1, seed: a sink worker crashed at a fault
+//! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown.
+//! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
+//! pipelines) need no services.
 #![cfg(not(madsim))]
 
 mod real_support;
@@ -59,6 +61,21 @@ fn skipped(path: &std::path::Path, scenario: &Scenario, backend: Backend) -> Vec
     result.notes
 }
 
+/// Runs `scenario` natively in `dir` and judges it.
+fn run_native(
+    what: &str,
+    path: &std::path::Path,
+    scenario: &Scenario,
+    dir: &std::path::Path,
+) -> (RealOutcome, ScenarioResult) {
+    let outcome = timed(what, || {
+        run_real(scenario, path, &options(Backend::Native, dir))
+    });
+    let result = scenario_result(scenario, &outcome, &dir.join("history.jsonl"), "test");
+    eprintln!("{}", serde_json::to_string_pretty(&result).expect("json"));
+    (outcome, result)
+}
+
 /// Runs `scenario` natively in `dir`, judges it, and checks what every real smoke run must
 /// show: the verdict `holds`, the faults `kill` then `restart` of `killed`.
 fn run_and_judge(
@@ -68,11 +85,7 @@ fn run_and_judge(
     dir: &std::path::Path,
     killed: &str,
 ) -> (RealOutcome, ScenarioResult) {
-    let outcome = timed(what, || {
-        run_real(scenario, path, &options(Backend::Native, dir))
-    });
-    let result = scenario_result(scenario, &outcome, &dir.join("history.jsonl"), "test");
-    eprintln!("{}", serde_json::to_string_pretty(&result).expect("json"));
+    let (outcome, result) = run_native(what, path, scenario, dir);
     assert_eq!(result.verdict, Verdict::Holds, "notes: {:?}", result.notes);
     assert_eq!(
         fault_lines(&outcome.history),
@@ -156,6 +169,46 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
     }
     assert!(
         result.wall_time_s < 150.0,
+        "CI budget: {} s",
+        result.wall_time_s
+    );
+    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+}
+
+/// P1's crash smoke: `worker-0` ends itself at the fault point `between-insert-and-after`
+/// of its first batch, once (its restart is not armed), and the seed design inserts the
+/// redelivered batch again: VIOLATED with sink-duplicate, on every run.
+#[test]
+fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
+    let test = "p1_seed_crashed_between_insert_and_after_duplicates_on_real_services";
+    if !real_enabled(test) {
+        return;
+    }
+    let relative = "../scenarios/real/clickhouse-sink-seed-crash-after-insert-duplicates.toml";
+    let (path, scenario) = scenario_at(relative);
+    let dir = service_dir("real-run-p1");
+    let (outcome, result) = run_native("real run of the P1 crash", &path, &scenario, dir.path());
+    assert_eq!(
+        result.verdict,
+        Verdict::Violated,
+        "notes: {:?}",
+        result.notes
+    );
+    let forbidden: Vec<&str> = result
+        .forbidden_anomalies
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    assert_eq!(forbidden, ["sink-duplicate"], "{:?}", result.anomalies);
+    assert_eq!(
+        fault_lines(&outcome.history),
+        [
+            "kill target=[worker-0] fault-point=between-insert-and-after",
+            "restart target=[worker-0]"
+        ]
+    );
+    assert!(
+        result.wall_time_s < 120.0,
         "CI budget: {} s",
         result.wall_time_s
     );

@@ -122,6 +122,10 @@ pub struct WorkerArgs {
     /// A connector key over the scenario's `[connector]` (sink tasks); repeatable.
     #[arg(long, value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Arm the scenario's `[sink.fault_point]` in this process (sink tasks; the runner
+    /// passes it to the first incarnation of `worker-0` only).
+    #[arg(long)]
+    pub arm_fault_point: bool,
 }
 
 /// `eosim sim` arguments.

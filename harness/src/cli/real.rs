@@ -197,6 +197,7 @@ pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
         id_from: args.id_from,
         id_to: args.id_to,
         connector_sets,
+        arm_fault_point: args.arm_fault_point,
     };
     match run_worker(spec) {
         Ok(()) => ExitClass::Expected,

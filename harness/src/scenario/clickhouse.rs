@@ -86,7 +86,9 @@ pub struct FaultPointSpec {
     /// Action (ignored under `enumerate`). Default crash.
     #[serde(default)]
     pub action: FaultPointAction,
-    /// Which hit of the point (counted over every task) fires, 1-based. Default 1.
+    /// Which hit of the point (counted over every task) fires, 1-based. Default 1. On the
+    /// real backend hits are counted in one process, `worker-0`'s first incarnation, the
+    /// only one armed (`real::run::fault_point`).
     #[serde(default = "one")]
     pub hit: u64,
     /// Under `enumerate`: how many different hits to cycle through. Default 3.

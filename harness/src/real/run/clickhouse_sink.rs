@@ -21,10 +21,14 @@
 //!   `SinkState` (the table's rows mapped back to log records by `name`, a name the log
 //!   does not hold as offset -1), `CommittedOffsets` of `connect-<name>`.
 //!
+//! - `[sink.fault_point]` with action `crash` at a named point: `worker-0`'s first
+//!   incarnation ends itself at the armed hit and the runner starts it again
+//!   `restart_after_ms` later ([`super::fault_point`]; hits counted in that process).
+//!
 //! # Not run here (skipped, with the reason)
 //! Variants that need `insert_deduplication_token` (22.2+), a MergeTree target with
-//! `non_replicated_deduplication_window` (21.x+), and the simulation-only
-//! `[sink.fault_point]` and `redelivery_batch_records_max`.
+//! `non_replicated_deduplication_window` (21.x+), the simulation-only fault-point forms
+//! (`enumerate`, `pause`, `crash-clickhouse`) and `redelivery_batch_records_max`.
 
 use super::bulk::timed_load;
 use super::cluster::{self, LogRecord, Probe};
@@ -44,7 +48,7 @@ use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
 use crate::report::BulkLoad;
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
 use crate::scenario::Scenario;
-use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks};
+use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, SinkHooks};
 use eosim_sim::clickhouse::types::{TableDef, Value as ChValue};
 use eosim_sim::kafka::TopicPartition;
 use std::collections::BTreeMap;
@@ -97,8 +101,12 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
                 .into(),
         );
     }
-    if s.fault_point.is_some() {
-        return Some("skipped: [sink.fault_point] is simulation-only".into());
+    if let Some(why) = s
+        .fault_point
+        .as_ref()
+        .and_then(super::fault_point::unsupported)
+    {
+        return Some(why);
     }
     if s.redelivery_batch_records_max.is_some() {
         return Some("skipped: [sink] redelivery_batch_records_max is simulation-only".into());
@@ -186,15 +194,19 @@ pub fn clients(raw: &BTreeMap<String, String>) -> Result<ClickHouseWithZooKeeper
 }
 
 /// The sink task of `config` over the real clients, owner `<process>-<pid>` (unique per
-/// process, so a restarted worker is a new owner, as a new task instance is).
+/// process, so a restarted worker is a new owner, as a new task instance is), its fault
+/// points answered by `hooks`.
 ///
 /// # Errors
 /// As [`clients`].
-pub fn real_sink_task(config: &ConnectorConfig) -> Result<Box<dyn SinkTask>, String> {
+pub fn real_sink_task(
+    config: &ConnectorConfig,
+    hooks: Arc<dyn SinkHooks>,
+) -> Result<Box<dyn SinkTask>, String> {
     let sink = ClickHouseSinkConfig::from_props(&config.raw).map_err(|e| e.to_string())?;
     let client = clients(&config.raw)?;
     let owner = format!("{}-{}", config.name, std::process::id());
-    let task = ClickHouseSinkTask::new(sink, client, owner, Arc::new(NoHooks));
+    let task = ClickHouseSinkTask::new(sink, client, owner, hooks);
     Ok(Box::new(task))
 }
 
@@ -412,7 +424,8 @@ mod tests {
         assert_eq!(config.group_id(), group(&s));
         let sink = ClickHouseSinkConfig::from_props(&raw).unwrap();
         assert_eq!((sink.port, sink.max_insert_block_size), (8123, Some(10)));
-        assert!(real_sink_task(&config).is_ok());
+        let hooks = Arc::new(crate::sinks::clickhouse::NoHooks);
+        assert!(real_sink_task(&config, hooks).is_ok());
         assert_eq!(unsupported(&s), None);
     }
 
@@ -427,7 +440,9 @@ mod tests {
             .unwrap()
             .contains("non_replicated_deduplication_window"));
         let point = "[sink.fault_point]\npoint = \"mid-insert\"\n";
-        assert!(unsupported(&scenario(point))
+        assert_eq!(unsupported(&scenario(point)), None);
+        let pause = format!("{point}action = \"pause\"\n");
+        assert!(unsupported(&scenario(&pause))
             .unwrap()
             .contains("simulation-only"));
     }

@@ -18,6 +18,9 @@
 //! Ops on stdout as the other roles print them: `task-status` RUNNING at the start and
 //! FAILED with its trace when the task fails (the process then exits non-zero, and stays
 //! down: Connect does not restart a failed task by itself), `commit` invoke/ok/fail/info.
+//! With `--arm-fault-point` the ClickHouse sink's armed fault point ends the process at
+//! once with exit [`FAULT_POINT_EXIT_CODE`](super::fault_point::FAULT_POINT_EXIT_CODE)
+//! after printing its `kill` op: a crash, which the runner restarts ([`super::fault_point`]).
 //! Each successful `put` is also appended to `<sink>/<name>.puts.jsonl` ([`PutMark`]):
 //! what was written when, for the throughput and latency of the run, not for the
 //! checkers (the target's contents are read from the database after the drain).
@@ -215,7 +218,8 @@ async fn start(
     task: u32,
     emit: &Emit,
 ) -> Result<RealTaskLoop, String> {
-    let sink = plugins::real_sink_task(config, &spec.scenario)?;
+    let hooks = std::sync::Arc::new(super::fault_point::RealHooks::new(spec));
+    let sink = plugins::real_sink_task(config, &spec.scenario, hooks)?;
     let path = puts_path(&spec.sink_dir, &spec.name);
     let file = std::fs::OpenOptions::new()
         .create(true)

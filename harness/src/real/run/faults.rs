@@ -10,10 +10,12 @@
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
 //! | `partition`, `clog`, `messages` | not injected, noted (needs network namespaces) |
 //! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
+//! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
 //! mode=process-kill`, `restart target=[consumer-0]`.
 
+use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
 use super::Run;
 use crate::real::provision::{Kafka, Kill, Pause};
 use eosim_sim::kafka::model::CrashMode;
@@ -70,10 +72,47 @@ impl Run<'_> {
         }
     }
 
-    fn sleep_until_ms(&self, at_ms: u64) {
+    /// Sleeps until `at_ms`, meanwhile restarting workers that crashed at their fault
+    /// point when their `restart_after_ms` is up (checked every 100 ms).
+    fn sleep_until_ms(&mut self, at_ms: u64) {
+        loop {
+            self.restart_fault_point_crashes();
+            let now_ms = self.now_ns() / 1_000_000;
+            if at_ms <= now_ms {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis((at_ms - now_ms).min(100)));
+        }
+    }
+
+    /// Reaps the sink tasks that ended at their armed fault point
+    /// ([`FAULT_POINT_EXIT_CODE`]), schedules each one's restart `restart_after_ms` later,
+    /// and starts those whose time has come (recording `restart`, as a scheduled one).
+    pub(super) fn restart_fault_point_crashes(&mut self) {
         let now_ms = self.now_ns() / 1_000_000;
-        if at_ms > now_ms {
-            std::thread::sleep(Duration::from_millis(at_ms - now_ms));
+        let after_ms = fault_point::spec(self.scenario).map_or(0, |f| f.restart_after_ms);
+        for w in &mut self.workers {
+            if w.exit_status().and_then(|s| s.code()) != Some(FAULT_POINT_EXIT_CODE) {
+                continue;
+            }
+            w.reap(&self.env);
+            self.fault_point_restarts
+                .insert(w.name.clone(), now_ms + after_ms);
+            self.notes.push(format!(
+                "{} crashed at its fault point (exit {FAULT_POINT_EXIT_CODE}); started again \
+                 {after_ms} ms later",
+                w.name
+            ));
+        }
+        let due: Vec<String> = self
+            .fault_point_restarts
+            .iter()
+            .filter(|(_, at_ms)| **at_ms <= now_ms)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            self.fault_point_restarts.remove(&name);
+            self.restart(&name);
         }
     }
 
@@ -331,6 +370,8 @@ impl Run<'_> {
             names.push("postgres".into());
         }
         names.extend(self.workers.iter().map(|w| w.name.clone()));
+        // A fault point's crash is restarted when its own `restart_after_ms` is up.
+        names.retain(|n| !self.fault_point_restarts.contains_key(n));
         if matches!(self.brokers, super::Brokers::External(_)) {
             names.retain(|n| Self::broker_id(n).is_none());
         }

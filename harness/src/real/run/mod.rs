@@ -9,7 +9,8 @@
 //!    children ([`workers`]), each in its own process group.
 //! 3. Faults: the explicit `[[faults.schedule]]` until `faults.until_ms`, as real faults
 //!    ([`faults`]): SIGKILL/restart and SIGSTOP/SIGCONT of `broker-N`, `producer-i`,
-//!    `consumer-i`; `kill-leader` through the partition's current leader. Network faults
+//!    `consumer-i`; `kill-leader` through the partition's current leader; a
+//!    `clickhouse-sink`'s `[sink.fault_point]` crash ([`fault_point`]). Network faults
 //!    (`partition`, `clog`, `messages`), machine crashes and swarms are not injected in this
 //!    backend: each is named in the result's notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
@@ -30,6 +31,7 @@ pub mod bulk;
 pub mod clickhouse_sink;
 pub mod cluster;
 pub mod connect_task;
+pub mod fault_point;
 pub mod faults;
 pub mod measure;
 pub mod pipelines;
@@ -97,6 +99,9 @@ pub struct Run<'a> {
     bulk_loads: Vec<crate::report::BulkLoad>,
     /// Sink tasks not started yet (`connect.connector_create_at_ms`).
     connector_pending: bool,
+    /// Workers that crashed at their fault point, by name: when to start them again, ms
+    /// since the run's epoch.
+    fault_point_restarts: BTreeMap<String, u64>,
     verbose: bool,
 }
 
@@ -190,6 +195,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         notes: Vec::new(),
         bulk_loads: Vec::new(),
         connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
+        fault_point_restarts: BTreeMap::new(),
         verbose: options.verbose,
     };
     run.spawn_workers()?;
@@ -330,11 +336,14 @@ impl Run<'_> {
         lag
     }
 
-    /// Reaps workers that ended by themselves: a producer that finished is done; a sink
+    /// Reaps workers that ended by themselves: a sink task that crashed at its fault
+    /// point is restarted when its time is up; a producer that finished is done; a sink
     /// task that failed stays FAILED (Connect does not restart it) unless `[connect]
     /// restart_failed_after_ms` > 0, when the operator restarts it; any other exit is
     /// noted and the worker started again (as the heal phase would).
     fn restart_exited(&mut self) {
+        // A crash at a fault point is a kill, not a failure: restarted, once its time is up.
+        self.restart_fault_point_crashes();
         let mut notes = Vec::new();
         let restart_failed = self.scenario.connect.restart_failed_after_ms > 0;
         for i in 0..self.workers.len() {

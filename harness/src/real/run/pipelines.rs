@@ -141,8 +141,13 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
             }
         }
         Pipeline::ClickhouseSink => {
+            let armed = super::fault_point::spec(scenario).is_some();
             for i in 0..super::clickhouse_sink::spec(scenario).tasks {
-                out.push(Worker::new(&format!("worker-{i}"), Role::SinkTask, 0..0));
+                let mut w = Worker::new(&format!("worker-{i}"), Role::SinkTask, 0..0);
+                if armed && w.name == super::fault_point::ARMED_WORKER {
+                    w.arm_fault_point();
+                }
+                out.push(w);
             }
         }
         _ => {

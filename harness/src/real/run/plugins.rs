@@ -16,8 +16,10 @@ use crate::client::real::RealPostgres;
 use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
 use crate::scenario::Scenario;
+use crate::sinks::clickhouse::SinkHooks;
 use crate::sinks::jdbc::{self, JdbcSinkConfig, JdbcSinkTask};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The ClickHouse sink's connector class (clickhouse-kafka-connect).
 pub const CLICKHOUSE_CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
@@ -48,13 +50,15 @@ fn unknown_class(class: &str) -> String {
 }
 
 /// The sink task `config` names, over real clients; `scenario` gives the client settings
-/// the connector keys do not (`[postgres] client_timeout_ms`).
+/// the connector keys do not (`[postgres] client_timeout_ms`); `hooks` are the ClickHouse
+/// sink's fault points ([`super::fault_point::RealHooks`]; other classes have none).
 ///
 /// # Errors
 /// An unknown or not yet wired class, or a sink configuration that does not parse.
 pub fn real_sink_task(
     config: &ConnectorConfig,
     scenario: &Scenario,
+    hooks: Arc<dyn SinkHooks>,
 ) -> Result<Box<dyn SinkTask>, String> {
     let class = config.connector_class.as_str();
     if jdbc::CONNECTOR_CLASSES.contains(&class) {
@@ -73,7 +77,7 @@ pub fn real_sink_task(
         return Ok(Box::new(JdbcSinkTask::new(sink, Box::new(client))));
     }
     if class == CLICKHOUSE_CONNECTOR_CLASS {
-        return super::clickhouse_sink::real_sink_task(config);
+        return super::clickhouse_sink::real_sink_task(config, hooks);
     }
     Err(unknown_class(class))
 }
@@ -81,6 +85,7 @@ pub fn real_sink_task(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::clickhouse::NoHooks;
 
     fn raw(class: &str) -> BTreeMap<String, String> {
         [
@@ -104,14 +109,14 @@ mod tests {
             .join("../scenarios/p2-upsert-worker-crash.toml");
         let scenario = Scenario::load(&path).expect("scenario parses");
         let config = connector_config(&raw(jdbc::CONNECTOR_CLASSES[1])).expect("jdbc parses");
-        assert!(real_sink_task(&config, &scenario).is_ok());
+        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks)).is_ok());
         let mut ch = raw(CLICKHOUSE_CONNECTOR_CLASS);
         ch.remove("connection.url");
         ch.remove("pk.fields");
         ch.insert("exactlyOnce".into(), "true".into());
         ch.insert("eosim.zookeeper.connect".into(), "127.0.0.1:2181".into());
         let config = connector_config(&ch).expect("clickhouse parses");
-        assert!(real_sink_task(&config, &scenario).is_ok());
+        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks)).is_ok());
         ch.insert("pk.fields".into(), "id".into());
         let e = connector_config(&ch).unwrap_err();
         assert!(e.contains("pk.fields"), "{e}");

@@ -121,6 +121,10 @@ pub struct WorkerSpec {
     /// Connector keys set over the scenario's `[connector]` (where the real services are,
     /// such as `connection.url`).
     pub connector_sets: Vec<(String, String)>,
+    /// Whether this process arms the scenario's `[sink.fault_point]` (sink tasks; the
+    /// runner sets it on the first incarnation of `worker-0` only, see
+    /// [`super::fault_point`]).
+    pub arm_fault_point: bool,
 }
 
 /// Nanoseconds since the Unix epoch.

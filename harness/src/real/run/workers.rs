@@ -48,6 +48,7 @@ pub struct Worker {
     reader: Option<JoinHandle<()>>,
     paused: bool,
     failed: bool,
+    arm_fault_point: bool,
     id_from: u64,
     id_to: u64,
     /// Ops lines that were not ops (a torn last line of a killed worker, say).
@@ -64,6 +65,7 @@ impl Worker {
             reader: None,
             paused: false,
             failed: false,
+            arm_fault_point: false,
             id_from: ids.start,
             id_to: ids.end,
             bad_lines: Arc::default(),
@@ -78,6 +80,12 @@ impl Worker {
     /// Whether a producer has ids left to send (other roles always have work).
     pub fn has_work(&self) -> bool {
         !self.failed && (!self.role.is_producer() || self.id_from < self.id_to)
+    }
+
+    /// Arms the scenario's `[sink.fault_point]` in the next start only (`eosim worker
+    /// --arm-fault-point`): a restarted worker does not fire it again.
+    pub fn arm_fault_point(&mut self) {
+        self.arm_fault_point = true;
     }
 
     /// Marks a sink task that failed: it is not started again.
@@ -123,6 +131,7 @@ impl Worker {
                     .iter()
                     .flat_map(|(k, v)| ["--set".to_string(), format!("{k}={v}")]),
             )
+            .args(std::mem::take(&mut self.arm_fault_point).then_some("--arm-fault-point"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
