@@ -144,6 +144,15 @@ pub struct ClickHouseSinkSpec {
     /// `max_insert_block_size` of data inserts. Default: the server's.
     #[serde(default)]
     pub max_insert_block_size: Option<usize>,
+    /// `min_insert_block_size_rows` of data inserts: the server squashes parsed blocks up
+    /// to this many rows (about a million by default), so a small batch is one part
+    /// whatever `max_insert_block_size` says. Set it and `min_insert_block_size_bytes` to 0
+    /// for one part per `max_insert_block_size` rows. Default: the server's.
+    #[serde(default)]
+    pub min_insert_block_size_rows: Option<u64>,
+    /// `min_insert_block_size_bytes` of data inserts (see above). Default: the server's.
+    #[serde(default)]
+    pub min_insert_block_size_bytes: Option<u64>,
     /// Target engine. Default merge-tree.
     #[serde(default)]
     pub engine: TargetEngine,
@@ -175,6 +184,23 @@ pub struct ClickHouseSinkSpec {
 
 impl ClickHouseSinkSpec {
     /// The seed's target table `kafka2ck` with this spec's engine and dedup settings.
+    /// The ClickHouse insert settings of `[sink]` that are set, as the connector's
+    /// properties (`max_insert_block_size`, `min_insert_block_size_rows`, `_bytes`).
+    pub fn insert_setting_props(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(n) = self.max_insert_block_size {
+            out.push(("max_insert_block_size", n.to_string()));
+        }
+        if let Some(n) = self.min_insert_block_size_rows {
+            out.push(("min_insert_block_size_rows", n.to_string()));
+        }
+        if let Some(n) = self.min_insert_block_size_bytes {
+            out.push(("min_insert_block_size_bytes", n.to_string()));
+        }
+        out
+    }
+
+    /// The seed's target table with the scenario's engine and dedup settings.
     pub fn target_table(&self) -> TableDef {
         let mut def = TableDef::kafka2ck();
         if self.engine == TargetEngine::ReplicatedMergeTree {

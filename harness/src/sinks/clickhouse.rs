@@ -79,6 +79,8 @@ pub const KEYS: &[&str] = &[
     "table",
     "state.table",
     "max_insert_block_size",
+    "min_insert_block_size_rows",
+    "min_insert_block_size_bytes",
 ];
 
 /// The sink's configuration.
@@ -108,6 +110,10 @@ pub struct ClickHouseSinkConfig {
     pub state_table: String,
     /// `max_insert_block_size` for data inserts.
     pub max_insert_block_size: Option<usize>,
+    /// `min_insert_block_size_rows` for data inserts (squashing; 0 with `_bytes` 0: off).
+    pub min_insert_block_size_rows: Option<u64>,
+    /// `min_insert_block_size_bytes` for data inserts.
+    pub min_insert_block_size_bytes: Option<u64>,
 }
 
 impl ClickHouseSinkConfig {
@@ -149,6 +155,12 @@ impl ClickHouseSinkConfig {
             state_table: get("state.table", "connect_state"),
             max_insert_block_size: props
                 .get("max_insert_block_size")
+                .and_then(|v| v.parse().ok()),
+            min_insert_block_size_rows: props
+                .get("min_insert_block_size_rows")
+                .and_then(|v| v.parse().ok()),
+            min_insert_block_size_bytes: props
+                .get("min_insert_block_size_bytes")
                 .and_then(|v| v.parse().ok()),
         };
         if !config.exactly_once {

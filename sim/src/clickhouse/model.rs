@@ -2,11 +2,18 @@
 //! from inserted blocks, insert deduplication, and SELECT (with FINAL).
 //!
 //! # Inserts, blocks, parts (models-reference F.1)
-//! The rows of an INSERT are cut into blocks of `max_insert_block_size` rows; each block
-//! is split by partition and each piece becomes one level-0 part, committed atomically
-//! on its own. A failure between parts leaves the committed prefix: [`ClickHouse::insert_prefix`]
-//! stops after `k` blocks (the server died mid-insert), and a conversion error in block
-//! `j` leaves blocks `0..j` committed, as ClickHouse's streaming parser does.
+//! The rows of an INSERT are parsed into blocks of `max_insert_block_size` rows, and
+//! consecutive parsed blocks are squashed (`SquashingTransform`) until one holds
+//! `min_insert_block_size_rows` rows or `min_insert_block_size_bytes` bytes (either bound
+//! 0 is off; both 0 turn squashing off); the rest is squashed into a last block. Bytes are
+//! counted as the rows' JSON text, an approximation of ClickHouse's in-memory size. So with
+//! the defaults (about a million rows) a small INSERT is one block whatever its
+//! `max_insert_block_size`, as a real 18.16 server showed (`harness/tests/real_clickhouse.rs`).
+//! Each squashed block is split by partition and each piece becomes one level-0 part,
+//! committed atomically on its own. A failure between parts leaves the committed prefix:
+//! [`ClickHouse::insert_prefix`] stops after `k` blocks (the server died mid-insert), and a
+//! conversion error leaves the blocks squashed and emitted before it committed, while the
+//! rows still being squashed are lost with the failed query.
 //!
 //! # Deduplication (models-reference F.2; `src/Storages/MergeTree/MergeTreeSink.cpp`,
 //! `ReplicatedMergeTreeSink.cpp`, `MergeTreeDeduplicationLog.cpp`)
@@ -392,6 +399,13 @@ impl ClickHouse {
             deduplicate: insert.settings.insert_deduplicate.unwrap_or(true),
             error: None,
         };
+        let mut squashing = Squashing::new(self.squash_bounds(&insert.settings));
+        let token = insert.settings.insert_deduplication_token.as_deref();
+        let emit = |plan: &mut InsertPlan, rows: Vec<Row>| {
+            let n = plan.blocks.len();
+            plan.blocks
+                .push(split_block(&table.def, rows, token.map(|t| (t, n))));
+        };
         for (n, chunk) in insert.rows.chunks(block_size).enumerate() {
             let converted: Result<Vec<Row>, ChError> = chunk
                 .iter()
@@ -407,17 +421,32 @@ impl ClickHouse {
                 .collect();
             match converted {
                 Ok(rows) => {
-                    let token = insert.settings.insert_deduplication_token.as_deref();
-                    plan.blocks
-                        .push(split_block(&table.def, rows, token.map(|t| (t, n))));
+                    let bytes = chunk.iter().map(|j| j.to_string().len() as u64).sum();
+                    if let Some(block) = squashing.add(rows, bytes) {
+                        emit(&mut plan, block);
+                    }
                 }
                 Err(e) => {
                     plan.error = Some(e);
-                    break;
+                    return Ok(plan);
                 }
             }
         }
+        if let Some(block) = squashing.finish() {
+            emit(&mut plan, block);
+        }
         Ok(plan)
+    }
+
+    /// `(min_insert_block_size_rows, min_insert_block_size_bytes)` for `settings`.
+    fn squash_bounds(&self, settings: &InsertSettings) -> (u64, u64) {
+        let rows = settings
+            .min_insert_block_size_rows
+            .unwrap_or(self.profile.min_insert_block_size_rows());
+        let bytes = settings
+            .min_insert_block_size_bytes
+            .unwrap_or(self.profile.min_insert_block_size_bytes());
+        (rows, bytes)
     }
 
     /// Commits block `index` of `plan` at `now_ms`: each of its parts is written, or
@@ -656,6 +685,51 @@ fn partition_id(def: &TableDef, row: &Row) -> String {
 /// Splits a converted block into parts by partition (ordered by partition id; ClickHouse's
 /// `MergeTreeDataWriter::splitBlockIntoParts` groups rows the same way) and computes each
 /// part's block id; `token` is (insert_deduplication_token, block index).
+/// ClickHouse's `SquashingTransform` on an INSERT: parsed blocks accumulate until the
+/// accumulation is big enough, then leave as one block.
+struct Squashing {
+    min_rows: u64,
+    min_bytes: u64,
+    rows: Vec<Row>,
+    bytes: u64,
+}
+
+impl Squashing {
+    fn new((min_rows, min_bytes): (u64, u64)) -> Self {
+        Self {
+            min_rows,
+            min_bytes,
+            rows: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// `isEnoughSize`: both bounds off, or one of them reached.
+    fn enough(&self) -> bool {
+        let rows = self.rows.len() as u64;
+        (self.min_rows == 0 && self.min_bytes == 0)
+            || (self.min_rows > 0 && rows >= self.min_rows)
+            || (self.min_bytes > 0 && self.bytes >= self.min_bytes)
+    }
+
+    /// Adds a parsed block; returns a squashed block when the accumulation is enough.
+    fn add(&mut self, rows: Vec<Row>, bytes: u64) -> Option<Vec<Row>> {
+        self.rows.extend(rows);
+        self.bytes += bytes;
+        self.enough().then(|| self.take())
+    }
+
+    /// What is left at the end of the INSERT.
+    fn finish(&mut self) -> Option<Vec<Row>> {
+        (!self.rows.is_empty()).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Vec<Row> {
+        self.bytes = 0;
+        std::mem::take(&mut self.rows)
+    }
+}
+
 fn split_block(def: &TableDef, rows: Vec<Row>, token: Option<(&str, usize)>) -> Vec<PlannedPart> {
     let mut by_partition: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for row in rows {

@@ -120,7 +120,9 @@ async fn clickhouse_killed_mid_insert_keeps_a_prefix_of_the_blocks() {
             .await
             .unwrap()
             .unwrap();
-        let insert = Insert::new("kafka2ck", kafka2ck_rows(200)).block_size(1);
+        let insert = Insert::new("kafka2ck", kafka2ck_rows(200))
+            .block_size(1)
+            .unsquashed();
         call(ChRequest::Insert(insert)).await
     });
     madsim::time::sleep(Duration::from_millis(100)).await;
@@ -284,7 +286,9 @@ async fn keeper_lost_during_a_replicated_insert_is_read_only_or_unknown_status()
     let task = nodes.client.spawn(async move {
         madsim::time::sleep(Duration::from_millis(10)).await;
         call(ChRequest::CreateTable(def)).await.unwrap().unwrap();
-        let insert = Insert::new("kafka2ck", kafka2ck_rows(200)).block_size(1);
+        let insert = Insert::new("kafka2ck", kafka2ck_rows(200))
+            .block_size(1)
+            .unsquashed();
         call(ChRequest::Insert(insert)).await.unwrap()
     });
     madsim::time::sleep(Duration::from_millis(300)).await;

@@ -197,21 +197,45 @@ mod clickhouse_model {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::ReplicatedMergeTree)).unwrap();
         let first = ch
-            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2))
+            .insert(
+                0,
+                &Insert::new("t", rows(0..4))
+                    .token("x")
+                    .block_size(2)
+                    .unsquashed(),
+            )
             .unwrap();
         let ids_first: Vec<_> = first.parts.iter().map(block_id).collect();
         assert_eq!(first.blocks_total, 2);
         let same = ch
-            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(2))
+            .insert(
+                0,
+                &Insert::new("t", rows(0..4))
+                    .token("x")
+                    .block_size(2)
+                    .unsquashed(),
+            )
             .unwrap();
         assert_eq!(same.rows_deduplicated(), 4);
         // One block of 4 is "x_0": it collides with the first block only.
         let resplit = ch
-            .insert(0, &Insert::new("t", rows(0..4)).token("x").block_size(4))
+            .insert(
+                0,
+                &Insert::new("t", rows(0..4))
+                    .token("x")
+                    .block_size(4)
+                    .unsquashed(),
+            )
             .unwrap();
         assert_eq!(resplit.rows_deduplicated(), 4);
         let three = ch
-            .insert(0, &Insert::new("t", rows(0..6)).token("x").block_size(2))
+            .insert(
+                0,
+                &Insert::new("t", rows(0..6))
+                    .token("x")
+                    .block_size(2)
+                    .unsquashed(),
+            )
             .unwrap();
         assert_eq!((three.rows_deduplicated(), three.rows_written()), (4, 2));
         assert_ne!(ids_first[0], ids_first[1]);
@@ -230,7 +254,7 @@ mod clickhouse_model {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::MergeTree)).unwrap();
         let summary = ch
-            .insert(0, &Insert::new("t", rows(0..10)).block_size(3))
+            .insert(0, &Insert::new("t", rows(0..10)).block_size(3).unsquashed())
             .unwrap();
         assert_eq!(summary.blocks_total, 4);
         assert_eq!(ch.parts("t").unwrap().len(), 4);
@@ -241,7 +265,7 @@ mod clickhouse_model {
     fn server_dying_mid_insert_leaves_the_first_blocks_only() {
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::ReplicatedMergeTree)).unwrap();
-        let insert = Insert::new("t", rows(0..8)).block_size(2);
+        let insert = Insert::new("t", rows(0..8)).block_size(2).unsquashed();
         let partial = ch.insert_prefix(0, &insert, 2).unwrap();
         assert_eq!((partial.blocks_applied, partial.blocks_total), (2, 4));
         assert_eq!(ids(&ch, false), vec![0, 1, 2, 3]);
@@ -258,11 +282,54 @@ mod clickhouse_model {
         let mut body = rows(0..4);
         body[3] = json!({"id": {"bad": 1}, "name": "x"});
         let err = ch
-            .insert(0, &Insert::new("t", body).block_size(2))
+            .insert(
+                0,
+                &Insert::new("t", body.clone()).block_size(2).unsquashed(),
+            )
             .unwrap_err();
         assert_eq!(err.code, ErrorCode::CannotParseInputAssertionFailed);
         assert!(err.message.contains("at row 4"), "{}", err.message);
         assert_eq!(ids(&ch, false), vec![0, 1]);
+        // Squashed (the defaults), the first block was still accumulating: nothing lands.
+        let mut fresh = server(VersionProfile::V23_7);
+        fresh.create_table(table(Engine::MergeTree)).unwrap();
+        let err = fresh
+            .insert(0, &Insert::new("t", body).block_size(2))
+            .unwrap_err();
+        assert!(err.message.contains("at row 4"), "{}", err.message);
+        assert_eq!(ids(&fresh, false), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn small_blocks_are_squashed_into_one_part_by_default_as_on_a_real_18_16() {
+        // harness/tests/real_clickhouse.rs: 5 rows with max_insert_block_size=2 made one
+        // level-0 part on ClickHouse 18.16, and three with both min_insert_block_size_* 0.
+        for profile in [VersionProfile::V18_16, VersionProfile::V23_7] {
+            let mut ch = server(profile);
+            ch.create_table(table(Engine::MergeTree)).unwrap();
+            let summary = ch
+                .insert(0, &Insert::new("t", rows(0..5)).block_size(2))
+                .unwrap();
+            assert_eq!(summary.blocks_total, 1, "{profile:?}");
+            assert_eq!(ch.parts("t").unwrap().len(), 1, "{profile:?}");
+        }
+        // A row bound alone squashes into blocks of at least that many rows.
+        let mut ch = server(VersionProfile::V23_7);
+        ch.create_table(table(Engine::MergeTree)).unwrap();
+        let mut insert = Insert::new("t", rows(0..10)).block_size(2);
+        insert.settings.min_insert_block_size_rows = Some(3);
+        insert.settings.min_insert_block_size_bytes = Some(0);
+        let sizes: Vec<usize> = ch
+            .insert(0, &insert)
+            .unwrap()
+            .parts
+            .iter()
+            .map(|p| match p {
+                PartOutcome::Written { rows, .. } => *rows,
+                PartOutcome::Deduplicated { rows, .. } => *rows,
+            })
+            .collect();
+        assert_eq!(sizes, vec![4, 4, 2], "2+2, 2+2, then the rest");
     }
 
     #[test]

@@ -59,6 +59,18 @@ impl VersionProfile {
         }
     }
 
+    /// Default `min_insert_block_size_rows`: `DEFAULT_INSERT_BLOCK_SIZE`, the same as
+    /// [`Self::max_insert_block_size`] (`src/Core/Settings.h`).
+    pub fn min_insert_block_size_rows(self) -> u64 {
+        self.max_insert_block_size() as u64
+    }
+
+    /// Default `min_insert_block_size_bytes`: `DEFAULT_INSERT_BLOCK_SIZE * 256` (256 MiB
+    /// in 18.x).
+    pub fn min_insert_block_size_bytes(self) -> u64 {
+        self.max_insert_block_size() as u64 * 256
+    }
+
     /// Whether the version has the KeeperMap engine (22.8+, ClickHouse PR #39976).
     pub fn has_keeper_map(self) -> bool {
         self != Self::V18_16
@@ -576,8 +588,14 @@ impl TableDef {
 /// Per-insert settings (`INSERT ... SETTINGS ...`); `None` = the default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InsertSettings {
-    /// `max_insert_block_size`: rows per block.
+    /// `max_insert_block_size`: rows per block the server forms while parsing.
     pub max_insert_block_size: Option<usize>,
+    /// `min_insert_block_size_rows`: parsed blocks are squashed until they hold this many
+    /// rows (0: no row bound).
+    pub min_insert_block_size_rows: Option<u64>,
+    /// `min_insert_block_size_bytes`: ... or this many bytes (0: no byte bound). With both
+    /// bounds 0 every parsed block is written as it is.
+    pub min_insert_block_size_bytes: Option<u64>,
     /// `insert_deduplicate` (default 1).
     pub insert_deduplicate: Option<bool>,
     /// `insert_deduplication_token` (22.2+): names the blocks instead of their data.
@@ -636,6 +654,15 @@ impl Insert {
     /// Sets `max_insert_block_size`.
     pub fn block_size(mut self, rows: usize) -> Self {
         self.settings.max_insert_block_size = Some(rows);
+        self
+    }
+
+    /// Sets `min_insert_block_size_rows` and `_bytes` to 0: no squashing, so every block
+    /// of `max_insert_block_size` rows becomes its own part (as for an INSERT of more than
+    /// a million rows with the defaults).
+    pub fn unsquashed(mut self) -> Self {
+        self.settings.min_insert_block_size_rows = Some(0);
+        self.settings.min_insert_block_size_bytes = Some(0);
         self
     }
 

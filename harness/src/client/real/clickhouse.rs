@@ -43,9 +43,9 @@
 //! consecutive small blocks up to `min_insert_block_size_rows` (1048576) /
 //! `_bytes` (256 MiB) before writing parts (models-reference F.1). So on a real server a
 //! small INSERT with `max_insert_block_size = 2` still forms one part; it forms one part
-//! per block, as the model's INSERT does, only with `min_insert_block_size_rows = 0` and
-//! `min_insert_block_size_bytes = 0` ([`RealClickHouseConfig::settings`]). The model does
-//! not squash.
+//! per block only with `min_insert_block_size_rows = 0` and `min_insert_block_size_bytes =
+//! 0`, per insert ([`Insert::unsquashed`], sent as URL settings) or per client
+//! ([`RealClickHouseConfig::settings`]). The model squashes the same way.
 //!
 //! # What the client does not learn
 //! ClickHouse answers a deduplicated INSERT like a written one: the returned
@@ -484,6 +484,12 @@ fn insert_settings(insert: &Insert) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let Some(n) = s.max_insert_block_size {
         out.push(("max_insert_block_size", n.to_string()));
+    }
+    if let Some(n) = s.min_insert_block_size_rows {
+        out.push(("min_insert_block_size_rows", n.to_string()));
+    }
+    if let Some(n) = s.min_insert_block_size_bytes {
+        out.push(("min_insert_block_size_bytes", n.to_string()));
     }
     if let Some(d) = s.insert_deduplicate {
         out.push(("insert_deduplicate", flag(d)));

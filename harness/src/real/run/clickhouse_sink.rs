@@ -75,6 +75,8 @@ pub const SINK_KEYS: &[&str] = &[
     "table",
     "state.table",
     "max_insert_block_size",
+    "min_insert_block_size_rows",
+    "min_insert_block_size_bytes",
     ZOOKEEPER_KEY,
     TIMEOUT_KEY,
 ];
@@ -155,8 +157,8 @@ pub fn connector_raw(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    if let Some(n) = s.max_insert_block_size {
-        raw.insert("max_insert_block_size".into(), n.to_string());
+    for (key, value) in s.insert_setting_props() {
+        raw.insert(key.into(), value);
     }
     raw
 }

@@ -163,6 +163,8 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         if let Some(n) = self.config.max_insert_block_size {
             insert = insert.block_size(n);
         }
+        insert.settings.min_insert_block_size_rows = self.config.min_insert_block_size_rows;
+        insert.settings.min_insert_block_size_bytes = self.config.min_insert_block_size_bytes;
         if self.config.variant.uses_token() {
             let token = format!("{}-{}-{}-{}", tp.topic, tp.partition, range.min, range.max);
             insert = insert.token(&token);

@@ -57,8 +57,8 @@ pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
         spec.tolerate_state_mismatch.to_string(),
     );
     set("variant", spec.variant.name().into());
-    if let Some(n) = spec.max_insert_block_size {
-        set("max_insert_block_size", n.to_string());
+    for (key, value) in spec.insert_setting_props() {
+        set(key, value);
     }
     p
 }
