@@ -68,16 +68,24 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
     out.push_str("## Claims\n\n");
     out.push_str(
         "| scenario | pipeline | claim | verdict | seeds | faults | forbidden anomalies \
-         | counterexample |\n",
+         | other anomalies seen | counterexample |\n",
     );
-    out.push_str("|---|---|---|---|---:|---:|---|---|\n");
+    out.push_str("|---|---|---|---|---:|---:|---|---|---|\n");
     for s in scenarios {
         let counterexample = s.counterexample.as_ref().map_or("-".to_string(), |c| {
             format!("seed {}: `{}`", c.seed, cell(&c.replay))
         });
+        // Allowed and informational anomalies (duplicates under at-least-once, rejected
+        // sends, dropped fields): counted so that nothing the checkers saw is hidden.
+        let others: BTreeMap<String, u64> = s
+            .anomalies
+            .iter()
+            .filter(|(name, _)| !s.forbidden_anomalies.contains_key(*name))
+            .map(|(name, n)| (name.clone(), *n))
+            .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(&s.scenario),
             cell(&s.pipeline),
             cell(&s.claim),
@@ -85,6 +93,7 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
             s.seeds,
             s.faults_injected,
             cell(&counts_text(&s.forbidden_anomalies)),
+            cell(&counts_text(&others)),
             counterexample
         );
     }

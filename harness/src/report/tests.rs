@@ -115,6 +115,7 @@ fn sample_report() -> RunReport {
     holds
         .notes
         .push("determinism check passed on 10 seeds".into());
+    holds.anomalies.insert("send-rejected".into(), 2);
     RunReport {
         run_id: "test-run".into(),
         build: "0123abc".into(),
@@ -141,10 +142,13 @@ fn write_report_writes_the_claims_matrix_and_the_counterexample() {
     let dir = temp_dir("report");
     write_report(&dir, &sample_report()).unwrap();
     let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    // The forbidden anomaly is not repeated among the others; an informational one of a
+    // holding claim is shown beside it.
     let row = "| ck-eos-kill | clickhouse-keepermap | exactly-once | **VIOLATED** | 200 | 1312 \
-               | sink-lost ×1 | seed 17: `cargo xtask sim --scenario ck-eos-kill --seed 17` |";
+               | sink-lost ×1 | none | seed 17: `cargo xtask sim --scenario ck-eos-kill --seed 17` |";
     assert!(summary.contains(row), "{summary}");
-    let row = "| jdbc-upsert | jdbc-postgres | exactly-once | holds | 100 | 400 | none | - |";
+    let row = "| jdbc-upsert | jdbc-postgres | exactly-once | holds | 100 | 400 | none \
+               | send-rejected ×2 | - |";
     assert!(summary.contains(row), "{summary}");
     assert!(
         summary.contains("### ck-eos-kill: **VIOLATED**"),
