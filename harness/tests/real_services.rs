@@ -173,11 +173,9 @@ fn ctrl_c_helper_starts_clickhouse_and_waits() {
     panic!("not interrupted within 120 s");
 }
 
-#[test]
-fn ctrl_c_kills_every_service_process() {
-    if !real_enabled("ctrl_c_kills_every_service_process") {
-        return;
-    }
+/// Starts [`ctrl_c_helper_starts_clickhouse_and_waits`] in a child process; returns it,
+/// its service directory and ClickHouse's pid (its process group).
+fn start_helper() -> (std::process::Child, String, i32) {
     let exe = std::env::current_exe().expect("test binary");
     let mut child = std::process::Command::new(exe)
         .args([
@@ -200,7 +198,16 @@ fn ctrl_c_kills_every_service_process() {
                 .map(|p| p.trim().parse().expect("pid"))
         })
         .expect("helper printed the service pid");
-    assert!(group_exists(pid), "clickhouse runs before Ctrl-C");
+    assert!(group_exists(pid), "clickhouse runs before the signal");
+    (child, dir, pid)
+}
+
+#[test]
+fn ctrl_c_kills_every_service_process() {
+    if !real_enabled("ctrl_c_kills_every_service_process") {
+        return;
+    }
+    let (mut child, dir, pid) = start_helper();
     // SAFETY: kill with a pid we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("helper exits");
@@ -210,5 +217,22 @@ fn ctrl_c_kills_every_service_process() {
         "exit code after Ctrl-C"
     );
     assert_group_gone("clickhouse (after Ctrl-C)", pid);
+    std::fs::remove_dir_all(&dir).expect("remove the helper's directory");
+}
+
+#[test]
+fn a_sigkilled_eosim_leaves_no_service_behind() {
+    if !real_enabled("a_sigkilled_eosim_leaves_no_service_behind") {
+        return;
+    }
+    let (mut child, dir, pid) = start_helper();
+    // SIGKILL runs no handler: only the group's watchdog can take ClickHouse down.
+    child.kill().expect("SIGKILL the helper");
+    child.wait().expect("helper reaped");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while group_exists(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_group_gone("clickhouse (after SIGKILL of its owner)", pid);
     std::fs::remove_dir_all(&dir).expect("remove the helper's directory");
 }

@@ -6,7 +6,10 @@
 //! groups are kept in a process-wide registry; [`install_teardown_on_signal`] makes Ctrl-C,
 //! SIGTERM and SIGHUP kill every registered group before the process exits, and
 //! [`ServiceProcess`]'s `Drop` kills its group on every other exit path (return, `?`, panic
-//! unwinding).
+//! unwinding). The one exit path no handler sees is a SIGKILL of eosim itself (a CI
+//! timeout, `kill -9`): for that, each group has a watchdog, a small `sh` outside it that
+//! polls this process once a second and SIGKILLs the group once this process is gone
+//! ([`watch_group`]); it is stopped whenever the group is killed or reaped here.
 
 use super::ProvisionError;
 use std::collections::BTreeSet;
@@ -148,6 +151,7 @@ pub struct ServiceProcess {
     launch: Launch,
     child: Option<Child>,
     paused: bool,
+    watchdog: Option<Child>,
 }
 
 impl ServiceProcess {
@@ -161,6 +165,7 @@ impl ServiceProcess {
             launch,
             child: None,
             paused: false,
+            watchdog: None,
         };
         p.start()?;
         Ok(p)
@@ -177,9 +182,19 @@ impl ServiceProcess {
                 reason: e.to_string(),
             })?;
         register(child.id() as i32);
+        self.stop_watchdog();
+        self.watchdog = watch_group(child.id() as i32);
         self.child = Some(child);
         self.paused = false;
         Ok(())
+    }
+
+    /// Stops the group's watchdog (the group is gone, or about to be restarted).
+    fn stop_watchdog(&mut self) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
     }
 
     /// The service's name.
@@ -224,6 +239,7 @@ impl ServiceProcess {
             let _ = child.wait();
             unregister(pgid);
         }
+        self.stop_watchdog();
     }
 
     /// SIGKILL to the whole process group, then reaps it: a crash, nothing flushed.
@@ -235,6 +251,7 @@ impl ServiceProcess {
             wait_group_gone(pgid, Duration::from_secs(5));
             unregister(pgid);
         }
+        self.stop_watchdog();
         self.paused = false;
     }
 
@@ -306,6 +323,24 @@ impl Drop for ServiceProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts the watchdog of process group `pgid`: `sh` in a group of its own that polls this
+/// process (`kill -0`) every second and, once it is gone, SIGKILLs the group. `None` when
+/// `sh` cannot be started (the group then relies on the in-process teardown alone).
+fn watch_group(pgid: i32) -> Option<Child> {
+    let script = format!(
+        "while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -KILL -{pgid} 2>/dev/null",
+        parent = std::process::id()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()
 }
 
 fn wait_group_gone(pgid: i32, max: Duration) {
