@@ -8,8 +8,10 @@
 //!   5-second tumbling windows as [`topology::windowed_count`].
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
-//! - `instance` (simulation only): one processor instance (`streams-i`): consumer group
-//!   member, tasks, restore, commit under each guarantee.
+//! - [`processor`]: the processing and commit loop of one instance over the client traits
+//!   and a host (clock, history, producers, changelog restore): tasks, restore, commit
+//!   under each guarantee.
+//! - `instance` (simulation only): the simulated host of one instance (`streams-i`).
 //! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
 //!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
 //! - `standby` (simulation only): the group leader's Streams assignor over the consumer
@@ -32,6 +34,7 @@
 //! ```
 
 pub mod assignor;
+pub mod processor;
 pub mod store;
 pub mod topology;
 

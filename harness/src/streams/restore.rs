@@ -20,14 +20,7 @@ const RESTORE_ATTEMPTS_MAX: u32 = 40;
 /// Pause before fetching again when a fetch made no progress (an open transaction), ms.
 const RESTORE_WAIT_MS: u64 = 100;
 
-/// What a restore did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restored {
-    /// Changelog records replayed.
-    pub records: usize,
-    /// The changelog offset the store is now complete up to.
-    pub end_offset: Offset,
-}
+pub use super::processor::Restored;
 
 /// Replays changelog partition `tp` from `from` into `store` (last value per key wins).
 ///
