@@ -93,8 +93,8 @@ impl StreamsHost for SimHost {
             .record(now_ns(), &self.name, kind, value, error);
     }
 
-    fn producer(&self, config: ProducerConfig) -> SimProducer {
-        SimProducer::new(self.conn.clone(), config)
+    fn producer(&self, config: ProducerConfig) -> Result<SimProducer, String> {
+        Ok(SimProducer::new(self.conn.clone(), config))
     }
 
     fn txn_producer(

@@ -41,6 +41,7 @@ use crate::client::{
     ProducerConfig, ProducerRecord, TransactionalProducer,
 };
 use crate::history::{OpKind, Value};
+use crate::scenario::Scenario;
 use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
@@ -113,7 +114,10 @@ pub trait StreamsHost: Send + Sync {
     fn record(&self, kind: OpKind, value: Value, error: Option<String>);
 
     /// A plain producer with `config`.
-    fn producer(&self, config: ProducerConfig) -> Self::Producer;
+    ///
+    /// # Errors
+    /// A text when the client cannot be created.
+    fn producer(&self, config: ProducerConfig) -> Result<Self::Producer, String>;
 
     /// A transactional producer with `transactional_id`, `transaction_timeout_ms` and the
     /// producer settings `config`, not yet initialized.
@@ -168,6 +172,23 @@ pub struct ProcessorConfig {
 }
 
 impl ProcessorConfig {
+    /// Instance `index` of `scenario`: `[streams]`, its topology over `[topic]`, the
+    /// session timeout (`streams.session_timeout_ms`, else the workload's) and
+    /// [`producer_config`].
+    pub fn of_scenario(scenario: &Scenario, index: u32, disk: Disk) -> Self {
+        let s = &scenario.streams;
+        Self {
+            index,
+            spec: s.clone(),
+            topology: s.topology(&scenario.topic.name),
+            session_timeout_ms: s
+                .session_timeout_ms
+                .unwrap_or(scenario.workload.session_timeout_ms),
+            producer: producer_config(scenario),
+            disk,
+        }
+    }
+
     /// `streams-<index>`.
     pub fn name(&self) -> String {
         format!("streams-{}", self.index)
@@ -203,10 +224,24 @@ impl ProcessorConfig {
     }
 }
 
+/// The producer settings of a `streams-count` run (instances and input producers):
+/// `[workload]`'s acks, request timeout and retries, idempotent.
+pub fn producer_config(scenario: &Scenario) -> ProducerConfig {
+    let w = &scenario.workload;
+    ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: true,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+        retries: w.retries,
+        ..ProducerConfig::default()
+    }
+}
+
 /// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
 /// transactional producer with `transactional.id = <application.id>-streams-<index>`
-/// (stable across restarts, so a restarted instance fences its zombie), initialized
-/// (retried until it is).
+/// (stable across restarts, so a restarted instance fences its zombie), initialized.
+/// Either is retried until it is created (and initialized).
 pub async fn new_writer<H: StreamsHost>(
     cfg: &ProcessorConfig,
     host: &H,
@@ -215,12 +250,17 @@ pub async fn new_writer<H: StreamsHost>(
         enable_idempotence: true,
         ..cfg.producer.clone()
     };
-    if !cfg.eos() {
-        return Writer::Alo(host.producer(producer));
-    }
     let id = format!("{}-streams-{}", cfg.spec.application_id, cfg.index);
     let timeout_ms = cfg.spec.transaction_timeout_ms;
     loop {
+        if !cfg.eos() {
+            match host.producer(producer.clone()) {
+                Ok(p) => return Writer::Alo(p),
+                Err(e) => tracing::debug!(%e, "producer"),
+            }
+            tokio::time::sleep(Duration::from_millis(INIT_RETRY_MS)).await;
+            continue;
+        }
         match host.txn_producer(id.clone(), timeout_ms, producer.clone()) {
             Ok(p) => match p
                 .init_transactions(Duration::from_millis(CALL_TIMEOUT_MS))

@@ -11,7 +11,7 @@
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::drop_aborted;
-use crate::streams::store::KeyValueStore;
+use crate::streams::store::{changelog_entry, KeyValueStore};
 use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
 use std::time::Duration;
 
@@ -147,14 +147,7 @@ async fn fetch_once(
     let batch = kept
         .into_iter()
         .filter(|r| r.offset >= offset)
-        .filter_map(|r| {
-            let key = String::from_utf8(r.record.key?.to_vec()).ok()?;
-            let count = String::from_utf8(r.record.value?.to_vec())
-                .ok()?
-                .parse()
-                .ok()?;
-            Some((key, count))
-        })
+        .filter_map(|r| changelog_entry(r.record.key.as_deref(), r.record.value.as_deref()))
         .collect();
     Ok((batch, part.next_fetch_offset, part.high_watermark))
 }

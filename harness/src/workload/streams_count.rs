@@ -33,6 +33,7 @@ use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpd
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
+use crate::streams::processor::{self, ProcessorConfig};
 use crate::streams::standby::Board;
 use crate::streams::store::Disk;
 use crate::streams::topology::split_store_key;
@@ -82,30 +83,20 @@ impl Context {
     }
 
     fn producer_config(&self) -> ProducerConfig {
-        let w = &self.scenario.workload;
-        ProducerConfig {
-            acks: w.acks,
-            enable_idempotence: true,
-            request_timeout_ms: w.request_timeout_ms,
-            delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-            retries: w.retries,
-            ..ProducerConfig::default()
-        }
+        processor::producer_config(&self.scenario)
     }
 
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
+        let cfg = ProcessorConfig::of_scenario(s, index, self.disk.clone());
         InstanceContext {
             index,
-            spec: s.streams.clone(),
-            topology: s.streams.topology(&s.topic.name),
+            spec: cfg.spec,
+            topology: cfg.topology,
             brokers: s.cluster.brokers,
-            session_timeout_ms: s
-                .streams
-                .session_timeout_ms
-                .unwrap_or(s.workload.session_timeout_ms),
-            producer: self.producer_config(),
-            disk: self.disk.clone(),
+            session_timeout_ms: cfg.session_timeout_ms,
+            producer: cfg.producer,
+            disk: cfg.disk,
             board: self.board.clone(),
             recorder: self.recorder.clone(),
         }

@@ -37,6 +37,7 @@ pub mod measure;
 pub mod pipelines;
 pub mod plugins;
 pub mod result;
+pub mod streams_instance;
 pub mod worker;
 pub mod workers;
 
