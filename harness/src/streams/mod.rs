@@ -47,6 +47,30 @@ pub mod standby;
 
 use serde::{Deserialize, Serialize};
 
+/// The id and event time (ms) an input record of `streams-count` carries in its value
+/// `<id>,<timestamp_ms>`: `u64::MAX` and -1 where unreadable.
+pub fn input_id_and_time(value: &str) -> (u64, i64) {
+    let (id, ts) = value.split_once(',').unwrap_or((value, ""));
+    (id.parse().unwrap_or(u64::MAX), ts.parse().unwrap_or(-1))
+}
+
+/// An output record (`key@windowStart → count`, as text) at `offset` as the checker's
+/// update; `None` when it does not parse.
+pub fn output_update(
+    key: Option<&str>,
+    value: Option<&str>,
+    offset: eosim_sim::kafka::Offset,
+) -> Option<crate::history::StreamsUpdate> {
+    let (key, window_start_ms) = topology::split_store_key(key?)?;
+    let count = value?.parse().ok()?;
+    Some(crate::history::StreamsUpdate {
+        key,
+        window_start_ms,
+        count,
+        offset,
+    })
+}
+
 /// `processing.guarantee`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum ProcessingGuarantee {

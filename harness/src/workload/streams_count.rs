@@ -36,7 +36,7 @@ use crate::streams::instance::{self, InstanceContext};
 use crate::streams::processor::{self, ProcessorConfig};
 use crate::streams::standby::Board;
 use crate::streams::store::Disk;
-use crate::streams::topology::split_store_key;
+use crate::streams::{input_id_and_time, output_update};
 use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
@@ -292,8 +292,7 @@ impl StreamsCount {
         let mut inputs = Vec::new();
         for (offset, r) in cluster.records(&tp) {
             let value = text(&r.value).unwrap_or_default();
-            let (id, ts) = value.split_once(',').unwrap_or((value.as_str(), ""));
-            let id = id.parse().unwrap_or(u64::MAX);
+            let (id, timestamp_ms) = input_id_and_time(&value);
             let key = text(&r.key);
             refs.push(RecordRef {
                 id,
@@ -301,7 +300,6 @@ impl StreamsCount {
                 tp: tp.clone(),
                 offset,
             });
-            let timestamp_ms = ts.parse().unwrap_or(-1);
             let key = key.unwrap_or_default();
             inputs.push(StreamsInputRecord {
                 id,
@@ -322,12 +320,6 @@ impl StreamsCount {
 }
 
 fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
-    let (key, window_start_ms) = split_store_key(&text(&r.record.key)?)?;
-    let count = text(&r.record.value)?.parse().ok()?;
-    Some(StreamsUpdate {
-        key,
-        window_start_ms,
-        count,
-        offset: r.offset,
-    })
+    let (key, value) = (text(&r.record.key), text(&r.record.value));
+    output_update(key.as_deref(), value.as_deref(), r.offset)
 }
