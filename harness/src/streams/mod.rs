@@ -11,13 +11,15 @@
 //! - [`processor`]: the processing and commit loop of one instance over the client traits
 //!   and a host (clock, history, producers, changelog restore): tasks, restore, commit
 //!   under each guarantee.
-//! - `instance` (simulation only): the simulated host of one instance (`streams-i`).
+//! - `instance` (simulation only): the simulated host of one instance (`streams-i`); the
+//!   real one is `real::run::streams_instance`.
 //! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
 //!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
 //! - `standby` (simulation only): the group leader's Streams assignor over the consumer
 //!   group and the standby tasks an instance keeps from the changelog (read_committed under
 //!   exactly_once_v2), promoted to active by restoring only the tail past their position.
-//! - `restore` (simulation only): the restore consumer, up to the log end offset.
+//! - `restore` (simulation only): the simulated restore consumer (Fetch at the leader), up
+//!   to the log end offset.
 //! - [`StreamsSpec`]: the `[streams]` section of a scenario.
 //!
 //! # Example
