@@ -174,7 +174,7 @@ pub struct ProcessorConfig {
 impl ProcessorConfig {
     /// Instance `index` of `scenario`: `[streams]`, its topology over `[topic]`, the
     /// session timeout (`streams.session_timeout_ms`, else the workload's) and
-    /// [`producer_config`].
+    /// `[workload]`'s idempotent producer settings.
     pub fn of_scenario(scenario: &Scenario, index: u32, disk: Disk) -> Self {
         let s = &scenario.streams;
         Self {
@@ -184,7 +184,7 @@ impl ProcessorConfig {
             session_timeout_ms: s
                 .session_timeout_ms
                 .unwrap_or(scenario.workload.session_timeout_ms),
-            producer: producer_config(scenario),
+            producer: scenario.workload.idempotent_producer_config(),
             disk,
         }
     }
@@ -221,20 +221,6 @@ impl ProcessorConfig {
         config.max_poll_interval_ms = MAX_POLL_INTERVAL_MS;
         config.request_timeout_ms = self.producer.request_timeout_ms;
         config
-    }
-}
-
-/// The producer settings of a `streams-count` run (instances and input producers):
-/// `[workload]`'s acks, request timeout and retries, idempotent.
-pub fn producer_config(scenario: &Scenario) -> ProducerConfig {
-    let w = &scenario.workload;
-    ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: true,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-        retries: w.retries,
-        ..ProducerConfig::default()
     }
 }
 

@@ -33,7 +33,7 @@ use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpd
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
-use crate::streams::processor::{self, ProcessorConfig};
+use crate::streams::processor::ProcessorConfig;
 use crate::streams::standby::Board;
 use crate::streams::store::Disk;
 use crate::streams::{input_id_and_time, output_update};
@@ -83,7 +83,7 @@ impl Context {
     }
 
     fn producer_config(&self) -> ProducerConfig {
-        processor::producer_config(&self.scenario)
+        self.scenario.workload.idempotent_producer_config()
     }
 
     fn instance(&self, index: u32) -> InstanceContext {
