@@ -3,7 +3,8 @@
 //! SIGKILLed and restarted mid-run) against a real Kafka broker, and `connect-jdbc` (P2: a
 //! Connect worker SIGKILLed and restarted mid-run) against real Kafka and PostgreSQL, with
 //! the bulk-load comparison; `clickhouse-sink` (P1, seed: a sink worker crashed at a fault
-//! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown.
+//! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown;
+//! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted).
 //! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
 //! pipelines) need no services.
 #![cfg(not(madsim))]
@@ -217,10 +218,62 @@ fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
 
 #[test]
 fn a_pipeline_the_real_backend_does_not_run_is_reported_skipped() {
-    let (path, scenario) = scenario_at("../scenarios/p3-eos-swarm.toml");
+    let (path, scenario) = scenario_at("../scenarios/clock-jump-within-expiration.toml");
     let notes = skipped(&path, &scenario, Backend::Native);
     assert!(
-        notes[0].contains("streams-count is not supported by the real backend yet"),
+        notes[0].contains("transactional-copy is not supported by the real backend yet"),
         "{notes:?}"
     );
+}
+
+#[test]
+fn streams_standbys_and_persistent_stores_are_reported_skipped_on_the_real_backend() {
+    let (path, scenario) = scenario_at("../scenarios/p3-eos-standby-promoted.toml");
+    let notes = skipped(&path, &scenario, Backend::Native);
+    assert!(
+        notes[0].contains("rdkafka cannot plug into the consumer group"),
+        "{notes:?}"
+    );
+    let (path, scenario) = scenario_at("../scenarios/p3-eos-persistent-store-lost.toml");
+    let notes = skipped(&path, &scenario, Backend::Native);
+    assert!(notes[0].contains("in-memory stores"), "{notes:?}");
+}
+
+#[test]
+fn p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka() {
+    if !real_enabled("p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka")
+    {
+        return;
+    }
+    let (path, scenario) = scenario_at("../scenarios/real/streams-eos-instance-crash.toml");
+    let dir = service_dir("real-run-streams");
+    let what = "real run of the Streams EOS scenario";
+    let (outcome, _) = run_and_judge(what, &path, &scenario, dir.path(), "streams-0");
+    // Every input record made one committed update, and the restarted instance opened
+    // tasks again (restoring their stores from the real changelog; how much it restores
+    // depends on what was committed before the kill, which wall-clock timing decides).
+    let updates: usize = outcome
+        .history
+        .ops
+        .iter()
+        .filter_map(|op| match &op.value {
+            Value::StreamsOutput { records, .. } => Some(records.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(updates as u64, scenario.workload.records);
+    let restarted_ns = outcome
+        .history
+        .ops
+        .iter()
+        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "restart"))
+        .map(|op| op.time_ns)
+        .expect("the restart is recorded");
+    let reopened = outcome.history.ops.iter().any(|op| {
+        op.process == "streams-0"
+            && op.time_ns > restarted_ns
+            && matches!(op.value, Value::StreamsRestore { .. })
+    });
+    assert!(reopened, "the restarted instance opened tasks");
+    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
 }

@@ -715,6 +715,22 @@ fn default_seeds() -> u64 {
     20
 }
 
+impl WorkloadSpec {
+    /// An idempotent producer's settings from `[workload]`: its acks, request timeout and
+    /// retries, `delivery.timeout.ms` = request timeout × (retries + 1) (the simulated
+    /// pipelines' input producers and the Streams instances).
+    pub fn idempotent_producer_config(&self) -> crate::client::ProducerConfig {
+        crate::client::ProducerConfig {
+            acks: self.acks,
+            enable_idempotence: true,
+            request_timeout_ms: self.request_timeout_ms,
+            delivery_timeout_ms: self.request_timeout_ms * (u64::from(self.retries) + 1),
+            retries: self.retries,
+            ..crate::client::ProducerConfig::default()
+        }
+    }
+}
+
 impl Scenario {
     /// Parses scenario text; `file` is only used in errors and for the default name.
     ///

@@ -1,57 +1,32 @@
-//! One processor instance (`streams-i`, one stream thread): a member of the consumer group
-//! `application.id`, running one task per assigned input partition.
+//! One simulated processor instance (`streams-i`, one stream thread): a member of the
+//! consumer group `application.id`, running one task per assigned input partition.
 //!
-//! # Loop
-//! poll → open tasks for newly assigned partitions (stable committed offset first, then
-//! seek, then restore the store from its changelog) and drop revoked ones → process each
-//! record (store update, output record, changelog record) → every `commit.interval.ms`
-//! commit.
-//!
-//! # Standbys (`num.standby.replicas > 0`, [`super::standby`])
-//! After each loop the standby tasks fetch their changelogs once; a newly assigned active
-//! task with a standby here starts from the standby's store and position (history:
-//! `streams-restore` with `store = "standby"`); a revoked active task with a standby
-//! assigned here is recycled into it. Tasks kept into the next generation keep their
-//! stores (Streams suspends, not closes, them during a rebalance); after a missed
-//! generation they are closed dirty.
-//!
-//! # Commit
-//! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
-//!   checkpoint; then the offsets are committed. A crash in between replays input whose
-//!   effect the changelog already holds: an over-count.
-//! - `exactly_once_v2`: the first send after a commit begins a transaction with the group
-//!   metadata of that moment; the commit adds the offsets with that metadata (a rebalance
-//!   since then fences it: ILLEGAL_GENERATION) and commits. On any error the transaction is
-//!   aborted (or the producer recreated, which fences the old epoch), every store is wiped
-//!   and every task reopened: restored read_committed from the changelog, positioned at the
-//!   committed offsets (models-reference E.5: TaskMigrated → close dirty, wipe, rejoin).
+//! The loop itself is [`super::processor`]'s, shared with the real tier; this module is its
+//! simulated host: the sim clients on one [`Connection`], the simulator's clock, the
+//! history, the Fetch-based changelog restore ([`super::restore`]) and the standby tasks
+//! with the Streams assignor ([`super::standby`]).
 
 use super::assignor::TaskOffset;
+use super::processor::{
+    self, ChangelogReader, Processor, ProcessorConfig, Restored, StandbyTask, StreamsHost,
+};
 use super::restore::restore;
-use super::standby::{self, Board, StandbyTask, StreamsAssignor};
-use super::store::{Disk, Flushed, KeyValueStore};
-use super::topology::{StreamRecord, Topology};
-use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
+use super::standby::{self, Board, StreamsAssignor};
+use super::store::{Disk, KeyValueStore};
+use super::topology::Topology;
+use super::StreamsSpec;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
-use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata, Producer,
-    ProducerConfig, ProducerRecord, TransactionalProducer,
-};
+use crate::client::{Consumer, ConsumerGroupMetadata, ProducerConfig};
 use crate::history::{OpKind, Recorder, Value};
 use crate::runner::world::now_ns;
-use bytes::Bytes;
+use async_trait::async_trait;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The instances' `max.poll.interval.ms` (and rebalance timeout), ms.
-const MAX_POLL_INTERVAL_MS: u64 = 20_000;
-/// Bound on one transactional call or committed-offset fetch, ms.
-const CALL_TIMEOUT_MS: u64 = 15_000;
 
 /// What an instance needs from the run.
 #[derive(Clone)]
@@ -82,70 +57,92 @@ impl InstanceContext {
         format!("streams-{}", self.index)
     }
 
-    fn eos(&self) -> bool {
-        self.spec.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
-    }
-
-    /// The restore consumer's isolation (also the standby tasks').
-    fn restore_isolation(&self) -> Isolation {
-        match self.eos() {
-            true => Isolation::ReadCommitted,
-            false => Isolation::ReadUncommitted,
+    fn processor_config(&self) -> ProcessorConfig {
+        ProcessorConfig {
+            index: self.index,
+            spec: self.spec.clone(),
+            topology: self.topology.clone(),
+            session_timeout_ms: self.session_timeout_ms,
+            producer: self.producer.clone(),
+            disk: self.disk.clone(),
         }
+    }
+}
+
+/// The simulated host of an instance.
+struct SimHost {
+    name: String,
+    conn: Connection,
+    board: Board,
+    recorder: Recorder,
+    /// What this instance reports to the Streams assignor at its next JoinGroup.
+    report: Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
+}
+
+#[async_trait]
+impl StreamsHost for SimHost {
+    type Producer = SimProducer;
+    type Txn = SimTransactionalProducer;
+
+    fn now_ns(&self) -> u64 {
+        now_ns()
     }
 
     fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
         self.recorder
-            .record(now_ns(), &self.name(), kind, value, error);
+            .record(now_ns(), &self.name, kind, value, error);
     }
 
-    fn consumer_config(&self) -> ConsumerConfig {
-        let mut config = ConsumerConfig::new(self.spec.application_id.clone());
-        config.auto_offset_reset = AutoOffsetReset::Earliest;
-        if self.eos() {
-            config.isolation_level = Isolation::ReadCommitted;
-        }
-        config.session_timeout_ms = self.session_timeout_ms;
-        config.heartbeat_interval_ms = (self.session_timeout_ms / 3).max(100);
-        config.max_poll_records = self.spec.max_poll_records;
-        config.max_poll_interval_ms = MAX_POLL_INTERVAL_MS;
-        config.request_timeout_ms = self.producer.request_timeout_ms;
-        config
+    fn producer(&self, config: ProducerConfig) -> Result<SimProducer, String> {
+        Ok(SimProducer::new(self.conn.clone(), config))
+    }
+
+    fn txn_producer(
+        &self,
+        transactional_id: String,
+        transaction_timeout_ms: u64,
+        config: ProducerConfig,
+    ) -> Result<SimTransactionalProducer, String> {
+        let mut txn = TxnProducerConfig::new(transactional_id);
+        txn.transaction_timeout_ms = transaction_timeout_ms;
+        txn.producer = config;
+        Ok(SimTransactionalProducer::new(self.conn.clone(), txn))
+    }
+
+    fn assigned_standbys(&self, group: &ConsumerGroupMetadata) -> Option<BTreeSet<u32>> {
+        self.board.standbys(group.generation, &group.member_id)
+    }
+
+    async fn update_standbys(
+        &self,
+        topic: &str,
+        isolation: Isolation,
+        standbys: &mut BTreeMap<u32, StandbyTask>,
+    ) {
+        standby::update(&self.conn, topic, isolation, standbys).await;
+    }
+
+    fn publish_report(&self, report: BTreeMap<u32, TaskOffset>) {
+        *self.report.lock().expect("report lock") = report;
     }
 }
 
-/// A task: one input partition, its store and progress.
-struct Task {
-    store: KeyValueStore,
-    /// Changelog offset the store is complete up to (next offset after the last write).
-    changelog_end: Offset,
-    /// Next input offset to process, once a record was processed since the task opened.
-    position: Option<Offset>,
-}
-
-/// The producer of an instance.
-enum Writer {
-    Alo(SimProducer),
-    Eos(SimTransactionalProducer),
-}
-
-/// A running instance.
-struct Instance {
-    ctx: InstanceContext,
+/// The restore consumer of a simulated instance: Fetch requests on its connection.
+struct SimChangelogReader {
     conn: Connection,
-    consumer: SimConsumer,
-    writer: Writer,
-    tasks: BTreeMap<u32, Task>,
-    /// Standby tasks (`num.standby.replicas > 0`).
-    standbys: BTreeMap<u32, StandbyTask>,
-    /// What this instance reports to the Streams assignor at its next JoinGroup.
-    report: Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
-    /// The generation the tasks were last confirmed in.
-    generation: Option<i32>,
-    /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
-    txn_group: Option<ConsumerGroupMetadata>,
-    sent: usize,
-    last_commit_ns: u64,
+}
+
+#[async_trait]
+impl ChangelogReader for SimChangelogReader {
+    async fn restore(
+        &mut self,
+        tp: &TopicPartition,
+        from: Offset,
+        isolation: Isolation,
+        store: &mut KeyValueStore,
+    ) -> Result<Restored, String> {
+        restore(&self.conn, tp, from, isolation, store).await
+    }
 }
 
 /// Runs instance `ctx` forever (until its node is killed).
@@ -153,26 +150,23 @@ pub async fn run(ctx: InstanceContext) {
     let Ok(conn) = Connection::open(ctx.brokers).await else {
         return;
     };
+    let cfg = ctx.processor_config();
     let report = Arc::new(Mutex::new(BTreeMap::new()));
-    let mut consumer = new_consumer(&ctx, &conn, &report);
+    let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
     let topics = vec![ctx.topology.source.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
-    let writer = new_writer(&ctx, &conn).await;
-    let mut instance = Instance {
-        ctx,
-        conn,
-        consumer,
-        writer,
-        tasks: BTreeMap::new(),
-        standbys: BTreeMap::new(),
+    let host = SimHost {
+        name: ctx.name(),
+        conn: conn.clone(),
+        board: ctx.board.clone(),
+        recorder: ctx.recorder.clone(),
         report,
-        generation: None,
-        txn_group: None,
-        sent: 0,
-        last_commit_ns: now_ns(),
     };
+    let writer = processor::new_writer(&cfg, &host).await;
+    let reader = SimChangelogReader { conn };
+    let mut instance = Processor::new(cfg, host, consumer, reader, writer);
     loop {
         instance.step().await;
     }
@@ -182,11 +176,12 @@ pub async fn run(ctx: InstanceContext) {
 /// with the range assignor.
 fn new_consumer(
     ctx: &InstanceContext,
+    cfg: &ProcessorConfig,
     conn: &Connection,
     report: &Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
 ) -> SimConsumer {
     if ctx.spec.num_standby_replicas == 0 {
-        return SimConsumer::new(conn.clone(), ctx.consumer_config());
+        return SimConsumer::new(conn.clone(), cfg.consumer_config());
     }
     let assignor = StreamsAssignor {
         board: ctx.board.clone(),
@@ -195,439 +190,5 @@ fn new_consumer(
         changelog: ctx.spec.changelog_topic(),
         config: ctx.spec.assignor_config(),
     };
-    SimConsumer::with_assignor(conn.clone(), ctx.consumer_config(), Arc::new(assignor))
-}
-
-/// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
-/// transactional producer with `transactional.id = <application.id>-streams-<index>`
-/// (stable across restarts, so a restarted instance fences its zombie), initialized.
-async fn new_writer(ctx: &InstanceContext, conn: &Connection) -> Writer {
-    let producer = ProducerConfig {
-        enable_idempotence: true,
-        ..ctx.producer.clone()
-    };
-    if !ctx.eos() {
-        return Writer::Alo(SimProducer::new(conn.clone(), producer));
-    }
-    let id = format!("{}-streams-{}", ctx.spec.application_id, ctx.index);
-    let mut config = TxnProducerConfig::new(id);
-    config.transaction_timeout_ms = ctx.spec.transaction_timeout_ms;
-    config.producer = producer;
-    loop {
-        let p = SimTransactionalProducer::new(conn.clone(), config.clone());
-        match p
-            .init_transactions(Duration::from_millis(CALL_TIMEOUT_MS))
-            .await
-        {
-            Ok(()) => return Writer::Eos(p),
-            Err(e) => tracing::debug!(%e, "init_transactions"),
-        }
-        madsim::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-impl Instance {
-    async fn step(&mut self) {
-        let poll_ms = self.ctx.spec.commit_interval_ms().clamp(10, 200);
-        let records = match self.consumer.poll(Duration::from_millis(poll_ms)).await {
-            Ok(records) => records,
-            Err(_) => {
-                madsim::time::sleep(Duration::from_millis(200)).await;
-                return;
-            }
-        };
-        let fresh = match self.sync_tasks().await {
-            Ok(fresh) => fresh,
-            Err(e) => return self.recover(e, false).await,
-        };
-        for r in records {
-            let p = r.tp.partition;
-            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
-                continue; // re-fetched after the seek to the committed offset
-            }
-            if let Err((e, fatal)) = self.process(r).await {
-                return self.recover(e, fatal).await;
-            }
-        }
-        let interval_ns = self.ctx.spec.commit_interval_ms() * 1_000_000;
-        let stable = self.consumer.group_metadata().is_some();
-        if now_ns() >= self.last_commit_ns + interval_ns && stable {
-            self.commit().await;
-        }
-        if !self.standbys.is_empty() {
-            let topic = self.ctx.spec.changelog_topic();
-            let isolation = self.ctx.restore_isolation();
-            standby::update(&self.conn, &topic, isolation, &mut self.standbys).await;
-        }
-        self.publish_report();
-    }
-
-    /// What the next JoinGroup reports: active tasks running, standbys at their position,
-    /// other tasks at their on-disk checkpoint (Java's `getTaskOffsetSums`).
-    fn publish_report(&self) {
-        if self.ctx.spec.num_standby_replicas == 0 {
-            return;
-        }
-        let mut report: BTreeMap<u32, TaskOffset> = self
-            .ctx
-            .disk
-            .checkpoints(self.ctx.index)
-            .into_iter()
-            .map(|(p, c)| (p, TaskOffset::Position(c)))
-            .collect();
-        for (p, s) in &self.standbys {
-            report.insert(*p, TaskOffset::Position(s.position));
-        }
-        for p in self.tasks.keys() {
-            report.insert(*p, TaskOffset::Running);
-        }
-        *self.report.lock().expect("report lock") = report;
-    }
-
-    /// Drops tasks of revoked partitions (recycling them into standbys where assigned) and
-    /// opens tasks of new ones; returns the new ones. Nothing changes during a rebalance.
-    async fn sync_tasks(&mut self) -> Result<BTreeSet<u32>, String> {
-        let source = self.ctx.topology.source.clone();
-        let assigned: BTreeSet<u32> = self
-            .consumer
-            .assignment()
-            .into_iter()
-            .filter(|tp| tp.topic == source)
-            .map(|tp| tp.partition)
-            .collect();
-        self.check_migrated(&assigned)?;
-        // Eager rebalancing revokes every partition until the new assignment: the tasks
-        // are suspended meanwhile (Streams keeps suspended tasks and their stores).
-        let Some(group) = self.consumer.group_metadata() else {
-            return Ok(BTreeSet::new());
-        };
-        // A task kept from the previous generation may resume; after a missed generation
-        // someone else may have run it, so every task is lost (closed dirty).
-        let previous = self.generation.replace(group.generation);
-        if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
-            let lost: Vec<u32> = self.tasks.keys().copied().collect();
-            for p in lost {
-                self.close_dirty(p);
-            }
-        }
-        let standbys = self.assigned_standbys();
-        for p in self.revoked(&assigned) {
-            match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
-                true => self.recycle_to_standby(p),
-                false => self.close_dirty(p),
-            }
-        }
-        let mut fresh = BTreeSet::new();
-        for p in assigned {
-            if !self.tasks.contains_key(&p) {
-                self.open_task(p).await?;
-                fresh.insert(p);
-            }
-        }
-        if let Some(standbys) = standbys {
-            self.standbys.retain(|p, _| standbys.contains(p));
-            for p in standbys.into_iter().filter(|p| !self.tasks.contains_key(p)) {
-                self.standbys.entry(p).or_default();
-            }
-        }
-        Ok(fresh)
-    }
-
-    /// The tasks whose partitions are not in `assigned`.
-    fn revoked(&self, assigned: &BTreeSet<u32>) -> Vec<u32> {
-        let tasks = self.tasks.keys().copied();
-        tasks.filter(|p| !assigned.contains(p)).collect()
-    }
-
-    /// A rebalance while a transaction is open: its records may belong to a task that
-    /// moved, and its offsets would be fenced anyway (TaskMigratedException).
-    fn check_migrated(&self, assigned: &BTreeSet<u32>) -> Result<(), String> {
-        let Some(txn) = &self.txn_group else {
-            return Ok(());
-        };
-        let revoked = self.revoked(assigned);
-        let now = self.consumer.group_metadata().map(|g| g.generation);
-        if !revoked.is_empty() || now != Some(txn.generation) {
-            return Err(format!(
-                "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
-                txn.generation
-            ));
-        }
-        Ok(())
-    }
-
-    /// The standby tasks of this member's current generation; `None` without standbys or
-    /// outside a stable generation (the standbys are then left as they are).
-    fn assigned_standbys(&self) -> Option<BTreeSet<u32>> {
-        if self.ctx.spec.num_standby_replicas == 0 {
-            return None;
-        }
-        let group = self.consumer.group_metadata()?;
-        self.ctx.board.standbys(group.generation, &group.member_id)
-    }
-
-    /// An active task revoked while its standby stays here: it keeps its store (no
-    /// transaction is open, so the store holds committed changelog data only).
-    fn recycle_to_standby(&mut self, p: u32) {
-        if let Some(task) = self.tasks.remove(&p) {
-            let standby = StandbyTask {
-                store: task.store,
-                position: task.changelog_end,
-            };
-            self.standbys.insert(p, standby);
-        }
-    }
-
-    /// Closes a task without a commit: under exactly_once_v2 its store directory is wiped.
-    fn close_dirty(&mut self, p: u32) {
-        self.tasks.remove(&p);
-        if self.ctx.eos() {
-            self.ctx.disk.wipe(self.ctx.index, p);
-        }
-    }
-
-    /// Opens the task of input partition `p`: stable committed offset, seek, restore.
-    async fn open_task(&mut self, p: u32) -> Result<(), String> {
-        let input = TopicPartition::new(self.ctx.topology.source.clone(), p);
-        let committed = self
-            .consumer
-            .committed(std::slice::from_ref(&input))
-            .await
-            .map_err(|e| format!("committed offset of {input}: {e}"))?;
-        let offset = committed.first().map_or(0, |(_, o)| (*o).max(0));
-        self.consumer
-            .seek(&input, offset)
-            .map_err(|e| e.to_string())?;
-        let (mut store, from, label) = match self.standbys.remove(&p) {
-            Some(s) => (s.store, s.position, "standby".to_string()),
-            None => self.local_state(p),
-        };
-        let changelog = TopicPartition::new(self.ctx.spec.changelog_topic(), p);
-        let isolation = self.ctx.restore_isolation();
-        let restored = restore(&self.conn, &changelog, from, isolation, &mut store).await?;
-        let value = Value::StreamsRestore {
-            tp: input,
-            store: label,
-            from_offset: from,
-            restored: restored.records,
-        };
-        self.ctx.record(OpKind::Ok, value, None);
-        let task = Task {
-            store,
-            changelog_end: restored.end_offset,
-            position: None,
-        };
-        self.tasks.insert(p, task);
-        Ok(())
-    }
-
-    /// The store a task starts from, the changelog offset to restore from, and a label.
-    /// A persistent store without checkpoint is corrupted under EOS semantics and wiped.
-    fn local_state(&self, p: u32) -> (KeyValueStore, Offset, String) {
-        let (disk, index) = (&self.ctx.disk, self.ctx.index);
-        match (self.ctx.spec.store, disk.read(index, p)) {
-            (StoreKind::InMemory, _) => (KeyValueStore::default(), 0, "in-memory".into()),
-            (
-                StoreKind::Persistent,
-                Some(Flushed {
-                    store,
-                    checkpoint: Some(c),
-                }),
-            ) => {
-                if self.ctx.eos() {
-                    disk.delete_checkpoint(index, p);
-                }
-                (store, c, "persistent+checkpoint".into())
-            }
-            (StoreKind::Persistent, Some(_)) => {
-                disk.wipe(index, p);
-                (KeyValueStore::default(), 0, "persistent-wiped".into())
-            }
-            (StoreKind::Persistent, None) => (KeyValueStore::default(), 0, "persistent".into()),
-        }
-    }
-
-    /// Processes one record: store update, then output and changelog records.
-    async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
-        let p = r.tp.partition;
-        let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
-        let task = self.tasks.get_mut(&p).expect("the task exists");
-        task.position = Some(r.offset + 1);
-        let Some(update) = parsed.and_then(|rec| self.ctx.topology.process(rec, &mut task.store))
-        else {
-            return Ok(());
-        };
-        if self.ctx.spec.process_ms > 0 {
-            madsim::time::sleep(Duration::from_millis(self.ctx.spec.process_ms)).await;
-        }
-        let key = Bytes::from(update.store_key);
-        let value = Bytes::from(update.count.to_string());
-        let output = record(&self.ctx.topology.sink, None, &key, &value);
-        self.send(output).await?;
-        let changelog = record(&self.ctx.spec.changelog_topic(), Some(p), &key, &value);
-        let offset = self.send(changelog).await?;
-        if let Some(task) = self.tasks.get_mut(&p) {
-            task.changelog_end = task.changelog_end.max(offset + 1);
-        }
-        Ok(())
-    }
-
-    /// Sends one record (beginning a transaction first under EOS); its offset, or the
-    /// error and whether the producer is unusable.
-    async fn send(&mut self, rec: ProducerRecord) -> Result<Offset, (String, bool)> {
-        self.sent += 1;
-        match &self.writer {
-            Writer::Alo(p) => p
-                .send(rec)
-                .await
-                .map(|d| d.offset)
-                .map_err(|e| (e.to_string(), false)),
-            Writer::Eos(p) => {
-                if self.txn_group.is_none() {
-                    let group = self.consumer.group_metadata().ok_or_else(|| {
-                        (
-                            "no stable group generation to begin a transaction".to_string(),
-                            false,
-                        )
-                    })?;
-                    p.begin_transaction()
-                        .map_err(|e| (e.to_string(), e.is_fatal()))?;
-                    self.txn_group = Some(group);
-                }
-                p.send(rec)
-                    .await
-                    .map(|d| d.offset)
-                    .map_err(|e| (e.to_string(), e.is_fatal()))
-            }
-        }
-    }
-
-    /// The next input offsets of every task that processed something since it opened.
-    fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
-        let source = &self.ctx.topology.source;
-        self.tasks
-            .iter()
-            .filter_map(|(p, t)| {
-                t.position
-                    .map(|o| (TopicPartition::new(source.clone(), *p), o))
-            })
-            .collect()
-    }
-
-    async fn commit(&mut self) {
-        self.last_commit_ns = now_ns();
-        let offsets = self.offsets();
-        if offsets.is_empty() && self.txn_group.is_none() {
-            return;
-        }
-        let value = Value::StreamsCommit {
-            guarantee: self.ctx.spec.processing_guarantee.name().to_string(),
-            records: std::mem::take(&mut self.sent),
-            offsets: offsets.clone(),
-        };
-        self.ctx.record(OpKind::Invoke, value.clone(), None);
-        let result = match self.ctx.eos() {
-            false => self.commit_alo(&offsets).await,
-            true => self.commit_eos(&offsets).await,
-        };
-        match result {
-            Ok(()) => self.ctx.record(OpKind::Ok, value, None),
-            Err((e, ambiguous, fatal)) => {
-                let kind = if ambiguous {
-                    OpKind::Info
-                } else {
-                    OpKind::Fail
-                };
-                self.ctx.record(kind, value, Some(e.clone()));
-                self.recover(e, fatal || ambiguous).await;
-            }
-        }
-    }
-
-    /// Flush (every send was awaited), persistent stores with their checkpoint, offsets.
-    async fn commit_alo(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
-        if self.ctx.spec.store == StoreKind::Persistent {
-            for (p, t) in &self.tasks {
-                let flushed = Flushed {
-                    store: t.store.clone(),
-                    checkpoint: Some(t.changelog_end),
-                };
-                self.ctx.disk.write(self.ctx.index, *p, flushed);
-            }
-        }
-        self.consumer
-            .commit(offsets)
-            .await
-            .map_err(|e| (e.to_string(), e.is_ambiguous(), false))
-    }
-
-    /// The offsets into the open transaction with its group metadata, then commit.
-    async fn commit_eos(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
-        let Writer::Eos(p) = &self.writer else {
-            unreachable!("EOS has a transactional producer")
-        };
-        let Some(group) = self.txn_group.clone() else {
-            return Ok(()); // nothing sent since the last commit: nothing to commit
-        };
-        let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
-        p.send_offsets_to_transaction(offsets, &group, timeout)
-            .await
-            .map_err(|e| (e.to_string(), false, e.is_fatal()))?;
-        p.commit_transaction(timeout)
-            .await
-            .map_err(|e| (e.to_string(), true, true))?;
-        self.txn_group = None;
-        if self.ctx.spec.store == StoreKind::Persistent {
-            for (p, t) in &self.tasks {
-                let flushed = Flushed {
-                    store: t.store.clone(),
-                    checkpoint: None,
-                };
-                self.ctx.disk.write(self.ctx.index, *p, flushed);
-            }
-        }
-        Ok(())
-    }
-
-    /// After an error: under EOS abort (or recreate the producer when it is unusable or a
-    /// commit's outcome is unknown) and wipe every store; then close every task, so that
-    /// each reopens at the committed offset with a restored store.
-    async fn recover(&mut self, error: String, recreate: bool) {
-        let tasks = self.tasks.keys().copied().collect();
-        let value = Value::StreamsRecover {
-            reason: error,
-            tasks,
-        };
-        self.ctx.record(OpKind::Info, value, None);
-        if let Writer::Eos(p) = &self.writer {
-            let mut recreate = recreate;
-            if self.txn_group.take().is_some() && !recreate {
-                let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
-                recreate = p.abort_transaction(timeout).await.is_err();
-            }
-            if recreate {
-                self.writer = new_writer(&self.ctx, &self.conn).await;
-            }
-            let open: Vec<u32> = self.tasks.keys().copied().collect();
-            for p in open {
-                self.close_dirty(p);
-            }
-        }
-        self.tasks.clear();
-        self.sent = 0;
-        self.publish_report();
-    }
-}
-
-/// Error text, whether the outcome is unknown, whether the producer must be recreated.
-type CommitResult = Result<(), (String, bool, bool)>;
-
-fn record(topic: &str, partition: Option<u32>, key: &Bytes, value: &Bytes) -> ProducerRecord {
-    ProducerRecord {
-        topic: topic.to_string(),
-        partition,
-        key: Some(key.clone()),
-        value: Some(value.clone()),
-        headers: Vec::new(),
-    }
+    SimConsumer::with_assignor(conn.clone(), cfg.consumer_config(), Arc::new(assignor))
 }

@@ -8,14 +8,18 @@
 //!   5-second tumbling windows as [`topology::windowed_count`].
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
-//! - `instance` (simulation only): one processor instance (`streams-i`): consumer group
-//!   member, tasks, restore, commit under each guarantee.
+//! - [`processor`]: the processing and commit loop of one instance over the client traits
+//!   and a host (clock, history, producers, changelog restore): tasks, restore, commit
+//!   under each guarantee.
+//! - `instance` (simulation only): the simulated host of one instance (`streams-i`); the
+//!   real one is `real::run::streams_instance`.
 //! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
 //!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
 //! - `standby` (simulation only): the group leader's Streams assignor over the consumer
 //!   group and the standby tasks an instance keeps from the changelog (read_committed under
 //!   exactly_once_v2), promoted to active by restoring only the tail past their position.
-//! - `restore` (simulation only): the restore consumer, up to the log end offset.
+//! - `restore` (simulation only): the simulated restore consumer (Fetch at the leader), up
+//!   to the log end offset.
 //! - [`StreamsSpec`]: the `[streams]` section of a scenario.
 //!
 //! # Example
@@ -32,6 +36,7 @@
 //! ```
 
 pub mod assignor;
+pub mod processor;
 pub mod store;
 pub mod topology;
 
@@ -43,6 +48,30 @@ pub mod restore;
 pub mod standby;
 
 use serde::{Deserialize, Serialize};
+
+/// The id and event time (ms) an input record of `streams-count` carries in its value
+/// `<id>,<timestamp_ms>`: `u64::MAX` and -1 where unreadable.
+pub fn input_id_and_time(value: &str) -> (u64, i64) {
+    let (id, ts) = value.split_once(',').unwrap_or((value, ""));
+    (id.parse().unwrap_or(u64::MAX), ts.parse().unwrap_or(-1))
+}
+
+/// An output record (`key@windowStart → count`, as text) at `offset` as the checker's
+/// update; `None` when it does not parse.
+pub fn output_update(
+    key: Option<&str>,
+    value: Option<&str>,
+    offset: eosim_sim::kafka::Offset,
+) -> Option<crate::history::StreamsUpdate> {
+    let (key, window_start_ms) = topology::split_store_key(key?)?;
+    let count = value?.parse().ok()?;
+    Some(crate::history::StreamsUpdate {
+        key,
+        window_start_ms,
+        count,
+        offset,
+    })
+}
 
 /// `processing.guarantee`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -11,7 +11,7 @@
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::drop_aborted;
-use crate::streams::store::KeyValueStore;
+use crate::streams::store::{changelog_entry, KeyValueStore};
 use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
 use std::time::Duration;
 
@@ -20,14 +20,7 @@ const RESTORE_ATTEMPTS_MAX: u32 = 40;
 /// Pause before fetching again when a fetch made no progress (an open transaction), ms.
 const RESTORE_WAIT_MS: u64 = 100;
 
-/// What a restore did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restored {
-    /// Changelog records replayed.
-    pub records: usize,
-    /// The changelog offset the store is now complete up to.
-    pub end_offset: Offset,
-}
+pub use super::processor::Restored;
 
 /// Replays changelog partition `tp` from `from` into `store` (last value per key wins).
 ///
@@ -154,14 +147,7 @@ async fn fetch_once(
     let batch = kept
         .into_iter()
         .filter(|r| r.offset >= offset)
-        .filter_map(|r| {
-            let key = String::from_utf8(r.record.key?.to_vec()).ok()?;
-            let count = String::from_utf8(r.record.value?.to_vec())
-                .ok()?
-                .parse()
-                .ok()?;
-            Some((key, count))
-        })
+        .filter_map(|r| changelog_entry(r.record.key.as_deref(), r.record.value.as_deref()))
         .collect();
     Ok((batch, part.next_fetch_offset, part.high_watermark))
 }

@@ -23,7 +23,6 @@
 
 use super::assignor::{self, AssignorConfig, TaskOffset};
 use super::restore::restore_step;
-use super::store::KeyValueStore;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::{AssignmentFuture, GroupAssignor};
 use eosim_sim::kafka::{Isolation, Offset, OffsetSpec, Request, Response, TopicPartition};
@@ -174,14 +173,7 @@ impl StreamsAssignor {
     }
 }
 
-/// A standby task: its copy of the store and its changelog position.
-#[derive(Debug, Clone, Default)]
-pub struct StandbyTask {
-    /// The copy of the task's store.
-    pub store: KeyValueStore,
-    /// Changelog offset the copy is complete up to (the next to read).
-    pub position: Offset,
-}
+pub use super::processor::StandbyTask;
 
 /// One update of every standby in `standbys` (one fetch each) from changelog `topic`;
 /// a failed fetch leaves that standby where it was until the next loop.

@@ -11,6 +11,14 @@ use eosim_sim::kafka::Offset;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+/// A changelog record as a store entry: key `key@windowStart` (UTF-8), value the count
+/// as decimal text; `None` for anything else (a tombstone, say).
+pub fn changelog_entry(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<(String, u64)> {
+    let key = String::from_utf8(key?.to_vec()).ok()?;
+    let count = std::str::from_utf8(value?).ok()?.parse().ok()?;
+    Some((key, count))
+}
+
 /// A task's key-value state store (`key@windowStart → count`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyValueStore {

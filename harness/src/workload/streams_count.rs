@@ -33,9 +33,10 @@ use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpd
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
+use crate::streams::processor::ProcessorConfig;
 use crate::streams::standby::Board;
 use crate::streams::store::Disk;
-use crate::streams::topology::split_store_key;
+use crate::streams::{input_id_and_time, output_update};
 use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
@@ -82,30 +83,20 @@ impl Context {
     }
 
     fn producer_config(&self) -> ProducerConfig {
-        let w = &self.scenario.workload;
-        ProducerConfig {
-            acks: w.acks,
-            enable_idempotence: true,
-            request_timeout_ms: w.request_timeout_ms,
-            delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-            retries: w.retries,
-            ..ProducerConfig::default()
-        }
+        self.scenario.workload.idempotent_producer_config()
     }
 
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
+        let cfg = ProcessorConfig::of_scenario(s, index, self.disk.clone());
         InstanceContext {
             index,
-            spec: s.streams.clone(),
-            topology: s.streams.topology(&s.topic.name),
+            spec: cfg.spec,
+            topology: cfg.topology,
             brokers: s.cluster.brokers,
-            session_timeout_ms: s
-                .streams
-                .session_timeout_ms
-                .unwrap_or(s.workload.session_timeout_ms),
-            producer: self.producer_config(),
-            disk: self.disk.clone(),
+            session_timeout_ms: cfg.session_timeout_ms,
+            producer: cfg.producer,
+            disk: cfg.disk,
             board: self.board.clone(),
             recorder: self.recorder.clone(),
         }
@@ -301,8 +292,7 @@ impl StreamsCount {
         let mut inputs = Vec::new();
         for (offset, r) in cluster.records(&tp) {
             let value = text(&r.value).unwrap_or_default();
-            let (id, ts) = value.split_once(',').unwrap_or((value.as_str(), ""));
-            let id = id.parse().unwrap_or(u64::MAX);
+            let (id, timestamp_ms) = input_id_and_time(&value);
             let key = text(&r.key);
             refs.push(RecordRef {
                 id,
@@ -310,7 +300,6 @@ impl StreamsCount {
                 tp: tp.clone(),
                 offset,
             });
-            let timestamp_ms = ts.parse().unwrap_or(-1);
             let key = key.unwrap_or_default();
             inputs.push(StreamsInputRecord {
                 id,
@@ -331,12 +320,6 @@ impl StreamsCount {
 }
 
 fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
-    let (key, window_start_ms) = split_store_key(&text(&r.record.key)?)?;
-    let count = text(&r.record.value)?.parse().ok()?;
-    Some(StreamsUpdate {
-        key,
-        window_start_ms,
-        count,
-        offset: r.offset,
-    })
+    let (key, value) = (text(&r.record.key), text(&r.record.value));
+    output_update(key.as_deref(), value.as_deref(), r.offset)
 }

@@ -115,15 +115,7 @@ impl Context {
     }
 
     fn producer_config(&self) -> ProducerConfig {
-        let w = &self.scenario.workload;
-        ProducerConfig {
-            acks: w.acks,
-            enable_idempotence: true,
-            request_timeout_ms: w.request_timeout_ms,
-            delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-            retries: w.retries,
-            ..ProducerConfig::default()
-        }
+        self.scenario.workload.idempotent_producer_config()
     }
 }
 

@@ -2,8 +2,8 @@
 
 use super::error::{from_code, from_commit, from_rdkafka};
 use crate::client::{
-    Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, Delivery,
-    Producer, ProducerConfig, ProducerRecord,
+    Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig,
+    ConsumerGroupMetadata, Delivery, Producer, ProducerConfig, ProducerRecord,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -303,6 +303,35 @@ impl RealConsumer {
         Ok(out)
     }
 
+    /// The high watermark of `tp`, asked of its leader (`fetch_watermarks`).
+    ///
+    /// # Errors
+    /// A timeout after `request.timeout.ms`, or the broker's error.
+    pub async fn high_watermark(&self, tp: &TopicPartition) -> Result<Offset, ClientError> {
+        let consumer = Arc::clone(self.inner()?);
+        let (topic, partition) = (tp.topic.clone(), tp.partition as i32);
+        let timeout_ms = self.config.request_timeout_ms;
+        let timeout = Duration::from_millis(timeout_ms);
+        let (_, high) = tokio::task::spawn_blocking(move || {
+            consumer.fetch_watermarks(&topic, partition, timeout)
+        })
+        .await
+        .map_err(|e| ClientError::Fatal(format!("watermarks task: {e}")))?
+        .map_err(|e| from_rdkafka(&e, "list offsets", timeout_ms))?;
+        Ok(high)
+    }
+
+    /// The fetch position of assigned partition `tp` (past control records, unlike the
+    /// last record's offset); `None` before the first fetch.
+    pub fn position(&self, tp: &TopicPartition) -> Option<Offset> {
+        let tpl = self.inner().ok()?.position().ok()?;
+        let e = tpl.find_partition(&tp.topic, tp.partition as i32)?;
+        match e.offset() {
+            rdkafka::Offset::Offset(o) => Some(o),
+            _ => None,
+        }
+    }
+
     /// Handles one error from `recv`: `Some` ends the poll with it, `None` goes on, as
     /// Java's consumer retries connection, metadata and leadership errors inside `poll`.
     /// An `auto.offset.reset=none` miss (librdkafka's `_AUTO_OFFSET_RESET`) is Java's
@@ -396,6 +425,19 @@ impl Consumer for RealConsumer {
                 Timeout::After(Duration::ZERO),
             )
             .map_err(|e| from_rdkafka(&e, "seek", 0))
+    }
+
+    /// librdkafka's generation and member id ([`super::group`]); `None` before the first
+    /// join and after a close.
+    fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        super::group::group_metadata(self.inner().ok()?)
+    }
+
+    async fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        RealConsumer::committed(self, partitions).await
     }
 
     async fn close(&mut self) {

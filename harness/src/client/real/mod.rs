@@ -4,6 +4,7 @@
 //! # Sections
 //! - [`kafka`]: [`RealProducer`] (`FutureProducer`), [`RealConsumer`] (`StreamConsumer`
 //!   with `subscribe`, range assignor, manual synchronous commits) and [`RealAdmin`].
+//! - `group`: the consumer's group metadata (generation, member id) read from librdkafka.
 //! - [`txn`]: [`RealTransactionalProducer`], librdkafka's transactional producer.
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
@@ -30,6 +31,7 @@
 
 pub mod clickhouse;
 pub mod error;
+mod group;
 pub mod kafka;
 pub mod postgres;
 pub mod txn;

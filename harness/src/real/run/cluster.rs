@@ -7,7 +7,7 @@ use crate::client::Admin;
 use crate::history::RecordRef;
 use crate::real::provision::Kafka;
 use crate::scenario::Scenario;
-use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -232,11 +232,31 @@ pub fn read_log(
     high: &BTreeMap<TopicPartition, Offset>,
     time_ms_max: u64,
 ) -> Result<BTreeMap<TopicPartition, Vec<LogRecord>>, String> {
+    read_log_isolated(bootstrap, high, time_ms_max, Isolation::ReadUncommitted)
+}
+
+/// Reads every partition from offset 0 to its high watermark with `isolation`: under
+/// read_committed aborted records are left out, and a partition is read once the position
+/// reached the high watermark (past transaction markers, which no record reports).
+///
+/// # Errors
+/// When the log cannot be read up to the high watermarks within `time_ms_max` (under
+/// read_committed, a transaction still open holds the position back).
+pub fn read_log_isolated(
+    bootstrap: &str,
+    high: &BTreeMap<TopicPartition, Offset>,
+    time_ms_max: u64,
+    isolation: Isolation,
+) -> Result<BTreeMap<TopicPartition, Vec<LogRecord>>, String> {
+    let level = match isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "eosim-final-log")
         .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_uncommitted")
+        .set("isolation.level", level)
         .set("log_level", "0")
         .create()
         .map_err(|e| format!("log reader: {e}"))?;
@@ -251,8 +271,15 @@ pub fn read_log(
     let mut log: BTreeMap<TopicPartition, Vec<LogRecord>> =
         high.keys().map(|tp| (tp.clone(), Vec::new())).collect();
     let done = |log: &BTreeMap<TopicPartition, Vec<LogRecord>>| {
-        high.iter()
-            .all(|(tp, hw)| log[tp].last().map_or(0, |r| r.offset + 1) >= *hw)
+        let positions = consumer.position().ok();
+        high.iter().all(|(tp, hw)| {
+            let position = positions
+                .as_ref()
+                .and_then(|t| t.find_partition(&tp.topic, tp.partition as i32))
+                .and_then(|e| e.offset().to_raw())
+                .unwrap_or(0);
+            log[tp].last().map_or(0, |r| r.offset + 1).max(position) >= *hw
+        })
     };
     let started = Instant::now();
     while !done(&log) {

@@ -22,7 +22,9 @@
 //! Per pipeline ([`pipelines`]): `kafka-consume` as above; `connect-jdbc` (P2) with a
 //! PostgreSQL server, change-event producers and `connect-i` sink-task processes
 //! ([`connect_task`]), drained on group `connect-<name>`, its final state the table read
-//! back, and a bulk load of the same rows for comparison ([`bulk`]).
+//! back, and a bulk load of the same rows for comparison ([`bulk`]); `streams-count` (P3)
+//! with `streams-i` Streams instances ([`streams_instance`], [`streams_count`]), drained
+//! on group `streams.application_id`, its final state the output read_committed.
 //!
 //! A real run is one run, not a seed: it is reported as one seed (`seed 0`), is not
 //! reproducible, and its history carries wall-clock times since the run's start.
@@ -37,6 +39,8 @@ pub mod measure;
 pub mod pipelines;
 pub mod plugins;
 pub mod result;
+pub mod streams_count;
+pub mod streams_instance;
 pub mod worker;
 pub mod workers;
 
@@ -261,6 +265,7 @@ impl Run<'_> {
             pipelines::Target::Files => self.record_final(&mut history),
             pipelines::Target::Postgres(_) => self.record_final_cdc(&mut history),
             pipelines::Target::ClickHouse(_) => self.record_final_clickhouse(&mut history),
+            pipelines::Target::Streams => self.record_final_streams(&mut history),
         }
         .err();
         self.note_bad_lines();

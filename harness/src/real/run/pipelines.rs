@@ -13,6 +13,11 @@
 //!   run one sink task each in group `connect-<[sink] name>`; final state: the log, the
 //!   table's rows by name, committed offsets, task states.
 //!
+//! - `streams-count` ([`streams_count`](super::streams_count)): the output topic and the
+//!   changelog; producers send `<id>,<timestamp_ms>`, `streams-i` run one Streams instance
+//!   each in group `streams.application_id`; final state: the input log, the committed
+//!   offsets, the output read_committed.
+//!
 //! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
 //! scenario's own URL is the simulated node's); the history records the configuration the
@@ -43,6 +48,8 @@ pub enum Target {
     Postgres(Box<PgTarget>),
     /// `clickhouse-sink`: ClickHouse and ZooKeeper started for the run.
     ClickHouse(Box<super::clickhouse_sink::ChTarget>),
+    /// `streams-count`: the output topic (and the changelog) in the run's Kafka.
+    Streams,
 }
 
 /// The PostgreSQL server of a `connect-jdbc` run and the connector writing into it.
@@ -77,7 +84,7 @@ impl Target {
     /// Connector keys every sink task sets over the scenario's.
     pub fn connector_sets(&self) -> Vec<(String, String)> {
         match self {
-            Target::Files => Vec::new(),
+            Target::Files | Target::Streams => Vec::new(),
             Target::ClickHouse(t) => t.connector.raw.clone().into_iter().collect(),
             Target::Postgres(t) => vec![(
                 "connection.url".to_string(),
@@ -98,6 +105,7 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         ),
         Pipeline::ConnectJdbc => None,
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
+        Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
         other => Some(format!(
             "skipped: pipeline {} is not supported by the real backend yet",
             other.name()
@@ -111,6 +119,7 @@ pub fn group(scenario: &Scenario) -> String {
         Pipeline::ConnectJdbc => parse_connector(&scenario.connector)
             .map_or_else(|_| SINK_GROUP.to_string(), |c| c.group_id()),
         Pipeline::ClickhouseSink => super::clickhouse_sink::group(scenario),
+        Pipeline::StreamsCount => scenario.streams.application_id.clone(),
         _ => SINK_GROUP.to_string(),
     }
 }
@@ -150,6 +159,7 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
                 out.push(w);
             }
         }
+        Pipeline::StreamsCount => out.extend(super::streams_count::instances(scenario)),
         _ => {
             for i in 0..w.consumers {
                 out.push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
@@ -168,6 +178,10 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
     if scenario.pipeline == Pipeline::ClickhouseSink {
         let target = super::clickhouse_sink::ChTarget::setup(scenario)?;
         return Ok(Target::ClickHouse(Box::new(target)));
+    }
+    if scenario.pipeline == Pipeline::StreamsCount {
+        super::streams_count::setup(scenario, bootstrap)?;
+        return Ok(Target::Streams);
     }
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);

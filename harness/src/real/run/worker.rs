@@ -53,6 +53,8 @@ pub enum Role {
     /// `connect-jdbc`: one Connect sink task ([`super::connect_task`]) until killed; exits
     /// non-zero when the task fails.
     SinkTask,
+    /// `streams-count`: one Streams instance ([`super::streams_instance`]) until killed.
+    Streams,
 }
 
 impl Role {
@@ -63,6 +65,7 @@ impl Role {
             Role::Consumer => "consumer",
             Role::CdcProducer => "cdc-producer",
             Role::SinkTask => "sink-task",
+            Role::Streams => "streams",
         }
     }
 
@@ -76,11 +79,12 @@ impl Role {
             Role::Consumer,
             Role::CdcProducer,
             Role::SinkTask,
+            Role::Streams,
         ]
         .into_iter()
         .find(|r| r.name() == name)
         .ok_or(format!(
-            "--role {name:?}: expected producer, consumer, cdc-producer or sink-task"
+            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task or streams"
         ))
     }
 
@@ -182,6 +186,9 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
                 super::clickhouse_sink::row_record(&spec.scenario, id)
             }))
         }
+        Role::Producer if spec.scenario.pipeline == crate::scenario::Pipeline::StreamsCount => {
+            runtime.block_on(producer(&spec, |id| streams_input_record(&spec, id)))
+        }
         Role::Producer => runtime.block_on(producer(&spec, |id| id_record(&spec, id))),
         Role::CdcProducer => {
             let mut rng = StdRng::seed_from_u64(REAL_EVENTS_SEED);
@@ -190,6 +197,7 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         }
         Role::Consumer => runtime.block_on(consumer(&spec)),
         Role::SinkTask => runtime.block_on(super::connect_task::run_sink_task(&spec)),
+        Role::Streams => runtime.block_on(super::streams_instance::run_streams(&spec)),
     }
 }
 
@@ -208,6 +216,16 @@ fn id_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {
         headers: Vec::new(),
     };
     (Some(key), record)
+}
+
+/// `streams-count`'s input record for `id`, as the simulated producer sends it: key
+/// `k<id % keys>`, value `<id>,<timestamp_ms>` with the send's time since the run's epoch
+/// as event time.
+fn streams_input_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {
+    let (key, mut record) = id_record(spec, id);
+    let timestamp_ms = unix_ns().saturating_sub(spec.epoch_ns) / 1_000_000;
+    record.value = Some(Bytes::from(format!("{id},{timestamp_ms}")));
+    (key, record)
 }
 
 /// `connect-jdbc`'s record for event `id`, as the simulated producer sends it: the id in
@@ -233,7 +251,8 @@ async fn producer(
     let w = &spec.scenario.workload;
     let config = ProducerConfig {
         acks: w.acks,
-        enable_idempotence: false,
+        // As in simulation: the Streams pipeline's input producers are idempotent.
+        enable_idempotence: spec.scenario.pipeline == crate::scenario::Pipeline::StreamsCount,
         request_timeout_ms: w.request_timeout_ms,
         delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
         retries: w.retries,

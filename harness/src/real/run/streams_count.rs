@@ -1,0 +1,144 @@
+//! Pipeline `streams-count` in a real run: the input topic and, as the simulated pipeline
+//! creates them, the output topic and the store's changelog (the input's partitions and
+//! settings); producers `producer-i` send the input (`<id>,<timestamp_ms>`), instances
+//! `streams-i` ([`super::streams_instance`]) form group `streams.application_id`; the
+//! drain waits for that group's committed offsets at the input's high watermarks; the
+//! final state is recorded in the shapes of `workload::streams_count` so that
+//! `checker::streams` judges it as in simulation: `streams-window`, each input partition's
+//! `log-state` and `streams-input`, the group's `committed-offsets`, and each output
+//! partition's `streams-output` read_committed from offset 0.
+//!
+//! Not run on the real backend (skipped with the reason): standby replicas (Streams' own
+//! assignor cannot be plugged into librdkafka's group) and persistent stores (they need a
+//! disk outside the instance processes).
+
+use super::cluster::{self, LogRecord, Probe};
+use super::worker::Role;
+use super::workers::Worker;
+use super::Run;
+use crate::history::{History, OpKind, RecordRef, StreamsInputRecord, Value};
+use crate::scenario::{Scenario, TopicSpec};
+use crate::streams::{input_id_and_time, output_update, StoreKind};
+use eosim_sim::kafka::{Isolation, TopicPartition};
+
+/// Bound on each final read of a topic, ms.
+const FINAL_READ_MS: u64 = 30_000;
+
+/// Why the real backend cannot run `scenario` (a skip reason), if it cannot.
+pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    let s = &scenario.streams;
+    if s.num_standby_replicas > 0 {
+        return Some(
+            "skipped: streams.num_standby_replicas > 0: standby tasks need Kafka Streams' \
+             assignor, which rdkafka cannot plug into the consumer group (the real backend \
+             runs active tasks only, with librdkafka's range assignor)"
+                .into(),
+        );
+    }
+    if s.store == StoreKind::Persistent {
+        return Some(
+            "skipped: streams.store = \"persistent\" needs a disk that outlives the instance \
+             processes; the real backend runs in-memory stores"
+                .into(),
+        );
+    }
+    None
+}
+
+/// The output topic and the changelog, with the input topic's settings.
+fn topics(scenario: &Scenario) -> [TopicSpec; 2] {
+    let input = &scenario.topic;
+    let streams = &scenario.streams;
+    [streams.output_topic.clone(), streams.changelog_topic()].map(|name| TopicSpec {
+        name,
+        ..input.clone()
+    })
+}
+
+/// Creates the output topic and the changelog.
+///
+/// # Errors
+/// A topic that cannot be created.
+pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<(), String> {
+    for spec in topics(scenario) {
+        cluster::create_topic_spec(bootstrap, &spec)?;
+    }
+    Ok(())
+}
+
+/// The instances `streams-0..instances`, not started.
+pub fn instances(scenario: &Scenario) -> Vec<Worker> {
+    (0..scenario.streams.instances)
+        .map(|i| Worker::new(&format!("streams-{i}"), Role::Streams, 0..0))
+        .collect()
+}
+
+/// An input partition as `log-state` (the Kafka checker) and `streams-input` (the Streams
+/// checker).
+fn input_values(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
+    let mut refs = Vec::new();
+    let mut inputs = Vec::new();
+    for r in records {
+        let (id, timestamp_ms) = input_id_and_time(r.value.as_deref().unwrap_or_default());
+        refs.push(RecordRef {
+            id,
+            key: r.key.clone(),
+            tp: tp.clone(),
+            offset: r.offset,
+        });
+        inputs.push(StreamsInputRecord {
+            id,
+            key: r.key.clone().unwrap_or_default(),
+            timestamp_ms,
+            offset: r.offset,
+        });
+    }
+    [
+        Value::LogState {
+            tp: tp.clone(),
+            records: refs,
+        },
+        Value::StreamsInput {
+            tp: tp.clone(),
+            records: inputs,
+        },
+    ]
+}
+
+impl Run<'_> {
+    /// The final state of a `streams-count` run, as the simulated pipeline records it.
+    pub(super) fn record_final_streams(&mut self, history: &mut History) -> Result<(), String> {
+        let bootstrap = &self.env.bootstrap;
+        let streams = &self.scenario.streams;
+        let probe = Probe::of_scenario(bootstrap, self.scenario, &streams.application_id)?;
+        let input = cluster::read_log(bootstrap, &probe.high_watermarks()?, FINAL_READ_MS)?;
+        let offsets = probe.committed()?;
+        let partitions = self.scenario.topic.partitions;
+        let output_probe = Probe::new(bootstrap, &streams.output_topic, partitions, "eosim")?;
+        let output = cluster::read_log_isolated(
+            bootstrap,
+            &output_probe.high_watermarks()?,
+            FINAL_READ_MS,
+            Isolation::ReadCommitted,
+        )?;
+        let mut values = vec![Value::StreamsWindow {
+            window_size_ms: streams.window_size_ms,
+        }];
+        for (tp, records) in &input {
+            values.extend(input_values(tp, records));
+        }
+        values.push(Value::CommittedOffsets { offsets });
+        for (tp, records) in output {
+            let records = records
+                .iter()
+                .filter_map(|r| output_update(r.key.as_deref(), r.value.as_deref(), r.offset))
+                .collect();
+            values.push(Value::StreamsOutput { tp, records });
+        }
+        let at = self.now_ns();
+        for value in values {
+            history.push(at, "final", OpKind::Ok, value, None);
+        }
+        Ok(())
+    }
+}

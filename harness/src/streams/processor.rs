@@ -1,0 +1,730 @@
+//! The processing and commit loop of one Streams instance (one stream thread), written once
+//! over the client traits ([`Consumer`], [`Producer`], [`TransactionalProducer`]) so that
+//! the simulated instance (`streams::instance`, under `--cfg madsim`) and a real process
+//! can run the same code.
+//!
+//! Where the loop runs is a [`StreamsHost`]: its clock, where its ops go (the history), how
+//! producers are built, and the standby hooks (simulation only; the defaults do nothing).
+//! How a task's store is restored from its changelog is a [`ChangelogReader`].
+//!
+//! # Loop ([`Processor::step`])
+//! poll → open tasks for newly assigned partitions (stable committed offset first, then
+//! seek, then restore the store from its changelog) and drop revoked ones → process each
+//! record (store update, output record, changelog record) → every `commit.interval.ms`
+//! commit.
+//!
+//! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
+//! After each loop the standby tasks fetch their changelogs once; a newly assigned active
+//! task with a standby here starts from the standby's store and position (history:
+//! `streams-restore` with `store = "standby"`); a revoked active task with a standby
+//! assigned here is recycled into it. Tasks kept into the next generation keep their
+//! stores (Streams suspends, not closes, them during a rebalance); after a missed
+//! generation they are closed dirty.
+//!
+//! # Commit
+//! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
+//!   checkpoint; then the offsets are committed. A crash in between replays input whose
+//!   effect the changelog already holds: an over-count.
+//! - `exactly_once_v2`: the first send after a commit begins a transaction with the group
+//!   metadata of that moment; the commit adds the offsets with that metadata (a rebalance
+//!   since then fences it: ILLEGAL_GENERATION) and commits. On any error the transaction is
+//!   aborted (or the producer recreated, which fences the old epoch), every store is wiped
+//!   and every task reopened: restored read_committed from the changelog, positioned at the
+//!   committed offsets (models-reference E.5: TaskMigrated → close dirty, wipe, rejoin).
+
+use super::assignor::TaskOffset;
+use super::store::{Disk, Flushed, KeyValueStore};
+use super::topology::{StreamRecord, Topology};
+use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
+use crate::client::{
+    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata, Producer,
+    ProducerConfig, ProducerRecord, TransactionalProducer,
+};
+use crate::history::{OpKind, Value};
+use crate::scenario::Scenario;
+use async_trait::async_trait;
+use bytes::Bytes;
+use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// The instances' `max.poll.interval.ms` (and rebalance timeout), ms.
+pub const MAX_POLL_INTERVAL_MS: u64 = 20_000;
+/// Bound on one transactional call or committed-offset fetch, ms.
+const CALL_TIMEOUT_MS: u64 = 15_000;
+/// Pause between failed `init_transactions` attempts, ms.
+const INIT_RETRY_MS: u64 = 500;
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Changelog records replayed.
+    pub records: usize,
+    /// The changelog offset the store is now complete up to.
+    pub end_offset: Offset,
+}
+
+/// A standby task: its copy of the store and its changelog position.
+#[derive(Debug, Clone, Default)]
+pub struct StandbyTask {
+    /// The copy of the task's store.
+    pub store: KeyValueStore,
+    /// Changelog offset the copy is complete up to (the next to read).
+    pub position: Offset,
+}
+
+/// The restore consumer of an instance: replays one changelog partition into a store.
+#[async_trait]
+pub trait ChangelogReader: Send {
+    /// Replays changelog partition `tp` from offset `from` up to its end as of the start of
+    /// the restore (last value per key wins), reading with `isolation`.
+    ///
+    /// # Errors
+    /// A text when the partition stayed unreadable.
+    async fn restore(
+        &mut self,
+        tp: &TopicPartition,
+        from: Offset,
+        isolation: Isolation,
+        store: &mut KeyValueStore,
+    ) -> Result<Restored, String>;
+}
+
+/// The producer of an instance: plain (idempotent) under at_least_once, transactional
+/// under exactly_once_v2.
+pub enum Writer<P, T> {
+    /// at_least_once.
+    Alo(P),
+    /// exactly_once_v2.
+    Eos(T),
+}
+
+/// Where an instance runs: the simulated node or a real process.
+#[async_trait]
+pub trait StreamsHost: Send + Sync {
+    /// The plain producer.
+    type Producer: Producer;
+    /// The transactional producer.
+    type Txn: TransactionalProducer;
+
+    /// Time since the run's start, ns (the simulator's clock, or the wall clock).
+    fn now_ns(&self) -> u64;
+
+    /// Records an op of the instance (`streams-<index>`).
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>);
+
+    /// A plain producer with `config`.
+    ///
+    /// # Errors
+    /// A text when the client cannot be created.
+    fn producer(&self, config: ProducerConfig) -> Result<Self::Producer, String>;
+
+    /// A transactional producer with `transactional_id`, `transaction_timeout_ms` and the
+    /// producer settings `config`, not yet initialized.
+    ///
+    /// # Errors
+    /// A text when the client cannot be created.
+    fn txn_producer(
+        &self,
+        transactional_id: String,
+        transaction_timeout_ms: u64,
+        config: ProducerConfig,
+    ) -> Result<Self::Txn, String>;
+
+    /// The standby tasks the Streams assignor gave this member in `group`'s generation;
+    /// `None` when it did not (the default: no standbys).
+    fn assigned_standbys(&self, group: &ConsumerGroupMetadata) -> Option<BTreeSet<u32>> {
+        let _ = group;
+        None
+    }
+
+    /// One changelog fetch of every standby task (the default does nothing).
+    async fn update_standbys(
+        &self,
+        topic: &str,
+        isolation: Isolation,
+        standbys: &mut BTreeMap<u32, StandbyTask>,
+    ) {
+        let _ = (topic, isolation, standbys);
+    }
+
+    /// What the next JoinGroup reports to the Streams assignor (the default drops it).
+    fn publish_report(&self, report: BTreeMap<u32, TaskOffset>) {
+        let _ = report;
+    }
+}
+
+/// What the loop needs from the run.
+#[derive(Clone)]
+pub struct ProcessorConfig {
+    /// Instance number (`streams-<index>`).
+    pub index: u32,
+    /// The `[streams]` settings.
+    pub spec: StreamsSpec,
+    /// The topology.
+    pub topology: Topology,
+    /// Consumer `session.timeout.ms`.
+    pub session_timeout_ms: u64,
+    /// Producer settings (acks, timeouts); idempotence is forced on.
+    pub producer: ProducerConfig,
+    /// The disks of persistent stores.
+    pub disk: Disk,
+}
+
+impl ProcessorConfig {
+    /// Instance `index` of `scenario`: `[streams]`, its topology over `[topic]`, the
+    /// session timeout (`streams.session_timeout_ms`, else the workload's) and
+    /// `[workload]`'s idempotent producer settings.
+    pub fn of_scenario(scenario: &Scenario, index: u32, disk: Disk) -> Self {
+        let s = &scenario.streams;
+        Self {
+            index,
+            spec: s.clone(),
+            topology: s.topology(&scenario.topic.name),
+            session_timeout_ms: s
+                .session_timeout_ms
+                .unwrap_or(scenario.workload.session_timeout_ms),
+            producer: scenario.workload.idempotent_producer_config(),
+            disk,
+        }
+    }
+
+    /// `streams-<index>`.
+    pub fn name(&self) -> String {
+        format!("streams-{}", self.index)
+    }
+
+    /// Whether `processing.guarantee` is exactly_once_v2.
+    pub fn eos(&self) -> bool {
+        self.spec.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+    }
+
+    /// The restore consumer's isolation (also the standby tasks').
+    pub fn restore_isolation(&self) -> Isolation {
+        match self.eos() {
+            true => Isolation::ReadCommitted,
+            false => Isolation::ReadUncommitted,
+        }
+    }
+
+    /// The main consumer's settings: group `application.id`, `earliest`, read_committed
+    /// under exactly_once_v2.
+    pub fn consumer_config(&self) -> ConsumerConfig {
+        let mut config = ConsumerConfig::new(self.spec.application_id.clone());
+        config.auto_offset_reset = AutoOffsetReset::Earliest;
+        if self.eos() {
+            config.isolation_level = Isolation::ReadCommitted;
+        }
+        config.session_timeout_ms = self.session_timeout_ms;
+        config.heartbeat_interval_ms = (self.session_timeout_ms / 3).max(100);
+        config.max_poll_records = self.spec.max_poll_records;
+        config.max_poll_interval_ms = MAX_POLL_INTERVAL_MS;
+        config.request_timeout_ms = self.producer.request_timeout_ms;
+        config
+    }
+}
+
+/// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
+/// transactional producer with `transactional.id = <application.id>-streams-<index>`
+/// (stable across restarts, so a restarted instance fences its zombie), initialized.
+/// Either is retried until it is created (and initialized).
+pub async fn new_writer<H: StreamsHost>(
+    cfg: &ProcessorConfig,
+    host: &H,
+) -> Writer<H::Producer, H::Txn> {
+    let producer = ProducerConfig {
+        enable_idempotence: true,
+        ..cfg.producer.clone()
+    };
+    let id = format!("{}-streams-{}", cfg.spec.application_id, cfg.index);
+    let timeout_ms = cfg.spec.transaction_timeout_ms;
+    loop {
+        if !cfg.eos() {
+            match host.producer(producer.clone()) {
+                Ok(p) => return Writer::Alo(p),
+                Err(e) => tracing::debug!(%e, "producer"),
+            }
+            tokio::time::sleep(Duration::from_millis(INIT_RETRY_MS)).await;
+            continue;
+        }
+        match host.txn_producer(id.clone(), timeout_ms, producer.clone()) {
+            Ok(p) => match p
+                .init_transactions(Duration::from_millis(CALL_TIMEOUT_MS))
+                .await
+            {
+                Ok(()) => return Writer::Eos(p),
+                Err(e) => tracing::debug!(%e, "init_transactions"),
+            },
+            Err(e) => tracing::debug!(%e, "transactional producer"),
+        }
+        tokio::time::sleep(Duration::from_millis(INIT_RETRY_MS)).await;
+    }
+}
+
+/// A task: one input partition, its store and progress.
+struct Task {
+    store: KeyValueStore,
+    /// Changelog offset the store is complete up to (next offset after the last write).
+    changelog_end: Offset,
+    /// Next input offset to process, once a record was processed since the task opened.
+    position: Option<Offset>,
+}
+
+/// A running instance: its consumer, producer, tasks and standbys.
+pub struct Processor<C, R, H: StreamsHost> {
+    cfg: ProcessorConfig,
+    host: H,
+    consumer: C,
+    reader: R,
+    writer: Writer<H::Producer, H::Txn>,
+    tasks: BTreeMap<u32, Task>,
+    /// Standby tasks (`num.standby.replicas > 0`).
+    standbys: BTreeMap<u32, StandbyTask>,
+    /// The generation the tasks were last confirmed in.
+    generation: Option<i32>,
+    /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
+    txn_group: Option<ConsumerGroupMetadata>,
+    sent: usize,
+    last_commit_ns: u64,
+}
+
+impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
+    /// An instance over a `consumer` already subscribed to the topology's source, the
+    /// restore consumer `reader` and the producer `writer` (see [`new_writer`]).
+    pub fn new(
+        cfg: ProcessorConfig,
+        host: H,
+        consumer: C,
+        reader: R,
+        writer: Writer<H::Producer, H::Txn>,
+    ) -> Self {
+        let last_commit_ns = host.now_ns();
+        Self {
+            cfg,
+            host,
+            consumer,
+            reader,
+            writer,
+            tasks: BTreeMap::new(),
+            standbys: BTreeMap::new(),
+            generation: None,
+            txn_group: None,
+            sent: 0,
+            last_commit_ns,
+        }
+    }
+
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
+        self.host.record(kind, value, error);
+    }
+
+    /// One loop: poll, sync the tasks with the assignment, process, commit when due,
+    /// update the standbys.
+    pub async fn step(&mut self) {
+        let poll_ms = self.cfg.spec.commit_interval_ms().clamp(10, 200);
+        let records = match self.consumer.poll(Duration::from_millis(poll_ms)).await {
+            Ok(records) => records,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return;
+            }
+        };
+        let fresh = match self.sync_tasks().await {
+            Ok(fresh) => fresh,
+            Err(e) => return self.recover(e, false).await,
+        };
+        for r in records {
+            let p = r.tp.partition;
+            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
+                continue; // re-fetched after the seek to the committed offset
+            }
+            if let Err((e, fatal)) = self.process(r).await {
+                return self.recover(e, fatal).await;
+            }
+        }
+        let interval_ns = self.cfg.spec.commit_interval_ms() * 1_000_000;
+        let stable = self.consumer.group_metadata().is_some();
+        if self.host.now_ns() >= self.last_commit_ns + interval_ns && stable {
+            self.commit().await;
+        }
+        if !self.standbys.is_empty() {
+            let topic = self.cfg.spec.changelog_topic();
+            let isolation = self.cfg.restore_isolation();
+            self.host
+                .update_standbys(&topic, isolation, &mut self.standbys)
+                .await;
+        }
+        self.publish_report();
+    }
+
+    /// What the next JoinGroup reports: active tasks running, standbys at their position,
+    /// other tasks at their on-disk checkpoint (Java's `getTaskOffsetSums`).
+    fn publish_report(&self) {
+        if self.cfg.spec.num_standby_replicas == 0 {
+            return;
+        }
+        let mut report: BTreeMap<u32, TaskOffset> = self
+            .cfg
+            .disk
+            .checkpoints(self.cfg.index)
+            .into_iter()
+            .map(|(p, c)| (p, TaskOffset::Position(c)))
+            .collect();
+        for (p, s) in &self.standbys {
+            report.insert(*p, TaskOffset::Position(s.position));
+        }
+        for p in self.tasks.keys() {
+            report.insert(*p, TaskOffset::Running);
+        }
+        self.host.publish_report(report);
+    }
+
+    /// Drops tasks of revoked partitions (recycling them into standbys where assigned) and
+    /// opens tasks of new ones; returns the new ones. Nothing changes during a rebalance.
+    async fn sync_tasks(&mut self) -> Result<BTreeSet<u32>, String> {
+        let source = self.cfg.topology.source.clone();
+        let assigned: BTreeSet<u32> = self
+            .consumer
+            .assignment()
+            .into_iter()
+            .filter(|tp| tp.topic == source)
+            .map(|tp| tp.partition)
+            .collect();
+        self.check_migrated(&assigned)?;
+        // Eager rebalancing revokes every partition until the new assignment: the tasks
+        // are suspended meanwhile (Streams keeps suspended tasks and their stores).
+        let Some(group) = self.consumer.group_metadata() else {
+            return Ok(BTreeSet::new());
+        };
+        // A task kept from the previous generation may resume; after a missed generation
+        // someone else may have run it, so every task is lost (closed dirty).
+        let previous = self.generation.replace(group.generation);
+        if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
+            let lost: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in lost {
+                self.close_dirty(p);
+            }
+        }
+        let standbys = self.assigned_standbys();
+        for p in self.revoked(&assigned) {
+            match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
+                true => self.recycle_to_standby(p),
+                false => self.close_dirty(p),
+            }
+        }
+        let mut fresh = BTreeSet::new();
+        for p in assigned {
+            if !self.tasks.contains_key(&p) {
+                self.open_task(p).await?;
+                fresh.insert(p);
+            }
+        }
+        if let Some(standbys) = standbys {
+            self.standbys.retain(|p, _| standbys.contains(p));
+            for p in standbys.into_iter().filter(|p| !self.tasks.contains_key(p)) {
+                self.standbys.entry(p).or_default();
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// The tasks whose partitions are not in `assigned`.
+    fn revoked(&self, assigned: &BTreeSet<u32>) -> Vec<u32> {
+        let tasks = self.tasks.keys().copied();
+        tasks.filter(|p| !assigned.contains(p)).collect()
+    }
+
+    /// A rebalance while a transaction is open: its records may belong to a task that
+    /// moved, and its offsets would be fenced anyway (TaskMigratedException).
+    fn check_migrated(&self, assigned: &BTreeSet<u32>) -> Result<(), String> {
+        let Some(txn) = &self.txn_group else {
+            return Ok(());
+        };
+        let revoked = self.revoked(assigned);
+        let now = self.consumer.group_metadata().map(|g| g.generation);
+        if !revoked.is_empty() || now != Some(txn.generation) {
+            return Err(format!(
+                "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
+                txn.generation
+            ));
+        }
+        Ok(())
+    }
+
+    /// The standby tasks of this member's current generation; `None` without standbys or
+    /// outside a stable generation (the standbys are then left as they are).
+    fn assigned_standbys(&self) -> Option<BTreeSet<u32>> {
+        if self.cfg.spec.num_standby_replicas == 0 {
+            return None;
+        }
+        let group = self.consumer.group_metadata()?;
+        self.host.assigned_standbys(&group)
+    }
+
+    /// An active task revoked while its standby stays here: it keeps its store (no
+    /// transaction is open, so the store holds committed changelog data only).
+    fn recycle_to_standby(&mut self, p: u32) {
+        if let Some(task) = self.tasks.remove(&p) {
+            let standby = StandbyTask {
+                store: task.store,
+                position: task.changelog_end,
+            };
+            self.standbys.insert(p, standby);
+        }
+    }
+
+    /// Closes a task without a commit: under exactly_once_v2 its store directory is wiped.
+    fn close_dirty(&mut self, p: u32) {
+        self.tasks.remove(&p);
+        if self.cfg.eos() {
+            self.cfg.disk.wipe(self.cfg.index, p);
+        }
+    }
+
+    /// Opens the task of input partition `p`: stable committed offset, seek, restore.
+    async fn open_task(&mut self, p: u32) -> Result<(), String> {
+        let input = TopicPartition::new(self.cfg.topology.source.clone(), p);
+        let committed = self
+            .consumer
+            .committed(std::slice::from_ref(&input))
+            .await
+            .map_err(|e| format!("committed offset of {input}: {e}"))?;
+        let offset = committed.first().map_or(0, |(_, o)| (*o).max(0));
+        self.consumer
+            .seek(&input, offset)
+            .map_err(|e| e.to_string())?;
+        let (mut store, from, label) = match self.standbys.remove(&p) {
+            Some(s) => (s.store, s.position, "standby".to_string()),
+            None => self.local_state(p),
+        };
+        let changelog = TopicPartition::new(self.cfg.spec.changelog_topic(), p);
+        let isolation = self.cfg.restore_isolation();
+        let restored = (self.reader)
+            .restore(&changelog, from, isolation, &mut store)
+            .await?;
+        let value = Value::StreamsRestore {
+            tp: input,
+            store: label,
+            from_offset: from,
+            restored: restored.records,
+        };
+        self.record(OpKind::Ok, value, None);
+        let task = Task {
+            store,
+            changelog_end: restored.end_offset,
+            position: None,
+        };
+        self.tasks.insert(p, task);
+        Ok(())
+    }
+
+    /// The store a task starts from, the changelog offset to restore from, and a label.
+    /// A persistent store without checkpoint is corrupted under EOS semantics and wiped.
+    fn local_state(&self, p: u32) -> (KeyValueStore, Offset, String) {
+        let (disk, index) = (&self.cfg.disk, self.cfg.index);
+        match (self.cfg.spec.store, disk.read(index, p)) {
+            (StoreKind::InMemory, _) => (KeyValueStore::default(), 0, "in-memory".into()),
+            (
+                StoreKind::Persistent,
+                Some(Flushed {
+                    store,
+                    checkpoint: Some(c),
+                }),
+            ) => {
+                if self.cfg.eos() {
+                    disk.delete_checkpoint(index, p);
+                }
+                (store, c, "persistent+checkpoint".into())
+            }
+            (StoreKind::Persistent, Some(_)) => {
+                disk.wipe(index, p);
+                (KeyValueStore::default(), 0, "persistent-wiped".into())
+            }
+            (StoreKind::Persistent, None) => (KeyValueStore::default(), 0, "persistent".into()),
+        }
+    }
+
+    /// Processes one record: store update, then output and changelog records.
+    async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+        let p = r.tp.partition;
+        let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        let task = self.tasks.get_mut(&p).expect("the task exists");
+        task.position = Some(r.offset + 1);
+        let Some(update) = parsed.and_then(|rec| self.cfg.topology.process(rec, &mut task.store))
+        else {
+            return Ok(());
+        };
+        if self.cfg.spec.process_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
+        }
+        let key = Bytes::from(update.store_key);
+        let value = Bytes::from(update.count.to_string());
+        let output = record(&self.cfg.topology.sink, None, &key, &value);
+        self.send(output).await?;
+        let changelog = record(&self.cfg.spec.changelog_topic(), Some(p), &key, &value);
+        let offset = self.send(changelog).await?;
+        if let Some(task) = self.tasks.get_mut(&p) {
+            task.changelog_end = task.changelog_end.max(offset + 1);
+        }
+        Ok(())
+    }
+
+    /// Sends one record (beginning a transaction first under EOS); its offset, or the
+    /// error and whether the producer is unusable.
+    async fn send(&mut self, rec: ProducerRecord) -> Result<Offset, (String, bool)> {
+        self.sent += 1;
+        match &self.writer {
+            Writer::Alo(p) => p
+                .send(rec)
+                .await
+                .map(|d| d.offset)
+                .map_err(|e| (e.to_string(), false)),
+            Writer::Eos(p) => {
+                if self.txn_group.is_none() {
+                    let group = self.consumer.group_metadata().ok_or_else(|| {
+                        (
+                            "no stable group generation to begin a transaction".to_string(),
+                            false,
+                        )
+                    })?;
+                    p.begin_transaction()
+                        .map_err(|e| (e.to_string(), e.is_fatal()))?;
+                    self.txn_group = Some(group);
+                }
+                p.send(rec)
+                    .await
+                    .map(|d| d.offset)
+                    .map_err(|e| (e.to_string(), e.is_fatal()))
+            }
+        }
+    }
+
+    /// The next input offsets of every task that processed something since it opened.
+    fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
+        let source = &self.cfg.topology.source;
+        self.tasks
+            .iter()
+            .filter_map(|(p, t)| {
+                t.position
+                    .map(|o| (TopicPartition::new(source.clone(), *p), o))
+            })
+            .collect()
+    }
+
+    async fn commit(&mut self) {
+        self.last_commit_ns = self.host.now_ns();
+        let offsets = self.offsets();
+        if offsets.is_empty() && self.txn_group.is_none() {
+            return;
+        }
+        let value = Value::StreamsCommit {
+            guarantee: self.cfg.spec.processing_guarantee.name().to_string(),
+            records: std::mem::take(&mut self.sent),
+            offsets: offsets.clone(),
+        };
+        self.record(OpKind::Invoke, value.clone(), None);
+        let result = match self.cfg.eos() {
+            false => self.commit_alo(&offsets).await,
+            true => self.commit_eos(&offsets).await,
+        };
+        match result {
+            Ok(()) => self.record(OpKind::Ok, value, None),
+            Err((e, ambiguous, fatal)) => {
+                let kind = if ambiguous {
+                    OpKind::Info
+                } else {
+                    OpKind::Fail
+                };
+                self.record(kind, value, Some(e.clone()));
+                self.recover(e, fatal || ambiguous).await;
+            }
+        }
+    }
+
+    /// Flush (every send was awaited), persistent stores with their checkpoint, offsets.
+    async fn commit_alo(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
+        if self.cfg.spec.store == StoreKind::Persistent {
+            for (p, t) in &self.tasks {
+                let flushed = Flushed {
+                    store: t.store.clone(),
+                    checkpoint: Some(t.changelog_end),
+                };
+                self.cfg.disk.write(self.cfg.index, *p, flushed);
+            }
+        }
+        self.consumer
+            .commit(offsets)
+            .await
+            .map_err(|e| (e.to_string(), e.is_ambiguous(), false))
+    }
+
+    /// The offsets into the open transaction with its group metadata, then commit.
+    async fn commit_eos(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
+        let Writer::Eos(p) = &self.writer else {
+            unreachable!("EOS has a transactional producer")
+        };
+        let Some(group) = self.txn_group.clone() else {
+            return Ok(()); // nothing sent since the last commit: nothing to commit
+        };
+        let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
+        p.send_offsets_to_transaction(offsets, &group, timeout)
+            .await
+            .map_err(|e| (e.to_string(), false, e.is_fatal()))?;
+        p.commit_transaction(timeout)
+            .await
+            .map_err(|e| (e.to_string(), true, true))?;
+        self.txn_group = None;
+        if self.cfg.spec.store == StoreKind::Persistent {
+            for (p, t) in &self.tasks {
+                let flushed = Flushed {
+                    store: t.store.clone(),
+                    checkpoint: None,
+                };
+                self.cfg.disk.write(self.cfg.index, *p, flushed);
+            }
+        }
+        Ok(())
+    }
+
+    /// After an error: under EOS abort (or recreate the producer when it is unusable or a
+    /// commit's outcome is unknown) and wipe every store; then close every task, so that
+    /// each reopens at the committed offset with a restored store.
+    async fn recover(&mut self, error: String, recreate: bool) {
+        let tasks = self.tasks.keys().copied().collect();
+        let value = Value::StreamsRecover {
+            reason: error,
+            tasks,
+        };
+        self.record(OpKind::Info, value, None);
+        if let Writer::Eos(p) = &self.writer {
+            let mut recreate = recreate;
+            if self.txn_group.take().is_some() && !recreate {
+                let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
+                recreate = p.abort_transaction(timeout).await.is_err();
+            }
+            if recreate {
+                self.writer = new_writer(&self.cfg, &self.host).await;
+            }
+            let open: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in open {
+                self.close_dirty(p);
+            }
+        }
+        self.tasks.clear();
+        self.sent = 0;
+        self.publish_report();
+    }
+}
+
+/// Error text, whether the outcome is unknown, whether the producer must be recreated.
+type CommitResult = Result<(), (String, bool, bool)>;
+
+fn record(topic: &str, partition: Option<u32>, key: &Bytes, value: &Bytes) -> ProducerRecord {
+    ProducerRecord {
+        topic: topic.to_string(),
+        partition,
+        key: Some(key.clone()),
+        value: Some(value.clone()),
+        headers: Vec::new(),
+    }
+}
