@@ -230,17 +230,14 @@ fn shrunk_section(out: &mut String, shrunk: &super::Shrunk) {
         shrunk.faults.len(),
         shrunk.faults_from,
         shrunk.runs,
-        if shrunk.minimal {
-            " (each one needed)"
-        } else {
-            " (run budget spent; may shrink further)"
+        match (shrunk.minimal, shrunk.faults.is_empty()) {
+            (_, true) => " (the failure needs no fault)",
+            (true, false) => " (each one needed)",
+            (false, false) => " (run budget spent; may shrink further)",
         },
         shrunk.scenario_file
     );
     let _ = writeln!(out, "```sh\n{}\n```\n", shrunk.replay);
-    if shrunk.faults.is_empty() {
-        out.push_str("- no fault: the seed fails without any\n");
-    }
     for line in &shrunk.faults {
         let _ = writeln!(out, "- `{line}`");
     }

@@ -215,3 +215,29 @@ fn seed_report_writes_history_results_and_every_case() {
     assert!(md.contains("## sink-lost (forbidden, 1 case(s))"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_shrunk_counterexample_lists_its_faults_and_replay() {
+    let mut report = sample_report();
+    let shrunk = |faults: Vec<String>, minimal| Shrunk {
+        faults_from: 12,
+        faults,
+        runs: 9,
+        minimal,
+        scenario_file: "reports/r/ck-eos-kill/17/shrunk.toml".into(),
+        replay: "cargo xtask replay --scenario reports/r/ck-eos-kill/17/shrunk.toml --seed 17"
+            .into(),
+    };
+    let c = report.scenarios[0].counterexample.as_mut().unwrap();
+    c.shrunk = Some(shrunk(vec!["at_ms=4200 kill".into()], true));
+    let summary = summary_markdown(&report);
+    assert!(summary.contains("Shrunk to 1 of 12 faults in 9 runs (each one needed)"));
+    assert!(summary.contains("- `at_ms=4200 kill`"), "{summary}");
+    assert!(summary.contains("cargo xtask replay --scenario reports/r/ck-eos-kill/17/shrunk.toml"));
+    let c = report.scenarios[0].counterexample.as_mut().unwrap();
+    c.shrunk = Some(shrunk(Vec::new(), true));
+    assert!(summary_markdown(&report).contains("(the failure needs no fault)"));
+    let c = report.scenarios[0].counterexample.as_mut().unwrap();
+    c.shrunk = Some(shrunk(vec!["a".into(), "b".into()], false));
+    assert!(summary_markdown(&report).contains("(run budget spent; may shrink further)"));
+}
