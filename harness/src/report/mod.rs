@@ -185,6 +185,7 @@ pub struct ScenarioResult {
 ///   last send acknowledged), records/s.
 /// - `rows_per_s`: rows made durable in the sink over the end-to-end span (first send
 ///   invoked to last sink write), rows/s; duplicates count, as the database stores them.
+///   For Streams, input records whose offsets a successful commit covered.
 /// - `latency_ms_*`: per record id, from its send's invoke to the first sink write that
 ///   holds it, ms; nearest-rank percentiles over the ids that reached the sink.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

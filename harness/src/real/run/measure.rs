@@ -5,10 +5,49 @@
 use super::connect_task::PutMark;
 use crate::history::{History, OpKind, Value};
 use crate::report::{BulkLoad, Measured};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
-/// When rows became durable in the sink: the history's `write` ops, and the sink tasks'
-/// successful puts (their end).
+/// Input records a Streams commit made final, by the commit's time: for each committed
+/// next offset of an `ok` `streams-commit`, the acknowledged sends of that partition from
+/// the previous commit's offset up to it. A record's effect (its update, its changelog
+/// entry) is durable when the commit holding its offset is, so this is Streams' "write".
+fn streams_commits(history: &History) -> Vec<(u64, Vec<u64>)> {
+    let mut sent: BTreeMap<TopicPartition, BTreeMap<Offset, u64>> = BTreeMap::new();
+    let mut committed: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+    let mut out = Vec::new();
+    for op in &history.ops {
+        match (&op.value, op.kind) {
+            (
+                Value::Send {
+                    id,
+                    tp: Some(tp),
+                    offset: Some(o),
+                    ..
+                },
+                OpKind::Ok,
+            ) => {
+                sent.entry(tp.clone()).or_default().insert(*o, *id);
+            }
+            (Value::StreamsCommit { offsets, .. }, OpKind::Ok) => {
+                let mut ids = Vec::new();
+                for (tp, next) in offsets {
+                    let from = committed.get(tp).copied().unwrap_or(0);
+                    if let Some(sends) = sent.get(tp).filter(|_| *next > from) {
+                        ids.extend(sends.range(from..*next).map(|(_, id)| *id));
+                    }
+                    committed.insert(tp.clone(), from.max(*next));
+                }
+                out.push((op.time_ns, ids));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// When rows became durable in the sink: the history's `write` ops, the sink tasks'
+/// successful puts (their end), and Streams commits ([`streams_commits`]).
 fn writes(history: &History, marks: &[PutMark]) -> Vec<(u64, Vec<u64>)> {
     let mut out: Vec<(u64, Vec<u64>)> = history
         .ops
@@ -21,6 +60,7 @@ fn writes(history: &History, marks: &[PutMark]) -> Vec<(u64, Vec<u64>)> {
         })
         .collect();
     out.extend(marks.iter().map(|m| (m.end_ns, m.ids.clone())));
+    out.extend(streams_commits(history));
     out.sort();
     out
 }
@@ -114,7 +154,6 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::history::RecordRef;
-    use eosim_sim::kafka::TopicPartition;
 
     #[test]
     fn nearest_rank_percentiles() {
@@ -210,5 +249,39 @@ mod tests {
         // Latency of id 0: invoked at 0, written at 6 ms; of id 3: 3 ms to 8 ms.
         assert_eq!(m.latency_ms_p50, 5.0);
         assert_eq!(m.latency_ms_p99, 6.0);
+    }
+
+    #[test]
+    fn a_streams_commit_makes_the_input_below_its_offsets_final() {
+        let mut h = History::default();
+        let tp = TopicPartition::new("input", 0);
+        let send = |id: u64, at: Option<i64>| Value::Send {
+            id,
+            key: None,
+            tp: at.map(|_| tp.clone()),
+            offset: at,
+        };
+        for id in 0..3u64 {
+            let t = id * 1_000_000;
+            h.push(t, "producer-0", OpKind::Invoke, send(id, None), None);
+            h.push(t, "producer-0", OpKind::Ok, send(id, Some(id as i64)), None);
+        }
+        let commit = |next: i64| Value::StreamsCommit {
+            guarantee: "exactly_once_v2".into(),
+            records: 2,
+            offsets: vec![(tp.clone(), next)],
+        };
+        h.push(10_000_000, "streams-0", OpKind::Invoke, commit(2), None);
+        h.push(12_000_000, "streams-0", OpKind::Ok, commit(2), None);
+        h.push(20_000_000, "streams-1", OpKind::Ok, commit(3), None);
+        let commits = streams_commits(&h);
+        assert_eq!(
+            commits,
+            vec![(12_000_000, vec![0, 1]), (20_000_000, vec![2])]
+        );
+        let m = measure(&h, &[], &[]).expect("measured");
+        assert_eq!(m.rows_written, 3);
+        // Latencies 12, 11 and 18 ms (sent at 0, 1 and 2 ms; final at 12, 12 and 20 ms).
+        assert_eq!((m.latency_ms_p50, m.latency_ms_p99), (12.0, 18.0));
     }
 }
