@@ -173,6 +173,13 @@ pub struct SeedArgs {
     pub out: PathBuf,
 }
 
+/// A problem that ends a run before or after its scenarios (a bad file, an unwritable
+/// report): the message on stderr, exit 2.
+fn config_error(message: impl std::fmt::Display) -> ExitClass {
+    eprintln!("eosim: error: {message}");
+    ExitClass::Config
+}
+
 /// The outcome classes and their exit codes. When a run has several, the highest code
 /// wins (crash 4 > stalled 3 > config 2 > violated 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

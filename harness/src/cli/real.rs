@@ -3,25 +3,20 @@
 
 use super::judge::{exit_class, expected_verdict};
 use super::output::build_id;
-use super::rundir::{create_run_dir, point_latest, rfc3339};
-use super::{ExitClass, RunArgs, WorkerArgs};
+use super::rundir::{create_run_dir, finish_run, rfc3339};
+use super::{config_error, ExitClass, RunArgs, WorkerArgs};
 use crate::real::backend::Backend;
 use crate::real::run::result::scenario_result;
 use crate::real::run::worker::{run_worker, Role, WorkerSpec};
 use crate::real::run::workers::default_exe;
 use crate::real::run::{run_real, RunOptions};
-use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
+use crate::report::{RunReport, ScenarioResult, Verdict};
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// Where `eosim run` looks for scenarios when none is given.
 const REAL_SCENARIO_DIR: &str = "scenarios/real";
-
-fn config_error(message: impl std::fmt::Display) -> ExitClass {
-    eprintln!("eosim: error: {message}");
-    ExitClass::Config
-}
 
 /// `eosim run`: each scenario once against real services, then the report.
 pub(super) fn run(args: &RunArgs) -> ExitClass {
@@ -71,20 +66,10 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
         started_at,
         scenarios: results,
     };
-    if let Err(e) = write_report(&run_dir, &report) {
-        return config_error(format!(
-            "cannot write the report in {}: {e}",
-            run_dir.display()
-        ));
+    match finish_run(&args.out, &run_dir, &report) {
+        Ok(()) => exit,
+        Err(e) => config_error(e),
     }
-    if let Err(e) = point_latest(&args.out, &run_id) {
-        eprintln!(
-            "eosim: warning: cannot update {}/latest: {e}",
-            args.out.display()
-        );
-    }
-    println!("report: {}", run_dir.join("summary.md").display());
-    exit
 }
 
 fn load(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {

@@ -5,12 +5,12 @@ use super::aggregate::{
     SeedVerdict,
 };
 use super::output::{build_id, format_op, format_sim_time, seed_header};
-use super::rundir::{create_run_dir, point_latest, rfc3339};
+use super::rundir::{create_run_dir, finish_run, rfc3339};
 use super::shrink::{record_shrunk, shrink};
-use super::{Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
+use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
 use crate::checker::Anomaly;
 use crate::history::History;
-use crate::report::{write_report, RunReport, ScenarioResult, Verdict};
+use crate::report::{RunReport, ScenarioResult, Verdict};
 use crate::runner::{run_seed, SeedOutcome};
 use crate::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -32,12 +32,6 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
              build it without (`cargo run -p eosim -- run --backend native`)",
         ),
     }
-}
-
-/// A problem that ends the run before or after the seeds: exit 2.
-fn config_error(message: impl std::fmt::Display) -> ExitClass {
-    eprintln!("eosim: error: {message}");
-    ExitClass::Config
 }
 
 fn sim(args: &SimArgs) -> ExitClass {
@@ -72,20 +66,10 @@ fn sim(args: &SimArgs) -> ExitClass {
         started_at,
         scenarios: results,
     };
-    if let Err(e) = write_report(&run_dir, &report) {
-        return config_error(format!(
-            "cannot write the report in {}: {e}",
-            run_dir.display()
-        ));
+    match finish_run(&args.out, &run_dir, &report) {
+        Ok(()) => exit,
+        Err(e) => config_error(e),
     }
-    if let Err(e) = point_latest(&args.out, &run_id) {
-        eprintln!(
-            "eosim: warning: cannot update {}/latest: {e}",
-            args.out.display()
-        );
-    }
-    println!("report: {}", run_dir.join("summary.md").display());
-    exit
 }
 
 /// Loads every scenario before running any, so a bad file fails fast with exit 2.

@@ -1,8 +1,27 @@
 //! A run's report directory: `<out>/<run-id>` named after the UTC start time, and the
 //! `<out>/latest` link to it. Shared by `eosim sim` and `eosim run`.
 
+use crate::report::{write_report, RunReport};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Ends a run: writes `report` into `run_dir`, points `<out>/latest` at it (only a warning
+/// if that fails) and prints the summary's path.
+///
+/// # Errors
+/// The report could not be written; the message names the directory.
+pub fn finish_run(out: &Path, run_dir: &Path, report: &RunReport) -> Result<(), String> {
+    write_report(run_dir, report)
+        .map_err(|e| format!("cannot write the report in {}: {e}", run_dir.display()))?;
+    if let Err(e) = point_latest(out, &report.run_id) {
+        eprintln!(
+            "eosim: warning: cannot update {}/latest: {e}",
+            out.display()
+        );
+    }
+    println!("report: {}", run_dir.join("summary.md").display());
+    Ok(())
+}
 
 /// Creates `<out>/<run-id>`; the id is the UTC start time, made unique with a suffix.
 pub fn create_run_dir(out: &Path) -> std::io::Result<(String, PathBuf)> {
