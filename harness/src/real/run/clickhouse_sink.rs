@@ -48,7 +48,7 @@ use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
 use crate::report::BulkLoad;
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
 use crate::scenario::Scenario;
-use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, SinkHooks};
+use crate::sinks::clickhouse::{ClickHouseSinkConfig, ClickHouseSinkTask, SinkHooks, KEYS};
 use eosim_sim::clickhouse::types::{TableDef, Value as ChValue};
 use eosim_sim::kafka::TopicPartition;
 use std::collections::BTreeMap;
@@ -60,26 +60,13 @@ pub const ZOOKEEPER_KEY: &str = "eosim.zookeeper.connect";
 /// eosim's key: the ClickHouse client's request timeout, ms (default 30000).
 pub const TIMEOUT_KEY: &str = "eosim.request.timeout.ms";
 
-/// The sink's own keys: clickhouse-kafka-connect's, the eosim sink's (`variant`, `table`,
-/// `state.table`, `max_insert_block_size`) and the two above.
-pub const SINK_KEYS: &[&str] = &[
-    "hostname",
-    "port",
-    "ssl",
-    "database",
-    "username",
-    "password",
-    "exactlyOnce",
-    "tolerateStateMismatch",
-    "variant",
-    "table",
-    "state.table",
-    "max_insert_block_size",
-    "min_insert_block_size_rows",
-    "min_insert_block_size_bytes",
-    ZOOKEEPER_KEY,
-    TIMEOUT_KEY,
-];
+/// The sink's own keys on the real backend: the sink's ([`KEYS`]), `ssl` (accepted,
+/// plain HTTP is used) and the two above.
+pub fn sink_keys() -> Vec<&'static str> {
+    let mut keys = KEYS.to_vec();
+    keys.extend(["ssl", ZOOKEEPER_KEY, TIMEOUT_KEY]);
+    keys
+}
 
 /// The scenario's `[sink]` (its defaults when absent).
 pub fn spec(scenario: &Scenario) -> ClickHouseSinkSpec {
@@ -168,7 +155,8 @@ pub fn connector_raw(
 /// # Errors
 /// The first bad key.
 pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfig, String> {
-    let config = ConnectorConfig::parse(raw, SINK_KEYS).map_err(|e| format!("connector: {e}"))?;
+    let config =
+        ConnectorConfig::parse(raw, &sink_keys()).map_err(|e| format!("connector: {e}"))?;
     ClickHouseSinkConfig::from_props(raw).map_err(|e| format!("connector: {e}"))?;
     Ok(config)
 }
