@@ -2,18 +2,16 @@
 //! run), built without `--cfg madsim`.
 
 use super::judge::{exit_class, expected_verdict};
-use super::output::build_id;
-use super::rundir::{create_run_dir, finish_run, rfc3339};
+use super::rundir::run_scenarios;
 use super::{config_error, ExitClass, RunArgs, WorkerArgs};
 use crate::real::backend::Backend;
 use crate::real::run::result::scenario_result;
 use crate::real::run::worker::{run_worker, Role, WorkerSpec};
 use crate::real::run::workers::default_exe;
 use crate::real::run::{run_real, RunOptions};
-use crate::report::{RunReport, ScenarioResult, Verdict};
+use crate::report::{ScenarioResult, Verdict};
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 /// Where `eosim run` looks for scenarios when none is given.
 const REAL_SCENARIO_DIR: &str = "scenarios/real";
@@ -34,21 +32,8 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
         Ok(s) => s,
         Err(e) => return config_error(e),
     };
-    let build = build_id();
-    let started_at = rfc3339(SystemTime::now());
-    let (run_id, run_dir) = match create_run_dir(&args.out) {
-        Ok(r) => r,
-        Err(e) => {
-            return config_error(format!(
-                "cannot create a run dir in {}: {e}",
-                args.out.display()
-            ))
-        }
-    };
     crate::real::process::install_teardown_on_signal();
-    let mut exit = ExitClass::Expected;
-    let mut results = Vec::new();
-    for (path, scenario) in &scenarios {
+    run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
         let options = RunOptions {
             backend,
             bootstrap_servers: args.bootstrap_servers.clone(),
@@ -56,20 +41,8 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
             dir: run_dir.join(&scenario.name),
             verbose: true,
         };
-        let (result, class) = run_one(path, scenario, &options, &build);
-        exit = exit.max(class);
-        results.push(result);
-    }
-    let report = RunReport {
-        run_id: run_id.clone(),
-        build,
-        started_at,
-        scenarios: results,
-    };
-    match finish_run(&args.out, &run_dir, &report) {
-        Ok(()) => exit,
-        Err(e) => config_error(e),
-    }
+        run_one(path, scenario, &options, build)
+    })
 }
 
 fn load(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {

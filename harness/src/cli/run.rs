@@ -5,18 +5,18 @@ use super::aggregate::{
     SeedVerdict,
 };
 use super::output::{build_id, format_op, format_sim_time, seed_header};
-use super::rundir::{create_run_dir, finish_run, rfc3339};
+use super::rundir::run_scenarios;
 use super::shrink::{record_shrunk, shrink};
 use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
 use crate::checker::Anomaly;
 use crate::history::History;
-use crate::report::{RunReport, ScenarioResult, Verdict};
+use crate::report::{ScenarioResult, Verdict};
 use crate::runner::{run_seed, SeedOutcome};
 use crate::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// Where `eosim sim` looks for scenarios when none is given.
 const SCENARIO_DIR: &str = "scenarios";
@@ -42,34 +42,9 @@ fn sim(args: &SimArgs) -> ExitClass {
         Ok(s) => s,
         Err(e) => return config_error(e),
     };
-    let build = build_id();
-    let started_at = rfc3339(SystemTime::now());
-    let (run_id, run_dir) = match create_run_dir(&args.out) {
-        Ok(r) => r,
-        Err(e) => {
-            return config_error(format!(
-                "cannot create a run dir in {}: {e}",
-                args.out.display()
-            ))
-        }
-    };
-    let mut exit = ExitClass::Expected;
-    let mut results = Vec::new();
-    for (path, scenario) in &scenarios {
-        let (result, class) = run_scenario(path, scenario, args, &run_dir, &build);
-        exit = exit.max(class);
-        results.push(result);
-    }
-    let report = RunReport {
-        run_id: run_id.clone(),
-        build,
-        started_at,
-        scenarios: results,
-    };
-    match finish_run(&args.out, &run_dir, &report) {
-        Ok(()) => exit,
-        Err(e) => config_error(e),
-    }
+    run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
+        run_scenario(path, scenario, args, run_dir, build)
+    })
 }
 
 /// Loads every scenario before running any, so a bad file fails fast with exit 2.

@@ -1,18 +1,48 @@
 //! A run's report directory: `<out>/<run-id>` named after the UTC start time, and the
 //! `<out>/latest` link to it. Shared by `eosim sim` and `eosim run`.
 
-use crate::report::{write_report, RunReport};
+use super::output::build_id;
+use super::{config_error, ExitClass};
+use crate::report::{write_report, RunReport, ScenarioResult};
+use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Ends a run: writes `report` into `run_dir`, points `<out>/latest` at it (only a warning
-/// if that fails) and prints the summary's path.
-///
-/// # Errors
-/// The report could not be written; the message names the directory.
-pub fn finish_run(out: &Path, run_dir: &Path, report: &RunReport) -> Result<(), String> {
-    write_report(run_dir, report)
-        .map_err(|e| format!("cannot write the report in {}: {e}", run_dir.display()))?;
+/// One run of `scenarios`, as `eosim sim` and `eosim run` do it: a fresh run dir under
+/// `out`, `run_one(path, scenario, run_dir, build)` for each scenario in turn, then the
+/// report written, `<out>/latest` pointed at it (only a warning if that fails) and the
+/// summary's path printed. Returns the highest exit class of the scenarios, or
+/// [`ExitClass::Config`] when the run dir or the report cannot be written.
+pub fn run_scenarios(
+    out: &Path,
+    scenarios: &[(PathBuf, Scenario)],
+    mut run_one: impl FnMut(&Path, &Scenario, &Path, &str) -> (ScenarioResult, ExitClass),
+) -> ExitClass {
+    let build = build_id();
+    let started_at = rfc3339(SystemTime::now());
+    let (run_id, run_dir) = match create_run_dir(out) {
+        Ok(r) => r,
+        Err(e) => {
+            return config_error(format!("cannot create a run dir in {}: {e}", out.display()))
+        }
+    };
+    let mut exit = ExitClass::Expected;
+    let mut results = Vec::new();
+    for (path, scenario) in scenarios {
+        let (result, class) = run_one(path, scenario, &run_dir, &build);
+        exit = exit.max(class);
+        results.push(result);
+    }
+    let report = RunReport {
+        run_id,
+        build,
+        started_at,
+        scenarios: results,
+    };
+    if let Err(e) = write_report(&run_dir, &report) {
+        let dir = run_dir.display();
+        return config_error(format!("cannot write the report in {dir}: {e}"));
+    }
     if let Err(e) = point_latest(out, &report.run_id) {
         eprintln!(
             "eosim: warning: cannot update {}/latest: {e}",
@@ -20,7 +50,7 @@ pub fn finish_run(out: &Path, run_dir: &Path, report: &RunReport) -> Result<(), 
         );
     }
     println!("report: {}", run_dir.join("summary.md").display());
-    Ok(())
+    exit
 }
 
 /// Creates `<out>/<run-id>`; the id is the UTC start time, made unique with a suffix.
