@@ -98,6 +98,17 @@ fn run_and_judge(
     (outcome, result)
 }
 
+/// A real run stays inside its share of CI's budget (`budget_s` of wall time) and leaves
+/// no service process group behind.
+fn assert_short_and_clean(result: &ScenarioResult, budget_s: f64) {
+    assert!(
+        result.wall_time_s < budget_s,
+        "CI budget: {} s",
+        result.wall_time_s
+    );
+    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+}
+
 #[test]
 fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     if !real_enabled("a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka") {
@@ -109,17 +120,13 @@ fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     let (_, result) = run_and_judge(what, &path, &scenario, dir.path(), "consumer-0");
     let measured = result
         .measured
+        .as_ref()
         .expect("throughput and latency are measured");
     assert_eq!(measured.records_acked, scenario.workload.records);
     assert!(measured.rows_written >= scenario.workload.records);
     assert!(measured.records_per_s > 0.0 && measured.rows_per_s > 0.0);
     assert!(measured.latency_ms_p50 <= measured.latency_ms_p99);
-    assert!(
-        result.wall_time_s < 120.0,
-        "CI budget: {} s",
-        result.wall_time_s
-    );
-    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+    assert_short_and_clean(&result, 120.0);
 }
 
 #[test]
@@ -148,6 +155,7 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
     assert!(rows.is_some_and(|n| n > 0), "table rows: {rows:?}");
     let m = result
         .measured
+        .as_ref()
         .expect("throughput and latency are measured");
     let events = scenario
         .cdc
@@ -168,12 +176,7 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
         assert!(b.rows > 0 && b.rows <= events, "{b:?}");
         assert!(b.rows_per_s > 0.0 && b.sink_ratio > 0.0, "{b:?}");
     }
-    assert!(
-        result.wall_time_s < 150.0,
-        "CI budget: {} s",
-        result.wall_time_s
-    );
-    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+    assert_short_and_clean(&result, 150.0);
 }
 
 /// P1's crash smoke: `worker-0` ends itself at the fault point `between-insert-and-after`
@@ -208,12 +211,7 @@ fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
             "restart target=[worker-0]"
         ]
     );
-    assert!(
-        result.wall_time_s < 120.0,
-        "CI budget: {} s",
-        result.wall_time_s
-    );
-    assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+    assert_short_and_clean(&result, 120.0);
 }
 
 #[test]
