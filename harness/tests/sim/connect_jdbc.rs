@@ -24,6 +24,19 @@ pub fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
     (outcome, result)
 }
 
+/// Runs one seed that must finish (no stall) with a valid check.
+pub fn run_valid(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
+    let (outcome, result) = run(s, seed);
+    assert_eq!(outcome.stalled, None, "seed {seed} stalled");
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+    (outcome, result)
+}
+
 /// The final table's rows as compact JSON arrays, in primary-key order.
 pub fn table(h: &History) -> Vec<String> {
     h.ops
@@ -105,14 +118,7 @@ fn f3_rows() -> Vec<String> {
 #[test]
 fn f3_upsert_replay_after_the_database_commit_leaves_100_rows_and_a_running_task() {
     let s = load("f3-upsert-crash-between-commit-and-offset-flush");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert_eq!(table(&outcome.history), f3_rows());
     assert_eq!(task_states(&outcome.history), vec!["RUNNING"]);
     assert_eq!(committed(&outcome.history), vec![(0, 101)]);
@@ -152,14 +158,7 @@ fn f3_insert_mode_replay_fails_on_duplicate_keys_and_the_task_stays_failed() {
 #[test]
 fn f4_tolerance_all_isolates_poison_records_into_the_dlq_and_writes_the_rest_once() {
     let s = load("f4-poison-tolerance-all");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     let ids: Vec<String> = table(&outcome.history)
         .iter()
         .map(|r| serde_json::from_str::<serde_json::Value>(r).unwrap()[0].to_string())
@@ -239,14 +238,7 @@ fn f4_tolerance_none_stops_at_the_first_bad_record_and_skips_nothing() {
 #[test]
 fn f5_envelope_deletes_and_tombstones_leave_rows_2_prime_3_4() {
     let s = load("f5-tombstones-envelope");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert_eq!(
         table(&outcome.history),
         [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]
@@ -257,14 +249,7 @@ fn f5_envelope_deletes_and_tombstones_leave_rows_2_prime_3_4() {
 #[test]
 fn f5_flattened_tombstone_deletes_and_leaves_rows_2_prime_3_4() {
     let s = load("f5-tombstones-flattened");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert_eq!(
         table(&outcome.history),
         [r#"[2,"two'"]"#, r#"[3,"three"]"#, r#"[4,"four"]"#]
@@ -275,14 +260,7 @@ fn f5_flattened_tombstone_deletes_and_leaves_rows_2_prime_3_4() {
 #[test]
 fn f6_truncate_honoured_leaves_only_what_came_after_it() {
     let s = load("f6-truncate-honoured");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert_eq!(table(&outcome.history), [r#"[3,"three'"]"#]);
     let stages: Vec<String> = dlq(&outcome.history)
         .iter()
@@ -296,14 +274,7 @@ fn f6_truncate_honoured_leaves_only_what_came_after_it() {
 #[test]
 fn f6_truncate_ignored_keeps_every_row_and_op_r_upserts_in_insert_mode() {
     let s = load("f6-truncate-ignored");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert_eq!(
         table(&outcome.history),
         [r#"[1,"one"]"#, r#"[2,"two"]"#, r#"[3,"three'"]"#]
@@ -334,14 +305,7 @@ fn f3_insert_without_a_primary_key_duplicates_every_replayed_row() {
 #[test]
 fn test15_column_types_map_and_values_that_do_not_fit_go_to_the_dlq_with_their_sqlstate() {
     let s = load("p2-test15-column-types");
-    let (outcome, result) = run(&s, 1);
-    assert_eq!(outcome.stalled, None);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     let row = concat!(
         r#"[9007199254740993,12,-7,123456,true,1.5,2.25,-0.5,"2024-02-29","13:45:00+02","#,
         r#""2024-02-29 13:45:00+00","text",{"k":[1,2]}]"#
