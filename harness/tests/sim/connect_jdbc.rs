@@ -1,27 +1,17 @@
 //! Pipeline `connect-jdbc` (P2) and the field cases F3–F6: the exact final tables, DLQ
 //! contents and task states each case must end with.
 
+use super::support::{catalogue, run_checked as run};
 use eosim::checker::{check_all, Anomaly, CheckOptions, CheckResult, Claim, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::history::{DlqRecord, History, Value};
-use eosim::runner::{run_seed, SeedOutcome};
+use eosim::runner::SeedOutcome;
 use eosim::scenario::Scenario;
 use std::path::Path;
 
 /// Loads `scenarios/<name>.toml` from the workspace root.
 pub fn load(name: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios")
-        .join(format!("{name}.toml"));
-    Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Runs one seed and checks it.
-pub fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
-    let outcome = run_seed(s, seed);
-    assert_eq!(outcome.crashed, None, "seed {seed} crashed");
-    let result = check_all(&outcome.history, &check_options(s));
-    (outcome, result)
+    catalogue(&format!("{name}.toml"))
 }
 
 /// Runs one seed that must finish (no stall) with a valid check.

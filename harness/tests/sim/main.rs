@@ -7,5 +7,6 @@ mod connect_jdbc;
 mod connect_worker;
 mod kafka_consume;
 mod streams_count;
+mod support;
 mod transactional_copy;
 mod txn_client;

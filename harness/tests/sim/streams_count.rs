@@ -1,29 +1,21 @@
 //! The Streams processor (pipeline `streams-count`) under faults: what each
 //! `processing.guarantee` gives (SPEC P3, models-reference E.5).
 
-use eosim::checker::{check_all, Anomaly, CheckResult, Validity};
-use eosim::cli::aggregate::check_options;
+use eosim::checker::{Anomaly, CheckResult, Validity};
 use eosim::history::{OpKind, Value};
 use eosim::runner::{run_seed, SeedOutcome};
 use eosim::scenario::Scenario;
 use std::path::Path;
 
-fn scenario(file: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios")
-        .join(file);
-    Scenario::load(&path).expect("catalogue scenario parses")
-}
+use super::support::{catalogue as scenario, run_checked};
 
 fn inline(text: &str) -> Scenario {
     Scenario::parse(Path::new("inline.toml"), text).expect("test scenario parses")
 }
 
 fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
-    let outcome = run_seed(s, seed);
-    assert_eq!(outcome.crashed, None, "seed {seed} crashed");
+    let (outcome, result) = run_checked(s, seed);
     assert_eq!(outcome.stalled, None, "seed {seed} stalled");
-    let result = check_all(&outcome.history, &check_options(s));
     (outcome, result)
 }
 

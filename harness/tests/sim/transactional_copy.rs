@@ -2,26 +2,11 @@
 //! F9, F10 each holding with its switch off and caught with it on. Each test runs the
 //! catalogue's own scenario file, so the catalogue and the tests cannot drift apart.
 
-use eosim::checker::{Anomaly, CheckResult, Validity};
-use eosim::cli::aggregate::check_options;
+use eosim::checker::{Anomaly, Validity};
 use eosim::history::{OpKind, Value};
-use eosim::runner::{run_seed, SeedOutcome};
-use eosim::scenario::Scenario;
-use std::path::Path;
+use eosim::runner::SeedOutcome;
 
-fn scenario(file: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios")
-        .join(file);
-    Scenario::load(&path).expect("catalogue scenario parses")
-}
-
-fn run(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
-    let outcome = run_seed(s, seed);
-    assert_eq!(outcome.crashed, None, "{} seed {seed} crashed", s.name);
-    let result = eosim::checker::check_all(&outcome.history, &check_options(s));
-    (outcome, result)
-}
+use super::support::{catalogue as scenario, run_checked as run};
 
 /// Runs seeds `1..=n` and asserts each holds: no stall, valid.
 fn assert_holds(file: &str, n: u64) {
