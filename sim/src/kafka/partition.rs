@@ -160,6 +160,9 @@ pub(crate) struct Partition {
 struct QuietStreak {
     env_epoch: u64,
     version: u64,
+    /// The replica that led during the streak: the one whose remotes' fetch times it kept
+    /// (the controller may have moved or dropped the leader since).
+    leader: usize,
     /// Time of the latest quiet tick: the followers' last fetch (and caught-up) time.
     last_tick_ms: TimeMs,
 }
@@ -328,9 +331,14 @@ impl Partition {
         self.sync_views(reach);
         if reach.fast_paths && self.tick_quiet(reach) {
             let (env_epoch, version) = (reach.env_epoch, self.version);
+            let leader = self
+                .leader
+                .and_then(|l| self.index_of(l))
+                .expect("a quiet partition has a leader");
             self.quiet = Some(QuietStreak {
                 env_epoch,
                 version,
+                leader,
                 last_tick_ms: reach.now,
             });
             return;
@@ -365,11 +373,7 @@ impl Partition {
     /// restarts); controller changes bump [`Partition::version`] instead.
     pub fn touch(&mut self) {
         let Some(q) = self.quiet.take() else { return };
-        let li = self
-            .leader
-            .and_then(|l| self.index_of(l))
-            .expect("a quiet partition has a leader");
-        let leader = &mut self.replicas[li];
+        let leader = &mut self.replicas[q.leader];
         let leo = leader.log.log_end_offset();
         for remote in leader.remotes.values_mut() {
             remote.last_caught_up_ms = Some(q.last_tick_ms);
