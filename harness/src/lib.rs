@@ -27,6 +27,7 @@ pub mod client;
 pub mod connect;
 pub mod history;
 pub mod marks;
+pub use eosim_sim::mark;
 #[cfg(not(madsim))]
 pub mod real;
 pub mod report;

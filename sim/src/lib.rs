@@ -11,6 +11,8 @@
 //! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
 //!   duplicate, lose a response after the request was applied).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
+//! - [`effects`]: what each fault did, recorded where it acted (fault-effect accounting).
+//! - [`marks`]: coverage marks on the rare branches of every model and component.
 //!
 //! Layers, bottom up: models (no I/O, no clock of their own) ← services (madsim nodes) ←
 //! clients (in `eosim`, the harness crate).
@@ -19,7 +21,9 @@
 pub mod clickhouse;
 #[cfg(madsim)]
 pub mod clock;
+pub mod effects;
 pub mod kafka;
+pub mod marks;
 pub mod nemesis;
 #[cfg(madsim)]
 pub mod net;

@@ -12,14 +12,24 @@
 //! parked at a dead server (a JoinGroup waits up to the rebalance timeout) would wait out
 //! its whole timeout for a response that no process will ever send.
 //!
-//! Faults are per directed pair of IPs and live in a thread-local table: each simulation
-//! runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never share it.
-//! Every random draw comes from `madsim::rand`, so a seed replays bit for bit.
+//! Faults are per directed pair of node IPs and live in a thread-local table: each
+//! simulation runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never
+//! share it. A client binds `0.0.0.0:0`, so the link's source is the calling *node's* IP
+//! ([`register_node`], looked up by madsim's current node), never the bound socket's
+//! unspecified address: a fault keyed `producer-0 → broker-1` acts on every socket of
+//! `producer-0`. Every random draw comes from `madsim::rand`, so a seed replays bit for bit.
+//!
+//! Every time a fault acts here, it says so ([`crate::effects`]): a request dropped,
+//! duplicated or delayed by N ms, a response dropped, a packet lost on a link a partition
+//! cut ([`set_link_cut`]) or to or from a clogged node ([`set_clogged`]). madsim itself
+//! drops the packets of cut links; this layer mirrors the cuts only to account for them.
 
+use crate::effects::{self, kind};
 use madsim::net::Endpoint;
 use madsim::rand::Rng;
+use madsim::task::NodeId;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -50,6 +60,120 @@ impl MessageFaults {
 thread_local! {
     static LINK_FAULTS: RefCell<BTreeMap<(IpAddr, IpAddr), MessageFaults>> =
         const { RefCell::new(BTreeMap::new()) };
+}
+
+thread_local! {
+    /// Each node's IP, so a call finds its link by the node, not the bound socket.
+    static NODE_IPS: RefCell<BTreeMap<NodeId, IpAddr>> = const { RefCell::new(BTreeMap::new()) };
+    /// Directed links a partition cut, by IP (mirrors madsim's clogged links).
+    static CUT_LINKS: RefCell<BTreeSet<(IpAddr, IpAddr)>> =
+        const { RefCell::new(BTreeSet::new()) };
+    /// Nodes a clog isolated, by IP.
+    static CLOGGED: RefCell<BTreeSet<IpAddr>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// Registers node `id` at `ip`, named `name` (as in the history): its calls use the links
+/// from `ip`, and effects on it name `name`.
+pub fn register_node(id: NodeId, ip: IpAddr, name: &str) {
+    NODE_IPS.with(|t| t.borrow_mut().insert(id, ip));
+    effects::name_node(ip, name);
+}
+
+/// The calling node's IP: the registered one, else the endpoint's bound address (a node
+/// created outside [`register_node`], as in unit tests that bind their IP explicitly).
+fn source_ip(endpoint: &Endpoint) -> Result<IpAddr, RpcError> {
+    let node = madsim::plugin::node();
+    if let Some(ip) = NODE_IPS.with(|t| t.borrow().get(&node).copied()) {
+        return Ok(ip);
+    }
+    endpoint
+        .local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| RpcError::Transport(e.to_string()))
+}
+
+/// Marks the directed link `source → target` cut (`true`) or whole again (`false`), for the
+/// effect accounting of packets madsim drops on it.
+pub fn set_link_cut(source: IpAddr, target: IpAddr, cut: bool) {
+    CUT_LINKS.with(|t| {
+        let mut t = t.borrow_mut();
+        if cut {
+            t.insert((source, target));
+        } else {
+            t.remove(&(source, target));
+        }
+    });
+}
+
+/// Marks the node at `ip` clogged (isolated from everyone) or not, as [`set_link_cut`].
+pub fn set_clogged(ip: IpAddr, clogged: bool) {
+    CLOGGED.with(|t| {
+        let mut t = t.borrow_mut();
+        if clogged {
+            t.insert(ip);
+        } else {
+            t.remove(&ip);
+        }
+    });
+}
+
+/// Whether a packet from `source` to `target` is lost to a partition or a clog, and to
+/// which ([`kind::PARTITION`] or [`kind::CLOG`]).
+pub fn packet_lost_to(source: IpAddr, target: IpAddr) -> Option<&'static str> {
+    if CLOGGED.with(|t| {
+        let t = t.borrow();
+        t.contains(&source) || t.contains(&target)
+    }) {
+        Some(kind::CLOG)
+    } else if CUT_LINKS.with(|t| t.borrow().contains(&(source, target))) {
+        Some(kind::PARTITION)
+    } else {
+        None
+    }
+}
+
+/// Records a packet `what` from `source` to `target` lost on a cut or clogged link, if it
+/// is. Returns whether it was.
+fn account_lost_packet(source: IpAddr, target: IpAddr, what: impl FnOnce() -> String) -> bool {
+    let Some(kind) = packet_lost_to(source, target) else {
+        return false;
+    };
+    let on = if kind == kind::CLOG { "clogged" } else { "cut" };
+    let detail = format!(
+        "{} from {} to {} lost (link {on})",
+        what(),
+        effects::node_name(source),
+        effects::node_name(target)
+    );
+    effects::record(kind, &effects::node_name(source), detail);
+    true
+}
+
+/// The name of a request for effect texts: its `Debug` form up to the first delimiter
+/// (`Produce`, `Insert`, `Execute`), without formatting the rest.
+fn api_name<Req: std::fmt::Debug>(request: &Req) -> String {
+    struct FirstWord(String);
+    impl std::fmt::Write for FirstWord {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            match s.find(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                Some(end) => {
+                    self.0.push_str(&s[..end]);
+                    Err(std::fmt::Error)
+                }
+                None => {
+                    self.0.push_str(s);
+                    Ok(())
+                }
+            }
+        }
+    }
+    let mut word = FirstWord(String::new());
+    let _ = std::fmt::write(&mut word, format_args!("{request:?}"));
+    if word.0.is_empty() {
+        "request".into()
+    } else {
+        word.0
+    }
 }
 
 thread_local! {
@@ -85,9 +209,11 @@ pub fn set_message_faults(source: IpAddr, target: IpAddr, faults: MessageFaults)
     });
 }
 
-/// Removes every message fault (the heal phase).
+/// Removes every message fault, cut link and clog mark (the heal phase).
 pub fn clear_message_faults() {
     LINK_FAULTS.with(|t| t.borrow_mut().clear());
+    CUT_LINKS.with(|t| t.borrow_mut().clear());
+    CLOGGED.with(|t| t.borrow_mut().clear());
 }
 
 fn faults_on(source: IpAddr, target: IpAddr) -> MessageFaults {
@@ -132,7 +258,97 @@ const REQUEST_TAG: u64 = 0x656f_7369_6d00_0001;
 
 type Envelope<Req> = (u64, Req);
 
-/// Calls `target` with `request` and waits at most `timeout` for its response.
+/// How one request leaves: after `delay_ms`, as `copies` packets (0 when dropped).
+struct Departure {
+    delay_ms: u64,
+    copies: usize,
+}
+
+/// Draws how a request from `source` to `target` leaves under the link's faults, held
+/// `extra_delay_ms` more by a BUGGIFY point, and records each fault that acted.
+fn depart<Req: std::fmt::Debug>(
+    source: IpAddr,
+    target: SocketAddr,
+    request: &Req,
+    extra_delay_ms: u64,
+) -> Departure {
+    let faults = faults_on(source, target.ip());
+    let drawn_ms = if faults.delay_ms_max > 0 {
+        madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max)
+    } else {
+        0
+    };
+    let dropped = draw(faults.drop_request_probability);
+    let copies = if dropped {
+        0
+    } else if draw(faults.duplicate_probability) {
+        2
+    } else {
+        1
+    };
+    if drawn_ms == 0 && extra_delay_ms == 0 && copies == 1 {
+        return Departure {
+            delay_ms: 0,
+            copies,
+        };
+    }
+    let process = effects::node_name(source);
+    let what = || {
+        format!(
+            "{} to {}",
+            api_name(request),
+            effects::node_name(target.ip())
+        )
+    };
+    if drawn_ms > 0 {
+        effects::record(
+            kind::DELAY,
+            &process,
+            format!("{} delayed {drawn_ms} ms", what()),
+        );
+    }
+    if extra_delay_ms > 0 {
+        let detail = format!("{} held {extra_delay_ms} ms by a BUGGIFY point", what());
+        effects::record(kind::BUGGIFY, &process, detail);
+    }
+    match copies {
+        0 => effects::record(kind::DROP_REQUEST, &process, format!("{} dropped", what())),
+        2 => effects::record(
+            kind::DUPLICATE,
+            &process,
+            format!("{} delivered twice", what()),
+        ),
+        _ => {}
+    }
+    Departure {
+        delay_ms: drawn_ms + extra_delay_ms,
+        copies,
+    }
+}
+
+/// Sends `copies` packets of `request` tagged `response_tag`, accounting for any lost on a
+/// cut or clogged link (madsim drops those).
+async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
+    endpoint: &Endpoint,
+    source: IpAddr,
+    target: SocketAddr,
+    request: &Req,
+    response_tag: u64,
+    copies: usize,
+) -> Result<(), RpcError> {
+    for _ in 0..copies {
+        account_lost_packet(source, target.ip(), || api_name(request));
+        let envelope: Envelope<Req> = (response_tag, request.clone());
+        endpoint
+            .send_to_raw(target, REQUEST_TAG, Box::new(envelope))
+            .await
+            .map_err(|e| RpcError::Transport(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Calls `target` with `request` and waits at most `timeout` for its response. A delayed
+/// request waits in the caller: if the caller stops waiting, it never leaves.
 ///
 /// # Errors
 /// [`RpcError::Disconnected`] when the server's connections were reset meanwhile, else
@@ -144,37 +360,28 @@ pub async fn call<Req, Resp>(
     timeout: Duration,
 ) -> Result<Resp, RpcError>
 where
-    Req: Clone + Send + Sync + 'static,
+    Req: Clone + std::fmt::Debug + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
-    let source = endpoint
-        .local_addr()
-        .map_err(|e| RpcError::Transport(e.to_string()))?;
-    let faults = faults_on(source.ip(), target.ip());
+    let source = source_ip(endpoint)?;
+    let departure = depart(source, target, &request, 0);
     let response_tag: u64 = madsim::rand::random();
     let exchange = async {
-        if faults.delay_ms_max > 0 {
-            let ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max);
-            madsim::time::sleep(Duration::from_millis(ms)).await;
+        if departure.delay_ms > 0 {
+            madsim::time::sleep(Duration::from_millis(departure.delay_ms)).await;
         }
-        if draw(faults.drop_request_probability) {
-            std::future::pending::<()>().await;
-        }
-        let copies = if draw(faults.duplicate_probability) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let envelope: Envelope<Req> = (response_tag, request.clone());
-            endpoint
-                .send_to_raw(target, REQUEST_TAG, Box::new(envelope))
-                .await
-                .map_err(|e| RpcError::Transport(e.to_string()))?;
-        }
+        send_copies(
+            endpoint,
+            source,
+            target,
+            &request,
+            response_tag,
+            departure.copies,
+        )
+        .await?;
         receive(endpoint, response_tag).await
     };
-    answer_or_reset(target, timeout, exchange).await
+    answer_or_reset(source, target, timeout, exchange).await
 }
 
 /// Waits for the response tagged `response_tag`.
@@ -191,14 +398,56 @@ async fn receive<Resp: Send + Sync + 'static>(
         .expect("response type matches the request type"))
 }
 
+thread_local! {
+    /// Calls waiting for a response, per IP of either end.
+    static IN_FLIGHT: RefCell<BTreeMap<IpAddr, u64>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Calls from or to `ip` still waiting for their response: what a kill of that node loses
+/// in flight.
+pub fn in_flight(ip: IpAddr) -> u64 {
+    IN_FLIGHT.with(|t| t.borrow().get(&ip).copied().unwrap_or(0))
+}
+
+/// Counts a call in flight between two IPs while it lives.
+struct InFlight([IpAddr; 2]);
+
+impl InFlight {
+    fn new(source: IpAddr, target: IpAddr) -> Self {
+        IN_FLIGHT.with(|t| {
+            let mut t = t.borrow_mut();
+            for ip in [source, target] {
+                *t.entry(ip).or_default() += 1;
+            }
+        });
+        Self([source, target])
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // A thread-local may be gone when the runtime drops its tasks at thread exit.
+        let _ = IN_FLIGHT.try_with(|t| {
+            let mut t = t.borrow_mut();
+            for ip in self.0 {
+                if let Some(n) = t.get_mut(&ip) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        });
+    }
+}
+
 /// Runs `exchange` (not yet polled) until it answers, the server's connections are reset
 /// ([`RpcError::Disconnected`]) or `timeout` passes ([`RpcError::Timeout`]).
 async fn answer_or_reset<Resp>(
+    source: IpAddr,
     target: SocketAddr,
     timeout: Duration,
     exchange: impl Future<Output = Result<Resp, RpcError>>,
 ) -> Result<Resp, RpcError> {
     let timeout_ms = timeout.as_millis() as u64;
+    let _in_flight = InFlight::new(source, target.ip());
     // Created before `exchange` sends anything, so a reset from then on is seen even
     // before the first poll.
     let bell = reset_bell(target.ip());
@@ -231,14 +480,15 @@ pub async fn call_shared<Req, Resp>(
     timeout: Duration,
 ) -> Result<Resp, RpcError>
 where
-    Req: Clone + Send + Sync + 'static,
+    Req: Clone + std::fmt::Debug + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
     call_delayed(endpoint, target, request, timeout, Duration::ZERO).await
 }
 
 /// As [`call_shared`], with `extra_delay` added to the link's drawn delay: a BUGGIFY-style
-/// fault point for a component that wants exactly this request late (cases.md F8).
+/// fault point for a component that wants exactly this request late (cases.md F8); a
+/// non-zero `extra_delay` is recorded as a [`kind::BUGGIFY`] effect.
 ///
 /// # Errors
 /// [`RpcError::Timeout`] when no response came back in time, whatever the reason.
@@ -250,44 +500,50 @@ pub async fn call_delayed<Req, Resp>(
     extra_delay: Duration,
 ) -> Result<Resp, RpcError>
 where
-    Req: Clone + Send + Sync + 'static,
+    Req: Clone + std::fmt::Debug + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
-    let source = endpoint
-        .local_addr()
-        .map_err(|e| RpcError::Transport(e.to_string()))?;
-    let faults = faults_on(source.ip(), target.ip());
-    if faults.delay_ms_max == 0 && extra_delay.is_zero() {
-        return call(endpoint, target, request, timeout).await;
-    }
+    let source = source_ip(endpoint)?;
+    let departure = depart(source, target, &request, extra_delay.as_millis() as u64);
     let response_tag: u64 = madsim::rand::random();
-    let delay_ms = madsim::rand::thread_rng().gen_range(0..=faults.delay_ms_max)
-        + extra_delay.as_millis() as u64;
-    let drop_request = draw(faults.drop_request_probability);
-    let copies = if draw(faults.duplicate_probability) {
-        2
-    } else {
-        1
-    };
+    if departure.delay_ms == 0 {
+        let exchange = async {
+            send_copies(
+                endpoint,
+                source,
+                target,
+                &request,
+                response_tag,
+                departure.copies,
+            )
+            .await?;
+            receive(endpoint, response_tag).await
+        };
+        return answer_or_reset(source, target, timeout, exchange).await;
+    }
     let sender = endpoint.clone();
     madsim::task::spawn(async move {
-        madsim::time::sleep(Duration::from_millis(delay_ms)).await;
-        for _ in 0..copies * usize::from(!drop_request) {
-            let envelope: Envelope<Req> = (response_tag, request.clone());
-            // A send error means the local endpoint is gone; nobody waits any more.
-            let _ = sender
-                .send_to_raw(target, REQUEST_TAG, Box::new(envelope))
-                .await;
-        }
+        madsim::time::sleep(Duration::from_millis(departure.delay_ms)).await;
+        // A send error means the local endpoint is gone; nobody waits any more.
+        let _ = send_copies(
+            &sender,
+            source,
+            target,
+            &request,
+            response_tag,
+            departure.copies,
+        )
+        .await;
     });
-    answer_or_reset(target, timeout, receive(endpoint, response_tag)).await
+    answer_or_reset(source, target, timeout, receive(endpoint, response_tag)).await
 }
 
 /// Serves requests on `endpoint` forever, one task per request, answering each with
-/// `handler`'s response (unless a fault loses it). `handler` gets the caller's address.
+/// `handler`'s response (unless a fault loses it, which is recorded as an effect).
+/// `handler` gets the caller's address.
 pub async fn serve<Req, Resp, F, Fut>(endpoint: Endpoint, handler: F)
 where
-    Req: Send + Sync + 'static,
+    Req: std::fmt::Debug + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
     F: Fn(Req, SocketAddr) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Resp> + Send + 'static,
@@ -302,20 +558,38 @@ where
             .expect("request type matches the service");
         let handler = handler.clone();
         let endpoint = endpoint.clone();
+        // Named only where a fault may need the name: formatting costs.
+        let api = faults_may_act().then(|| api_name(&request));
         madsim::task::spawn(async move {
             let response = handler(request, from).await;
-            let Ok(local) = endpoint.local_addr() else {
+            let Ok(local) = source_ip(&endpoint) else {
                 return;
             };
-            if draw(faults_on(from.ip(), local.ip()).drop_response_probability) {
+            let api = || api.clone().unwrap_or_else(|| "request".into());
+            if draw(faults_on(from.ip(), local).drop_response_probability) {
+                let detail = format!(
+                    "{} response from {} to {} dropped",
+                    api(),
+                    effects::node_name(local),
+                    effects::node_name(from.ip())
+                );
+                effects::record(kind::DROP_RESPONSE, &effects::node_name(from.ip()), detail);
                 return;
             }
+            account_lost_packet(local, from.ip(), || format!("{} response", api()));
             // A send error means the caller is gone; there is nobody to tell.
             let _ = endpoint
                 .send_to_raw(from, response_tag, Box::new(response))
                 .await;
         });
     }
+}
+
+/// Whether any message fault, cut link or clog is set (so a request may need its name).
+fn faults_may_act() -> bool {
+    message_faults_set()
+        || CUT_LINKS.with(|t| !t.borrow().is_empty())
+        || CLOGGED.with(|t| !t.borrow().is_empty())
 }
 
 /// Whether any message fault is set.

@@ -7,7 +7,7 @@ pub use super::judge::{check_options, exit_class, expected_verdict};
 use super::output::format_op;
 use crate::checker::{check_all, CheckResult, Validity};
 use crate::history::{History, Value};
-use crate::report::{Counterexample, ScenarioResult, Verdict};
+use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
 use eosim_sim::nemesis::ScheduledFault;
@@ -63,6 +63,10 @@ pub struct SeedVerdict {
     pub sim_time_ms: u64,
     /// Coverage marks hit.
     pub marks: BTreeMap<String, u64>,
+    /// Faults scheduled per effect kind ([`SeedOutcome::scheduled`]).
+    pub scheduled: BTreeMap<String, u64>,
+    /// Times each effect kind acted ([`SeedOutcome::acted`]).
+    pub acted: BTreeMap<String, u64>,
     /// The faults the seed applied, in time order ([`SeedOutcome::schedule`]).
     pub schedule: Vec<ScheduledFault>,
 }
@@ -84,7 +88,7 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
         SeedClass::Holds
     };
     let first = first_forbidden_op(&check);
-    let (faults_before_anomaly, faults_before_anomaly_count) =
+    let (faults_before_anomaly, faults_before_anomaly_count, _) =
         faults_before(&outcome.history, first);
     SeedVerdict {
         seed: outcome.seed,
@@ -95,6 +99,8 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
         faults_before_anomaly_count,
         sim_time_ms: outcome.sim_time_ms,
         marks: outcome.marks.clone(),
+        scheduled: outcome.scheduled.clone(),
+        acted: outcome.acted.clone(),
         schedule: outcome.schedule.clone(),
         check,
     }
@@ -111,20 +117,49 @@ fn first_forbidden_op(check: &CheckResult) -> Option<usize> {
         .min()
 }
 
-/// Nemesis lines before `limit` (the whole history when `None`) and how many are faults.
-fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64) {
+/// Effect lines of one kind listed before the rest are summed up in one line.
+const EFFECT_LINES_PER_KIND_MAX: usize = 5;
+
+/// Nemesis and fault-effect lines before `limit` (the whole history when `None`), and how
+/// many faults (recoveries not counted) and effects there are. Each fault, and its effects
+/// up to [`EFFECT_LINES_PER_KIND_MAX`] per kind between two faults, gets a line; the rest of
+/// an effect kind is one `... and N more` line where the next fault (or the end) begins.
+fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64, u64) {
     let end = limit.unwrap_or(usize::MAX);
     let mut lines = Vec::new();
-    let mut count = 0;
-    for op in history.ops.iter().take_while(|op| op.index < end) {
-        if let Value::Fault { name, .. } = &op.value {
-            lines.push(format_op(op));
-            if !crate::history::is_recovery(name) {
-                count += 1;
+    let (mut faults, mut effects) = (0, 0);
+    let mut shown: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    let flush = |lines: &mut Vec<String>, shown: &mut BTreeMap<&str, (usize, u64)>| {
+        for (kind, (_, more)) in std::mem::take(shown) {
+            if more > 0 {
+                lines.push(format!("  ... and {more} more {kind} effects"));
             }
         }
+    };
+    for op in history.ops.iter().take_while(|op| op.index < end) {
+        match &op.value {
+            Value::Fault { name, .. } => {
+                flush(&mut lines, &mut shown);
+                lines.push(format_op(op));
+                if !crate::history::is_recovery(name) {
+                    faults += 1;
+                }
+            }
+            Value::Effect { kind, .. } => {
+                effects += 1;
+                let entry = shown.entry(kind.as_str()).or_default();
+                if entry.0 < EFFECT_LINES_PER_KIND_MAX {
+                    entry.0 += 1;
+                    lines.push(format!("  {}", format_op(op)));
+                } else {
+                    entry.1 += 1;
+                }
+            }
+            _ => {}
+        }
     }
-    (lines, count)
+    flush(&mut lines, &mut shown);
+    (lines, faults, effects)
 }
 
 /// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
@@ -200,6 +235,8 @@ pub fn aggregate(
             *marks.entry(mark.clone()).or_default() += n;
         }
     }
+    let fault_effects = effect_counts(seeds);
+    let (not_exercised, allowed) = super::judge::not_exercised(scenario, &fault_effects, &marks);
     let counterexample = counterexample_seed(seeds, verdict).map(|s| Counterexample {
         seed: s.seed,
         replay: replay_command(scenario_path, s.seed),
@@ -220,12 +257,39 @@ pub fn aggregate(
         anomalies,
         forbidden_anomalies: forbidden,
         marks,
+        fault_effects,
+        not_exercised,
         sim_time_s: seeds.iter().map(|s| s.sim_time_ms).sum::<u64>() as f64 / 1_000.0,
         wall_time_s,
         counterexample,
-        notes: notes(scenario, seeds, verdict),
+        notes: notes(scenario, seeds, verdict)
+            .into_iter()
+            .chain(
+                allowed
+                    .into_iter()
+                    .map(|l| format!("allowed not exercised: {l}")),
+            )
+            .collect(),
         measured: None,
     }
+}
+
+/// Scheduled and acted counts per effect kind over `seeds`.
+fn effect_counts(seeds: &[SeedVerdict]) -> BTreeMap<String, EffectCount> {
+    let mut counts: BTreeMap<String, EffectCount> = BTreeMap::new();
+    for s in seeds {
+        for (kind, n) in &s.scheduled {
+            let c = counts.entry(kind.clone()).or_default();
+            c.scheduled += n;
+            c.seeds_scheduled += u64::from(*n > 0);
+        }
+        for (kind, n) in &s.acted {
+            let c = counts.entry(kind.clone()).or_default();
+            c.acted += n;
+            c.seeds_acted += u64::from(*n > 0);
+        }
+    }
+    counts
 }
 
 fn claim_name(scenario: &Scenario) -> String {
@@ -303,6 +367,8 @@ mod tests {
             faults_before_anomaly_count: faults_before,
             sim_time_ms: 1_000,
             marks: BTreeMap::new(),
+            scheduled: BTreeMap::new(),
+            acted: BTreeMap::new(),
             schedule: Vec::new(),
         }
     }

@@ -4,8 +4,9 @@
 
 use super::ExitClass;
 use crate::checker::{Anomaly, CheckOptions, ProducerAcks};
-use crate::report::{ScenarioResult, Verdict};
+use crate::report::{EffectCount, ScenarioResult, Verdict};
 use crate::scenario::Scenario;
+use std::collections::BTreeMap;
 
 /// The checker options a scenario asks for: its claim, acks and `[check]` overrides.
 pub fn check_options(scenario: &Scenario) -> CheckOptions {
@@ -50,13 +51,53 @@ pub fn expected_verdict(scenario: &Scenario) -> Verdict {
     }
 }
 
-/// The exit class of a scenario's result given what its file expects.
+/// The exit class of a scenario's result given what its file expects: a `holds` that left
+/// something unexercised ([`ScenarioResult::not_exercised`]) is
+/// [`ExitClass::NotExercised`], not a pass.
 pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
     match (result.verdict, expected) {
         (Verdict::Crashed, _) => ExitClass::Crash,
+        (Verdict::Holds, Verdict::Holds) if !result.not_exercised.is_empty() => {
+            ExitClass::NotExercised
+        }
         (v, e) if v == e => ExitClass::Expected,
         (Verdict::Stalled, _) => ExitClass::Stalled,
         (Verdict::Skipped, _) => ExitClass::Expected,
         _ => ExitClass::Violated,
     }
+}
+
+/// What `scenario`'s runs were meant to exercise and did not: each fault-effect kind that
+/// was scheduled but never acted in any seed, and each `[check] reached` mark never hit.
+/// Returns `(not exercised, allowed by [check] not_exercised_allowed)`, one line each.
+pub fn not_exercised(
+    scenario: &Scenario,
+    effects: &BTreeMap<String, EffectCount>,
+    marks: &BTreeMap<String, u64>,
+) -> (Vec<String>, Vec<String>) {
+    let idle = effects
+        .iter()
+        .filter(|(_, c)| c.scheduled > 0 && c.acted == 0)
+        .map(|(kind, c)| {
+            let line = format!(
+                "{kind} never acted (scheduled {} times in {} seeds)",
+                c.scheduled, c.seeds_scheduled
+            );
+            (kind.clone(), line)
+        });
+    let unreached = scenario
+        .check
+        .reached
+        .iter()
+        .filter(|m| marks.get(*m).copied().unwrap_or(0) == 0)
+        .map(|m| (m.clone(), format!("mark {m} never reached")));
+    let (mut bad, mut allowed) = (Vec::new(), Vec::new());
+    for (name, line) in idle.chain(unreached) {
+        if scenario.check.not_exercised_allowed.contains(&name) {
+            allowed.push(line);
+        } else {
+            bad.push(line);
+        }
+    }
+    (bad, allowed)
 }

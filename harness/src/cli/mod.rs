@@ -180,9 +180,10 @@ fn config_error(message: impl std::fmt::Display) -> ExitClass {
     ExitClass::Config
 }
 
-/// The outcome classes and their exit codes. When a run has several, the highest code
-/// wins (crash 4 > stalled 3 > config 2 > violated 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// The outcome classes and their exit codes. When a run has several, the most serious
+/// wins: crash 4 > stalled 3 > config 2 > violated 1 > not exercised 5 > expected 0
+/// ([`ExitClass::rank`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitClass {
     /// 0: every claim came out as expected (including expected violations).
     Expected = 0,
@@ -195,6 +196,36 @@ pub enum ExitClass {
     Stalled = 3,
     /// 4: crash: a model or component panicked.
     Crash = 4,
+    /// 5: every claim came out as expected, but a scenario expected to hold left a
+    /// scheduled fault kind that never acted, or a required mark never reached (`holds,
+    /// not exercised`), and its file does not allow it.
+    NotExercised = 5,
+}
+
+impl ExitClass {
+    /// How serious the class is, for picking a run's exit code among its scenarios'.
+    pub fn rank(self) -> u8 {
+        match self {
+            ExitClass::Expected => 0,
+            ExitClass::NotExercised => 1,
+            ExitClass::Violated => 2,
+            ExitClass::Config => 3,
+            ExitClass::Stalled => 4,
+            ExitClass::Crash => 5,
+        }
+    }
+}
+
+impl PartialOrd for ExitClass {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ExitClass {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
 }
 
 impl ExitClass {

@@ -17,6 +17,8 @@ pub fn format_op(op: &Op) -> String {
     let body = match &op.value {
         // Faults read as the nemesis's verbs, without the phase.
         Value::Fault { name, detail } => format!("{name} {detail}").trim_end().to_string(),
+        // Effects read as what happened: `effect messages.duplicate: Produce ... twice`.
+        Value::Effect { kind, detail } => format!("effect {kind}: {detail}"),
         value => format!("{} {}", kind_name(op.kind), format_value(value)),
     };
     let mut line = format!("{t} {} {body}", op.process);

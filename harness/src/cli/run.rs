@@ -251,21 +251,7 @@ fn progress_bar(name: &str, count: u64, enabled: bool) -> ProgressBar {
 fn run_guarded(scenario: &Scenario, seed: u64) -> SeedOutcome {
     let run = std::panic::AssertUnwindSafe(|| run_seed(scenario, seed));
     std::panic::catch_unwind(run).unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic with a non-text payload".to_string());
-        SeedOutcome {
-            seed,
-            history: History::default(),
-            stalled: None,
-            crashed: Some(message),
-            sim_time_ms: 0,
-            marks: Default::default(),
-            drawn: Vec::new(),
-            schedule: Vec::new(),
-        }
+        SeedOutcome::crashed(seed, crate::runner::panic_message(&payload))
     })
 }
 
@@ -296,10 +282,23 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
         result.faults_injected,
         format_sim_time(result.sim_time_s)
     );
-    if class == ExitClass::Expected && result.verdict == Verdict::Holds {
-        println!("PASSED {stats}");
+    let effects = effects_line(result);
+    if class == ExitClass::NotExercised {
+        println!(
+            "FAILED scenario={} class=not-exercised {}: {}",
+            result.scenario,
+            stats_tail(result),
+            result.not_exercised.join("; ")
+        );
+        println!("{effects}");
         return;
     }
+    if class == ExitClass::Expected && result.verdict == Verdict::Holds {
+        println!("PASSED {stats}");
+        println!("{effects}");
+        return;
+    }
+    println!("{effects}");
     let replay = result
         .counterexample
         .as_ref()
@@ -337,6 +336,20 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
     if let Some((_, command)) = replay {
         println!("  replay: {command}");
     }
+}
+
+/// `  effects: kill 4/4 (scheduled/acted), messages.delay 1/37, ...`: for every effect kind,
+/// faults scheduled over all seeds and times they acted.
+fn effects_line(result: &ScenarioResult) -> String {
+    if result.fault_effects.is_empty() {
+        return "  effects (scheduled/acted): none scheduled".to_string();
+    }
+    let parts: Vec<String> = result
+        .fault_effects
+        .iter()
+        .map(|(kind, c)| format!("{kind} {}/{}", c.scheduled, c.acted))
+        .collect();
+    format!("  effects (scheduled/acted): {}", parts.join(", "))
 }
 
 fn stats_tail(result: &ScenarioResult) -> String {

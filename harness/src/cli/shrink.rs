@@ -227,6 +227,8 @@ seeds = 10
             crashed: None,
             sim_time_ms: 0,
             marks: Default::default(),
+            scheduled: Default::default(),
+            acted: Default::default(),
             drawn: Vec::new(),
             schedule: s.faults.schedule.clone(),
         }

@@ -208,6 +208,16 @@ pub enum Value {
         /// Targets and parameters, human-readable.
         detail: String,
     },
+    /// What a fault did, once each time it acted ([`eosim_sim::effects`]): `kind` is the
+    /// effect kind (`messages.duplicate`, `kill`, `fault-point`), `detail` what happened
+    /// (`Produce to broker-2 delivered twice`). Recorded as `info` by the process it acted
+    /// on.
+    Effect {
+        /// Effect kind, [`eosim_sim::effects::kind`].
+        kind: String,
+        /// What it did, human-readable.
+        detail: String,
+    },
     /// A marker: the heal-and-drain phase started.
     Drain,
     /// A connector was created through the control API with this configuration.

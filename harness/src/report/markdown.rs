@@ -29,8 +29,41 @@ pub fn summary_markdown(report: &RunReport) -> String {
     notes_section(&mut out, &report.scenarios);
     measured_section(&mut out, &report.scenarios);
     bulk_section(&mut out, &report.scenarios);
+    effects_section(&mut out, &report.scenarios);
     marks_section(&mut out, &report.scenarios);
     out
+}
+
+/// Per scenario and fault-effect kind, how often faults were scheduled and how often they
+/// acted: the evidence that each scheduled fault did something.
+fn effects_section(out: &mut String, scenarios: &[ScenarioResult]) {
+    out.push_str("\n## Fault effects (scheduled / took effect)\n\n");
+    if scenarios.iter().all(|s| s.fault_effects.is_empty()) {
+        out.push_str("No fault was scheduled.\n");
+        return;
+    }
+    out.push_str(
+        "| scenario | fault effect | scheduled | seeds scheduled | took effect | seeds acted |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for s in scenarios {
+        for (kind, c) in &s.fault_effects {
+            let acted = if c.scheduled > 0 && c.acted == 0 {
+                "**0**".to_string()
+            } else {
+                c.acted.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | `{}` | {} | {} | {acted} | {} |",
+                cell(&s.scenario),
+                cell(kind),
+                c.scheduled,
+                c.seeds_scheduled,
+                c.seeds_acted
+            );
+        }
+    }
 }
 
 /// Notes of the scenarios that have no section of their own.
@@ -99,8 +132,16 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
     }
 }
 
-/// The verdict, with the measured throughput beside it for a real run.
+/// The verdict, with what it left unexercised (`holds, **not exercised**: ...`) and the
+/// measured throughput beside it for a real run.
 fn verdict_cell(s: &ScenarioResult) -> String {
+    if !s.not_exercised.is_empty() {
+        return format!(
+            "{}, **not exercised**: {}",
+            s.verdict.markdown(),
+            cell(&s.not_exercised.join("; "))
+        );
+    }
     match &s.measured {
         Some(m) => format!(
             "{} ({:.0} records/s, p99 {:.0} ms)",
@@ -197,7 +238,7 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
             c.seed, c.history_path
         );
         let _ = writeln!(out, "```sh\n{}\n```\n", c.replay);
-        out.push_str("Faults before the first forbidden anomaly:\n\n");
+        out.push_str("Faults and their effects before the first forbidden anomaly:\n\n");
         if c.faults.is_empty() {
             out.push_str("- none\n");
         }

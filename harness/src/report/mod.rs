@@ -165,6 +165,17 @@ pub struct ScenarioResult {
     pub forbidden_anomalies: BTreeMap<String, u64>,
     /// Coverage marks hit, with their hit counts over all seeds.
     pub marks: BTreeMap<String, u64>,
+    /// Per fault-effect kind (`kill`, `messages.duplicate`, `fault-point`, see
+    /// [`eosim_sim::effects::kind`]), how often it was scheduled and how often it acted,
+    /// over all seeds.
+    #[serde(default)]
+    pub fault_effects: BTreeMap<String, EffectCount>,
+    /// What the runs were meant to exercise and did not, one line each
+    /// (`messages.duplicate never acted (scheduled 5 times in 5 seeds)`, `mark
+    /// connect:task-failed never reached`), less what the file allows
+    /// (`[check] not_exercised_allowed`). A `holds` with any is not a pass.
+    #[serde(default)]
+    pub not_exercised: Vec<String>,
     /// Simulated time over all seeds, seconds.
     pub sim_time_s: f64,
     /// Wall-clock time over all seeds, seconds.
@@ -177,6 +188,30 @@ pub struct ScenarioResult {
     /// simulated runs, whose time is not real.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<Measured>,
+}
+
+/// How often faults of one effect kind were scheduled and how often they acted, over a
+/// scenario's seeds. `acted` may exceed `scheduled`: one message fault delays many requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectCount {
+    /// Faults of this kind scheduled (nemesis schedule, swarm, or armed by a component).
+    pub scheduled: u64,
+    /// Times a fault of this kind acted.
+    pub acted: u64,
+    /// Seeds that scheduled at least one.
+    pub seeds_scheduled: u64,
+    /// Seeds in which at least one acted.
+    pub seeds_acted: u64,
+}
+
+impl EffectCount {
+    /// `scheduled 5 (5 seeds), acted 143 (5 seeds)`.
+    pub fn text(&self) -> String {
+        format!(
+            "scheduled {} ({} seeds), acted {} ({} seeds)",
+            self.scheduled, self.seeds_scheduled, self.acted, self.seeds_acted
+        )
+    }
 }
 
 /// What a real run measured, from its history's wall-clock times.
@@ -246,6 +281,8 @@ impl ScenarioResult {
             anomalies: BTreeMap::new(),
             forbidden_anomalies: BTreeMap::new(),
             marks: BTreeMap::new(),
+            fault_effects: BTreeMap::new(),
+            not_exercised: Vec::new(),
             sim_time_s: 0.0,
             wall_time_s: 0.0,
             counterexample: None,

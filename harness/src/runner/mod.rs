@@ -38,6 +38,12 @@ pub struct SeedOutcome {
     pub sim_time_ms: u64,
     /// Coverage marks hit, with counts.
     pub marks: BTreeMap<String, u64>,
+    /// Per effect kind ([`eosim_sim::effects::kind`]), how many times it was scheduled:
+    /// by the nemesis' schedule ([`nemesis::scheduled_kinds`] of each applied fault) or
+    /// armed by a component (a fault point, a BUGGIFY probability, bad records).
+    pub scheduled: BTreeMap<String, u64>,
+    /// Per effect kind, how many times a fault of that kind acted.
+    pub acted: BTreeMap<String, u64>,
     /// Swarm parameters drawn for this seed, as `key=value` lines.
     pub drawn: Vec<String>,
     /// The faults this seed applied (explicit and swarm-drawn, before `faults.until_ms`),
@@ -64,20 +70,30 @@ pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutco
         .expect("spawn a simulation thread");
     match thread.join() {
         Ok(outcome) => outcome,
-        Err(panic) => SeedOutcome {
-            seed,
-            history: History::default(),
-            stalled: None,
-            crashed: Some(panic_message(&panic)),
-            sim_time_ms: 0,
-            marks: BTreeMap::new(),
-            drawn: Vec::new(),
-            schedule: Vec::new(),
-        },
+        Err(panic) => SeedOutcome::crashed(seed, panic_message(&panic)),
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+impl SeedOutcome {
+    /// The outcome of a seed whose run panicked with `message`: no history, nothing else.
+    pub fn crashed(seed: u64, message: String) -> Self {
+        Self {
+            seed,
+            history: History::default(),
+            stalled: None,
+            crashed: Some(message),
+            sim_time_ms: 0,
+            marks: BTreeMap::new(),
+            scheduled: BTreeMap::new(),
+            acted: BTreeMap::new(),
+            drawn: Vec::new(),
+            schedule: Vec::new(),
+        }
+    }
+}
+
+/// The text of a panic's payload.
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<String>() {
         s.clone()
     } else if let Some(s) = panic.downcast_ref::<&str>() {
@@ -89,9 +105,18 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutcome {
     crate::marks::take();
+    eosim_sim::effects::take();
     let brokers = scenario.cluster.brokers;
     let kafka = KafkaWorld::new(Cluster::new(brokers, scenario.cluster.to_config()));
     let mut world = World::new(kafka, brokers);
+    let recorder = world.recorder.clone();
+    eosim_sim::effects::set_sink(move |effect| {
+        let value = Value::Effect {
+            kind: effect.kind.to_string(),
+            detail: effect.detail.clone(),
+        };
+        recorder.record(now_ns(), &effect.process, OpKind::Info, value, None);
+    });
     world.add_kafka();
     let mut pipeline = crate::workload::pipeline_for(scenario.clone(), world.recorder.clone());
     create_topics(&mut world, &scenario, pipeline.topics()).await;
@@ -104,6 +129,13 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
     run_schedule(&world, &schedule, scenario.faults.until_ms, verbose).await;
     let stalled = drain(&world, pipeline.as_ref(), &scenario, verbose).await;
     pipeline.record_final(&world);
+    let taken = eosim_sim::effects::take();
+    let mut scheduled = taken.armed;
+    for f in &schedule {
+        for kind in nemesis::scheduled_kinds(&f.fault) {
+            *scheduled.entry(kind.to_string()).or_default() += 1;
+        }
+    }
     SeedOutcome {
         seed,
         history: world.recorder.snapshot(),
@@ -111,6 +143,8 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
         crashed: None,
         sim_time_ms: now_ns() / 1_000_000,
         marks: crate::marks::take(),
+        scheduled,
+        acted: taken.acted,
         drawn,
         schedule,
     }

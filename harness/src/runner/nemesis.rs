@@ -3,6 +3,7 @@
 //! clogged links and message faults, recorded in the history.
 
 use super::world::{broker_name, World};
+use eosim_sim::effects::{self, kind};
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;
 use eosim_sim::nemesis::{Fault, FaultKind, ScheduledFault, Swarm};
@@ -178,7 +179,7 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
     match fault {
         Fault::Kill { target, mode } => {
             for name in world.resolve(target)? {
-                kill(world, &name, *mode, verbose);
+                kill(world, &name, *mode, kind::KILL, verbose);
             }
         }
         Fault::KillLeader {
@@ -194,7 +195,7 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
                 .expect("cluster lock")
                 .leader(&tp);
             match leader {
-                Some(b) => kill(world, &broker_name(b), *mode, verbose),
+                Some(b) => kill(world, &broker_name(b), *mode, kind::KILL_LEADER, verbose),
                 None => world.record_fault("kill-leader", format!("{tp} has no leader"), verbose),
             }
         }
@@ -222,8 +223,9 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
         ),
         Fault::Clog { target } => {
             for name in world.resolve(target)? {
-                let (id, _) = world.node(&name).expect("resolved names exist");
+                let (id, ip) = world.node(&name).expect("resolved names exist");
                 NetSim::current().clog_node(id);
+                eosim_sim::net::set_clogged(ip, true);
                 world
                     .net
                     .lock()
@@ -246,6 +248,8 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
                 eosim_sim::clock::jump(id, *delta_ms);
                 let detail = format!("target=[{name}] delta_ms={delta_ms}");
                 world.record_fault("clock-jump", detail, verbose);
+                let effect = format!("wall clock of {name} stepped {delta_ms:+} ms");
+                effects::record(kind::CLOCK_JUMP, &name, effect);
             }
         }
         Fault::Heal => heal(world, verbose),
@@ -253,7 +257,11 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
     Ok(())
 }
 
-fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
+/// Kills `name` if it runs, and records what the kill lost as a `kind` effect: the calls
+/// in flight to and from it, a broker's unflushed log tail (machine crash), what the
+/// pipeline's kill hooks report (PostgreSQL sessions). A kill of a dead process does nothing
+/// and records nothing.
+fn kill(world: &World, name: &str, mode: CrashMode, kind: &'static str, verbose: bool) {
     let mut net = world.net.lock().expect("net lock");
     if !net.down.insert(name.to_string()) {
         return;
@@ -261,26 +269,35 @@ fn kill(world: &World, name: &str, mode: CrashMode, verbose: bool) {
     net.paused.remove(name);
     drop(net);
     let (id, ip) = world.node(name).expect("resolved names exist");
+    let mut lost = vec![format!(
+        "{} requests in flight",
+        eosim_sim::net::in_flight(ip)
+    )];
     world.handle().kill(id);
     if mode == CrashMode::ProcessKill {
         // The kernel outlives the process and resets its connections (RST).
         eosim_sim::net::reset_connections(ip);
     }
-    world.notify_kill(name);
+    lost.extend(world.notify_kill(name));
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
-        world
+        let cut = world
             .kafka
             .cluster
             .lock()
             .expect("cluster lock")
             .crash_broker(now, b, mode);
+        if mode == CrashMode::MachineCrash {
+            lost.push(format!("{cut} unflushed log offsets (above the HW)"));
+        }
     }
     let mode = match mode {
         CrashMode::ProcessKill => "process-kill",
         CrashMode::MachineCrash => "machine-crash",
     };
     world.record_fault("kill", format!("target=[{name}] mode={mode}"), verbose);
+    let detail = format!("{name} killed ({mode}); lost: {}", lost.join(", "));
+    effects::record(kind, name, detail);
 }
 
 fn restart(world: &World, name: &str, verbose: bool) {
@@ -318,7 +335,7 @@ fn pause_or_resume(world: &World, name: &str, pause: bool, verbose: bool) {
     if !changed {
         return;
     }
-    let (id, _) = world.node(name).expect("resolved names exist");
+    let (id, ip) = world.node(name).expect("resolved names exist");
     if pause {
         world.handle().pause(id);
     } else {
@@ -326,6 +343,11 @@ fn pause_or_resume(world: &World, name: &str, pause: bool, verbose: bool) {
     }
     let verb = if pause { "pause" } else { "resume" };
     world.record_fault(verb, format!("target=[{name}]"), verbose);
+    if pause {
+        let waiting = eosim_sim::net::in_flight(ip);
+        let detail = format!("{name} paused with {waiting} requests in flight");
+        effects::record(kind::PAUSE, name, detail);
+    }
 }
 
 fn partition(world: &World, source: &[String], target: &[String], one_way: bool, verbose: bool) {
@@ -333,12 +355,14 @@ fn partition(world: &World, source: &[String], target: &[String], one_way: bool,
     let mut net = world.net.lock().expect("net lock");
     for a in source {
         for b in target.iter().filter(|b| *b != a) {
-            let (ia, _) = world.node(a).expect("resolved names exist");
-            let (ib, _) = world.node(b).expect("resolved names exist");
+            let (ia, ip_a) = world.node(a).expect("resolved names exist");
+            let (ib, ip_b) = world.node(b).expect("resolved names exist");
             net_sim.clog_link(ia, ib);
+            eosim_sim::net::set_link_cut(ip_a, ip_b, true);
             net.cut.insert((a.clone(), b.clone()));
             if !one_way {
                 net_sim.clog_link(ib, ia);
+                eosim_sim::net::set_link_cut(ip_b, ip_a, true);
                 net.cut.insert((b.clone(), a.clone()));
             }
         }
@@ -405,7 +429,9 @@ pub fn heal(world: &World, verbose: bool) {
         let (id, _) = world.node(&name).expect("clogged nodes are known");
         net_sim.unclog_node(id);
     }
+    net.blocked_seen.clear();
     drop(net);
+    // Message faults, and the cut links and clogs mirrored for the effect accounting.
     clear_message_faults();
     world.record_fault("heal", String::new(), verbose);
 }
@@ -425,5 +451,35 @@ pub fn recover_everything(world: &World, verbose: bool) {
     for name in &all {
         restart(world, name, verbose);
         pause_or_resume(world, name, false, verbose);
+    }
+}
+
+/// The effect kinds a scheduled fault is expected to produce ([`eosim_sim::effects::kind`]):
+/// one per kind of fault, one per non-zero setting of a message fault (each acts on its own),
+/// none for a recovery.
+pub fn scheduled_kinds(fault: &Fault) -> Vec<&'static str> {
+    match fault {
+        Fault::Kill { .. } => vec![kind::KILL],
+        Fault::KillLeader { .. } => vec![kind::KILL_LEADER],
+        Fault::Pause { .. } => vec![kind::PAUSE],
+        Fault::Partition { .. } => vec![kind::PARTITION],
+        Fault::Clog { .. } => vec![kind::CLOG],
+        Fault::ClockJump { .. } => vec![kind::CLOCK_JUMP],
+        Fault::Messages {
+            drop_request_probability,
+            drop_response_probability,
+            duplicate_probability,
+            delay_ms_max,
+            ..
+        } => [
+            (*drop_request_probability > 0.0, kind::DROP_REQUEST),
+            (*drop_response_probability > 0.0, kind::DROP_RESPONSE),
+            (*duplicate_probability > 0.0, kind::DUPLICATE),
+            (*delay_ms_max > 0, kind::DELAY),
+        ]
+        .into_iter()
+        .filter_map(|(set, kind)| set.then_some(kind))
+        .collect(),
+        Fault::Restart { .. } | Fault::Resume { .. } | Fault::Heal => Vec::new(),
     }
 }

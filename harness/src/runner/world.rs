@@ -7,6 +7,7 @@
 //! `producers`, `consumers`, `streams`, `clients` (producers, consumers, streams), `all`.
 
 use crate::history::{OpKind, Recorder, Value};
+use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::Env;
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::BrokerId;
@@ -28,13 +29,21 @@ pub struct NetState {
     pub cut: BTreeSet<(String, String)>,
     /// Nodes isolated from everyone.
     pub clogged: BTreeSet<String>,
+    /// Broker-to-broker and controller links the model found down since the last heal,
+    /// each recorded once as an effect of the partition or clog that cut it.
+    pub blocked_seen: BTreeSet<(String, String)>,
 }
 
 impl NetState {
-    fn reachable(&self, from: &str, to: &str) -> bool {
-        !self.clogged.contains(from)
-            && !self.clogged.contains(to)
-            && !self.cut.contains(&(from.to_string(), to.to_string()))
+    /// Whether `from` reaches `to`; `None` when it does, else the fault kind that cut it.
+    fn cut_by(&self, from: &str, to: &str) -> Option<&'static str> {
+        if self.clogged.contains(from) || self.clogged.contains(to) {
+            Some(kind::CLOG)
+        } else if self.cut.contains(&(from.to_string(), to.to_string())) {
+            Some(kind::PARTITION)
+        } else {
+            None
+        }
     }
 }
 
@@ -50,14 +59,34 @@ impl Env for EnvView {
     }
 
     fn link_up(&self, from: BrokerId, to: BrokerId) -> bool {
-        let state = self.0.lock().expect("net state lock");
-        state.reachable(&broker_name(from), &broker_name(to))
+        self.reach(&broker_name(from), &broker_name(to), "replication")
     }
 
     fn controller_link_up(&self, b: BrokerId) -> bool {
-        let state = self.0.lock().expect("net state lock");
         let name = broker_name(b);
-        state.reachable(&name, "controller") && state.reachable("controller", &name)
+        self.reach(&name, "controller", "heartbeats")
+            && self.reach("controller", &name, "heartbeats")
+    }
+}
+
+impl EnvView {
+    /// Whether `from` reaches `to` for the model's own traffic (`what`: replication
+    /// fetches, controller heartbeats). A link found cut is recorded as an effect of the
+    /// partition or clog, once per link until the next heal: the model asks every tick.
+    fn reach(&self, from: &str, to: &str, what: &str) -> bool {
+        let mut state = self.0.lock().expect("net state lock");
+        let Some(kind) = state.cut_by(from, to) else {
+            return true;
+        };
+        let first = state
+            .blocked_seen
+            .insert((from.to_string(), to.to_string()));
+        drop(state);
+        if first {
+            let detail = format!("{what} from {from} to {to} blocked (until the heal)");
+            eosim_sim::effects::record(kind, from, detail);
+        }
+        false
     }
 }
 
@@ -82,7 +111,9 @@ pub struct World {
 
 /// Told the name and IP of every node the nemesis kills (a pipeline's servers outside
 /// Kafka need it: PostgreSQL loses its sessions, or notices a client's sockets closing).
-pub type KillHook = Box<dyn Fn(&str, IpAddr)>;
+/// Returns what the kill lost in that service, for the kill's effect (`postgres lost 3
+/// sessions`), or `None` when it lost nothing there.
+pub type KillHook = Box<dyn Fn(&str, IpAddr) -> Option<String>>;
 
 impl World {
     /// A world around `kafka` with `broker_count` brokers still to be added.
@@ -103,13 +134,16 @@ impl World {
         self.kill_hooks.push(hook);
     }
 
-    /// Calls the kill hooks for `name` (the nemesis does, after killing it).
-    pub fn notify_kill(&self, name: &str) {
-        if let Some((_, ip)) = self.node(name) {
-            for hook in &self.kill_hooks {
-                hook(name, ip);
-            }
-        }
+    /// Calls the kill hooks for `name` (the nemesis does, after killing it); what they say
+    /// the kill lost, one entry per hook that lost something.
+    pub fn notify_kill(&self, name: &str) -> Vec<String> {
+        let Some((_, ip)) = self.node(name) else {
+            return Vec::new();
+        };
+        self.kill_hooks
+            .iter()
+            .filter_map(|hook| hook(name, ip))
+            .collect()
     }
 
     /// Number of brokers.
@@ -130,6 +164,7 @@ impl World {
             .ip(ip)
             .init(init)
             .build();
+        eosim_sim::net::register_node(node.id(), ip, name);
         self.nodes.insert(name.to_string(), (node.id(), ip));
     }
 

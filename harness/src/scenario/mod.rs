@@ -534,6 +534,15 @@ pub struct CheckSpec {
     /// the test suite compares.
     #[serde(default)]
     pub expect: Option<String>,
+    /// Coverage marks (`kafka:leader-change`, `connect:task-failed`; see
+    /// `eosim_sim::marks`) the claim rests on: a run in which one was never hit, in any
+    /// seed, is reported as not exercised.
+    #[serde(default)]
+    pub reached: Vec<String>,
+    /// Fault-effect kinds (`messages.delay`) and marks allowed not to act or be reached,
+    /// each on purpose (a scenario showing that a fault is harmless when it cannot act).
+    #[serde(default)]
+    pub not_exercised_allowed: Vec<String>,
 }
 
 /// A whole scenario file.

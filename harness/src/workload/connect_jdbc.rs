@@ -338,11 +338,14 @@ impl Pipeline for ConnectJdbc {
         });
         let pg = self.ctx.pg.clone();
         world.on_kill(Box::new(move |name, ip| {
-            if name == "postgres" {
-                pg.crash();
+            let (sessions, whose) = if name == "postgres" {
+                (pg.crash(), "postgres lost")
             } else {
-                pg.client_gone(ip);
-            }
+                (pg.client_gone(ip), "postgres ended")
+            };
+            (sessions > 0).then(|| {
+                format!("{whose} {sessions} sessions (their open transactions rolled back)")
+            })
         }));
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 2), move || operator_process(ctx.clone()));

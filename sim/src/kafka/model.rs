@@ -508,11 +508,14 @@ impl Cluster {
 
     /// Broker `broker` dies. Its replicas keep their logs (`ProcessKill`) or keep only what
     /// is below their own HW (`MachineCrash`, see [`CrashMode`]). The controller notices
-    /// only through missing heartbeats (`broker.session.timeout.ms`).
-    pub fn crash_broker(&mut self, now: TimeMs, broker: BrokerId, mode: CrashMode) {
+    /// only through missing heartbeats (`broker.session.timeout.ms`). Returns the offsets
+    /// the crash cut from the broker's logs (above their HW; 0 for a `ProcessKill`), what
+    /// the fault-effect accounting reports it lost.
+    pub fn crash_broker(&mut self, now: TimeMs, broker: BrokerId, mode: CrashMode) -> u64 {
         let _ = now;
         let _ = self.state(broker);
         self.brokers[(broker - 1) as usize].alive = false;
+        let mut lost = 0;
         if mode == CrashMode::MachineCrash {
             for topic in self.topics.values_mut() {
                 for p in &mut topic.partitions {
@@ -520,11 +523,16 @@ impl Cluster {
                         p.touch();
                         let log = &mut p.replicas[j].log;
                         let hw = log.high_watermark();
+                        lost += (log.log_end_offset() - hw).max(0) as u64;
                         log.truncate_to(hw);
                     }
                 }
             }
         }
+        if lost > 0 {
+            crate::mark!("kafka:machine-crash-lost-unflushed-tail");
+        }
+        lost
     }
 
     /// Broker `broker` starts again and recovers from its log: it forgets what it knew of

@@ -154,17 +154,23 @@ impl PostgresWorld {
     }
 
     /// The server process died: sessions and open transactions are gone, committed rows
-    /// stay. Call it when the node is killed.
-    pub fn crash(&self) {
+    /// stay. Call it when the node is killed. Returns the sessions lost.
+    pub fn crash(&self) -> usize {
         self.lock_db().crash();
-        self.sessions.lock().expect("sessions lock").clear();
+        let lost = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            let n = sessions.len();
+            sessions.clear();
+            n
+        };
         self.txn_ended.notify_waiters();
+        lost
     }
 
     /// The client process at `ip` died and its sockets closed: its sessions end and their
     /// open transactions roll back. (Not for a pause or a partition: PostgreSQL does not
-    /// notice those until TCP keepalive gives up.)
-    pub fn client_gone(&self, ip: IpAddr) {
+    /// notice those until TCP keepalive gives up.) Returns the sessions that ended.
+    pub fn client_gone(&self, ip: IpAddr) -> usize {
         let gone: Vec<SessionId> = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             let gone: Vec<SessionId> = sessions
@@ -177,12 +183,14 @@ impl PostgresWorld {
             }
             gone
         };
+        let ended = gone.len();
         let mut db = self.lock_db();
         for s in gone {
             db.close(s);
         }
         drop(db);
         self.txn_ended.notify_waiters();
+        ended
     }
 
     /// Ends sessions idle in a transaction past `idle_in_transaction_session_timeout`,

@@ -1,0 +1,41 @@
+//! Coverage marks (after TigerBeetle's `marks.zig` and Antithesis' `sometimes` /
+//! `reachable` assertions): models and components call [`mark!`](crate::mark) on the rare
+//! branches an exactly-once argument depends on (a leader change, a fenced produce, a
+//! deduplicated insert); a run collects them with [`take`], the report lists the marks each
+//! scenario hit, and a scenario can require some (`[check] reached = ["..."]`), so a verdict
+//! of "holds" comes with evidence that the path it rests on ran.
+//!
+//! Names are `area:event` in kebab-case (`kafka:leader-change`, `connect:task-failed`,
+//! `jdbc:unique-violation-23505`). Marks are per OS thread: every simulation runs on a fresh
+//! thread (the harness's `runner::run_seed`), so nothing leaks between seeds.
+//!
+//! ```
+//! eosim_sim::mark!("example:branch");
+//! assert_eq!(eosim_sim::marks::take().get("example:branch"), Some(&1));
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+thread_local! {
+    static MARKS: RefCell<BTreeMap<String, u64>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Counts one hit of mark `name`.
+pub fn hit(name: &str) {
+    MARKS.with(|m| *m.borrow_mut().entry(name.to_string()).or_default() += 1);
+}
+
+/// The marks hit on this thread since the last call, with counts; resets them.
+pub fn take() -> BTreeMap<String, u64> {
+    MARKS.with(|m| std::mem::take(&mut *m.borrow_mut()))
+}
+
+/// Counts one hit of a coverage mark: `mark!("clickhouse:dedup-hit")`; the name is any
+/// `&str` expression.
+#[macro_export]
+macro_rules! mark {
+    ($name:expr) => {
+        $crate::marks::hit($name)
+    };
+}
