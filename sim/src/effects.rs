@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// The effect kinds, one per way a fault can act. Each is also a kind that can be
-/// scheduled (see the harness's `runner::nemesis::scheduled_kinds`).
+/// scheduled ([`crate::nemesis::Fault::effect_kinds`]).
 pub mod kind {
     /// A process was killed while it ran (a kill of a dead process does nothing).
     pub const KILL: &str = "kill";

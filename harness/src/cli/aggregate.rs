@@ -236,7 +236,8 @@ pub fn aggregate(
         }
     }
     let fault_effects = effect_counts(seeds);
-    let (not_exercised, allowed) = super::judge::not_exercised(scenario, &fault_effects, &marks);
+    let (not_exercised, allowed) =
+        super::judge::not_exercised(scenario, &fault_effects, Some(&marks));
     let counterexample = counterexample_seed(seeds, verdict).map(|s| Counterexample {
         seed: s.seed,
         replay: replay_command(scenario_path, s.seed),

@@ -68,12 +68,14 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
 }
 
 /// What `scenario`'s runs were meant to exercise and did not: each fault-effect kind that
-/// was scheduled but never acted in any seed, and each `[check] reached` mark never hit.
-/// Returns `(not exercised, allowed by [check] not_exercised_allowed)`, one line each.
+/// was scheduled but never acted in any seed, and each `[check] reached` mark never hit
+/// (`marks` is `None` where marks are not collected, as in real runs: then marks are not
+/// judged). Returns `(not exercised, allowed by [check] not_exercised_allowed)`, one line
+/// each.
 pub fn not_exercised(
     scenario: &Scenario,
     effects: &BTreeMap<String, EffectCount>,
-    marks: &BTreeMap<String, u64>,
+    marks: Option<&BTreeMap<String, u64>>,
 ) -> (Vec<String>, Vec<String>) {
     let idle = effects
         .iter()
@@ -89,7 +91,7 @@ pub fn not_exercised(
         .check
         .reached
         .iter()
-        .filter(|m| marks.get(*m).copied().unwrap_or(0) == 0)
+        .filter(|m| marks.is_some_and(|marks| marks.get(*m).copied().unwrap_or(0) == 0))
         .map(|m| (m.clone(), format!("mark {m} never reached")));
     let (mut bad, mut allowed) = (Vec::new(), Vec::new());
     for (name, line) in idle.chain(unreached) {

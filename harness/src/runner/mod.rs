@@ -39,7 +39,7 @@ pub struct SeedOutcome {
     /// Coverage marks hit, with counts.
     pub marks: BTreeMap<String, u64>,
     /// Per effect kind ([`eosim_sim::effects::kind`]), how many times it was scheduled:
-    /// by the nemesis' schedule ([`nemesis::scheduled_kinds`] of each applied fault) or
+    /// by the nemesis' schedule (`Fault::effect_kinds` of each applied fault) or
     /// armed by a component (a fault point, a BUGGIFY probability, bad records).
     pub scheduled: BTreeMap<String, u64>,
     /// Per effect kind, how many times a fault of that kind acted.
@@ -132,7 +132,7 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
     let taken = eosim_sim::effects::take();
     let mut scheduled = taken.armed;
     for f in &schedule {
-        for kind in nemesis::scheduled_kinds(&f.fault) {
+        for kind in f.fault.effect_kinds() {
             *scheduled.entry(kind.to_string()).or_default() += 1;
         }
     }

@@ -453,33 +453,3 @@ pub fn recover_everything(world: &World, verbose: bool) {
         pause_or_resume(world, name, false, verbose);
     }
 }
-
-/// The effect kinds a scheduled fault is expected to produce ([`eosim_sim::effects::kind`]):
-/// one per kind of fault, one per non-zero setting of a message fault (each acts on its own),
-/// none for a recovery.
-pub fn scheduled_kinds(fault: &Fault) -> Vec<&'static str> {
-    match fault {
-        Fault::Kill { .. } => vec![kind::KILL],
-        Fault::KillLeader { .. } => vec![kind::KILL_LEADER],
-        Fault::Pause { .. } => vec![kind::PAUSE],
-        Fault::Partition { .. } => vec![kind::PARTITION],
-        Fault::Clog { .. } => vec![kind::CLOG],
-        Fault::ClockJump { .. } => vec![kind::CLOCK_JUMP],
-        Fault::Messages {
-            drop_request_probability,
-            drop_response_probability,
-            duplicate_probability,
-            delay_ms_max,
-            ..
-        } => [
-            (*drop_request_probability > 0.0, kind::DROP_REQUEST),
-            (*drop_response_probability > 0.0, kind::DROP_RESPONSE),
-            (*duplicate_probability > 0.0, kind::DUPLICATE),
-            (*delay_ms_max > 0, kind::DELAY),
-        ]
-        .into_iter()
-        .filter_map(|(set, kind)| set.then_some(kind))
-        .collect(),
-        Fault::Restart { .. } | Fault::Resume { .. } | Fault::Heal => Vec::new(),
-    }
-}

@@ -103,6 +103,37 @@ fn default_crash_mode() -> CrashMode {
 }
 
 impl Fault {
+    /// The effect kinds this fault is expected to produce ([`crate::effects::kind`]): one per
+    /// kind of fault, one per non-zero setting of a message fault (each acts on its own),
+    /// none for a recovery. What the report counts as scheduled.
+    pub fn effect_kinds(&self) -> Vec<&'static str> {
+        use crate::effects::kind;
+        match self {
+            Fault::Kill { .. } => vec![kind::KILL],
+            Fault::KillLeader { .. } => vec![kind::KILL_LEADER],
+            Fault::Pause { .. } => vec![kind::PAUSE],
+            Fault::Partition { .. } => vec![kind::PARTITION],
+            Fault::Clog { .. } => vec![kind::CLOG],
+            Fault::ClockJump { .. } => vec![kind::CLOCK_JUMP],
+            Fault::Messages {
+                drop_request_probability,
+                drop_response_probability,
+                duplicate_probability,
+                delay_ms_max,
+                ..
+            } => [
+                (*drop_request_probability > 0.0, kind::DROP_REQUEST),
+                (*drop_response_probability > 0.0, kind::DROP_RESPONSE),
+                (*duplicate_probability > 0.0, kind::DUPLICATE),
+                (*delay_ms_max > 0, kind::DELAY),
+            ]
+            .into_iter()
+            .filter_map(|(set, kind)| set.then_some(kind))
+            .collect(),
+            Fault::Restart { .. } | Fault::Resume { .. } | Fault::Heal => Vec::new(),
+        }
+    }
+
     /// The fault's kebab-case name, as in scenario files and histories.
     pub fn name(&self) -> &'static str {
         match self {

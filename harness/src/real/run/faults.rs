@@ -13,11 +13,17 @@
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
-//! mode=process-kill`, `restart target=[consumer-0]`.
+//! mode=process-kill`, `restart target=[consumer-0]`; and each time a fault acted, an
+//! `effect` op as the simulation's ([`eosim_sim::effects::kind`]): a kill of a running
+//! process, a pause, a fault point's crash. A fault that is not injected has no effect, so
+//! the report counts it as scheduled and never acted, and a `holds` under it is *not
+//! exercised* (exit 5), never a plain pass.
 
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
 use super::Run;
+use crate::history::Value;
 use crate::real::provision::{Kafka, Kill, Pause};
+use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::nemesis::Fault;
 use std::time::Duration;
@@ -91,6 +97,7 @@ impl Run<'_> {
     pub(super) fn restart_fault_point_crashes(&mut self) {
         let now_ms = self.now_ns() / 1_000_000;
         let after_ms = fault_point::spec(self.scenario).map_or(0, |f| f.restart_after_ms);
+        let mut fault_point_effects = Vec::new();
         for w in &mut self.workers {
             if w.exit_status().and_then(|s| s.code()) != Some(FAULT_POINT_EXIT_CODE) {
                 continue;
@@ -98,11 +105,23 @@ impl Run<'_> {
             w.reap(&self.env);
             self.fault_point_restarts
                 .insert(w.name.clone(), now_ms + after_ms);
+            let detail = format!(
+                "{} exited at its armed fault point (exit {FAULT_POINT_EXIT_CODE})",
+                w.name
+            );
+            let value = Value::Effect {
+                kind: kind::FAULT_POINT.into(),
+                detail,
+            };
+            fault_point_effects.push((w.name.clone(), value));
             self.notes.push(format!(
                 "{} crashed at its fault point (exit {FAULT_POINT_EXIT_CODE}); started again \
                  {after_ms} ms later",
                 w.name
             ));
+        }
+        for (process, value) in fault_point_effects {
+            self.push(self.now_ns(), &process, value);
         }
         let due: Vec<String> = self
             .fault_point_restarts
@@ -145,7 +164,7 @@ impl Run<'_> {
                 "a machine crash (losing the unflushed page cache) needs a fault-injecting \
                  file system",
             ),
-            Fault::Kill { .. } => targets.iter().for_each(|n| self.kill(n)),
+            Fault::Kill { .. } => targets.iter().for_each(|n| self.kill(n, kind::KILL)),
             Fault::Restart { .. } => targets.iter().for_each(|n| self.restart(n)),
             Fault::Pause { .. } => targets.iter().for_each(|n| self.pause(n, true)),
             Fault::Resume { .. } => targets.iter().for_each(|n| self.pause(n, false)),
@@ -236,7 +255,18 @@ impl Run<'_> {
         }
     }
 
-    fn kill(&mut self, name: &str) {
+    /// Records that a fault of `kind` acted on `process` ([`Value::Effect`]).
+    fn effect(&mut self, kind: &'static str, process: &str, detail: String) {
+        let value = Value::Effect {
+            kind: kind.into(),
+            detail,
+        };
+        self.push(self.now_ns(), process, value);
+    }
+
+    /// SIGKILLs `name` if it runs, recording the kill and its effect (of `kind`: a plain
+    /// kill or the kill of a partition's leader).
+    fn kill(&mut self, name: &str, kind: &'static str) {
         if let Some(t) = self.postgres(name) {
             if t.down {
                 return;
@@ -260,6 +290,7 @@ impl Run<'_> {
             return self.notes.push(format!("kill: no node named {name}"));
         }
         self.record_fault("kill", format!("target=[{name}] mode=process-kill"));
+        self.effect(kind, name, format!("{name} killed (SIGKILL)"));
     }
 
     fn restart(&mut self, name: &str) {
@@ -334,6 +365,9 @@ impl Run<'_> {
         if changed {
             let verb = if pause { "pause" } else { "resume" };
             self.record_fault(verb, format!("target=[{name}]"));
+            if pause {
+                self.effect(kind::PAUSE, name, format!("{name} paused (SIGSTOP)"));
+            }
         }
     }
 
@@ -343,7 +377,7 @@ impl Run<'_> {
             None => return self.note_external("the partition leader"),
         };
         match leader {
-            Ok(Some(b)) => self.kill(&format!("broker-{b}")),
+            Ok(Some(b)) => self.kill(&format!("broker-{b}"), kind::KILL_LEADER),
             Ok(None) => {
                 self.record_fault("kill-leader", format!("{topic}-{partition} has no leader"))
             }

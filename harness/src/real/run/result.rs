@@ -5,8 +5,9 @@ use super::measure::measure;
 use super::RealOutcome;
 use crate::checker::{check_all, Validity};
 use crate::cli::judge::{check_options, expected_verdict};
-use crate::report::{Counterexample, ScenarioResult, Verdict, REPORT_CASES_MAX};
+use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict, REPORT_CASES_MAX};
 use crate::scenario::Scenario;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The seed a real run is reported as: it has none, and is not reproducible.
@@ -42,6 +43,17 @@ pub fn scenario_result(
     let check = check_all(&outcome.history, &check_options(scenario));
     result.tally(&check);
     result.faults_injected = outcome.history.fault_count() as u64;
+    result.fault_effects = fault_effects(scenario, &outcome.history);
+    // Marks are counted in the workers' own processes, which do not report them: only the
+    // fault effects are judged here.
+    let (not_exercised, allowed) =
+        crate::cli::judge::not_exercised(scenario, &result.fault_effects, None);
+    result.not_exercised = not_exercised;
+    result.notes.extend(
+        allowed
+            .into_iter()
+            .map(|l| format!("allowed not exercised: {l}")),
+    );
     // As in the simulation: a stalled run has not delivered everything yet, so records
     // missing from the sink are inconclusive; the stall is the finding.
     result.verdict = if let Some(message) = &outcome.crashed {
@@ -77,4 +89,35 @@ pub fn scenario_result(
     }
     result.measured = measure(&outcome.history, &outcome.put_marks, &outcome.bulk_loads);
     result
+}
+
+/// What the real run's faults did: each scheduled fault before `faults.until_ms` counts its
+/// effect kinds as scheduled (`Fault::effect_kinds`; an armed `[sink.fault_point]` counts
+/// once), and each `effect` op of the history as acted. One run is one seed.
+fn fault_effects(
+    scenario: &Scenario,
+    history: &crate::history::History,
+) -> BTreeMap<String, EffectCount> {
+    let mut counts: BTreeMap<String, EffectCount> = BTreeMap::new();
+    let until_ms = scenario.faults.until_ms;
+    let scheduled = scenario
+        .faults
+        .schedule
+        .iter()
+        .filter(|f| f.at_ms < until_ms)
+        .flat_map(|f| f.fault.effect_kinds());
+    let armed = super::fault_point::spec(scenario).map(|_| eosim_sim::effects::kind::FAULT_POINT);
+    for kind in scheduled.chain(armed) {
+        let c = counts.entry(kind.to_string()).or_default();
+        c.scheduled += 1;
+        c.seeds_scheduled = 1;
+    }
+    for op in &history.ops {
+        if let crate::history::Value::Effect { kind, .. } = &op.value {
+            let c = counts.entry(kind.clone()).or_default();
+            c.acted += 1;
+            c.seeds_acted = 1;
+        }
+    }
+    counts
 }
