@@ -68,6 +68,8 @@ mod kafka;
 mod sink;
 mod streams;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 mod txn;
 #[cfg(test)]
