@@ -65,6 +65,8 @@
 mod analysis;
 pub mod cdc;
 mod kafka;
+#[cfg(test)]
+mod mutation_tests;
 mod sink;
 mod streams;
 #[cfg(test)]
