@@ -591,115 +591,18 @@ pub fn cdc_dropped_field_cases(a: &CdcAnalysis) -> Vec<Case> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::test_support::{c, cdc_history, u};
     use crate::checker::Claim;
     use serde_json::json;
 
-    fn config() -> BTreeMap<String, String> {
-        let pairs = [
-            ("name", "s"),
-            (
-                "connector.class",
-                "io.confluent.connect.jdbc.JdbcSinkConnector",
-            ),
-            ("topics", "t"),
-            ("connection.url", "jdbc:postgresql://10.0.5.1:5432/db"),
-            ("col.names", "id,v"),
-            ("pk.fields", "id"),
-            ("writeMode", "upsert"),
-            ("value.converter.schemas.enable", "false"),
-            ("key.converter.schemas.enable", "false"),
-            ("errors.deadletterqueue.topic.name", "dlq"),
-        ];
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn c(id: i64, v: &str) -> String {
-        json!({"op": "c", "before": null, "after": {"id": id, "v": v}}).to_string()
-    }
-
-    fn u(id: i64, v: &str) -> String {
-        json!({"op": "u", "before": {"id": id}, "after": {"id": id, "v": v}}).to_string()
-    }
-
-    /// A history: connector config, source log of `values`, optional reads, the final
-    /// table, committed offset `committed`, an empty DLQ.
+    /// [`cdc_history`] with an empty DLQ.
     fn history(
         values: &[String],
         reads: &[&[(i64, &str)]],
         table: &[(i64, &str)],
         committed: i64,
     ) -> History {
-        let tp = TopicPartition::new("t", 0);
-        let mut h = History::default();
-        let ok = OpKind::Ok;
-        h.push(
-            0,
-            "operator",
-            ok,
-            Value::ConnectorConfig {
-                connector: "s".into(),
-                config: config(),
-            },
-            None,
-        );
-        let rows = table_rows;
-        for read in reads {
-            let value = Value::TableRead {
-                table: "t".into(),
-                columns: vec!["id".into(), "v".into()],
-                rows: rows(read),
-            };
-            h.push(1, "reader", ok, value, None);
-        }
-        let records = values.iter().enumerate().map(|(i, v)| SourceRecord {
-            id: i as u64,
-            offset: i as i64,
-            key: None,
-            value: Some(v.clone()),
-        });
-        h.push(
-            2,
-            "final",
-            ok,
-            Value::SourceLog {
-                tp: tp.clone(),
-                records: records.collect(),
-            },
-            None,
-        );
-        let state = Value::TableState {
-            table: "t".into(),
-            columns: vec!["id".into(), "v".into()],
-            rows: rows(table),
-        };
-        h.push(2, "final", ok, state, None);
-        h.push(
-            2,
-            "final",
-            ok,
-            Value::DlqState {
-                topic: "dlq".into(),
-                records: Vec::new(),
-            },
-            None,
-        );
-        h.push(
-            2,
-            "final",
-            ok,
-            Value::CommittedOffsets {
-                offsets: vec![(tp, committed)],
-            },
-            None,
-        );
-        h
-    }
-
-    fn table_rows(rows: &[(i64, &str)]) -> Vec<Vec<Json>> {
-        rows.iter().map(|(i, v)| vec![json!(i), json!(v)]).collect()
+        cdc_history(values, reads, table, committed, &[])
     }
 
     fn check(h: &History) -> CheckResult {

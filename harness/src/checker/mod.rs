@@ -65,8 +65,12 @@
 mod analysis;
 pub mod cdc;
 mod kafka;
+#[cfg(test)]
+mod mutation_tests;
 mod sink;
 mod streams;
+#[cfg(test)]
+mod test_support;
 #[cfg(test)]
 mod tests;
 mod txn;

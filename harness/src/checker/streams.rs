@@ -219,64 +219,8 @@ impl Checker for StreamsChecker {
 mod tests {
     //! One test per anomaly with a literal history, and a valid history beside them.
     use super::*;
+    use crate::checker::test_support::streams_history as history;
     use crate::checker::{Claim, Validity};
-    use crate::history::{OpKind, StreamsInputRecord, StreamsUpdate};
-
-    fn tp(topic: &str) -> TopicPartition {
-        TopicPartition::new(topic.to_string(), 0)
-    }
-
-    /// Input: `k0` three times in window 0 (offsets 0..3), committed up to `committed`;
-    /// output: the given counts for `k0@0`.
-    fn history(committed: Offset, counts: &[u64]) -> History {
-        let mut h = History::default();
-        let input = (0..3)
-            .map(|i| StreamsInputRecord {
-                id: i,
-                key: "k0".into(),
-                timestamp_ms: 100 * i as i64,
-                offset: i as Offset,
-            })
-            .collect();
-        let output = counts
-            .iter()
-            .enumerate()
-            .map(|(i, c)| StreamsUpdate {
-                key: "k0".into(),
-                window_start_ms: 0,
-                count: *c,
-                offset: i as Offset,
-            })
-            .collect();
-        let fin = |h: &mut History, v| h.push(0, "final", OpKind::Ok, v, None);
-        fin(
-            &mut h,
-            Value::StreamsWindow {
-                window_size_ms: 5000,
-            },
-        );
-        fin(
-            &mut h,
-            Value::StreamsInput {
-                tp: tp("input"),
-                records: input,
-            },
-        );
-        fin(
-            &mut h,
-            Value::CommittedOffsets {
-                offsets: vec![(tp("input"), committed)],
-            },
-        );
-        fin(
-            &mut h,
-            Value::StreamsOutput {
-                tp: tp("output"),
-                records: output,
-            },
-        );
-        h
-    }
 
     fn check(h: &History, claim: Claim) -> CheckResult {
         StreamsChecker.check(h, &CheckOptions::for_claim(claim))

@@ -1,77 +1,9 @@
 //! Checker tests: one per anomaly, named after it, on a literal history of a few ops, with a
 //! valid history next to it.
 
+use super::test_support::*;
 use super::*;
-use crate::history::{OpKind, RecordRef, Value};
-
-fn tp() -> TopicPartition {
-    TopicPartition::new("t", 0)
-}
-
-fn rec(id: u64, offset: Offset) -> RecordRef {
-    RecordRef {
-        id,
-        key: Some("k".to_string()),
-        tp: tp(),
-        offset,
-    }
-}
-
-fn history(ops: Vec<(&str, OpKind, Value)>) -> History {
-    let mut h = History::default();
-    for (i, (process, kind, value)) in ops.into_iter().enumerate() {
-        h.push(i as u64 * 1_000_000, process, kind, value, None);
-    }
-    h
-}
-
-fn send(id: u64, offset: Option<Offset>) -> Value {
-    let tp = offset.map(|_| tp());
-    Value::Send {
-        id,
-        key: Some("k".to_string()),
-        tp,
-        offset,
-    }
-}
-
-fn poll(records: &[(u64, Offset)]) -> Value {
-    Value::Poll {
-        records: records.iter().map(|&(id, o)| rec(id, o)).collect(),
-    }
-}
-
-fn log(records: &[(u64, Offset)]) -> Value {
-    Value::LogState {
-        tp: tp(),
-        records: records.iter().map(|&(id, o)| rec(id, o)).collect(),
-    }
-}
-
-fn sink(rows: &[(u64, Offset)]) -> Value {
-    Value::SinkState {
-        rows: rows.iter().map(|&(id, o)| rec(id, o)).collect(),
-    }
-}
-
-fn write(rows: &[(u64, Offset)]) -> Value {
-    Value::Write {
-        rows: rows.iter().map(|&(id, o)| rec(id, o)).collect(),
-    }
-}
-
-fn commit(next: Offset) -> Value {
-    Value::Commit {
-        offsets: vec![(tp(), next)],
-    }
-}
-
-fn kafka_only() -> CheckOptions {
-    CheckOptions {
-        sink: false,
-        ..CheckOptions::default()
-    }
-}
+use crate::history::{OpKind, Value};
 
 fn kill() -> Value {
     Value::Fault {

@@ -1,60 +1,9 @@
 //! Transactional checker tests: one per anomaly on a literal history, each with a valid
 //! twin that differs in the one fact the anomaly rests on.
 
+use super::test_support::*;
 use super::*;
-use crate::history::{OpKind, RecordRef, Value};
-
-fn out(id: u64, offset: Offset) -> RecordRef {
-    RecordRef {
-        id,
-        key: None,
-        tp: TopicPartition::new("out", 0),
-        offset,
-    }
-}
-
-fn input(id: u64, offset: Offset) -> RecordRef {
-    RecordRef {
-        id,
-        key: None,
-        tp: TopicPartition::new("in", 0),
-        offset,
-    }
-}
-
-fn txn(id: u64, sends: &[(u64, Offset)], next: Offset) -> Value {
-    Value::Txn {
-        id,
-        transactional_id: "copier-0".into(),
-        sends: sends.iter().map(|&(i, o)| out(i, o)).collect(),
-        offsets: vec![(TopicPartition::new("in", 0), next)],
-    }
-}
-
-fn committed_view(records: &[(u64, Offset)]) -> Value {
-    let records = records.iter().map(|&(i, o)| out(i, o)).collect();
-    Value::CommittedLogState {
-        tp: TopicPartition::new("out", 0),
-        records,
-    }
-}
-
-fn partition_state(high_watermark: Offset, last_stable_offset: Offset) -> Value {
-    let tp = TopicPartition::new("out", 0);
-    Value::PartitionState {
-        tp,
-        high_watermark,
-        last_stable_offset,
-    }
-}
-
-fn history(ops: Vec<(&str, OpKind, Value)>) -> History {
-    let mut h = History::default();
-    for (i, (process, kind, value)) in ops.into_iter().enumerate() {
-        h.push(i as u64 * 1_000_000, process, kind, value, None);
-    }
-    h
-}
+use crate::history::{OpKind, Value};
 
 fn options() -> CheckOptions {
     CheckOptions {
