@@ -124,7 +124,9 @@ pub fn record_shrunk(
         return Ok(None);
     };
     let shrunk = with_schedule(scenario, schedule);
-    let text = toml::to_string(&shrunk).map_err(|e| format!("{}: {e}", file.display()))?;
+    let text = shrunk
+        .to_toml()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     let header = format!(
         "# Shrunk counterexample of scenario `{}` at seed {seed}: {} of {original_faults} \
          faults, found in {runs} runs{}.\n# Replay: cargo xtask replay --scenario {} --seed \
