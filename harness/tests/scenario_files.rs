@@ -1,7 +1,7 @@
 //! The scenario catalogue parses, stays within its budget, and malformed scenario files are
 //! rejected with errors that name the file, the key and what was expected.
 
-use eosim::scenario::{Scenario, ScenarioError};
+use eosim::scenario::{Pipeline, Scenario, ScenarioError, SECTION_READERS};
 use std::path::{Path, PathBuf};
 
 /// The catalogue must run in a few minutes: records and seeds per scenario stay small.
@@ -13,7 +13,12 @@ const SEEDS_MAX: u64 = 30;
 const HEAD: &str = "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n";
 
 fn catalogue() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    toml_files("../scenarios")
+}
+
+/// The `.toml` files of `dir` (relative to the harness crate), sorted.
+fn toml_files(dir: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
         .map(|e| e.expect("dir entry").path())
@@ -290,4 +295,114 @@ fn a_schedule_entry_reads_as_a_time_and_a_fault() {
         mode: CrashMode::MachineCrash,
     };
     assert_eq!(entry.fault, expected);
+}
+
+#[test]
+fn every_real_tier_scenario_parses() {
+    let paths = toml_files("../scenarios/real");
+    assert!(!paths.is_empty(), "no scenarios/real/*.toml");
+    for path in paths {
+        Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+const PIPELINES: [Pipeline; 5] = [
+    Pipeline::KafkaConsume,
+    Pipeline::ConnectJdbc,
+    Pipeline::ClickhouseSink,
+    Pipeline::TransactionalCopy,
+    Pipeline::StreamsCount,
+];
+
+/// Parses a scenario of `pipeline` whose body is `body`.
+fn parse_for(pipeline: Pipeline, body: &str) -> Result<Scenario, ScenarioError> {
+    let text = format!(
+        "pipeline = \"{}\"\nclaim = \"at-least-once\"\n{body}",
+        pipeline.name()
+    );
+    Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+}
+
+#[test]
+fn a_section_of_another_pipeline_is_refused_naming_the_section_and_its_readers() {
+    let error = parse_for(Pipeline::TransactionalCopy, "[sink]\ntasks = 1\n")
+        .expect_err("[sink] is clickhouse-sink's");
+    assert!(matches!(error, ScenarioError::Invalid { ref key, .. } if key == "sink"));
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "scenarios/bad.toml",
+            "section `[sink]` is not read by pipeline `transactional-copy`; \
+             it is read by: clickhouse-sink",
+        ],
+    );
+    // Every section under every pipeline that does not read it, written empty (all
+    // defaults) so presence in the text is what counts.
+    for (section, readers) in SECTION_READERS {
+        let names: Vec<&str> = readers.iter().map(|p| p.name()).collect();
+        for pipeline in PIPELINES.iter().filter(|p| !readers.contains(p)) {
+            let error = parse_for(*pipeline, &format!("[{section}]\n"))
+                .expect_err("a section the pipeline does not read");
+            assert_mentions(
+                &error.to_string(),
+                &[
+                    &format!("key `{section}`"),
+                    &format!("not read by pipeline `{}`", pipeline.name()),
+                    &format!("it is read by: {}", names.join(", ")),
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+fn a_section_written_inline_or_dotted_counts_as_present() {
+    for body in ["copy = { process_ms = 5 }\n", "streams.instances = 2\n"] {
+        let error = parse_for(Pipeline::KafkaConsume, body).expect_err(body);
+        assert_mentions(
+            &error.to_string(),
+            &["is not read by pipeline `kafka-consume`"],
+        );
+    }
+}
+
+#[test]
+fn a_section_under_its_own_pipeline_is_accepted() {
+    for (pipeline, body) in [
+        (Pipeline::ClickhouseSink, "[sink]\ntasks = 1\n"),
+        (Pipeline::TransactionalCopy, "[copy]\nprocess_ms = 5\n"),
+        (Pipeline::StreamsCount, "[streams]\n"),
+        (
+            Pipeline::ClickhouseSink,
+            "[connect]\nworker = { \"session.timeout.ms\" = \"6000\" }\n",
+        ),
+    ] {
+        if let Err(e) = parse_for(pipeline, body) {
+            panic!("{} with {body:?}: {e}", pipeline.name());
+        }
+    }
+    // The connect-jdbc sections need each other (a connector reading the topic, events),
+    // so the refusal check alone is asked: it must let every reader through.
+    for (section, readers) in SECTION_READERS {
+        for pipeline in readers {
+            if let Err(e) = parse_for(*pipeline, &format!("[{section}]\n")) {
+                let message = e.to_string();
+                assert!(!message.contains("is not read by"), "{message}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_scenario_written_out_reads_back_the_same() {
+    // The shrinker writes its scenarios this way (`shrunk.toml`), to be replayed.
+    for path in catalogue()
+        .into_iter()
+        .chain(toml_files("../scenarios/real"))
+    {
+        let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let text = scenario.to_toml().expect("serializes");
+        let again = Scenario::parse(&path, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(again, scenario, "{}", path.display());
+    }
 }

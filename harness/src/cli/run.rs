@@ -6,7 +6,7 @@ use super::aggregate::{
 };
 use super::output::{build_id, format_op, format_sim_time, seed_header};
 use super::rundir::run_scenarios;
-use super::shrink::{record_shrunk, shrink};
+use super::shrink::{forbidden_cases, record_shrunk, shrink};
 use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
 use crate::checker::Anomaly;
 use crate::history::History;
@@ -171,11 +171,13 @@ fn shrink_counterexample(
         // or the pipeline's own timing), which the counterexample already shows.
         return;
     }
-    let target: BTreeSet<Anomaly> = seed.check.forbidden.iter().copied().collect();
+    // The shrunk schedule must show every forbidden kind of the original, not just one.
+    let original = forbidden_cases(&seed.check);
+    let target: BTreeSet<Anomaly> = original.keys().copied().collect();
+    let faults = seed.schedule.len();
     println!(
-        "  shrinking seed {}: {} faults, at most {runs_max} runs",
-        seed.seed,
-        seed.schedule.len()
+        "  shrinking seed {}: {faults} faults, at most {runs_max} runs",
+        seed.seed
     );
     let outcome = shrink(
         scenario,
@@ -186,7 +188,7 @@ fn shrink_counterexample(
         &|s, seed| run_guarded(s, seed),
     );
     let file = history_path(run_dir, &scenario.name, seed.seed).with_file_name("shrunk.toml");
-    match record_shrunk(scenario, seed.schedule.len(), &outcome, &file, seed.seed) {
+    match record_shrunk(scenario, faults, &original, &outcome, &file, seed.seed) {
         Ok(Some(shrunk)) => {
             println!(
                 "  shrunk to {} of {} faults in {} runs: {}",
@@ -198,9 +200,10 @@ fn shrink_counterexample(
             counterexample.shrunk = Some(shrunk);
         }
         Ok(None) => result.notes.push(format!(
-            "shrink: seed {}'s {} faults as an explicit schedule (swarm removed) did not fail              again at that seed, so the counterexample is not shrunk",
-            seed.seed,
-            seed.schedule.len()
+            "shrink: seed {}'s {} faults as an explicit schedule (swarm removed) did not show \
+             every forbidden anomaly of the original again at that seed, so the \
+             counterexample is not shrunk",
+            seed.seed, faults
         )),
         Err(e) => result.notes.push(format!("shrink: cannot write {e}")),
     }

@@ -5,11 +5,16 @@
 //! # How
 //! The failing seed's applied faults (explicit and swarm-drawn, [`SeedOutcome::schedule`])
 //! become an explicit `[[faults.schedule]]` with the swarm removed. That scenario is run at
-//! the same seed; if it still shows one of the original's forbidden anomalies, chunks of
+//! the same seed; if it still shows every forbidden anomaly kind of the original, chunks of
 //! the schedule are removed in turn (halves, quarters, ... single faults), keeping every
-//! removal after which the seed still fails, until no single fault can go or the run budget
-//! is spent. Every candidate is judged by running it, so the result is a verified
+//! removal after which the seed still shows them all, until no single fault can go or the
+//! run budget is spent. Every candidate is judged by running it, so the result is a verified
 //! counterexample: the shrunk scenario file and the seed replay it bit for bit.
+//!
+//! Keeping every kind, not any one, is what keeps the failure: a run that lost 1000 records
+//! (`sink-lost` and `progress-ahead-of-data`) must not shrink to one that only shows the
+//! offsets running ahead and loses nothing. The case counts may still fall (fewer faults,
+//! fewer losses); the report shows them per kind, original → shrunk.
 //!
 //! Dropping the swarm changes what the simulator's random stream is spent on, so the
 //! explicit schedule is not guaranteed to fail at the seed where the swarm did; then the
@@ -19,12 +24,12 @@
 //! recovers everything at `faults.until_ms` anyway, so dropping one only lengthens a fault.
 
 use super::aggregate::{judge_seed, SeedClass};
-use crate::checker::Anomaly;
-use crate::report::Shrunk;
+use crate::checker::{Anomaly, CheckResult};
+use crate::report::{Shrunk, ShrunkAnomaly};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
 use eosim_sim::nemesis::ScheduledFault;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// What a shrink ended with.
@@ -40,7 +45,20 @@ pub enum ShrinkOutcome {
         runs: u32,
         /// Whether ddmin finished (each remaining fault is needed) before the budget.
         minimal: bool,
+        /// Cases per forbidden anomaly in the run of `schedule`: every kind of the target,
+        /// and any other forbidden kind that run shows.
+        forbidden: BTreeMap<Anomaly, u64>,
     },
+}
+
+/// Cases per forbidden anomaly `check` found (kinds without a case are absent).
+pub fn forbidden_cases(check: &CheckResult) -> BTreeMap<Anomaly, u64> {
+    check
+        .forbidden
+        .iter()
+        .map(|a| (*a, check.anomalies.get(a).map_or(0, Vec::len) as u64))
+        .filter(|(_, cases)| *cases > 0)
+        .collect()
 }
 
 /// `scenario` with its swarm removed and `schedule` as its explicit faults.
@@ -52,8 +70,9 @@ pub fn with_schedule(scenario: &Scenario, schedule: &[ScheduledFault]) -> Scenar
 }
 
 /// Shrinks `schedule` at `seed`, judging each candidate by running `run(candidate, seed)`:
-/// a candidate fails when its seed is invalid with a forbidden anomaly in `target`. At
-/// most `runs_max` runs.
+/// a candidate is kept when its seed is invalid with every anomaly of `target` (the
+/// original counterexample's forbidden kinds) among its forbidden ones. At most `runs_max`
+/// runs; an empty `target` is [`ShrinkOutcome::NotReproduced`] (no failure to keep).
 pub fn shrink(
     scenario: &Scenario,
     seed: u64,
@@ -63,16 +82,21 @@ pub fn shrink(
     run: &dyn Fn(&Scenario, u64) -> SeedOutcome,
 ) -> ShrinkOutcome {
     let runs = std::cell::Cell::new(0u32);
-    let fails = |candidate: &[ScheduledFault]| {
+    // The candidate's forbidden cases, when it keeps the whole target.
+    let keeps = |candidate: &[ScheduledFault]| {
         runs.set(runs.get() + 1);
         let s = with_schedule(scenario, candidate);
         let verdict = judge_seed(&s, &run(&s, seed));
-        verdict.class == SeedClass::Invalid
-            && verdict.check.forbidden.iter().any(|a| target.contains(a))
+        let forbidden = forbidden_cases(&verdict.check);
+        let all = target.iter().all(|a| forbidden.contains_key(a));
+        (verdict.class == SeedClass::Invalid && all).then_some(forbidden)
     };
-    if runs_max == 0 || !fails(schedule) {
+    if runs_max == 0 || target.is_empty() {
         return ShrinkOutcome::NotReproduced;
     }
+    let Some(mut forbidden) = keeps(schedule) else {
+        return ShrinkOutcome::NotReproduced;
+    };
     let mut current = schedule.to_vec();
     let mut chunks = 2usize;
     let mut minimal = false;
@@ -87,8 +111,9 @@ pub fn shrink(
                 .chain(current.get(start + size..).unwrap_or(&[]))
                 .cloned()
                 .collect();
-            if fails(&candidate) {
+            if let Some(kept) = keeps(&candidate) {
                 current = candidate;
+                forbidden = kept;
                 chunks = chunks.saturating_sub(1).max(2);
                 continue 'outer;
             }
@@ -103,14 +128,17 @@ pub fn shrink(
         minimal: minimal || current.is_empty(),
         schedule: current,
         runs: runs.get(),
+        forbidden,
     }
 }
 
 /// Writes the shrunk scenario next to the counterexample's history and describes it for
-/// the report. `Err` names the file that could not be written.
+/// the report, with its forbidden cases next to `original_forbidden` (the counterexample's,
+/// [`forbidden_cases`]). `Err` names the file that could not be written.
 pub fn record_shrunk(
     scenario: &Scenario,
     original_faults: usize,
+    original_forbidden: &BTreeMap<Anomaly, u64>,
     outcome: &ShrinkOutcome,
     file: &Path,
     seed: u64,
@@ -119,12 +147,15 @@ pub fn record_shrunk(
         schedule,
         runs,
         minimal,
+        forbidden,
     } = outcome
     else {
         return Ok(None);
     };
     let shrunk = with_schedule(scenario, schedule);
-    let text = toml::to_string(&shrunk).map_err(|e| format!("{}: {e}", file.display()))?;
+    let text = shrunk
+        .to_toml()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     let header = format!(
         "# Shrunk counterexample of scenario `{}` at seed {seed}: {} of {original_faults} \
          faults, found in {runs} runs{}.\n# Replay: cargo xtask replay --scenario {} --seed \
@@ -148,7 +179,26 @@ pub fn record_shrunk(
             "cargo xtask replay --scenario {} --seed {seed}",
             file.display()
         ),
+        forbidden: compare_cases(original_forbidden, forbidden),
     }))
+}
+
+/// Per forbidden anomaly of either run: its cases in the original and in the shrunk run.
+fn compare_cases(
+    original: &BTreeMap<Anomaly, u64>,
+    shrunk: &BTreeMap<Anomaly, u64>,
+) -> BTreeMap<String, ShrunkAnomaly> {
+    let kinds: BTreeSet<Anomaly> = original.keys().chain(shrunk.keys()).copied().collect();
+    kinds
+        .into_iter()
+        .map(|a| {
+            let cases = ShrunkAnomaly {
+                cases_from: original.get(&a).copied().unwrap_or(0),
+                cases: shrunk.get(&a).copied().unwrap_or(0),
+            };
+            (a.name().to_string(), cases)
+        })
+        .collect()
 }
 
 /// `at_ms=4200 kill target=["worker-0"]`: one fault as a report line.
@@ -186,40 +236,52 @@ seeds = 10
         Scenario::parse(Path::new("shrink-unit.toml"), text).expect("a valid scenario")
     }
 
-    /// A fake run whose history loses a record exactly when both `consumer-1` and
-    /// `consumer-3` are killed: the shrinker must keep those two and drop the rest.
-    fn fake_run(s: &Scenario, seed: u64) -> SeedOutcome {
-        let killed = |name: &str| {
-            s.faults
-                .schedule
-                .iter()
-                .any(|f| matches!(&f.fault, Fault::Kill { target, .. } if target[0] == name))
-        };
+    fn killed(s: &Scenario, name: &str) -> bool {
+        s.faults
+            .schedule
+            .iter()
+            .any(|f| matches!(&f.fault, Fault::Kill { target, .. } if target[0] == name))
+    }
+
+    /// A run of `s` at `seed`: ids `0..sent` acknowledged at offset = id of `t/0`; the final
+    /// log holds the ids `in_log` accepts, the sink those of the log `in_sink` accepts.
+    fn outcome(
+        s: &Scenario,
+        seed: u64,
+        sent: u64,
+        in_log: &dyn Fn(u64) -> bool,
+        in_sink: &dyn Fn(u64) -> bool,
+    ) -> SeedOutcome {
         let mut history = History::default();
         let tp = eosim_sim::kafka::TopicPartition::new("t", 0);
-        let send = |offset: Option<i64>| Value::Send {
-            id: 1,
+        let record = |id: u64| crate::history::RecordRef {
+            id,
+            key: None,
+            tp: tp.clone(),
+            offset: id as i64,
+        };
+        let send = |id: u64, offset: Option<i64>| Value::Send {
+            id,
             key: None,
             tp: offset.map(|_| tp.clone()),
             offset,
         };
-        history.push(0, "producer-0", OpKind::Invoke, send(None), None);
-        history.push(1, "producer-0", OpKind::Ok, send(Some(0)), None);
-        let log = if killed("consumer-1") && killed("consumer-3") {
-            Vec::new()
-        } else {
-            vec![crate::history::RecordRef {
-                id: 1,
-                key: None,
-                tp: tp.clone(),
-                offset: 0,
-            }]
-        };
+        for id in 0..sent {
+            history.push(0, "producer-0", OpKind::Invoke, send(id, None), None);
+            history.push(1, "producer-0", OpKind::Ok, send(id, Some(id as i64)), None);
+        }
+        let log: Vec<u64> = (0..sent).filter(|id| in_log(*id)).collect();
+        let records = log.iter().map(|id| record(*id)).collect();
+        let rows = log.iter().filter(|id| in_sink(**id)).map(|id| record(*id));
         let log = Value::LogState {
             tp: tp.clone(),
-            records: log,
+            records,
         };
         history.push(2, "final", OpKind::Ok, log, None);
+        let sink = Value::SinkState {
+            rows: rows.collect(),
+        };
+        history.push(3, "final", OpKind::Ok, sink, None);
         SeedOutcome {
             seed,
             history,
@@ -234,17 +296,115 @@ seeds = 10
         }
     }
 
+    /// A fake run whose history loses an acknowledged record (`lost-write`) exactly when
+    /// both `consumer-1` and `consumer-3` are killed: the shrinker must keep those two and
+    /// drop the rest.
+    fn fake_run(s: &Scenario, seed: u64) -> SeedOutcome {
+        let lost = killed(s, "consumer-1") && killed(s, "consumer-3");
+        outcome(s, seed, 1, &|_| !lost, &|_| true)
+    }
+
+    /// A fake run with two forbidden kinds, each needing its own fault: while `consumer-1`
+    /// is killed, Kafka loses as many acknowledged ids as the schedule has faults
+    /// (`lost-write`); while `consumer-5` is killed, the sink misses id 15 (`sink-lost`).
+    fn two_kind_run(s: &Scenario, seed: u64) -> SeedOutcome {
+        let faults = s.faults.schedule.len() as u64;
+        let (lose, drop) = (killed(s, "consumer-1"), killed(s, "consumer-5"));
+        outcome(s, seed, 16, &|id| !(lose && id < faults), &|id| {
+            !(drop && id == 15)
+        })
+    }
+
+    fn eight_kills() -> Vec<ScheduledFault> {
+        (0..8)
+            .map(|i| kill(1_000 * i, &format!("consumer-{i}")))
+            .collect()
+    }
+
+    #[test]
+    fn a_schedule_that_keeps_one_forbidden_kind_but_loses_another_is_not_accepted() {
+        let schedule = eight_kills();
+        let whole = with_schedule(&scenario(), &schedule);
+        let original = forbidden_cases(&judge_seed(&whole, &two_kind_run(&whole, 7)).check);
+        let expected = BTreeMap::from([(Anomaly::LostWrite, 8), (Anomaly::SinkLost, 1)]);
+        assert_eq!(original, expected, "the fixture shows both kinds");
+        let target: BTreeSet<Anomaly> = original.keys().copied().collect();
+        let out = shrink(&scenario(), 7, &schedule, &target, 100, &two_kind_run);
+        let ShrinkOutcome::Shrunk {
+            schedule: kept,
+            forbidden,
+            minimal,
+            ..
+        } = out
+        else {
+            panic!("the whole schedule shows both kinds, so it must shrink: {out:?}");
+        };
+        // Dropping consumer-5's kill keeps lost-write but loses sink-lost: not accepted.
+        assert_eq!(kept, vec![schedule[1].clone(), schedule[5].clone()]);
+        assert!(minimal);
+        let expected = BTreeMap::from([(Anomaly::LostWrite, 2), (Anomaly::SinkLost, 1)]);
+        assert_eq!(forbidden, expected, "the shrunk run's cases, kind by kind");
+    }
+
+    #[test]
+    fn only_the_target_kinds_are_required() {
+        let schedule = eight_kills();
+        let target = BTreeSet::from([Anomaly::LostWrite]);
+        let out = shrink(&scenario(), 7, &schedule, &target, 100, &two_kind_run);
+        let ShrinkOutcome::Shrunk {
+            schedule: kept,
+            forbidden,
+            ..
+        } = out
+        else {
+            panic!("expected a shrink: {out:?}");
+        };
+        assert_eq!(kept, vec![schedule[1].clone()]);
+        assert_eq!(forbidden, BTreeMap::from([(Anomaly::LostWrite, 1)]));
+    }
+
+    #[test]
+    fn an_empty_target_is_not_reproduced_without_a_run() {
+        let run = |_: &Scenario, _: u64| -> SeedOutcome { panic!("no run is needed") };
+        let out = shrink(&scenario(), 7, &eight_kills(), &BTreeSet::new(), 100, &run);
+        assert_eq!(out, ShrinkOutcome::NotReproduced);
+    }
+
+    #[test]
+    fn the_report_pairs_each_kind_with_its_original_cases() {
+        let original =
+            BTreeMap::from([(Anomaly::SinkLost, 1000), (Anomaly::ProgressAheadOfData, 3)]);
+        let shrunk = BTreeMap::from([
+            (Anomaly::SinkLost, 3),
+            (Anomaly::ProgressAheadOfData, 3),
+            (Anomaly::SinkDuplicate, 2),
+        ]);
+        let pairs: Vec<(String, u64, u64)> = compare_cases(&original, &shrunk)
+            .into_iter()
+            .map(|(a, n)| (a, n.cases_from, n.cases))
+            .collect();
+        let expected = [
+            ("progress-ahead-of-data", 3, 3),
+            ("sink-duplicate", 0, 2),
+            ("sink-lost", 1000, 3),
+        ];
+        let expected: Vec<(String, u64, u64)> = expected
+            .iter()
+            .map(|(a, from, to)| (a.to_string(), *from, *to))
+            .collect();
+        assert_eq!(pairs, expected);
+    }
+
     #[test]
     fn ddmin_keeps_exactly_the_faults_the_failure_needs() {
-        let schedule: Vec<ScheduledFault> = (0..8)
-            .map(|i| kill(1_000 * i, &format!("consumer-{i}")))
-            .collect();
-        let target: BTreeSet<Anomaly> = Anomaly::ALL.iter().copied().collect();
+        let schedule = eight_kills();
+        let target = BTreeSet::from([Anomaly::LostWrite]);
         let out = shrink(&scenario(), 7, &schedule, &target, 100, &fake_run);
         let ShrinkOutcome::Shrunk {
             schedule: kept,
             minimal,
             runs,
+            ..
         } = out
         else {
             panic!("the whole schedule fails, so it must shrink: {out:?}");
@@ -257,17 +417,15 @@ seeds = 10
     #[test]
     fn a_schedule_that_does_not_fail_is_not_reproduced() {
         let schedule = vec![kill(0, "consumer-1")];
-        let target: BTreeSet<Anomaly> = Anomaly::ALL.iter().copied().collect();
+        let target = BTreeSet::from([Anomaly::LostWrite]);
         let out = shrink(&scenario(), 7, &schedule, &target, 100, &fake_run);
         assert_eq!(out, ShrinkOutcome::NotReproduced);
     }
 
     #[test]
     fn the_budget_stops_the_shrink_and_says_so() {
-        let schedule: Vec<ScheduledFault> = (0..8)
-            .map(|i| kill(1_000 * i, &format!("consumer-{i}")))
-            .collect();
-        let target: BTreeSet<Anomaly> = Anomaly::ALL.iter().copied().collect();
+        let schedule = eight_kills();
+        let target = BTreeSet::from([Anomaly::LostWrite]);
         let out = shrink(&scenario(), 7, &schedule, &target, 3, &fake_run);
         match out {
             ShrinkOutcome::Shrunk { minimal, runs, .. } => {

@@ -282,6 +282,22 @@ fn shrunk_section(out: &mut String, shrunk: &super::Shrunk) {
     for line in &shrunk.faults {
         let _ = writeln!(out, "- `{line}`");
     }
+    if shrunk.forbidden.is_empty() {
+        return;
+    }
+    out.push_str("\nForbidden anomalies, cases in the original → in the shrunk run:\n\n");
+    for (anomaly, n) in &shrunk.forbidden {
+        let origin = if n.cases_from == 0 {
+            " (not in the original)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "- `{anomaly}` {} → {} case(s){origin}",
+            n.cases_from, n.cases
+        );
+    }
 }
 
 fn marks_section(out: &mut String, scenarios: &[ScenarioResult]) {

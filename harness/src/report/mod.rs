@@ -119,6 +119,22 @@ pub struct Shrunk {
     pub scenario_file: String,
     /// The command that replays it.
     pub replay: String,
+    /// Forbidden anomalies (kebab-case) of the original or the shrunk run, with their cases
+    /// in each: the shrunk run shows every kind the original did (the shrinker keeps no
+    /// schedule that loses one), possibly fewer cases; a kind only the shrunk run shows has
+    /// `cases_from` 0. Empty in reports written before it was recorded.
+    #[serde(default)]
+    pub forbidden: BTreeMap<String, ShrunkAnomaly>,
+}
+
+/// One forbidden anomaly of a shrunk counterexample: how much of the original's evidence
+/// the shrunk run keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShrunkAnomaly {
+    /// Cases in the original counterexample's run.
+    pub cases_from: u64,
+    /// Cases in the shrunk schedule's run.
+    pub cases: u64,
 }
 
 impl Counterexample {

@@ -227,6 +227,7 @@ fn a_shrunk_counterexample_lists_its_faults_and_replay() {
         scenario_file: "reports/r/ck-eos-kill/17/shrunk.toml".into(),
         replay: "cargo xtask replay --scenario reports/r/ck-eos-kill/17/shrunk.toml --seed 17"
             .into(),
+        forbidden: BTreeMap::new(),
     };
     let c = report.scenarios[0].counterexample.as_mut().unwrap();
     c.shrunk = Some(shrunk(vec!["at_ms=4200 kill".into()], true));
@@ -240,4 +241,44 @@ fn a_shrunk_counterexample_lists_its_faults_and_replay() {
     let c = report.scenarios[0].counterexample.as_mut().unwrap();
     c.shrunk = Some(shrunk(vec!["a".into(), "b".into()], false));
     assert!(summary_markdown(&report).contains("(run budget spent; may shrink further)"));
+}
+
+#[test]
+fn a_shrunk_counterexample_shows_the_cases_it_keeps_per_forbidden_kind() {
+    let mut report = sample_report();
+    let cases = |cases_from, cases| ShrunkAnomaly { cases_from, cases };
+    let shrunk = Shrunk {
+        faults_from: 12,
+        faults: vec!["at_ms=4200 kill".into()],
+        runs: 9,
+        minimal: true,
+        scenario_file: "shrunk.toml".into(),
+        replay: "cargo xtask replay --scenario shrunk.toml --seed 17".into(),
+        forbidden: BTreeMap::from([
+            ("progress-ahead-of-data".to_string(), cases(3, 3)),
+            ("sink-duplicate".to_string(), cases(0, 2)),
+            ("sink-lost".to_string(), cases(1000, 3)),
+        ]),
+    };
+    let c = report.scenarios[0].counterexample.as_mut().unwrap();
+    c.shrunk = Some(shrunk.clone());
+    let summary = summary_markdown(&report);
+    for line in [
+        "Forbidden anomalies, cases in the original → in the shrunk run:",
+        "- `sink-lost` 1000 → 3 case(s)\n",
+        "- `progress-ahead-of-data` 3 → 3 case(s)\n",
+        "- `sink-duplicate` 0 → 2 case(s) (not in the original)\n",
+    ] {
+        assert!(summary.contains(line), "{line:?} missing from {summary}");
+    }
+    let json = serde_json::to_value(&shrunk).unwrap();
+    assert_eq!(json["forbidden"]["sink-lost"]["cases_from"], 1000);
+    assert_eq!(json["forbidden"]["sink-lost"]["cases"], 3);
+    // A results.json written before the field was recorded still reads, without counts.
+    let mut old = json;
+    old.as_object_mut().unwrap().remove("forbidden");
+    let read: Shrunk = serde_json::from_value(old).unwrap();
+    assert!(read.forbidden.is_empty());
+    report.scenarios[0].counterexample.as_mut().unwrap().shrunk = Some(read);
+    assert!(!summary_markdown(&report).contains("Forbidden anomalies, cases"));
 }

@@ -24,7 +24,10 @@
 //! ```
 //!
 //! Every key is checked: an unknown key, a wrong type or a missing value is a
-//! [`ScenarioError`] naming the file, the key path and what was expected.
+//! [`ScenarioError`] naming the file, the key path and what was expected. So is a section
+//! the pipeline does not read (`[sink]` in a `transactional-copy` scenario): each
+//! pipeline-specific section is allowed only under the pipelines [`SECTION_READERS`] lists
+//! for it, so a dead section cannot pass for configuration.
 
 pub mod clickhouse;
 
@@ -586,11 +589,13 @@ pub struct Scenario {
     /// Checker overrides.
     #[serde(default)]
     pub check: CheckSpec,
-    /// Kafka Connect workers (pipeline `connect-jdbc`).
+    /// Kafka Connect workers (pipeline `connect-jdbc`; `clickhouse-sink` on the real
+    /// backend).
     #[serde(default)]
     pub connect: ConnectSpec,
     /// The connector's configuration, Kafka Connect's keys → string values (pipeline
-    /// `connect-jdbc`); validated by the connector class.
+    /// `connect-jdbc`; on the real backend also the base of `clickhouse-sink`'s); validated
+    /// by the connector class.
     #[serde(default)]
     pub connector: BTreeMap<String, String>,
     /// The PostgreSQL target (pipeline `connect-jdbc`).
@@ -763,6 +768,7 @@ impl Scenario {
                     message,
                 }
             })?;
+        scenario.check_sections(file, text)?;
         if scenario.name.is_empty() {
             scenario.name = file
                 .file_stem()
@@ -783,6 +789,53 @@ impl Scenario {
             source,
         })?;
         Self::parse(file, &text)
+    }
+
+    /// The scenario as scenario-file text that [`Scenario::parse`] reads back to the same
+    /// value: every key written out, except the sections its pipeline does not read (their
+    /// defaults would be refused, [`SECTION_READERS`]).
+    ///
+    /// # Errors
+    /// A value TOML cannot hold (not expected for a parsed scenario).
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        let mut table = toml::Table::try_from(self)?;
+        for (section, readers) in SECTION_READERS {
+            if !readers.contains(&self.pipeline) {
+                table.remove(section);
+            }
+        }
+        toml::to_string(&table)
+    }
+
+    /// Refuses a pipeline-specific section (see [`SECTION_READERS`]) that the scenario's
+    /// pipeline does not read: serde would fill it in and the run would never look at it.
+    /// Presence is taken from the TOML text, so a section written with its default values
+    /// is refused too.
+    fn check_sections(&self, file: &Path, text: &str) -> Result<(), ScenarioError> {
+        // The text already deserialized, so it is valid TOML.
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ScenarioError::Invalid {
+                    file: file.to_path_buf(),
+                    key: "<root>".into(),
+                    message: humanize(e.message()),
+                })?;
+        let unread = SECTION_READERS.iter().find(|(section, readers)| {
+            table.contains_key(*section) && !readers.contains(&self.pipeline)
+        });
+        let Some((section, readers)) = unread else {
+            return Ok(());
+        };
+        let names: Vec<&str> = readers.iter().map(|p| p.name()).collect();
+        Err(ScenarioError::Invalid {
+            file: file.to_path_buf(),
+            key: (*section).to_string(),
+            message: format!(
+                "section `[{section}]` is not read by pipeline `{}`; it is read by: {}",
+                self.pipeline.name(),
+                names.join(", ")
+            ),
+        })
     }
 
     /// Checks what serde cannot: relations between keys, ranges, node names.
@@ -1084,6 +1137,31 @@ impl Scenario {
         Ok(())
     }
 }
+
+/// The pipeline-specific top-level sections and the pipelines that read them, in the
+/// simulation (`workload/*.rs`) or in the real runner (`real/run/`); a scenario whose
+/// pipeline is not listed for a section it carries is refused ([`Scenario::parse`]).
+///
+/// The sections not listed (`[cluster]`, `[topic]`, `[workload]`, `[faults]`, `[drain]`,
+/// `[check]`) are read by every pipeline. `clickhouse-sink` reads `[connect]` (`worker`,
+/// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
+/// only in the real runner's sink tasks; in the simulation its workers run with Connect's
+/// defaults and a connector built from `[sink]` alone.
+pub const SECTION_READERS: [(&str, &[Pipeline]); 7] = [
+    ("copy", &[Pipeline::TransactionalCopy]),
+    ("streams", &[Pipeline::StreamsCount]),
+    (
+        "connect",
+        &[Pipeline::ConnectJdbc, Pipeline::ClickhouseSink],
+    ),
+    (
+        "connector",
+        &[Pipeline::ConnectJdbc, Pipeline::ClickhouseSink],
+    ),
+    ("postgres", &[Pipeline::ConnectJdbc]),
+    ("cdc", &[Pipeline::ConnectJdbc]),
+    ("sink", &[Pipeline::ClickhouseSink]),
+];
 
 /// Node groups a fault may name instead of single nodes.
 const NODE_GROUPS: [&str; 5] = ["brokers", "producers", "consumers", "clients", "all"];
