@@ -83,12 +83,10 @@ pub fn swarm_schedule(
         }
         let kind = drawn.kinds[rng.gen_range(0..drawn.kinds.len())];
         let node = targets[rng.gen_range(0..targets.len())].clone();
-        // The other end of a partition or message fault: any target but `node` itself.
-        let others: Vec<&String> = targets.iter().filter(|t| **t != node).collect();
-        let other = match others.len() {
-            0 => node.clone(),
-            n => others[rng.gen_range(0..n)].clone(),
-        };
+        // The other end of a partition or message fault: a link that carries traffic
+        // (a fault between two clients, or a message fault on a link nobody calls over,
+        // would never act).
+        let other = other_end(&mut rng, world, &targets, &node);
         let end_ms = (at_ms + rng.gen_range(drawn.duration_ms_max / 4..=drawn.duration_ms_max))
             .min(until_ms);
         let (fault, recovery) = match kind {
@@ -113,6 +111,10 @@ pub fn swarm_schedule(
                     },
                     Fault::Heal,
                 )
+            }
+            // Requests flow from clients to servers: the client is the link's source.
+            FaultKind::Messages if is_server(&node) && !is_server(&other) => {
+                (message_fault(&mut rng, other, node), Fault::Heal)
             }
             FaultKind::Messages => (message_fault(&mut rng, node, other), Fault::Heal),
             FaultKind::ClockJump => {
@@ -146,6 +148,33 @@ pub fn swarm_schedule(
         });
     }
     Ok(out)
+}
+
+/// Whether `name` is a server the pipeline's processes call (a broker, ClickHouse, Keeper,
+/// PostgreSQL): eosim's requests flow from clients to these.
+fn is_server(name: &str) -> bool {
+    name.starts_with("broker-") || matches!(name, "clickhouse" | "keeper" | "postgres")
+}
+
+/// The other end of a swarm's partition or message fault on `node`, drawn so that the link
+/// carries traffic: a server for a client (from `targets`, else any of the world's), and for
+/// a server any other target (brokers replicate to each other; clients call it); `node`
+/// itself when there is no other.
+fn other_end(rng: &mut impl Rng, world: &World, targets: &[String], node: &str) -> String {
+    let candidates: Vec<String> = if is_server(node) {
+        targets.iter().filter(|t| *t != node).cloned().collect()
+    } else {
+        let servers: Vec<String> = targets.iter().filter(|t| is_server(t)).cloned().collect();
+        if servers.is_empty() {
+            world.names().into_iter().filter(|n| is_server(n)).collect()
+        } else {
+            servers
+        }
+    };
+    match candidates.len() {
+        0 => node.to_string(),
+        n => candidates[rng.gen_range(0..n)].clone(),
+    }
 }
 
 /// The largest swarm clock step, ms: two days, past the default
