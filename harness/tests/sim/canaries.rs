@@ -23,7 +23,8 @@ struct FaultCanary {
     caught_as: &'static [Anomaly],
     /// Expected to hold under the same fault.
     safe_file: &'static str,
-    /// Seeds `1..=seeds` of the unsafe file run here; at least one must catch it.
+    /// Seeds `1..=seeds` of the unsafe file run here; at least one must catch it (the
+    /// smallest count that does, measured: the README gives the rate over 10 seeds).
     seeds: u64,
 }
 
@@ -54,14 +55,14 @@ const FAULT_CANARIES: [FaultCanary; 13] = [
         unsafe_file: "canary-partition-unsafe.toml",
         caught_as: &[Anomaly::AggregateUnderCount],
         safe_file: "canary-partition-safe.toml",
-        seeds: 3,
+        seeds: 1,
     },
     FaultCanary {
         fault: kind::CLOG,
         unsafe_file: "canary-clog-unsafe.toml",
         caught_as: &[Anomaly::AggregateUnderCount],
         safe_file: "canary-clog-safe.toml",
-        seeds: 3,
+        seeds: 1,
     },
     FaultCanary {
         fault: kind::DROP_REQUEST,
@@ -333,11 +334,25 @@ fn every_fault_kind_has_a_canary_pair_of_catalogue_files() {
     for k in kind::ALL {
         assert!(kinds.contains(k), "fault kind {k} has no canary");
     }
-    assert_eq!(kinds.len(), FAULT_CANARIES.len(), "a fault kind listed twice");
+    assert_eq!(
+        kinds.len(),
+        FAULT_CANARIES.len(),
+        "a fault kind listed twice"
+    );
     for c in &FAULT_CANARIES {
         let (bad, good) = (catalogue(c.unsafe_file), catalogue(c.safe_file));
-        assert_eq!(bad.check.expect.as_deref(), Some("violated"), "{}", c.unsafe_file);
-        assert_ne!(good.check.expect.as_deref(), Some("violated"), "{}", c.safe_file);
+        assert_eq!(
+            bad.check.expect.as_deref(),
+            Some("violated"),
+            "{}",
+            c.unsafe_file
+        );
+        assert_ne!(
+            good.check.expect.as_deref(),
+            Some("violated"),
+            "{}",
+            c.safe_file
+        );
         assert!(!c.caught_as.is_empty(), "{}: caught as nothing", c.fault);
     }
 }
@@ -347,10 +362,18 @@ fn every_anomaly_has_a_canary_or_a_reason() {
     let mut covered: BTreeSet<Anomaly> = ANOMALY_CANARIES.iter().map(|c| c.anomaly).collect();
     for (anomaly, reason) in ANOMALIES_WITHOUT_CANARY {
         assert!(!reason.is_empty(), "{}: no reason", anomaly.name());
-        assert!(covered.insert(*anomaly), "{} in both tables", anomaly.name());
+        assert!(
+            covered.insert(*anomaly),
+            "{} in both tables",
+            anomaly.name()
+        );
     }
     for anomaly in Anomaly::ALL {
-        assert!(covered.contains(&anomaly), "{} has no canary", anomaly.name());
+        assert!(
+            covered.contains(&anomaly),
+            "{} has no canary",
+            anomaly.name()
+        );
     }
 }
 
