@@ -94,10 +94,12 @@ fn every_catalogue_file_parses_and_fits_the_budget() {
 fn scenarios_that_demonstrate_failures_expect_violated() {
     for path in catalogue() {
         let scenario = Scenario::load(&path).expect("parses");
-        // A scenario that demonstrates a failure says what goes wrong in its name.
+        // A scenario that demonstrates a failure says what goes wrong in its name; a
+        // canary's unsafe half (`canary-<fault>-unsafe`) says which half it is.
         let demonstrates = ["loses", "duplicates", "corrupts"]
             .iter()
-            .any(|verb| scenario.name.contains(verb));
+            .any(|verb| scenario.name.contains(verb))
+            || scenario.name.ends_with("-unsafe");
         let expect = scenario.check.expect.as_deref().unwrap_or("holds");
         assert_eq!(
             expect == "violated",

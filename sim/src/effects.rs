@@ -57,6 +57,23 @@ pub mod kind {
     pub const BUGGIFY: &str = "buggify";
     /// A workload produced a record built to be bad (poison, oversized, schema drift).
     pub const BAD_RECORD: &str = "bad-record";
+
+    /// Every effect kind, in declaration order (what the canaries must cover).
+    pub const ALL: [&str; 13] = [
+        KILL,
+        KILL_LEADER,
+        PAUSE,
+        PARTITION,
+        CLOG,
+        DROP_REQUEST,
+        DROP_RESPONSE,
+        DUPLICATE,
+        DELAY,
+        CLOCK_JUMP,
+        FAULT_POINT,
+        BUGGIFY,
+        BAD_RECORD,
+    ];
 }
 
 /// One time a fault acted.
