@@ -87,6 +87,80 @@ pub fn id_of(headers: &[(String, Bytes)]) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// Why `event` is built to be bad input, if it is: `poison: value is not JSON`,
+/// `oversized: 612 bytes > max.message.bytes 400`, `poison: name is null (not null)`,
+/// `poison: note has 11 characters (varchar(10))`, `schema drift: email is no column of
+/// t`. Only explicit `[cdc] events` can be bad (generated ones fit the table by
+/// construction), so `None` for an event id past them. The row checked is a Debezium
+/// envelope's `after` (else `before`) or the flattened value itself, against
+/// `[postgres.table]` when the scenario has one.
+pub fn bad_record_reason(scenario: &Scenario, event: &Event) -> Option<String> {
+    if event.id as usize >= scenario.cdc.events.len() {
+        return None;
+    }
+    let size =
+        event.key.as_ref().map_or(0, String::len) + event.value.as_ref().map_or(0, String::len);
+    let limit = scenario.topic.max_message_bytes as usize;
+    if size > limit {
+        return Some(format!(
+            "oversized: {size} bytes > max.message.bytes {limit}"
+        ));
+    }
+    let value: serde_json::Value = match event.value.as_deref().map(serde_json::from_str) {
+        None => return None,
+        Some(Ok(v)) => v,
+        Some(Err(_)) => return Some("poison: value is not JSON".into()),
+    };
+    let row = match (value.get("op"), value.get("after"), value.get("before")) {
+        (Some(_), Some(after), _) if after.is_object() => after,
+        (Some(_), _, Some(before)) => before,
+        _ => &value,
+    };
+    let (Some(row), Some(table)) = (row.as_object(), scenario.postgres.table.as_ref()) else {
+        return None;
+    };
+    bad_for_table(row, table)
+}
+
+/// What in `row` the table `table` cannot take: an unknown field, a null in a `not null`
+/// column, a string longer than its `varchar(n)`.
+fn bad_for_table(
+    row: &serde_json::Map<String, serde_json::Value>,
+    table: &crate::scenario::TableSpec,
+) -> Option<String> {
+    let columns: BTreeMap<&str, &str> = table
+        .columns
+        .iter()
+        .filter_map(|c| c.split_once(' '))
+        .collect();
+    for (field, v) in row {
+        let Some(spec) = columns.get(field.as_str()) else {
+            return Some(format!(
+                "schema drift: {field} is no column of {}",
+                table.name
+            ));
+        };
+        let spec = spec.to_ascii_lowercase();
+        if v.is_null() && spec.contains("not null") {
+            return Some(format!("poison: {field} is null (not null)"));
+        }
+        let max = spec
+            .strip_prefix("varchar(")
+            .and_then(|r| r.split_once(')'))
+            .and_then(|(n, _)| n.parse::<usize>().ok());
+        let len = v.as_str().map(|t| t.chars().count());
+        if let (Some(max), Some(len)) = (max, len) {
+            if len <= max {
+                continue;
+            }
+            return Some(format!(
+                "poison: {field} has {len} characters (varchar({max}))"
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(all(test, not(madsim)))]
 mod tests {
     use super::*;
