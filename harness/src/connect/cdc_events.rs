@@ -224,4 +224,44 @@ generate = { events = 50, keys = 3, delete_probability = 0.3 }
         assert_eq!(id_of(&headers), 42);
         assert_eq!(id_of(&[]), u64::MAX);
     }
+
+    fn catalogue(file: &str) -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios")
+            .join(file);
+        Scenario::load(&path).expect("scenario parses")
+    }
+
+    /// The reasons of the bad events of a catalogue scenario, by event id.
+    fn bad(file: &str) -> Vec<(u64, String)> {
+        let s = catalogue(file);
+        let mut rng = madsim::rand::rngs::StdRng::seed_from_u64(1);
+        build_events(&s, &mut rng)
+            .iter()
+            .filter_map(|e| bad_record_reason(&s, e).map(|r| (e.id, r)))
+            .collect()
+    }
+
+    #[test]
+    fn the_planned_bad_records_of_the_f4_and_drift_scenarios_are_found() {
+        let poison = bad("f4-poison-tolerance-none.toml");
+        let reasons: Vec<&str> = poison.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "poison: value is not JSON",
+                "poison: name is null (not null)",
+                "poison: note has 11 characters (varchar(10))"
+            ]
+        );
+        let oversized = bad("f4-oversized-record-rejected.toml");
+        assert_eq!(oversized.len(), 1, "{oversized:?}");
+        assert!(oversized[0].1.starts_with("oversized: "), "{oversized:?}");
+        // The source gains `email` at the third event; every event from there carries it.
+        let drift = bad("p2-schema-drift-unknown-column-stalls.toml");
+        let ids: Vec<u64> = drift.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [2, 3, 4, 5]);
+        assert!(drift.iter().all(|(_, r)| r == "schema drift: email is no column of t"));
+        assert_eq!(bad("p2-upsert-worker-crash.toml"), []);
+    }
 }

@@ -254,3 +254,120 @@ fn held_text(records: &[RecordRef], ids: &BTreeSet<u64>) -> String {
         .collect();
     format!("{} {}", name(held.len()), parts.join(", "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::{check_all, Anomaly, CheckOptions};
+    use eosim_sim::kafka::TopicPartition;
+
+    fn row(id: u64, offset: i64) -> RecordRef {
+        RecordRef {
+            id,
+            key: None,
+            tp: TopicPartition::new("t", 0),
+            offset,
+        }
+    }
+
+    fn write(ids: &[u64]) -> Value {
+        Value::Write {
+            rows: ids.iter().map(|&id| row(id, -1)).collect(),
+        }
+    }
+
+    /// Id 17 written by worker-1 (ok); worker-0's insert of it lost its response (info),
+    /// then worker-0 wrote it again (ok): the sink holds it twice. A partition of an
+    /// unrelated broker before the first write lies outside the window.
+    fn duplicated() -> History {
+        let mut h = History::default();
+        let s = 1_000_000_000;
+        let effect = Value::Effect {
+            kind: "messages.drop-response".into(),
+            detail: "Insert response from clickhouse to worker-0 dropped".into(),
+        };
+        let part = Value::Fault {
+            name: "partition".into(),
+            detail: "broker-2".into(),
+        };
+        h.push(s, "nemesis", OpKind::Info, part, None);
+        h.push(12 * s, "worker-1", OpKind::Invoke, write(&[16, 17]), None);
+        h.push(
+            12 * s + 100_000_000,
+            "worker-1",
+            OpKind::Ok,
+            write(&[16, 17]),
+            None,
+        );
+        h.push(13 * s, "worker-0", OpKind::Invoke, write(&[17]), None);
+        h.push(13 * s + 200_000_000, "worker-0", OpKind::Info, effect, None);
+        let timeout = Some("no answer from Insert within 2000 ms".to_string());
+        h.push(15 * s, "worker-0", OpKind::Info, write(&[17]), timeout);
+        h.push(16 * s, "worker-0", OpKind::Invoke, write(&[17]), None);
+        h.push(16 * s, "worker-0", OpKind::Ok, write(&[17]), None);
+        let log = Value::LogState {
+            tp: TopicPartition::new("t", 0),
+            records: vec![row(16, 0), row(17, 1)],
+        };
+        h.push(60 * s, "final", OpKind::Ok, log, None);
+        let sink = Value::SinkState {
+            rows: vec![row(16, 0), row(17, 1), row(17, 1), row(17, 1)],
+        };
+        h.push(60 * s, "final", OpKind::Ok, sink, None);
+        h
+    }
+
+    #[test]
+    fn a_duplicate_is_explained_by_both_writers_and_the_effect_between_them() {
+        let h = duplicated();
+        let result = check_all(&h, &CheckOptions::default());
+        let case = &result.anomalies[&Anomaly::SinkDuplicate][0];
+        // The case cites the ok writes, the info write (it may have applied) and the sink.
+        assert_eq!(case.ops, vec![2, 5, 7, 9]);
+        let lines = explain(&h, case);
+        assert_eq!(
+            lines[..4],
+            [
+                "t=12.100s worker-1 ok write id 17 (1 of 2 rows, invoked t=12.000s)",
+                "t=15.000s worker-0 info write id 17 (1 of 1 rows, invoked t=13.000s) \
+                 error=\"no answer from Insert within 2000 ms\"",
+                "t=16.000s worker-0 ok write id 17 (1 of 1 rows, invoked t=16.000s)",
+                "t=60.000s final ok sink-state id 17 ×3 (3 of 4 rows)",
+            ]
+        );
+        // The window runs from worker-1's invoke to the last write, not to the final state,
+        // and leaves out the partition before it.
+        assert_eq!(
+            lines[4..],
+            [
+                "between t=12.000s and t=16.000s:",
+                "    t=13.200s worker-0 effect messages.drop-response: Insert response from \
+                 clickhouse to worker-0 dropped",
+            ]
+        );
+        let explained = explain_forbidden(&h, &result);
+        assert_eq!(explained.len(), 1);
+        assert_eq!(explained[0].case, format!("sink-duplicate: {}", case.text));
+    }
+
+    #[test]
+    fn effects_past_the_per_kind_limit_are_summed_up() {
+        let mut h = History::default();
+        h.push(0, "worker-0", OpKind::Invoke, write(&[1]), None);
+        for _ in 0..EFFECT_LINES_PER_KIND_MAX + 2 {
+            let effect = Value::Effect {
+                kind: "messages.delay".into(),
+                detail: "Insert delayed 3 ms".into(),
+            };
+            h.push(1, "worker-0", OpKind::Info, effect, None);
+        }
+        h.push(2, "worker-0", OpKind::Ok, write(&[1]), None);
+        let found = fault_effect_lines(&h.ops);
+        assert_eq!(found.effects, EFFECT_LINES_PER_KIND_MAX as u64 + 2);
+        assert_eq!(found.lines.len(), EFFECT_LINES_PER_KIND_MAX + 1);
+        assert_eq!(
+            found.lines.last().map(String::as_str),
+            Some("  ... and 2 more messages.delay effects")
+        );
+    }
+}
