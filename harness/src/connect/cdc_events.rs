@@ -261,7 +261,9 @@ generate = { events = 50, keys = 3, delete_probability = 0.3 }
         let drift = bad("p2-schema-drift-unknown-column-stalls.toml");
         let ids: Vec<u64> = drift.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids, [2, 3, 4, 5]);
-        assert!(drift.iter().all(|(_, r)| r == "schema drift: email is no column of t"));
+        assert!(drift
+            .iter()
+            .all(|(_, r)| r == "schema drift: email is no column of t"));
         assert_eq!(bad("p2-upsert-worker-crash.toml"), []);
     }
 }
