@@ -171,12 +171,16 @@ pub struct Analysis {
     /// Ok polls in history order.
     pub polls: Vec<PollOp>,
     /// Op indexes of `info` completions per process: Jepsen's process crash, after which the
-    /// process's polls start afresh.
+    /// process's polls start afresh (fault effects, recorded as `info`, excluded).
     pub crashes: BTreeMap<String, Vec<usize>>,
     /// Every sighting of a record's position.
     pub observations: Vec<Observation>,
     /// Ok sink writes in history order.
     pub writes: Vec<WriteOp>,
+    /// Op indexes of the sink writes that hold each id and may have applied: `ok` ones and
+    /// `info` ones (outcome unknown), in history order. Only the `ok` ones are durable
+    /// ([`Analysis::writes`]); these are the witnesses a case cites.
+    pub write_witnesses: BTreeMap<u64, Vec<usize>>,
     /// Ok offset commits in history order.
     pub commits: Vec<CommitOp>,
     /// The final sink state (op index, rows in storage order).
@@ -201,7 +205,9 @@ impl Analysis {
             ..Analysis::default()
         };
         for op in &history.ops {
-            if op.kind == OpKind::Info {
+            // A fault's effect is recorded as `info` by the process it hit, but is not that
+            // process's own indeterminate op: it does not replace the process.
+            if op.kind == OpKind::Info && !matches!(op.value, Value::Effect { .. }) {
                 a.crashes
                     .entry(op.process.clone())
                     .or_default()
@@ -210,6 +216,11 @@ impl Analysis {
             if let Value::Txn { .. } = &op.value {
                 a.add_txn(op);
                 continue;
+            }
+            if let (Value::Write { rows }, OpKind::Ok | OpKind::Info) = (&op.value, op.kind) {
+                for row in rows {
+                    a.write_witnesses.entry(row.id).or_default().push(op.index);
+                }
             }
             if op.kind != OpKind::Ok {
                 continue;
@@ -393,6 +404,14 @@ impl Analysis {
             *counts.entry(row.id).or_insert(0) += 1;
         }
         counts
+    }
+
+    /// The op indexes of the writes that may have put `id` into the sink
+    /// ([`Analysis::write_witnesses`]), each once.
+    pub fn writes_of(&self, id: u64) -> Vec<usize> {
+        let mut ops = self.write_witnesses.get(&id).cloned().unwrap_or_default();
+        ops.dedup();
+        ops
     }
 
     /// Whether `process` had an `info` op strictly between op indexes `after` and `before`.

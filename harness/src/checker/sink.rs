@@ -19,8 +19,9 @@ impl Checker for SinkChecker {
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
         let a = Analysis::new(history, options);
-        let has_sink_ops = a.sink_state.is_some() || !a.writes.is_empty();
-        if !options.sink && !has_sink_ops {
+        // Writes alone do not make a sink pipeline: the JDBC sink records its transactions
+        // too, and its pipeline is judged on the table state (`checker::cdc`).
+        if !options.sink && a.sink_state.is_none() {
             return CheckResult::default();
         }
         let found = vec![
@@ -65,7 +66,8 @@ fn counts_of(a: &Analysis) -> BTreeMap<String, u64> {
 }
 
 /// `sink-lost`: a record of the final log of a topic the sink consumes (so committed to
-/// Kafka) whose id is absent from the final `SinkState`. Matched by id, so a record the log
+/// Kafka) whose id is absent from the final `SinkState`; the case cites the log, the sink
+/// state and the writes that may have carried the id. Matched by id, so a record the log
 /// holds twice (a `duplicate`) is lost only if the sink holds neither. Nothing is inferred
 /// without a final `SinkState`. The final log is read_uncommitted: a read_committed sink
 /// should be checked against logs recorded without aborted records.
@@ -81,7 +83,7 @@ pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
                 ids: vec![r.id],
                 tp: Some(tp.clone()),
                 offsets: vec![r.offset],
-                ops: vec![log.op, sink.op],
+                ops: with_writes(a, r.id, vec![log.op, sink.op]),
                 text: format!(
                     "record {} at {tp}@{} is absent from the sink",
                     r.id, r.offset
@@ -92,7 +94,17 @@ pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
     cases
 }
 
-/// `sink-duplicate`: an id held by more than one row of the final `SinkState`.
+/// `ops` with the writes that may have put `id` into the sink ([`Analysis::writes_of`]),
+/// sorted: the witnesses of a lost or duplicated record.
+fn with_writes(a: &Analysis, id: u64, mut ops: Vec<usize>) -> Vec<usize> {
+    ops.extend(a.writes_of(id));
+    ops.sort_unstable();
+    ops.dedup();
+    ops
+}
+
+/// `sink-duplicate`: an id held by more than one row of the final `SinkState`. The case
+/// cites the sink state and every write that may have put the id there (`ok` and `info`).
 pub fn sink_duplicate_cases(a: &Analysis) -> Vec<Case> {
     let Some(sink) = &a.sink_state else {
         return Vec::new();
@@ -109,7 +121,7 @@ pub fn sink_duplicate_cases(a: &Analysis) -> Vec<Case> {
             ids: vec![id],
             tp: Some(sources[0].0.clone()),
             offsets: sources.iter().map(|(_, o)| *o).collect(),
-            ops: vec![sink.op],
+            ops: with_writes(a, id, vec![sink.op]),
             text: format!("record {id} is held {} times by the sink", sources.len()),
         })
         .collect()

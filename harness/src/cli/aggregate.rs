@@ -4,9 +4,9 @@
 //! the smallest seed).
 //!
 pub use super::judge::{check_options, exit_class, expected_verdict};
-use super::output::format_op;
 use crate::checker::{check_all, CheckResult, Validity};
-use crate::history::{History, Value};
+use crate::history::History;
+use crate::report::explain::{explain_forbidden, fault_effect_lines, Explanation};
 use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
@@ -69,6 +69,9 @@ pub struct SeedVerdict {
     pub acted: BTreeMap<String, u64>,
     /// The faults the seed applied, in time order ([`SeedOutcome::schedule`]).
     pub schedule: Vec<ScheduledFault>,
+    /// Its first forbidden cases explained from the history (failing seeds only: the
+    /// history is not kept, and a counterexample needs them).
+    pub explanations: Vec<Explanation>,
 }
 
 /// Checks one seed's history and classifies the seed.
@@ -87,9 +90,16 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
     } else {
         SeedClass::Holds
     };
-    let first = first_forbidden_op(&check);
+    // By the op that completed the first forbidden case's evidence: a case also cites the
+    // writes and acks that came before the faults that broke them.
+    let first = crate::report::first_forbidden_op(&check);
     let (faults_before_anomaly, faults_before_anomaly_count, _) =
         faults_before(&outcome.history, first);
+    let explanations = if matches!(class, SeedClass::Invalid | SeedClass::Unknown) {
+        explain_forbidden(&outcome.history, &check)
+    } else {
+        Vec::new()
+    };
     SeedVerdict {
         seed: outcome.seed,
         class,
@@ -102,64 +112,18 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
         scheduled: outcome.scheduled.clone(),
         acted: outcome.acted.clone(),
         schedule: outcome.schedule.clone(),
+        explanations,
         check,
     }
 }
 
-/// The history index of the earliest op in any case of a forbidden anomaly.
-fn first_forbidden_op(check: &CheckResult) -> Option<usize> {
-    check
-        .forbidden
-        .iter()
-        .filter_map(|a| check.anomalies.get(a))
-        .flatten()
-        .filter_map(|case| case.ops.iter().min().copied())
-        .min()
-}
-
-/// Effect lines of one kind listed before the rest are summed up in one line.
-const EFFECT_LINES_PER_KIND_MAX: usize = 5;
-
 /// Nemesis and fault-effect lines before `limit` (the whole history when `None`), and how
-/// many faults (recoveries not counted) and effects there are. Each fault, and its effects
-/// up to [`EFFECT_LINES_PER_KIND_MAX`] per kind between two faults, gets a line; the rest of
-/// an effect kind is one `... and N more` line where the next fault (or the end) begins.
+/// many faults (recoveries not counted) and effects there are
+/// ([`crate::report::explain::fault_effect_lines`]).
 fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64, u64) {
     let end = limit.unwrap_or(usize::MAX);
-    let mut lines = Vec::new();
-    let (mut faults, mut effects) = (0, 0);
-    let mut shown: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-    let flush = |lines: &mut Vec<String>, shown: &mut BTreeMap<&str, (usize, u64)>| {
-        for (kind, (_, more)) in std::mem::take(shown) {
-            if more > 0 {
-                lines.push(format!("  ... and {more} more {kind} effects"));
-            }
-        }
-    };
-    for op in history.ops.iter().take_while(|op| op.index < end) {
-        match &op.value {
-            Value::Fault { name, .. } => {
-                flush(&mut lines, &mut shown);
-                lines.push(format_op(op));
-                if !crate::history::is_recovery(name) {
-                    faults += 1;
-                }
-            }
-            Value::Effect { kind, .. } => {
-                effects += 1;
-                let entry = shown.entry(kind.as_str()).or_default();
-                if entry.0 < EFFECT_LINES_PER_KIND_MAX {
-                    entry.0 += 1;
-                    lines.push(format!("  {}", format_op(op)));
-                } else {
-                    entry.1 += 1;
-                }
-            }
-            _ => {}
-        }
-    }
-    flush(&mut lines, &mut shown);
-    (lines, faults, effects)
+    let found = fault_effect_lines(history.ops.iter().take_while(|op| op.index < end));
+    (found.lines, found.faults, found.effects)
 }
 
 /// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
@@ -246,6 +210,7 @@ pub fn aggregate(
             .display()
             .to_string(),
         anomalies: s.check.case_texts(8),
+        explanations: s.explanations.clone(),
         shrunk: None,
     });
     ScenarioResult {
@@ -371,6 +336,7 @@ mod tests {
             scheduled: BTreeMap::new(),
             acted: BTreeMap::new(),
             schedule: Vec::new(),
+            explanations: Vec::new(),
         }
     }
 

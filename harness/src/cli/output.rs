@@ -28,7 +28,8 @@ pub fn format_op(op: &Op) -> String {
     line
 }
 
-fn kind_name(kind: OpKind) -> &'static str {
+/// The phase as the history spells it: `invoke`, `ok`, `fail`, `info`.
+pub fn kind_name(kind: OpKind) -> &'static str {
     match kind {
         OpKind::Invoke => "invoke",
         OpKind::Ok => "ok",

@@ -87,6 +87,80 @@ pub fn id_of(headers: &[(String, Bytes)]) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// Why `event` is built to be bad input, if it is: `poison: value is not JSON`,
+/// `oversized: 612 bytes > max.message.bytes 400`, `poison: name is null (not null)`,
+/// `poison: note has 11 characters (varchar(10))`, `schema drift: email is no column of
+/// t`. Only explicit `[cdc] events` can be bad (generated ones fit the table by
+/// construction), so `None` for an event id past them. The row checked is a Debezium
+/// envelope's `after` (else `before`) or the flattened value itself, against
+/// `[postgres.table]` when the scenario has one.
+pub fn bad_record_reason(scenario: &Scenario, event: &Event) -> Option<String> {
+    if event.id as usize >= scenario.cdc.events.len() {
+        return None;
+    }
+    let size =
+        event.key.as_ref().map_or(0, String::len) + event.value.as_ref().map_or(0, String::len);
+    let limit = scenario.topic.max_message_bytes as usize;
+    if size > limit {
+        return Some(format!(
+            "oversized: {size} bytes > max.message.bytes {limit}"
+        ));
+    }
+    let value: serde_json::Value = match event.value.as_deref().map(serde_json::from_str) {
+        None => return None,
+        Some(Ok(v)) => v,
+        Some(Err(_)) => return Some("poison: value is not JSON".into()),
+    };
+    let row = match (value.get("op"), value.get("after"), value.get("before")) {
+        (Some(_), Some(after), _) if after.is_object() => after,
+        (Some(_), _, Some(before)) => before,
+        _ => &value,
+    };
+    let (Some(row), Some(table)) = (row.as_object(), scenario.postgres.table.as_ref()) else {
+        return None;
+    };
+    bad_for_table(row, table)
+}
+
+/// What in `row` the table `table` cannot take: an unknown field, a null in a `not null`
+/// column, a string longer than its `varchar(n)`.
+fn bad_for_table(
+    row: &serde_json::Map<String, serde_json::Value>,
+    table: &crate::scenario::TableSpec,
+) -> Option<String> {
+    let columns: BTreeMap<&str, &str> = table
+        .columns
+        .iter()
+        .filter_map(|c| c.split_once(' '))
+        .collect();
+    for (field, v) in row {
+        let Some(spec) = columns.get(field.as_str()) else {
+            return Some(format!(
+                "schema drift: {field} is no column of {}",
+                table.name
+            ));
+        };
+        let spec = spec.to_ascii_lowercase();
+        if v.is_null() && spec.contains("not null") {
+            return Some(format!("poison: {field} is null (not null)"));
+        }
+        let max = spec
+            .strip_prefix("varchar(")
+            .and_then(|r| r.split_once(')'))
+            .and_then(|(n, _)| n.parse::<usize>().ok());
+        let len = v.as_str().map(|t| t.chars().count());
+        if let (Some(max), Some(len)) = (max, len) {
+            if len <= max {
+                continue;
+            }
+            return Some(format!(
+                "poison: {field} has {len} characters (varchar({max}))"
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(all(test, not(madsim)))]
 mod tests {
     use super::*;
@@ -149,5 +223,47 @@ generate = { events = 50, keys = 3, delete_probability = 0.3 }
         let headers = vec![(ID_HEADER.to_string(), Bytes::from("42"))];
         assert_eq!(id_of(&headers), 42);
         assert_eq!(id_of(&[]), u64::MAX);
+    }
+
+    fn catalogue(file: &str) -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios")
+            .join(file);
+        Scenario::load(&path).expect("scenario parses")
+    }
+
+    /// The reasons of the bad events of a catalogue scenario, by event id.
+    fn bad(file: &str) -> Vec<(u64, String)> {
+        let s = catalogue(file);
+        let mut rng = madsim::rand::rngs::StdRng::seed_from_u64(1);
+        build_events(&s, &mut rng)
+            .iter()
+            .filter_map(|e| bad_record_reason(&s, e).map(|r| (e.id, r)))
+            .collect()
+    }
+
+    #[test]
+    fn the_planned_bad_records_of_the_f4_and_drift_scenarios_are_found() {
+        let poison = bad("f4-poison-tolerance-none.toml");
+        let reasons: Vec<&str> = poison.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "poison: value is not JSON",
+                "poison: name is null (not null)",
+                "poison: note has 11 characters (varchar(10))"
+            ]
+        );
+        let oversized = bad("f4-oversized-record-rejected.toml");
+        assert_eq!(oversized.len(), 1, "{oversized:?}");
+        assert!(oversized[0].1.starts_with("oversized: "), "{oversized:?}");
+        // The source gains `email` at the third event; every event from there carries it.
+        let drift = bad("p2-schema-drift-unknown-column-stalls.toml");
+        let ids: Vec<u64> = drift.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [2, 3, 4, 5]);
+        assert!(drift
+            .iter()
+            .all(|(_, r)| r == "schema drift: email is no column of t"));
+        assert_eq!(bad("p2-upsert-worker-crash.toml"), []);
     }
 }

@@ -252,6 +252,7 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
         for text in &c.anomalies {
             let _ = writeln!(out, "- {text}");
         }
+        explanations_section(out, &c.explanations);
     } else {
         out.push_str("No counterexample recorded.\n");
     }
@@ -260,6 +261,25 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
         for note in &s.notes {
             let _ = writeln!(out, "- {note}");
         }
+    }
+}
+
+/// Each explained case: its text, then its witnesses and the faults between them as a
+/// code block (the lines are history ops, aligned as the terminal shows them).
+fn explanations_section(out: &mut String, explanations: &[super::explain::Explanation]) {
+    if explanations.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nHow the first forbidden cases came about (witness ops, then the faults and \
+                  effects between them):\n",
+    );
+    for e in explanations {
+        let _ = writeln!(out, "\n- {}\n\n  ```text", e.case);
+        for line in &e.lines {
+            let _ = writeln!(out, "  {line}");
+        }
+        out.push_str("  ```\n");
     }
 }
 

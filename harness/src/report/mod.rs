@@ -9,6 +9,7 @@
 //!   `anomalies/<anomaly>.jsonl`, `report.md`).
 //! - [`fault_lines`], [`first_forbidden_op`], [`Counterexample::from_check`]: build a
 //!   counterexample from a failing seed's history and check result.
+//! - [`explain`]: a case's witness ops and the faults and effects between them.
 //!
 //! # Example
 //! ```
@@ -28,6 +29,7 @@
 //! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+pub mod explain;
 mod markdown;
 mod seed;
 #[cfg(test)]
@@ -97,6 +99,10 @@ pub struct Counterexample {
     pub history_path: String,
     /// The first few anomaly case texts, forbidden ones first.
     pub anomalies: Vec<String>,
+    /// The first forbidden cases (up to [`explain::EXPLAINED_CASES_MAX`]) explained from the
+    /// history: their witness ops and the faults and effects between them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<explain::Explanation>,
     /// The fault schedule shrunk to what the failure needs (simulation only; `None` when
     /// not tried, not reproduced, or a real run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +161,7 @@ impl Counterexample {
             faults: fault_lines(history, first_forbidden_op(result)),
             history_path,
             anomalies: result.case_texts(cases_max),
+            explanations: explain::explain_forbidden(history, result),
             shrunk: None,
         }
     }

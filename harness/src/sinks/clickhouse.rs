@@ -212,7 +212,10 @@ pub async fn create_tables<C: ClickHouse>(
 pub trait SinkHooks: Send + Sync {
     /// Called at each step boundary ([`FAULT_POINTS`]); may crash or stall the task.
     async fn fault_point(&self, point: &'static str);
-    /// An insert of `rows` (read from `tp`) into the target returned `result`.
+    /// An insert of `rows` (read from `tp`) into the target is about to be sent.
+    fn inserting(&self, tp: &TopicPartition, rows: &[serde_json::Value]);
+    /// The insert of `rows` (read from `tp`) into the target returned `result`
+    /// ([`ChClientError::is_ambiguous`] tells an unknown outcome from a refusal).
     fn inserted(
         &self,
         tp: &TopicPartition,
@@ -228,6 +231,7 @@ pub struct NoHooks;
 #[async_trait]
 impl SinkHooks for NoHooks {
     async fn fault_point(&self, _point: &'static str) {}
+    fn inserting(&self, _tp: &TopicPartition, _rows: &[serde_json::Value]) {}
     fn inserted(
         &self,
         _tp: &TopicPartition,

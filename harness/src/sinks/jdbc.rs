@@ -33,15 +33,19 @@
 //! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
+use crate::connect::cdc_events::id_of;
 use crate::connect::config::{self, ConfigError};
 use crate::connect::debezium::{key_of, key_row, parse_change, Change, JsonRow};
 use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use crate::history::RecordRef;
+use crate::sinks::{completion, NoWriteLog, WriteLog};
 use async_trait::async_trait;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::postgres::{
     Column, ColumnType, CreateTable, Insert, OnConflict, SqlState, Statement, Value,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The connector classes this sink answers to.
@@ -209,6 +213,19 @@ fn parse_types(raw: &BTreeMap<String, String>) -> Result<Vec<ColumnType>, Config
         .collect()
 }
 
+/// A record as the history knows it: its `eosim.id` header, key text, source position.
+fn record_ref(record: &SinkRecord) -> RecordRef {
+    RecordRef {
+        id: id_of(&record.headers),
+        key: record.key.as_ref().map(|k| match k {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }),
+        tp: record.tp.clone(),
+        offset: record.offset,
+    }
+}
+
 /// What a database error means for the record that caused it.
 fn is_data_error(code: SqlState) -> bool {
     code.code().starts_with("22") || code == SqlState::NotNullViolation
@@ -219,17 +236,29 @@ pub struct JdbcSinkTask {
     config: JdbcSinkConfig,
     client: Box<dyn PostgresClient>,
     retries_left: u32,
+    writes: Arc<dyn WriteLog>,
 }
 
 impl JdbcSinkTask {
-    /// A task writing through `client`.
+    /// A task writing through `client`, reporting its write attempts nowhere.
     pub fn new(config: JdbcSinkConfig, client: Box<dyn PostgresClient>) -> Self {
         let retries_left = config.max_retries;
         Self {
             config,
             client,
             retries_left,
+            writes: Arc::new(NoWriteLog),
         }
+    }
+
+    /// The same task reporting each chunk's transaction to `writes`: its records by
+    /// `eosim.id` header and source position, completed `ok` (committed), `fail` (the
+    /// server refused a statement or the transaction rolled back: `23505`, a data error,
+    /// a lost connection before the request left) or `info` (a timeout: the `COMMIT` may
+    /// have been applied).
+    pub fn with_write_log(mut self, writes: Arc<dyn WriteLog>) -> Self {
+        self.writes = writes;
+        self
     }
 
     fn columns_of<'a>(&'a self, row: &'a JsonRow) -> Vec<String> {
@@ -390,7 +419,12 @@ impl JdbcSinkTask {
             if statements.is_empty() {
                 return Ok(());
             }
-            match self.client.execute_batch(statements).await {
+            let rows: Vec<RecordRef> = chunk.iter().map(record_ref).collect();
+            self.writes.invoked(&rows);
+            let result = self.client.execute_batch(statements).await;
+            let (kind, error) = completion(&result, PgClientError::is_ambiguous);
+            self.writes.completed(&rows, kind, error);
+            match result {
                 Ok(_) => {
                     self.retries_left = self.config.max_retries;
                     return Ok(());

@@ -22,10 +22,13 @@
 //!
 //! # Ops recorded
 //! `send` per id; the operator's connector configurations; task status changes; `write`
-//! ok per insert that returned success (the rows it carried); `commit` invoke/ok/fail/info;
-//! nemesis `fault`s for fault points that fire. Final: `LogState` per partition,
-//! `SinkState` (the table's rows mapped back to log positions by name), `DlqState` (with
-//! a DLQ), `CommittedOffsets` of `connect-<name>`, and each task's status.
+//! per insert attempt (the rows it carried, offset unknown): invoke before it is sent,
+//! then `ok`, `fail` (ClickHouse refused it) or `info` (a timeout or
+//! `UNKNOWN_STATUS_OF_INSERT`: it may have applied), with the error text; `commit`
+//! invoke/ok/fail/info; nemesis `fault`s and a `fault-point` effect for the fault point
+//! that fires. Final: `LogState` per partition, `SinkState` (the table's rows mapped back
+//! to log positions by name), `DlqState` (with a DLQ), `CommittedOffsets` of
+//! `connect-<name>`, and each task's status.
 //!
 //! # Analyses
 //! The standard checkers: `sink-lost` (a record of the log missing from the table,
@@ -240,6 +243,10 @@ impl Pipeline for ClickhouseSink {
     }
 
     fn start(&mut self, world: &mut World) {
+        if hooks::armed(&self.ctx).is_some() {
+            // The seed's fault point is scheduled: it must fire to count as exercised.
+            eosim_sim::effects::arm(eosim_sim::effects::kind::FAULT_POINT);
+        }
         let ch = self.ctx.ch.clone();
         world.add_node("keeper", keeper_ip(), move || serve_keeper(ch.clone()));
         let ch = self.ctx.ch.clone();

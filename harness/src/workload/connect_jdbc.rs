@@ -16,19 +16,22 @@
 //!
 //! # Ops recorded
 //! `send` invoke/ok/fail/info per event; `connector-config` once; `task-status` on every
-//! start and failure; `commit` invoke/ok/fail/info per offset commit; `restart-task`;
-//! `table-read` when the reader sees a change. After the drain, process `final` records
-//! per source partition `log-state` and `source-log`, then `table-state`, `dlq-state`
-//! (with a DLQ), `committed-offsets` and every task's `task-status`.
+//! start and failure; `write` per transaction of the sink (its records, invoke then
+//! ok/fail/info, see [`JdbcSinkTask::with_write_log`]); `commit` invoke/ok/fail/info per
+//! offset commit; `restart-task`; `table-read` when the reader sees a change; a
+//! `bad-record` effect per explicit event built to be bad
+//! (`cdc_events::bad_record_reason`) as it is sent. After the drain, process `final`
+//! records per source partition `log-state` and `source-log`, then `table-state`,
+//! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
 use super::records::text;
-use super::Pipeline;
+use super::{HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
-use crate::connect::cdc_events::{build_events, id_of, Event, ID_HEADER};
+use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
 use crate::connect::worker::{dlq_state, worker_process, SinkFactory, TaskRun, WorkerRuntime};
@@ -109,6 +112,10 @@ async fn producer_process(ctx: Context, name: String) {
             offset: None,
         };
         ctx.record(&name, OpKind::Invoke, invoke, None);
+        if let Some(reason) = bad_record_reason(&ctx.scenario, &e) {
+            let detail = format!("event {} sent: {reason}", e.id);
+            eosim_sim::effects::record(eosim_sim::effects::kind::BAD_RECORD, &name, detail);
+        }
         let record = ProducerRecord {
             topic: topic.clone(),
             // A null key (a truncate event) goes to partition 0, where the table's other
@@ -286,14 +293,17 @@ impl ConnectJdbc {
 
     fn runtime(&self, world: &World) -> WorkerRuntime {
         let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
-        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig, _: &TaskRun| {
+        let recorder = self.ctx.recorder.clone();
+        let factory: SinkFactory = Arc::new(move |config: &ConnectorConfig, run: &TaskRun| {
             let sink = JdbcSinkConfig::parse(&config.raw, &config.topics);
+            let writes = Arc::new(HistoryWriteLog {
+                recorder: recorder.clone(),
+                process: run.worker.clone(),
+            });
             Box::pin(std::future::ready(sink.map_err(|e| e.to_string()).map(
                 |sink| {
-                    Box::new(JdbcSinkTask::new(
-                        sink,
-                        Box::new(SimPostgres::new(timeout_ms)),
-                    )) as _
+                    let client = Box::new(SimPostgres::new(timeout_ms));
+                    Box::new(JdbcSinkTask::new(sink, client).with_write_log(writes)) as _
                 },
             )))
         });
@@ -332,6 +342,12 @@ impl Pipeline for ConnectJdbc {
     }
 
     fn start(&mut self, world: &mut World) {
+        for e in self.ctx.events.iter() {
+            if bad_record_reason(&self.ctx.scenario, e).is_some() {
+                // Each planned bad record must be produced to count as exercised.
+                eosim_sim::effects::arm(eosim_sim::effects::kind::BAD_RECORD);
+            }
+        }
         let pg = self.ctx.pg.clone();
         world.add_node("postgres", postgres_ip(), move || {
             serve_postgres(pg.clone())

@@ -20,9 +20,10 @@ pub mod records;
 pub mod streams_count;
 pub mod transactional_copy;
 
-use crate::history::Recorder;
-use crate::runner::world::World;
+use crate::history::{OpKind, RecordRef, Recorder, Value};
+use crate::runner::world::{now_ns, World};
 use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
+use crate::sinks::WriteLog;
 use std::sync::Arc;
 
 /// A pipeline as the runner drives it: topics to create, processes to start, how far it is
@@ -54,5 +55,34 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         PipelineKind::StreamsCount => {
             Box::new(streams_count::StreamsCount::new(scenario, recorder))
         }
+    }
+}
+
+/// A sink's [`WriteLog`] into the run's history: each attempt a `write` invoke by
+/// `process`, completed `ok` / `fail` / `info` with the error text.
+#[derive(Debug, Clone)]
+pub struct HistoryWriteLog {
+    /// The run's history.
+    pub recorder: Recorder,
+    /// The process that writes (`worker-0`, `connect-1`).
+    pub process: String,
+}
+
+impl WriteLog for HistoryWriteLog {
+    fn invoked(&self, rows: &[RecordRef]) {
+        let value = Value::Write {
+            rows: rows.to_vec(),
+        };
+        let process = &self.process;
+        self.recorder
+            .record(now_ns(), process, OpKind::Invoke, value, None);
+    }
+
+    fn completed(&self, rows: &[RecordRef], kind: OpKind, error: Option<String>) {
+        let value = Value::Write {
+            rows: rows.to_vec(),
+        };
+        self.recorder
+            .record(now_ns(), &self.process, kind, value, error);
     }
 }

@@ -422,6 +422,16 @@ impl Pipeline for TransactionalCopy {
     }
 
     fn start(&mut self, world: &mut World) {
+        let copy = &self.ctx.scenario.copy;
+        let points = [
+            copy.buggify_produce_delay_probability,
+            copy.buggify_end_txn_delay_probability,
+        ];
+        // Each BUGGIFY point that can fire must hold a request to count as exercised; the
+        // net layer records each hold (`call_delayed`).
+        for _ in points.iter().filter(|&&p| p > 0.0) {
+            eosim_sim::effects::arm(eosim_sim::effects::kind::BUGGIFY);
+        }
         let w = &self.ctx.scenario.workload;
         for i in 0..w.producers {
             let name = format!("producer-{i}");

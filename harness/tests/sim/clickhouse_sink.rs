@@ -307,3 +307,61 @@ mod fencing {
         });
     }
 }
+
+#[test]
+fn a_fault_point_that_fires_is_armed_and_leaves_its_effect_in_the_history() {
+    let s = scenario("f1-zombie-after-rebalance-seed-duplicates.toml", "seed");
+    let outcome = run_seed(&s, 1);
+    let kind = eosim_sim::effects::kind::FAULT_POINT;
+    assert_eq!(outcome.scheduled.get(kind), Some(&1));
+    assert_eq!(outcome.acted.get(kind), Some(&1));
+    let fired: Vec<_> = outcome
+        .history
+        .ops
+        .iter()
+        .filter_map(|op| match &op.value {
+            Value::Effect { kind: k, detail } if k == kind => Some((op.process.as_str(), detail)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert!(
+        fired[0].1.starts_with("between-before-and-insert fired: "),
+        "{fired:?}"
+    );
+}
+
+#[test]
+fn a_lost_insert_response_is_an_info_write_that_the_duplicate_cites_and_explains() {
+    let s = scenario("p1-lost-insert-response-seed-duplicates.toml", "seed");
+    let (outcome, result) = judge(&s, 1);
+    let ops = &outcome.history.ops;
+    let writes = |kind: OpKind| {
+        ops.iter()
+            .filter(move |op| op.kind == kind && matches!(op.value, Value::Write { .. }))
+    };
+    // Every attempt is in the history: as many invokes as completions, and the insert whose
+    // response was lost completes `info` with the client's timeout.
+    let completions =
+        writes(OpKind::Ok).count() + writes(OpKind::Fail).count() + writes(OpKind::Info).count();
+    assert_eq!(writes(OpKind::Invoke).count(), completions);
+    let unknown: Vec<usize> = writes(OpKind::Info).map(|op| op.index).collect();
+    assert!(!unknown.is_empty());
+    assert!(writes(OpKind::Info).all(|op| op.error.is_some()));
+    // The duplicate cites the write whose response was lost and the retry that applied it
+    // again; the explanation shows both and the dropped response between them.
+    let dups = &result.anomalies[&Anomaly::SinkDuplicate];
+    let case = dups
+        .iter()
+        .find(|c| c.ops.iter().any(|i| unknown.contains(i)))
+        .expect("a duplicate citing an info write");
+    let cited_ok = case
+        .ops
+        .iter()
+        .filter(|&&i| ops[i].kind == OpKind::Ok && matches!(ops[i].value, Value::Write { .. }));
+    assert!(cited_ok.count() >= 1, "{case:?}");
+    let lines = eosim::report::explain::explain(&outcome.history, case).join("\n");
+    assert!(lines.contains(" info write id "), "{lines}");
+    assert!(lines.contains(" ok write id "), "{lines}");
+    assert!(lines.contains("effect messages.drop-response"), "{lines}");
+}

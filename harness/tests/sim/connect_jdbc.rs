@@ -349,3 +349,29 @@ fn f5_bug_switch_ignoring_tombstones_is_reported_as_a_wrong_final_state() {
         "{text}"
     );
 }
+
+#[test]
+fn a_rolled_back_transaction_is_a_failed_write_with_its_sqlstate_and_drift_is_a_bad_record() {
+    let s = catalogue("p2-schema-drift-unknown-column-stalls.toml");
+    let outcome = eosim::runner::run_seed(&s, 1);
+    let failed: Vec<_> = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| {
+            op.kind == eosim::history::OpKind::Fail && matches!(op.value, Value::Write { .. })
+        })
+        .collect();
+    // Every retry of the batch ends in 42703 and a rollback: a `fail` each, none `ok`.
+    assert!(!failed.is_empty());
+    assert!(failed
+        .iter()
+        .all(|op| op.error.as_deref().is_some_and(|e| e.contains("42703"))));
+    let ok_writes = outcome.history.ops.iter().filter(|op| {
+        op.kind == eosim::history::OpKind::Ok && matches!(op.value, Value::Write { .. })
+    });
+    assert_eq!(ok_writes.count(), 0);
+    let kind = eosim_sim::effects::kind::BAD_RECORD;
+    assert_eq!(outcome.scheduled.get(kind), Some(&4));
+    assert_eq!(outcome.acted.get(kind), Some(&4));
+}

@@ -124,6 +124,9 @@ impl SinkHooks for RealHooks {
     }
 
     /// Nothing: the real run reads the target's rows from ClickHouse after the drain.
+    fn inserting(&self, _tp: &TopicPartition, _rows: &[serde_json::Value]) {}
+
+    /// Nothing, as for `inserting`.
     fn inserted(
         &self,
         _tp: &TopicPartition,

@@ -170,6 +170,7 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             insert = insert.token(&token);
         }
         self.point("mid-insert").await;
+        self.hooks.inserting(tp, &rows);
         let result = self.client.insert(insert).await.map(drop);
         self.hooks.inserted(tp, &rows, &result);
         result.map_err(Stop::from)

@@ -116,7 +116,7 @@ pub fn factory(ctx: Context) -> SinkFactory {
                 *n
             };
             let owner = format!("{worker}#{incarnation}");
-            let hooks = Arc::new(Hooks { ctx, worker });
+            let hooks = Arc::new(Hooks::new(ctx, worker));
             let task = ClickHouseSinkTask::new(sink, client, owner, hooks);
             Ok(Box::new(task) as Box<dyn SinkTask>)
         })

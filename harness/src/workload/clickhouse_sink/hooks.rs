@@ -7,7 +7,10 @@ use crate::history::{OpKind, RecordRef, Value};
 use crate::runner::world::now_ns;
 use crate::scenario::clickhouse::FaultPointAction;
 use crate::sinks::clickhouse::{SinkHooks, FAULT_POINTS};
+use crate::sinks::{completion, WriteLog};
+use crate::workload::HistoryWriteLog;
 use async_trait::async_trait;
+use eosim_sim::effects::{self, kind};
 use eosim_sim::kafka::TopicPartition;
 use madsim::rand::Rng;
 use madsim::runtime::Handle;
@@ -49,9 +52,24 @@ pub struct Hooks {
     pub ctx: Context,
     /// The worker node's name.
     pub worker: String,
+    /// The task's insert attempts, into the history as `worker`.
+    writes: HistoryWriteLog,
 }
 
 impl Hooks {
+    /// The hooks of the task on `worker`.
+    pub fn new(ctx: Context, worker: String) -> Self {
+        let writes = HistoryWriteLog {
+            recorder: ctx.recorder.clone(),
+            process: worker.clone(),
+        };
+        Self {
+            ctx,
+            worker,
+            writes,
+        }
+    }
+
     fn fault(&self, name: &str, detail: String) {
         let value = Value::Fault {
             name: name.to_string(),
@@ -76,6 +94,25 @@ impl Hooks {
         }
         shared.fired = true;
         Some(action)
+    }
+
+    /// What the armed point did when it fired, for its effect: `mid-insert fired: crash
+    /// worker-0, restart after 3000 ms`.
+    fn fired_text(&self, point: &str, action: FaultPointAction) -> String {
+        let spec = self.ctx.spec.fault_point.as_ref().expect("armed");
+        let what = match action {
+            FaultPointAction::Crash => format!(
+                "crash {}, restart after {} ms",
+                self.worker, spec.restart_after_ms
+            ),
+            FaultPointAction::Pause => format!("stall {} for {} ms", self.worker, spec.stall_ms),
+            FaultPointAction::CrashClickhouse => format!(
+                "crash clickhouse within {} ms, restart after {} ms",
+                spec.kill_after_ms_max.max(1),
+                spec.restart_after_ms
+            ),
+        };
+        format!("{point} fired: {what}")
     }
 
     fn node(&self, name: &str) -> madsim::task::NodeId {
@@ -171,11 +208,20 @@ impl SinkHooks for Hooks {
             return;
         };
         crate::mark!(&format!("fault-point-fired:{point}"));
+        effects::record(
+            kind::FAULT_POINT,
+            &self.worker,
+            self.fired_text(point, action),
+        );
         match action {
             FaultPointAction::Crash => self.crash_worker(point).await,
             FaultPointAction::Pause => self.pause_worker(point).await,
             FaultPointAction::CrashClickhouse => self.crash_clickhouse(point),
         }
+    }
+
+    fn inserting(&self, tp: &TopicPartition, rows: &[serde_json::Value]) {
+        self.writes.invoked(&row_refs(tp, rows));
     }
 
     fn inserted(
@@ -184,25 +230,24 @@ impl SinkHooks for Hooks {
         rows: &[serde_json::Value],
         result: &Result<(), ChClientError>,
     ) {
-        if result.is_err() {
-            return;
-        }
-        let rows = rows
-            .iter()
-            .map(|r| {
-                let name = r.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                let id = name.trim_start_matches('r').parse().unwrap_or(u64::MAX);
-                RecordRef {
-                    id,
-                    key: None,
-                    tp: tp.clone(),
-                    offset: -1,
-                }
-            })
-            .collect();
-        let value = Value::Write { rows };
-        self.ctx
-            .recorder
-            .record(now_ns(), &self.worker, OpKind::Ok, value, None);
+        let (kind, error) = completion(result, ChClientError::is_ambiguous);
+        self.writes.completed(&row_refs(tp, rows), kind, error);
     }
+}
+
+/// The rows of an insert as the history knows them: the id from the row's `name`
+/// (`r<id>`, `u64::MAX` if it has none), the partition it was read from, offset unknown.
+fn row_refs(tp: &TopicPartition, rows: &[serde_json::Value]) -> Vec<RecordRef> {
+    rows.iter()
+        .map(|r| {
+            let name = r.get("name").and_then(|n| n.as_str()).unwrap_or("");
+            let id = name.trim_start_matches('r').parse().unwrap_or(u64::MAX);
+            RecordRef {
+                id,
+                key: None,
+                tp: tp.clone(),
+                offset: -1,
+            }
+        })
+        .collect()
 }
