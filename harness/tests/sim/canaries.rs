@@ -126,12 +126,6 @@ const FAULT_CANARIES: [FaultCanary; 13] = [
     },
 ];
 
-/// Effect kinds whose component does not record its effects yet (issue 11 item 2, fault
-/// points and bad records: another branch adds them). Their canaries are judged on the
-/// anomaly alone; once a kind is recorded, [`a_canary_pair`] fails until it leaves this
-/// list, so the stronger check cannot be forgotten.
-const NOT_YET_RECORDED: [&str; 2] = [kind::FAULT_POINT, kind::BAD_RECORD];
-
 /// An anomaly and the catalogue scenario in which it is reported as forbidden, in one of
 /// seeds `1..=seeds`.
 struct AnomalyCanary {
@@ -281,7 +275,7 @@ fn caught_seeds(file: &str, seeds: u64, anomalies: &[Anomaly], fault: Option<&st
     let mut caught = Vec::new();
     for seed in 1..=seeds {
         let (outcome, result) = run_checked(&s, seed);
-        if let Some(fault) = fault.filter(|f| !NOT_YET_RECORDED.contains(f)) {
+        if let Some(fault) = fault {
             let acted = outcome.acted.get(fault).copied().unwrap_or(0);
             assert!(acted > 0, "{file} seed {seed}: {fault} never acted");
         }
@@ -318,14 +312,7 @@ fn a_canary_pair(fault: &str) {
         result.case_texts(8)
     );
     let acted = outcome.acted.get(fault).copied().unwrap_or(0);
-    if NOT_YET_RECORDED.contains(&fault) {
-        assert_eq!(
-            acted, 0,
-            "{fault} is recorded now: remove it from NOT_YET_RECORDED"
-        );
-    } else {
-        assert!(acted > 0, "{} seed 1: {fault} never acted", c.safe_file);
-    }
+    assert!(acted > 0, "{} seed 1: {fault} never acted", c.safe_file);
 }
 
 #[test]
