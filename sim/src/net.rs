@@ -370,18 +370,27 @@ where
         if departure.delay_ms > 0 {
             madsim::time::sleep(Duration::from_millis(departure.delay_ms)).await;
         }
-        send_copies(
-            endpoint,
-            source,
-            target,
-            &request,
-            response_tag,
-            departure.copies,
-        )
-        .await?;
-        receive(endpoint, response_tag).await
+        let copies = departure.copies;
+        send_and_receive(endpoint, source, target, &request, response_tag, copies).await
     };
     answer_or_reset(source, target, timeout, exchange).await
+}
+
+/// Sends `copies` of `request` now and waits for the response tagged `response_tag`.
+async fn send_and_receive<Req, Resp>(
+    endpoint: &Endpoint,
+    source: IpAddr,
+    target: SocketAddr,
+    request: &Req,
+    response_tag: u64,
+    copies: usize,
+) -> Result<Resp, RpcError>
+where
+    Req: Clone + std::fmt::Debug + Send + Sync + 'static,
+    Resp: Send + Sync + 'static,
+{
+    send_copies(endpoint, source, target, request, response_tag, copies).await?;
+    receive(endpoint, response_tag).await
 }
 
 /// Waits for the response tagged `response_tag`.
@@ -507,18 +516,8 @@ where
     let departure = depart(source, target, &request, extra_delay.as_millis() as u64);
     let response_tag: u64 = madsim::rand::random();
     if departure.delay_ms == 0 {
-        let exchange = async {
-            send_copies(
-                endpoint,
-                source,
-                target,
-                &request,
-                response_tag,
-                departure.copies,
-            )
-            .await?;
-            receive(endpoint, response_tag).await
-        };
+        let copies = departure.copies;
+        let exchange = send_and_receive(endpoint, source, target, &request, response_tag, copies);
         return answer_or_reset(source, target, timeout, exchange).await;
     }
     let sender = endpoint.clone();
