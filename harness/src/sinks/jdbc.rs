@@ -399,6 +399,8 @@ impl JdbcSinkTask {
                     index: Some(index),
                     error,
                 }) if is_data_error(error.code) && index < owner.len() => {
+                    crate::mark!("jdbc:batch-rolled-back");
+                    crate::mark!("jdbc:data-error-record-reported");
                     let record = chunk.remove(owner[index]);
                     let text = format!("SQLSTATE {}: {}", error.code.code(), error.message);
                     reporter.report(&record, &text)?;
@@ -409,15 +411,35 @@ impl JdbcSinkTask {
     }
 
     async fn retry_or_fail(&mut self, error: PgClientError) -> ConnectError {
+        mark_write_error(&error);
         if self.retries_left == 0 {
+            crate::mark!("jdbc:retries-exhausted");
             return ConnectError::Fatal(format!(
                 "Exceeded max retries ({}) writing to {}: {error}",
                 self.config.max_retries, self.config.table
             ));
         }
         self.retries_left -= 1;
+        crate::mark!("jdbc:batch-retry");
         tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
         ConnectError::Retriable(error.to_string())
+    }
+}
+
+/// Coverage marks of a failed batch write: a server error rolled the whole transaction
+/// back (23505 and 40P01 named), a timeout left its commit's outcome unknown.
+fn mark_write_error(error: &PgClientError) {
+    match error {
+        PgClientError::Db { error, .. } => {
+            crate::mark!("jdbc:batch-rolled-back");
+            match error.code {
+                SqlState::UniqueViolation => crate::mark!("jdbc:unique-violation-23505"),
+                SqlState::DeadlockDetected => crate::mark!("jdbc:deadlock-40p01"),
+                _ => {}
+            }
+        }
+        PgClientError::Timeout { .. } => crate::mark!("jdbc:ambiguous-commit-timeout"),
+        PgClientError::Connection(_) => crate::mark!("jdbc:connection-lost"),
     }
 }
 
