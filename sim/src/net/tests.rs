@@ -28,6 +28,8 @@ async fn call_silent_server() -> (Result<u32, RpcError>, Duration) {
 
 #[madsim::test]
 async fn a_reset_fails_the_waiting_calls_at_once_and_spares_later_ones() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let handle = Handle::current();
     let server = handle.create_node().name("server").ip(SERVER).build();
     server.spawn(silent_server());
@@ -54,4 +56,8 @@ async fn a_reset_fails_the_waiting_calls_at_once_and_spares_later_ones() {
         "{result:?}"
     );
     assert!(took >= Duration::from_secs(60), "took {took:?}");
+    let marks = crate::marks::take();
+    for mark in ["net:connection-reset"] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
