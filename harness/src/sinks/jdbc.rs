@@ -242,6 +242,10 @@ impl JdbcSinkTask {
 
     fn insert(&self, row: &JsonRow, upsert: bool) -> Statement {
         let columns = self.columns_of(row);
+        if row.keys().any(|k| !columns.contains(k)) {
+            // Schema drift under fixed `col.names`: the new field is not written.
+            crate::mark!("jdbc:field-dropped-fixed-columns");
+        }
         let values = columns
             .iter()
             .map(|c| row.get(c).map_or(Value::Null, Value::from_json))
@@ -300,23 +304,34 @@ impl JdbcSinkTask {
             }
             Change::Read { after } => vec![self.insert(&after, true)],
             Change::Update { before, after } => self.update(before.as_ref(), &after, upsert)?,
-            Change::Delete { before } => vec![self.delete(&before)?],
+            Change::Delete { before } => {
+                crate::mark!("jdbc:delete-applied");
+                vec![self.delete(&before)?]
+            }
             Change::Tombstone { key }
                 if self.config.delete_enabled && !self.config.bug_ignore_tombstones =>
             {
+                crate::mark!("jdbc:tombstone-delete");
                 let row = key
                     .as_ref()
                     .and_then(|k| key_row(k, &self.config.pk_fields))
                     .ok_or("a tombstone without a usable record key")?;
                 vec![self.delete(&row)?]
             }
-            Change::Tombstone { .. } => Vec::new(),
+            Change::Tombstone { .. } => {
+                crate::mark!("jdbc:tombstone-skipped");
+                Vec::new()
+            }
             Change::Truncate if self.config.truncate_enabled => {
+                crate::mark!("jdbc:truncate-applied");
                 vec![Statement::Truncate {
                     table: self.config.table.clone(),
                 }]
             }
-            Change::Truncate => Vec::new(),
+            Change::Truncate => {
+                crate::mark!("jdbc:truncate-skipped");
+                Vec::new()
+            }
         };
         Ok(statements)
     }

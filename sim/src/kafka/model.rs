@@ -1111,6 +1111,7 @@ fn mark_error(api: &str, e: KafkaError) {
         ("produce", K::NotEnoughReplicas) => "kafka:produce-not-enough-replicas",
         ("produce", K::InvalidTxnState) => "kafka:produce-invalid-txn-state",
         ("produce", K::NotLeaderOrFollower) => "kafka:produce-not-leader",
+        ("produce", K::MessageTooLarge) => "kafka:produce-message-too-large",
         ("end-txn", K::ProducerFenced | K::InvalidProducerEpoch) => "kafka:end-txn-fenced",
         ("end-txn", K::InvalidTxnState) => "kafka:end-txn-invalid-txn-state",
         (_, K::ConcurrentTransactions) => "kafka:concurrent-transactions",
