@@ -6,6 +6,7 @@ mod clickhouse_sink;
 mod connect_jdbc;
 mod connect_worker;
 mod kafka_consume;
+mod marks;
 mod streams_count;
 mod support;
 mod transactional_copy;
