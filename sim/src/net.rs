@@ -467,7 +467,10 @@ async fn answer_or_reset<Resp>(
             // would break replay.
             biased;
             result = exchange => result,
-            () = reset => Err(RpcError::Disconnected { target }),
+            () = reset => {
+                crate::mark!("net:connection-reset");
+                Err(RpcError::Disconnected { target })
+            }
         }
     };
     madsim::time::timeout(timeout, answered)

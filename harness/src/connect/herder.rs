@@ -210,6 +210,7 @@ impl Herder {
         let slot = tasks
             .get_mut(task as usize)
             .ok_or(format!("no task {name}-{task}"))?;
+        crate::mark!("connect:task-restarted");
         slot.run += 1;
         slot.state = TaskState::Unassigned;
         slot.trace = None;
@@ -282,6 +283,7 @@ impl Herder {
             }
         }
         for name in &gone {
+            crate::mark!("connect:worker-departed-tasks-reassigned");
             state.workers.remove(name);
         }
         let live: Vec<String> = state

@@ -238,6 +238,7 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
         let revoked: Vec<TopicPartition> = self.assigned.difference(&now).cloned().collect();
         let added: Vec<TopicPartition> = now.difference(&self.assigned).cloned().collect();
         if !revoked.is_empty() {
+            crate::mark!("connect:partitions-revoked");
             let _ = self.sink.close(&revoked).await;
             for tp in &revoked {
                 self.current.remove(tp);
@@ -250,6 +251,7 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
                 match self.sink.open(&added).await {
                     Ok(()) => break,
                     Err(ConnectError::Retriable(_)) => {
+                        crate::mark!("connect:open-retry");
                         tokio::time::sleep(Duration::from_millis(1_000)).await;
                     }
                     Err(ConnectError::Fatal(e)) => return Err(e),
@@ -331,7 +333,10 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
         );
         self.write_dlq(vec![errant]).await;
         match self.config.tolerance {
-            Tolerance::All => Ok(()),
+            Tolerance::All => {
+                crate::mark!("connect:converter-error-tolerated");
+                Ok(())
+            }
             Tolerance::None => Err(text),
         }
     }
@@ -355,6 +360,7 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
             match result {
                 Ok(()) => return Ok(()),
                 Err(ConnectError::Retriable(_)) => {
+                    crate::mark!("connect:put-retry");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(ConnectError::Fatal(e)) => return Err(e),
@@ -381,6 +387,7 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
                 headers,
             };
             // DeadLetterQueueReporter logs a failed send and goes on.
+            crate::mark!("connect:dlq-write");
             let _ = producer.send(record).await;
         }
     }
@@ -418,6 +425,7 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
         let Ok(Ok(offsets)) =
             tokio::time::timeout(timeout, self.sink.pre_commit(&self.current)).await
         else {
+            crate::mark!("connect:offset-commit-skipped-pre-commit-failed");
             return;
         };
         let offsets: Vec<(TopicPartition, Offset)> = offsets
@@ -437,6 +445,9 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
             Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
             Err(e) => (OpKind::Fail, Some(e.to_string())),
         };
+        if kind != OpKind::Ok {
+            crate::mark!("connect:offset-commit-failed");
+        }
         self.host.record(kind, value(), error);
     }
 }

@@ -169,6 +169,7 @@ fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
         Some(trace.clone()),
     );
     if applied {
+        crate::mark!("connect:task-failed");
         rt.record(
             worker,
             OpKind::Ok,

@@ -271,6 +271,10 @@ impl JdbcSinkTask {
 
     fn insert(&self, row: &JsonRow, upsert: bool) -> Statement {
         let columns = self.columns_of(row);
+        if row.keys().any(|k| !columns.contains(k)) {
+            // Schema drift under fixed `col.names`: the new field is not written.
+            crate::mark!("jdbc:field-dropped-fixed-columns");
+        }
         let values = columns
             .iter()
             .map(|c| row.get(c).map_or(Value::Null, Value::from_json))
@@ -329,23 +333,34 @@ impl JdbcSinkTask {
             }
             Change::Read { after } => vec![self.insert(&after, true)],
             Change::Update { before, after } => self.update(before.as_ref(), &after, upsert)?,
-            Change::Delete { before } => vec![self.delete(&before)?],
+            Change::Delete { before } => {
+                crate::mark!("jdbc:delete-applied");
+                vec![self.delete(&before)?]
+            }
             Change::Tombstone { key }
                 if self.config.delete_enabled && !self.config.bug_ignore_tombstones =>
             {
+                crate::mark!("jdbc:tombstone-delete");
                 let row = key
                     .as_ref()
                     .and_then(|k| key_row(k, &self.config.pk_fields))
                     .ok_or("a tombstone without a usable record key")?;
                 vec![self.delete(&row)?]
             }
-            Change::Tombstone { .. } => Vec::new(),
+            Change::Tombstone { .. } => {
+                crate::mark!("jdbc:tombstone-skipped");
+                Vec::new()
+            }
             Change::Truncate if self.config.truncate_enabled => {
+                crate::mark!("jdbc:truncate-applied");
                 vec![Statement::Truncate {
                     table: self.config.table.clone(),
                 }]
             }
-            Change::Truncate => Vec::new(),
+            Change::Truncate => {
+                crate::mark!("jdbc:truncate-skipped");
+                Vec::new()
+            }
         };
         Ok(statements)
     }
@@ -433,6 +448,8 @@ impl JdbcSinkTask {
                     index: Some(index),
                     error,
                 }) if is_data_error(error.code) && index < owner.len() => {
+                    crate::mark!("jdbc:batch-rolled-back");
+                    crate::mark!("jdbc:data-error-record-reported");
                     let record = chunk.remove(owner[index]);
                     let text = format!("SQLSTATE {}: {}", error.code.code(), error.message);
                     reporter.report(&record, &text)?;
@@ -443,15 +460,35 @@ impl JdbcSinkTask {
     }
 
     async fn retry_or_fail(&mut self, error: PgClientError) -> ConnectError {
+        mark_write_error(&error);
         if self.retries_left == 0 {
+            crate::mark!("jdbc:retries-exhausted");
             return ConnectError::Fatal(format!(
                 "Exceeded max retries ({}) writing to {}: {error}",
                 self.config.max_retries, self.config.table
             ));
         }
         self.retries_left -= 1;
+        crate::mark!("jdbc:batch-retry");
         tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
         ConnectError::Retriable(error.to_string())
+    }
+}
+
+/// Coverage marks of a failed batch write: a server error rolled the whole transaction
+/// back (23505 and 40P01 named), a timeout left its commit's outcome unknown.
+fn mark_write_error(error: &PgClientError) {
+    match error {
+        PgClientError::Db { error, .. } => {
+            crate::mark!("jdbc:batch-rolled-back");
+            match error.code {
+                SqlState::UniqueViolation => crate::mark!("jdbc:unique-violation-23505"),
+                SqlState::DeadlockDetected => crate::mark!("jdbc:deadlock-40p01"),
+                _ => {}
+            }
+        }
+        PgClientError::Timeout { .. } => crate::mark!("jdbc:ambiguous-commit-timeout"),
+        PgClientError::Connection(_) => crate::mark!("jdbc:connection-lost"),
     }
 }
 

@@ -339,6 +339,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 continue; // re-fetched after the seek to the committed offset
             }
             if let Err((e, fatal)) = self.process(r).await {
+                if fatal {
+                    crate::mark!("streams:producer-fenced");
+                }
                 return self.recover(e, fatal).await;
             }
         }
@@ -400,6 +403,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         // someone else may have run it, so every task is lost (closed dirty).
         let previous = self.generation.replace(group.generation);
         if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
+            crate::mark!("streams:tasks-lost-missed-generation");
             let lost: Vec<u32> = self.tasks.keys().copied().collect();
             for p in lost {
                 self.close_dirty(p);
@@ -443,6 +447,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let revoked = self.revoked(assigned);
         let now = self.consumer.group_metadata().map(|g| g.generation);
         if !revoked.is_empty() || now != Some(txn.generation) {
+            crate::mark!("streams:task-migrated");
             return Err(format!(
                 "task migrated: generation {} -> {now:?}, revoked {revoked:?}",
                 txn.generation
@@ -465,6 +470,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// transaction is open, so the store holds committed changelog data only).
     fn recycle_to_standby(&mut self, p: u32) {
         if let Some(task) = self.tasks.remove(&p) {
+            crate::mark!("streams:active-recycled-to-standby");
             let standby = StandbyTask {
                 store: task.store,
                 position: task.changelog_end,
@@ -475,7 +481,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// Closes a task without a commit: under exactly_once_v2 its store directory is wiped.
     fn close_dirty(&mut self, p: u32) {
-        self.tasks.remove(&p);
+        if self.tasks.remove(&p).is_some() {
+            crate::mark!("streams:task-closed-dirty");
+        }
         if self.cfg.eos() {
             self.cfg.disk.wipe(self.cfg.index, p);
         }
@@ -494,7 +502,10 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             .seek(&input, offset)
             .map_err(|e| e.to_string())?;
         let (mut store, from, label) = match self.standbys.remove(&p) {
-            Some(s) => (s.store, s.position, "standby".to_string()),
+            Some(s) => {
+                crate::mark!("streams:standby-promoted");
+                (s.store, s.position, "standby".to_string())
+            }
             None => self.local_state(p),
         };
         let changelog = TopicPartition::new(self.cfg.spec.changelog_topic(), p);
@@ -502,6 +513,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let restored = (self.reader)
             .restore(&changelog, from, isolation, &mut store)
             .await?;
+        if restored.records > 0 {
+            crate::mark!("streams:restore-replayed-records");
+        }
         let value = Value::StreamsRestore {
             tp: input,
             store: label,
@@ -531,12 +545,14 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                     checkpoint: Some(c),
                 }),
             ) => {
+                crate::mark!("streams:store-from-checkpoint");
                 if self.cfg.eos() {
                     disk.delete_checkpoint(index, p);
                 }
                 (store, c, "persistent+checkpoint".into())
             }
             (StoreKind::Persistent, Some(_)) => {
+                crate::mark!("streams:store-wiped-no-checkpoint");
                 disk.wipe(index, p);
                 (KeyValueStore::default(), 0, "persistent-wiped".into())
             }
@@ -630,6 +646,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         match result {
             Ok(()) => self.record(OpKind::Ok, value, None),
             Err((e, ambiguous, fatal)) => {
+                if fatal && !ambiguous {
+                    crate::mark!("streams:producer-fenced");
+                }
                 let kind = if ambiguous {
                     OpKind::Info
                 } else {
@@ -696,13 +715,18 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             tasks,
         };
         self.record(OpKind::Info, value, None);
+        crate::mark!("streams:recover");
         if let Writer::Eos(p) = &self.writer {
             let mut recreate = recreate;
             if self.txn_group.take().is_some() && !recreate {
                 let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
                 recreate = p.abort_transaction(timeout).await.is_err();
+                if !recreate {
+                    crate::mark!("streams:txn-aborted");
+                }
             }
             if recreate {
+                crate::mark!("streams:producer-recreated");
                 self.writer = new_writer(&self.cfg, &self.host).await;
             }
             let open: Vec<u32> = self.tasks.keys().copied().collect();

@@ -203,9 +203,11 @@ async fn copier_process(ctx: Context, name: String, index: u32) {
             continue;
         }
         if outcome == Outcome::Recreate {
+            crate::mark!("copy:producer-recreated");
             producer = new_txn_producer(&ctx, &conn, index).await;
         }
         if ctx.scenario.copy.rewind_on_abort {
+            crate::mark!("copy:rewind-after-abort");
             rewind(&mut consumer).await;
         }
     }

@@ -7,6 +7,7 @@ mod clickhouse_sink;
 mod connect_jdbc;
 mod connect_worker;
 mod kafka_consume;
+mod marks;
 mod message_faults;
 mod streams_count;
 mod support;

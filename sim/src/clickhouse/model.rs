@@ -470,6 +470,7 @@ impl ClickHouse {
             let rows = part.rows.len();
             let block_id = part.block_id.clone();
             if plan.deduplicate && table.is_duplicate(profile, now_ms, &block_id) {
+                crate::mark!("clickhouse:dedup-hit");
                 outcomes.push(PartOutcome::Deduplicated {
                     block: index,
                     block_id,
@@ -635,6 +636,7 @@ impl Table {
         }
         ids.fifo.push_back(block_id.to_string());
         while ids.fifo.len() > window {
+            crate::mark!("clickhouse:dedup-window-evicted");
             ids.fifo.pop_front();
         }
         false
@@ -658,6 +660,7 @@ impl Table {
         let excess = by_age.len().saturating_sub(count_max);
         for (i, (_, t, id)) in by_age.into_iter().enumerate() {
             if i < excess || t + seconds * 1000 < newest_ms {
+                crate::mark!("clickhouse:dedup-window-evicted");
                 ids.remove(&id);
             }
         }

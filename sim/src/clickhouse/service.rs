@@ -194,7 +194,10 @@ impl KeeperClient {
         let timeout = Duration::from_millis(KEEPER_OPERATION_TIMEOUT_MS);
         crate::net::call(&self.endpoint, keeper_addr(), call, timeout)
             .await
-            .map_err(|_| ChError::from(KeeperError::ConnectionLoss))
+            .map_err(|_| {
+                crate::mark!("clickhouse:keeper-unavailable");
+                ChError::from(KeeperError::ConnectionLoss)
+            })
     }
 
     async fn session(&self) -> Result<SessionId, ChError> {
@@ -220,6 +223,7 @@ impl KeeperClient {
             let session = self.session().await?;
             match self.raw(Some(session), request.clone()).await? {
                 Err(KeeperError::SessionExpired) => {
+                    crate::mark!("clickhouse:keeper-session-expired");
                     *self.session.lock().expect("session lock") = None;
                 }
                 reply => return reply.map_err(ChError::from),
@@ -351,6 +355,7 @@ impl Handler {
             path: "/".to_string(),
         };
         self.keeper.call(check).await.map(drop).map_err(|e| {
+            crate::mark!("clickhouse:table-read-only");
             let msg = format!("Table is in readonly mode: {}", e.message);
             ChError::new(ErrorCode::TableIsReadOnly, msg)
         })
@@ -365,6 +370,7 @@ impl Handler {
             path: "/".to_string(),
         };
         self.keeper.call(check).await.map(drop).map_err(|e| {
+            crate::mark!("clickhouse:unknown-status-of-insert");
             let msg = format!("Unknown status, client must retry. Reason: {}", e.message);
             ChError::new(ErrorCode::UnknownStatusOfInsert, msg)
         })

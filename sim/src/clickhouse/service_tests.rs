@@ -249,6 +249,8 @@ async fn keeper_map_through_the_nodes_fails_while_keeper_is_down() {
 
 #[madsim::test]
 async fn replicated_insert_is_refused_while_keeper_is_down() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let nodes = start(VersionProfile::V23_7);
     let mut def = TableDef::kafka2ck();
     def.engine = Engine::ReplicatedMergeTree;
@@ -276,10 +278,19 @@ async fn replicated_insert_is_refused_while_keeper_is_down() {
             .len(),
         0
     );
+    let marks = crate::marks::take();
+    for mark in [
+        "clickhouse:keeper-unavailable",
+        "clickhouse:table-read-only",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[madsim::test]
 async fn keeper_lost_during_a_replicated_insert_is_read_only_or_unknown_status() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let nodes = start(VersionProfile::V23_7);
     let mut def = TableDef::kafka2ck();
     def.engine = Engine::ReplicatedMergeTree;
@@ -305,4 +316,9 @@ async fn keeper_lost_during_a_replicated_insert_is_read_only_or_unknown_status()
         .unwrap()
         .len();
     assert!(parts > 0 && parts < 200, "a prefix was committed: {parts}");
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("clickhouse:keeper-unavailable"),
+        "clickhouse:keeper-unavailable not hit: {marks:?}"
+    );
 }

@@ -50,6 +50,8 @@ mod clickhouse_model {
 
     #[test]
     fn replicated_retry_within_the_window_is_dropped_silently() {
+        // Marks are per thread: start from none (see `crate::marks`).
+        crate::marks::take();
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(table(Engine::ReplicatedMergeTree)).unwrap();
         ch.insert(0, &Insert::new("t", rows(0..10))).unwrap();
@@ -57,10 +59,17 @@ mod clickhouse_model {
         assert_eq!(retry.rows_written(), 0);
         assert_eq!(retry.rows_deduplicated(), 10);
         assert_eq!(ids(&ch, false), (0..10).collect::<Vec<_>>());
+        let marks = crate::marks::take();
+        assert!(
+            marks.contains_key("clickhouse:dedup-hit"),
+            "clickhouse:dedup-hit not hit: {marks:?}"
+        );
     }
 
     #[test]
     fn dedup_window_is_shared_by_writers_and_evicts_the_oldest_block() {
+        // Marks are per thread: start from none (see `crate::marks`).
+        crate::marks::take();
         // F1's mechanism: writer A's block leaves the window after three blocks of B.
         let mut ch = server(VersionProfile::V23_7);
         ch.create_table(replicated(3, 0)).unwrap();
@@ -79,6 +88,10 @@ mod clickhouse_model {
             "the evicted block id no longer deduplicates"
         );
         assert_eq!(ids(&ch, false).len(), 500);
+        let marks = crate::marks::take();
+        for mark in ["clickhouse:dedup-hit", "clickhouse:dedup-window-evicted"] {
+            assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+        }
     }
 
     #[test]
@@ -150,6 +163,8 @@ mod clickhouse_model {
 
     #[test]
     fn plain_merge_tree_deduplicates_with_a_non_replicated_window() {
+        // Marks are per thread: start from none (see `crate::marks`).
+        crate::marks::take();
         let mut ch = server(VersionProfile::V23_7);
         let mut def = table(Engine::MergeTree);
         def.settings.non_replicated_deduplication_window = Some(2);
@@ -169,6 +184,11 @@ mod clickhouse_model {
                 .unwrap()
                 .rows_written(),
             1
+        );
+        let marks = crate::marks::take();
+        assert!(
+            marks.contains_key("clickhouse:dedup-hit"),
+            "clickhouse:dedup-hit not hit: {marks:?}"
         );
     }
 

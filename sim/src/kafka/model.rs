@@ -298,6 +298,15 @@ impl Cluster {
         if !self.state(broker).alive {
             return error(KafkaError::RequestTimedOut);
         }
+        let api = api_of(&request);
+        let reply = self.dispatch(now, broker, request);
+        if let Reply::Done(Response::Error(e)) = &reply {
+            mark_error(api, *e);
+        }
+        reply
+    }
+
+    fn dispatch(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
         match request {
             Request::Metadata { topics } => Reply::Done(self.metadata(now, topics)),
             Request::CreateTopic {
@@ -379,6 +388,7 @@ impl Cluster {
         }
         if r.log.high_watermark() > pending.last_offset {
             if r.view_isr.len() < p.min_isr {
+                crate::mark!("kafka:produce-not-enough-replicas-after-append");
                 return Some(Response::Error(KafkaError::NotEnoughReplicasAfterAppend));
             }
             return Some(Response::Produce {
@@ -387,6 +397,7 @@ impl Cluster {
             });
         }
         if now >= pending.deadline_ms {
+            crate::mark!("kafka:produce-timed-out-waiting-for-isr");
             return Some(Response::Error(KafkaError::RequestTimedOut));
         }
         None
@@ -486,10 +497,12 @@ impl Cluster {
         self.brokers[(b - 1) as usize].fenced = true;
         let brokers = &self.brokers;
         let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
-        for topic in self.topics.values_mut() {
+        for (name, topic) in self.topics.iter_mut() {
             let unclean = topic.config.unclean_leader_election_enable;
             for p in &mut topic.partitions {
+                let before = p.leader;
                 p.on_broker_fenced(b, &fenced, unclean);
+                mark_leader_change(name, before, p.leader);
             }
         }
     }
@@ -498,10 +511,12 @@ impl Cluster {
         self.brokers[(b - 1) as usize].fenced = false;
         let brokers = &self.brokers;
         let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
-        for topic in self.topics.values_mut() {
+        for (name, topic) in self.topics.iter_mut() {
             let unclean = topic.config.unclean_leader_election_enable;
             for p in &mut topic.partitions {
+                let before = p.leader;
                 p.on_broker_unfenced(b, &fenced, unclean);
+                mark_leader_change(name, before, p.leader);
             }
         }
     }
@@ -692,6 +707,7 @@ impl Cluster {
             last_offset,
         } = validation
         {
+            crate::mark!("kafka:duplicate-batch");
             return self.answer(
                 now,
                 (tp, broker, i),
@@ -933,6 +949,12 @@ impl Cluster {
         read_batches(log, offset, limit, budget, &mut out);
         if isolation == Isolation::ReadCommitted {
             out.aborted = aborted_in_range(log, offset, out.next_fetch_offset);
+            if lso < hw && out.next_fetch_offset == lso {
+                crate::mark!("kafka:lso-held-by-open-txn");
+            }
+            if !out.aborted.is_empty() {
+                crate::mark!("kafka:fetch-lists-aborted-txns");
+            }
         }
         assert!(
             out.records.iter().all(|f| f.offset < limit),
@@ -1045,6 +1067,77 @@ impl Cluster {
         let batch = r.log.batches().last().expect("just appended");
         assert!(batch.control, "marker appended as a control batch");
         Ok(base)
+    }
+}
+
+/// The coverage mark of a controller decision that moved partition `tp` of `topic` from
+/// leader `before` to `after`: a coordinator move for the internal topics, a leader change
+/// for the others.
+fn mark_leader_change(topic: &str, before: Option<BrokerId>, after: Option<BrokerId>) {
+    if after.is_none() || after == before {
+        return;
+    }
+    crate::mark!(match topic {
+        CONSUMER_OFFSETS_TOPIC => "kafka:group-coordinator-move",
+        TRANSACTION_STATE_TOPIC => "kafka:txn-coordinator-move",
+        _ => "kafka:leader-change",
+    });
+}
+
+/// The request's API, as far as [`mark_error`] tells them apart.
+fn api_of(request: &Request) -> &'static str {
+    match request {
+        Request::Produce { .. } => "produce",
+        Request::EndTxn { .. } => "end-txn",
+        Request::InitProducerId { .. } => "init-producer-id",
+        Request::AddPartitionsToTxn { .. } | Request::AddOffsetsToTxn { .. } => "add-to-txn",
+        Request::TxnOffsetCommit { .. } => "txn-offset-commit",
+        Request::OffsetFetchStable { .. } => "offset-fetch-stable",
+        Request::OffsetCommit { .. } => "offset-commit",
+        Request::JoinGroup { .. } | Request::SyncGroup { .. } | Request::Heartbeat { .. } => {
+            "group"
+        }
+        _ => "other",
+    }
+}
+
+/// Coverage marks of the rare error answers an exactly-once argument rests on: a fenced
+/// produce or EndTxn, a sequence gap, a refused commit, a fenced group member.
+fn mark_error(api: &str, e: KafkaError) {
+    use KafkaError as K;
+    let name = match (api, e) {
+        ("produce", K::InvalidProducerEpoch | K::ProducerFenced) => "kafka:produce-fenced",
+        ("produce", K::OutOfOrderSequenceNumber) => "kafka:out-of-order-sequence",
+        ("produce", K::NotEnoughReplicas) => "kafka:produce-not-enough-replicas",
+        ("produce", K::InvalidTxnState) => "kafka:produce-invalid-txn-state",
+        ("produce", K::NotLeaderOrFollower) => "kafka:produce-not-leader",
+        ("produce", K::MessageTooLarge) => "kafka:produce-message-too-large",
+        ("end-txn", K::ProducerFenced | K::InvalidProducerEpoch) => "kafka:end-txn-fenced",
+        ("end-txn", K::InvalidTxnState) => "kafka:end-txn-invalid-txn-state",
+        (_, K::ConcurrentTransactions) => "kafka:concurrent-transactions",
+        ("init-producer-id" | "add-to-txn" | "txn-offset-commit", K::ProducerFenced) => {
+            "kafka:txn-request-fenced"
+        }
+        ("offset-commit" | "txn-offset-commit" | "group", K::IllegalGeneration) => {
+            "kafka:illegal-generation"
+        }
+        ("offset-commit" | "txn-offset-commit" | "group", K::UnknownMemberId) => {
+            "kafka:unknown-member-id"
+        }
+        ("offset-fetch-stable", K::UnstableOffsetCommit) => "kafka:unstable-offset-commit",
+        (_, K::NotCoordinator) => "kafka:not-coordinator",
+        _ => "",
+    };
+    if !name.is_empty() {
+        crate::mark!(name);
+    }
+    if matches!(api, "offset-commit" | "txn-offset-commit")
+        && matches!(
+            e,
+            K::IllegalGeneration | K::UnknownMemberId | K::RebalanceInProgress | K::InvalidTxnState
+        )
+    {
+        crate::mark!(&format!("kafka:{api}-refused"));
     }
 }
 

@@ -227,12 +227,16 @@ impl Partition {
             None if unclean_allowed => {
                 let b = order.iter().copied().find(|b| !fenced(*b));
                 if let Some(b) = b {
+                    crate::mark!("kafka:unclean-leader-election");
                     self.isr = vec![b];
                 }
                 b
             }
             None => None,
         };
+        if chosen.is_none() && self.leader.is_some() {
+            crate::mark!("kafka:partition-offline");
+        }
         if chosen != self.leader {
             self.leader = chosen;
             self.leader_epoch += 1;
@@ -250,6 +254,9 @@ impl Partition {
     ) {
         if self.index_of(b).is_none() {
             return;
+        }
+        if self.isr.len() > 1 && self.isr.contains(&b) {
+            crate::mark!("kafka:isr-shrink");
         }
         if self.isr.len() > 1 {
             self.isr.retain(|&m| m != b);
@@ -297,6 +304,7 @@ impl Partition {
                 r.log.assign_epoch(epoch);
                 if !keep_producer_state {
                     // F10 bug switch: the new leader starts with no producer state.
+                    crate::mark!("kafka:producer-state-forgotten-on-failover");
                     r.log.producer_state_mut().forget_producers();
                 }
                 for b in others {
@@ -432,6 +440,9 @@ impl Partition {
         let epoch = self.replicas[fi].view_epoch;
         if self.replicas[fi].truncated_for_epoch != Some(epoch) {
             let t = truncation_offset(&self.replicas[fi].log, &self.replicas[li].log);
+            if t < self.replicas[fi].log.log_end_offset() {
+                crate::mark!("kafka:follower-truncated");
+            }
             self.replicas[fi].log.truncate_to(t);
             self.replicas[fi].truncated_for_epoch = Some(epoch);
         }
@@ -495,6 +506,7 @@ impl Partition {
         if !in_sync || !self.may_alter_isr(li, reach) {
             return;
         }
+        crate::mark!("kafka:isr-expand");
         let order = self.assignment();
         self.isr.push(follower);
         self.isr.sort_by_key(|b| order.iter().position(|x| x == b));
@@ -523,6 +535,7 @@ impl Partition {
         if out.is_empty() || !self.may_alter_isr(li, reach) {
             return;
         }
+        crate::mark!("kafka:isr-shrink");
         self.isr.retain(|b| !out.contains(b));
         self.version += 1;
         self.apply_view(li, reach.now);
@@ -533,6 +546,9 @@ impl Partition {
     pub fn maybe_increment_hw(&mut self, li: usize, reach: &Reach) {
         let leader = &self.replicas[li];
         if reach.hold_hw_under_min_isr && leader.view_isr.len() < self.min_isr {
+            if leader.log.high_watermark() < leader.log.log_end_offset() {
+                crate::mark!("kafka:hw-held-under-min-isr");
+            }
             return;
         }
         let leo = leader.log.log_end_offset();

@@ -195,6 +195,8 @@ fn min_isr(n: u32) -> TopicConfig {
 
 #[test]
 fn acks_all_below_min_isr_is_rejected_and_leaves_leo_unchanged() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(3, 3, min_isr(2));
     let leader = w.leader();
     let followers: Vec<BrokerId> = w
@@ -219,10 +221,16 @@ fn acks_all_below_min_isr_is_rejected_and_leaves_leo_unchanged() {
         w.produce(Acks::Leader, "y"),
         Reply::Done(Response::Produce { .. })
     ));
+    let marks = crate::marks::take();
+    for mark in ["kafka:produce-not-enough-replicas", "kafka:isr-shrink"] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]
 fn acks_all_when_isr_shrinks_below_min_isr_after_append_returns_after_append_and_keeps_batch() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     // Pre-3.7 rule: the HW may advance with the ISR below min ISR.
     let mut w = World::new(3, 3, min_isr(2));
     w.cluster.set_hold_hw_under_min_isr(false);
@@ -246,10 +254,17 @@ fn acks_all_when_isr_shrinks_below_min_isr_after_append_returns_after_append_and
         vec!["x"],
         "the batch is in the log and committed"
     );
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:produce-not-enough-replicas-after-append"),
+        "kafka:produce-not-enough-replicas-after-append not hit: {marks:?}"
+    );
 }
 
 #[test]
 fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(3, 3, min_isr(2));
     let leader = w.leader();
     for f in w
@@ -279,6 +294,11 @@ fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
     w.tick_for(1_000);
     assert_eq!(w.cluster.isr(&w.tp).len(), 2);
     assert_eq!(w.cluster.high_watermark(&w.tp), Some(1));
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:hw-held-under-min-isr"),
+        "kafka:hw-held-under-min-isr not hit: {marks:?}"
+    );
 }
 
 #[test]
@@ -426,6 +446,8 @@ fn acks_1_batch_acked_by_a_leader_that_dies_before_replication_is_lost_after_rej
 
 #[test]
 fn a_partitioned_ex_leader_accepts_acks_1_writes_that_are_lost_when_it_learns_the_new_leader() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(3, 3, TopicConfig::default());
     w.produce_all("kept");
     let old = w.leader();
@@ -457,10 +479,17 @@ fn a_partitioned_ex_leader_accepts_acks_1_writes_that_are_lost_when_it_learns_th
     let values = w.values();
     assert!(!values.contains(&"zombie".to_string()));
     assert!(values.contains(&"new".to_string()));
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:leader-change"),
+        "kafka:leader-change not hit: {marks:?}"
+    );
 }
 
 #[test]
 fn after_a_leader_change_every_follower_log_is_a_prefix_consistent_copy_of_the_leader() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(3, 3, TopicConfig::default());
     for i in 0..3 {
         w.produce_all(&format!("a{i}"));
@@ -492,6 +521,15 @@ fn after_a_leader_change_every_follower_log_is_a_prefix_consistent_copy_of_the_l
         assert_eq!(batches.len(), reference.len(), "replica {b} caught up");
     }
     assert_eq!(w.values(), vec!["a0", "a1", "a2", "b0", "b1"]);
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:leader-change",
+        "kafka:follower-truncated",
+        "kafka:isr-shrink",
+        "kafka:isr-expand",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]
@@ -548,6 +586,8 @@ fn with_no_live_isr_member_and_unclean_election_off_the_partition_rejects_produc
 
 #[test]
 fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let config = TopicConfig {
         unclean_leader_election_enable: true,
         ..TopicConfig::default()
@@ -581,6 +621,14 @@ fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
         Some(0),
         "the old leader truncated"
     );
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:unclean-leader-election",
+        "kafka:partition-offline",
+        "kafka:follower-truncated",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]

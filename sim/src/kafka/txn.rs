@@ -282,6 +282,7 @@ impl TransactionCoordinator {
                 .map(|(t, _)| t.clone())
                 .collect();
             for tid in timed_out {
+                crate::mark!("kafka:txn-timed-out-aborted");
                 self.fence_and_abort(now, &tid);
             }
             let interval = self
@@ -310,6 +311,7 @@ impl TransactionCoordinator {
             .map(|(t, _)| t.clone())
             .collect();
         for tid in expired {
+            crate::mark!("kafka:transactional-id-expired");
             self.transition(now, &tid, TxnState::Dead);
             let m = self.txns.remove(&tid).expect("known");
             self.by_producer_id.remove(&m.producer_id);

@@ -28,6 +28,8 @@ async fn call_silent_server() -> (Result<u32, RpcError>, Duration) {
 
 #[madsim::test]
 async fn a_reset_fails_the_waiting_calls_at_once_and_spares_later_ones() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let handle = Handle::current();
     let server = handle.create_node().name("server").ip(SERVER).build();
     server.spawn(silent_server());
@@ -54,4 +56,9 @@ async fn a_reset_fails_the_waiting_calls_at_once_and_spares_later_ones() {
         "{result:?}"
     );
     assert!(took >= Duration::from_secs(60), "took {took:?}");
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("net:connection-reset"),
+        "net:connection-reset not hit: {marks:?}"
+    );
 }

@@ -263,7 +263,9 @@ impl Database {
     /// As [`Database::begin`].
     pub fn rollback(&mut self, now_ms: u64, session: SessionId) -> Result<(), PgError> {
         self.session_mut(now_ms, session)?;
-        self.end_txn(session);
+        if self.end_txn(session).is_some() {
+            crate::mark!("postgres:rollback");
+        }
         Ok(())
     }
 
@@ -277,6 +279,7 @@ impl Database {
             return Ok(TxnEnd::Committed);
         };
         if txn.failed {
+            crate::mark!("postgres:commit-rolled-back");
             return Ok(TxnEnd::RolledBack);
         }
         self.apply(txn);
@@ -335,6 +338,9 @@ impl Database {
     /// The server crashed (or was killed): every session and open transaction is gone;
     /// committed tables survive.
     pub fn crash(&mut self) {
+        if self.sessions.values().any(|s| s.txn.is_some()) {
+            crate::mark!("postgres:crash-lost-open-transactions");
+        }
         self.sessions.clear();
         self.row_locks.clear();
         self.table_locks.clear();
@@ -356,6 +362,7 @@ impl Database {
             .map(|(&id, _)| id)
             .collect();
         for &id in &idle {
+            crate::mark!("postgres:idle-in-transaction-timeout");
             self.end_txn(id);
             let error = PgError::new(
                 SqlState::IdleInTransactionSessionTimeout,
@@ -588,6 +595,9 @@ impl Database {
                 Execution::Done(Ok(reply))
             }
             Err(Stop::Error(e)) => {
+                if e.code == SqlState::UniqueViolation {
+                    crate::mark!("postgres:unique-violation");
+                }
                 self.fail(session, implicit);
                 Execution::Done(Err(e))
             }
@@ -637,6 +647,10 @@ impl Database {
             None
         };
         if let Some(e) = error {
+            crate::mark!(match e.code {
+                SqlState::DeadlockDetected => "postgres:deadlock-detected",
+                _ => "postgres:lock-timeout",
+            });
             self.fail(session, implicit);
             return Execution::Done(Err(e));
         }

@@ -368,6 +368,8 @@ fn null_into_a_not_null_column_is_a_not_null_violation() {
 
 #[test]
 fn a_duplicate_key_is_a_unique_violation_naming_the_pkey() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let (mut db, s) = db_with_t();
     ok(&mut db, s, insert(vec![row(1, "a")], OnConflict::None));
     let e = fails(&mut db, s, insert(vec![row(1, "b")], OnConflict::None));
@@ -377,6 +379,11 @@ fn a_duplicate_key_is_a_unique_violation_naming_the_pkey() {
         "duplicate key value violates unique constraint \"t_pkey\""
     );
     assert_eq!(e.detail.as_deref(), Some("Key (id)=(1) already exists."));
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("postgres:unique-violation"),
+        "postgres:unique-violation not hit: {marks:?}"
+    );
 }
 
 #[test]
@@ -472,6 +479,8 @@ fn statements_after_an_error_fail_with_in_failed_sql_transaction_until_rollback(
 
 #[test]
 fn commit_of_a_failed_transaction_rolls_back() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let (mut db, s) = db_with_t();
     db.begin(0, s).unwrap();
     ok(&mut db, s, insert(vec![row(1, "a")], OnConflict::None));
@@ -484,6 +493,11 @@ fn commit_of_a_failed_transaction_rolls_back() {
     );
     assert_eq!(db.commit(0, s), Ok(TxnEnd::RolledBack));
     assert!(ids(&db).is_empty());
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("postgres:commit-rolled-back"),
+        "postgres:commit-rolled-back not hit: {marks:?}"
+    );
 }
 
 #[test]
@@ -815,6 +829,8 @@ fn an_update_of_a_row_only_another_transaction_inserted_sees_nothing_and_does_no
 
 #[test]
 fn a_wait_cycle_is_a_deadlock_for_the_session_that_closes_it() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let (mut db, a) = db_with_t();
     let b = db.connect(0);
     db.begin(0, a).unwrap();
@@ -832,6 +848,11 @@ fn a_wait_cycle_is_a_deadlock_for_the_session_that_closes_it() {
     ok(&mut db, a, a_wants);
     db.commit(0, a).unwrap();
     assert_eq!(ids(&db), vec![1, 2]);
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("postgres:deadlock-detected"),
+        "postgres:deadlock-detected not hit: {marks:?}"
+    );
 }
 
 /// `t(id integer PRIMARY KEY, name text)` in a database with `config`.
@@ -874,6 +895,8 @@ fn a_wait_past_lock_timeout_is_lock_not_available() {
 
 #[test]
 fn a_session_idle_in_transaction_past_the_timeout_is_terminated() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let config = DbConfig {
         idle_in_transaction_session_timeout_ms: 1000,
         ..DbConfig::default()
@@ -896,6 +919,11 @@ fn a_session_idle_in_transaction_past_the_timeout_is_terminated() {
         &mut db,
         no_txn,
         insert(vec![vec![Value::Int(1), t()]], OnConflict::None),
+    );
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("postgres:idle-in-transaction-timeout"),
+        "postgres:idle-in-transaction-timeout not hit: {marks:?}"
     );
 }
 

@@ -172,6 +172,9 @@ impl SimConsumer {
             if joined {
                 return Ok(());
             }
+            if !self.assignment.is_empty() {
+                crate::mark!("client:consumer-partitions-revoked");
+            }
             self.revoke_all();
             self.group.membership().stable = false;
             let task = self.group.clone().rebalance(self.topics.clone());
@@ -448,6 +451,7 @@ impl Consumer for SimConsumer {
                 } else {
                     KafkaError::RebalanceInProgress
                 };
+                crate::mark!("client:consumer-commit-refused-not-in-group");
                 return Err(ClientError::CommitFailed(e));
             }
             (m.member_id.clone(), m.generation)
@@ -466,6 +470,7 @@ impl Consumer for SimConsumer {
                 | KafkaError::UnknownMemberId
                 | KafkaError::RebalanceInProgress),
             ) => {
+                crate::mark!("client:consumer-commit-fenced");
                 let mut m = self.group.membership();
                 m.on_error(e);
                 m.stable = false;

@@ -371,6 +371,11 @@ impl Producer for SimProducer {
                     },
                 );
             }
+            crate::mark!(match error {
+                ClientError::Timeout { .. } => "client:producer-retry-after-timeout",
+                _ if resequenced => "client:producer-retry-resequenced",
+                _ => "client:producer-retry",
+            });
             madsim::time::sleep(backoff).await;
         }
     }

@@ -188,8 +188,17 @@ impl SimTransactionalProducer {
     fn fail(&self, api: &'static str, class: TxnErrorClass, cause: ClientError) -> TxnError {
         let mut inner = self.lock();
         match class {
-            TxnErrorClass::Fatal => inner.state = State::FatalError(cause.to_string()),
+            TxnErrorClass::Fatal => {
+                crate::mark!(match cause {
+                    ClientError::Kafka(
+                        KafkaError::ProducerFenced | KafkaError::InvalidProducerEpoch,
+                    ) => "client:txn-producer-fenced",
+                    _ => "client:txn-fatal-error",
+                });
+                inner.state = State::FatalError(cause.to_string());
+            }
             TxnErrorClass::Abortable => {
+                crate::mark!("client:txn-abortable-error");
                 if !matches!(inner.state, State::FatalError(_)) {
                     inner.state = State::AbortableError(cause.to_string());
                     inner.epoch_bump_required = true;
@@ -600,8 +609,10 @@ impl TransactionalProducer for SimTransactionalProducer {
             }
         }
         let deadline = Instant::now() + timeout;
+        crate::mark!("client:txn-abort");
         self.end_txn(api, false, deadline).await?;
         if self.lock().epoch_bump_required {
+            crate::mark!("client:txn-abort-epoch-bump");
             self.init_producer_id(api, deadline).await?;
         }
         Ok(())

@@ -216,9 +216,13 @@ impl Group {
             .map(|(id, _)| id.clone())
             .collect();
         for member_id in gone {
+            crate::mark!("kafka:member-removed-join-timeout");
             self.remove_member(now, &member_id, parked);
         }
         let previous_generation = self.generation;
+        if previous_generation > 0 {
+            crate::mark!("kafka:rebalance");
+        }
         self.generation += 1;
         assert!(
             self.generation > previous_generation,
@@ -291,6 +295,7 @@ impl Group {
             .map(|(id, _)| id.clone())
             .collect();
         for member_id in silent {
+            crate::mark!("kafka:session-expired");
             self.remove_member(now, &member_id, parked);
             self.member_removed(now, parked, config);
         }
@@ -301,6 +306,7 @@ impl Group {
         if syncing && !self.pending_sync.is_empty() && now >= self.sync_deadline_ms {
             let late: Vec<String> = self.pending_sync.iter().cloned().collect();
             for member_id in late {
+                crate::mark!("kafka:member-removed-sync-timeout");
                 self.remove_member(now, &member_id, parked);
             }
             self.prepare_rebalance(now, parked, config);

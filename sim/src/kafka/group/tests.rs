@@ -290,6 +290,8 @@ fn the_initial_delay_is_extended_while_new_members_arrive() {
 
 #[test]
 fn a_new_member_makes_a_stable_group_rebalance_and_old_members_hear_rebalance_in_progress() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut c = GroupCoordinator::new(config());
     let a = stable_group_of_one(&mut c);
     let b_token = parked(join_new(&mut c, 100).1);
@@ -302,6 +304,11 @@ fn a_new_member_makes_a_stable_group_rebalance_and_old_members_hear_rebalance_in
     assert_eq!(
         generation_of(&c.poll_parked(400, b_token).expect("answered")),
         2
+    );
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:rebalance"),
+        "kafka:rebalance not hit: {marks:?}"
     );
 }
 
@@ -341,6 +348,8 @@ fn followers_sync_parks_until_the_leader_sends_the_assignment() {
 
 #[test]
 fn a_member_that_does_not_rejoin_is_removed_when_the_rebalance_timeout_passes() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut c = GroupCoordinator::new(config());
     let a = stable_group_of_one(&mut c);
     // `a` keeps heartbeating (it is told to rejoin) but never sends JoinGroup.
@@ -359,6 +368,11 @@ fn a_member_that_does_not_rejoin_is_removed_when_the_rebalance_timeout_passes() 
     assert_eq!(
         heartbeat(&mut c, now, 2, &a),
         Response::Error(KafkaError::UnknownMemberId)
+    );
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:member-removed-join-timeout"),
+        "kafka:member-removed-join-timeout not hit: {marks:?}"
     );
 }
 
@@ -384,6 +398,8 @@ fn offset_commit_with_a_stale_generation_returns_illegal_generation_and_changes_
 /// rebalances; its later commits fail.
 #[test]
 fn a_silent_member_is_removed_after_the_session_timeout_and_its_later_commits_fail() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut c = GroupCoordinator::new(config());
     let (a, b) = completing_group_of_two(&mut c, 0);
     let reply = leader_sync(&mut c, 0, 2, &a, &[(&a, vec![tp(0)]), (&b, vec![tp(1)])]);
@@ -420,6 +436,11 @@ fn a_silent_member_is_removed_after_the_session_timeout_and_its_later_commits_fa
         Response::Error(KafkaError::UnknownMemberId)
     );
     assert_eq!(committed_offset(&mut c), -1);
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:session-expired"),
+        "kafka:session-expired not hit: {marks:?}"
+    );
 }
 
 /// Checklist D: during CompletingRebalance non-transactional commits return 27.
@@ -517,6 +538,8 @@ fn leave_group_rebalances_and_the_last_leave_empties_the_group_but_keeps_its_off
 
 #[test]
 fn a_leader_that_never_syncs_is_removed_and_the_group_rebalances() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut c = GroupCoordinator::new(config());
     let (a, b) = completing_group_of_two(&mut c, 0);
     let b_token = parked(sync(&mut c, 10, 2, &b));
@@ -534,6 +557,11 @@ fn a_leader_that_never_syncs_is_removed_and_the_group_rebalances() {
     assert_eq!(c.members(G), vec![b.clone()]);
     assert!(!c.members(G).contains(&a));
     assert_eq!(c.state(G), Some(GroupState::PreparingRebalance));
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:member-removed-sync-timeout"),
+        "kafka:member-removed-sync-timeout not hit: {marks:?}"
+    );
 }
 
 #[test]

@@ -250,7 +250,10 @@ impl Cluster {
             }
             // The partition saw a newer epoch of this producer: Kafka's coordinator drops
             // the marker (`removeMarkersForTxn`).
-            Err(KafkaError::InvalidProducerEpoch) => self.marker_done(now, task),
+            Err(KafkaError::InvalidProducerEpoch) => {
+                crate::mark!("kafka:txn-marker-dropped-newer-epoch");
+                self.marker_done(now, task)
+            }
             Err(_) => {}
         }
     }
@@ -269,6 +272,7 @@ impl Cluster {
             })
         };
         if !present || offset >= log.log_end_offset() {
+            crate::mark!("kafka:txn-marker-lost-rewritten");
             self.txns
                 .marker_appended(&task.transactional_id, &task.tp, MarkerProgress::Unwritten);
         } else if log.high_watermark() > offset {
@@ -300,7 +304,11 @@ impl Cluster {
         for topic in self.topics.values_mut() {
             for p in &mut topic.partitions {
                 for r in &mut p.replicas {
+                    let known = r.log.producer_state().entries().len();
                     r.log.producer_state_mut().expire(now, expiration_ms);
+                    if r.log.producer_state().entries().len() < known {
+                        crate::mark!("kafka:producer-state-expired");
+                    }
                 }
             }
         }

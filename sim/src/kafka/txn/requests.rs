@@ -48,6 +48,7 @@ impl TransactionCoordinator {
             }
             TxnState::Ongoing => {
                 // Zombie fencing: abort the open transaction with a bumped epoch first.
+                crate::mark!("kafka:txn-fenced-by-init-aborted");
                 self.fence_and_abort(now, &tid);
                 error(KafkaError::ConcurrentTransactions)
             }

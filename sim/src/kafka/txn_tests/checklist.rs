@@ -32,6 +32,8 @@ fn a_committed_transaction_is_visible_to_read_committed_once_its_markers_are_wri
 #[test]
 fn no_read_committed_consumer_receives_a_record_of_an_aborted_transaction_nor_any_at_or_above_lso()
 {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let ids = w.init("tx");
     w.add("tx", ids, &[tp(0)]);
@@ -52,6 +54,13 @@ fn no_read_committed_consumer_receives_a_record_of_an_aborted_transaction_nor_an
         vec!["x1", "x2", "y1", "plain", "open"]
     );
     assert_eq!(w.lso(&tp(0)), 6, "the open transaction starts at offset 6");
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:lso-held-by-open-txn",
+        "kafka:fetch-lists-aborted-txns",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 // ------------------------------------------------------------------ B: idempotent producer
@@ -79,6 +88,8 @@ fn leo(w: &World, tp: &TopicPartition) -> Offset {
 
 #[test]
 fn a_retried_batch_among_the_last_5_is_acknowledged_with_its_original_offset_and_not_appended() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let (pid, epoch) = idempotent(&mut w);
     assert_eq!(epoch, 0);
@@ -101,6 +112,11 @@ fn a_retried_batch_among_the_last_5_is_acknowledged_with_its_original_offset_and
         );
     }
     assert_eq!(leo(&w, &tp(0)), end, "nothing appended twice");
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:duplicate-batch"),
+        "kafka:duplicate-batch not hit: {marks:?}"
+    );
 }
 
 #[test]
@@ -118,6 +134,8 @@ fn a_retried_batch_older_than_the_last_5_is_rejected_with_out_of_order_sequence_
 
 #[test]
 fn a_sequence_gap_returns_45_and_a_lower_epoch_returns_47_and_neither_changes_leo() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let (pid, _) = idempotent(&mut w);
     offset(&w.produce(&tp(0), header(pid, 3, 0, false), &["v"]));
@@ -133,6 +151,10 @@ fn a_sequence_gap_returns_45_and_a_lower_epoch_returns_47_and_neither_changes_le
     );
     assert_eq!(leo(&w, &tp(0)), end);
     offset(&w.produce(&tp(0), header(pid, 4, 0, false), &["v"]));
+    let marks = crate::marks::take();
+    for mark in ["kafka:out-of-order-sequence", "kafka:produce-fenced"] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]
@@ -318,6 +340,8 @@ fn producer_state_after_restart_and_truncation_equals_a_replay_of_the_surviving_
 #[test]
 fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fences_the_producer()
 {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let tid = "tx";
     let b = w.txn_coordinator(tid);
@@ -356,10 +380,21 @@ fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fe
     assert_eq!(err(&late), KafkaError::InvalidProducerEpoch);
     assert!(w.read_committed(&tp(0)).is_empty());
     assert_eq!(w.lso(&tp(0)), w.hw(&tp(0)));
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:txn-timed-out-aborted",
+        "kafka:end-txn-fenced",
+        "kafka:txn-request-fenced",
+        "kafka:produce-fenced",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]
 fn init_producer_id_on_an_ongoing_txn_aborts_it_returns_51_then_epoch_at_least_old_plus_2() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let zombie = w.init("tx");
     w.add("tx", zombie, &[tp(0)]);
@@ -383,6 +418,14 @@ fn init_producer_id_on_an_ongoing_txn_aborts_it_returns_51_then_epoch_at_least_o
     let z = w.produce(&tp(0), header(zombie.0, zombie.1, 1, true), &["zombie2"]);
     assert_eq!(err(&z), KafkaError::InvalidProducerEpoch);
     assert!(w.read_committed(&tp(0)).is_empty());
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:txn-fenced-by-init-aborted",
+        "kafka:concurrent-transactions",
+        "kafka:end-txn-fenced",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]
@@ -509,6 +552,8 @@ fn transaction_requests_at_a_broker_that_is_not_the_coordinator_get_not_coordina
 
 #[test]
 fn the_coordinator_moves_with_its_partition_leader_and_completes_the_transaction_there() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let ids = w.init("tx");
     w.add("tx", ids, &[tp(0), tp(1)]);
@@ -523,6 +568,11 @@ fn the_coordinator_moves_with_its_partition_leader_and_completes_the_transaction
     w.settle();
     assert_eq!(w.read_committed(&tp(0)), vec!["a"]);
     assert_eq!(w.read_committed(&tp(1)), vec!["b"]);
+    let marks = crate::marks::take();
+    assert!(
+        marks.contains_key("kafka:txn-coordinator-move"),
+        "kafka:txn-coordinator-move not hit: {marks:?}"
+    );
 }
 
 // --------------------------------------------------------------- C.7: offsets (KIP-447)
@@ -604,6 +654,8 @@ fn fetch_stable(w: &mut World) -> Response {
 
 #[test]
 fn txn_offset_commit_with_a_stale_generation_returns_illegal_generation_and_is_never_applied() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let mut w = World::new(TxnProtocol::default());
     let (member, generation) = join(&mut w, "g");
     let ids = w.init("tx");
@@ -615,6 +667,14 @@ fn txn_offset_commit_with_a_stale_generation_returns_illegal_generation_and_is_n
     w.end("tx", ids, true);
     w.settle();
     assert!(w.cluster.committed_offsets("g").is_empty());
+    let marks = crate::marks::take();
+    for mark in [
+        "kafka:illegal-generation",
+        "kafka:unknown-member-id",
+        "kafka:txn-offset-commit-refused",
+    ] {
+        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
+    }
 }
 
 #[test]

@@ -96,13 +96,20 @@ impl Membership {
     /// Java's reaction to a group error from the coordinator.
     pub fn on_error(&mut self, e: KafkaError) {
         match e {
-            KafkaError::UnknownMemberId => self.reset(),
+            KafkaError::UnknownMemberId => {
+                crate::mark!("client:consumer-member-fenced");
+                self.reset()
+            }
             KafkaError::IllegalGeneration => {
+                crate::mark!("client:consumer-member-fenced");
                 self.generation = -1;
                 self.stable = false;
                 self.rejoin_needed = true;
             }
-            KafkaError::RebalanceInProgress => self.rejoin_needed = true,
+            KafkaError::RebalanceInProgress => {
+                crate::mark!("client:consumer-rebalance-seen");
+                self.rejoin_needed = true
+            }
             KafkaError::NotCoordinator
             | KafkaError::CoordinatorNotAvailable
             | KafkaError::CoordinatorLoadInProgress => self.coordinator = None,
