@@ -93,7 +93,7 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
     // By the op that completed the first forbidden case's evidence: a case also cites the
     // writes and acks that came before the faults that broke them.
     let first = crate::report::first_forbidden_op(&check);
-    let (faults_before_anomaly, faults_before_anomaly_count, _) =
+    let (faults_before_anomaly, faults_before_anomaly_count) =
         faults_before(&outcome.history, first);
     let explanations = if matches!(class, SeedClass::Invalid | SeedClass::Unknown) {
         explain_forbidden(&outcome.history, &check)
@@ -118,12 +118,12 @@ pub fn judge_seed(scenario: &Scenario, outcome: &SeedOutcome) -> SeedVerdict {
 }
 
 /// Nemesis and fault-effect lines before `limit` (the whole history when `None`), and how
-/// many faults (recoveries not counted) and effects there are
+/// many faults (recoveries not counted) there are
 /// ([`crate::report::explain::fault_effect_lines`]).
-fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64, u64) {
+fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64) {
     let end = limit.unwrap_or(usize::MAX);
     let found = fault_effect_lines(history.ops.iter().take_while(|op| op.index < end));
-    (found.lines, found.faults, found.effects)
+    (found.lines, found.faults)
 }
 
 /// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
