@@ -210,6 +210,16 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         file: "p3-alo-crash-duplicates-increments.toml",
         seeds: 3,
     },
+    AnomalyCanary {
+        anomaly: Anomaly::AggregateSequence,
+        file: "canary-aggregate-sequence-unsafe.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
+        anomaly: Anomaly::NonmonotonicPoll,
+        file: "canary-nonmonotonic-poll-unsafe.toml",
+        seeds: 1,
+    },
 ];
 
 /// Anomalies no whole-scenario canary catches yet, each with the reason; the coverage test
@@ -219,11 +229,6 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
         Anomaly::Unseen,
         "informational; every pipeline drains until its consumers caught up, and no knob makes \
          a consumer stop early",
-    ),
-    (
-        Anomaly::NonmonotonicPoll,
-        "forbidden only under manual assignment and every pipeline subscribes; counted \
-         (allowed) in txn-copy-messages",
     ),
     (
         Anomaly::PollSkip,
@@ -240,7 +245,7 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
     ),
     (
         Anomaly::StuckLso,
-        "f8-pre-kip890-late-produce-corrupts-output names it, but its seeds 1..=5 show \
+        "f8-pre-kip890-late-produce-corrupts-output names it, but its seeds 1..=10 show \
          sink-duplicate only (the late produce joins the next transaction)",
     ),
     (
@@ -260,11 +265,6 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
     (
         Anomaly::ExtraAggregate,
         "no Streams knob writes output for a key@window without input",
-    ),
-    (
-        Anomaly::AggregateSequence,
-        "not yet measured on p3-alo-crash-duplicates-increments (its over-counts should \
-         repeat a count)",
     ),
 ];
 
