@@ -246,7 +246,7 @@ fn failing_section(out: &mut String, s: &ScenarioResult) {
             let _ = writeln!(out, "- `{line}`");
         }
         if let Some(shrunk) = &c.shrunk {
-            shrunk_section(out, shrunk);
+            shrunk_section(out, shrunk, &component_faults(s));
         }
         out.push_str("\nAnomaly cases:\n\n");
         for text in &c.anomalies {
@@ -283,8 +283,30 @@ fn explanations_section(out: &mut String, explanations: &[super::explain::Explan
     }
 }
 
+/// The component-armed fault kinds (fault points, BUGGIFY points, bad records) that acted in
+/// the scenario's runs: the shrinker cannot remove them, so a shrink to no nemesis fault does
+/// not mean the failure needs no fault.
+fn component_faults(s: &ScenarioResult) -> Vec<String> {
+    use eosim_sim::effects::kind;
+    [kind::FAULT_POINT, kind::BUGGIFY, kind::BAD_RECORD]
+        .into_iter()
+        .filter(|k| s.fault_effects.get(*k).is_some_and(|c| c.acted > 0))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The shrunk schedule: what the failure needs, and how to replay just that.
-fn shrunk_section(out: &mut String, shrunk: &super::Shrunk) {
+/// `component_faults`: what the scenario's components armed and the shrink kept
+/// ([`component_faults`]).
+fn shrunk_section(out: &mut String, shrunk: &super::Shrunk, component_faults: &[String]) {
+    let none_needed = if component_faults.is_empty() {
+        " (the failure needs no fault)".to_string()
+    } else {
+        format!(
+            " (no nemesis fault needed; the faults the components arm still act: {})",
+            component_faults.join(", ")
+        )
+    };
     let _ = writeln!(
         out,
         "\nShrunk to {} of {} faults in {} runs{}: `{}`\n",
@@ -292,7 +314,7 @@ fn shrunk_section(out: &mut String, shrunk: &super::Shrunk) {
         shrunk.faults_from,
         shrunk.runs,
         match (shrunk.minimal, shrunk.faults.is_empty()) {
-            (_, true) => " (the failure needs no fault)",
+            (_, true) => none_needed.as_str(),
             (true, false) => " (each one needed)",
             (false, false) => " (run budget spent; may shrink further)",
         },

@@ -238,6 +238,26 @@ fn a_shrunk_counterexample_lists_its_faults_and_replay() {
     let c = report.scenarios[0].counterexample.as_mut().unwrap();
     c.shrunk = Some(shrunk(Vec::new(), true));
     assert!(summary_markdown(&report).contains("(the failure needs no fault)"));
+    // A BUGGIFY point that acted is a fault the shrinker cannot remove: not "no fault".
+    let effect = crate::report::EffectCount {
+        scheduled: 1,
+        acted: 3,
+        seeds_scheduled: 1,
+        seeds_acted: 1,
+    };
+    report.scenarios[0]
+        .fault_effects
+        .insert("buggify".into(), effect);
+    let summary = summary_markdown(&report);
+    assert!(
+        !summary.contains("(the failure needs no fault)"),
+        "{summary}"
+    );
+    assert!(
+        summary
+            .contains("no nemesis fault needed; the faults the components arm still act: buggify"),
+        "{summary}"
+    );
     let c = report.scenarios[0].counterexample.as_mut().unwrap();
     c.shrunk = Some(shrunk(vec!["a".into(), "b".into()], false));
     assert!(summary_markdown(&report).contains("(run budget spent; may shrink further)"));
