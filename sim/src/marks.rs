@@ -31,6 +31,18 @@ pub fn take() -> BTreeMap<String, u64> {
     MARKS.with(|m| std::mem::take(&mut *m.borrow_mut()))
 }
 
+/// Asserts that every mark of `names` was hit on this thread since the last [`take`] (and
+/// takes them): what a test says after driving a branch.
+///
+/// # Panics
+/// When one was not hit, naming it and the marks that were.
+pub fn assert_hit(names: &[&str]) {
+    let marks = take();
+    for name in names {
+        assert!(marks.contains_key(*name), "{name} not hit: {marks:?}");
+    }
+}
+
 /// Counts one hit of a coverage mark: `mark!("clickhouse:dedup-hit")`; the name is any
 /// `&str` expression.
 #[macro_export]

@@ -59,11 +59,7 @@ mod clickhouse_model {
         assert_eq!(retry.rows_written(), 0);
         assert_eq!(retry.rows_deduplicated(), 10);
         assert_eq!(ids(&ch, false), (0..10).collect::<Vec<_>>());
-        let marks = crate::marks::take();
-        assert!(
-            marks.contains_key("clickhouse:dedup-hit"),
-            "clickhouse:dedup-hit not hit: {marks:?}"
-        );
+        crate::marks::assert_hit(&["clickhouse:dedup-hit"]);
     }
 
     #[test]
@@ -88,10 +84,7 @@ mod clickhouse_model {
             "the evicted block id no longer deduplicates"
         );
         assert_eq!(ids(&ch, false).len(), 500);
-        let marks = crate::marks::take();
-        for mark in ["clickhouse:dedup-hit", "clickhouse:dedup-window-evicted"] {
-            assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-        }
+        crate::marks::assert_hit(&["clickhouse:dedup-hit", "clickhouse:dedup-window-evicted"]);
     }
 
     #[test]
@@ -185,11 +178,7 @@ mod clickhouse_model {
                 .rows_written(),
             1
         );
-        let marks = crate::marks::take();
-        assert!(
-            marks.contains_key("clickhouse:dedup-hit"),
-            "clickhouse:dedup-hit not hit: {marks:?}"
-        );
+        crate::marks::assert_hit(&["clickhouse:dedup-hit"]);
     }
 
     #[test]

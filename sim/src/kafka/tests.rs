@@ -221,10 +221,7 @@ fn acks_all_below_min_isr_is_rejected_and_leaves_leo_unchanged() {
         w.produce(Acks::Leader, "y"),
         Reply::Done(Response::Produce { .. })
     ));
-    let marks = crate::marks::take();
-    for mark in ["kafka:produce-not-enough-replicas", "kafka:isr-shrink"] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    crate::marks::assert_hit(&["kafka:produce-not-enough-replicas", "kafka:isr-shrink"]);
 }
 
 #[test]
@@ -254,11 +251,7 @@ fn acks_all_when_isr_shrinks_below_min_isr_after_append_returns_after_append_and
         vec!["x"],
         "the batch is in the log and committed"
     );
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:produce-not-enough-replicas-after-append"),
-        "kafka:produce-not-enough-replicas-after-append not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:produce-not-enough-replicas-after-append"]);
 }
 
 #[test]
@@ -294,11 +287,7 @@ fn under_min_isr_partitions_do_not_advance_hw_even_for_acks_1_appends() {
     w.tick_for(1_000);
     assert_eq!(w.cluster.isr(&w.tp).len(), 2);
     assert_eq!(w.cluster.high_watermark(&w.tp), Some(1));
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:hw-held-under-min-isr"),
-        "kafka:hw-held-under-min-isr not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:hw-held-under-min-isr"]);
 }
 
 #[test]
@@ -479,11 +468,7 @@ fn a_partitioned_ex_leader_accepts_acks_1_writes_that_are_lost_when_it_learns_th
     let values = w.values();
     assert!(!values.contains(&"zombie".to_string()));
     assert!(values.contains(&"new".to_string()));
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:leader-change"),
-        "kafka:leader-change not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:leader-change"]);
 }
 
 #[test]
@@ -521,15 +506,12 @@ fn after_a_leader_change_every_follower_log_is_a_prefix_consistent_copy_of_the_l
         assert_eq!(batches.len(), reference.len(), "replica {b} caught up");
     }
     assert_eq!(w.values(), vec!["a0", "a1", "a2", "b0", "b1"]);
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:leader-change",
         "kafka:follower-truncated",
         "kafka:isr-shrink",
         "kafka:isr-expand",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 #[test]
@@ -621,14 +603,11 @@ fn unclean_election_elects_a_non_isr_replica_and_loses_acked_writes() {
         Some(0),
         "the old leader truncated"
     );
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:unclean-leader-election",
         "kafka:partition-offline",
         "kafka:follower-truncated",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 #[test]

@@ -379,11 +379,7 @@ fn a_duplicate_key_is_a_unique_violation_naming_the_pkey() {
         "duplicate key value violates unique constraint \"t_pkey\""
     );
     assert_eq!(e.detail.as_deref(), Some("Key (id)=(1) already exists."));
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("postgres:unique-violation"),
-        "postgres:unique-violation not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["postgres:unique-violation"]);
 }
 
 #[test]
@@ -493,11 +489,7 @@ fn commit_of_a_failed_transaction_rolls_back() {
     );
     assert_eq!(db.commit(0, s), Ok(TxnEnd::RolledBack));
     assert!(ids(&db).is_empty());
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("postgres:commit-rolled-back"),
-        "postgres:commit-rolled-back not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["postgres:commit-rolled-back"]);
 }
 
 #[test]
@@ -848,11 +840,7 @@ fn a_wait_cycle_is_a_deadlock_for_the_session_that_closes_it() {
     ok(&mut db, a, a_wants);
     db.commit(0, a).unwrap();
     assert_eq!(ids(&db), vec![1, 2]);
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("postgres:deadlock-detected"),
-        "postgres:deadlock-detected not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["postgres:deadlock-detected"]);
 }
 
 /// `t(id integer PRIMARY KEY, name text)` in a database with `config`.
@@ -920,11 +908,7 @@ fn a_session_idle_in_transaction_past_the_timeout_is_terminated() {
         no_txn,
         insert(vec![vec![Value::Int(1), t()]], OnConflict::None),
     );
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("postgres:idle-in-transaction-timeout"),
-        "postgres:idle-in-transaction-timeout not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["postgres:idle-in-transaction-timeout"]);
 }
 
 #[test]

@@ -305,11 +305,7 @@ fn a_new_member_makes_a_stable_group_rebalance_and_old_members_hear_rebalance_in
         generation_of(&c.poll_parked(400, b_token).expect("answered")),
         2
     );
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:rebalance"),
-        "kafka:rebalance not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:rebalance"]);
 }
 
 #[test]
@@ -369,11 +365,7 @@ fn a_member_that_does_not_rejoin_is_removed_when_the_rebalance_timeout_passes() 
         heartbeat(&mut c, now, 2, &a),
         Response::Error(KafkaError::UnknownMemberId)
     );
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:member-removed-join-timeout"),
-        "kafka:member-removed-join-timeout not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:member-removed-join-timeout"]);
 }
 
 /// Checklist D: an OffsetCommit from a member whose generation differs from the group's
@@ -436,11 +428,7 @@ fn a_silent_member_is_removed_after_the_session_timeout_and_its_later_commits_fa
         Response::Error(KafkaError::UnknownMemberId)
     );
     assert_eq!(committed_offset(&mut c), -1);
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:session-expired"),
-        "kafka:session-expired not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:session-expired"]);
 }
 
 /// Checklist D: during CompletingRebalance non-transactional commits return 27.
@@ -557,11 +545,7 @@ fn a_leader_that_never_syncs_is_removed_and_the_group_rebalances() {
     assert_eq!(c.members(G), vec![b.clone()]);
     assert!(!c.members(G).contains(&a));
     assert_eq!(c.state(G), Some(GroupState::PreparingRebalance));
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:member-removed-sync-timeout"),
-        "kafka:member-removed-sync-timeout not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:member-removed-sync-timeout"]);
 }
 
 #[test]

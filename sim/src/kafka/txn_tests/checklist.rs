@@ -54,13 +54,10 @@ fn no_read_committed_consumer_receives_a_record_of_an_aborted_transaction_nor_an
         vec!["x1", "x2", "y1", "plain", "open"]
     );
     assert_eq!(w.lso(&tp(0)), 6, "the open transaction starts at offset 6");
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:lso-held-by-open-txn",
         "kafka:fetch-lists-aborted-txns",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 // ------------------------------------------------------------------ B: idempotent producer
@@ -112,11 +109,7 @@ fn a_retried_batch_among_the_last_5_is_acknowledged_with_its_original_offset_and
         );
     }
     assert_eq!(leo(&w, &tp(0)), end, "nothing appended twice");
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:duplicate-batch"),
-        "kafka:duplicate-batch not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:duplicate-batch"]);
 }
 
 #[test]
@@ -151,10 +144,7 @@ fn a_sequence_gap_returns_45_and_a_lower_epoch_returns_47_and_neither_changes_le
     );
     assert_eq!(leo(&w, &tp(0)), end);
     offset(&w.produce(&tp(0), header(pid, 4, 0, false), &["v"]));
-    let marks = crate::marks::take();
-    for mark in ["kafka:out-of-order-sequence", "kafka:produce-fenced"] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    crate::marks::assert_hit(&["kafka:out-of-order-sequence", "kafka:produce-fenced"]);
 }
 
 #[test]
@@ -380,15 +370,12 @@ fn a_coordinator_timeout_abort_happens_no_earlier_than_start_plus_timeout_and_fe
     assert_eq!(err(&late), KafkaError::InvalidProducerEpoch);
     assert!(w.read_committed(&tp(0)).is_empty());
     assert_eq!(w.lso(&tp(0)), w.hw(&tp(0)));
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:txn-timed-out-aborted",
         "kafka:end-txn-fenced",
         "kafka:txn-request-fenced",
         "kafka:produce-fenced",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 #[test]
@@ -418,14 +405,11 @@ fn init_producer_id_on_an_ongoing_txn_aborts_it_returns_51_then_epoch_at_least_o
     let z = w.produce(&tp(0), header(zombie.0, zombie.1, 1, true), &["zombie2"]);
     assert_eq!(err(&z), KafkaError::InvalidProducerEpoch);
     assert!(w.read_committed(&tp(0)).is_empty());
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:txn-fenced-by-init-aborted",
         "kafka:concurrent-transactions",
         "kafka:end-txn-fenced",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 #[test]
@@ -568,11 +552,7 @@ fn the_coordinator_moves_with_its_partition_leader_and_completes_the_transaction
     w.settle();
     assert_eq!(w.read_committed(&tp(0)), vec!["a"]);
     assert_eq!(w.read_committed(&tp(1)), vec!["b"]);
-    let marks = crate::marks::take();
-    assert!(
-        marks.contains_key("kafka:txn-coordinator-move"),
-        "kafka:txn-coordinator-move not hit: {marks:?}"
-    );
+    crate::marks::assert_hit(&["kafka:txn-coordinator-move"]);
 }
 
 // --------------------------------------------------------------- C.7: offsets (KIP-447)
@@ -667,14 +647,11 @@ fn txn_offset_commit_with_a_stale_generation_returns_illegal_generation_and_is_n
     w.end("tx", ids, true);
     w.settle();
     assert!(w.cluster.committed_offsets("g").is_empty());
-    let marks = crate::marks::take();
-    for mark in [
+    crate::marks::assert_hit(&[
         "kafka:illegal-generation",
         "kafka:unknown-member-id",
         "kafka:txn-offset-commit-refused",
-    ] {
-        assert!(marks.contains_key(mark), "{mark} not hit: {marks:?}");
-    }
+    ]);
 }
 
 #[test]
