@@ -1002,8 +1002,17 @@ impl Cluster {
     }
 
     /// The six group requests: `COORDINATOR_NOT_AVAILABLE` while the group's partition of
-    /// `__consumer_offsets` is offline, `NOT_COORDINATOR` at a broker that does not believe
-    /// it leads that partition, else handed to the group coordinator.
+    /// `__consumer_offsets` is offline, `NOT_COORDINATOR` at a broker that does not lead
+    /// that partition in the controller's current epoch, else handed to the group
+    /// coordinator. The rule is the transactions' (`check_coordinator`): in Kafka 4.x every
+    /// group request, Heartbeat included, is a `CoordinatorRuntime.scheduleWriteOperation`
+    /// on the `__consumer_offsets` partition (`GroupCoordinatorService`), answered only once
+    /// its records commit, and a deposed leader cannot commit (its write fails with
+    /// `NOT_LEADER_OR_FOLLOWER`, which `CoordinatorOperationExceptionHelper` answers as
+    /// `NOT_COORDINATOR`). So a zombie coordinator that still believes it leads changes
+    /// nothing. Simplifications: the refusal is immediate (Kafka may first wait up to
+    /// `offsets.commit.timeout.ms` and answer `COORDINATOR_NOT_AVAILABLE`), and OffsetFetch,
+    /// a read of the zombie's last committed state in Kafka, is refused too.
     fn group_request(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
         let group_id = match &request {
             Request::JoinGroup { group_id, .. }
@@ -1014,13 +1023,13 @@ impl Cluster {
             | Request::OffsetFetch { group_id, .. } => group_id.clone(),
             other => unreachable!("not a group request: {other:?}"),
         };
-        let tp = self.coordinator_partition(&group_id, CoordinatorKind::Group);
-        let p = self.partition(&tp).expect("internal topics exist");
-        if p.leader.is_none() {
-            return error(KafkaError::CoordinatorNotAvailable);
-        }
-        if !p.replica(broker).is_some_and(|r| r.believes_leader()) {
-            return error(KafkaError::NotCoordinator);
+        if let Err(e) = self.check_coordinator(broker, &group_id, CoordinatorKind::Group) {
+            if e == KafkaError::NotCoordinator
+                && self.believes_coordinator(broker, &group_id, CoordinatorKind::Group)
+            {
+                crate::mark!("kafka:group-request-at-deposed-coordinator");
+            }
+            return error(e);
         }
         self.groups.handle(now, request)
     }

@@ -20,8 +20,10 @@
 //! - InitProducerId: `INVALID_TRANSACTION_TIMEOUT` (timeout 0 or over
 //!   `transaction.max.timeout.ms`); `CONCURRENT_TRANSACTIONS` while Prepare* (markers
 //!   pending) and, after fencing an Ongoing transaction (epoch bump, abort started), on the
-//!   request that fenced it; `PRODUCER_FENCED` when a KIP-360 re-init names a producer id
-//!   or epoch that is neither the current nor the last one.
+//!   request that fenced it; `PRODUCER_FENCED` when a KIP-360 re-init names another
+//!   producer id, or (Empty / Complete*) an epoch that is neither the current nor the last
+//!   one. An init without an expected epoch resets the last epoch to -1, so a fenced
+//!   instance cannot pass for a retry of it.
 //! - AddPartitionsToTxn / AddOffsetsToTxn: `INVALID_PRODUCER_ID_MAPPING` (unknown id or
 //!   another producer id), `PRODUCER_FENCED` (epoch ≠ current), `CONCURRENT_TRANSACTIONS`
 //!   (Prepare*).

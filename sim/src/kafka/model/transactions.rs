@@ -16,7 +16,7 @@ impl Cluster {
     /// a broker that does not believe it leads the partition, or that still believes it but
     /// was replaced by the controller (its write to the internal topic cannot complete; a
     /// zombie coordinator changes nothing).
-    fn check_coordinator(
+    pub(super) fn check_coordinator(
         &self,
         broker: BrokerId,
         key: &str,
@@ -37,6 +37,20 @@ impl Cluster {
             return Err(KafkaError::CoordinatorNotAvailable);
         }
         Ok(())
+    }
+
+    /// Whether `broker` still believes it leads the internal partition owning `key` (a
+    /// deposed coordinator does until it hears from the controller).
+    pub(super) fn believes_coordinator(
+        &self,
+        broker: BrokerId,
+        key: &str,
+        kind: CoordinatorKind,
+    ) -> bool {
+        let tp = self.coordinator_partition(key, kind);
+        self.partition(&tp)
+            .and_then(|p| p.replica(broker))
+            .is_some_and(|r| r.believes_leader())
     }
 
     /// InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (C.3–C.5). A

@@ -10,6 +10,13 @@ impl TransactionCoordinator {
     /// `InitProducerId` (C.3, KIP-98, KIP-360). Without a transactional id: a fresh producer
     /// id with epoch 0 (idempotent producer). With one: see the module docs for errors; the
     /// answer is the producer id and the bumped epoch.
+    ///
+    /// `expected` is the request's `(producerId, producerEpoch)`; `producerId` -1 means none
+    /// (`KafkaApis.handleInitProducerIdRequest` passes `None`). Kafka's order
+    /// (`TransactionCoordinator.prepareInitProducerIdTransit`, 4.x): an expected producer id
+    /// other than the current one is `PRODUCER_FENCED`; Prepare* is
+    /// `CONCURRENT_TRANSACTIONS`; Ongoing is fenced (epoch bump, abort); Empty / Complete*
+    /// bump the epoch as [`epoch_bump`] decides.
     pub fn init_producer_id(
         &mut self,
         now: TimeMs,
@@ -31,16 +38,9 @@ impl TransactionCoordinator {
             return self.create(now, tid, timeout_ms);
         };
         let (pid, epoch) = expected;
-        if pid >= 0 {
-            let known = m.producer_id == pid
-                && (epoch == m.producer_epoch || epoch == m.last_producer_epoch);
-            if !known {
-                return error(KafkaError::ProducerFenced);
-            }
-            if epoch == m.last_producer_epoch && m.state == TxnState::Empty {
-                // A retry of the init that already bumped: answer it again.
-                return self.current(&tid);
-            }
+        let expected_epoch = (pid >= 0).then_some(epoch);
+        if expected_epoch.is_some() && m.producer_id != pid {
+            return error(KafkaError::ProducerFenced);
         }
         match m.state {
             TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
@@ -53,7 +53,11 @@ impl TransactionCoordinator {
                 error(KafkaError::ConcurrentTransactions)
             }
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
-                let last = m.producer_epoch;
+                let last = match epoch_bump(m, expected_epoch) {
+                    EpochBump::Bump { last } => last,
+                    EpochBump::Retry => return self.current(&tid),
+                    EpochBump::Fenced => return error(KafkaError::ProducerFenced),
+                };
                 self.bump_epoch(&tid);
                 self.transition(now, &tid, TxnState::Empty);
                 let m = self.txns.get_mut(&tid).expect("known");
@@ -293,5 +297,31 @@ impl TransactionCoordinator {
         } else {
             Response::EndTxn
         }
+    }
+}
+
+/// What an InitProducerId does to the epoch of an id in Empty / Complete*.
+enum EpochBump {
+    /// Bump the epoch and record `last` as the last epoch.
+    Bump { last: i16 },
+    /// A retry of the init that already bumped: answer the current epoch again.
+    Retry,
+    /// An epoch neither current nor last: `PRODUCER_FENCED`.
+    Fenced,
+}
+
+/// `TransactionMetadata.prepareIncrementProducerEpoch` (Kafka 4.x, KIP-360): with no
+/// expected epoch (a new producer instance) the epoch is bumped and the last epoch set to -1,
+/// so no older instance can claim the new epoch as its retry; with the current epoch (a
+/// producer recovering from an abortable error) the current one becomes the last; with the
+/// last epoch it is a retry of a bump whose answer was lost.
+fn epoch_bump(m: &TxnMetadata, expected_epoch: Option<i16>) -> EpochBump {
+    match expected_epoch {
+        None => EpochBump::Bump { last: -1 },
+        Some(e) if e == m.producer_epoch => EpochBump::Bump {
+            last: m.producer_epoch,
+        },
+        Some(e) if e >= 0 && e == m.last_producer_epoch => EpochBump::Retry,
+        Some(_) => EpochBump::Fenced,
     }
 }

@@ -782,6 +782,51 @@ fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_ans
     assert_eq!(err(&unknown), KafkaError::ProducerFenced);
 }
 
+/// `TransactionMetadata.prepareIncrementProducerEpoch` (4.x, KIP-360): an InitProducerId
+/// without an expected epoch (a new instance) sets the last epoch to -1, so the instance it
+/// fenced cannot re-init with its own epoch and be answered as a retry with the new one.
+#[test]
+fn a_new_instance_init_resets_the_last_epoch_so_the_fenced_instance_cannot_re_init_into_it() {
+    let mut w = World::new(TxnProtocol::default());
+    let first = w.init("tx");
+    let bump = |ids: (i64, i16)| Request::InitProducerId {
+        transactional_id: Some("tx".into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: ids.0,
+        producer_epoch: ids.1,
+    };
+    let Response::InitProducerId {
+        producer_id,
+        producer_epoch,
+    } = w.txn("tx", bump(first))
+    else {
+        panic!("KIP-360 bump refused")
+    };
+    let zombie = (producer_id, producer_epoch);
+    let owner = w.init("tx");
+    assert_eq!(
+        owner,
+        (first.0, zombie.1 + 1),
+        "the new instance fences the old"
+    );
+    assert_eq!(err(&w.txn("tx", bump(zombie))), KafkaError::ProducerFenced);
+    assert_eq!(
+        w.cluster
+            .transactions()
+            .txn("tx")
+            .unwrap()
+            .last_producer_epoch,
+        -1
+    );
+    // The owner itself still recovers with its current epoch.
+    let again = w.txn("tx", bump(owner));
+    assert!(
+        matches!(again, Response::InitProducerId { producer_epoch, .. }
+        if producer_epoch == owner.1 + 1),
+        "{again:?}"
+    );
+}
+
 #[test]
 fn with_kip_890_txn_offset_commit_outside_the_transaction_is_rejected_but_tv2_adds_it() {
     for (protocol, accepted) in [(TxnProtocol::Kip890Part1, false), (TxnProtocol::Tv2, true)] {
@@ -828,4 +873,46 @@ fn a_partitioned_ex_coordinator_that_still_believes_it_leads_changes_nothing() {
     };
     assert_eq!(err(&w.send_to(old, end)), KafkaError::NotCoordinator);
     assert_eq!(w.state("tx"), TxnState::Ongoing);
+}
+
+/// `GroupCoordinatorService` (4.x): group requests are writes to `__consumer_offsets`, which
+/// a deposed leader cannot commit; the zombie coordinator changes no group state.
+#[test]
+fn a_partitioned_ex_group_coordinator_that_still_believes_it_leads_changes_nothing() {
+    crate::marks::take();
+    let mut w = World::new(TxnProtocol::default());
+    let (member, generation) = join(&mut w, "g");
+    let old = w.group_coordinator("g");
+    for b in (1..=3).filter(|&b| b != old) {
+        w.env.cut.insert((old.min(b), old.max(b)));
+    }
+    w.env.no_controller.insert(old);
+    w.tick_for(15_000);
+    assert_ne!(w.group_coordinator("g"), old, "the controller moved it");
+    let commit = Request::OffsetCommit {
+        group_id: "g".into(),
+        generation,
+        member_id: member.clone(),
+        offsets: vec![(tp(0), 7)],
+    };
+    assert_eq!(err(&w.send_to(old, commit)), KafkaError::NotCoordinator);
+    assert!(
+        w.cluster.committed_offsets("g").is_empty(),
+        "nothing committed"
+    );
+    let join_new = Request::JoinGroup {
+        group_id: "g".into(),
+        member_id: String::new(),
+        session_timeout_ms: 30_000,
+        rebalance_timeout_ms: 30_000,
+        topics: vec!["t".into()],
+    };
+    assert_eq!(err(&w.send_to(old, join_new)), KafkaError::NotCoordinator);
+    let beat = Request::Heartbeat {
+        group_id: "g".into(),
+        generation,
+        member_id: member,
+    };
+    assert_eq!(err(&w.send_to(old, beat)), KafkaError::NotCoordinator);
+    crate::marks::assert_hit(&["kafka:group-request-at-deposed-coordinator"]);
 }
