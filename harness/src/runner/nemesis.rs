@@ -310,14 +310,18 @@ fn kill(world: &World, name: &str, mode: CrashMode, kind: &'static str, verbose:
     lost.extend(world.notify_kill(name));
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
+        // A power loss keeps of each log a prefix ending anywhere between what is on disk
+        // and its end (the OS may have written back part of the dirty pages).
+        let mut rng = madsim::rand::thread_rng();
+        let mut pick = |durable: i64, end: i64| rng.gen_range(durable..=end);
         let cut = world
             .kafka
             .cluster
             .lock()
             .expect("cluster lock")
-            .crash_broker(now, b, mode);
+            .crash_broker_with(now, b, mode, &mut pick);
         if mode == CrashMode::MachineCrash {
-            lost.push(format!("{cut} unflushed log offsets (above the HW)"));
+            lost.push(format!("{cut} unflushed log offsets"));
         }
     }
     let mode = match mode {

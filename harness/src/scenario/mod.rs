@@ -202,6 +202,28 @@ pub struct ClusterSpec {
     /// `producer.id.expiration.check.interval.ms`: how often brokers look. Default 600000.
     #[serde(default = "default_producer_id_expiration_check")]
     pub producer_id_expiration_check_interval_ms: u64,
+    /// `log.flush.interval.messages`: a replica fsyncs its log once an append leaves this
+    /// many messages unflushed. Default 9223372036854775807 (`Long.MAX_VALUE`, never): a
+    /// machine crash then loses whatever the OS had not yet written back. 1 fsyncs every
+    /// append, on the leader and on every follower.
+    #[serde(default = "default_log_flush_interval_messages")]
+    pub log_flush_interval_messages: u64,
+    /// `log.flush.interval.ms`: the log flusher fsyncs a log this long after its last
+    /// flush. Default unset (= `log_flush_scheduler_interval_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_flush_interval_ms: Option<u64>,
+    /// `log.flush.scheduler.interval.ms`: how often the log flusher runs; it only acts if
+    /// this is set. Default 9223372036854775807 (never).
+    #[serde(default = "default_log_flush_scheduler_interval")]
+    pub log_flush_scheduler_interval_ms: u64,
+}
+
+fn default_log_flush_interval_messages() -> u64 {
+    ClusterConfig::default().log_flush_interval_messages
+}
+
+fn default_log_flush_scheduler_interval() -> u64 {
+    ClusterConfig::default().log_flush_scheduler_interval_ms
 }
 
 fn default_producer_id_expiration() -> u64 {
@@ -227,6 +249,9 @@ impl Default for ClusterSpec {
             producer_state_survives_failover: true,
             producer_id_expiration_ms: default_producer_id_expiration(),
             producer_id_expiration_check_interval_ms: default_producer_id_expiration_check(),
+            log_flush_interval_messages: default_log_flush_interval_messages(),
+            log_flush_interval_ms: None,
+            log_flush_scheduler_interval_ms: default_log_flush_scheduler_interval(),
         }
     }
 }
@@ -243,6 +268,9 @@ impl ClusterSpec {
             producer_state_survives_failover: self.producer_state_survives_failover,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             producer_id_expiration_check_interval_ms: self.producer_id_expiration_check_interval_ms,
+            log_flush_interval_messages: self.log_flush_interval_messages,
+            log_flush_interval_ms: self.log_flush_interval_ms,
+            log_flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms,
             ..ClusterConfig::default()
         }
     }

@@ -127,6 +127,7 @@ async fn fetch_once(
         max_bytes: 1_048_576,
         partition_max_bytes: 1_048_576,
         max_wait_ms: 0,
+        current_leader_epochs: Vec::new(),
     };
     let response = conn
         .request(leader, request, Duration::from_secs(5))

@@ -66,6 +66,7 @@ pub fn read_committed(
             max_bytes: 52_428_800,
             partition_max_bytes: 52_428_800,
             max_wait_ms: 0,
+            current_leader_epochs: Vec::new(),
         };
         let partitions = match cluster.handle(now_ms, leader, request) {
             Reply::Done(Response::Fetch { partitions }) => partitions,

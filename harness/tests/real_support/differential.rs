@@ -270,6 +270,7 @@ impl ModelWorld {
                 max_bytes: 52_428_800,
                 partition_max_bytes: 1_048_576,
                 max_wait_ms: 0,
+                current_leader_epochs: Vec::new(),
             });
             let Response::Fetch { partitions } = response else {
                 panic!("model: fetch answered {response:?}")

@@ -6,6 +6,7 @@ mod canaries;
 mod clickhouse_sink;
 mod connect_jdbc;
 mod connect_worker;
+mod consumer_truncation;
 mod kafka_consume;
 mod marks;
 mod message_faults;

@@ -8,6 +8,7 @@
 
 use super::producer_state::ProducerState;
 use super::types::*;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Bytes of a record batch header (`DefaultRecordBatch.RECORD_BATCH_OVERHEAD`).
@@ -52,6 +53,46 @@ pub fn batch_size_bytes(records: &[Record]) -> u32 {
     BATCH_OVERHEAD_BYTES + records.iter().map(record_size_bytes).sum::<u32>()
 }
 
+/// Linux `vm.dirty_writeback_centisecs` default (500): the kernel's flusher threads wake
+/// every 5 s (`Documentation/admin-guide/sysctl/vm.rst`).
+pub const OS_WRITEBACK_INTERVAL_MS: u64 = 5_000;
+/// Linux `vm.dirty_expire_centisecs` default (3000): a dirty page older than 30 s is written
+/// back at the flusher's next wake-up.
+pub const OS_DIRTY_EXPIRE_MS: u64 = 30_000;
+/// LEO samples a log keeps for the OS writeback: one per wake-up over the expiry age.
+const WRITEBACK_SAMPLES: usize = (OS_DIRTY_EXPIRE_MS / OS_WRITEBACK_INTERVAL_MS) as usize;
+
+/// What of a log is on disk rather than only in the page cache (models-reference A.10).
+/// Kafka fsyncs a log (`UnifiedLog.flush`, moving its `recoveryPoint` to the LEO) when
+/// `LEO - recoveryPoint >= log.flush.interval.messages` after an append (leader and
+/// follower alike, `UnifiedLog.append`) and from the `kafka-log-flusher` task; both are off
+/// by default (`Long.MAX_VALUE`), leaving durability to the OS writeback of dirty pages.
+#[derive(Debug, Clone)]
+struct Durability {
+    /// `recoveryPoint`: everything below was fsynced by Kafka.
+    recovery_point: Offset,
+    /// Everything below was written back by the OS (pages dirty past the expiry age).
+    written_back: Offset,
+    /// LEO at each of the last OS writeback wake-ups, oldest first.
+    samples: VecDeque<Offset>,
+    /// `log.flush.interval.messages`.
+    flush_interval_messages: u64,
+    /// Time of the last flush by the `kafka-log-flusher` task (`lastFlushTime`).
+    last_flush_ms: TimeMs,
+}
+
+impl Default for Durability {
+    fn default() -> Self {
+        Self {
+            recovery_point: 0,
+            written_back: 0,
+            samples: VecDeque::new(),
+            flush_interval_messages: u64::MAX,
+            last_flush_ms: 0,
+        }
+    }
+}
+
 /// One replica's log of one partition.
 #[derive(Debug, Clone, Default)]
 pub struct PartitionLog {
@@ -64,6 +105,8 @@ pub struct PartitionLog {
     /// Producer ids, open transactions and the aborted index (B.2, C.6), kept in step with
     /// `batches` by every append and truncation.
     producers: ProducerState,
+    /// What is on disk (A.10).
+    durability: Durability,
 }
 
 impl PartitionLog {
@@ -208,6 +251,13 @@ impl PartitionLog {
         self.producers.apply(&batch, self.high_watermark);
         self.batches.push(batch);
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
+        // `UnifiedLog.append`: `if (localLog.unflushedMessages() >= config().flushInterval)
+        // flush(false)`, with `unflushedMessages = logEndOffset - recoveryPoint`.
+        let d = &mut self.durability;
+        let unflushed = (self.log_end_offset - d.recovery_point).max(0) as u64;
+        if unflushed >= d.flush_interval_messages {
+            d.recovery_point = self.log_end_offset;
+        }
     }
 
     /// Leader: raises the HW to `hw` (never lowers it, `maybeIncrementLeaderHW`).
@@ -227,20 +277,22 @@ impl PartitionLog {
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
     }
 
-    /// `endOffsetForEpoch`: the largest cached epoch ≤ `epoch` and the offset where it ends
-    /// (the next epoch's start, or the LEO for the latest). `None` when `epoch` precedes
-    /// every cached epoch.
+    /// `LeaderEpochFileCache.endOffsetFor` (`UnifiedLog.endOffsetForEpoch`): for the latest
+    /// cached epoch, `(it, LEO)`; for an older one, the largest cached epoch ≤ it and the
+    /// next epoch's start offset; for one below every cached epoch, `(it, first start
+    /// offset)`. `None` (`UNDEFINED_EPOCH`) for one above every cached epoch or an empty
+    /// cache.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, Offset)> {
-        let idx = self.epochs.partition_point(|&(e, _)| e <= epoch);
-        if idx == 0 {
-            return None;
+        let &(latest, _) = self.epochs.last()?;
+        if epoch == latest {
+            return Some((epoch, self.log_end_offset));
         }
-        let (found, _) = self.epochs[idx - 1];
-        let end = self
-            .epochs
-            .get(idx)
-            .map_or(self.log_end_offset, |&(_, start)| start);
-        Some((found, end))
+        let idx = self.epochs.partition_point(|&(e, _)| e <= epoch);
+        let &(_, next_start) = self.epochs.get(idx)?;
+        if idx == 0 {
+            return Some((epoch, next_start));
+        }
+        Some((self.epochs[idx - 1].0, next_start))
     }
 
     /// Removes every batch at or after `offset` (a batch straddling `offset` goes whole, as
@@ -261,7 +313,69 @@ impl PartitionLog {
         if removed {
             self.producers = ProducerState::rebuild(&self.batches, self.high_watermark);
         }
+        // `LocalLog.truncateTo` lowers the recovery point with the LEO.
+        let d = &mut self.durability;
+        d.recovery_point = d.recovery_point.min(end);
+        d.written_back = d.written_back.min(end);
+        for sample in &mut d.samples {
+            *sample = (*sample).min(end);
+        }
         assert!(self.high_watermark <= self.log_end_offset, "HW <= LEO");
+    }
+}
+
+/// Durability (models-reference A.10): fsyncs, the OS writeback, and what a machine crash
+/// leaves.
+impl PartitionLog {
+    /// Sets `log.flush.interval.messages`: an append leaving at least that many messages
+    /// unflushed fsyncs the log (`u64::MAX`, Kafka's `Long.MAX_VALUE` default: never).
+    pub fn set_flush_interval_messages(&mut self, messages: u64) {
+        self.durability.flush_interval_messages = messages.max(1);
+    }
+
+    /// The offset below which the log is on disk: fsynced by Kafka or written back by the
+    /// OS. A machine crash keeps at least this much.
+    pub fn durable_offset(&self) -> Offset {
+        let d = &self.durability;
+        d.recovery_point
+            .max(d.written_back)
+            .min(self.log_end_offset)
+    }
+
+    /// `UnifiedLog.flush` from the `kafka-log-flusher` task (`LogManager.flushDirtyLogs`):
+    /// fsyncs the log if `now - lastFlushTime >= flush_interval_ms`.
+    pub fn flush_if_due(&mut self, now: TimeMs, flush_interval_ms: u64) {
+        let d = &mut self.durability;
+        if now.saturating_sub(d.last_flush_ms) >= flush_interval_ms {
+            d.recovery_point = self.log_end_offset;
+            d.last_flush_ms = now;
+        }
+    }
+
+    /// One wake-up of the OS flusher threads (every [`OS_WRITEBACK_INTERVAL_MS`]): what was
+    /// appended before the wake-up [`OS_DIRTY_EXPIRE_MS`] ago is now on disk.
+    pub fn os_writeback(&mut self) {
+        let d = &mut self.durability;
+        d.samples.push_back(self.log_end_offset);
+        while d.samples.len() > WRITEBACK_SAMPLES {
+            let old = d.samples.pop_front().expect("non-empty");
+            d.written_back = d.written_back.max(old);
+        }
+    }
+
+    /// A machine crash (power loss) and the log recovery after it: the log keeps its
+    /// batches below `point` (clamped to `[durable_offset, LEO]`; a batch straddling it is
+    /// torn and dropped, as `LogLoader` recovery truncates at the first invalid batch), and
+    /// what is left is on disk. Returns the offsets lost.
+    pub fn crash_to(&mut self, point: Offset) -> u64 {
+        let leo = self.log_end_offset;
+        let point = point.clamp(self.durable_offset(), leo);
+        self.truncate_to(point);
+        let end = self.log_end_offset;
+        self.durability.recovery_point = end;
+        self.durability.written_back = end;
+        self.durability.samples.clear();
+        (leo - end) as u64
     }
 }
 

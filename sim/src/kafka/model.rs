@@ -48,7 +48,7 @@
 //! ```
 
 use super::group::GroupCoordinator;
-use super::log::{batch_size_bytes, PartitionLog};
+use super::log::{batch_size_bytes, PartitionLog, OS_WRITEBACK_INTERVAL_MS};
 use super::murmur2::coordinator_partition_for;
 use super::partition::{Partition, Reach};
 use super::producer_state::Validation;
@@ -85,10 +85,13 @@ pub trait Env {
 pub enum CrashMode {
     /// The process dies; the page cache survives: its log is intact up to its LEO.
     ProcessKill,
-    /// The machine dies: the unflushed tail of every log is lost. Kafka does not fsync per
-    /// write (`log.flush.interval.messages=Long.MAX_VALUE`), so the model keeps of each
-    /// replica only what is below that replica's own high watermark: the most a crash can
-    /// keep that the replica had already confirmed as committed; everything above is gone.
+    /// The machine dies (power loss): each log keeps a prefix ending anywhere between what
+    /// is on disk and its LEO (the page cache is gone; the OS may have written back part of
+    /// the rest). Kafka does not fsync per write (`log.flush.interval.messages` and
+    /// `log.flush.scheduler.interval.ms` default to `Long.MAX_VALUE`), so what is on disk is
+    /// what the OS wrote back ([`crate::kafka::log::OS_DIRTY_EXPIRE_MS`]): the cut may lie
+    /// below the high watermark, and a correlated crash of every replica can lose acks=all
+    /// writes. See [`Cluster::crash_broker_with`].
     MachineCrash,
 }
 
@@ -159,6 +162,9 @@ pub struct Cluster {
     env_sample: Option<EnvSample>,
     env_epoch: u64,
     fast_paths: bool,
+    /// Next wake-up of the OS writeback, and of the `kafka-log-flusher` task.
+    next_writeback_ms: TimeMs,
+    next_log_flush_ms: TimeMs,
 }
 
 /// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
@@ -230,7 +236,10 @@ impl Cluster {
             env_sample: None,
             env_epoch: 0,
             fast_paths: true,
+            next_writeback_ms: OS_WRITEBACK_INTERVAL_MS,
+            next_log_flush_ms: 0,
         };
+        cluster.next_log_flush_ms = cluster.config.log_flush_scheduler_interval_ms;
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
         let rf = cluster
             .config
@@ -327,15 +336,25 @@ impl Cluster {
                 partitions,
                 max_bytes,
                 partition_max_bytes,
+                current_leader_epochs,
                 ..
-            } => Reply::Done(self.fetch(
-                broker,
-                isolation,
-                &partitions,
-                max_bytes,
-                partition_max_bytes,
-            )),
+            } => {
+                let limits = (max_bytes, partition_max_bytes);
+                let epochs: BTreeMap<TopicPartition, i32> =
+                    current_leader_epochs.into_iter().collect();
+                Reply::Done(self.fetch(broker, isolation, &partitions, &epochs, limits))
+            }
             Request::ListOffsets { tp, spec } => Reply::Done(self.list_offsets(broker, &tp, spec)),
+            Request::OffsetsForLeaderEpoch {
+                tp,
+                current_leader_epoch,
+                leader_epoch,
+            } => Reply::Done(self.offsets_for_leader_epoch(
+                broker,
+                &tp,
+                current_leader_epoch,
+                leader_epoch,
+            )),
             Request::FindCoordinator { key, kind } => {
                 Reply::Done(self.find_coordinator(&key, kind))
             }
@@ -434,6 +453,43 @@ impl Cluster {
         self.txns.tick(now);
         self.write_markers(now, env);
         self.expire_producers(now);
+        self.flush_logs(now);
+    }
+
+    /// What puts logs on disk over time (A.10): the OS writeback every
+    /// [`OS_WRITEBACK_INTERVAL_MS`] on every machine (a killed process's page cache is
+    /// written back too), and the `kafka-log-flusher` task every
+    /// `log.flush.scheduler.interval.ms` on running brokers (`LogManager.flushDirtyLogs`:
+    /// a log last flushed `log.flush.interval.ms` ago or more is fsynced).
+    fn flush_logs(&mut self, now: TimeMs) {
+        let writeback = now >= self.next_writeback_ms;
+        let flusher = now >= self.next_log_flush_ms;
+        if !writeback && !flusher {
+            return;
+        }
+        let scheduler_ms = self.config.log_flush_scheduler_interval_ms.max(1);
+        let flush_ms = self.config.log_flush_interval_ms.unwrap_or(scheduler_ms);
+        let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
+        for topic in self.topics.values_mut() {
+            // Durability is not part of what a quiet partition's fast path keeps (no
+            // `touch`).
+            for p in &mut topic.partitions {
+                for r in &mut p.replicas {
+                    if writeback {
+                        r.log.os_writeback();
+                    }
+                    if flusher && alive[(r.broker - 1) as usize] {
+                        r.log.flush_if_due(now, flush_ms);
+                    }
+                }
+            }
+        }
+        if writeback {
+            self.next_writeback_ms = now + OS_WRITEBACK_INTERVAL_MS;
+        }
+        if flusher {
+            self.next_log_flush_ms = now.saturating_add(scheduler_ms);
+        }
     }
 
     /// Samples the environment once for this tick.
@@ -521,12 +577,27 @@ impl Cluster {
         }
     }
 
-    /// Broker `broker` dies. Its replicas keep their logs (`ProcessKill`) or keep only what
-    /// is below their own HW (`MachineCrash`, see [`CrashMode`]). The controller notices
-    /// only through missing heartbeats (`broker.session.timeout.ms`). Returns the offsets
-    /// the crash cut from the broker's logs (above their HW; 0 for a `ProcessKill`), what
-    /// the fault-effect accounting reports it lost.
+    /// Broker `broker` dies, as [`Cluster::crash_broker_with`] with a machine crash keeping
+    /// of each log only what is on disk (the most a power loss can take).
     pub fn crash_broker(&mut self, now: TimeMs, broker: BrokerId, mode: CrashMode) -> u64 {
+        self.crash_broker_with(now, broker, mode, &mut |durable, _| durable)
+    }
+
+    /// Broker `broker` dies. Its replicas keep their logs (`ProcessKill`: the page cache
+    /// survives) or, for a `MachineCrash`, each keeps the prefix ending at
+    /// `cut(durable_offset, log_end_offset)` (clamped to that range; the nemesis draws it
+    /// at random), possibly below its HW: recovery then truncates the log there
+    /// (`LogLoader`) and the replica reconciles with the leader by leader epoch when it
+    /// rejoins. The controller notices only through missing heartbeats
+    /// (`broker.session.timeout.ms`). Returns the offsets the crash cut from the broker's
+    /// logs (0 for a `ProcessKill`), what the fault-effect accounting reports it lost.
+    pub fn crash_broker_with(
+        &mut self,
+        now: TimeMs,
+        broker: BrokerId,
+        mode: CrashMode,
+        cut: &mut dyn FnMut(Offset, Offset) -> Offset,
+    ) -> u64 {
         let _ = now;
         let _ = self.state(broker);
         self.brokers[(broker - 1) as usize].alive = false;
@@ -538,8 +609,11 @@ impl Cluster {
                         p.touch();
                         let log = &mut p.replicas[j].log;
                         let hw = log.high_watermark();
-                        lost += (log.log_end_offset() - hw).max(0) as u64;
-                        log.truncate_to(hw);
+                        let point = cut(log.durable_offset(), log.log_end_offset());
+                        lost += log.crash_to(point);
+                        if log.log_end_offset() < hw {
+                            crate::mark!("kafka:machine-crash-lost-below-hw");
+                        }
                     }
                 }
             }
@@ -614,6 +688,10 @@ impl Cluster {
             .map(|assignment| {
                 let mut p = Partition::new(assignment, config.min_insync_replicas, now);
                 p.keep_producer_state = self.config.producer_state_survives_failover;
+                for r in &mut p.replicas {
+                    let messages = self.config.log_flush_interval_messages;
+                    r.log.set_flush_interval_messages(messages);
+                }
                 p
             })
             .collect();
@@ -884,8 +962,8 @@ impl Cluster {
         broker: BrokerId,
         isolation: Isolation,
         partitions: &[(TopicPartition, Offset)],
-        max_bytes: u32,
-        partition_max_bytes: u32,
+        current_leader_epochs: &BTreeMap<TopicPartition, i32>,
+        (max_bytes, partition_max_bytes): (u32, u32),
     ) -> Response {
         let mut budget = FetchBudget {
             left_bytes: max_bytes as u64,
@@ -895,9 +973,11 @@ impl Cluster {
         let partitions = partitions
             .iter()
             .map(|(tp, offset)| {
+                let epoch = current_leader_epochs.get(tp).copied();
+                let at = (*offset, epoch);
                 (
                     tp.clone(),
-                    self.fetch_partition(broker, tp, *offset, isolation, &mut budget),
+                    self.fetch_partition(broker, tp, at, isolation, &mut budget),
                 )
             })
             .collect();
@@ -908,7 +988,7 @@ impl Cluster {
         &self,
         broker: BrokerId,
         tp: &TopicPartition,
-        offset: Offset,
+        (offset, current_leader_epoch): (Offset, Option<i32>),
         isolation: Isolation,
         budget: &mut FetchBudget,
     ) -> FetchPartition {
@@ -924,8 +1004,9 @@ impl Cluster {
         let Some(p) = self.partition(tp) else {
             return failed(KafkaError::UnknownTopicOrPartition);
         };
-        let Some(r) = p.replica(broker).filter(|r| r.believes_leader()) else {
-            return failed(KafkaError::NotLeaderOrFollower);
+        let r = match leader_replica_in_epoch(p, broker, current_leader_epoch) {
+            Ok(r) => r,
+            Err(e) => return failed(e),
         };
         let log = &r.log;
         let (hw, lso, leo) = (
@@ -978,6 +1059,32 @@ impl Cluster {
             OffsetSpec::Latest(Isolation::ReadCommitted) => r.log.last_stable_offset(),
         };
         Response::ListOffsets { offset }
+    }
+
+    /// `OffsetsForLeaderEpoch` from a consumer (`Partition.fetchOffsetForLeaderEpoch` with
+    /// `fetchOnlyFromLeader`, KIP-320): at the leader of `current_leader_epoch`, where
+    /// `leader_epoch` ends in its log ([`PartitionLog::end_offset_for_epoch`]), -1 / -1
+    /// when it knows no such epoch.
+    fn offsets_for_leader_epoch(
+        &self,
+        broker: BrokerId,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Response {
+        let Some(p) = self.partition(tp) else {
+            return Response::Error(KafkaError::UnknownTopicOrPartition);
+        };
+        let r = match leader_replica_in_epoch(p, broker, Some(current_leader_epoch)) {
+            Ok(r) => r,
+            Err(e) => return Response::Error(e),
+        };
+        let (leader_epoch, end_offset) =
+            r.log.end_offset_for_epoch(leader_epoch).unwrap_or((-1, -1));
+        Response::OffsetsForLeaderEpoch {
+            leader_epoch,
+            end_offset,
+        }
     }
 
     /// The internal partition owning `key` and its topic name.
@@ -1169,6 +1276,27 @@ fn aborted_in_range(log: &PartitionLog, from: Offset, to: Offset) -> Vec<Aborted
         .collect()
 }
 
+/// `broker`'s replica of `p` if it believes it leads (`Partition.getLocalLog` with
+/// `requireLeader`), checked first against the client's `currentLeaderEpoch` when one is
+/// given (`checkCurrentLeaderEpoch`, KIP-320): an older one is `FENCED_LEADER_EPOCH`, a
+/// newer one `UNKNOWN_LEADER_EPOCH` (this broker has not learned it yet).
+fn leader_replica_in_epoch(
+    p: &Partition,
+    broker: BrokerId,
+    current_leader_epoch: Option<i32>,
+) -> Result<&super::partition::Replica, KafkaError> {
+    let r = p.replica(broker).ok_or(KafkaError::NotLeaderOrFollower)?;
+    match current_leader_epoch {
+        Some(e) if e < r.view_epoch => return Err(KafkaError::FencedLeaderEpoch),
+        Some(e) if e > r.view_epoch => return Err(KafkaError::UnknownLeaderEpoch),
+        _ => {}
+    }
+    if !r.believes_leader() {
+        return Err(KafkaError::NotLeaderOrFollower);
+    }
+    Ok(r)
+}
+
 /// Byte limits of one fetch response.
 struct FetchBudget {
     left_bytes: u64,
@@ -1209,6 +1337,7 @@ fn read_batches(
                     record: record.clone(),
                     producer_id: batch.header.producer_id,
                     transactional: batch.header.transactional,
+                    leader_epoch: batch.leader_epoch,
                 });
             }
         }

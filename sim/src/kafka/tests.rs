@@ -56,9 +56,14 @@ struct World {
 impl World {
     /// `brokers` brokers, topic "t" with one partition and replication factor `rf`.
     fn new(brokers: u32, rf: u32, config: TopicConfig) -> Self {
+        Self::with_config(brokers, rf, config, ClusterConfig::default())
+    }
+
+    /// [`World::new`] with broker settings `cluster` (3 offsets partitions).
+    fn with_config(brokers: u32, rf: u32, config: TopicConfig, cluster: ClusterConfig) -> Self {
         let cfg = ClusterConfig {
             offsets_topic_num_partitions: 3,
-            ..ClusterConfig::default()
+            ..cluster
         };
         let mut cluster = Cluster::new(brokers, cfg);
         let req = Request::CreateTopic {
@@ -142,6 +147,7 @@ impl World {
             max_bytes: 1 << 20,
             partition_max_bytes: 1 << 20,
             max_wait_ms: 0,
+            current_leader_epochs: Vec::new(),
         };
         match self.cluster.handle(self.now, broker, req) {
             Reply::Done(Response::Fetch { mut partitions }) => partitions.remove(0).1,
@@ -753,6 +759,7 @@ fn fetch_respects_byte_limits_but_always_returns_the_first_batch() {
             max_bytes,
             partition_max_bytes,
             max_wait_ms: 500,
+            current_leader_epochs: Vec::new(),
         };
         match w.cluster.handle(w.now, 1, req) {
             Reply::Done(Response::Fetch { mut partitions }) => partitions.remove(0).1,
@@ -920,23 +927,152 @@ fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
     }
 }
 
+/// A.10: a power loss keeps of a log only what is on disk for sure (here: what the OS wrote
+/// back, older than `vm.dirty_expire_centisecs`), which may lie below the HW; a process
+/// kill keeps everything; a cut drawn at the LEO keeps everything too.
 #[test]
-fn a_machine_crash_keeps_only_what_was_below_the_replicas_high_watermark() {
+fn a_machine_crash_keeps_what_the_os_wrote_back_possibly_below_the_high_watermark() {
+    crate::marks::take();
     let mut w = World::new(3, 3, TopicConfig::default());
     w.produce_all("a");
+    w.tick_for(40_000); // the OS writes "a" back
+    w.produce_all("b");
     let leader = w.leader();
-    for f in w
-        .cluster
-        .replicas(&w.tp)
-        .into_iter()
-        .filter(|&b| b != leader)
-    {
-        w.env.cut.insert((leader.min(f), leader.max(f)));
-    }
-    w.produce(Acks::Leader, "b");
-    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(2));
+    assert_eq!(w.cluster.replica_high_watermark(&w.tp, leader), Some(2));
+    let followers: Vec<BrokerId> = (1..=3).filter(|&b| b != leader).collect();
     w.crash(leader, CrashMode::MachineCrash);
-    assert_eq!(w.cluster.log_end_offset(&w.tp, leader), Some(1));
+    assert_eq!(
+        w.cluster.log_end_offset(&w.tp, leader),
+        Some(1),
+        "the acks=all write \"b\" was only in the page cache"
+    );
+    w.crash(followers[0], CrashMode::ProcessKill);
+    assert_eq!(w.cluster.log_end_offset(&w.tp, followers[0]), Some(2));
+    let kept = w.cluster.crash_broker_with(
+        w.now,
+        followers[1],
+        CrashMode::MachineCrash,
+        &mut |_, end| end,
+    );
+    assert_eq!(kept, 0);
+    assert_eq!(w.cluster.log_end_offset(&w.tp, followers[1]), Some(2));
+    crate::marks::assert_hit(&[
+        "kafka:machine-crash-lost-unflushed-tail",
+        "kafka:machine-crash-lost-below-hw",
+    ]);
+}
+
+/// A.10: every replica's machine crashing at once (correlated power loss) loses
+/// acknowledged acks=all writes under Kafka's default flush settings, and none with
+/// `log.flush.interval.messages = 1` (leader and followers fsync every append,
+/// `UnifiedLog.append`), nor with the log flusher on (`log.flush.scheduler.interval.ms`,
+/// `log.flush.interval.ms`) once it has run.
+#[test]
+fn a_correlated_machine_crash_loses_acks_all_writes_unless_logs_are_flushed() {
+    let default = ClusterConfig::default();
+    let per_message = ClusterConfig {
+        log_flush_interval_messages: 1,
+        ..ClusterConfig::default()
+    };
+    let timer = ClusterConfig {
+        log_flush_scheduler_interval_ms: 1_000,
+        log_flush_interval_ms: Some(1_000),
+        ..ClusterConfig::default()
+    };
+    for (config, survives) in [(default, false), (per_message, true), (timer, true)] {
+        let mut w = World::with_config(3, 3, min_isr(2), config.clone());
+        for v in ["a", "b", "c"] {
+            assert!(matches!(w.produce_all(v), Response::Produce { .. }));
+        }
+        w.tick_for(2_000);
+        for b in 1..=3 {
+            w.crash(b, CrashMode::MachineCrash);
+        }
+        w.tick_for(10_000);
+        for b in 1..=3 {
+            w.restart(b);
+        }
+        w.tick_for(10_000);
+        let expected: Vec<String> = if survives {
+            vec!["a".into(), "b".into(), "c".into()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(w.values(), expected, "{config:?}");
+    }
+}
+
+/// KIP-320 at the broker (`Partition.fetchOffsetForLeaderEpoch`, `checkCurrentLeaderEpoch`,
+/// `LeaderEpochFileCache.endOffsetFor`): after an unclean election truncated the log below
+/// what a consumer read at epoch 0, OffsetsForLeaderEpoch at the new leader says where epoch
+/// 0 ends there; a fetch naming an older leader epoch is fenced, a newer one unknown.
+#[test]
+fn offsets_for_leader_epoch_names_where_a_consumers_epoch_ends_after_a_truncation() {
+    let config = TopicConfig {
+        unclean_leader_election_enable: true,
+        ..TopicConfig::default()
+    };
+    let mut w = World::new(2, 2, config);
+    w.produce_all("a");
+    let leader = w.leader();
+    let follower = 3 - leader;
+    w.crash(follower, CrashMode::ProcessKill);
+    w.tick_for(10_000);
+    w.produce_all("b");
+    w.produce_all("c");
+    let read = w.fetch_at(leader, Isolation::ReadUncommitted, 1);
+    let epochs: Vec<i32> = read.records.iter().map(|r| r.leader_epoch).collect();
+    assert_eq!(
+        epochs,
+        vec![0, 0],
+        "the consumer read offsets 1 and 2 at epoch 0"
+    );
+    w.crash(leader, CrashMode::ProcessKill);
+    w.restart(follower);
+    w.tick_for(10_000);
+    assert_eq!(w.cluster.leader(&w.tp), Some(follower));
+    let epoch = w.cluster.leader_epoch(&w.tp).unwrap();
+    assert_eq!(
+        base_offset(&w.produce_all("d")),
+        1,
+        "the new leader diverges at 1"
+    );
+    let tp = w.tp.clone();
+    let ask = |current_leader_epoch| Request::OffsetsForLeaderEpoch {
+        tp: tp.clone(),
+        current_leader_epoch,
+        leader_epoch: 0,
+    };
+    let answer = |w: &mut World, r| match w.cluster.handle(w.now, follower, r) {
+        Reply::Done(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        answer(&mut w, ask(epoch)),
+        Response::OffsetsForLeaderEpoch {
+            leader_epoch: 0,
+            end_offset: 1
+        }
+    );
+    for (current, e) in [
+        (epoch - 1, KafkaError::FencedLeaderEpoch),
+        (epoch + 1, KafkaError::UnknownLeaderEpoch),
+    ] {
+        assert_eq!(answer(&mut w, ask(current)), Response::Error(e));
+        let fetch = Request::Fetch {
+            isolation: Isolation::ReadUncommitted,
+            partitions: vec![(tp.clone(), 1)],
+            max_bytes: 1 << 20,
+            partition_max_bytes: 1 << 20,
+            max_wait_ms: 0,
+            current_leader_epochs: vec![(tp.clone(), current)],
+        };
+        let Reply::Done(Response::Fetch { partitions }) = w.cluster.handle(w.now, follower, fetch)
+        else {
+            panic!("a fetch answer")
+        };
+        assert_eq!(partitions[0].1.error, Some(e));
+    }
 }
 
 // ------------------------------------------------------------------------ property

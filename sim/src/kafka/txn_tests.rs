@@ -258,6 +258,7 @@ impl World {
             max_bytes: u32::MAX,
             partition_max_bytes: u32::MAX,
             max_wait_ms: 0,
+            current_leader_epochs: Vec::new(),
         };
         let Response::Fetch { partitions } = self.send_to(leader, req) else {
             panic!("fetch failed")

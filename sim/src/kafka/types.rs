@@ -174,7 +174,20 @@ pub struct ClusterConfig {
     pub producer_id_expiration_ms: u64,
     /// `producer.id.expiration.check.interval.ms`. Default 600000.
     pub producer_id_expiration_check_interval_ms: u64,
+    /// `log.flush.interval.messages`: a replica fsyncs its log once an append leaves this
+    /// many messages unflushed (`UnifiedLog.append`). Default `Long.MAX_VALUE`: never.
+    pub log_flush_interval_messages: u64,
+    /// `log.flush.interval.ms`: the log flusher fsyncs a log this long after its last
+    /// flush. `None` (Kafka's default) means `log.flush.scheduler.interval.ms`.
+    pub log_flush_interval_ms: Option<u64>,
+    /// `log.flush.scheduler.interval.ms`: how often the `kafka-log-flusher` task runs
+    /// (`LogManager.startup`). Default `Long.MAX_VALUE`: never, so by default Kafka never
+    /// fsyncs on its own and only the OS writeback puts data on disk.
+    pub log_flush_scheduler_interval_ms: u64,
 }
+
+/// Kafka's `Long.MAX_VALUE`, the "never" of the `log.flush.*` settings.
+pub const LONG_MAX_VALUE: u64 = i64::MAX as u64;
 
 /// The transaction protocol generation (models-reference C.9, KIP-890).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -219,6 +232,9 @@ impl Default for ClusterConfig {
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
+            log_flush_interval_messages: LONG_MAX_VALUE,
+            log_flush_interval_ms: None,
+            log_flush_scheduler_interval_ms: LONG_MAX_VALUE,
         }
     }
 }
@@ -399,6 +415,9 @@ pub struct FetchedRecord {
     pub producer_id: i64,
     /// Whether its batch was transactional.
     pub transactional: bool,
+    /// `partitionLeaderEpoch` of its batch: the epoch of the leader that appended it, which
+    /// a consumer keeps as its position's epoch to detect log truncation (KIP-320).
+    pub leader_epoch: i32,
 }
 
 /// An aborted transaction as listed in a read_committed fetch response: Kafka's transaction
@@ -483,13 +502,24 @@ pub enum Request {
         header: ProducerBatchHeader,
         records: Vec<Record>,
     },
-    /// `Fetch` from a consumer.
+    /// `Fetch` from a consumer. `current_leader_epochs` holds the `currentLeaderEpoch` the
+    /// client knows for some of the partitions (KIP-320); a partition not listed is fetched
+    /// without the check (Kafka's -1).
     Fetch {
         isolation: Isolation,
         partitions: Vec<(TopicPartition, Offset)>,
         max_bytes: u32,
         partition_max_bytes: u32,
         max_wait_ms: u64,
+        current_leader_epochs: Vec<(TopicPartition, i32)>,
+    },
+    /// `OffsetsForLeaderEpoch` from a consumer validating its position (KIP-320): the end
+    /// offset of `leader_epoch` in the leader's log, asked of the leader of
+    /// `current_leader_epoch`.
+    OffsetsForLeaderEpoch {
+        tp: TopicPartition,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
     },
     /// `ListOffsets`.
     ListOffsets {
@@ -602,6 +632,13 @@ pub enum Response {
     },
     ListOffsets {
         offset: Offset,
+    },
+    /// `OffsetsForLeaderEpoch`: the largest epoch ≤ the requested one the leader knows and
+    /// where it ends; both -1 (`UNDEFINED_EPOCH`, `UNDEFINED_EPOCH_OFFSET`) when the leader
+    /// knows none.
+    OffsetsForLeaderEpoch {
+        leader_epoch: i32,
+        end_offset: Offset,
     },
     FindCoordinator {
         broker: BrokerId,

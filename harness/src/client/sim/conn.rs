@@ -131,6 +131,16 @@ impl Connection {
             .leader
     }
 
+    /// The cached leader epoch of `tp`, if known and the partition online.
+    pub fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        let metadata = self.metadata.lock().expect("metadata lock");
+        let p = metadata
+            .get(&tp.topic)?
+            .iter()
+            .find(|p| p.partition == tp.partition)?;
+        p.leader.map(|_| p.leader_epoch)
+    }
+
     /// Number of partitions of `topic` in the cache.
     pub fn partition_count(&self, topic: &str) -> Option<u32> {
         self.metadata
@@ -165,6 +175,7 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::Produce { .. } => "Produce",
         Request::Fetch { .. } => "Fetch",
         Request::ListOffsets { .. } => "ListOffsets",
+        Request::OffsetsForLeaderEpoch { .. } => "OffsetsForLeaderEpoch",
         Request::FindCoordinator { .. } => "FindCoordinator",
         Request::JoinGroup { .. } => "JoinGroup",
         Request::SyncGroup { .. } => "SyncGroup",

@@ -55,6 +55,7 @@ use tokio::time::{sleep, Instant};
 mod membership;
 #[cfg(test)]
 mod tests;
+mod truncation;
 
 pub use membership::{range_assign, AssignmentFuture, GroupAssignor};
 
@@ -117,6 +118,8 @@ pub struct SimConsumer {
     /// Partitions to position by `auto.offset.reset`.
     needs_reset: BTreeSet<TopicPartition>,
     buffer: VecDeque<ConsumedRecord>,
+    /// The positions' leader epochs, for log-truncation detection (KIP-320).
+    epochs: truncation::PositionEpochs,
 }
 
 impl SimConsumer {
@@ -133,6 +136,7 @@ impl SimConsumer {
             needs_committed: BTreeSet::new(),
             needs_reset: BTreeSet::new(),
             buffer: VecDeque::new(),
+            epochs: truncation::PositionEpochs::default(),
         }
     }
 
@@ -156,6 +160,7 @@ impl SimConsumer {
         self.needs_committed.clear();
         self.needs_reset.clear();
         self.buffer.clear();
+        self.epochs.clear();
     }
 
     /// Rejoins the group if it asked for it or we are not in a stable generation: revokes
@@ -291,6 +296,7 @@ impl SimConsumer {
             .min(deadline.remaining().as_millis() as u64);
         Request::Fetch {
             isolation: config.isolation_level,
+            current_leader_epochs: self.epochs.current_leader_epochs(&partitions),
             partitions,
             max_bytes: config.fetch_max_bytes,
             partition_max_bytes: config.max_partition_fetch_bytes,
@@ -298,8 +304,13 @@ impl SimConsumer {
         }
     }
 
-    /// One round of fetches: positioned partitions grouped by leader, one Fetch each.
-    async fn fetch_once(&mut self, deadline: &Deadline) {
+    /// One round of fetches: positioned partitions grouped by leader, one Fetch each, after
+    /// validating positions against a changed leader (KIP-320).
+    ///
+    /// # Errors
+    /// As [`SimConsumer::validate_positions`].
+    async fn fetch_once(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+        self.validate_positions(deadline).await?;
         let mut by_leader: BTreeMap<BrokerId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
         let mut leaderless = false;
         for (tp, &offset) in &self.positions {
@@ -340,6 +351,7 @@ impl SimConsumer {
                 _ => {}
             }
         }
+        Ok(())
     }
 
     /// One partition's fetch result, if the partition is still at the fetched offset.
@@ -356,6 +368,7 @@ impl SimConsumer {
             Some(_) => {}
             None => {
                 let mut next = result.next_fetch_offset.max(fetch_offset);
+                let last_epoch = result.records.last().map(|r| r.leader_epoch);
                 let records = match self.group.config.isolation_level {
                     Isolation::ReadCommitted => drop_aborted(result.records, &result.aborted),
                     Isolation::ReadUncommitted => result.records,
@@ -364,6 +377,7 @@ impl SimConsumer {
                     next = next.max(fetched.offset + 1);
                     self.buffer.push_back(consumed(&tp, fetched));
                 }
+                self.epochs.consumed(&tp, next, last_epoch);
                 self.positions.insert(tp, next);
             }
         }
@@ -430,7 +444,7 @@ impl Consumer for SimConsumer {
             if deadline.expired() {
                 return Ok(Vec::new());
             }
-            self.fetch_once(&deadline).await;
+            self.fetch_once(&deadline).await?;
             if self.buffer.is_empty() {
                 backoff(&deadline).await;
             }

@@ -67,6 +67,7 @@ fn read_committed_drops_records_of_aborted_transactions_from_their_first_offset(
         },
         producer_id,
         transactional,
+        leader_epoch: 0,
     };
     let records = vec![
         record(0, 7, true),
@@ -190,6 +191,7 @@ mod fake_broker {
                         },
                         producer_id: -1,
                         transactional: false,
+                        leader_epoch: 0,
                     })
                     .collect();
                 let error =
