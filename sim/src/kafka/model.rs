@@ -124,6 +124,19 @@ struct BrokerState {
     last_heartbeat_ms: TimeMs,
     /// Restarted and not yet re-registered with the controller.
     needs_registration: bool,
+    /// The metadata this broker answers Metadata and FindCoordinator from while it cannot
+    /// reach the controller: the image as of its last tick with a working controller link
+    /// (KRaft brokers serve their own replay of the metadata log, `KRaftMetadataCache`, and
+    /// replay it again from disk after a restart). `None` while it follows the controller.
+    stale_metadata: Option<MetadataImage>,
+}
+
+/// One broker's image of the cluster metadata: every topic (internal flag, partitions) and
+/// the unfenced brokers.
+#[derive(Debug, Clone)]
+struct MetadataImage {
+    topics: BTreeMap<String, (bool, Vec<PartitionMetadata>)>,
+    brokers: Vec<BrokerId>,
 }
 
 /// One topic: configuration and partitions.
@@ -220,6 +233,7 @@ impl Cluster {
                 fenced: false,
                 last_heartbeat_ms: 0,
                 needs_registration: false,
+                stale_metadata: None,
             })
             .collect();
         let mut cluster = Self {
@@ -298,8 +312,9 @@ impl Cluster {
 
     /// Handles a client request arriving at broker `broker` at time `now`. Produce, Fetch
     /// and ListOffsets act on what `broker` believes (it must believe it leads the
-    /// partition, else `NOT_LEADER_OR_FOLLOWER`); Metadata, CreateTopic and FindCoordinator
-    /// answer from the controller's state. Fetch never parks: `max_wait_ms` is ignored and
+    /// partition, else `NOT_LEADER_OR_FOLLOWER`); Metadata and FindCoordinator answer from
+    /// `broker`'s metadata image (stale while it cannot reach the controller), CreateTopic
+    /// from the controller's state. Fetch never parks: `max_wait_ms` is ignored and
     /// an empty answer returns at once. A crashed broker
     /// answers nothing in reality; the service must not route requests to it, and the model
     /// answers `REQUEST_TIMED_OUT` if it does.
@@ -317,7 +332,7 @@ impl Cluster {
 
     fn dispatch(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
         match request {
-            Request::Metadata { topics } => Reply::Done(self.metadata(now, topics)),
+            Request::Metadata { topics } => Reply::Done(self.metadata(now, broker, topics)),
             Request::CreateTopic {
                 name,
                 partitions,
@@ -356,7 +371,7 @@ impl Cluster {
                 leader_epoch,
             )),
             Request::FindCoordinator { key, kind } => {
-                Reply::Done(self.find_coordinator(&key, kind))
+                Reply::Done(self.find_coordinator(broker, &key, kind))
             }
             Request::InitProducerId { .. }
             | Request::AddPartitionsToTxn { .. }
@@ -426,6 +441,7 @@ impl Cluster {
     /// heartbeats, fencing and elections; brokers learning the controller's decisions;
     /// follower fetches with truncation; ISR shrink and expand; leader HW; group timers.
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
+        self.follow_metadata(env);
         self.controller_tick(now, env);
         let mut reach = self.reach(now, env);
         let sample = (
@@ -518,6 +534,54 @@ impl Cluster {
             hold_hw_under_min_isr: self.hold_hw_under_min_isr,
             env_epoch: self.env_epoch,
             fast_paths: self.fast_paths,
+        }
+    }
+
+    /// Each broker that reaches the controller follows its metadata; one that lost it keeps
+    /// the image it had (see `BrokerState::stale_metadata`).
+    fn follow_metadata(&mut self, env: &dyn Env) {
+        for b in 1..=self.broker_count {
+            let i = (b - 1) as usize;
+            let linked = self.brokers[i].alive && env.broker_up(b) && env.controller_link_up(b);
+            if linked {
+                self.brokers[i].stale_metadata = None;
+            } else if self.brokers[i].stale_metadata.is_none() {
+                crate::mark!("kafka:broker-metadata-stale");
+                self.brokers[i].stale_metadata = Some(self.metadata_image());
+            }
+        }
+    }
+
+    /// The controller's metadata as an image.
+    fn metadata_image(&self) -> MetadataImage {
+        let describe = |t: &Topic| -> Vec<PartitionMetadata> {
+            t.partitions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PartitionMetadata {
+                    partition: i as u32,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.assignment(),
+                    isr: p.isr.clone(),
+                })
+                .collect()
+        };
+        MetadataImage {
+            topics: self
+                .topics
+                .iter()
+                .map(|(n, t)| (n.clone(), (t.internal, describe(t))))
+                .collect(),
+            brokers: self.unfenced_brokers(),
+        }
+    }
+
+    /// Broker `broker`'s image: its stale one, or the controller's.
+    fn image_at(&self, broker: BrokerId) -> MetadataImage {
+        match &self.state(broker).stale_metadata {
+            Some(image) => image.clone(),
+            None => self.metadata_image(),
         }
     }
 
@@ -711,12 +775,14 @@ impl Cluster {
             .collect()
     }
 
-    /// `Metadata` as the controller knows it. Every non-internal topic when `topics` is
-    /// `None`; named topics otherwise, internal ones included. An unknown topic is left out
-    /// of the map (Kafka answers it with `UNKNOWN_TOPIC_OR_PARTITION`; the response shape has
-    /// no per-topic error, so callers see it missing), unless `auto_create_topics_enable`
-    /// creates it. Brokers: the unfenced ones.
-    fn metadata(&mut self, now: TimeMs, topics: Option<Vec<String>>) -> Response {
+    /// `Metadata` as broker `broker` knows it (its image, see
+    /// `BrokerState::stale_metadata`: the controller's state unless the broker lost the
+    /// controller). Every non-internal topic when `topics` is `None`; named topics
+    /// otherwise, internal ones included. An unknown topic is left out of the map (Kafka
+    /// answers it with `UNKNOWN_TOPIC_OR_PARTITION`; the response shape has no per-topic
+    /// error, so callers see it missing), unless `auto_create_topics_enable` creates it.
+    /// Brokers: the unfenced ones.
+    fn metadata(&mut self, now: TimeMs, broker: BrokerId, topics: Option<Vec<String>>) -> Response {
         if self.config.auto_create_topics_enable {
             // `auto.create.topics.enable`: a named unknown topic is created with
             // `num.partitions=1` and `default.replication.factor=1` (Kafka's defaults).
@@ -726,33 +792,24 @@ impl Cluster {
                 }
             }
         }
-        let describe = |t: &Topic| -> Vec<PartitionMetadata> {
-            t.partitions
-                .iter()
-                .enumerate()
-                .map(|(i, p)| PartitionMetadata {
-                    partition: i as u32,
-                    leader: p.leader,
-                    leader_epoch: p.leader_epoch,
-                    replicas: p.assignment(),
-                    isr: p.isr.clone(),
-                })
-                .collect()
-        };
+        let image = self.image_at(broker);
         let map = match topics {
-            None => self
+            None => image
                 .topics
-                .iter()
-                .filter(|(_, t)| !t.internal)
-                .map(|(n, t)| (n.clone(), describe(t)))
-                .collect(),
-            Some(names) => names
                 .into_iter()
-                .filter_map(|n| self.topics.get(&n).map(|t| (n, describe(t))))
+                .filter(|(_, (internal, _))| !internal)
+                .map(|(n, (_, p))| (n, p))
                 .collect(),
+            Some(names) => {
+                let mut all = image.topics;
+                names
+                    .into_iter()
+                    .filter_map(|n| all.remove(&n).map(|(_, p)| (n, p)))
+                    .collect()
+            }
         };
         Response::Metadata {
-            brokers: self.unfenced_brokers(),
+            brokers: image.brokers,
             topics: map,
         }
     }
@@ -1097,12 +1154,21 @@ impl Cluster {
         TopicPartition::new(topic, coordinator_partition_for(key, count))
     }
 
-    /// `FindCoordinator`: the leader of partition `Utils.abs(key.hashCode()) % partitions`
-    /// of `__consumer_offsets` / `__transaction_state`; `COORDINATOR_NOT_AVAILABLE` while
-    /// that partition is offline.
-    fn find_coordinator(&self, key: &str, kind: CoordinatorKind) -> Response {
+    /// `FindCoordinator` at broker `broker`: the leader, in its metadata image, of
+    /// partition `Utils.abs(key.hashCode()) % partitions` of `__consumer_offsets` /
+    /// `__transaction_state`; `COORDINATOR_NOT_AVAILABLE` while that partition is offline
+    /// there. A broker cut off from the controller names the coordinator it last knew.
+    fn find_coordinator(&self, broker: BrokerId, key: &str, kind: CoordinatorKind) -> Response {
         let tp = self.coordinator_partition(key, kind);
-        match self.leader(&tp) {
+        let leader = match &self.state(broker).stale_metadata {
+            Some(image) => image
+                .topics
+                .get(&tp.topic)
+                .and_then(|(_, p)| p.get(tp.partition as usize))
+                .and_then(|p| p.leader),
+            None => self.leader(&tp),
+        };
+        match leader {
             Some(broker) => Response::FindCoordinator { broker },
             None => Response::Error(KafkaError::CoordinatorNotAvailable),
         }

@@ -1075,6 +1075,53 @@ fn offsets_for_leader_epoch_names_where_a_consumers_epoch_ends_after_a_truncatio
     }
 }
 
+/// KRaft brokers answer Metadata and FindCoordinator from their own replay of the metadata
+/// log (`KRaftMetadataCache`): a broker cut off from the controller keeps naming itself as
+/// leader and coordinator after the controller moved both; the others name the new ones.
+#[test]
+fn a_broker_cut_off_from_the_controller_answers_metadata_from_its_stale_image() {
+    crate::marks::take();
+    let mut w = World::new(3, 3, min_isr(2));
+    let old = w.leader();
+    let key = (0..100)
+        .map(|i| format!("g{i}"))
+        .find(|g| w.cluster.coordinator_for(g, CoordinatorKind::Group) == Some(old))
+        .expect("a group coordinated by the leader");
+    w.env.isolate(old, 3);
+    w.tick_for(15_000);
+    let new = w.leader();
+    assert_ne!(new, old, "the controller moved the leadership");
+    let leader_at = |w: &mut World, b: BrokerId| {
+        let req = Request::Metadata {
+            topics: Some(vec!["t".into()]),
+        };
+        match w.cluster.handle(w.now, b, req) {
+            Reply::Done(Response::Metadata { topics, .. }) => topics["t"][0].leader,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(leader_at(&mut w, old), Some(old), "stale image");
+    assert_eq!(leader_at(&mut w, new), Some(new));
+    let coordinator_at = |w: &mut World, b: BrokerId| {
+        let req = Request::FindCoordinator {
+            key: key.clone(),
+            kind: CoordinatorKind::Group,
+        };
+        w.cluster.handle(w.now, b, req)
+    };
+    let stale = Reply::Done(Response::FindCoordinator { broker: old });
+    assert_eq!(coordinator_at(&mut w, old), stale);
+    assert_ne!(coordinator_at(&mut w, new), stale);
+    w.env.heal();
+    w.tick_for(1_000);
+    assert_eq!(
+        leader_at(&mut w, old),
+        Some(new),
+        "caught up with the controller"
+    );
+    crate::marks::assert_hit(&["kafka:broker-metadata-stale"]);
+}
+
 // ------------------------------------------------------------------------ property
 
 mod property {
