@@ -43,8 +43,8 @@ use crate::client::{
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::{
-    AbortedTxn, BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec,
-    Request, Response, TopicPartition,
+    BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec, Request,
+    Response, TopicPartition,
 };
 use membership::{GroupClient, Joined};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -561,22 +561,7 @@ impl Drop for SimConsumer {
     }
 }
 
-/// Drops the transactional records of aborted transactions: a record whose producer id
-/// has an aborted entry with `first_offset ≤ offset < last_offset` (the ABORT marker's
-/// offset), as Java's `CompletedFetch` does with the markers themselves.
-pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
-    records
-        .into_iter()
-        .filter(|r| {
-            !(r.transactional
-                && aborted.iter().any(|a| {
-                    a.producer_id == r.producer_id
-                        && a.first_offset <= r.offset
-                        && r.offset < a.last_offset
-                }))
-        })
-        .collect()
-}
+pub use eosim_sim::kafka::drop_aborted;
 
 /// OffsetFetch for `partitions`; with `require_stable` (read_committed) the KIP-447
 /// variant, which answers UNSTABLE_OFFSET_COMMIT while a transaction has offsets pending.

@@ -3,6 +3,7 @@
 
 use super::*;
 use eosim_sim::kafka::service::broker_ip;
+use eosim_sim::kafka::AbortedTxn;
 use std::sync::{Arc, Mutex};
 
 fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
