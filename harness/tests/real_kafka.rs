@@ -309,11 +309,7 @@ fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
     let dir = service_dir("kafka-differential");
     let kafka =
         timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
-    // EOSIM_DIFF_CASES overrides the number of generated sequences (default 8).
-    let cases = std::env::var("EOSIM_DIFF_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(8);
+    let cases = real_support::diff_cases(8);
     timed(&format!("differential, {cases} cases"), || {
         differential::run(&kafka.bootstrap_servers(), cases)
     });

@@ -2,10 +2,14 @@
 //! 4.x started natively (KRaft, one broker): committed records are visible to read_committed
 //! readers and aborted ones are not, a second producer with the same `transactional.id`
 //! fences the first and aborts its open transaction, and offsets sent with a transaction
-//! are committed with it (and not when it aborts). Runs only with `EOSIM_REAL=1`.
+//! are committed with it (and not when it aborts); and the transactional differential
+//! suite against the model (`real_support/txn_differential.rs`). Runs only with
+//! `EOSIM_REAL=1`.
 #![cfg(not(madsim))]
 
 mod real_support;
+#[path = "real_support/txn_differential.rs"]
+mod txn_differential;
 
 use bytes::Bytes;
 use eosim::client::real::{RealAdmin, RealConsumer, RealTransactionalProducer, RealTxnConfig};
@@ -232,4 +236,39 @@ async fn offsets_commit_with_the_transaction(bootstrap: &str) {
         .expect("committed");
     assert_eq!(committed, [(input, 5)]);
     reader.close().await;
+}
+
+/// Generated sequences of transactional sends, offsets, commits, aborts, fencing by a new
+/// instance, zombie sends, idempotent sends and reads at both isolation levels run against
+/// one real broker and against `eosim_sim::kafka::model::Cluster`; every offset, error
+/// class, read and committed offset must be equal. Prints the agreement rate. See
+/// `real_support/txn_differential.rs`.
+#[test]
+fn model_and_real_kafka_agree_on_transactions() {
+    if !real_enabled("model_and_real_kafka_agree_on_transactions") {
+        return;
+    }
+    let dir = service_dir("kafka-txn-differential");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let cases = real_support::diff_cases(12);
+    let (agreed, ran, tally) = timed(
+        &format!("transactional differential, {cases} cases"),
+        || txn_differential::run(&kafka.bootstrap_servers(), cases),
+    );
+    eprintln!("differential agreement: transactions: {agreed} of {ran} cases");
+    eprintln!("exercised: {tally:?}");
+    for must in [
+        "Send ok",
+        "Commit ok",
+        "Abort ok",
+        "Fence ok",
+        "ZombieSend Fatal",
+    ] {
+        assert!(
+            tally.contains_key(must),
+            "the generated cases never exercised `{must}`: {tally:?}"
+        );
+    }
+    timed("stop kafka", || kafka.stop());
 }

@@ -18,6 +18,8 @@ pub fn real_enabled(test: &str) -> bool {
     false
 }
 
+pub mod model_world;
+
 /// A multi-threaded tokio runtime (rdkafka's futures and blocking calls run on it).
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -68,4 +70,34 @@ pub fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let line = format!("{what} took {} ms\n", started.elapsed().as_millis());
     let _ = std::io::stderr().write_all(line.as_bytes());
     v
+}
+
+/// The number of generated cases of a model-versus-real suite: `EOSIM_DIFF_CASES`, or
+/// `default`.
+pub fn diff_cases(default: u32) -> u32 {
+    std::env::var("EOSIM_DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A proptest runner for a model-versus-real suite: `cases` cases, at most
+/// `max_shrink_iters` shrink steps, no persistence file, and generation seeded from
+/// `EOSIM_DIFF_SEED` (default 1, printed) so that a run generates the same sequences again
+/// and a suite's check of what it exercised does not depend on luck.
+pub fn diff_runner(cases: u32, max_shrink_iters: u32) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+    let seed = std::env::var("EOSIM_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let line = format!("differential: {cases} cases, generation seed {seed} (EOSIM_DIFF_SEED)\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    TestRunner::new(Config {
+        cases,
+        max_shrink_iters,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    })
 }

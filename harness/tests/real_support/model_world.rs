@@ -1,0 +1,179 @@
+//! The Kafka model (`eosim_sim::kafka::model::Cluster`) driven request by request, for the
+//! model-versus-real suites (`differential.rs`, `txn_differential.rs`): every broker up,
+//! time advanced in fixed ticks, parked requests (acks=all produce, long polls) answered
+//! by ticking until the model releases them.
+
+use bytes::Bytes;
+use eosim_sim::kafka::model::{Cluster, Env, Reply};
+use eosim_sim::kafka::{
+    drop_aborted, BrokerId, ClusterConfig, FetchPartition, Isolation, Offset, Request, Response,
+    TimeMs, TopicConfig, TopicPartition,
+};
+
+/// The environment of a healthy cluster: every broker up, every link up.
+pub struct AllUp;
+
+impl Env for AllUp {
+    fn broker_up(&self, _: BrokerId) -> bool {
+        true
+    }
+    fn link_up(&self, _: BrokerId, _: BrokerId) -> bool {
+        true
+    }
+    fn controller_link_up(&self, _: BrokerId) -> bool {
+        true
+    }
+}
+
+/// The model with one broker (id 1), driven request by request.
+pub struct ModelWorld {
+    cluster: Cluster,
+    now: TimeMs,
+}
+
+impl ModelWorld {
+    /// Simulated ms per tick.
+    pub const TICK_MS: TimeMs = 10;
+    const STEPS_MAX: u32 = 100_000;
+
+    /// One broker with `config`, run for a second so the controller has elected it.
+    pub fn new(config: ClusterConfig) -> Self {
+        let mut w = Self {
+            cluster: Cluster::new(1, config),
+            now: 0,
+        };
+        w.advance(1_000);
+        w
+    }
+
+    /// The model's clock, ms.
+    pub fn now(&self) -> TimeMs {
+        self.now
+    }
+
+    /// Ticks the model for `ms` simulated milliseconds.
+    pub fn advance(&mut self, ms: TimeMs) {
+        let until = self.now + ms;
+        while self.now < until {
+            self.now += Self::TICK_MS;
+            self.cluster.tick(self.now, &AllUp);
+        }
+    }
+
+    /// Sends `request` to broker 1 and ticks until it is answered.
+    ///
+    /// # Panics
+    /// When a parked request is not answered within 1,000 simulated seconds.
+    pub fn call(&mut self, request: Request) -> Response {
+        let token = match self.cluster.handle(self.now, 1, request) {
+            Reply::Done(response) => return response,
+            Reply::Parked(token) => token,
+        };
+        for _ in 0..Self::STEPS_MAX {
+            self.advance(Self::TICK_MS);
+            if let Some(response) = self.cluster.poll_parked(self.now, &token) {
+                return response;
+            }
+        }
+        panic!(
+            "model: parked request not answered within {} steps",
+            Self::STEPS_MAX
+        );
+    }
+
+    /// Creates `name` with `partitions` partitions (replication factor 1), then lets a
+    /// second pass.
+    ///
+    /// # Panics
+    /// When the model refuses.
+    pub fn create_topic(&mut self, name: &str, partitions: u32) {
+        let created = self.call(Request::CreateTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: 1,
+            config: TopicConfig::default(),
+        });
+        assert_eq!(created, Response::CreateTopic, "model: create topic {name}");
+        self.advance(1_000);
+    }
+
+    /// One fetch of `tp` at `position` with `isolation`, no wait.
+    ///
+    /// # Panics
+    /// When the model answers anything but a fetch of that partition without error.
+    pub fn fetch_once(
+        &mut self,
+        tp: &TopicPartition,
+        position: Offset,
+        isolation: Isolation,
+    ) -> FetchPartition {
+        let response = self.call(Request::Fetch {
+            isolation,
+            partitions: vec![(tp.clone(), position)],
+            max_bytes: 52_428_800,
+            partition_max_bytes: 1_048_576,
+            max_wait_ms: 0,
+        });
+        let Response::Fetch { partitions } = response else {
+            panic!("model: fetch answered {response:?}")
+        };
+        let (_, p) = partitions
+            .into_iter()
+            .next()
+            .expect("one partition asked, one answered");
+        assert_eq!(p.error, None, "model: fetch error");
+        p
+    }
+
+    /// Reads `tp` from `from` to its end (the LSO under read_committed, else the high
+    /// watermark) as a client would: aborted transactions dropped under read_committed.
+    /// Returns the records (offset, key, value) and the end.
+    pub fn read(
+        &mut self,
+        tp: &TopicPartition,
+        from: Offset,
+        isolation: Isolation,
+    ) -> (Vec<(Offset, Bytes, Bytes)>, Offset) {
+        let mut position = from;
+        let mut records = Vec::new();
+        loop {
+            let p = self.fetch_once(tp, position, isolation);
+            let end = match isolation {
+                Isolation::ReadCommitted => p.last_stable_offset,
+                Isolation::ReadUncommitted => p.high_watermark,
+            };
+            let kept = match isolation {
+                Isolation::ReadCommitted => drop_aborted(p.records, &p.aborted),
+                Isolation::ReadUncommitted => p.records,
+            };
+            for r in kept {
+                let key = r.record.key.clone().unwrap_or_default();
+                records.push((r.offset, key, r.record.value.clone().unwrap_or_default()));
+            }
+            if p.next_fetch_offset >= end || p.next_fetch_offset == position {
+                return (records, end);
+            }
+            position = p.next_fetch_offset;
+        }
+    }
+
+    /// The committed offsets of `group` for `partitions` of `topic` (-1 where none).
+    ///
+    /// # Panics
+    /// When the model answers anything but the offsets.
+    pub fn committed(&mut self, group: &str, topic: &str, partitions: u32) -> Vec<(u32, Offset)> {
+        let partitions = (0..partitions)
+            .map(|p| TopicPartition::new(topic, p))
+            .collect();
+        match self.call(Request::OffsetFetch {
+            group_id: group.into(),
+            partitions,
+        }) {
+            Response::OffsetFetch { offsets } => offsets
+                .into_iter()
+                .map(|(tp, o)| (tp.partition, o))
+                .collect(),
+            other => panic!("model: offset fetch answered {other:?}"),
+        }
+    }
+}
