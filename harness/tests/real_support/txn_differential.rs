@@ -82,6 +82,9 @@ pub enum Op {
     Committed,
 }
 
+/// A record as read: (offset, key, value).
+type ReadRecord = (Offset, Bytes, Bytes);
+
 /// What one operation showed; equal in both worlds or the model is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observation {
@@ -94,7 +97,7 @@ pub enum Observation {
     Done(Result<(), TxnErrorClass>),
     /// Records read (offset, key, value) and the end read to.
     Read {
-        records: Vec<(Offset, Bytes, Bytes)>,
+        records: Vec<ReadRecord>,
         end: Offset,
     },
     /// Committed offsets by partition (-1 where none).
@@ -785,11 +788,7 @@ impl RealArm {
 
     /// A fresh reader of `partition` from 0 with the isolation level, to the end its
     /// watermark reader gives, stopping when the position reaches it.
-    fn read(
-        &self,
-        partition: u32,
-        committed: bool,
-    ) -> Result<(Vec<(Offset, Bytes, Bytes)>, Offset), String> {
+    fn read(&self, partition: u32, committed: bool) -> Result<(Vec<ReadRecord>, Offset), String> {
         let (hw, lso) = self.watermarks(partition)?;
         let end = if committed { lso } else { hw };
         let level = if committed {
