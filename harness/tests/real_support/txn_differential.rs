@@ -185,7 +185,7 @@ pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, BTreeMap<String, u32>) {
     });
     let (agreed, ran) = (agreed.into_inner(), case.into_inner());
     if let Err(e) = result {
-        panic!("model and real Kafka differ on transactions ({agreed} of {ran} cases agreed): {e}");
+        panic!("model and real Kafka differ on transactions ({agreed} of {ran} runs agreed, shrink runs included): {e}");
     }
     (agreed, ran, tally.into_inner().expect("tally lock"))
 }
