@@ -4,7 +4,7 @@
 //! by ticking until the model releases them.
 
 use bytes::Bytes;
-use eosim_sim::kafka::model::{Cluster, Env, Reply};
+use eosim_sim::kafka::model::{Cluster, Env, ParkToken, Reply};
 use eosim_sim::kafka::{
     drop_aborted, BrokerId, ClusterConfig, FetchPartition, Isolation, Offset, Request, Response,
     TimeMs, TopicConfig, TopicPartition,
@@ -79,6 +79,20 @@ impl ModelWorld {
             "model: parked request not answered within {} steps",
             Self::STEPS_MAX
         );
+    }
+
+    /// Sends `request` to broker 1 without waiting: its answer, or the token to ask again
+    /// with [`ModelWorld::poll`].
+    pub fn submit(&mut self, request: Request) -> Result<Response, ParkToken> {
+        match self.cluster.handle(self.now, 1, request) {
+            Reply::Done(response) => Ok(response),
+            Reply::Parked(token) => Err(token),
+        }
+    }
+
+    /// The answer to a parked request, if the model has released it.
+    pub fn poll(&mut self, token: &ParkToken) -> Option<Response> {
+        self.cluster.poll_parked(self.now, token)
     }
 
     /// Creates `name` with `partitions` partitions (replication factor 1), then lets a
