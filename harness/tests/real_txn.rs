@@ -251,10 +251,18 @@ fn model_and_real_kafka_agree_on_transactions() {
     let dir = service_dir("kafka-txn-differential");
     let kafka =
         timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
-    let cases = real_support::diff_cases(12);
+    let bootstrap = kafka.bootstrap_servers();
+    let kafka = std::sync::Mutex::new(kafka);
+    let restart = || -> Result<(), String> {
+        let mut k = kafka.lock().map_err(|e| e.to_string())?;
+        k.kill(1).map_err(|e| format!("kill broker 1: {e}"))?;
+        std::thread::sleep(Duration::from_secs(2));
+        timed("broker 1 restart", || k.restart(1)).map_err(|e| format!("restart broker 1: {e}"))
+    };
+    let cases = real_support::diff_cases(8);
     let (agreed, ran, tally) = timed(
         &format!("transactional differential, {cases} cases"),
-        || txn_differential::run(&kafka.bootstrap_servers(), cases),
+        || txn_differential::run(&bootstrap, &restart, cases),
     );
     eprintln!("differential agreement: transactions: {agreed} of {ran} cases");
     eprintln!("exercised: {tally:?}");
@@ -270,5 +278,6 @@ fn model_and_real_kafka_agree_on_transactions() {
             "the generated cases never exercised `{must}`: {tally:?}"
         );
     }
+    let kafka = kafka.into_inner().expect("kafka lock");
     timed("stop kafka", || kafka.stop());
 }

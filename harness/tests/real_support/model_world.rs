@@ -1,21 +1,26 @@
 //! The Kafka model (`eosim_sim::kafka::model::Cluster`) driven request by request, for the
-//! model-versus-real suites (`differential.rs`, `txn_differential.rs`): every broker up,
-//! time advanced in fixed ticks, parked requests (acks=all produce, long polls) answered
+//! model-versus-real suites (`differential.rs`, `txn_differential.rs`,
+//! `group_differential.rs`): every link up, a broker down only while restarted, time
+//! advanced in fixed ticks, parked requests (acks=all produce, long polls) answered
 //! by ticking until the model releases them.
 
 use bytes::Bytes;
-use eosim_sim::kafka::model::{Cluster, Env, ParkToken, Reply};
+use eosim_sim::kafka::model::{Cluster, CrashMode, Env, ParkToken, Reply};
 use eosim_sim::kafka::{
     drop_aborted, BrokerId, ClusterConfig, FetchPartition, Isolation, Offset, Request, Response,
     TimeMs, TopicConfig, TopicPartition,
 };
 
-/// The environment of a healthy cluster: every broker up, every link up.
-pub struct AllUp;
+/// The environment: every link up, every broker up but those `down`.
+#[derive(Debug, Default)]
+pub struct Brokers {
+    /// Brokers that are down.
+    pub down: std::collections::BTreeSet<BrokerId>,
+}
 
-impl Env for AllUp {
-    fn broker_up(&self, _: BrokerId) -> bool {
-        true
+impl Env for Brokers {
+    fn broker_up(&self, b: BrokerId) -> bool {
+        !self.down.contains(&b)
     }
     fn link_up(&self, _: BrokerId, _: BrokerId) -> bool {
         true
@@ -29,6 +34,7 @@ impl Env for AllUp {
 pub struct ModelWorld {
     cluster: Cluster,
     now: TimeMs,
+    env: Brokers,
 }
 
 impl ModelWorld {
@@ -41,6 +47,7 @@ impl ModelWorld {
         let mut w = Self {
             cluster: Cluster::new(1, config),
             now: 0,
+            env: Brokers::default(),
         };
         w.advance(1_000);
         w
@@ -56,7 +63,7 @@ impl ModelWorld {
         let until = self.now + ms;
         while self.now < until {
             self.now += Self::TICK_MS;
-            self.cluster.tick(self.now, &AllUp);
+            self.cluster.tick(self.now, &self.env);
         }
     }
 
@@ -79,6 +86,19 @@ impl ModelWorld {
             "model: parked request not answered within {} steps",
             Self::STEPS_MAX
         );
+    }
+
+    /// Broker 1's process is killed (its page cache, so its log, survives), stays down
+    /// for `down_ms`, starts again and is given 10 s to take its partitions back, as
+    /// `Kafka::kill` then `Kafka::restart` do to a real node.
+    pub fn restart(&mut self, down_ms: TimeMs) {
+        self.cluster
+            .crash_broker(self.now, 1, CrashMode::ProcessKill);
+        self.env.down.insert(1);
+        self.advance(down_ms);
+        self.env.down.remove(&1);
+        self.cluster.restart_broker(self.now, 1);
+        self.advance(10_000);
     }
 
     /// Sends `request` to broker 1 without waiting: its answer, or the token to ask again

@@ -16,7 +16,9 @@
 //! - `ZombieSend`: the zombie sends a record (in its old transaction, or a new one);
 //! - `IdempotentSend`: a record from a separate idempotent, non-transactional producer;
 //! - `Read`: a fresh reader with `isolation.level` reads a partition from 0 to its end;
-//! - `Committed`: the group's committed offsets.
+//! - `Committed`: the group's committed offsets;
+//! - `Restart`: the broker is killed (SIGKILL) and started again: the coordinator reloads
+//!   transactions and offsets from its logs, open transactions go on.
 //!
 //! What is compared: the offset of every acknowledged send, the error class of every failed
 //! call ([`TxnErrorClass`]: retriable, abortable, fatal), the records (offset, key, value) and
@@ -80,6 +82,8 @@ pub enum Op {
     Read { partition: u32, committed: bool },
     /// The group's committed offsets.
     Committed,
+    /// The broker is killed (SIGKILL: its page cache survives) and started again.
+    Restart,
 }
 
 /// A record as read: (offset, key, value).
@@ -118,6 +122,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (partition, any::<bool>())
             .prop_map(|(partition, committed)| Op::Read { partition, committed }),
         1 => Just(Op::Committed),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -164,7 +169,13 @@ fn exercised(op: &Op, observed: &Observation) -> String {
 /// Runs `cases` generated sequences against the real broker at `bootstrap` and the model;
 /// returns (cases agreeing, cases run) and the tally of what the agreeing cases exercised
 /// (see [`exercised`]). Panics on the first (shrunk) difference.
-pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, BTreeMap<String, u32>) {
+///
+/// `restart` kills the real broker and starts it again (an `Op::Restart`).
+pub fn run(
+    bootstrap: &str,
+    restart: &(dyn Fn() -> Result<(), String> + Sync),
+    cases: u32,
+) -> (u32, u32, BTreeMap<String, u32>) {
     let mut runner = super::real_support::diff_runner(cases, 16);
     let case = AtomicU32::new(0);
     let agreed = AtomicU32::new(0);
@@ -173,7 +184,7 @@ pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, BTreeMap<String, u32>) {
     let result = runner.run(&strategy, |ops| {
         let n = case.fetch_add(1, Ordering::Relaxed);
         let ops = with_final_reads(&ops);
-        let real = RealArm::run(bootstrap, n, &ops).map_err(TestCaseError::fail)?;
+        let real = RealArm::run(bootstrap, restart, n, &ops).map_err(TestCaseError::fail)?;
         let model = ModelArm::run(&ops);
         prop_assert_eq!(&real, &model, "ops: {:?}", ops);
         agreed.fetch_add(1, Ordering::Relaxed);
@@ -525,6 +536,10 @@ impl ModelArm {
                     Observation::Read { records, end }
                 }
                 Op::Committed => Observation::Committed(c.w.committed(group, topic, PARTITIONS)),
+                Op::Restart => {
+                    c.w.restart(2_000);
+                    Observation::Skipped
+                }
             };
             out.push(observed);
         }
@@ -562,7 +577,12 @@ struct RealArm {
 }
 
 impl RealArm {
-    fn run(bootstrap: &str, case: u32, ops: &[Op]) -> Result<Vec<Observation>, String> {
+    fn run(
+        bootstrap: &str,
+        restart: &(dyn Fn() -> Result<(), String> + Sync),
+        case: u32,
+        ops: &[Op],
+    ) -> Result<Vec<Observation>, String> {
         let rt = super::real_support::runtime();
         let topic = format!("txn-diff-{case}");
         let admin =
@@ -635,6 +655,13 @@ impl RealArm {
                     Observation::Read { records, end }
                 }
                 Op::Committed => Observation::Committed(w.committed()?),
+                Op::Restart => {
+                    restart()?;
+                    for partition in 0..PARTITIONS {
+                        w.wait_for(partition, |_, _| true)?;
+                    }
+                    Observation::Skipped
+                }
             };
             out.push(observed);
         }
