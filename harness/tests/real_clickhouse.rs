@@ -472,8 +472,12 @@ fn model_and_real_clickhouse_agree_on_inserts_and_deduplication() {
     let (agreed, ran, tally) = timed(&format!("clickhouse differential, {cases} cases"), || {
         clickhouse_differential::run(&rt, &ch, cases)
     });
-    eprintln!("differential agreement: clickhouse inserts: {agreed} of {ran} cases");
-    eprintln!("exercised: {tally:?}");
+    real_support::report_agreement(
+        "ClickHouse 18.16 inserts and deduplication",
+        agreed,
+        ran,
+        &tally,
+    );
     for must in [
         "Replicated: ok, all deduplicated",
         "Replicated: ok, all written",

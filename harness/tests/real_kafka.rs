@@ -314,9 +314,10 @@ fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
     let kafka =
         timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
     let cases = real_support::diff_cases(8);
-    timed(&format!("differential, {cases} cases"), || {
+    let (agreed, ran, tally) = timed(&format!("differential, {cases} cases"), || {
         differential::run(&kafka.bootstrap_servers(), cases)
     });
+    real_support::report_agreement("Kafka produce, commit, fetch", agreed, ran, &tally);
 }
 
 /// Generated JoinGroup / SyncGroup / Heartbeat / OffsetCommit / LeaveGroup / OffsetFetch
@@ -342,8 +343,7 @@ fn model_and_real_kafka_agree_on_the_group_protocol() {
     let (agreed, ran, tally) = timed(&format!("group differential, {cases} cases"), || {
         group_differential::run(&bootstrap, cases)
     });
-    eprintln!("differential agreement: groups: {agreed} of {ran} cases");
-    eprintln!("exercised: {tally:?}");
+    real_support::report_agreement("Kafka group protocol (wire)", agreed, ran, &tally);
     for must in [
         "MemberIdRequired",
         "JoinGroup",

@@ -812,6 +812,7 @@ fn postgres_model_agrees_with_real_postgres() {
     let cases = real_support::diff_cases(64);
     let mut runner = real_support::diff_runner(cases, 512);
     let counter = AtomicU32::new(0);
+    let agreed = AtomicU32::new(0);
     let known_json_numbers = AtomicU32::new(0);
     let known_json_details = AtomicU32::new(0);
     let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
@@ -838,6 +839,7 @@ fn postgres_model_agrees_with_real_postgres() {
                 }
                 known_json_numbers.fetch_add(hits as u32, Ordering::Relaxed);
                 prop_assert_eq!(&model, &real, "\n-- script:\n{}\n", script(&case));
+                agreed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             })
             .map_err(|e| e.to_string())
@@ -858,6 +860,13 @@ fn postgres_model_agrees_with_real_postgres() {
     if let Err(e) = result {
         panic!("the PostgreSQL model and real PostgreSQL differ: {e}");
     }
+    let tally = tally.into_inner().expect("tally");
+    real_support::report_agreement(
+        "PostgreSQL 15 statements",
+        agreed.into_inner(),
+        runs,
+        &tally,
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -264,8 +264,12 @@ fn model_and_real_kafka_agree_on_transactions() {
         &format!("transactional differential, {cases} cases"),
         || txn_differential::run(&bootstrap, &restart, cases),
     );
-    eprintln!("differential agreement: transactions: {agreed} of {ran} cases");
-    eprintln!("exercised: {tally:?}");
+    real_support::report_agreement(
+        "Kafka transactions, fencing and restarts",
+        agreed,
+        ran,
+        &tally,
+    );
     for must in [
         "Send ok",
         "Commit ok",

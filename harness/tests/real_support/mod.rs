@@ -101,3 +101,62 @@ pub fn diff_runner(cases: u32, max_shrink_iters: u32) -> proptest::test_runner::
         ..Config::default()
     })
 }
+
+/// Where the model-versus-real suites write their agreement lines:
+/// `EOSIM_DIFF_REPORT`, or `reports/real/differential.md` under the workspace.
+pub fn diff_report_path() -> std::path::PathBuf {
+    match std::env::var_os("EOSIM_DIFF_REPORT") {
+        Some(p) => p.into(),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/real/differential.md")
+        }
+    }
+}
+
+/// Reports a suite's agreement: `agreed` of `ran` cases, and the tally of what the cases
+/// exercised, to stderr (past the capture) and as a line appended to
+/// [`diff_report_path`] (a Markdown table row: suite, agreed, cases, rate, exercised).
+pub fn report_agreement<K: std::fmt::Display>(
+    suite: &str,
+    agreed: u32,
+    ran: u32,
+    tally: &std::collections::BTreeMap<K, u32>,
+) {
+    let rate = if ran == 0 {
+        0.0
+    } else {
+        100.0 * f64::from(agreed) / f64::from(ran)
+    };
+    let exercised: Vec<String> = tally.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    let line = format!(
+        "| {suite} | {agreed} | {ran} | {rate:.0} % | {} |\n",
+        exercised.join(", ")
+    );
+    let _ = std::io::stderr().write_all(
+        format!("differential agreement: {suite}: {agreed} of {ran} cases\n").as_bytes(),
+    );
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    let path = diff_report_path();
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let new = !path.exists();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path);
+    match file {
+        Ok(mut f) => {
+            if new {
+                let _ = f.write_all(
+                    b"| suite | agreed | cases | agreement | exercised |\n|---|---|---|---|---|\n",
+                );
+            }
+            let _ = f.write_all(line.as_bytes());
+        }
+        Err(e) => {
+            let _ = std::io::stderr()
+                .write_all(format!("differential report {}: {e}\n", path.display()).as_bytes());
+        }
+    }
+}
