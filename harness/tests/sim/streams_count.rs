@@ -286,3 +286,35 @@ fn a_restarted_instance_behind_acceptable_recovery_lag_gets_warm_ups_not_actives
     assert_valid(&result, "seed 1");
     assert!(!opened_after(&outcome, "streams-0", restart_ns).is_empty());
 }
+
+#[test]
+fn exactly_once_v2_in_memory_restart_gets_a_new_transactional_id_and_the_dead_txn_times_out() {
+    let s = scenario("p3-eos-crash-in-memory-txn-timeout.toml");
+    let (outcome, result) = run(&s, 1);
+    assert_valid(&result, "in-memory crash");
+    // A fresh process id per start: the restart does not fence the dead transaction, the
+    // coordinator aborts it after transaction.timeout.ms.
+    assert!(outcome.marks.contains_key("streams:process-id-fresh"));
+    assert!(!outcome
+        .marks
+        .contains_key("streams:process-id-from-state-dir"));
+    assert!(
+        outcome.marks.contains_key("kafka:txn-timed-out-aborted"),
+        "{:?}",
+        outcome
+            .marks
+            .keys()
+            .filter(|k| k.starts_with("kafka:txn"))
+            .collect::<Vec<_>>()
+    );
+    let s = scenario("p3-eos-crash-persistent-store-fences-by-init.toml");
+    let (outcome, result) = run(&s, 1);
+    assert_valid(&result, "persistent crash");
+    // The process id survives in the state directory: the restart fences by InitProducerId.
+    assert!(outcome
+        .marks
+        .contains_key("streams:process-id-from-state-dir"));
+    assert!(outcome
+        .marks
+        .contains_key("kafka:txn-fenced-by-init-aborted"));
+}

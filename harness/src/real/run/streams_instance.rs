@@ -167,7 +167,8 @@ pub fn instance_index(name: &str) -> Result<u32, String> {
 /// A name that is not `streams-<i>`, a consumer that cannot be created.
 pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let s = &spec.scenario;
-    let cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    cfg.process_id = processor::initialize_process_id(&cfg);
     let mut consumer = RealConsumer::new(&spec.bootstrap, cfg.consumer_config())
         .map_err(|e| format!("consumer: {e}"))?;
     let topics = vec![cfg.topology.source.clone()];
