@@ -152,7 +152,7 @@ pub async fn run(ctx: InstanceContext) {
         return;
     };
     let mut cfg = ctx.processor_config();
-    cfg.process_id = processor::initialize_process_id(&cfg);
+    cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
     let topics = vec![ctx.topology.source.clone()];

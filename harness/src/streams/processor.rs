@@ -244,7 +244,11 @@ impl ProcessorConfig {
 /// `transactional.id`: its `InitProducerId` does not fence its predecessor, whose open
 /// transaction stays open until `transaction.timeout.ms` and the coordinator aborts it
 /// (read_committed readers see the LSO stuck until then).
-pub fn initialize_process_id(cfg: &ProcessorConfig) -> String {
+///
+/// `now_ns` is the start's clock: the UUID's bits are drawn from it and the instance
+/// (a mix, not the run's random stream, so that drawing a process id does not move every
+/// later random choice of the run; two starts at different times get different ids).
+pub fn initialize_process_id(cfg: &ProcessorConfig, now_ns: u64) -> String {
     let persistent = cfg.spec.store == StoreKind::Persistent;
     if persistent {
         if let Some(id) = cfg.disk.process_id(cfg.index) {
@@ -252,7 +256,7 @@ pub fn initialize_process_id(cfg: &ProcessorConfig) -> String {
             return id;
         }
     }
-    let id = random_uuid();
+    let id = uuid_from(now_ns, cfg.index);
     if persistent {
         cfg.disk.write_process_id(cfg.index, id.clone());
     }
@@ -260,10 +264,17 @@ pub fn initialize_process_id(cfg: &ProcessorConfig) -> String {
     id
 }
 
-/// A version-4 UUID from the (simulation's) random generator.
-fn random_uuid() -> String {
-    use madsim::rand::Rng;
-    let bits: u128 = madsim::rand::thread_rng().gen();
+/// A version-4-shaped UUID from `seed` and `index` (splitmix64 mixing).
+fn uuid_from(seed: u64, index: u32) -> String {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let hi = mix(seed ^ (u64::from(index) << 32));
+    let lo = mix(hi ^ u64::from(index));
+    let bits = (u128::from(hi) << 64) | u128::from(lo);
     let bits = (bits & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
     let hex = format!("{bits:032x}");
     format!(
@@ -824,8 +835,8 @@ mod tests {
     #[test]
     fn the_transactional_id_carries_a_process_id_that_only_persistent_stores_keep() {
         let mut cfg = config("in-memory");
-        let first = initialize_process_id(&cfg);
-        let second = initialize_process_id(&cfg);
+        let first = initialize_process_id(&cfg, 1_000);
+        let second = initialize_process_id(&cfg, 2_000);
         assert_ne!(
             first, second,
             "a fresh process id per start without persistent stores"
@@ -834,9 +845,9 @@ mod tests {
         cfg.process_id = first.clone();
         assert_eq!(cfg.transactional_id(), format!("counts-{first}-1"));
         let cfg = config("persistent");
-        let first = initialize_process_id(&cfg);
+        let first = initialize_process_id(&cfg, 1_000);
         assert_eq!(
-            initialize_process_id(&cfg),
+            initialize_process_id(&cfg, 2_000),
             first,
             "read back from the state dir"
         );
