@@ -8,6 +8,10 @@
 //! ```toml
 //! [sink]
 //! variant = "seed"           # seed, connector-current, seed+token, seed+token+fencing
+//! tolerateStateMismatch = false         # the connector's keys, under their names
+//! "errors.tolerance" = "all"            # none | all
+//! "errors.deadletterqueue.topic.name" = ""   # default <name>-dlq under all; "" = none
+//! "errors.log.enable" = false
 //! tasks = 2                             # worker nodes and tasks.max
 //! batch_records_max = 100               # consumer.override.max.poll.records
 //! non_replicated_deduplication_window = 3
@@ -170,20 +174,47 @@ pub struct ClickHouseSinkSpec {
     /// Default: the server's 30 s.
     #[serde(default)]
     pub cleanup_delay_period_ms: Option<u64>,
-    /// `tolerateStateMismatch`. Default false.
-    #[serde(default)]
+    /// `tolerateStateMismatch` (the connector's name; `tolerate_state_mismatch` is
+    /// accepted too). Default false.
+    #[serde(
+        default,
+        rename = "tolerateStateMismatch",
+        alias = "tolerate_state_mismatch"
+    )]
     pub tolerate_state_mismatch: bool,
-    /// `errors.tolerance`: `none`, or `all` with the worker's dead-letter queue topic
-    /// `<name>-dlq` (context headers on). Default all.
-    #[serde(default = "all")]
+    /// `errors.tolerance` (`errors_tolerance` is accepted too): `none` or `all`. Default
+    /// all.
+    #[serde(
+        default = "all",
+        rename = "errors.tolerance",
+        alias = "errors_tolerance"
+    )]
     pub errors_tolerance: String,
+    /// `errors.deadletterqueue.topic.name`. Default: `<name>-dlq` (context headers on)
+    /// under `errors.tolerance=all`, none otherwise; `""` for none. Without it and without
+    /// `errors.log.enable` Connect gives the task no errant record reporter and what the
+    /// connector reports is dropped silently.
+    #[serde(default, rename = "errors.deadletterqueue.topic.name")]
+    pub errors_deadletterqueue_topic_name: Option<String>,
+    /// `errors.log.enable`. Default false.
+    #[serde(default, rename = "errors.log.enable")]
+    pub errors_log_enable: bool,
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
 }
 
 impl ClickHouseSinkSpec {
-    /// The seed's target table `kafka2ck` with this spec's engine and dedup settings.
+    /// The dead-letter queue topic the connector is configured with (see
+    /// [`Self::errors_deadletterqueue_topic_name`]).
+    pub fn dlq_topic(&self) -> Option<String> {
+        match &self.errors_deadletterqueue_topic_name {
+            Some(topic) if topic.trim().is_empty() => None,
+            Some(topic) => Some(topic.clone()),
+            None => (self.errors_tolerance == "all").then(|| format!("{}-dlq", self.name)),
+        }
+    }
+
     /// The ClickHouse insert settings of `[sink]` that are set, as the connector's
     /// properties (`max_insert_block_size`, `min_insert_block_size_rows`, `_bytes`).
     pub fn insert_setting_props(&self) -> Vec<(&'static str, String)> {

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 /// The connector's configuration as posted to the herder, from the scenario's `[sink]`:
 /// Connect's keys (`tasks.max` = `tasks`, `consumer.override.max.poll.records` =
-/// `batch_records_max`, JsonConverter without schemas, a dead-letter queue
-/// `<name>-dlq` with context headers under `errors.tolerance=all`) and the sink's own.
+/// `batch_records_max`, JsonConverter without schemas, the dead-letter queue of
+/// [`dlq_topic`] with context headers, `errors.log.enable`) and the sink's own.
 pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
     let spec = &ctx.spec;
     let mut p = BTreeMap::new();
@@ -42,6 +42,9 @@ pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
         spec.max_poll_interval_ms.to_string(),
     );
     set("errors.tolerance", spec.errors_tolerance.clone());
+    if spec.errors_log_enable {
+        set("errors.log.enable", "true".into());
+    }
     if let Some(topic) = dlq_topic(ctx) {
         set("errors.deadletterqueue.topic.name", topic);
         set(
@@ -63,9 +66,12 @@ pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
     p
 }
 
-/// The dead-letter queue topic, `<name>-dlq`, when `errors.tolerance=all`.
+/// The dead-letter queue topic ([`ClickHouseSinkSpec::dlq_topic`]: `<name>-dlq` under
+/// `errors.tolerance=all` unless the scenario sets another or none).
+///
+/// [`ClickHouseSinkSpec::dlq_topic`]: crate::scenario::clickhouse::ClickHouseSinkSpec::dlq_topic
 pub fn dlq_topic(ctx: &Context) -> Option<String> {
-    (ctx.spec.errors_tolerance == "all").then(|| format!("{}-dlq", ctx.spec.name))
+    ctx.spec.dlq_topic()
 }
 
 /// The worker configuration: `session.timeout.ms` from `[sink]` (the worker group's and
