@@ -94,6 +94,12 @@ pub struct ProducerConfig {
     pub retries: u32,
     /// `retry.backoff.ms`. Default 100.
     pub retry_backoff_ms: u64,
+    /// `max.block.ms`: how long `send` waits for the topic's metadata before it fails.
+    /// Default here 0 (one metadata request, then the error), not Java's 60000: the
+    /// workloads' producers keep the behaviour their scenarios were calibrated with; Connect's
+    /// DLQ producer sets Connect's value. librdkafka has no counterpart (a record waits in
+    /// its queue within `delivery.timeout.ms`), so the real producer ignores it.
+    pub max_block_ms: u64,
 }
 
 impl Default for ProducerConfig {
@@ -105,6 +111,7 @@ impl Default for ProducerConfig {
             delivery_timeout_ms: 120_000,
             retries: u32::MAX,
             retry_backoff_ms: 100,
+            max_block_ms: 0,
         }
     }
 }

@@ -3,8 +3,9 @@
 //! # The DLQ producer ([`dlq_producer_config`])
 //! Connect builds it from `Worker.baseProducerConfigs` (apache/kafka
 //! `connect/runtime/.../Worker.java`, `sinkTaskReporters`): `acks=all`,
-//! `enable.idempotence=false`, `max.in.flight.requests.per.connection=1` and
-//! `delivery.timeout.ms = Integer.MAX_VALUE`, so a report is retried until it is written
+//! `enable.idempotence=false`, `max.in.flight.requests.per.connection=1`,
+//! `max.block.ms = Long.MAX_VALUE` and `delivery.timeout.ms = Integer.MAX_VALUE`, so a
+//! report waits for metadata and is retried until it is written
 //! ("these settings will execute infinite retries on retriable exceptions").
 //!
 //! # Reports ([`DlqQueue`])
@@ -31,11 +32,13 @@ pub const DLQ_DELIVERY_TIMEOUT_MS: u64 = i32::MAX as u64;
 
 /// The dead-letter queue producer's configuration: Connect's `baseProducerConfigs`
 /// (`acks=all`, no idempotence, `delivery.timeout.ms` = `Integer.MAX_VALUE`), the producer's
-/// own `request.timeout.ms` default (30 s).
+/// own `request.timeout.ms` default (30 s), `max.block.ms` without end.
 pub fn dlq_producer_config() -> ProducerConfig {
     ProducerConfig {
         enable_idempotence: false,
         delivery_timeout_ms: DLQ_DELIVERY_TIMEOUT_MS,
+        // Java: Long.MAX_VALUE; ~25 days is as endless for a run and keeps time finite.
+        max_block_ms: DLQ_DELIVERY_TIMEOUT_MS,
         ..ProducerConfig::default()
     }
 }
@@ -214,5 +217,94 @@ impl ErrantRecordReporter for PutReporter<'_> {
                 record.tp, record.offset
             ))),
         }
+    }
+}
+
+#[cfg(all(test, madsim))]
+mod tests {
+    use super::*;
+    use crate::client::{ClientError, Delivery};
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// A producer whose sends complete once `open` is set (`Ok`), or fail at once with
+    /// `fail`.
+    struct Gated {
+        open: Arc<AtomicBool>,
+        fail: bool,
+    }
+
+    #[async_trait]
+    impl Producer for Gated {
+        async fn send(&self, _record: ProducerRecord) -> Result<Delivery, ClientError> {
+            if self.fail {
+                return Err(ClientError::Fatal("record too large".into()));
+            }
+            while !self.open.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(Delivery {
+                partition: 0,
+                offset: 0,
+            })
+        }
+    }
+
+    fn errant(partition: u32) -> ErrantRecord {
+        ErrantRecord {
+            original: ConsumedRecord {
+                tp: TopicPartition::new("t", partition),
+                offset: 3,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+            },
+            stage: "TASK_PUT",
+            class_name: "x".into(),
+            exception_class: "e",
+            message: "bad".into(),
+        }
+    }
+
+    fn target() -> DlqTarget {
+        DlqTarget {
+            topic: "dlq".into(),
+            context_headers: false,
+            connector: "c".into(),
+            task: 0,
+        }
+    }
+
+    /// `WorkerErrantRecordReporter.awaitFutures`: a commit of a partition waits until its
+    /// put-stage reports are written; other partitions and converter-stage reports (whose
+    /// futures Connect drops) do not wait; a report that failed fails the wait.
+    #[test]
+    fn a_commit_waits_for_the_put_stage_reports_of_its_partitions() {
+        let runtime = madsim::runtime::Runtime::new();
+        runtime.block_on(async {
+            let open = Arc::new(AtomicBool::new(false));
+            let producer = Gated {
+                open: open.clone(),
+                fail: false,
+            };
+            let mut queue = DlqQueue::start(producer, target());
+            queue.report(errant(0), true);
+            queue.report(errant(1), false);
+            let p0 = [TopicPartition::new("t", 0)];
+            let p1 = [TopicPartition::new("t", 1)];
+            let bound = Duration::from_secs(5);
+            assert!(tokio::time::timeout(bound, queue.await_futures(&p1)).await.is_ok());
+            let waited = tokio::time::timeout(bound, queue.await_futures(&p0)).await;
+            assert!(waited.is_err(), "p0's report is not written yet");
+            queue.report(errant(0), true);
+            open.store(true, Ordering::SeqCst);
+            let written = tokio::time::timeout(bound, queue.await_futures(&p0)).await;
+            assert_eq!(written, Ok(Ok(())));
+            let failing = Gated { open, fail: true };
+            let mut queue = DlqQueue::start(failing, target());
+            queue.report(errant(0), true);
+            assert!(queue.await_futures(&p0).await.is_err(), "a failed report fails");
+        });
     }
 }

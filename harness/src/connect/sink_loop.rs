@@ -657,3 +657,57 @@ fn provided_nothing_new(
 ) -> bool {
     committable.is_empty() || committable == last
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connector(extra: &[(&str, &str)]) -> ConnectorConfig {
+        let mut raw: BTreeMap<String, String> = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        raw.insert("tasks.max".into(), "1".into());
+        ConnectorConfig::parse(&raw, &[]).expect("valid")
+    }
+
+    /// KIP-735 and `Worker.baseConsumerConfigs`: a task consumer keeps the consumer's own
+    /// session timeout and heartbeat (45 s, 3 s), not the worker group's (10 s), unless the
+    /// connector overrides them.
+    #[test]
+    fn task_consumers_keep_the_consumer_session_timeout_unless_overridden() {
+        let wc = WorkerConfig::default();
+        assert_eq!(wc.session_timeout_ms, 10_000);
+        let cc = task_consumer_config(&connector(&[]), &wc);
+        assert_eq!((cc.session_timeout_ms, cc.heartbeat_interval_ms), (45_000, 3_000));
+        let overridden = connector(&[
+            ("consumer.override.session.timeout.ms", "12000"),
+            ("consumer.override.heartbeat.interval.ms", "4000"),
+        ]);
+        let cc = task_consumer_config(&overridden, &wc);
+        assert_eq!((cc.session_timeout_ms, cc.heartbeat_interval_ms), (12_000, 4_000));
+        let bad = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("consumer.override.session.timeout.ms", "soon"),
+        ];
+        let raw = bad.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
+        assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
+    }
+
+    /// Connect's DLQ producer retries a report until it is written.
+    #[test]
+    fn the_dlq_producer_never_gives_up() {
+        let p = dlq_producer_config();
+        assert_eq!(p.delivery_timeout_ms, i32::MAX as u64);
+        assert!(!p.enable_idempotence);
+        assert_eq!(p.acks, eosim_sim::kafka::Acks::All);
+    }
+}

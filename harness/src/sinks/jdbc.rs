@@ -615,6 +615,70 @@ mod tests {
         assert_eq!(s.write_mode, WriteMode::Insert);
     }
 
+    /// Counts the transactions (`execute_batch` calls) and their statements.
+    #[derive(Default)]
+    struct CountingPg {
+        transactions: Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    #[async_trait]
+    impl PostgresClient for CountingPg {
+        async fn execute(
+            &mut self,
+            _statement: Statement,
+        ) -> Result<eosim_sim::postgres::Reply, PgClientError> {
+            Err(PgClientError::Connection("not used".into()))
+        }
+
+        async fn execute_batch(
+            &mut self,
+            statements: Vec<Statement>,
+        ) -> Result<Vec<eosim_sim::postgres::Reply>, PgClientError> {
+            self.transactions.lock().unwrap().push(statements.len());
+            Ok(Vec::new())
+        }
+    }
+
+    struct NoReports;
+
+    impl ErrantRecordReporter for NoReports {
+        fn report(&mut self, _: &SinkRecord, e: &str) -> Result<(), ConnectError> {
+            Err(ConnectError::Fatal(e.to_string()))
+        }
+    }
+
+    /// Confluent's `JdbcDbWriter.write`: autocommit off, one commit per `put`, whatever
+    /// `batch.size` (which only splits the statements inside that transaction).
+    #[test]
+    fn a_put_is_one_transaction_whatever_the_batch_size() {
+        let mut raw = seed_config();
+        raw.insert("batch.size".into(), "2".into());
+        let topics = vec!["server1.dbo.t1".to_string()];
+        let config = JdbcSinkConfig::parse(&raw, &topics).unwrap();
+        let pg = CountingPg::default();
+        let transactions = pg.transactions.clone();
+        let mut task = JdbcSinkTask::new(config, Box::new(pg));
+        let records: Vec<SinkRecord> = (0..5)
+            .map(|i| SinkRecord {
+                tp: TopicPartition::new("server1.dbo.t1", 0),
+                offset: i,
+                key: None,
+                value: Some(serde_json::json!({"a": i, "b": 1})),
+                headers: Vec::new(),
+                timestamp_ms: 0,
+            })
+            .collect();
+        // The fake answers at once: one poll with a no-op waker finishes the put.
+        let mut reporter = NoReports;
+        let mut put = task.put(records, &mut reporter);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(result) = put.as_mut().poll(&mut cx) else {
+            panic!("the put waited on nothing")
+        };
+        result.expect("put");
+        assert_eq!(*transactions.lock().unwrap(), vec![5]);
+    }
+
     #[test]
     fn an_unknown_key_is_named() {
         let mut raw = seed_config();
