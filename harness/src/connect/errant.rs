@@ -294,7 +294,9 @@ mod tests {
             let p0 = [TopicPartition::new("t", 0)];
             let p1 = [TopicPartition::new("t", 1)];
             let bound = Duration::from_secs(5);
-            assert!(tokio::time::timeout(bound, queue.await_futures(&p1)).await.is_ok());
+            assert!(tokio::time::timeout(bound, queue.await_futures(&p1))
+                .await
+                .is_ok());
             let waited = tokio::time::timeout(bound, queue.await_futures(&p0)).await;
             assert!(waited.is_err(), "p0's report is not written yet");
             queue.report(errant(0), true);
@@ -304,7 +306,10 @@ mod tests {
             let failing = Gated { open, fail: true };
             let mut queue = DlqQueue::start(failing, target());
             queue.report(errant(0), true);
-            assert!(queue.await_futures(&p0).await.is_err(), "a failed report fails");
+            assert!(
+                queue.await_futures(&p0).await.is_err(),
+                "a failed report fails"
+            );
         });
     }
 }

@@ -663,15 +663,12 @@ mod tests {
     use super::*;
 
     fn connector(extra: &[(&str, &str)]) -> ConnectorConfig {
-        let mut raw: BTreeMap<String, String> = [
-            ("name", "c"),
-            ("connector.class", "x"),
-            ("topics", "t"),
-        ]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        let mut raw: BTreeMap<String, String> =
+            [("name", "c"), ("connector.class", "x"), ("topics", "t")]
+                .into_iter()
+                .chain(extra.iter().copied())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
         raw.insert("tasks.max".into(), "1".into());
         ConnectorConfig::parse(&raw, &[]).expect("valid")
     }
@@ -684,20 +681,29 @@ mod tests {
         let wc = WorkerConfig::default();
         assert_eq!(wc.session_timeout_ms, 10_000);
         let cc = task_consumer_config(&connector(&[]), &wc);
-        assert_eq!((cc.session_timeout_ms, cc.heartbeat_interval_ms), (45_000, 3_000));
+        assert_eq!(
+            (cc.session_timeout_ms, cc.heartbeat_interval_ms),
+            (45_000, 3_000)
+        );
         let overridden = connector(&[
             ("consumer.override.session.timeout.ms", "12000"),
             ("consumer.override.heartbeat.interval.ms", "4000"),
         ]);
         let cc = task_consumer_config(&overridden, &wc);
-        assert_eq!((cc.session_timeout_ms, cc.heartbeat_interval_ms), (12_000, 4_000));
+        assert_eq!(
+            (cc.session_timeout_ms, cc.heartbeat_interval_ms),
+            (12_000, 4_000)
+        );
         let bad = [
             ("name", "c"),
             ("connector.class", "x"),
             ("topics", "t"),
             ("consumer.override.session.timeout.ms", "soon"),
         ];
-        let raw = bad.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let raw = bad
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
         assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
     }

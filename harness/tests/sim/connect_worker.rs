@@ -449,7 +449,10 @@ fn a_retriable_put_is_redelivered_after_the_task_timeout_while_the_consumer_poll
     );
     assert_delivered_once(&outcome.log.delivered);
     assert_eq!(outcome.committed, full_commit());
-    eosim_sim::marks::assert_hit(&["connect:paused-for-redelivery", "connect:redelivered-after-pause"]);
+    eosim_sim::marks::assert_hit(&[
+        "connect:paused-for-redelivery",
+        "connect:redelivered-after-pause",
+    ]);
 }
 
 /// `WorkerSinkTask.commitOffsets`: a throwing `preCommit` seeks the partitions back to
@@ -518,8 +521,10 @@ fn heal_after_40_s(_: &Herder, log: &SharedLog) {
         let (Some(node), Some(at_ms)) = (node, clogged) else {
             panic!("the worker was not cut off by 10 s")
         };
-        madsim::time::sleep(Duration::from_millis((at_ms + 40_000).saturating_sub(sim_ms())))
-            .await;
+        madsim::time::sleep(Duration::from_millis(
+            (at_ms + 40_000).saturating_sub(sim_ms()),
+        ))
+        .await;
         madsim::net::NetSim::current().unclog_node(node);
     });
 }

@@ -36,8 +36,8 @@ pub mod clickhouse;
 pub mod error;
 mod group;
 pub mod kafka;
-mod rebalance;
 pub mod postgres;
+mod rebalance;
 pub mod txn;
 pub mod zookeeper;
 

@@ -361,7 +361,11 @@ impl SimConsumer {
     async fn fetch_once(&mut self, deadline: &Deadline) {
         let mut by_leader: BTreeMap<BrokerId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
         let mut leaderless = false;
-        for (tp, &offset) in self.positions.iter().filter(|(tp, _)| !self.paused.contains(tp)) {
+        for (tp, &offset) in self
+            .positions
+            .iter()
+            .filter(|(tp, _)| !self.paused.contains(tp))
+        {
             match self.group.conn.leader(tp) {
                 Some(leader) => by_leader
                     .entry(leader)

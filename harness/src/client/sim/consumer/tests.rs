@@ -716,7 +716,11 @@ fn a_listening_consumer_hands_out_its_partitions_before_it_rejoins_and_can_commi
             partitions(fake_broker::TOPIC, &[0, 1, 2])
         );
         assert!(!revocation.lost, "the generation was still valid");
-        assert_eq!(commit, Some(Ok(())), "the revoked partitions' commit went through");
+        assert_eq!(
+            commit,
+            Some(Ok(())),
+            "the revoked partitions' commit went through"
+        );
         assert!((1..3).contains(&a_partitions), "a rejoined with a share");
     });
     eosim_sim::marks::assert_hit(&["client:consumer-revocation-handed-out"]);
@@ -750,19 +754,32 @@ fn a_paused_partition_is_held_back_until_resumed() {
             let tp0 = TopicPartition::new(fake_broker::TOPIC, 0);
             let mut seen = Vec::new();
             while consumer.assignment().is_empty() {
-                seen.extend(consumer.poll(Duration::from_millis(100)).await.expect("poll"));
+                seen.extend(
+                    consumer
+                        .poll(Duration::from_millis(100))
+                        .await
+                        .expect("poll"),
+                );
             }
             assert!(consumer.pause(&[TopicPartition::new("t", 99)]).is_err());
-            consumer.pause(&[tp0.clone()]).expect("pause an assigned partition");
+            consumer
+                .pause(&[tp0.clone()])
+                .expect("pause an assigned partition");
             let mut while_paused = Vec::new();
             for _ in 0..20 {
-                let records = consumer.poll(Duration::from_millis(200)).await.expect("poll");
+                let records = consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll");
                 while_paused.extend(records.into_iter().map(|r| r.tp.partition));
             }
             consumer.resume(&[tp0]).expect("resume");
             let mut after = Vec::new();
             for _ in 0..20 {
-                let records = consumer.poll(Duration::from_millis(200)).await.expect("poll");
+                let records = consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll");
                 after.extend(records.into_iter().map(|r| r.tp.partition));
             }
             (while_paused, after)
@@ -770,7 +787,10 @@ fn a_paused_partition_is_held_back_until_resumed() {
         .await
         .expect("consumer task")
     });
-    assert!(!while_paused.contains(&0), "nothing of p0 while paused: {while_paused:?}");
+    assert!(
+        !while_paused.contains(&0),
+        "nothing of p0 while paused: {while_paused:?}"
+    );
     assert!(!while_paused.is_empty(), "the others flowed");
     assert!(after.contains(&0), "p0 came after resume: {after:?}");
 }
