@@ -146,12 +146,18 @@ pub async fn partition_of(
         return Ok(p);
     }
     let deadline = madsim::time::Instant::now() + Duration::from_millis(config.max_block_ms);
+    let mut waited = false;
     let count = loop {
         if let Some(n) = conn.partition_count(&record.topic) {
             break n;
         }
+        // The first request gets its whole `request.timeout.ms`, as before any wait.
         let left = deadline.saturating_duration_since(madsim::time::Instant::now());
-        let timeout = Duration::from_millis(config.request_timeout_ms).min(left);
+        let mut timeout = Duration::from_millis(config.request_timeout_ms);
+        if waited {
+            timeout = timeout.min(left);
+        }
+        waited = true;
         let refreshed = conn
             .refresh_metadata(std::slice::from_ref(&record.topic), timeout)
             .await;
