@@ -184,7 +184,7 @@ impl SimConsumer {
     /// Whether the group wants this member to (re)join and no join loop runs yet.
     fn rejoin_due(&self) -> bool {
         let m = self.group.membership();
-        self.rebalance_task.is_none() && !(m.stable && !m.rejoin_needed)
+        self.rebalance_task.is_none() && (!m.stable || m.rejoin_needed)
     }
 
     /// Java's `onJoinPrepare` with a rebalance listener: before the first rejoin that would

@@ -763,7 +763,7 @@ fn a_paused_partition_is_held_back_until_resumed() {
             }
             assert!(consumer.pause(&[TopicPartition::new("t", 99)]).is_err());
             consumer
-                .pause(&[tp0.clone()])
+                .pause(std::slice::from_ref(&tp0))
                 .expect("pause an assigned partition");
             let mut while_paused = Vec::new();
             for _ in 0..20 {
