@@ -12,6 +12,7 @@
 //! "errors.tolerance" = "all"            # none | all
 //! "errors.deadletterqueue.topic.name" = ""   # default <name>-dlq under all; "" = none
 //! "errors.log.enable" = false
+//! "offset.flush.interval.ms" = 60000     # the workers'; also the retriable-put redelivery
 //! tasks = 2                             # worker nodes and tasks.max
 //! batch_records_max = 100               # consumer.override.max.poll.records
 //! non_replicated_deduplication_window = 3
@@ -138,6 +139,12 @@ pub struct ClickHouseSinkSpec {
     /// `consumer.override.max.poll.interval.ms`. Default 300000.
     #[serde(default = "five_min")]
     pub max_poll_interval_ms: u64,
+    /// The workers' `offset.flush.interval.ms`, ms. Besides the periodic commit it bounds
+    /// how long a batch whose `put` threw a `RetriableException` waits for redelivery: the
+    /// connector sets no `context.timeout`, so `WorkerSinkTask` polls its paused partitions
+    /// until the next commit is due. Default 60000 (Connect's).
+    #[serde(default = "sixty_s", rename = "offset.flush.interval.ms")]
+    pub offset_flush_interval_ms: u64,
     /// When the operator posts the connector, ms after the start (to let the topic fill
     /// up); the tables are created before. Default 0.
     #[serde(default)]
@@ -285,6 +292,10 @@ fn ten_s() -> u64 {
 fn thirty_s() -> u64 {
     30_000
 }
+fn sixty_s() -> u64 {
+    60_000
+}
+
 fn five_min() -> u64 {
     300_000
 }

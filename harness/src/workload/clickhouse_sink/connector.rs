@@ -92,6 +92,7 @@ pub fn worker_config(ctx: &Context) -> WorkerConfig {
     WorkerConfig {
         session_timeout_ms,
         heartbeat_interval_ms: (session_timeout_ms / 3).max(100),
+        offset_flush_interval_ms: ctx.spec.offset_flush_interval_ms,
         ..WorkerConfig::default()
     }
 }
