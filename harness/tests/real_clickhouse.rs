@@ -2,9 +2,12 @@
 //! (`client::real::{clickhouse, zookeeper}`). Insert/select round trip, what 18.16
 //! deduplicates, KeeperMap-in-ZooKeeper's versioned writes, the sink task's state machine,
 //! and the sink-versus-bulk-load ratio. Runs only with `EOSIM_REAL=1`, except the check
-//! that a token variant is reported skipped on 18.16 (it needs no services).
+//! that a token variant is reported skipped on 18.16 (it needs no services); and the
+//! insert differential suite against the model (`real_support/clickhouse_differential.rs`).
 #![cfg(not(madsim))]
 
+#[path = "real_support/clickhouse_differential.rs"]
+mod clickhouse_differential;
 mod real_support;
 
 use eosim::client::clickhouse::{ChClientError, ClickHouse, KeeperMap};
@@ -445,5 +448,48 @@ fn a_token_variant_is_reported_skipped_on_18_16_not_passed() {
     assert!(
         note.contains("insert_deduplication_token") && note.contains("18.16"),
         "{note}"
+    );
+}
+
+/// Generated INSERTs (new rows, repeated and reordered blocks, block sizes, squashing on and
+/// off, `insert_deduplicate`, unparsable rows) into Replicated, partitioned Replicated and
+/// plain MergeTree tables run against ClickHouse 18.16 with ZooKeeper and against the model:
+/// every result code, table content and part count must be equal. Prints the agreement
+/// rate. See `real_support/clickhouse_differential.rs`.
+#[test]
+fn model_and_real_clickhouse_agree_on_inserts_and_deduplication() {
+    if !real_enabled("model_and_real_clickhouse_agree_on_inserts_and_deduplication") {
+        return;
+    }
+    let services = start_services();
+    let rt = runtime();
+    let ch = rt
+        .block_on(RealClickHouse::connect(RealClickHouseConfig::new(
+            &services.ch.url(),
+        )))
+        .expect("connects");
+    let cases = real_support::diff_cases(32);
+    let (agreed, ran, tally) = timed(&format!("clickhouse differential, {cases} cases"), || {
+        clickhouse_differential::run(&rt, &ch, cases)
+    });
+    real_support::report_agreement(
+        "ClickHouse 18.16 inserts and deduplication",
+        agreed,
+        ran,
+        &tally,
+    );
+    for must in [
+        "Replicated: ok, all deduplicated",
+        "Replicated: ok, all written",
+        "Plain: ok, all written",
+    ] {
+        assert!(
+            tally.contains_key(must),
+            "the generated cases never exercised `{must}`: {tally:?}"
+        );
+    }
+    assert!(
+        tally.keys().any(|k| k.contains("error")),
+        "no unparsable row was exercised: {tally:?}"
     );
 }

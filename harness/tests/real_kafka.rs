@@ -6,7 +6,11 @@
 
 #[path = "real_support/differential.rs"]
 mod differential;
+#[path = "real_support/group_differential.rs"]
+mod group_differential;
 mod real_support;
+#[path = "real_support/wire.rs"]
+mod wire;
 
 use bytes::Bytes;
 use eosim::client::real::{RealAdmin, RealConsumer, RealProducer};
@@ -309,14 +313,50 @@ fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
     let dir = service_dir("kafka-differential");
     let kafka =
         timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
-    // EOSIM_DIFF_CASES overrides the number of generated sequences (default 8).
-    let cases = std::env::var("EOSIM_DIFF_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(8);
-    timed(&format!("differential, {cases} cases"), || {
+    let cases = real_support::diff_cases(8);
+    let (agreed, ran, tally) = timed(&format!("differential, {cases} cases"), || {
         differential::run(&kafka.bootstrap_servers(), cases)
     });
+    real_support::report_agreement("Kafka produce, commit, fetch", agreed, ran, &tally);
+}
+
+/// Generated JoinGroup / SyncGroup / Heartbeat / OffsetCommit / LeaveGroup / OffsetFetch
+/// requests of three members sent over the wire protocol to one real broker and to the
+/// model's group coordinator; every answer, and every held-back answer a request
+/// releases, must be equal. Prints the agreement rate. See
+/// `real_support/group_differential.rs`.
+#[test]
+fn model_and_real_kafka_agree_on_the_group_protocol() {
+    if !real_enabled("model_and_real_kafka_agree_on_the_group_protocol") {
+        return;
+    }
+    let dir = service_dir("kafka-group-differential");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).expect("admin");
+    let partitions = group_differential::PARTITIONS;
+    runtime()
+        .block_on(admin.create_topic("t", partitions, 1, TopicConfig::default()))
+        .expect("create topic t");
+    let cases = real_support::diff_cases(16);
+    let (agreed, ran, tally) = timed(&format!("group differential, {cases} cases"), || {
+        group_differential::run(&bootstrap, cases)
+    });
+    real_support::report_agreement("Kafka group protocol (wire)", agreed, ran, &tally);
+    for must in [
+        "MemberIdRequired",
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "OffsetCommit",
+    ] {
+        assert!(
+            tally.contains_key(must),
+            "the generated cases never exercised `{must}`: {tally:?}"
+        );
+    }
+    timed("stop kafka", || kafka.stop());
 }
 
 /// A member that does not poll within `max.poll.interval.ms` leaves the group; its commit

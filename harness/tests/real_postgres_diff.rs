@@ -46,7 +46,7 @@
 //!   not compared (its message and code still are); the count is printed.
 //!
 //! Runs only with `EOSIM_REAL=1` (needs PostgreSQL 15 from Debian, see
-//! `.ci/install-real-services`). `EOSIM_DIFF_CASES` sets the number of cases (default 64).
+//! `.ci/install-real-services`). `EOSIM_DIFF_CASES` sets the number of cases (default 64), `EOSIM_DIFF_SEED` the generation seed (default 1).
 #![cfg(not(madsim))]
 
 mod real_support;
@@ -62,7 +62,7 @@ use eosim_sim::postgres::{
     Statement, Value,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use real_support::{real_enabled, service_dir, timed};
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -797,13 +797,6 @@ fn reconcile_known(create: &CreateTable, model: &Observed, real: &mut Observed) 
     hits
 }
 
-fn cases() -> u32 {
-    std::env::var("EOSIM_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
 #[test]
 fn postgres_model_agrees_with_real_postgres() {
     if !real_enabled("postgres_model_agrees_with_real_postgres") {
@@ -816,15 +809,10 @@ fn postgres_model_agrees_with_real_postgres() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let cases = cases();
-    let config = Config {
-        cases,
-        max_shrink_iters: 512,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
+    let cases = real_support::diff_cases(64);
+    let mut runner = real_support::diff_runner(cases, 512);
     let counter = AtomicU32::new(0);
+    let agreed = AtomicU32::new(0);
     let known_json_numbers = AtomicU32::new(0);
     let known_json_details = AtomicU32::new(0);
     let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
@@ -851,6 +839,7 @@ fn postgres_model_agrees_with_real_postgres() {
                 }
                 known_json_numbers.fetch_add(hits as u32, Ordering::Relaxed);
                 prop_assert_eq!(&model, &real, "\n-- script:\n{}\n", script(&case));
+                agreed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             })
             .map_err(|e| e.to_string())
@@ -871,6 +860,13 @@ fn postgres_model_agrees_with_real_postgres() {
     if let Err(e) = result {
         panic!("the PostgreSQL model and real PostgreSQL differ: {e}");
     }
+    let tally = tally.into_inner().expect("tally");
+    real_support::report_agreement(
+        "PostgreSQL 15 statements",
+        agreed.into_inner(),
+        runs,
+        &tally,
+    );
 }
 
 // ---------------------------------------------------------------------------------------

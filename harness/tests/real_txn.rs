@@ -2,10 +2,14 @@
 //! 4.x started natively (KRaft, one broker): committed records are visible to read_committed
 //! readers and aborted ones are not, a second producer with the same `transactional.id`
 //! fences the first and aborts its open transaction, and offsets sent with a transaction
-//! are committed with it (and not when it aborts). Runs only with `EOSIM_REAL=1`.
+//! are committed with it (and not when it aborts); and the transactional differential
+//! suite against the model (`real_support/txn_differential.rs`). Runs only with
+//! `EOSIM_REAL=1`.
 #![cfg(not(madsim))]
 
 mod real_support;
+#[path = "real_support/txn_differential.rs"]
+mod txn_differential;
 
 use bytes::Bytes;
 use eosim::client::real::{RealAdmin, RealConsumer, RealTransactionalProducer, RealTxnConfig};
@@ -232,4 +236,52 @@ async fn offsets_commit_with_the_transaction(bootstrap: &str) {
         .expect("committed");
     assert_eq!(committed, [(input, 5)]);
     reader.close().await;
+}
+
+/// Generated sequences of transactional sends, offsets, commits, aborts, fencing by a new
+/// instance, zombie sends, idempotent sends and reads at both isolation levels run against
+/// one real broker and against `eosim_sim::kafka::model::Cluster`; every offset, error
+/// class, read and committed offset must be equal. Prints the agreement rate. See
+/// `real_support/txn_differential.rs`.
+#[test]
+fn model_and_real_kafka_agree_on_transactions() {
+    if !real_enabled("model_and_real_kafka_agree_on_transactions") {
+        return;
+    }
+    let dir = service_dir("kafka-txn-differential");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    let kafka = std::sync::Mutex::new(kafka);
+    let restart = || -> Result<(), String> {
+        let mut k = kafka.lock().map_err(|e| e.to_string())?;
+        k.kill(1).map_err(|e| format!("kill broker 1: {e}"))?;
+        std::thread::sleep(Duration::from_secs(2));
+        timed("broker 1 restart", || k.restart(1)).map_err(|e| format!("restart broker 1: {e}"))
+    };
+    let cases = real_support::diff_cases(8);
+    let (agreed, ran, tally) = timed(
+        &format!("transactional differential, {cases} cases"),
+        || txn_differential::run(&bootstrap, &restart, cases),
+    );
+    real_support::report_agreement(
+        "Kafka transactions, fencing and restarts",
+        agreed,
+        ran,
+        &tally,
+    );
+    for must in [
+        "Send ok",
+        "Commit ok",
+        "Abort ok",
+        "Fence ok",
+        "ZombieSend Fatal",
+    ] {
+        assert!(
+            tally.contains_key(must),
+            "the generated cases never exercised `{must}`: {tally:?}"
+        );
+    }
+    let kafka = kafka.into_inner().expect("kafka lock");
+    timed("stop kafka", || kafka.stop());
 }

@@ -94,6 +94,12 @@ pub struct ProducerConfig {
     pub retries: u32,
     /// `retry.backoff.ms`. Default 100.
     pub retry_backoff_ms: u64,
+    /// `max.block.ms`: how long `send` waits for the topic's metadata before it fails.
+    /// Default here 0 (one metadata request, then the error), not Java's 60000: the
+    /// workloads' producers keep the behaviour their scenarios were calibrated with; Connect's
+    /// DLQ producer sets Connect's value. librdkafka has no counterpart (a record waits in
+    /// its queue within `delivery.timeout.ms`), so the real producer ignores it.
+    pub max_block_ms: u64,
 }
 
 impl Default for ProducerConfig {
@@ -105,6 +111,7 @@ impl Default for ProducerConfig {
             delivery_timeout_ms: 120_000,
             retries: u32::MAX,
             retry_backoff_ms: 100,
+            max_block_ms: 0,
         }
     }
 }
@@ -193,6 +200,20 @@ pub struct ConsumedRecord {
     pub headers: Vec<(String, Bytes)>,
 }
 
+/// Partitions a group consumer is about to give up, handed to the application before the
+/// consumer rejoins (what Java's `ConsumerRebalanceListener` is told from
+/// `ConsumerCoordinator.onJoinPrepare`): while it is pending the partitions are still
+/// assigned and the generation still valid, so the application can commit their offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    /// Every assigned partition (the eager protocol revokes them all), sorted.
+    pub partitions: Vec<TopicPartition>,
+    /// `onPartitionsLost` rather than `onPartitionsRevoked`: the member's generation or
+    /// member id was already reset (fenced, expired, left on a poll timeout), so a commit
+    /// cannot succeed and must not be tried.
+    pub lost: bool,
+}
+
 /// A group consumer (rdkafka's `BaseConsumer` with `subscribe`).
 #[async_trait]
 pub trait Consumer: Send {
@@ -248,6 +269,43 @@ pub trait Consumer: Send {
         Err(ClientError::Fatal(
             "committed offsets are not supported".into(),
         ))
+    }
+
+    /// Asks the consumer to hand out revocations (a rebalance listener, Java's
+    /// `subscribe(topics, listener)`): from now on, when `poll` has to rejoin while it owns
+    /// partitions, that poll returns no records and leaves a [`Revocation`] for
+    /// [`take_revocation`](Self::take_revocation), and only the next `poll` revokes and
+    /// rejoins. Returns whether the consumer supports it; the default does not, and then
+    /// the application learns of a revocation only from [`assignment`](Self::assignment)
+    /// after the rejoin.
+    fn listen_for_revocations(&mut self) -> bool {
+        false
+    }
+
+    /// The revocation the last `poll` left, taken (see
+    /// [`listen_for_revocations`](Self::listen_for_revocations)).
+    fn take_revocation(&mut self) -> Option<Revocation> {
+        None
+    }
+
+    /// Stops fetching `partitions` (Java's `pause`): `poll` returns none of their records
+    /// (fetched ones stay buffered) while the member stays in the group. A rebalance
+    /// forgets the pause, as Java's subscription state does.
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when pausing is not supported.
+    fn pause(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        let _ = partitions;
+        Err(ClientError::Fatal("pause is not supported".into()))
+    }
+
+    /// Fetches `partitions` again after [`pause`](Self::pause) (Java's `resume`).
+    ///
+    /// # Errors
+    /// [`ClientError::Fatal`] when pausing is not supported.
+    fn resume(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        let _ = partitions;
+        Err(ClientError::Fatal("resume is not supported".into()))
     }
 
     /// Leaves the group.

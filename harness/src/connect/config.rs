@@ -10,9 +10,14 @@
 //! `errors.deadletterqueue.context.headers.enable` false, `value.converter.schemas.enable`
 //! true, `consumer.override.isolation.level` read_uncommitted,
 //! `consumer.override.max.poll.records` 500, `consumer.override.max.poll.interval.ms`
-//! 300000; worker: `offset.flush.interval.ms` 60000,
+//! 300000, `consumer.override.session.timeout.ms` and
+//! `consumer.override.heartbeat.interval.ms` unset (the consumer's own 45000 and 3000:
+//! a task consumer does not take the worker group's `session.timeout.ms`, as
+//! `Worker.baseConsumerConfigs` passes only `consumer.`-prefixed worker keys and the
+//! connector's `consumer.override.` keys); worker: `offset.flush.interval.ms` 60000,
 //! `offset.flush.timeout.ms` 5000, `session.timeout.ms` 10000, `heartbeat.interval.ms`
-//! 3000, `scheduled.rebalance.max.delay.ms` 300000.
+//! 3000, `scheduled.rebalance.max.delay.ms` 300000, `task.shutdown.graceful.timeout.ms`
+//! 5000.
 
 use eosim_sim::kafka::Isolation;
 use std::collections::BTreeMap;
@@ -65,6 +70,8 @@ pub const FRAMEWORK_KEYS: &[&str] = &[
     "consumer.override.isolation.level",
     "consumer.override.max.poll.records",
     "consumer.override.max.poll.interval.ms",
+    "consumer.override.session.timeout.ms",
+    "consumer.override.heartbeat.interval.ms",
 ];
 
 /// Converter classes the worker knows.
@@ -119,6 +126,10 @@ pub struct ConnectorConfig {
     pub max_poll_records: usize,
     /// `consumer.override.max.poll.interval.ms`.
     pub max_poll_interval_ms: u64,
+    /// `consumer.override.session.timeout.ms`; `None`: the consumer's default.
+    pub session_timeout_ms: Option<u64>,
+    /// `consumer.override.heartbeat.interval.ms`; `None`: the consumer's default.
+    pub heartbeat_interval_ms: Option<u64>,
     /// Every key as given (the sink reads its own keys from here).
     pub raw: BTreeMap<String, String>,
 }
@@ -142,6 +153,24 @@ pub fn number<T: std::str::FromStr>(
         .trim()
         .parse()
         .map_err(|_| invalid(key, value, "a whole number"))
+}
+
+/// Parses `key` as a number when it is set.
+///
+/// # Errors
+/// [`ConfigError::InvalidValue`].
+pub fn optional_number<T: std::str::FromStr>(
+    raw: &BTreeMap<String, String>,
+    key: &str,
+) -> Result<Option<T>, ConfigError> {
+    raw.get(key)
+        .map(|value| {
+            value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(key, value, "a whole number"))
+        })
+        .transpose()
 }
 
 /// Parses `key` as a boolean (`true` / `false`, any case).
@@ -259,6 +288,8 @@ impl ConnectorConfig {
             isolation_level: parse_isolation(raw)?,
             max_poll_records: number(raw, "consumer.override.max.poll.records", "500")?,
             max_poll_interval_ms: number(raw, "consumer.override.max.poll.interval.ms", "300000")?,
+            session_timeout_ms: optional_number(raw, "consumer.override.session.timeout.ms")?,
+            heartbeat_interval_ms: optional_number(raw, "consumer.override.heartbeat.interval.ms")?,
             raw: raw.clone(),
         })
     }
@@ -297,6 +328,7 @@ pub const WORKER_KEYS: &[&str] = &[
     "session.timeout.ms",
     "heartbeat.interval.ms",
     "scheduled.rebalance.max.delay.ms",
+    "task.shutdown.graceful.timeout.ms",
 ];
 
 /// A worker's configuration.
@@ -308,13 +340,15 @@ pub struct WorkerConfig {
     pub offset_flush_interval_ms: u64,
     /// `offset.flush.timeout.ms`. Default 5000.
     pub offset_flush_timeout_ms: u64,
-    /// `session.timeout.ms` of the worker group, also used for the task consumers.
-    /// Default 10000.
+    /// `session.timeout.ms` of the worker group (not of the task consumers). Default 10000.
     pub session_timeout_ms: u64,
     /// `heartbeat.interval.ms`. Default 3000.
     pub heartbeat_interval_ms: u64,
     /// `scheduled.rebalance.max.delay.ms`. Default 300000 (KIP-415).
     pub scheduled_rebalance_max_delay_ms: u64,
+    /// `task.shutdown.graceful.timeout.ms`: how long a stopped task may take to commit and
+    /// close before it is cancelled (`Worker.awaitStopTask`). Default 5000.
+    pub task_shutdown_graceful_timeout_ms: u64,
 }
 
 impl WorkerConfig {
@@ -334,6 +368,11 @@ impl WorkerConfig {
                 raw,
                 "scheduled.rebalance.max.delay.ms",
                 "300000",
+            )?,
+            task_shutdown_graceful_timeout_ms: number(
+                raw,
+                "task.shutdown.graceful.timeout.ms",
+                "5000",
             )?,
         })
     }

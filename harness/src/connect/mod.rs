@@ -1,6 +1,7 @@
 //! The Kafka Connect side of eosim: the sink task contract ([`task`]), the change events
 //! P2's producers send ([`cdc_events`]), configuration
-//! with Connect's own keys ([`config`]), converters ([`converter`]), Debezium change
+//! with Connect's own keys ([`config`]), converters ([`converter`]), errant records and
+//! the dead-letter queue ([`errant`]), Debezium change
 //! events ([`debezium`]), the distributed herder and its control API ([`herder`]), the
 //! `WorkerSinkTask` loop over the client traits ([`sink_loop`]) and, under `--cfg madsim`,
 //! the worker processes (`worker`).
@@ -11,6 +12,7 @@ pub mod cdc_events;
 pub mod config;
 pub mod converter;
 pub mod debezium;
+pub mod errant;
 pub mod herder;
 pub mod sink_loop;
 pub mod task;

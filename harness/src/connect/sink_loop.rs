@@ -1,34 +1,73 @@
 //! Kafka Connect's `WorkerSinkTask` loop, written once over the client traits so that the
 //! simulated worker (`connect::worker`, under `--cfg madsim`) and the real runner's
-//! sink-task process (`real::run::connect_task`) run the same code.
+//! sink-task process (`real::run::connect_task`) run the same code. Source followed:
+//! apache/kafka `connect/runtime/src/main/java/org/apache/kafka/connect/runtime/
+//! WorkerSinkTask.java` (3.x).
 //!
 //! # One iteration ([`SinkTaskLoop::run`])
-//! Commit if `offset.flush.interval.ms` has passed or the task asked for it (`pre_commit`
-//! bounded by `offset.flush.timeout.ms`, then a synchronous commit of what it returned,
-//! within the current assignment and never past what `put` accepted); apply the task's
-//! seeks; poll; on an assignment change `close` the revoked and `open` the new partitions
-//! (a revocation here comes after the consumer already rejoined, so it is handled like a
-//! loss: no commit); convert each record (errors are the converter stage:
-//! `errors.tolerance`, DLQ); `put` the batch. A `Retriable` error from `put` redelivers the
-//! same batch; a `Fatal` one ends the loop with its text. Errant records reported from
-//! `put` are written to the DLQ before the batch's offsets count as processed, so a commit
-//! never passes an unreported record.
+//! Commit if `offset.flush.interval.ms` has passed or the task asked for it; apply the
+//! task's seeks (`rewind`); poll; hand a pending revocation to the task (below); `open` new
+//! partitions; convert each record (errors are the converter stage: `errors.tolerance`,
+//! DLQ) into the batch; `put` the batch.
+//!
+//! # Commits (`commitOffsets`)
+//! Wait for the DLQ futures of the partitions committed ([`super::errant`]), call
+//! `pre_commit` with the current offsets (unbounded, as Java calls it on the task thread),
+//! then commit what it returned within what `put` accepted, over the last committed offsets
+//! of those partitions; nothing is sent when that is unchanged. A periodic commit is bounded
+//! by `offset.flush.timeout.ms` (Java's async commit, timed out in `iteration`: an expired
+//! one is `info`, ambiguous); a closing commit is `commitSync` (the consumer's own
+//! `default.api.timeout.ms`). A failing `pre_commit` skips the commit and, unless closing,
+//! seeks the partitions back to their last committed offsets (`commitOffsets` catch), so
+//! their records are delivered again. Last committed offsets start at a partition's first
+//! position (its first record's offset, `onPartitionsAssigned`'s `consumer.position`) and
+//! follow commits and the task's seeks.
+//!
+//! # Retriable `put` (`deliverMessages`)
+//! A [`ConnectError::Retriable`] keeps the batch, pauses every assigned partition and goes
+//! on polling, so the task stays in its group; the batch is redelivered after one poll of
+//! `min(time to the next commit, SinkTaskContext::timeout)`, and the partitions resume once
+//! a `put` succeeds. A `Fatal` error fails the task.
+//!
+//! # Rebalances (`HandleRebalance`)
+//! The loop asks its consumer to hand out revocations ([`Consumer::listen_for_revocations`]):
+//! before the consumer rejoins (Java: `ConsumerCoordinator.onJoinPrepare`, eager protocol)
+//! the loop commits the revoked partitions as on close (`pre_commit`, `close`, synchronous
+//! commit) and drops their part of the batch; lost partitions (the generation was already
+//! reset) are closed without a commit and their DLQ futures dropped. A consumer that cannot
+//! hand them out (see [`crate::client::real`]) shows the revocation only in its assignment
+//! after the rejoin, which is handled as a loss.
+//!
+//! # Stop and failure (`execute`)
+//! Every exit of the loop, a [`StopSignal`] (the herder's `WorkerTask.stop`) or a failure of
+//! an iteration (a fatal `put`, tolerance exceeded, an errant record that could not be
+//! written), runs `closeAllPartitions`: the closing commit of every partition. A task that
+//! failed before its loop (building the task, subscribing) commits nothing. The caller then
+//! closes the consumer ([`SinkTaskLoop::close_consumer`], LeaveGroup). A kill of the process
+//! runs none of this.
 //!
 //! Where the loop runs is a [`TaskHost`]: its clock (ms since the run's start), where its
 //! ops go (the history), and the `task-crash` fault point after a successful `put`.
 
 use super::config::{ConnectorConfig, Tolerance, WorkerConfig};
 use super::converter::Converter;
-use super::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext};
+use super::errant::{DlqQueue, DlqTarget, ErrantRecord, PutReporter};
+use super::task::{ConnectError, SinkRecord, SinkTask, SinkTaskContext};
 use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
-    ProducerRecord,
+    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, Revocation,
 };
 use crate::history::{OpKind, Value};
-use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+pub use super::errant::dlq_producer_config;
+
+/// The longest single poll, ms: the loop looks at its [`StopSignal`] at least this often
+/// (Java wakes a polling consumer up instead).
+const POLL_MAX_MS: u64 = 500;
 
 /// Where a task loop runs: the simulated worker or a real process.
 pub trait TaskHost: Send {
@@ -38,8 +77,8 @@ pub trait TaskHost: Send {
     /// Records an op of the task's worker process.
     fn record(&self, kind: OpKind, value: Value, error: Option<String>);
 
-    /// The `task-crash` fault point after a successful `put`: `Err` ends the task with
-    /// that text. The default never crashes.
+    /// The `task-crash` fault point after a successful `put`: `Err` is the task throwing
+    /// with that text before the batch counts as delivered. The default never crashes.
     ///
     /// # Errors
     /// The injected crash's text.
@@ -48,17 +87,45 @@ pub trait TaskHost: Send {
     }
 }
 
-/// The task consumer's configuration: group `connect-<name>`, `earliest`, no auto-commit
-/// (the clients never auto-commit), the worker's session and heartbeat settings, and the
-/// connector's `consumer.override.*` keys.
-pub fn task_consumer_config(config: &ConnectorConfig, wc: &WorkerConfig) -> ConsumerConfig {
+/// Asks a running task loop to stop gracefully (the herder's `WorkerTask.stop`); the loop
+/// sees it between iterations. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    /// Asks the loop to stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How a task loop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskExit {
+    /// Stopped through its [`StopSignal`].
+    Stopped,
+    /// Failed with this trace (the task goes FAILED).
+    Failed(String),
+}
+
+/// The task consumer's configuration (`Worker.baseConsumerConfigs`): group `connect-<name>`,
+/// `earliest`, no auto-commit (the clients never auto-commit), the consumer's own
+/// `session.timeout.ms` (45 s, KIP-735) and `heartbeat.interval.ms` (3 s) defaults, not
+/// the worker group's, and the connector's `consumer.override.*` keys.
+pub fn task_consumer_config(config: &ConnectorConfig, _wc: &WorkerConfig) -> ConsumerConfig {
     let mut cc = ConsumerConfig::new(config.group_id());
     cc.auto_offset_reset = AutoOffsetReset::Earliest;
-    cc.session_timeout_ms = wc.session_timeout_ms;
-    cc.heartbeat_interval_ms = wc
-        .heartbeat_interval_ms
-        .min(wc.session_timeout_ms / 3)
-        .max(100);
+    if let Some(ms) = config.session_timeout_ms {
+        cc.session_timeout_ms = ms;
+    }
+    if let Some(ms) = config.heartbeat_interval_ms {
+        cc.heartbeat_interval_ms = ms;
+    }
     cc.max_poll_records = config.max_poll_records;
     cc.max_poll_interval_ms = config.max_poll_interval_ms;
     cc.isolation_level = config.isolation_level;
@@ -66,102 +133,79 @@ pub fn task_consumer_config(config: &ConnectorConfig, wc: &WorkerConfig) -> Cons
     cc
 }
 
-/// The dead-letter queue producer's configuration (Connect's defaults for its DLQ
-/// producer, without idempotence).
-pub fn dlq_producer_config() -> ProducerConfig {
-    ProducerConfig {
-        enable_idempotence: false,
-        request_timeout_ms: 5_000,
-        delivery_timeout_ms: 30_000,
-        ..ProducerConfig::default()
+/// The batch being delivered (Java's `messageBatch`), the next offsets its records account
+/// for (`origOffsets`, converter failures included) and the originals by position.
+#[derive(Default)]
+struct Batch {
+    records: Vec<SinkRecord>,
+    processed: BTreeMap<TopicPartition, Offset>,
+    originals: BTreeMap<(TopicPartition, Offset), ConsumedRecord>,
+}
+
+impl Batch {
+    /// Drops what came from `partitions` (revoked: the next owner reads it again).
+    fn forget(&mut self, partitions: &[TopicPartition]) {
+        self.records.retain(|r| !partitions.contains(&r.tp));
+        self.processed.retain(|tp, _| !partitions.contains(tp));
+        self.originals.retain(|(tp, _), _| !partitions.contains(tp));
     }
 }
-
-/// A failed record on its way to the dead-letter queue.
-struct ErrantRecord {
-    original: ConsumedRecord,
-    stage: &'static str,
-    class_name: String,
-    exception_class: &'static str,
-    message: String,
-}
-
-/// KIP-610's reporter for `put`: collects reports; the loop writes them to the DLQ
-/// before it counts the batch as processed.
-struct PutReporter<'a> {
-    tolerance: Tolerance,
-    originals: &'a BTreeMap<(TopicPartition, Offset), ConsumedRecord>,
-    class_name: String,
-    reports: Vec<ErrantRecord>,
-}
-
-impl ErrantRecordReporter for PutReporter<'_> {
-    fn report(&mut self, record: &SinkRecord, error: &str) -> Result<(), ConnectError> {
-        if let Some(original) = self.originals.get(&(record.tp.clone(), record.offset)) {
-            self.reports.push(ErrantRecord {
-                original: original.clone(),
-                stage: "TASK_PUT",
-                class_name: self.class_name.clone(),
-                exception_class: "org.apache.kafka.connect.errors.ConnectException",
-                message: error.to_string(),
-            });
-        }
-        match self.tolerance {
-            Tolerance::All => Ok(()),
-            Tolerance::None => Err(ConnectError::Fatal(format!(
-                "Tolerance exceeded in error handler: {} offset {}: {error}",
-                record.tp, record.offset
-            ))),
-        }
-    }
-}
-
-/// What [`SinkTaskLoop::convert`] hands on: the batch for `put`, the next offsets the
-/// records account for, and the originals by position.
-type Converted = (
-    Vec<SinkRecord>,
-    BTreeMap<TopicPartition, Offset>,
-    BTreeMap<(TopicPartition, Offset), ConsumedRecord>,
-);
 
 /// One running sink task: its consumer, DLQ producer, and offsets.
-pub struct SinkTaskLoop<C: Consumer, P: Producer, H: TaskHost> {
+pub struct SinkTaskLoop<C: Consumer, H: TaskHost> {
     host: H,
-    task: u32,
     config: ConnectorConfig,
     flush_interval_ms: u64,
     flush_timeout_ms: u64,
     sink: Box<dyn SinkTask>,
     context: SinkTaskContext,
     consumer: C,
-    dlq: Option<P>,
+    dlq: Option<DlqQueue>,
     key_converter: Converter,
     value_converter: Converter,
+    stop: StopSignal,
     assigned: BTreeSet<TopicPartition>,
     current: BTreeMap<TopicPartition, Offset>,
+    last_committed: BTreeMap<TopicPartition, Offset>,
+    batch: Batch,
+    /// Paused for redelivery (`pausedForRedelivery`), with the time the batch is due again
+    /// once the first poll after the failure fixed it.
+    redelivery: Option<Option<u64>>,
     next_commit_ms: u64,
 }
 
-impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
+impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
     /// Task `task` of the connector `config`, on a `consumer` already subscribed to its
-    /// topics, with `dlq` when `errors.deadletterqueue.topic.name` is set. Initializes
-    /// the task with its [`SinkTaskContext`]; the first commit is due one
-    /// `offset.flush.interval.ms` from now.
-    pub fn new(
+    /// topics, with `dlq` when `errors.deadletterqueue.topic.name` is set (its sender starts
+    /// on the current runtime). Initializes the task with its [`SinkTaskContext`]; the first
+    /// commit is due one `offset.flush.interval.ms` from now.
+    pub fn new<P: Producer + 'static>(
         host: H,
         task: u32,
         config: ConnectorConfig,
         wc: &WorkerConfig,
         mut sink: Box<dyn SinkTask>,
-        consumer: C,
+        mut consumer: C,
         dlq: Option<P>,
     ) -> Self {
         let context = SinkTaskContext::new();
         sink.initialize(context.clone());
+        if !consumer.listen_for_revocations() {
+            crate::mark!("connect:revocations-seen-after-rejoin");
+        }
         let converter = |class: &str, schemas_enable| Converter {
             class: class.into(),
             schemas_enable,
         };
+        let dlq = dlq.zip(config.dlq_topic.clone()).map(|(producer, topic)| {
+            let target = DlqTarget {
+                topic,
+                context_headers: config.dlq_context_headers,
+                connector: config.name.clone(),
+                task,
+            };
+            DlqQueue::start(producer, target)
+        });
         Self {
             key_converter: converter(&config.key_converter, config.key_schemas_enable),
             value_converter: converter(&config.value_converter, config.value_schemas_enable),
@@ -169,67 +213,163 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
             flush_interval_ms: wc.offset_flush_interval_ms,
             flush_timeout_ms: wc.offset_flush_timeout_ms,
             host,
-            task,
             config,
             sink,
             context,
             consumer,
             dlq,
+            stop: StopSignal::default(),
             assigned: BTreeSet::new(),
             current: BTreeMap::new(),
+            last_committed: BTreeMap::new(),
+            batch: Batch::default(),
+            redelivery: None,
         }
     }
 
-    /// The task's iterations; returns the failure that ends it.
-    pub async fn run(&mut self) -> String {
-        loop {
+    /// The same loop, stopped gracefully by `stop`.
+    pub fn stopped_by(mut self, stop: StopSignal) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// The task's iterations until it is stopped or fails, then the closing commit of every
+    /// partition (`execute`'s `closeAllPartitions`).
+    pub async fn run(&mut self) -> TaskExit {
+        let exit = loop {
+            if self.stop.is_stopped() {
+                crate::mark!("connect:task-stopped-gracefully");
+                break TaskExit::Stopped;
+            }
             if let Err(e) = self.iteration().await {
-                return e;
+                break TaskExit::Failed(e);
+            }
+        };
+        let mut partitions: BTreeSet<TopicPartition> = self.current.keys().cloned().collect();
+        partitions.extend(self.assigned.iter().cloned());
+        let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
+        if let Err(e) = self.commit_offsets(true, &partitions).await {
+            crate::mark!("connect:closing-commit-failed");
+            if exit == TaskExit::Stopped {
+                return TaskExit::Failed(e);
             }
         }
+        exit
     }
 
-    /// Closes the task's consumer (its partitions move to the group's other members).
+    /// Closes the task's consumer (LeaveGroup: its partitions move to the group's other
+    /// members at once).
     pub async fn close_consumer(&mut self) {
         self.consumer.close().await;
     }
 
     async fn iteration(&mut self) -> Result<(), String> {
         if self.context.take_commit_request() || self.host.now_ms() >= self.next_commit_ms {
-            self.commit().await;
+            let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+            self.commit_offsets(false, &assigned).await?;
             self.next_commit_ms = self.host.now_ms() + self.flush_interval_ms;
         }
         self.rewind();
-        let records = match self.consumer.poll(Duration::from_millis(500)).await {
+        let timeout = self.poll_timeout();
+        let records = match self.consumer.poll(timeout).await {
             Ok(r) => r,
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 return Ok(());
             }
         };
+        if let Some(revocation) = self.consumer.take_revocation() {
+            return self.on_revocation(revocation).await;
+        }
         self.on_assignment().await?;
         let rewound = self.rewind();
         let records: Vec<ConsumedRecord> = records
             .into_iter()
-            .filter(|r| !rewound.contains(&r.tp))
+            .filter(|r| !rewound.contains(&r.tp) && self.assigned.contains(&r.tp))
             .collect();
-        if records.is_empty() {
-            return Ok(());
+        self.convert(records).await?;
+        if self.delivery_due() {
+            self.deliver().await?;
         }
-        let (batch, processed, originals) = self.convert(records).await?;
-        if !batch.is_empty() {
-            self.put(batch, &originals).await?;
-        }
-        for (tp, offset) in processed
-            .into_iter()
-            .filter(|(tp, _)| self.assigned.contains(tp))
-        {
-            self.current.insert(tp, offset);
-        }
-        self.host.crash_point()
+        Ok(())
     }
 
-    /// Calls `close` and `open` when the consumer's assignment changed.
+    /// This poll's timeout: at most [`POLL_MAX_MS`], the time to the next commit, the
+    /// task's `timeout`; paused for redelivery, the time the batch is due again, fixed at
+    /// the first poll after the failure as `now + min(to next commit, timeout)`.
+    fn poll_timeout(&mut self) -> Duration {
+        let now = self.host.now_ms();
+        let asked = self.context.take_timeout();
+        let to_commit = self.next_commit_ms.saturating_sub(now);
+        if let Some(due @ None) = &mut self.redelivery {
+            *due = Some(now + asked.map_or(to_commit, |t| t.min(to_commit)));
+        }
+        let mut ms = POLL_MAX_MS.min(to_commit);
+        if let Some(t) = asked {
+            ms = ms.min(t);
+        }
+        if let Some(Some(due)) = self.redelivery {
+            ms = ms.min(due.saturating_sub(now));
+        }
+        Duration::from_millis(ms)
+    }
+
+    /// Whether the batch goes to `put` now: it has records, and it is not waiting out a
+    /// retriable failure.
+    fn delivery_due(&self) -> bool {
+        !self.batch.records.is_empty()
+            && match self.redelivery {
+                None => true,
+                Some(Some(due)) => self.host.now_ms() >= due,
+                Some(None) => false,
+            }
+    }
+
+    /// The partitions the consumer is about to revoke (`onPartitionsRevoked`: the closing
+    /// commit) or lost (`onPartitionsLost`: `close` only); their part of the batch goes.
+    ///
+    /// # Errors
+    /// The closing commit's failure (Java rethrows it from `poll`: the task fails).
+    async fn on_revocation(&mut self, revocation: Revocation) -> Result<(), String> {
+        let partitions = revocation.partitions;
+        crate::mark!("connect:partitions-revoked");
+        if revocation.lost {
+            crate::mark!("connect:partitions-lost");
+            self.close_lost(&partitions).await;
+        } else {
+            crate::mark!("connect:partitions-revoked-committed");
+            self.commit_offsets(true, &partitions).await?;
+        }
+        self.forget(&partitions);
+        self.assigned.clear();
+        self.context.set_assignment(BTreeSet::new());
+        Ok(())
+    }
+
+    /// `close` of partitions lost without a commit; their DLQ futures are dropped.
+    async fn close_lost(&mut self, partitions: &[TopicPartition]) {
+        let _ = self.sink.close(partitions).await;
+        if let Some(dlq) = &mut self.dlq {
+            dlq.cancel_futures(partitions);
+        }
+    }
+
+    /// Forgets the offsets and batched records of `partitions`; a batch left empty is no
+    /// longer waiting for redelivery.
+    fn forget(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.current.remove(tp);
+            self.last_committed.remove(tp);
+        }
+        self.batch.forget(partitions);
+        if self.batch.records.is_empty() {
+            self.redelivery = None;
+        }
+    }
+
+    /// Calls `open` when the consumer's assignment grew; partitions gone without a
+    /// revocation handed out (the rejoin already happened) are handled as lost. A batch
+    /// still waiting for redelivery keeps every partition paused (`onPartitionsAssigned`).
     async fn on_assignment(&mut self) -> Result<(), String> {
         let now: BTreeSet<TopicPartition> = self.consumer.assignment().into_iter().collect();
         if now == self.assigned {
@@ -239,51 +379,62 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
         let added: Vec<TopicPartition> = now.difference(&self.assigned).cloned().collect();
         if !revoked.is_empty() {
             crate::mark!("connect:partitions-revoked");
-            let _ = self.sink.close(&revoked).await;
-            for tp in &revoked {
-                self.current.remove(tp);
-            }
+            crate::mark!("connect:partitions-revoked-after-rejoin");
+            self.close_lost(&revoked).await;
+            self.forget(&revoked);
         }
         self.assigned = now;
         self.context.set_assignment(self.assigned.clone());
+        if self.redelivery.is_some() {
+            self.pause_all();
+        }
         if !added.is_empty() {
-            loop {
-                match self.sink.open(&added).await {
-                    Ok(()) => break,
-                    Err(ConnectError::Retriable(_)) => {
-                        crate::mark!("connect:open-retry");
-                        tokio::time::sleep(Duration::from_millis(1_000)).await;
-                    }
-                    Err(ConnectError::Fatal(e)) => return Err(e),
-                }
-            }
+            self.open(&added).await?;
         }
         Ok(())
     }
 
+    async fn open(&mut self, added: &[TopicPartition]) -> Result<(), String> {
+        loop {
+            match self.sink.open(added).await {
+                Ok(()) => return Ok(()),
+                Err(ConnectError::Retriable(_)) => {
+                    crate::mark!("connect:open-retry");
+                    tokio::time::sleep(Duration::from_millis(1_000)).await;
+                }
+                Err(ConnectError::Fatal(e)) => return Err(e),
+            }
+        }
+    }
+
+    fn pause_all(&mut self) {
+        let all: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+        // Every partition is assigned, so the consumer cannot refuse.
+        let _ = self.consumer.pause(&all);
+    }
+
     /// Applies the seeks the task asked for through its context (`WorkerSinkTask.rewind`):
-    /// the consumer seeks each assigned partition, whose current offset becomes the seek's.
-    /// Returns the partitions rewound.
+    /// the consumer seeks each assigned partition, whose current and last committed offsets
+    /// become the seek's. Returns the partitions rewound.
     fn rewind(&mut self) -> BTreeSet<TopicPartition> {
         let mut rewound = BTreeSet::new();
         for (tp, offset) in self.context.take_offsets() {
             if self.assigned.contains(&tp) && self.consumer.seek(&tp, offset).is_ok() {
                 self.current.insert(tp.clone(), offset);
+                self.last_committed.insert(tp.clone(), offset);
                 rewound.insert(tp);
             }
         }
         rewound
     }
 
-    /// Converts records (the converter stage): the batch for `put`, the next offsets they
-    /// account for (failed records included, as Connect's `origOffsets`), and the
-    /// originals by position.
-    async fn convert(&mut self, records: Vec<ConsumedRecord>) -> Result<Converted, String> {
-        let mut batch = Vec::new();
-        let mut processed = BTreeMap::new();
-        let mut originals = BTreeMap::new();
+    /// Converts records (the converter stage) into the batch: the next offsets they account
+    /// for (failed records included, as Connect's `origOffsets`) and the originals by
+    /// position. A partition's first record gives its first position.
+    async fn convert(&mut self, records: Vec<ConsumedRecord>) -> Result<(), String> {
         for r in records {
-            processed.insert(r.tp.clone(), r.offset + 1);
+            self.batch.processed.insert(r.tp.clone(), r.offset + 1);
+            self.last_committed.entry(r.tp.clone()).or_insert(r.offset);
             let key = self.key_converter.to_connect_data(r.key.as_ref());
             let value = self.value_converter.to_connect_data(r.value.as_ref());
             let (stage, converted) = match (key, value) {
@@ -293,8 +444,10 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
             };
             match converted {
                 Ok((key, value)) => {
-                    originals.insert((r.tp.clone(), r.offset), r.clone());
-                    batch.push(SinkRecord {
+                    self.batch
+                        .originals
+                        .insert((r.tp.clone(), r.offset), r.clone());
+                    self.batch.records.push(SinkRecord {
                         tp: r.tp,
                         offset: r.offset,
                         key,
@@ -317,21 +470,24 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
                         exception_class,
                         message,
                     };
-                    self.report_converter_error(errant).await?;
+                    self.report_converter_error(errant)?;
                 }
             }
         }
-        Ok((batch, processed, originals))
+        Ok(())
     }
 
     /// A converter-stage failure: to the DLQ when one is configured (also under
-    /// tolerance none, as Connect does), then skipped (`all`) or fatal (`none`).
-    async fn report_converter_error(&mut self, errant: ErrantRecord) -> Result<(), String> {
+    /// tolerance none, as Connect does; nothing waits for it), then skipped (`all`) or
+    /// fatal (`none`).
+    fn report_converter_error(&mut self, errant: ErrantRecord) -> Result<(), String> {
         let text = format!(
             "Tolerance exceeded in error handler: stage {} {} offset {}: {}",
             errant.stage, errant.original.tp, errant.original.offset, errant.message
         );
-        self.write_dlq(vec![errant]).await;
+        if let Some(dlq) = &mut self.dlq {
+            dlq.report(errant, false);
+        }
         match self.config.tolerance {
             Tolerance::All => {
                 crate::mark!("connect:converter-error-tolerated");
@@ -341,113 +497,223 @@ impl<C: Consumer, P: Producer, H: TaskHost> SinkTaskLoop<C, P, H> {
         }
     }
 
-    /// `put` with redelivery of the same batch on `Retriable`.
-    async fn put(
-        &mut self,
-        batch: Vec<SinkRecord>,
-        originals: &BTreeMap<(TopicPartition, Offset), ConsumedRecord>,
-    ) -> Result<(), String> {
-        loop {
-            let mut reporter = PutReporter {
-                tolerance: self.config.tolerance,
-                originals,
-                class_name: self.config.connector_class.clone(),
-                reports: Vec::new(),
-            };
-            let result = self.sink.put(batch.clone(), &mut reporter).await;
-            let reports = std::mem::take(&mut reporter.reports);
-            self.write_dlq(reports).await;
-            match result {
-                Ok(()) => return Ok(()),
-                Err(ConnectError::Retriable(_)) => {
-                    crate::mark!("connect:put-retry");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+    /// `deliverMessages`: `put` the batch. Its errant records go to the DLQ, their futures
+    /// kept for the next commit. On success the batch's offsets become current and paused
+    /// partitions resume; `Retriable` keeps the batch and pauses every partition.
+    async fn deliver(&mut self) -> Result<(), String> {
+        let mut reporter = PutReporter {
+            tolerance: self.config.tolerance,
+            originals: &self.batch.originals,
+            class_name: self.config.connector_class.clone(),
+            reports: Vec::new(),
+        };
+        let result = self
+            .sink
+            .put(self.batch.records.clone(), &mut reporter)
+            .await;
+        let reports = std::mem::take(&mut reporter.reports);
+        if let Some(dlq) = &mut self.dlq {
+            for errant in reports {
+                dlq.report(errant, true);
+            }
+        }
+        match result {
+            Ok(()) => {
+                self.host.crash_point()?;
+                let batch = std::mem::take(&mut self.batch);
+                let assigned = &self.assigned;
+                let processed = batch.processed.into_iter();
+                self.current
+                    .extend(processed.filter(|(tp, _)| assigned.contains(tp)));
+                if self.redelivery.take().is_some() {
+                    crate::mark!("connect:redelivered-after-pause");
+                    let all: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+                    let _ = self.consumer.resume(&all);
                 }
-                Err(ConnectError::Fatal(e)) => return Err(e),
+                Ok(())
             }
-        }
-    }
-
-    /// Writes errant records to the DLQ (when configured), with Connect's context headers
-    /// when `errors.deadletterqueue.context.headers.enable=true`.
-    async fn write_dlq(&self, errant: Vec<ErrantRecord>) {
-        let (Some(producer), Some(topic)) = (&self.dlq, &self.config.dlq_topic) else {
-            return;
-        };
-        for e in errant {
-            let mut headers = e.original.headers.clone();
-            if self.config.dlq_context_headers {
-                headers.extend(self.context_headers(&e));
+            Err(ConnectError::Retriable(_)) => {
+                crate::mark!("connect:put-retry");
+                if self.redelivery.is_none() {
+                    crate::mark!("connect:paused-for-redelivery");
+                    self.pause_all();
+                }
+                self.redelivery = Some(None);
+                Ok(())
             }
-            let record = ProducerRecord {
-                topic: topic.clone(),
-                partition: None,
-                key: e.original.key.clone(),
-                value: e.original.value.clone(),
-                headers,
-            };
-            // DeadLetterQueueReporter logs a failed send and goes on.
-            crate::mark!("connect:dlq-write");
-            let _ = producer.send(record).await;
+            Err(ConnectError::Fatal(e)) => Err(e),
         }
     }
 
-    fn context_headers(&self, e: &ErrantRecord) -> Vec<(String, Bytes)> {
-        let o = &e.original;
-        let pairs = [
-            ("topic", o.tp.topic.clone()),
-            ("partition", o.tp.partition.to_string()),
-            ("offset", o.offset.to_string()),
-            ("connector.name", self.config.name.clone()),
-            ("task.id", self.task.to_string()),
-            ("stage", e.stage.to_string()),
-            ("class.name", e.class_name.clone()),
-            ("exception.class.name", e.exception_class.to_string()),
-            ("exception.message", e.message.clone()),
-            (
-                "exception.stacktrace",
-                format!("{}: {}", e.exception_class, e.message),
-            ),
-        ];
-        pairs
-            .into_iter()
-            .map(|(k, v)| (format!("__connect.errors.{k}"), Bytes::from(v)))
-            .collect()
-    }
-
-    /// The offset commit: `pre_commit` within `offset.flush.timeout.ms`, then a
-    /// synchronous commit of what it returned (within the assignment, never past `put`).
-    async fn commit(&mut self) {
-        if self.current.is_empty() {
-            return;
+    /// `commitOffsets` of `partitions` (see the module docs); `closing` also calls `close`
+    /// and commits synchronously.
+    ///
+    /// # Errors
+    /// An errant record that could not be written.
+    async fn commit_offsets(
+        &mut self,
+        closing: bool,
+        partitions: &[TopicPartition],
+    ) -> Result<(), String> {
+        if let Some(dlq) = &mut self.dlq {
+            dlq.await_futures(partitions).await?;
         }
-        let timeout = Duration::from_millis(self.flush_timeout_ms);
-        let Ok(Ok(offsets)) =
-            tokio::time::timeout(timeout, self.sink.pre_commit(&self.current)).await
-        else {
-            crate::mark!("connect:offset-commit-skipped-pre-commit-failed");
-            return;
-        };
-        let offsets: Vec<(TopicPartition, Offset)> = offsets
-            .into_iter()
-            .filter(|(tp, o)| self.current.get(tp).is_some_and(|c| o <= c))
-            .filter(|(tp, _)| self.assigned.contains(tp))
+        let requested: BTreeMap<TopicPartition, Offset> = self
+            .current
+            .iter()
+            .filter(|(tp, _)| partitions.contains(tp))
+            .map(|(tp, o)| (tp.clone(), *o))
             .collect();
-        if offsets.is_empty() {
+        let last: BTreeMap<TopicPartition, Offset> = self
+            .last_committed
+            .iter()
+            .filter(|(tp, _)| requested.contains_key(tp))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        let provided = if requested.is_empty() {
+            Ok(BTreeMap::new())
+        } else {
+            self.sink.pre_commit(&requested).await
+        };
+        if closing {
+            let _ = self.sink.close(partitions).await;
+        }
+        let provided = match provided {
+            Ok(provided) => provided,
+            Err(_) => {
+                self.on_pre_commit_failed(closing, &last);
+                return Ok(());
+            }
+        };
+        let mut committable = last.clone();
+        for (tp, offset) in provided {
+            if requested.get(&tp).is_some_and(|&c| offset <= c) {
+                committable.insert(tp, offset);
+            }
+        }
+        if provided_nothing_new(&committable, &last) {
+            return Ok(());
+        }
+        self.send_commit(closing, committable).await;
+        Ok(())
+    }
+
+    /// A throwing `pre_commit`: no commit; unless closing, the partitions seek back to their
+    /// last committed offsets, which become current again.
+    fn on_pre_commit_failed(&mut self, closing: bool, last: &BTreeMap<TopicPartition, Offset>) {
+        crate::mark!("connect:offset-commit-skipped-pre-commit-failed");
+        if closing {
             return;
         }
+        for (tp, &offset) in last {
+            if self.consumer.seek(tp, offset).is_ok() {
+                crate::mark!("connect:pre-commit-failed-rewound");
+                self.current.insert(tp.clone(), offset);
+            }
+        }
+    }
+
+    /// Sends the commit, recorded as invoke and ok / fail / info; a periodic one is bounded
+    /// by `offset.flush.timeout.ms`. What committed becomes the last committed offsets.
+    async fn send_commit(&mut self, closing: bool, committable: BTreeMap<TopicPartition, Offset>) {
+        let offsets: Vec<(TopicPartition, Offset)> = committable.into_iter().collect();
         let value = || Value::Commit {
             offsets: offsets.clone(),
         };
         self.host.record(OpKind::Invoke, value(), None);
-        let (kind, error) = match self.consumer.commit(&offsets).await {
-            Ok(()) => (OpKind::Ok, None),
-            Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, Some(e.to_string())),
+        let result = if closing {
+            Some(self.consumer.commit(&offsets).await)
+        } else {
+            let bound = Duration::from_millis(self.flush_timeout_ms);
+            tokio::time::timeout(bound, self.consumer.commit(&offsets))
+                .await
+                .ok()
+        };
+        let (kind, error) = match result {
+            Some(Ok(())) => {
+                self.last_committed.extend(offsets.iter().cloned());
+                (OpKind::Ok, None)
+            }
+            Some(Err(e)) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
+            Some(Err(e)) => (OpKind::Fail, Some(e.to_string())),
+            None => {
+                crate::mark!("connect:offset-commit-timed-out");
+                let text = format!("Commit of offsets timed out ({} ms)", self.flush_timeout_ms);
+                (OpKind::Info, Some(text))
+            }
         };
         if kind != OpKind::Ok {
             crate::mark!("connect:offset-commit-failed");
         }
         self.host.record(kind, value(), error);
+    }
+}
+
+/// Java skips a commit whose offsets equal the last committed ones ("no change since last
+/// commit"), and one the task opted out of (nothing returned from `preCommit`).
+fn provided_nothing_new(
+    committable: &BTreeMap<TopicPartition, Offset>,
+    last: &BTreeMap<TopicPartition, Offset>,
+) -> bool {
+    committable.is_empty() || committable == last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connector(extra: &[(&str, &str)]) -> ConnectorConfig {
+        let mut raw: BTreeMap<String, String> =
+            [("name", "c"), ("connector.class", "x"), ("topics", "t")]
+                .into_iter()
+                .chain(extra.iter().copied())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        raw.insert("tasks.max".into(), "1".into());
+        ConnectorConfig::parse(&raw, &[]).expect("valid")
+    }
+
+    /// KIP-735 and `Worker.baseConsumerConfigs`: a task consumer keeps the consumer's own
+    /// session timeout and heartbeat (45 s, 3 s), not the worker group's (10 s), unless the
+    /// connector overrides them.
+    #[test]
+    fn task_consumers_keep_the_consumer_session_timeout_unless_overridden() {
+        let wc = WorkerConfig::default();
+        assert_eq!(wc.session_timeout_ms, 10_000);
+        let cc = task_consumer_config(&connector(&[]), &wc);
+        assert_eq!(
+            (cc.session_timeout_ms, cc.heartbeat_interval_ms),
+            (45_000, 3_000)
+        );
+        let overridden = connector(&[
+            ("consumer.override.session.timeout.ms", "12000"),
+            ("consumer.override.heartbeat.interval.ms", "4000"),
+        ]);
+        let cc = task_consumer_config(&overridden, &wc);
+        assert_eq!(
+            (cc.session_timeout_ms, cc.heartbeat_interval_ms),
+            (12_000, 4_000)
+        );
+        let bad = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("consumer.override.session.timeout.ms", "soon"),
+        ];
+        let raw = bad
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
+        assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
+    }
+
+    /// Connect's DLQ producer retries a report until it is written.
+    #[test]
+    fn the_dlq_producer_never_gives_up() {
+        let p = dlq_producer_config();
+        assert_eq!(p.delivery_timeout_ms, i32::MAX as u64);
+        assert!(!p.enable_idempotence);
+        assert_eq!(p.acks, eosim_sim::kafka::Acks::All);
     }
 }

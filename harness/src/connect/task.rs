@@ -62,6 +62,7 @@ struct ContextState {
     assignment: BTreeSet<TopicPartition>,
     offsets: BTreeMap<TopicPartition, Offset>,
     commit_requested: bool,
+    timeout_ms: Option<u64>,
 }
 
 /// Kafka Connect's `SinkTaskContext`: the task's handle on its worker. Cloning shares it
@@ -72,6 +73,9 @@ struct ContextState {
 /// partitions are dropped and the offsets become the task's current ones.
 /// [`request_commit`](Self::request_commit) asks for an offset commit (`preCommit`, then
 /// a commit) at the next iteration instead of at `offset.flush.interval.ms`.
+/// [`timeout`](Self::timeout) bounds the worker's next poll, so that a batch refused with
+/// [`ConnectError::Retriable`] is redelivered that much later (Connect's
+/// `SinkTaskContext.timeout`, which Confluent's `JdbcSinkTask` sets to `retry.backoff.ms`).
 /// [`assignment`](Self::assignment) is the partitions the task owns now (set before `open`).
 #[derive(Debug, Clone, Default)]
 pub struct SinkTaskContext {
@@ -105,6 +109,12 @@ impl SinkTaskContext {
         self.lock().commit_requested = true;
     }
 
+    /// Bounds the worker's next poll to `timeout_ms` (Connect's `timeout(long)`): a batch
+    /// refused with [`ConnectError::Retriable`] is redelivered after it.
+    pub fn timeout(&self, timeout_ms: u64) {
+        self.lock().timeout_ms = Some(timeout_ms);
+    }
+
     /// The partitions currently assigned to this task.
     pub fn assignment(&self) -> BTreeSet<TopicPartition> {
         self.lock().assignment.clone()
@@ -121,6 +131,12 @@ impl SinkTaskContext {
     /// Worker side: the seeks asked for since the last call, cleared.
     pub fn take_offsets(&self) -> BTreeMap<TopicPartition, Offset> {
         std::mem::take(&mut self.lock().offsets)
+    }
+
+    /// Worker side: the [`timeout`](Self::timeout) asked for since the last call, cleared
+    /// (Java resets it to -1 once a poll used it).
+    pub fn take_timeout(&self) -> Option<u64> {
+        self.lock().timeout_ms.take()
     }
 
     /// Worker side: whether a commit was requested since the last call, cleared.
@@ -161,13 +177,15 @@ pub trait SinkTask: Send {
     /// that may be committed; an empty map commits nothing.
     ///
     /// # Errors
-    /// A failure skips this commit; the task keeps running.
+    /// A failure skips this commit; the task keeps running, its partitions seeked back to
+    /// their last committed offsets (unless the task is closing).
     async fn pre_commit(
         &mut self,
         offsets: &BTreeMap<TopicPartition, Offset>,
     ) -> Result<BTreeMap<TopicPartition, Offset>, ConnectError>;
 
-    /// Called before a rebalance takes `partitions` away, and on stop (Connect's `close`).
+    /// Called before a rebalance takes `partitions` away (after `pre_commit`, before their
+    /// last commit), when they were lost, and on stop or failure (Connect's `close`).
     ///
     /// # Errors
     /// Logged; the rebalance goes on.
@@ -191,6 +209,9 @@ mod tests {
         task.offset(tp(0), 5);
         task.offsets([(tp(1), 7), (tp(0), 3)].into_iter().collect());
         task.request_commit();
+        task.timeout(3_000);
+        assert_eq!(worker.take_timeout(), Some(3_000));
+        assert_eq!(worker.take_timeout(), None);
         assert_eq!(
             worker.take_offsets(),
             [(tp(0), 3), (tp(1), 7)].into_iter().collect()

@@ -2,9 +2,17 @@
 //!
 //! # A worker ([`worker_process`])
 //! Registers with the [`Herder`], then every `heartbeat.interval.ms`: heartbeats, runs
-//! the leader's rebalance, stops the tasks it no longer owns (moved, restarted, deleted)
-//! and starts the ones it owns that are not running. Tasks run as madsim tasks on the
-//! worker's node, so a kill or pause of the node takes them with it.
+//! the leader's rebalance, stops the tasks it no longer owns (moved, restarted, deleted,
+//! reconfigured) and starts the ones it owns that are not running. Tasks run as madsim
+//! tasks on the worker's node, so a kill or pause of the node takes them with it.
+//!
+//! A stop is graceful, as `Worker.stopAndAwaitTask` does it: the task is told to stop
+//! ([`StopSignal`], `WorkerTask.stop`), finishes its iteration, commits and closes every
+//! partition and leaves the group (see [`super::sink_loop`]); if it has not ended within
+//! `task.shutdown.graceful.timeout.ms` it is cancelled (aborted: no further commit). The
+//! next run of the same task on this worker starts only once the old one ended. A kill of
+//! the node is a crash: nothing is committed and the group notices after
+//! `session.timeout.ms`.
 //!
 //! # A sink task ([`run_task`])
 //! The connector's [`SinkFactory`] builds the task for its [`TaskRun`] (worker name, task
@@ -15,15 +23,16 @@
 //! `isolation.level`, `max.poll.records` and `max.poll.interval.ms` from the
 //! `consumer.override.` keys), a DLQ producer when configured, and the `task-crash` fault
 //! point after `put`. A task whose loop ends closes its consumer (its partitions move to
-//! the connector's other tasks) and stays FAILED.
+//! the connector's other tasks); one that failed stays FAILED.
 //!
-//! Not modelled: pausing partitions during retries (the batch is retried without
-//! polling), seeking back after a failed `pre_commit`, `errors.retry.timeout` (the
-//! JsonConverter raises no retriable errors; the key is validated and kept).
+//! Not modelled: `errors.retry.timeout` (the JsonConverter raises no retriable errors; the
+//! key is validated and kept).
 
 use super::config::ConnectorConfig;
 use super::herder::{Assignment, Herder, TaskState};
-use super::sink_loop::{dlq_producer_config, task_consumer_config, SinkTaskLoop, TaskHost};
+use super::sink_loop::{
+    dlq_producer_config, task_consumer_config, SinkTaskLoop, StopSignal, TaskExit, TaskHost,
+};
 use super::task::SinkTask;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
@@ -40,7 +49,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// The loop of one task on the simulated clients.
-type SimTaskLoop = SinkTaskLoop<SimConsumer, SimProducer, SimHost>;
+type SimTaskLoop = SinkTaskLoop<SimConsumer, SimHost>;
+
+/// A task this worker runs: its run number, madsim task and stop signal.
+type RunningTask = (u64, JoinHandle<()>, StopSignal);
 
 /// Which run of which task a [`SinkFactory`] builds: the worker it starts on, the task id
 /// and the herder's run number (bumped on every start or move of the task).
@@ -92,37 +104,59 @@ impl WorkerRuntime {
 /// A worker process named `name`: runs until its node is killed.
 pub async fn worker_process(rt: WorkerRuntime, name: String) {
     rt.herder.register(&name, now_ms());
-    let interval = Duration::from_millis(rt.herder.worker_config().heartbeat_interval_ms.max(100));
-    let mut running: BTreeMap<(String, u32), (u64, JoinHandle<()>)> = BTreeMap::new();
+    let wc = rt.herder.worker_config().clone();
+    let interval = Duration::from_millis(wc.heartbeat_interval_ms.max(100));
+    let mut running: BTreeMap<(String, u32), RunningTask> = BTreeMap::new();
+    let mut stopping: BTreeMap<(String, u32), JoinHandle<()>> = BTreeMap::new();
     loop {
         if !rt.herder.heartbeat(&name, now_ms()) {
             rt.herder.register(&name, now_ms());
         }
         rt.herder.rebalance(now_ms());
         let owned = rt.herder.assignments(&name);
-        running.retain(|key, (run, handle)| {
-            let keep = owned
-                .iter()
-                .any(|a| (&a.connector, a.task) == (&key.0, key.1) && a.run == *run);
-            if !keep {
-                handle.abort();
-            }
-            keep && !handle.is_finished()
-        });
+        let gone: Vec<(String, u32)> = running
+            .iter()
+            .filter(|(key, (run, _, _))| {
+                !owned
+                    .iter()
+                    .any(|a| (&a.connector, a.task) == (&key.0, key.1) && a.run == *run)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            let (_, handle, stop) = running.remove(&key).expect("listed above");
+            stop.stop();
+            let grace_ms = wc.task_shutdown_graceful_timeout_ms;
+            stopping.insert(key, tokio::task::spawn_local(await_stop(handle, grace_ms)));
+        }
+        running.retain(|_, (_, handle, _)| !handle.is_finished());
+        stopping.retain(|_, watchdog| !watchdog.is_finished());
         for a in owned.iter().filter(|a| a.state == TaskState::Unassigned) {
             let key = (a.connector.clone(), a.task);
-            if running.contains_key(&key) {
+            if running.contains_key(&key) || stopping.contains_key(&key) {
                 continue;
             }
-            let handle = tokio::task::spawn_local(run_task(rt.clone(), name.clone(), a.clone()));
-            running.insert(key, (a.run, handle));
+            let stop = StopSignal::default();
+            let task = run_task(rt.clone(), name.clone(), a.clone(), stop.clone());
+            running.insert(key, (a.run, tokio::task::spawn_local(task), stop));
         }
         tokio::time::sleep(interval).await;
     }
 }
 
-/// Runs one task until it fails (then records FAILED) or is aborted.
-pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
+/// `Worker.awaitStopTask`: waits up to `grace_ms` for a stopped task to end, then cancels
+/// it (aborts its madsim task).
+async fn await_stop(mut handle: JoinHandle<()>, grace_ms: u64) {
+    let grace = Duration::from_millis(grace_ms);
+    if tokio::time::timeout(grace, &mut handle).await.is_err() {
+        crate::mark!("connect:task-cancelled-after-graceful-timeout");
+        handle.abort();
+    }
+}
+
+/// Runs one task until it fails (then records FAILED), is stopped through `stop` (then
+/// ends after its closing commit) or is aborted.
+pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment, stop: StopSignal) {
     let Some(config) = rt.herder.connector_config(&a.connector) else {
         return;
     };
@@ -142,13 +176,16 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment) {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
     };
-    let mut task = match start_task(rt.clone(), worker.clone(), a.clone(), config, sink).await {
+    let task = match start_task(rt.clone(), worker.clone(), a.clone(), config, sink).await {
         Ok(t) => t,
         Err(e) => return fail(&rt, &worker, &a, e),
     };
-    let trace = task.run().await;
+    let mut task = task.stopped_by(stop);
+    let exit = task.run().await;
     task.close_consumer().await;
-    fail(&rt, &worker, &a, trace);
+    if let TaskExit::Failed(trace) = exit {
+        fail(&rt, &worker, &a, trace);
+    }
 }
 
 fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {

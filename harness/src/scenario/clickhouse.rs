@@ -8,6 +8,11 @@
 //! ```toml
 //! [sink]
 //! variant = "seed"           # seed, connector-current, seed+token, seed+token+fencing
+//! tolerateStateMismatch = false         # the connector's keys, under their names
+//! "errors.tolerance" = "all"            # none | all
+//! "errors.deadletterqueue.topic.name" = ""   # default <name>-dlq under all; "" = none
+//! "errors.log.enable" = false
+//! "offset.flush.interval.ms" = 60000     # the workers'; also the retriable-put redelivery
 //! tasks = 2                             # worker nodes and tasks.max
 //! batch_records_max = 100               # consumer.override.max.poll.records
 //! non_replicated_deduplication_window = 3
@@ -134,6 +139,12 @@ pub struct ClickHouseSinkSpec {
     /// `consumer.override.max.poll.interval.ms`. Default 300000.
     #[serde(default = "five_min")]
     pub max_poll_interval_ms: u64,
+    /// The workers' `offset.flush.interval.ms`, ms. Besides the periodic commit it bounds
+    /// how long a batch whose `put` threw a `RetriableException` waits for redelivery: the
+    /// connector sets no `context.timeout`, so `WorkerSinkTask` polls its paused partitions
+    /// until the next commit is due. Default 60000 (Connect's).
+    #[serde(default = "sixty_s", rename = "offset.flush.interval.ms")]
+    pub offset_flush_interval_ms: u64,
     /// When the operator posts the connector, ms after the start (to let the topic fill
     /// up); the tables are created before. Default 0.
     #[serde(default)]
@@ -170,20 +181,47 @@ pub struct ClickHouseSinkSpec {
     /// Default: the server's 30 s.
     #[serde(default)]
     pub cleanup_delay_period_ms: Option<u64>,
-    /// `tolerateStateMismatch`. Default false.
-    #[serde(default)]
+    /// `tolerateStateMismatch` (the connector's name; `tolerate_state_mismatch` is
+    /// accepted too). Default false.
+    #[serde(
+        default,
+        rename = "tolerateStateMismatch",
+        alias = "tolerate_state_mismatch"
+    )]
     pub tolerate_state_mismatch: bool,
-    /// `errors.tolerance`: `none`, or `all` with the worker's dead-letter queue topic
-    /// `<name>-dlq` (context headers on). Default all.
-    #[serde(default = "all")]
+    /// `errors.tolerance` (`errors_tolerance` is accepted too): `none` or `all`. Default
+    /// all.
+    #[serde(
+        default = "all",
+        rename = "errors.tolerance",
+        alias = "errors_tolerance"
+    )]
     pub errors_tolerance: String,
+    /// `errors.deadletterqueue.topic.name`. Default: `<name>-dlq` (context headers on)
+    /// under `errors.tolerance=all`, none otherwise; `""` for none. Without it and without
+    /// `errors.log.enable` Connect gives the task no errant record reporter and what the
+    /// connector reports is dropped silently.
+    #[serde(default, rename = "errors.deadletterqueue.topic.name")]
+    pub errors_deadletterqueue_topic_name: Option<String>,
+    /// `errors.log.enable`. Default false.
+    #[serde(default, rename = "errors.log.enable")]
+    pub errors_log_enable: bool,
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
 }
 
 impl ClickHouseSinkSpec {
-    /// The seed's target table `kafka2ck` with this spec's engine and dedup settings.
+    /// The dead-letter queue topic the connector is configured with (see
+    /// [`Self::errors_deadletterqueue_topic_name`]).
+    pub fn dlq_topic(&self) -> Option<String> {
+        match &self.errors_deadletterqueue_topic_name {
+            Some(topic) if topic.trim().is_empty() => None,
+            Some(topic) => Some(topic.clone()),
+            None => (self.errors_tolerance == "all").then(|| format!("{}-dlq", self.name)),
+        }
+    }
+
     /// The ClickHouse insert settings of `[sink]` that are set, as the connector's
     /// properties (`max_insert_block_size`, `min_insert_block_size_rows`, `_bytes`).
     pub fn insert_setting_props(&self) -> Vec<(&'static str, String)> {
@@ -254,6 +292,10 @@ fn ten_s() -> u64 {
 fn thirty_s() -> u64 {
     30_000
 }
+fn sixty_s() -> u64 {
+    60_000
+}
+
 fn five_min() -> u64 {
     300_000
 }

@@ -645,8 +645,10 @@ pub struct ConnectSpec {
     #[serde(default = "default_two")]
     pub workers: u32,
     /// Worker configuration, Kafka Connect's keys (`offset.flush.interval.ms`,
-    /// `offset.flush.timeout.ms`, `session.timeout.ms`, `heartbeat.interval.ms`,
-    /// `scheduled.rebalance.max.delay.ms`, `group.id`).
+    /// `offset.flush.timeout.ms`, `session.timeout.ms` and `heartbeat.interval.ms` of the
+    /// worker group, `scheduled.rebalance.max.delay.ms`, `task.shutdown.graceful.timeout.ms`,
+    /// `group.id`). The task consumers keep the consumer's own session timeout (45 s)
+    /// unless `[connector]` sets `consumer.override.session.timeout.ms`.
     #[serde(default)]
     pub worker: BTreeMap<String, String>,
     /// An operator restarts FAILED tasks through the control API once they have been

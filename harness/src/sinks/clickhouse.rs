@@ -22,12 +22,25 @@
 //! committed offset 100); the KeeperMap record, not the commit, decides what is inserted.
 //!
 //! # Fencing (variant `seed+token+fencing`)
-//! `open` claims each partition with a conditional KeeperMap write. When a state write or
-//! an insert finds another owner's record, the task drops what it holds of the partition
-//! and rewinds it through [`SinkTaskContext::offset`] to the first record it had not
-//! handled, as a sink does for records it could not write. If the consumer group takes
-//! the partition away, `close` forgets it; if the task gets its records again, it claims
-//! the partition anew before planning them.
+//! Built from what ClickHouse offers a client (KeeperMap exposes no client-versioned
+//! write): the state record carries its `owner`, and every write is conditional on it.
+//! - `open` claims each partition: a record that does not exist is created by an INSERT
+//!   with `keeper_map_strict_mode=1` (an existing key fails it: `KEEPER_EXCEPTION`, node
+//!   exists); an existing one is taken over by `ALTER TABLE connect_state UPDATE owner =
+//!   '<me>' WHERE key = '<tp>' AND owner = '<owner read>'` in strict mode
+//!   ([`KeeperMap::update_where`]), then read back.
+//! - every state write is `ALTER TABLE connect_state UPDATE min_offset = .., max_offset =
+//!   .., state = .. WHERE key = '<tp>' AND owner = '<me>'` in strict mode, read back: a
+//!   record that names another owner means this task was fenced.
+//! - before an insert the task reads the record and checks the owner (a read, then the
+//!   insert: not atomic, as nothing in ClickHouse makes an insert conditional on a
+//!   KeeperMap row).
+//!
+//! When a state write or an insert finds another owner's record, the task drops what it
+//! holds of the partition and rewinds it through [`SinkTaskContext::offset`] to the first
+//! record it had not handled, as a sink does for records it could not write. If the
+//! consumer group takes the partition away, `close` forgets it; if the task gets its
+//! records again, it claims the partition anew before planning them.
 //!
 //! # Fault points
 //! Between every two steps the task calls [`SinkHooks::fault_point`] with one of
@@ -98,8 +111,18 @@ pub struct ClickHouseSinkConfig {
     pub username: String,
     /// `password`.
     pub password: String,
-    /// `errors.tolerance` (`none` or `all`): handled by the worker's reporter.
-    pub errors_tolerance: String,
+    /// `errors.tolerance` is `all` (`ClickHouseSinkConfig.isErrorsTolerance`): what
+    /// `doLogic` throws (not retriable) sends the partition's records to the errant record
+    /// reporter and `put` goes on, instead of failing the task.
+    pub errors_tolerance_all: bool,
+    /// Whether the worker gives the task an errant record reporter: Connect creates one
+    /// only when `errors.deadletterqueue.topic.name` is set or `errors.log.enable=true`
+    /// (apache/kafka `SinkConnectorConfig.enableErrantRecordReporter`, used by
+    /// `Worker.createWorkerErrantRecordReporter`); without one
+    /// `context.errantRecordReporter()` is null and the connector reports to
+    /// `devNullErrorReporter()` (`ClickHouseSinkTask.createErrorReporter`): the records
+    /// are dropped silently.
+    pub errant_reporter: bool,
     /// `tolerateStateMismatch`.
     pub tolerate_state_mismatch: bool,
     /// The state machine variant.
@@ -121,7 +144,9 @@ impl ClickHouseSinkConfig {
     ///
     /// ## Default values
     /// `hostname=clickhouse`, `port=8123`, `database=default`, `username=default`,
-    /// `password=` (empty), `errors.tolerance=none`, `tolerateStateMismatch=false`,
+    /// `password=` (empty), `errors.tolerance=none`, `tolerateStateMismatch=false`, no
+    /// errant record reporter (Connect's `errors.deadletterqueue.topic.name` empty and
+    /// `errors.log.enable=false`),
     /// `variant=seed`, `table=kafka2ck`, `state.table=connect_state`.
     ///
     /// # Errors
@@ -148,7 +173,19 @@ impl ClickHouseSinkConfig {
             database: get("database", "default"),
             username: get("username", "default"),
             password: get("password", ""),
-            errors_tolerance: get("errors.tolerance", "none"),
+            errors_tolerance_all: match get("errors.tolerance", "none").trim() {
+                t if t.eq_ignore_ascii_case("all") => true,
+                t if t.eq_ignore_ascii_case("none") => false,
+                other => {
+                    return Err(ConnectError::Fatal(format!(
+                        "errors.tolerance: expected none|all, got {other}"
+                    )))
+                }
+            },
+            errant_reporter: !get("errors.deadletterqueue.topic.name", "")
+                .trim()
+                .is_empty()
+                || flag("errors.log.enable")?,
             tolerate_state_mismatch: flag("tolerateStateMismatch")?,
             variant,
             table: get("table", "kafka2ck"),
@@ -241,11 +278,10 @@ impl SinkHooks for NoHooks {
     }
 }
 
-/// A state record as read, with its Keeper version and owner (`None`s: no record).
-#[derive(Debug, Clone, Default)]
+/// A state record as read, with its owner (`None`s: no record).
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Stored {
     record: Option<StateRecord>,
-    version: Option<i32>,
     owner: Option<String>,
 }
 
@@ -293,8 +329,6 @@ pub struct ClickHouseSinkTask<C> {
     pending: BTreeMap<TopicPartition, Vec<SinkRecord>>,
     /// Next offset per partition whose records are all handled.
     committable: BTreeMap<TopicPartition, Offset>,
-    /// Fencing: the state record version this task last wrote or claimed.
-    versions: BTreeMap<TopicPartition, Option<i32>>,
     /// Fencing: partitions another owner took; their next records re-claim them.
     fenced: BTreeSet<TopicPartition>,
     /// The worker's context (given by `initialize`): rewinds and commit requests.
@@ -316,7 +350,6 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             hooks,
             pending: BTreeMap::new(),
             committable: BTreeMap::new(),
-            versions: BTreeMap::new(),
             fenced: BTreeSet::new(),
             context: SinkTaskContext::new(),
         }
@@ -353,77 +386,107 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         });
         Ok(Stored {
             record,
-            version: Some(got.version),
             owner: Some(text(4)),
         })
     }
 
-    /// Fencing: whether `seen` is still this task's record. A newer version written by
-    /// this same owner is its own write whose answer was lost: adopted.
-    fn still_owner(&mut self, tp: &TopicPartition, seen: &Stored) -> bool {
-        if self.versions.get(tp).copied().flatten() == seen.version {
-            return true;
-        }
-        if seen.owner.as_deref() == Some(self.owner.as_str()) {
-            mark!("fencing:own-write-adopted");
-            self.versions.insert(tp.clone(), seen.version);
-            return true;
-        }
-        false
+    /// Fencing: whether `seen` is still this task's record (it names this owner).
+    fn still_owner(&self, seen: &Stored) -> bool {
+        seen.owner.as_deref() == Some(self.owner.as_str())
     }
 
-    fn state_row(&self, tp: &TopicPartition, record: Option<StateRecord>) -> serde_json::Value {
+    fn state_row(
+        &self,
+        tp: &TopicPartition,
+        record: Option<StateRecord>,
+        owner: &str,
+    ) -> serde_json::Value {
         let (min, max, state) = match record {
             Some(r) => (r.range.min, r.range.max, r.phase.name()),
             None => (-1, -1, "NONE"),
         };
         json!({"key": Self::key(tp), "min_offset": min, "max_offset": max,
-               "state": state, "owner": self.owner})
+               "state": state, "owner": owner})
     }
 
-    /// Stores `record`: a blind KeeperMap INSERT, or (fencing) a write conditional on the
-    /// version this task last saw.
+    /// Stores `record`: a blind KeeperMap INSERT, or (fencing) a strict-mode `ALTER TABLE
+    /// ... UPDATE ... WHERE key = .. AND owner = '<me>'` read back.
     async fn write_state(
         &mut self,
         tp: &TopicPartition,
         record: Option<StateRecord>,
     ) -> Result<(), Stop> {
-        let row = self.state_row(tp, record);
+        let row = self.state_row(tp, record, &self.owner);
         let table = self.config.state_table.clone();
         if !self.config.variant.fenced() {
             self.client.insert(Insert::new(&table, vec![row])).await?;
             return Ok(());
         }
-        let expected = self.versions.get(tp).copied().flatten();
-        match self.client.put_if_version(&table, row, expected).await {
-            Ok(v) => {
-                self.versions.insert(tp.clone(), Some(v));
-                Ok(())
-            }
+        let me = ChValue::String(self.owner.clone());
+        let key = json!(Self::key(tp));
+        let updated = self
+            .client
+            .update_where(&table, key, row, OWNER_COLUMN, &me)
+            .await;
+        match updated {
+            Ok(()) => {}
             Err(ChClientError::Server(e)) if e.keeper_error.is_some_and(is_condition) => {
-                let seen = self.read_state(tp).await?;
-                if self.still_owner(tp, &seen) {
-                    // Our own earlier write (a duplicated or retried request): re-plan.
-                    return Err(Stop::Connect(ConnectError::Retriable(e.to_string())));
-                }
-                mark!("fencing:state-write-refused");
-                Err(Stop::Fenced)
+                // The record changed between the server's read and its write.
+                mark!("fencing:state-write-conflict");
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
+        let seen = self.read_state(tp).await?;
+        if !self.still_owner(&seen) {
+            mark!("fencing:state-write-refused");
+            return Err(Stop::Fenced);
+        }
+        if seen.record != record {
+            // Ours, but not what we wrote: the write conflicted with our own earlier one.
+            return Err(Stop::Connect(ConnectError::Retriable(format!(
+                "{tp}: state write not applied"
+            ))));
+        }
+        Ok(())
     }
 
-    /// Fencing: takes ownership of `tp` by rewriting its record conditionally.
+    /// Fencing: takes ownership of `tp`: a strict-mode INSERT of a new record, or a
+    /// strict-mode update of the owner conditional on the owner read; then a read-back.
     async fn claim(&mut self, tp: &TopicPartition) -> Result<(), ConnectError> {
+        let table = self.config.state_table.clone();
         let seen = self.read_state(tp).await.map_err(|e| connect_error(&e))?;
-        self.versions.insert(tp.clone(), seen.version);
-        match self.write_state(tp, seen.record).await {
-            Ok(()) => Ok(()),
-            Err(Stop::Fenced) => Err(ConnectError::Retriable(format!("{tp}: claim raced"))),
-            Err(Stop::Connect(e)) => Err(e),
+        let row = self.state_row(tp, seen.record, &self.owner);
+        let written = match &seen.owner {
+            None => {
+                let mut insert = Insert::new(&table, vec![row]);
+                insert.settings.keeper_map_strict_mode = Some(true);
+                self.client.insert(insert).await.map(drop)
+            }
+            Some(owner) => {
+                let seen_owner = ChValue::String(owner.clone());
+                let key = json!(Self::key(tp));
+                let update = self
+                    .client
+                    .update_where(&table, key, row, OWNER_COLUMN, &seen_owner);
+                update.await
+            }
+        };
+        match written {
+            Ok(()) => {}
+            Err(ChClientError::Server(e)) if e.keeper_error.is_some_and(is_condition) => {}
+            Err(e) => return Err(connect_error(&e)),
         }
+        let now = self.read_state(tp).await.map_err(|e| connect_error(&e))?;
+        if !self.still_owner(&now) {
+            mark!("fencing:claim-raced");
+            return Err(ConnectError::Retriable(format!("{tp}: claim raced")));
+        }
+        Ok(())
     }
 }
+
+/// The position of `owner` in [`state_table_def`].
+const OWNER_COLUMN: usize = 4;
 
 fn is_condition(e: eosim_sim::clickhouse::keeper::KeeperError) -> bool {
     use eosim_sim::clickhouse::keeper::KeeperError;
@@ -434,3 +497,6 @@ fn is_condition(e: eosim_sim::clickhouse::keeper::KeeperError) -> bool {
 }
 
 mod run;
+
+#[cfg(test)]
+mod tests;

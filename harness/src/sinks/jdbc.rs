@@ -4,9 +4,13 @@
 //!
 //! # Behaviour
 //! - Records are Debezium envelopes or flattened rows ([`crate::connect::debezium`]).
-//! - `put` writes its records in chunks of `batch.size`; each chunk is one database
-//!   transaction ([`PostgresClient::execute_batch`]), one statement per record (two for an
-//!   update that changes the key).
+//! - `put` writes all its records in one database transaction
+//!   ([`PostgresClient::execute_batch`]), one statement per record (two for an update that
+//!   changes the key): Confluent's `JdbcDbWriter.write` runs on a connection with
+//!   autocommit off, flushes `batch.size` records at a time (`executeBatch`) and commits
+//!   once at the end of the `put` (confluentinc/kafka-connect-jdbc
+//!   `sink/JdbcDbWriter.java`). `batch.size` thus only splits the statements of that one
+//!   transaction, which the model sends in one request.
 //! - `writeMode=insert`: `c` and flattened rows are plain `INSERT`s (a replayed record
 //!   fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`. `writeMode=upsert`:
 //!   `INSERT ... ON CONFLICT (pk) DO UPDATE SET <other columns> = EXCLUDED.<column>`, and
@@ -16,11 +20,12 @@
 //!   `truncate.enabled=true` (Debezium JDBC sink's name) and is skipped otherwise.
 //! - A statement failing with a data error (SQLSTATE class `22`, `23502` not-null) names
 //!   its record: it is reported through the errant-record reporter (KIP-610) with its
-//!   SQLSTATE and message, and the chunk is retried without it. An unknown `op` is reported
-//!   the same way. With `errors.tolerance=none` the reporter fails the task.
+//!   SQLSTATE and message, and the put's transaction is retried without it. An unknown `op`
+//!   is reported the same way. With `errors.tolerance=none` the reporter fails the task.
 //! - Any other database error (`23505` in insert mode, a timeout, a lost connection) is
-//!   retried `max.retries` times, `retry.backoff.ms` apart, as a `RetriableException`
-//!   (the worker redelivers the same records); then the task fails.
+//!   retried `max.retries` times as a `RetriableException`, asking the worker through
+//!   `SinkTaskContext::timeout(retry.backoff.ms)` to redeliver the same records that much
+//!   later (`JdbcSinkTask.put`; the worker keeps polling meanwhile); then the task fails.
 //! - `auto.create=true` creates the table from `col.names`, `col.types` and `pk.fields`
 //!   when the task opens.
 //!
@@ -36,7 +41,9 @@ use crate::client::postgres::{PgClientError, PostgresClient};
 use crate::connect::cdc_events::id_of;
 use crate::connect::config::{self, ConfigError};
 use crate::connect::debezium::{key_of, key_row, parse_change, Change, JsonRow};
-use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use crate::connect::task::{
+    ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
+};
 use crate::history::RecordRef;
 use crate::sinks::{completion, NoWriteLog, WriteLog};
 use async_trait::async_trait;
@@ -99,7 +106,7 @@ pub struct JdbcSinkConfig {
     pub col_types: Vec<ColumnType>,
     /// `pk.fields`.
     pub pk_fields: Vec<String>,
-    /// `batch.size`: records per database transaction.
+    /// `batch.size`: records per `executeBatch` within a put's one transaction.
     pub batch_size: usize,
     /// `writeMode`.
     pub write_mode: WriteMode,
@@ -237,6 +244,7 @@ pub struct JdbcSinkTask {
     client: Box<dyn PostgresClient>,
     retries_left: u32,
     writes: Arc<dyn WriteLog>,
+    context: Option<SinkTaskContext>,
 }
 
 impl JdbcSinkTask {
@@ -248,10 +256,11 @@ impl JdbcSinkTask {
             client,
             retries_left,
             writes: Arc::new(NoWriteLog),
+            context: None,
         }
     }
 
-    /// The same task reporting each chunk's transaction to `writes`: its records by
+    /// The same task reporting each put's transaction to `writes`: its records by
     /// `eosim.id` header and source position, completed `ok` (committed), `fail` (the
     /// server refused a statement or the transaction rolled back: `23505`, a data error,
     /// a lost connection before the request left) or `info` (a timeout: the `COMMIT` may
@@ -403,9 +412,9 @@ impl JdbcSinkTask {
         }])
     }
 
-    /// Writes one chunk in one transaction, reporting and dropping errant records until it
-    /// commits.
-    async fn write_chunk(
+    /// `JdbcDbWriter.write`: the put's records in one transaction, reporting and dropping
+    /// errant records until it commits.
+    async fn write(
         &mut self,
         mut chunk: Vec<SinkRecord>,
         reporter: &mut dyn ErrantRecordReporter,
@@ -470,7 +479,11 @@ impl JdbcSinkTask {
         }
         self.retries_left -= 1;
         crate::mark!("jdbc:batch-retry");
-        tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
+        match &self.context {
+            Some(context) => context.timeout(self.config.retry_backoff_ms),
+            // Outside a worker nothing redelivers later: wait here instead.
+            None => tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await,
+        }
         ConnectError::Retriable(error.to_string())
     }
 }
@@ -494,6 +507,10 @@ fn mark_write_error(error: &PgClientError) {
 
 #[async_trait]
 impl SinkTask for JdbcSinkTask {
+    fn initialize(&mut self, context: SinkTaskContext) {
+        self.context = Some(context);
+    }
+
     async fn open(&mut self, _partitions: &[TopicPartition]) -> Result<(), ConnectError> {
         if !self.config.auto_create {
             return Ok(());
@@ -509,13 +526,10 @@ impl SinkTask for JdbcSinkTask {
         records: Vec<SinkRecord>,
         reporter: &mut dyn ErrantRecordReporter,
     ) -> Result<(), ConnectError> {
-        let mut records = records;
-        while !records.is_empty() {
-            let rest = records.split_off(records.len().min(self.config.batch_size));
-            let chunk = std::mem::replace(&mut records, rest);
-            self.write_chunk(chunk, reporter).await?;
+        if records.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.write(records, reporter).await
     }
 
     /// Everything `put` accepted is committed already: the offsets go as they are.
@@ -599,6 +613,70 @@ mod tests {
         let s = JdbcSinkConfig::parse(&raw, &c.topics).unwrap();
         assert_eq!(s.col_types[4], ColumnType::DoublePrecision);
         assert_eq!(s.write_mode, WriteMode::Insert);
+    }
+
+    /// Counts the transactions (`execute_batch` calls) and their statements.
+    #[derive(Default)]
+    struct CountingPg {
+        transactions: Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    #[async_trait]
+    impl PostgresClient for CountingPg {
+        async fn execute(
+            &mut self,
+            _statement: Statement,
+        ) -> Result<eosim_sim::postgres::Reply, PgClientError> {
+            Err(PgClientError::Connection("not used".into()))
+        }
+
+        async fn execute_batch(
+            &mut self,
+            statements: Vec<Statement>,
+        ) -> Result<Vec<eosim_sim::postgres::Reply>, PgClientError> {
+            self.transactions.lock().unwrap().push(statements.len());
+            Ok(Vec::new())
+        }
+    }
+
+    struct NoReports;
+
+    impl ErrantRecordReporter for NoReports {
+        fn report(&mut self, _: &SinkRecord, e: &str) -> Result<(), ConnectError> {
+            Err(ConnectError::Fatal(e.to_string()))
+        }
+    }
+
+    /// Confluent's `JdbcDbWriter.write`: autocommit off, one commit per `put`, whatever
+    /// `batch.size` (which only splits the statements inside that transaction).
+    #[test]
+    fn a_put_is_one_transaction_whatever_the_batch_size() {
+        let mut raw = seed_config();
+        raw.insert("batch.size".into(), "2".into());
+        let topics = vec!["server1.dbo.t1".to_string()];
+        let config = JdbcSinkConfig::parse(&raw, &topics).unwrap();
+        let pg = CountingPg::default();
+        let transactions = pg.transactions.clone();
+        let mut task = JdbcSinkTask::new(config, Box::new(pg));
+        let records: Vec<SinkRecord> = (0..5)
+            .map(|i| SinkRecord {
+                tp: TopicPartition::new("server1.dbo.t1", 0),
+                offset: i,
+                key: None,
+                value: Some(serde_json::json!({"a": i, "b": 1})),
+                headers: Vec::new(),
+                timestamp_ms: 0,
+            })
+            .collect();
+        // The fake answers at once: one poll with a no-op waker finishes the put.
+        let mut reporter = NoReports;
+        let mut put = task.put(records, &mut reporter);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(result) = put.as_mut().poll(&mut cx) else {
+            panic!("the put waited on nothing")
+        };
+        result.expect("put");
+        assert_eq!(*transactions.lock().unwrap(), vec![5]);
     }
 
     #[test]

@@ -65,6 +65,7 @@ impl InstanceContext {
             session_timeout_ms: self.session_timeout_ms,
             producer: self.producer.clone(),
             disk: self.disk.clone(),
+            process_id: String::new(),
         }
     }
 }
@@ -150,7 +151,8 @@ pub async fn run(ctx: InstanceContext) {
     let Ok(conn) = Connection::open(ctx.brokers).await else {
         return;
     };
-    let cfg = ctx.processor_config();
+    let mut cfg = ctx.processor_config();
+    cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
     let topics = vec![ctx.topology.source.clone()];

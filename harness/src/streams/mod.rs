@@ -123,7 +123,8 @@ pub enum StoreKind {
 /// `commit_interval_ms` = 30000 (100 under `exactly_once_v2`), `store = "in-memory"`,
 /// `store_name = "windowed-counts-store"`, `window_size_ms = 5000`,
 /// `output_topic = "counts"`, `transaction_timeout_ms = 10000`, `session_timeout_ms` =
-/// `workload.session_timeout_ms`, `max_poll_records = 50`, `process_ms = 0`,
+/// `workload.session_timeout_ms`, `max_poll_records = 50`, `max_poll_interval_ms = 300000`,
+/// `process_ms = 0`,
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`.
 ///
 /// With `num_standby_replicas = 0` (Streams' default) the group uses the range assignor, as
@@ -156,6 +157,11 @@ pub struct StreamsSpec {
     pub session_timeout_ms: Option<u64>,
     /// Consumer `max.poll.records`.
     pub max_poll_records: usize,
+    /// Consumer `max.poll.interval.ms` (also the member's rebalance timeout). Streams
+    /// leaves the consumer's default, 300000 (apache/kafka `StreamsConfig`
+    /// `CONSUMER_DEFAULT_OVERRIDES` sets max.poll.records, auto.offset.reset,
+    /// enable.auto.commit and the group protocol, not this).
+    pub max_poll_interval_ms: u64,
     /// Simulated processing time per record, ms (spent inside an open transaction).
     pub process_ms: u64,
     /// `num.standby.replicas`: standby copies of each task's store on other instances.
@@ -181,6 +187,7 @@ impl Default for StreamsSpec {
             transaction_timeout_ms: 10_000,
             session_timeout_ms: None,
             max_poll_records: 50,
+            max_poll_interval_ms: 300_000,
             process_ms: 0,
             num_standby_replicas: 0,
             acceptable_recovery_lag: 10_000,

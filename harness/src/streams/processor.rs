@@ -48,8 +48,6 @@ use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// The instances' `max.poll.interval.ms` (and rebalance timeout), ms.
-pub const MAX_POLL_INTERVAL_MS: u64 = 20_000;
 /// Bound on one transactional call or committed-offset fetch, ms.
 const CALL_TIMEOUT_MS: u64 = 15_000;
 /// Pause between failed `init_transactions` attempts, ms.
@@ -169,6 +167,9 @@ pub struct ProcessorConfig {
     pub producer: ProducerConfig,
     /// The disks of persistent stores.
     pub disk: Disk,
+    /// The process id of this start (see [`initialize_process_id`]); empty until the host
+    /// initializes it.
+    pub process_id: String,
 }
 
 impl ProcessorConfig {
@@ -186,7 +187,19 @@ impl ProcessorConfig {
                 .unwrap_or(scenario.workload.session_timeout_ms),
             producer: scenario.workload.idempotent_producer_config(),
             disk,
+            process_id: String::new(),
         }
+    }
+
+    /// `transactional.id` under exactly_once_v2: `<application.id>-<processId>-<threadIdx>`
+    /// (apache/kafka `ActiveTaskCreator.producer()`, trunk 4.0 `1eb7644`; one stream thread,
+    /// index 1), so it changes with the process id.
+    ///
+    /// # Panics
+    /// When the process id was not initialized ([`initialize_process_id`]).
+    pub fn transactional_id(&self) -> String {
+        assert!(!self.process_id.is_empty(), "the process id is initialized");
+        format!("{}-{}-1", self.spec.application_id, self.process_id)
     }
 
     /// `streams-<index>`.
@@ -218,16 +231,66 @@ impl ProcessorConfig {
         config.session_timeout_ms = self.session_timeout_ms;
         config.heartbeat_interval_ms = (self.session_timeout_ms / 3).max(100);
         config.max_poll_records = self.spec.max_poll_records;
-        config.max_poll_interval_ms = MAX_POLL_INTERVAL_MS;
+        config.max_poll_interval_ms = self.spec.max_poll_interval_ms;
         config.request_timeout_ms = self.producer.request_timeout_ms;
         config
     }
 }
 
+/// The process id of an instance start, as `StateDirectory.initializeProcessId` decides it
+/// (apache/kafka trunk 4.0 `1eb7644`): without persistent stores a fresh random UUID on every
+/// start; with them the one in the state directory's `kafka-streams-process-metadata` file,
+/// written on the first start. A restarted in-memory instance thus gets another
+/// `transactional.id`: its `InitProducerId` does not fence its predecessor, whose open
+/// transaction stays open until `transaction.timeout.ms` and the coordinator aborts it
+/// (read_committed readers see the LSO stuck until then).
+///
+/// `now_ns` is the start's clock: the UUID's bits are drawn from it and the instance
+/// (a mix, not the run's random stream, so that drawing a process id does not move every
+/// later random choice of the run; two starts at different times get different ids).
+pub fn initialize_process_id(cfg: &ProcessorConfig, now_ns: u64) -> String {
+    let persistent = cfg.spec.store == StoreKind::Persistent;
+    if persistent {
+        if let Some(id) = cfg.disk.process_id(cfg.index) {
+            crate::mark!("streams:process-id-from-state-dir");
+            return id;
+        }
+    }
+    let id = uuid_from(now_ns, cfg.index);
+    if persistent {
+        cfg.disk.write_process_id(cfg.index, id.clone());
+    }
+    crate::mark!("streams:process-id-fresh");
+    id
+}
+
+/// A version-4-shaped UUID from `seed` and `index` (splitmix64 mixing).
+fn uuid_from(seed: u64, index: u32) -> String {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let hi = mix(seed ^ (u64::from(index) << 32));
+    let lo = mix(hi ^ u64::from(index));
+    let bits = (u128::from(hi) << 64) | u128::from(lo);
+    let bits = (bits & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 /// The instance's producer: idempotent under at_least_once; under exactly_once_v2 a
-/// transactional producer with `transactional.id = <application.id>-streams-<index>`
-/// (stable across restarts, so a restarted instance fences its zombie), initialized.
-/// Either is retried until it is created (and initialized).
+/// transactional producer with [`ProcessorConfig::transactional_id`] (the same for every
+/// producer of one start, so a recreated producer fences the one it replaces),
+/// initialized. Either is retried until it is created (and initialized).
 pub async fn new_writer<H: StreamsHost>(
     cfg: &ProcessorConfig,
     host: &H,
@@ -236,7 +299,10 @@ pub async fn new_writer<H: StreamsHost>(
         enable_idempotence: true,
         ..cfg.producer.clone()
     };
-    let id = format!("{}-streams-{}", cfg.spec.application_id, cfg.index);
+    let id = match cfg.eos() {
+        true => cfg.transactional_id(),
+        false => String::new(),
+    };
     let timeout_ms = cfg.spec.transaction_timeout_ms;
     loop {
         if !cfg.eos() {
@@ -750,5 +816,46 @@ fn record(topic: &str, partition: Option<u32>, key: &Bytes, value: &Bytes) -> Pr
         key: Some(key.clone()),
         value: Some(value.clone()),
         headers: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(store: &str) -> ProcessorConfig {
+        let text = format!(
+            "name = \"t\"\npipeline = \"streams-count\"\nclaim = \"exactly-once\"\n\
+             [streams]\nprocessing_guarantee = \"exactly_once_v2\"\nstore = \"{store}\"\n"
+        );
+        let s = Scenario::parse(std::path::Path::new("t.toml"), &text).expect("parses");
+        ProcessorConfig::of_scenario(&s, 0, Disk::default())
+    }
+
+    #[test]
+    fn the_transactional_id_carries_a_process_id_that_only_persistent_stores_keep() {
+        let mut cfg = config("in-memory");
+        let first = initialize_process_id(&cfg, 1_000);
+        let second = initialize_process_id(&cfg, 2_000);
+        assert_ne!(
+            first, second,
+            "a fresh process id per start without persistent stores"
+        );
+        assert_eq!(first.len(), 36);
+        cfg.process_id = first.clone();
+        assert_eq!(cfg.transactional_id(), format!("counts-{first}-1"));
+        let cfg = config("persistent");
+        let first = initialize_process_id(&cfg, 1_000);
+        assert_eq!(
+            initialize_process_id(&cfg, 2_000),
+            first,
+            "read back from the state dir"
+        );
+    }
+
+    #[test]
+    fn the_consumer_keeps_kafka_s_default_max_poll_interval() {
+        let cfg = config("in-memory");
+        assert_eq!(cfg.consumer_config().max_poll_interval_ms, 300_000);
     }
 }

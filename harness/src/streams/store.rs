@@ -57,13 +57,28 @@ pub struct Flushed {
     pub checkpoint: Option<Offset>,
 }
 
-/// The disks of all instances: (instance, task partition) → what was flushed.
+/// The disks of all instances: (instance, task partition) → what was flushed, and each
+/// instance's `kafka-streams-process-metadata` file (its process id).
 #[derive(Debug, Clone, Default)]
 pub struct Disk {
     inner: Arc<Mutex<BTreeMap<(u32, u32), Flushed>>>,
+    process_files: Arc<Mutex<BTreeMap<u32, String>>>,
 }
 
 impl Disk {
+    /// The process id in instance `instance`'s state directory
+    /// (`kafka-streams-process-metadata`), if one was written.
+    pub fn process_id(&self, instance: u32) -> Option<String> {
+        let files = self.process_files.lock().expect("disk lock");
+        files.get(&instance).cloned()
+    }
+
+    /// Writes instance `instance`'s process file.
+    pub fn write_process_id(&self, instance: u32, process_id: String) {
+        let mut files = self.process_files.lock().expect("disk lock");
+        files.insert(instance, process_id);
+    }
+
     /// What instance `instance` flushed for task `partition`.
     pub fn read(&self, instance: u32, partition: u32) -> Option<Flushed> {
         self.inner

@@ -15,17 +15,17 @@
 //!   without an error (seen here: high watermark stayed 0). The real arm waits until every
 //!   partition answers ListOffsets before the first operation.
 
+use super::real_support::model_world::ModelWorld;
 use bytes::Bytes;
 use eosim::client::real::{RealConsumer, RealProducer};
 use eosim::client::{Admin, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
-use eosim_sim::kafka::model::{Cluster, Env, Reply};
 use eosim_sim::kafka::murmur2::partition_for_key;
 use eosim_sim::kafka::{
-    Acks, BrokerId, ClusterConfig, Isolation, Offset, ProducerBatchHeader, Record, Request,
-    Response, TimeMs, TopicConfig, TopicPartition,
+    Acks, ClusterConfig, Isolation, Offset, ProducerBatchHeader, Record, Request, Response,
+    TopicConfig, TopicPartition,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -85,102 +85,54 @@ fn key_bytes(key: u8) -> Bytes {
     Bytes::from(key.to_string())
 }
 
-/// Runs `cases` generated sequences against the real broker at `bootstrap` and the model.
-pub fn run(bootstrap: &str, cases: u32) {
-    let config = Config {
-        cases,
-        max_shrink_iters: 16,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
+/// Runs `cases` generated sequences against the real broker at `bootstrap` and the model;
+/// returns (cases agreeing, cases run) and a tally of the operations. Panics on the first
+/// (shrunk) difference.
+pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, std::collections::BTreeMap<String, u32>) {
+    let mut runner = super::real_support::diff_runner(cases, 16);
     let case = AtomicU32::new(0);
+    let agreed = AtomicU32::new(0);
+    let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
     let result = runner.run(&strategy, |ops| {
         let n = case.fetch_add(1, Ordering::Relaxed);
         let real = RealWorld::run(bootstrap, n, &ops).map_err(TestCaseError::fail)?;
-        let model = ModelWorld::run(&ops);
-        prop_assert_eq!(real, model, "ops: {:?}", ops);
+        let model = ModelArm::run(&ops);
+        prop_assert_eq!(&real, &model, "ops: {:?}", ops);
+        agreed.fetch_add(1, Ordering::Relaxed);
+        let mut tally = tally.lock().expect("tally lock");
+        for op in &ops {
+            let kind = match op {
+                Op::Produce { acks, .. } => format!("produce acks={acks:?}"),
+                Op::Commit { .. } => "commit".to_string(),
+                Op::Fetch { .. } => "fetch".to_string(),
+            };
+            *tally.entry(kind).or_default() += 1;
+        }
         Ok(())
     });
+    let (agreed, ran) = (agreed.into_inner(), case.into_inner());
     if let Err(e) = result {
-        panic!("model and real Kafka differ: {e}");
+        panic!("model and real Kafka differ ({agreed} of {ran} runs agreed, shrink runs included): {e}");
     }
-}
-
-/// The environment of a healthy cluster: every broker up, every link up.
-struct AllUp;
-
-impl Env for AllUp {
-    fn broker_up(&self, _: BrokerId) -> bool {
-        true
-    }
-    fn link_up(&self, _: BrokerId, _: BrokerId) -> bool {
-        true
-    }
-    fn controller_link_up(&self, _: BrokerId) -> bool {
-        true
-    }
+    (agreed, ran, tally.into_inner().expect("tally lock"))
 }
 
 /// The model, one broker, driven request by request.
-struct ModelWorld {
-    cluster: Cluster,
-    now: TimeMs,
+struct ModelArm {
+    w: ModelWorld,
 }
 
-impl ModelWorld {
-    const TICK_MS: TimeMs = 10;
-    const STEPS_MAX: u32 = 100_000;
-
-    fn new() -> Self {
+impl ModelArm {
+    fn run(ops: &[Op]) -> Vec<Observation> {
         let config = ClusterConfig {
             group_initial_rebalance_delay_ms: 0,
             ..ClusterConfig::default()
         };
-        let mut w = Self {
-            cluster: Cluster::new(1, config),
-            now: 0,
+        let mut w = ModelArm {
+            w: ModelWorld::new(config),
         };
-        w.advance(1_000);
-        w
-    }
-
-    fn advance(&mut self, ms: TimeMs) {
-        let until = self.now + ms;
-        while self.now < until {
-            self.now += Self::TICK_MS;
-            self.cluster.tick(self.now, &AllUp);
-        }
-    }
-
-    fn call(&mut self, request: Request) -> Response {
-        let token = match self.cluster.handle(self.now, 1, request) {
-            Reply::Done(response) => return response,
-            Reply::Parked(token) => token,
-        };
-        for _ in 0..Self::STEPS_MAX {
-            self.advance(Self::TICK_MS);
-            if let Some(response) = self.cluster.poll_parked(self.now, &token) {
-                return response;
-            }
-        }
-        panic!(
-            "model: parked request not answered within {} steps",
-            Self::STEPS_MAX
-        );
-    }
-
-    fn run(ops: &[Op]) -> Vec<Observation> {
-        let mut w = ModelWorld::new();
-        let created = w.call(Request::CreateTopic {
-            name: "t".into(),
-            partitions: PARTITIONS,
-            replication_factor: 1,
-            config: TopicConfig::default(),
-        });
-        assert_eq!(created, Response::CreateTopic, "model: create topic");
-        w.advance(1_000);
+        w.w.create_topic("t", PARTITIONS);
         let mut hw: Vec<Offset> = vec![0; PARTITIONS as usize];
         let mut out = Vec::new();
         for (i, op) in ops.iter().enumerate() {
@@ -197,9 +149,9 @@ impl ModelWorld {
                     key: Some(key_bytes(key)),
                     value: Some(Bytes::from(format!("op{i}"))),
                     headers: Vec::new(),
-                    timestamp_ms: self.now as i64,
+                    timestamp_ms: self.w.now() as i64,
                 };
-                let response = self.call(Request::Produce {
+                let response = self.w.call(Request::Produce {
                     tp: TopicPartition::new("t", partition),
                     acks,
                     timeout_ms: 30_000,
@@ -217,7 +169,7 @@ impl ModelWorld {
             }
             Op::Commit { partition, quarter } => {
                 let offset = offset_at(hw, partition, quarter);
-                let response = self.call(Request::OffsetCommit {
+                let response = self.w.call(Request::OffsetCommit {
                     group_id: "g".into(),
                     generation: -1,
                     member_id: String::new(),
@@ -244,51 +196,12 @@ impl ModelWorld {
     }
 
     fn committed(&mut self) -> Vec<(u32, Offset)> {
-        let partitions = (0..PARTITIONS)
-            .map(|p| TopicPartition::new("t", p))
-            .collect();
-        match self.call(Request::OffsetFetch {
-            group_id: "g".into(),
-            partitions,
-        }) {
-            Response::OffsetFetch { offsets } => offsets
-                .into_iter()
-                .map(|(tp, o)| (tp.partition, o))
-                .collect(),
-            other => panic!("model: offset fetch answered {other:?}"),
-        }
+        self.w.committed("g", "t", PARTITIONS)
     }
 
     fn fetch(&mut self, partition: u32, from: Offset) -> Vec<(Offset, Bytes, Bytes)> {
         let tp = TopicPartition::new("t", partition);
-        let mut position = from;
-        let mut records = Vec::new();
-        loop {
-            let response = self.call(Request::Fetch {
-                isolation: Isolation::ReadUncommitted,
-                partitions: vec![(tp.clone(), position)],
-                max_bytes: 52_428_800,
-                partition_max_bytes: 1_048_576,
-                max_wait_ms: 0,
-                current_leader_epochs: Vec::new(),
-            });
-            let Response::Fetch { partitions } = response else {
-                panic!("model: fetch answered {response:?}")
-            };
-            let (_, p) = partitions
-                .into_iter()
-                .next()
-                .expect("one partition asked, one answered");
-            assert_eq!(p.error, None, "model: fetch error");
-            for r in &p.records {
-                let key = r.record.key.clone().unwrap_or_default();
-                records.push((r.offset, key, r.record.value.clone().unwrap_or_default()));
-            }
-            if p.next_fetch_offset >= p.high_watermark || p.next_fetch_offset == position {
-                return records;
-            }
-            position = p.next_fetch_offset;
-        }
+        self.w.read(&tp, from, Isolation::ReadUncommitted).0
     }
 }
 

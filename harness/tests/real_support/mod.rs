@@ -18,6 +18,8 @@ pub fn real_enabled(test: &str) -> bool {
     false
 }
 
+pub mod model_world;
+
 /// A multi-threaded tokio runtime (rdkafka's futures and blocking calls run on it).
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -68,4 +70,93 @@ pub fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let line = format!("{what} took {} ms\n", started.elapsed().as_millis());
     let _ = std::io::stderr().write_all(line.as_bytes());
     v
+}
+
+/// The number of generated cases of a model-versus-real suite: `EOSIM_DIFF_CASES`, or
+/// `default`.
+pub fn diff_cases(default: u32) -> u32 {
+    std::env::var("EOSIM_DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A proptest runner for a model-versus-real suite: `cases` cases, at most
+/// `max_shrink_iters` shrink steps, no persistence file, and generation seeded from
+/// `EOSIM_DIFF_SEED` (default 1, printed) so that a run generates the same sequences again
+/// and a suite's check of what it exercised does not depend on luck.
+pub fn diff_runner(cases: u32, max_shrink_iters: u32) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+    let seed = std::env::var("EOSIM_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let line = format!("differential: {cases} cases, generation seed {seed} (EOSIM_DIFF_SEED)\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    TestRunner::new(Config {
+        cases,
+        max_shrink_iters,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    })
+}
+
+/// Where the model-versus-real suites write their agreement lines:
+/// `EOSIM_DIFF_REPORT`, or `reports/real/differential.md` under the workspace.
+pub fn diff_report_path() -> std::path::PathBuf {
+    match std::env::var_os("EOSIM_DIFF_REPORT") {
+        Some(p) => p.into(),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/real/differential.md")
+        }
+    }
+}
+
+/// Reports a suite's agreement: `agreed` of `ran` cases, and the tally of what the cases
+/// exercised, to stderr (past the capture) and as a line appended to
+/// [`diff_report_path`] (a Markdown table row: suite, agreed, cases, rate, exercised).
+pub fn report_agreement<K: std::fmt::Display>(
+    suite: &str,
+    agreed: u32,
+    ran: u32,
+    tally: &std::collections::BTreeMap<K, u32>,
+) {
+    let rate = if ran == 0 {
+        0.0
+    } else {
+        100.0 * f64::from(agreed) / f64::from(ran)
+    };
+    let exercised: Vec<String> = tally.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    let line = format!(
+        "| {suite} | {agreed} | {ran} | {rate:.0} % | {} |\n",
+        exercised.join(", ")
+    );
+    let _ = std::io::stderr().write_all(
+        format!("differential agreement: {suite}: {agreed} of {ran} cases\n").as_bytes(),
+    );
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    let path = diff_report_path();
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let new = !path.exists();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path);
+    match file {
+        Ok(mut f) => {
+            if new {
+                let _ = f.write_all(
+                    b"| suite | agreed | cases | agreement | exercised |\n|---|---|---|---|---|\n",
+                );
+            }
+            let _ = f.write_all(line.as_bytes());
+        }
+        Err(e) => {
+            let _ = std::io::stderr()
+                .write_all(format!("differential report {}: {e}\n", path.display()).as_bytes());
+        }
+    }
 }

@@ -107,7 +107,12 @@ fn final_values(outcome: &SeedOutcome) -> impl Iterator<Item = &Value> {
 #[test]
 fn f2_with_errors_tolerance_none_leaves_the_task_failed_in_the_herder() {
     let mut s = scenario("f2-redelivery-other-boundaries-seed-loses.toml", "seed");
-    s.sink.as_mut().expect("[sink]").errors_tolerance = "none".into();
+    let sink = s.sink.as_mut().expect("[sink]");
+    sink.errors_tolerance = "none".into();
+    // With neither a DLQ topic nor errors.log.enable Connect gives the task no errant
+    // record reporter and the report would be dropped silently; with the log reporter it
+    // exists and, under errors.tolerance=none, fails the task.
+    sink.errors_log_enable = true;
     let outcome = run_seed(&s, 1);
     let stalled = outcome
         .stalled
@@ -364,4 +369,30 @@ fn a_lost_insert_response_is_an_info_write_that_the_duplicate_cites_and_explains
     assert!(lines.contains(" info write id "), "{lines}");
     assert!(lines.contains(" ok write id "), "{lines}");
     assert!(lines.contains("effect messages.drop-response"), "{lines}");
+}
+
+#[test]
+fn f2_on_the_connector_without_an_errant_reporter_drops_the_records_silently_and_the_checker_sees_the_loss(
+) {
+    let with_dlq = scenario(
+        "f2-redelivery-other-boundaries-connector-current-loses.toml",
+        "connector-current",
+    );
+    let (outcome, result) = judge(&with_dlq, 1);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::SinkLost].len(), 100);
+    // Contains while BEFORE is thrown; errors.tolerance=all reports the partition's records.
+    assert!(outcome
+        .marks
+        .contains_key("tolerance:partition-records-reported"));
+    assert_eq!(outcome.marks.get("dlq:record"), Some(&100));
+    let file = "f2-redelivery-other-boundaries-connector-current-no-reporter-loses.toml";
+    let silent = scenario(file, "connector-current");
+    let (outcome, result) = judge(&silent, 1);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.anomalies[&Anomaly::SinkLost].len(), 100);
+    assert_eq!(outcome.marks.get("dlq:no-reporter-dropped"), Some(&100));
+    assert_eq!(outcome.marks.get("dlq:record"), None);
+    let dlq = final_values(&outcome).any(|v| matches!(v, Value::DlqState { .. }));
+    assert!(!dlq, "no dead-letter queue topic");
 }

@@ -14,9 +14,9 @@
 //! - Reads: a get by key; a full scan lists the children and gets each (not a snapshot).
 //! - A conditional write by version ([`put_if_version`]) is what strict-mode
 //!   `ALTER TABLE ... UPDATE` does inside one query (read values with versions, then a
-//!   versioned multi); ClickHouse does not let a client pass the version itself except
-//!   through the `_version` virtual column of newer releases (UNVERIFIED which release).
-//!   eosim exposes it so a sink variant can fence by owner.
+//!   versioned multi); ClickHouse does not let a client pass the version itself.
+//!   eosim's clients expose it only as that statement's second step (the harness'
+//!   `KeeperMap::update_where`), which is what the fenced sink variant uses.
 //!
 //! Simplifications: keys are encoded as URL-safe base64 of the key's text (ClickHouse
 //! base64-encodes the key's binary serialization), values as JSON of the whole row

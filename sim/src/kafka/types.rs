@@ -457,6 +457,25 @@ pub struct FetchPartition {
     pub next_fetch_offset: Offset,
 }
 
+/// What a read_committed client keeps of fetched records: drops the transactional records
+/// of aborted transactions, a record whose producer id has an aborted entry with
+/// `first_offset ≤ offset < last_offset` (the ABORT marker's offset), as Java's
+/// `CompletedFetch` (`clients/.../consumer/internals/CompletedFetch.java`) does with the
+/// markers themselves. Shared by the simulated consumer and the model-versus-real suites.
+pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
+    records
+        .into_iter()
+        .filter(|r| {
+            !(r.transactional
+                && aborted.iter().any(|a| {
+                    a.producer_id == r.producer_id
+                        && a.first_offset <= r.offset
+                        && r.offset < a.last_offset
+                }))
+        })
+        .collect()
+}
+
 /// Partition metadata as `Metadata` returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionMetadata {

@@ -11,11 +11,13 @@
 
 use crate::client::ConsumerGroupMetadata;
 use rdkafka::bindings as rd;
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::consumer::{Consumer as _, ConsumerContext, StreamConsumer};
 use std::ffi::CStr;
 
 /// The group metadata `consumer` holds now; `None` outside a joined generation.
-pub(super) fn group_metadata(consumer: &StreamConsumer) -> Option<ConsumerGroupMetadata> {
+pub(super) fn group_metadata<C: ConsumerContext>(
+    consumer: &StreamConsumer<C>,
+) -> Option<ConsumerGroupMetadata> {
     let rk = consumer.client().native_ptr();
     // SAFETY: `rk` is the live client handle; the strings belong to the metadata, which
     // is destroyed only after they were copied.

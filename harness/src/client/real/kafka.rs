@@ -1,9 +1,10 @@
 //! rdkafka implementations of [`Producer`], [`Consumer`] and [`Admin`].
 
 use super::error::{from_code, from_commit, from_rdkafka};
+use super::rebalance::RebalanceContext;
 use crate::client::{
     Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig,
-    ConsumerGroupMetadata, Delivery, Producer, ProducerConfig, ProducerRecord,
+    ConsumerGroupMetadata, Delivery, Producer, ProducerConfig, ProducerRecord, Revocation,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -181,10 +182,17 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
     c
 }
 
-/// A group consumer on rdkafka's `StreamConsumer`.
+/// The `StreamConsumer` of a [`RealConsumer`], with its rebalance callback.
+type Inner = StreamConsumer<RebalanceContext>;
+
+/// A group consumer on rdkafka's `StreamConsumer`. With
+/// [`Consumer::listen_for_revocations`] its rebalance callback holds a revocation back
+/// (`client::real::rebalance`): the poll that saw it returns empty and leaves it for
+/// [`Consumer::take_revocation`], the next poll unassigns and librdkafka rejoins.
 pub struct RealConsumer {
-    consumer: Option<Arc<StreamConsumer>>,
+    consumer: Option<Arc<Inner>>,
     config: ConsumerConfig,
+    revocation: Option<Revocation>,
 }
 
 impl std::fmt::Debug for RealConsumer {
@@ -210,6 +218,14 @@ fn tpl_of(offsets: &[(TopicPartition, Offset)]) -> Result<TopicPartitionList, Cl
         .map_err(|e| from_rdkafka(&e, "offset list", 0))?;
     }
     Ok(tpl)
+}
+
+fn partition_list(partitions: &[TopicPartition]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+    for tp in partitions {
+        tpl.add_partition(&tp.topic, tp.partition as i32);
+    }
+    tpl
 }
 
 fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
@@ -243,16 +259,17 @@ impl RealConsumer {
     /// # Errors
     /// [`ClientError::Fatal`] when librdkafka rejects the configuration.
     pub fn new(bootstrap_servers: &str, config: ConsumerConfig) -> Result<Self, ClientError> {
-        let consumer: StreamConsumer = consumer_client_config(bootstrap_servers, &config)
-            .create()
+        let consumer: Inner = consumer_client_config(bootstrap_servers, &config)
+            .create_with_context(RebalanceContext::default())
             .map_err(|e| ClientError::Fatal(format!("consumer configuration: {e}")))?;
         Ok(Self {
             consumer: Some(Arc::new(consumer)),
             config,
+            revocation: None,
         })
     }
 
-    fn inner(&self) -> Result<&Arc<StreamConsumer>, ClientError> {
+    fn inner(&self) -> Result<&Arc<Inner>, ClientError> {
         self.consumer.as_ref().ok_or_else(closed)
     }
 
@@ -362,10 +379,21 @@ impl Consumer for RealConsumer {
 
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
         let consumer = Arc::clone(self.inner()?);
+        if consumer.context().take_unassign_due() {
+            // The handed-out revocation was dealt with: let librdkafka rejoin.
+            consumer
+                .unassign()
+                .map_err(|e| from_rdkafka(&e, "unassign", 0))?;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut records = Vec::new();
         // Wait for the first record (or error) up to `timeout`, as Java's poll does.
         while records.is_empty() {
+            if let Some(revocation) = consumer.context().hand_out() {
+                // Java revokes before it returns anything of the next generation.
+                self.revocation = Some(revocation);
+                return Ok(Vec::new());
+            }
             match tokio::time::timeout_at(deadline, consumer.recv()).await {
                 Err(_) => return Ok(records),
                 Ok(Ok(m)) => records.push(consumed(&m)),
@@ -382,6 +410,11 @@ impl Consumer for RealConsumer {
                 Some(Ok(m)) => records.push(consumed(&m)),
                 Some(Err(_)) | None => break,
             }
+        }
+        if let Some(revocation) = consumer.context().hand_out() {
+            // Revoked while these were taken: the next owner reads them again.
+            self.revocation = Some(revocation);
+            return Ok(Vec::new());
         }
         Ok(records)
     }
@@ -425,6 +458,36 @@ impl Consumer for RealConsumer {
                 Timeout::After(Duration::ZERO),
             )
             .map_err(|e| from_rdkafka(&e, "seek", 0))
+    }
+
+    fn listen_for_revocations(&mut self) -> bool {
+        match self.inner() {
+            Ok(consumer) => {
+                consumer.context().listen();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn take_revocation(&mut self) -> Option<Revocation> {
+        self.revocation.take()
+    }
+
+    /// librdkafka's `rd_kafka_pause_partitions`.
+    fn pause(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        let tpl = partition_list(partitions);
+        self.inner()?
+            .pause(&tpl)
+            .map_err(|e| from_rdkafka(&e, "pause", 0))
+    }
+
+    /// librdkafka's `rd_kafka_resume_partitions`.
+    fn resume(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        let tpl = partition_list(partitions);
+        self.inner()?
+            .resume(&tpl)
+            .map_err(|e| from_rdkafka(&e, "resume", 0))
     }
 
     /// librdkafka's generation and member id ([`super::group`]); `None` before the first

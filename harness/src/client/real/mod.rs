@@ -5,6 +5,8 @@
 //! - [`kafka`]: [`RealProducer`] (`FutureProducer`), [`RealConsumer`] (`StreamConsumer`
 //!   with `subscribe`, range assignor, manual synchronous commits) and [`RealAdmin`].
 //! - `group`: the consumer's group metadata (generation, member id) read from librdkafka.
+//! - `rebalance`: the consumer's rebalance callback, which holds a revocation back for an
+//!   application that listens for them (Kafka Connect's sink loop).
 //! - [`txn`]: [`RealTransactionalProducer`], librdkafka's transactional producer.
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
@@ -21,7 +23,8 @@
 //!   application polling; a commit between two polls then goes out in the new generation
 //!   and succeeds, even for partitions the member no longer owns. Java's consumer rejoins
 //!   only inside `poll`, so the same commit fails with `RebalanceInProgressException` /
-//!   `CommitFailedException`. A member that exceeded `max.poll.interval.ms` does get
+//!   `CommitFailedException`. A consumer that listens for revocations (Connect's sink
+//!   loop) holds librdkafka's rejoin until the poll after it handed the revocation out. A member that exceeded `max.poll.interval.ms` does get
 //!   [`CommitFailed`](super::ClientError::CommitFailed), as in Java.
 //! - `enable.idempotence` is applied with `acks=all` only (see
 //!   [`kafka::producer_client_config`]).
@@ -34,6 +37,7 @@ pub mod error;
 mod group;
 pub mod kafka;
 pub mod postgres;
+mod rebalance;
 pub mod txn;
 pub mod zookeeper;
 

@@ -18,6 +18,15 @@
 //!   node: a paused node stops heartbeating and is removed after `session.timeout.ms`, as
 //!   in Kafka. If `poll` is not called within `max.poll.interval.ms` the heartbeat task
 //!   leaves the group (Java's poll timeout).
+//! - With [`Consumer::listen_for_revocations`] (Kafka Connect's `WorkerSinkTask` passes a
+//!   `ConsumerRebalanceListener`), a poll that has to rejoin while it owns partitions first
+//!   returns empty and leaves a [`Revocation`] (Java calls `onPartitionsRevoked`, or
+//!   `onPartitionsLost` when the generation was already reset, from
+//!   `ConsumerCoordinator.onJoinPrepare`, before JoinGroup): the partitions stay assigned
+//!   and commits carry the old generation, which the coordinator accepts while the group is
+//!   preparing the rebalance. The next poll revokes and rejoins.
+//! - [`Consumer::pause`] stops fetching a partition and holds back its buffered records; a
+//!   rebalance forgets the pause (Java's `SubscriptionState`).
 //! - [`Consumer::commit`] sends OffsetCommit with the current generation; ILLEGAL_GENERATION,
 //!   UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS become [`ClientError::CommitFailed`] and the
 //!   next `poll` rejoins. It retries coordinator errors and timeouts for
@@ -40,11 +49,12 @@
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
     AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
+    Revocation,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::{
-    AbortedTxn, BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec,
-    Request, Response, TopicPartition,
+    BrokerId, FetchPartition, FetchedRecord, Isolation, KafkaError, Offset, OffsetSpec, Request,
+    Response, TopicPartition,
 };
 use membership::{GroupClient, Joined};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -120,6 +130,14 @@ pub struct SimConsumer {
     buffer: VecDeque<ConsumedRecord>,
     /// The positions' leader epochs, for log-truncation detection (KIP-320).
     epochs: truncation::PositionEpochs,
+    /// Paused partitions: not fetched, their buffered records held back.
+    paused: BTreeSet<TopicPartition>,
+    /// Whether the application listens for revocations.
+    listening: bool,
+    /// A revocation was handed out for the rejoin about to happen: the next poll rejoins.
+    revocation_handed_out: bool,
+    /// The revocation handed out and not taken yet.
+    revocation: Option<Revocation>,
 }
 
 impl SimConsumer {
@@ -137,6 +155,10 @@ impl SimConsumer {
             needs_reset: BTreeSet::new(),
             buffer: VecDeque::new(),
             epochs: truncation::PositionEpochs::default(),
+            paused: BTreeSet::new(),
+            listening: false,
+            revocation_handed_out: false,
+            revocation: None,
         }
     }
 
@@ -161,6 +183,41 @@ impl SimConsumer {
         self.needs_reset.clear();
         self.buffer.clear();
         self.epochs.clear();
+        self.paused.clear();
+    }
+
+    /// Whether the group wants this member to (re)join and no join loop runs yet.
+    fn rejoin_due(&self) -> bool {
+        let m = self.group.membership();
+        self.rebalance_task.is_none() && (!m.stable || m.rejoin_needed)
+    }
+
+    /// Java's `onJoinPrepare` with a rebalance listener: before the first rejoin that would
+    /// revoke partitions, leave a [`Revocation`] of the whole assignment (eager) and report
+    /// that this poll must return now. Lost when the generation or member id was reset.
+    fn hand_out_revocation(&mut self) -> bool {
+        if !self.listening
+            || self.revocation_handed_out
+            || self.assignment.is_empty()
+            || !self.rejoin_due()
+        {
+            return false;
+        }
+        let lost = {
+            let m = self.group.membership();
+            m.generation < 0 || m.member_id.is_empty()
+        };
+        crate::mark!(if lost {
+            "client:consumer-partitions-lost-handed-out"
+        } else {
+            "client:consumer-revocation-handed-out"
+        });
+        self.revocation = Some(Revocation {
+            partitions: self.assignment.clone(),
+            lost,
+        });
+        self.revocation_handed_out = true;
+        true
     }
 
     /// Rejoins the group if it asked for it or we are not in a stable generation: revokes
@@ -180,6 +237,8 @@ impl SimConsumer {
             if !self.assignment.is_empty() {
                 crate::mark!("client:consumer-partitions-revoked");
             }
+            self.revocation_handed_out = false;
+            self.revocation = None;
             self.revoke_all();
             self.group.membership().stable = false;
             let task = self.group.clone().rebalance(self.topics.clone());
@@ -313,7 +372,11 @@ impl SimConsumer {
         self.validate_positions(deadline).await?;
         let mut by_leader: BTreeMap<BrokerId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
         let mut leaderless = false;
-        for (tp, &offset) in &self.positions {
+        for (tp, &offset) in self
+            .positions
+            .iter()
+            .filter(|(tp, _)| !self.paused.contains(tp))
+        {
             match self.group.conn.leader(tp) {
                 Some(leader) => by_leader
                     .entry(leader)
@@ -383,13 +446,26 @@ impl SimConsumer {
         }
     }
 
-    /// Up to `max.poll.records` buffered records.
+    /// Whether a buffered record of a partition not paused is there to return.
+    fn has_deliverable(&self) -> bool {
+        self.buffer.iter().any(|r| !self.paused.contains(&r.tp))
+    }
+
+    /// Up to `max.poll.records` buffered records of partitions not paused, in order; the
+    /// paused partitions' records stay buffered.
     fn drain(&mut self) -> Vec<ConsumedRecord> {
-        let n = self
-            .buffer
-            .len()
-            .min(self.group.config.max_poll_records.max(1));
-        self.buffer.drain(..n).collect()
+        let max = self.group.config.max_poll_records.max(1);
+        let mut out = Vec::new();
+        let mut kept = VecDeque::new();
+        while let Some(r) = self.buffer.pop_front() {
+            if out.len() < max && !self.paused.contains(&r.tp) {
+                out.push(r);
+            } else {
+                kept.push_back(r);
+            }
+        }
+        self.buffer = kept;
+        out
     }
 
     fn abort_tasks(&mut self) {
@@ -431,6 +507,9 @@ impl Consumer for SimConsumer {
         self.group.membership().last_poll = Instant::now();
         loop {
             if !self.topics.is_empty() {
+                if self.hand_out_revocation() {
+                    return Ok(Vec::new());
+                }
                 match self.ensure_active_group(&deadline).await {
                     Ok(()) => self.update_positions(&deadline).await?,
                     // Java's poll returns empty when the group is not ready in time.
@@ -438,14 +517,14 @@ impl Consumer for SimConsumer {
                     Err(e) => return Err(e),
                 }
             }
-            if !self.buffer.is_empty() {
+            if self.has_deliverable() {
                 return Ok(self.drain());
             }
             if deadline.expired() {
                 return Ok(Vec::new());
             }
             self.fetch_once(&deadline).await?;
-            if self.buffer.is_empty() {
+            if !self.has_deliverable() {
                 backoff(&deadline).await;
             }
         }
@@ -507,6 +586,34 @@ impl Consumer for SimConsumer {
             generation: m.generation,
             member_id: m.member_id.clone(),
         })
+    }
+
+    fn listen_for_revocations(&mut self) -> bool {
+        self.listening = true;
+        true
+    }
+
+    fn take_revocation(&mut self) -> Option<Revocation> {
+        self.revocation.take()
+    }
+
+    /// Java's `pause`: an unassigned partition is refused (`IllegalStateException`).
+    fn pause(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        if let Some(tp) = partitions.iter().find(|tp| !self.assignment.contains(tp)) {
+            return Err(ClientError::Fatal(format!("pause: {tp} is not assigned")));
+        }
+        self.paused.extend(partitions.iter().cloned());
+        Ok(())
+    }
+
+    fn resume(&mut self, partitions: &[TopicPartition]) -> Result<(), ClientError> {
+        if let Some(tp) = partitions.iter().find(|tp| !self.assignment.contains(tp)) {
+            return Err(ClientError::Fatal(format!("resume: {tp} is not assigned")));
+        }
+        for tp in partitions {
+            self.paused.remove(tp);
+        }
+        Ok(())
     }
 
     fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
@@ -575,22 +682,7 @@ impl Drop for SimConsumer {
     }
 }
 
-/// Drops the transactional records of aborted transactions: a record whose producer id
-/// has an aborted entry with `first_offset ≤ offset < last_offset` (the ABORT marker's
-/// offset), as Java's `CompletedFetch` does with the markers themselves.
-pub fn drop_aborted(records: Vec<FetchedRecord>, aborted: &[AbortedTxn]) -> Vec<FetchedRecord> {
-    records
-        .into_iter()
-        .filter(|r| {
-            !(r.transactional
-                && aborted.iter().any(|a| {
-                    a.producer_id == r.producer_id
-                        && a.first_offset <= r.offset
-                        && r.offset < a.last_offset
-                }))
-        })
-        .collect()
-}
+pub use eosim_sim::kafka::drop_aborted;
 
 /// OffsetFetch for `partitions`; with `require_stable` (read_committed) the KIP-447
 /// variant, which answers UNSTABLE_OFFSET_COMMIT while a transaction has offsets pending.

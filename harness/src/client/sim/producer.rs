@@ -132,9 +132,11 @@ pub async fn produce_once(
 }
 
 /// The partition of `record`: explicit, murmur2 of the key, or random for a null key.
+/// Without the topic's metadata it asks for it again every `retry.backoff.ms` for up to
+/// `max.block.ms` (Java's `KafkaProducer.waitOnMetadata`).
 ///
 /// # Errors
-/// When the topic's metadata cannot be had.
+/// When the topic's metadata cannot be had within `max.block.ms`.
 pub async fn partition_of(
     conn: &Connection,
     config: &ProducerConfig,
@@ -143,15 +145,31 @@ pub async fn partition_of(
     if let Some(p) = record.partition {
         return Ok(p);
     }
-    let count = match conn.partition_count(&record.topic) {
-        Some(n) => n,
-        None => {
-            let timeout = Duration::from_millis(config.request_timeout_ms);
-            conn.refresh_metadata(std::slice::from_ref(&record.topic), timeout)
-                .await?;
-            conn.partition_count(&record.topic)
-                .ok_or(ClientError::Kafka(KafkaError::UnknownTopicOrPartition))?
+    let deadline = madsim::time::Instant::now() + Duration::from_millis(config.max_block_ms);
+    let mut waited = false;
+    let count = loop {
+        if let Some(n) = conn.partition_count(&record.topic) {
+            break n;
         }
+        // The first request gets its whole `request.timeout.ms`, as before any wait.
+        let left = deadline.saturating_duration_since(madsim::time::Instant::now());
+        let mut timeout = Duration::from_millis(config.request_timeout_ms);
+        if waited {
+            timeout = timeout.min(left);
+        }
+        waited = true;
+        let refreshed = conn
+            .refresh_metadata(std::slice::from_ref(&record.topic), timeout)
+            .await;
+        if let Some(n) = conn.partition_count(&record.topic) {
+            break n;
+        }
+        if madsim::time::Instant::now() >= deadline {
+            refreshed?;
+            return Err(ClientError::Kafka(KafkaError::UnknownTopicOrPartition));
+        }
+        crate::mark!("client:producer-waits-for-metadata");
+        madsim::time::sleep(Duration::from_millis(config.retry_backoff_ms)).await;
     };
     Ok(match &record.key {
         Some(key) => partition_for_key(key, count),

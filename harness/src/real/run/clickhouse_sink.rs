@@ -147,6 +147,9 @@ pub fn connector_raw(
     for (key, value) in s.insert_setting_props() {
         raw.insert(key.into(), value);
     }
+    if s.errors_log_enable {
+        raw.insert("errors.log.enable".into(), "true".into());
+    }
     raw
 }
 

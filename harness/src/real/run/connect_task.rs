@@ -32,7 +32,9 @@ use crate::client::Consumer;
 use crate::connect::cdc_events::id_of;
 use crate::connect::config::WorkerConfig;
 use crate::connect::sink_loop::TaskHost;
-use crate::connect::sink_loop::{dlq_producer_config, task_consumer_config, SinkTaskLoop};
+use crate::connect::sink_loop::{
+    dlq_producer_config, task_consumer_config, SinkTaskLoop, TaskExit,
+};
 use crate::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
@@ -198,9 +200,13 @@ pub async fn run_sink_task(spec: &WorkerSpec) -> Result<(), String> {
     );
     let trace = match start(spec, &config, &wc, task, &emit).await {
         Ok(mut task_loop) => {
-            let trace = task_loop.run().await;
+            let exit = task_loop.run().await;
             task_loop.close_consumer().await;
-            trace
+            match exit {
+                TaskExit::Failed(trace) => trace,
+                // Nothing stops this process's loop but a kill.
+                TaskExit::Stopped => "stopped".to_string(),
+            }
         }
         Err(e) => e,
     };
@@ -209,7 +215,7 @@ pub async fn run_sink_task(spec: &WorkerSpec) -> Result<(), String> {
     Err(format!("task {}-{task} failed: {trace}", config.name))
 }
 
-type RealTaskLoop = SinkTaskLoop<RealConsumer, RealProducer, RealHost>;
+type RealTaskLoop = SinkTaskLoop<RealConsumer, RealHost>;
 
 async fn start(
     spec: &WorkerSpec,

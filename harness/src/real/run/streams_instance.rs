@@ -167,7 +167,11 @@ pub fn instance_index(name: &str) -> Result<u32, String> {
 /// A name that is not `streams-<i>`, a consumer that cannot be created.
 pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let s = &spec.scenario;
-    let cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    let started_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    cfg.process_id = processor::initialize_process_id(&cfg, started_ns);
     let mut consumer = RealConsumer::new(&spec.bootstrap, cfg.consumer_config())
         .map_err(|e| format!("consumer: {e}"))?;
     let topics = vec![cfg.topology.source.clone()];

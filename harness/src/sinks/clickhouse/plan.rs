@@ -5,12 +5,23 @@
 //! # Variants
 //! - [`Variant::Seed`]: the table of SPEC.md P1 (the seed document), cases none, Same,
 //!   Overlapping, Contains, New; anything else is a [`Mismatch`].
-//! - [`Variant::ConnectorCurrent`]: the connector's current classification (restated from
-//!   clickhouse-kafka-connect's `RangeContainer.getOverLappingState` and
-//!   `Processing.doLogic`): Same means "same max, min at or below the stored min", New means
-//!   "min above the stored max" (gaps allowed), then Contains, Overlapping (max above the
-//!   stored max), Zero (min is 0: topic recreated), Previous (stored AFTER: an older
-//!   batch), else Error; records below the stored min are trimmed before inserting.
+//! - [`Variant::ConnectorCurrent`]: clickhouse-kafka-connect **v1.5.0** (tag `v1.5.0`,
+//!   commit `483f7c47`), restated from `RangeContainer.getOverLappingState`,
+//!   `Processing.doLogic`, `QueryIdentifier` and `ClickHouseWriter`. Classification: Same
+//!   means "same max, min at or below the stored min", New means "min above the stored
+//!   max" (gaps allowed), then Contains, Overlapping (max above the stored max), Zero (min
+//!   is 0: topic recreated), Previous (stored AFTER: an older batch), else Error. Records
+//!   below the stored min are trimmed before inserting, but the insert's
+//!   `insert_deduplication_token` is `QueryIdentifier.getDeduplicationToken()`,
+//!   `<topic>-<partition>-<min>-<max>` of the *range container* passed to `doInsert`: the
+//!   untrimmed batch for None/Same/New/Zero, the left or right chunk for Overlapping.
+//!   `ClickHouseWriter` sets the token on every insert whose `QueryIdentifier` has a
+//!   partition, i.e. every insert of the exactly-once path (since v1.0.10, commit
+//!   `483814e1`, 2023-12; before that, from 2023-08, it was `<first offset><topic>-<partition>`).
+//!   What `doLogic` throws (Contains or Error while BEFORE, Previous without
+//!   `tolerateStateMismatch`) is a [`Mismatch`]; `ProxySinkTask.put` then fails the task or,
+//!   under `errors.tolerance=all`, reports the partition's records and goes on (see
+//!   `super::run`).
 //! - [`Variant::SeedToken`] and [`Variant::SeedTokenFencing`]: the seed's table, with two
 //!   changes that an idempotent insert allows: records below the stored min are trimmed,
 //!   and "Contains while BEFORE" holds the records until the redelivered ones cover the
@@ -25,14 +36,15 @@ pub enum Variant {
     /// The design as the seed states it.
     #[serde(rename = "seed")]
     Seed,
-    /// The connector's current source.
+    /// The connector's source, clickhouse-kafka-connect v1.5.0.
     #[serde(rename = "connector-current")]
     ConnectorCurrent,
     /// The seed plus `insert_deduplication_token` from (topic, partition, min, max).
     #[serde(rename = "seed+token")]
     SeedToken,
-    /// The seed plus the token plus fencing by owner (conditional KeeperMap writes by
-    /// version, and no insert by a stale owner).
+    /// The seed plus the token plus fencing by owner: strict-mode KeeperMap writes
+    /// conditional on the record's `owner` column (`ALTER TABLE ... UPDATE ... WHERE owner
+    /// = ..`, read back), and no insert by a stale owner (see `super` "Fencing").
     #[serde(rename = "seed+token+fencing")]
     SeedTokenFencing,
 }
@@ -48,9 +60,13 @@ impl Variant {
         }
     }
 
-    /// Whether inserts carry `insert_deduplication_token`.
+    /// Whether inserts carry `insert_deduplication_token` (the seed's do not; the
+    /// connector's do, `ClickHouseWriter` since v1.0.10).
     pub fn uses_token(self) -> bool {
-        matches!(self, Variant::SeedToken | Variant::SeedTokenFencing)
+        matches!(
+            self,
+            Variant::ConnectorCurrent | Variant::SeedToken | Variant::SeedTokenFencing
+        )
     }
 
     /// Whether state writes are conditional and inserts check ownership first.
@@ -168,8 +184,15 @@ impl Case {
 pub enum Step {
     /// Store `{range, BEFORE}`.
     SetBefore(Range),
-    /// Insert the records whose offsets fall in the range (token from the range).
-    Insert(Range),
+    /// Insert the records whose offsets fall in `rows`; the deduplication token (where the
+    /// variant uses one) is `<topic>-<partition>-<min>-<max>` of `token`, which is `rows`
+    /// except where the connector trims a batch and keeps the untrimmed range's token.
+    Insert {
+        /// The records to insert.
+        rows: Range,
+        /// The range the token names.
+        token: Range,
+    },
     /// Store `{range, AFTER}`.
     SetAfter(Range),
     /// Drop the records in the range: already in the table.
@@ -178,6 +201,16 @@ pub enum Step {
     Dlq(Range),
     /// Keep the records and wait for more (the stored range is not covered yet).
     Hold,
+}
+
+impl Step {
+    /// Insert the records of `range`, with `range`'s token.
+    pub fn insert(range: Range) -> Self {
+        Step::Insert {
+            rows: range,
+            token: range,
+        }
+    }
 }
 
 /// What to do with a batch.
@@ -189,8 +222,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
 }
 
-/// A case the variant has no answer for: the task reports it as an error (unless
-/// `tolerateStateMismatch`).
+/// A case the variant has no answer for: `doLogic` throws; the task reports it as an error
+/// unless [`tolerated`] has an answer under `tolerateStateMismatch`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("state mismatch ({}): stored {stored:?}, batch {batch}", case.name())]
 pub struct Mismatch {
@@ -214,7 +247,7 @@ pub fn decide(
     let Some(stored) = stored else {
         let steps = vec![
             Step::SetBefore(batch),
-            Step::Insert(batch),
+            Step::insert(batch),
             Step::SetAfter(batch),
         ];
         return Ok(Plan {
@@ -252,7 +285,7 @@ pub fn seed_case(stored: Range, batch: Range) -> Case {
 fn new_batch(batch: Range) -> Vec<Step> {
     vec![
         Step::SetBefore(batch),
-        Step::Insert(batch),
+        Step::insert(batch),
         Step::SetAfter(batch),
     ]
 }
@@ -262,21 +295,21 @@ fn seed(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
     let before = stored.phase == Phase::Before;
     let p = stored.range;
     let steps = match case {
-        Case::Same if before => vec![Step::Insert(batch), Step::SetAfter(batch)],
+        Case::Same if before => vec![Step::insert(batch), Step::SetAfter(batch)],
         Case::Same => vec![Step::Drop(batch)],
         Case::Overlapping => {
             let rest = Range::new(p.max + 1, batch.max);
             let mut steps = Vec::new();
             if before {
                 let first = Range::new(batch.min, p.max);
-                steps.extend([Step::Insert(first), Step::SetAfter(first)]);
+                steps.extend([Step::insert(first), Step::SetAfter(first)]);
             }
             steps.extend(new_batch(rest));
             steps
         }
         Case::Contains if before => vec![Step::Dlq(batch)],
         Case::Contains => vec![Step::Drop(batch)],
-        Case::New if before => vec![Step::Insert(batch), Step::SetAfter(batch)],
+        Case::New if before => vec![Step::insert(batch), Step::SetAfter(batch)],
         Case::New => new_batch(batch),
         _ => {
             return Err(Mismatch {
@@ -335,16 +368,20 @@ pub fn connector_case(stored: StateRecord, batch: Range) -> Case {
     }
 }
 
+/// `Processing.doLogic` of v1.5.0 for a stored record. Contains and Error while BEFORE,
+/// and Previous (AFTER), are what it throws: [`Mismatch`]es.
 fn connector_current(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch> {
     let case = connector_case(stored, batch);
     let p = stored.range;
     let trimmed = Range::new(batch.min.max(p.min), batch.max);
+    // `doInsert(trimmedRecords, rangeContainer)`: the trimmed records, the batch's token.
+    let insert_trimmed = Step::Insert {
+        rows: trimmed,
+        token: batch,
+    };
     let steps = match (case, stored.phase) {
         (Case::Zero, _) => new_batch(batch),
-        (Case::Same | Case::New, Phase::Before) => {
-            vec![Step::Insert(trimmed), Step::SetAfter(batch)]
-        }
-        (Case::Contains, Phase::Before) => vec![Step::Dlq(batch)],
+        (Case::Same | Case::New, Phase::Before) => vec![insert_trimmed, Step::SetAfter(batch)],
         (Case::Overlapping, phase) => {
             let rest = Range::new(p.max + 1, batch.max);
             let mut steps = Vec::new();
@@ -353,9 +390,11 @@ fn connector_current(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch
             }
             let left = Range::new(batch.min.max(p.min), p.max);
             match phase {
-                // The left chunk is re-inserted only when it has the stored boundaries.
+                // The left chunk is re-inserted only when it has the stored boundaries;
+                // otherwise its records go to the errant record reporter
+                // (`Utils.sendTODlq`, a `DuplicateException`).
                 Phase::Before if left == p => {
-                    steps.extend([Step::Insert(left), Step::SetAfter(left)]);
+                    steps.extend([Step::insert(left), Step::SetAfter(left)]);
                 }
                 Phase::Before => steps.push(Step::Dlq(left)),
                 Phase::After => steps.push(Step::Drop(left)),
@@ -363,14 +402,15 @@ fn connector_current(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch
             steps.extend(new_batch(rest));
             steps
         }
-        (Case::Same | Case::Contains | Case::Previous, Phase::After) => vec![Step::Drop(batch)],
+        (Case::Same | Case::Contains, Phase::After) => vec![Step::Drop(batch)],
         (Case::New, Phase::After) => {
             vec![
                 Step::SetBefore(batch),
-                Step::Insert(trimmed),
+                insert_trimmed,
                 Step::SetAfter(batch),
             ]
         }
+        // Contains/Error while BEFORE, Previous while AFTER: `doLogic` throws.
         _ => {
             return Err(Mismatch {
                 case,
@@ -380,6 +420,30 @@ fn connector_current(stored: StateRecord, batch: Range) -> Result<Plan, Mismatch
         }
     };
     Ok(Plan { case, steps })
+}
+
+/// The steps for mismatch `m` under `tolerateStateMismatch=true`, or `None` where the
+/// variant still throws.
+///
+/// - connector-current (v1.5.0 `Processing.doLogic`): only Previous is tolerated (the
+///   batch is skipped: "already processed"); Contains and Error while BEFORE throw
+///   whatever the setting.
+/// - the seed variants (eosim's reading of the setting for the seed's open cases): drop
+///   what is at or below the stored max, insert the rest as a new batch.
+pub fn tolerated(variant: Variant, m: &Mismatch) -> Option<Vec<Step>> {
+    if variant == Variant::ConnectorCurrent {
+        return (m.case == Case::Previous).then(|| vec![Step::Drop(m.batch)]);
+    }
+    let (p, b) = (m.stored.range, m.batch);
+    if b.max <= p.max {
+        return Some(vec![Step::Drop(b)]);
+    }
+    let mut steps = Vec::new();
+    if b.min <= p.max {
+        steps.push(Step::Drop(Range::new(b.min, p.max)));
+    }
+    steps.extend(new_batch(Range::new(b.min.max(p.max + 1), b.max)));
+    Some(steps)
 }
 
 #[cfg(test)]
@@ -401,7 +465,7 @@ mod tests {
         let plan = decide(Variant::Seed, st(0, 99, Phase::Before), r(0, 99)).unwrap();
         assert_eq!(
             plan.steps,
-            vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]
+            vec![Step::insert(r(0, 99)), Step::SetAfter(r(0, 99))]
         );
         let plan = decide(Variant::Seed, st(0, 99, Phase::After), r(0, 99)).unwrap();
         assert_eq!(plan.steps, vec![Step::Drop(r(0, 99))]);
@@ -414,10 +478,10 @@ mod tests {
         assert_eq!(
             plan.steps,
             vec![
-                Step::Insert(r(0, 49)),
+                Step::insert(r(0, 49)),
                 Step::SetAfter(r(0, 49)),
                 Step::SetBefore(r(50, 99)),
-                Step::Insert(r(50, 99)),
+                Step::insert(r(50, 99)),
                 Step::SetAfter(r(50, 99)),
             ]
         );
@@ -453,7 +517,7 @@ mod tests {
         let plan = decide(v, st(0, 99, Phase::Before), r(0, 99)).unwrap();
         assert_eq!(
             plan.steps,
-            vec![Step::Insert(r(0, 99)), Step::SetAfter(r(0, 99))]
+            vec![Step::insert(r(0, 99)), Step::SetAfter(r(0, 99))]
         );
     }
 
@@ -465,23 +529,40 @@ mod tests {
     }
 
     #[test]
-    fn connector_treats_a_gap_as_new_and_an_older_batch_as_previous() {
+    fn connector_treats_a_gap_as_new_and_throws_on_an_older_batch_unless_tolerated() {
         let v = Variant::ConnectorCurrent;
         let plan = decide(v, st(0, 99, Phase::After), r(105, 150)).unwrap();
         assert_eq!(plan.case, Case::New);
-        let plan = decide(v, st(100, 199, Phase::After), r(50, 120)).unwrap();
-        assert_eq!(plan.case, Case::Previous);
-        assert_eq!(plan.steps, vec![Step::Drop(r(50, 120))]);
+        let previous = decide(v, st(100, 199, Phase::After), r(50, 120)).unwrap_err();
+        assert_eq!(previous.case, Case::Previous);
+        assert_eq!(tolerated(v, &previous), Some(vec![Step::Drop(r(50, 120))]));
     }
 
     #[test]
-    fn connector_contains_while_before_goes_to_the_dead_letter_queue_as_in_f2() {
-        let plan = decide(
-            Variant::ConnectorCurrent,
-            st(0, 99, Phase::Before),
-            r(0, 49),
-        )
-        .unwrap();
-        assert_eq!(plan.steps, vec![Step::Dlq(r(0, 49))]);
+    fn connector_throws_on_contains_and_error_while_before_even_when_tolerating() {
+        let v = Variant::ConnectorCurrent;
+        let contains = decide(v, st(0, 99, Phase::Before), r(0, 49)).unwrap_err();
+        assert_eq!(contains.case, Case::Contains);
+        assert_eq!(tolerated(v, &contains), None);
+        let error = decide(v, st(10, 99, Phase::Before), r(5, 50)).unwrap_err();
+        assert_eq!(error.case, Case::Error);
+        assert_eq!(tolerated(v, &error), None);
+    }
+
+    #[test]
+    fn connector_tokens_name_the_untrimmed_batch_and_the_chunks_of_an_overlap() {
+        let v = Variant::ConnectorCurrent;
+        assert!(v.uses_token());
+        // Same while BEFORE with records below the stored min: trimmed rows, batch token.
+        let plan = decide(v, st(50, 99, Phase::Before), r(0, 99)).unwrap();
+        let insert = Step::Insert {
+            rows: r(50, 99),
+            token: r(0, 99),
+        };
+        assert_eq!(plan.steps, vec![insert, Step::SetAfter(r(0, 99))]);
+        // Overlapping while BEFORE: the left chunk with the stored boundaries, then the rest.
+        let plan = decide(v, st(0, 49, Phase::Before), r(0, 99)).unwrap();
+        assert_eq!(plan.steps[0], Step::insert(r(0, 49)));
+        assert_eq!(plan.steps[3], Step::insert(r(50, 99)));
     }
 }

@@ -1,6 +1,16 @@
 //! Running a plan's steps, and the [`SinkTask`] implementation.
+//!
+//! # Errors in `put` (clickhouse-kafka-connect v1.5.0 `ProxySinkTask.put`)
+//! Each topic-partition's records go through `Processing.doLogic` on their own. What it
+//! throws goes to `Utils.handleException`: a retriable error (ClickHouse codes such as
+//! 159, 209, 210, 242, 319, 999, socket timeouts) fails the whole `put` with a
+//! `RetriableException`, so the worker redelivers the batch; anything else fails the task
+//! under `errors.tolerance=none`, and under `errors.tolerance=all` is ignored: the
+//! partition's records are reported (`Utils.sendTODLQ`) and the next partition is
+//! processed. Reports go to the worker's errant record reporter, or nowhere when Connect
+//! gave the task none ([`super::ClickHouseSinkConfig::errant_reporter`]).
 
-use super::plan::{self, Mismatch, Phase, Range, StateRecord, Step};
+use super::plan::{self, Phase, Range, StateRecord, Step};
 use super::{ClickHouseSinkTask, Stop};
 use crate::client::clickhouse::{ClickHouse, KeeperMap};
 use crate::connect::task::{
@@ -11,26 +21,6 @@ use async_trait::async_trait;
 use eosim_sim::clickhouse::types::Insert;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
-
-/// With `tolerateStateMismatch`: drop what is at or below the stored max, insert the rest
-/// as a new batch.
-fn tolerate(m: &Mismatch) -> Vec<Step> {
-    let (p, b) = (m.stored.range, m.batch);
-    if b.max <= p.max {
-        return vec![Step::Drop(b)];
-    }
-    let mut steps = Vec::new();
-    if b.min <= p.max {
-        steps.push(Step::Drop(Range::new(b.min, p.max)));
-    }
-    let rest = Range::new(b.min.max(p.max + 1), b.max);
-    steps.extend([
-        Step::SetBefore(rest),
-        Step::Insert(rest),
-        Step::SetAfter(rest),
-    ]);
-    steps
-}
 
 impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
     async fn point(&self, name: &'static str) {
@@ -49,23 +39,30 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         };
         let batch = Range::new(records[0].offset, records[records.len() - 1].offset);
         let seen = self.read_state(tp).await?;
-        if self.config.variant.fenced() && !self.still_owner(tp, &seen) {
+        if self.config.variant.fenced() && !self.still_owner(&seen) {
             mark!("fencing:stale-owner-before-plan");
             return Err(Stop::Fenced);
         }
         let stored = seen.record;
-        let plan = match plan::decide(self.config.variant, stored, batch) {
+        let variant = self.config.variant;
+        let plan = match plan::decide(variant, stored, batch) {
             Ok(plan) => plan,
-            Err(m) if self.config.tolerate_state_mismatch => {
-                mark!(&format!("case:{}:tolerated", m.case.name()));
-                plan::Plan {
-                    case: m.case,
-                    steps: tolerate(&m),
-                }
-            }
             Err(m) => {
-                mark!(&format!("case:{}:error", m.case.name()));
-                return Err(Stop::Connect(ConnectError::Fatal(format!("{tp}: {m}"))));
+                let tolerated = self.config.tolerate_state_mismatch;
+                match tolerated.then(|| plan::tolerated(variant, &m)).flatten() {
+                    Some(steps) => {
+                        mark!(&format!("case:{}:tolerated", m.case.name()));
+                        plan::Plan {
+                            case: m.case,
+                            steps,
+                        }
+                    }
+                    None => {
+                        mark!(&format!("case:{}:error", m.case.name()));
+                        let e = ConnectError::Fatal(format!("{tp}: {m}"));
+                        return Err(Stop::Connect(e));
+                    }
+                }
             }
         };
         let phase = stored.map_or("none", |s| s.phase.name());
@@ -105,9 +102,9 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
                 };
                 self.write_state(tp, Some(record)).await?;
             }
-            Step::Insert(range) => {
+            Step::Insert { rows, token } => {
                 self.point("between-before-and-insert").await;
-                self.insert(tp, range, reporter).await?;
+                self.insert(tp, rows, token, reporter).await?;
                 self.point("between-insert-and-after").await;
             }
             Step::SetAfter(range) => {
@@ -121,9 +118,9 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             Step::Drop(range) => mark!(&format!("drop:{}", range_kind(range))),
             Step::Dlq(range) => {
                 for record in self.records_in(tp, range) {
-                    let why = format!("{tp}: batch {range} is inside a stored BEFORE range");
-                    mark!("dlq:record");
-                    reporter.report(&record, &why).map_err(Stop::Connect)?;
+                    let why = format!("{tp}: records {range} are not the stored BEFORE range");
+                    self.report(reporter, &record, &why)
+                        .map_err(Stop::Connect)?;
                 }
             }
             Step::Hold => unreachable!("Hold is a plan of its own"),
@@ -131,15 +128,34 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         Ok(())
     }
 
+    /// Reports `record` to the errant record reporter, or drops it silently when the worker
+    /// gave the task none (the connector's `devNullErrorReporter`).
+    fn report(
+        &self,
+        reporter: &mut dyn ErrantRecordReporter,
+        record: &SinkRecord,
+        why: &str,
+    ) -> Result<(), ConnectError> {
+        if !self.config.errant_reporter {
+            mark!("dlq:no-reporter-dropped");
+            return Ok(());
+        }
+        mark!("dlq:record");
+        reporter.report(record, why)
+    }
+
+    /// Inserts the records of `range` (with `token`'s deduplication token where the
+    /// variant uses one).
     async fn insert(
         &mut self,
         tp: &TopicPartition,
         range: Range,
+        token: Range,
         reporter: &mut dyn ErrantRecordReporter,
     ) -> Result<(), Stop> {
         if self.config.variant.fenced() {
             let seen = self.read_state(tp).await?;
-            if !self.still_owner(tp, &seen) {
+            if !self.still_owner(&seen) {
                 mark!("fencing:insert-refused-stale-owner");
                 return Err(Stop::Fenced);
             }
@@ -148,12 +164,9 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         for record in self.records_in(tp, range) {
             match &record.value {
                 Some(v @ serde_json::Value::Object(_)) => rows.push(v.clone()),
-                _ => {
-                    mark!("dlq:record");
-                    reporter
-                        .report(&record, "value is not a JSON object")
-                        .map_err(Stop::Connect)?;
-                }
+                _ => self
+                    .report(reporter, &record, "value is not a JSON object")
+                    .map_err(Stop::Connect)?,
             }
         }
         if rows.is_empty() {
@@ -166,7 +179,8 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
         insert.settings.min_insert_block_size_rows = self.config.min_insert_block_size_rows;
         insert.settings.min_insert_block_size_bytes = self.config.min_insert_block_size_bytes;
         if self.config.variant.uses_token() {
-            let token = format!("{}-{}-{}-{}", tp.topic, tp.partition, range.min, range.max);
+            // `QueryIdentifier.getDeduplicationToken`: `<topic>-<partition>-<min>-<max>`.
+            let token = format!("{}-{}-{}-{}", tp.topic, tp.partition, token.min, token.max);
             insert = insert.token(&token);
         }
         self.point("mid-insert").await;
@@ -182,7 +196,6 @@ impl<C> ClickHouseSinkTask<C> {
     /// first record not handled, so nothing between is skipped if the task keeps it.
     fn fence(&mut self, tp: &TopicPartition) {
         self.fenced.insert(tp.clone());
-        self.versions.remove(tp);
         let first = self
             .pending
             .remove(tp)
@@ -246,6 +259,21 @@ impl<C: ClickHouse + KeeperMap> SinkTask for ClickHouseSinkTask<C> {
             match self.process(&tp, reporter).await {
                 Ok(()) => handled |= !self.pending.contains_key(&tp),
                 Err(Stop::Fenced) => self.fence(&tp),
+                Err(Stop::Connect(ConnectError::Fatal(why)))
+                    if self.config.errors_tolerance_all =>
+                {
+                    // `Utils.handleException` ignores it; `Utils.sendTODLQ` reports the
+                    // partition's records, and `put` goes on with the next partition.
+                    mark!("tolerance:partition-records-reported");
+                    let records = self.pending.remove(&tp).unwrap_or_default();
+                    for record in &records {
+                        self.report(reporter, record, &why)?;
+                    }
+                    if let Some(last) = records.last() {
+                        self.committable.insert(tp.clone(), last.offset + 1);
+                        handled = true;
+                    }
+                }
                 Err(Stop::Connect(e)) => return Err(e),
             }
         }

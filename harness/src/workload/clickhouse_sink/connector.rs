@@ -20,8 +20,10 @@ use std::time::Duration;
 
 /// The connector's configuration as posted to the herder, from the scenario's `[sink]`:
 /// Connect's keys (`tasks.max` = `tasks`, `consumer.override.max.poll.records` =
-/// `batch_records_max`, JsonConverter without schemas, a dead-letter queue
-/// `<name>-dlq` with context headers under `errors.tolerance=all`) and the sink's own.
+/// `batch_records_max`, `consumer.override.session.timeout.ms` = `session_timeout_ms` and
+/// heartbeats every third of it (a task consumer does not take the worker group's
+/// `session.timeout.ms`), JsonConverter without schemas, the dead-letter queue of
+/// [`dlq_topic`] with context headers, `errors.log.enable`) and the sink's own.
 pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
     let spec = &ctx.spec;
     let mut p = BTreeMap::new();
@@ -41,7 +43,18 @@ pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
         "consumer.override.max.poll.interval.ms",
         spec.max_poll_interval_ms.to_string(),
     );
+    set(
+        "consumer.override.session.timeout.ms",
+        spec.session_timeout_ms.to_string(),
+    );
+    set(
+        "consumer.override.heartbeat.interval.ms",
+        (spec.session_timeout_ms / 3).max(100).to_string(),
+    );
     set("errors.tolerance", spec.errors_tolerance.clone());
+    if spec.errors_log_enable {
+        set("errors.log.enable", "true".into());
+    }
     if let Some(topic) = dlq_topic(ctx) {
         set("errors.deadletterqueue.topic.name", topic);
         set(
@@ -63,19 +76,23 @@ pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
     p
 }
 
-/// The dead-letter queue topic, `<name>-dlq`, when `errors.tolerance=all`.
+/// The dead-letter queue topic ([`ClickHouseSinkSpec::dlq_topic`]: `<name>-dlq` under
+/// `errors.tolerance=all` unless the scenario sets another or none).
+///
+/// [`ClickHouseSinkSpec::dlq_topic`]: crate::scenario::clickhouse::ClickHouseSinkSpec::dlq_topic
 pub fn dlq_topic(ctx: &Context) -> Option<String> {
-    (ctx.spec.errors_tolerance == "all").then(|| format!("{}-dlq", ctx.spec.name))
+    ctx.spec.dlq_topic()
 }
 
-/// The worker configuration: `session.timeout.ms` from `[sink]` (the worker group's and
-/// the task consumers'), heartbeats every third of it; Connect's defaults otherwise
+/// The worker configuration: `session.timeout.ms` from `[sink]` (the worker group's; the
+/// task consumers get it through [`connector_props`]), heartbeats every third of it; Connect's defaults otherwise
 /// (offsets are committed when the task asks, after each batch).
 pub fn worker_config(ctx: &Context) -> WorkerConfig {
     let session_timeout_ms = ctx.spec.session_timeout_ms;
     WorkerConfig {
         session_timeout_ms,
         heartbeat_interval_ms: (session_timeout_ms / 3).max(100),
+        offset_flush_interval_ms: ctx.spec.offset_flush_interval_ms,
         ..WorkerConfig::default()
     }
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use eosim_sim::kafka::service::broker_ip;
+use eosim_sim::kafka::AbortedTxn;
 use std::sync::{Arc, Mutex};
 
 fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
@@ -643,4 +644,156 @@ fn the_heartbeat_task_finds_the_coordinator_again_after_a_timeout() {
             "the member kept heartbeating: {after_idle:?}"
         );
     });
+}
+
+/// What a listening consumer saw when a second member joined: the revocation it was handed
+/// (if any), the result of committing the revoked partitions before its next poll, and its
+/// assignment at the end.
+type RevocationSeen = (Option<Revocation>, Option<Result<(), ClientError>>, usize);
+
+/// Consumes alone, listening for revocations, for 15 s (a second member joins at 5 s);
+/// commits what it consumed when handed a revocation, before polling again.
+async fn consume_listening() -> RevocationSeen {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut consumer = SimConsumer::new(conn, test_config());
+    assert!(consumer.listen_for_revocations());
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    let mut next = BTreeMap::new();
+    let (mut revocation, mut commit) = (None, None);
+    let end = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < end {
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll");
+        for r in &records {
+            next.insert(r.tp.clone(), r.offset + 1);
+        }
+        if let Some(r) = consumer.take_revocation() {
+            assert!(records.is_empty(), "a revoking poll returns nothing");
+            assert_eq!(consumer.assignment(), r.partitions, "still assigned");
+            let offsets: Vec<_> = next.clone().into_iter().collect();
+            commit.get_or_insert(consumer.commit(&offsets).await);
+            revocation.get_or_insert(r);
+        }
+    }
+    (revocation, commit, consumer.assignment().len())
+}
+
+/// Java's `onJoinPrepare` with a rebalance listener: before rejoining for the new member,
+/// the consumer hands out its whole assignment (eager) while still owning it, and a commit
+/// of those partitions in the old generation succeeds (the group is preparing the
+/// rebalance); then it rejoins and keeps a share.
+#[test]
+fn a_listening_consumer_hands_out_its_partitions_before_it_rejoins_and_can_commit_them() {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(Instant::now()));
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
+        let task_a = a.spawn(consume_listening());
+        sleep(Duration::from_secs(5)).await;
+        let task_b = b.spawn(consume(Seen::default(), Duration::from_secs(8), false));
+        let (revocation, commit, a_partitions) = task_a.await.expect("consumer a");
+        task_b.await.expect("consumer b");
+        let revocation = revocation.expect("a revocation was handed out before the rejoin");
+        assert_eq!(
+            revocation.partitions,
+            partitions(fake_broker::TOPIC, &[0, 1, 2])
+        );
+        assert!(!revocation.lost, "the generation was still valid");
+        assert_eq!(
+            commit,
+            Some(Ok(())),
+            "the revoked partitions' commit went through"
+        );
+        assert!((1..3).contains(&a_partitions), "a rejoined with a share");
+    });
+    eosim_sim::marks::assert_hit(&["client:consumer-revocation-handed-out"]);
+}
+
+/// Java's `pause`: a paused partition's records are held back while the others flow, and
+/// come once it is resumed; pausing a partition not assigned is refused.
+#[test]
+fn a_paused_partition_is_held_back_until_resumed() {
+    let runtime = madsim::runtime::Runtime::new();
+    let (while_paused, after) = runtime.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(Instant::now()));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        node.spawn(async move {
+            let conn = Connection::open(1).await.expect("client endpoint");
+            let mut consumer = SimConsumer::new(conn, test_config());
+            consumer
+                .subscribe(&[fake_broker::TOPIC.to_string()])
+                .await
+                .expect("subscribe");
+            let tp0 = TopicPartition::new(fake_broker::TOPIC, 0);
+            let mut seen = Vec::new();
+            while consumer.assignment().is_empty() {
+                seen.extend(
+                    consumer
+                        .poll(Duration::from_millis(100))
+                        .await
+                        .expect("poll"),
+                );
+            }
+            assert!(consumer.pause(&[TopicPartition::new("t", 99)]).is_err());
+            consumer
+                .pause(std::slice::from_ref(&tp0))
+                .expect("pause an assigned partition");
+            let mut while_paused = Vec::new();
+            for _ in 0..20 {
+                let records = consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll");
+                while_paused.extend(records.into_iter().map(|r| r.tp.partition));
+            }
+            consumer.resume(&[tp0]).expect("resume");
+            let mut after = Vec::new();
+            for _ in 0..20 {
+                let records = consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll");
+                after.extend(records.into_iter().map(|r| r.tp.partition));
+            }
+            (while_paused, after)
+        })
+        .await
+        .expect("consumer task")
+    });
+    assert!(
+        !while_paused.contains(&0),
+        "nothing of p0 while paused: {while_paused:?}"
+    );
+    assert!(!while_paused.is_empty(), "the others flowed");
+    assert!(after.contains(&0), "p0 came after resume: {after:?}");
 }
