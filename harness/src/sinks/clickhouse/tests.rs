@@ -180,12 +180,10 @@ async fn store(client: &Local, min: i64, max: i64, phase: &str, owner: &str) {
         .expect("state stored");
 }
 
+/// Runs `f` on madsim's runtime, which both cfgs have (a Tokio runtime cannot be built
+/// under `--cfg madsim`).
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
+    madsim::runtime::Runtime::new().block_on(f)
 }
 
 #[test]
