@@ -27,7 +27,6 @@ use eosim_sim::kafka::{
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: u32 = 3;
@@ -89,33 +88,26 @@ fn key_bytes(key: u8) -> Bytes {
 /// returns (cases agreeing, cases run) and a tally of the operations. Panics on the first
 /// (shrunk) difference.
 pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, std::collections::BTreeMap<String, u32>) {
-    let mut runner = super::real_support::diff_runner(cases, 16);
-    let case = AtomicU32::new(0);
-    let agreed = AtomicU32::new(0);
-    let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
     let strategy = proptest::collection::vec(op_strategy(), 1..24);
-    let result = runner.run(&strategy, |ops| {
-        let n = case.fetch_add(1, Ordering::Relaxed);
-        let real = RealWorld::run(bootstrap, n, &ops).map_err(TestCaseError::fail)?;
-        let model = ModelArm::run(&ops);
-        prop_assert_eq!(&real, &model, "ops: {:?}", ops);
-        agreed.fetch_add(1, Ordering::Relaxed);
-        let mut tally = tally.lock().expect("tally lock");
-        for op in &ops {
-            let kind = match op {
-                Op::Produce { acks, .. } => format!("produce acks={acks:?}"),
-                Op::Commit { .. } => "commit".to_string(),
-                Op::Fetch { .. } => "fetch".to_string(),
-            };
-            *tally.entry(kind).or_default() += 1;
-        }
-        Ok(())
-    });
-    let (agreed, ran) = (agreed.into_inner(), case.into_inner());
-    if let Err(e) = result {
-        panic!("model and real Kafka differ ({agreed} of {ran} runs agreed, shrink runs included): {e}");
-    }
-    (agreed, ran, tally.into_inner().expect("tally lock"))
+    super::real_support::run_differential(
+        "Kafka produce/fetch/commit",
+        cases,
+        16,
+        strategy,
+        |n, ops| {
+            let real = RealWorld::run(bootstrap, n, &ops).map_err(TestCaseError::fail)?;
+            let model = ModelArm::run(&ops);
+            prop_assert_eq!(&real, &model, "ops: {:?}", ops);
+            Ok(ops
+                .iter()
+                .map(|op| match op {
+                    Op::Produce { acks, .. } => format!("produce acks={acks:?}"),
+                    Op::Commit { .. } => "commit".to_string(),
+                    Op::Fetch { .. } => "fetch".to_string(),
+                })
+                .collect())
+        },
+    )
 }
 
 /// The model, one broker, driven request by request.

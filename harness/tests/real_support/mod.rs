@@ -102,6 +102,47 @@ pub fn diff_runner(cases: u32, max_shrink_iters: u32) -> proptest::test_runner::
     })
 }
 
+/// Runs a model-versus-real suite: `cases` sequences generated from `strategy` by
+/// [`diff_runner`] (at most `max_shrink_iters` shrink steps), each handed to `case` with its
+/// number (0, 1, ..., shrink runs included; real-side names such as topics and groups are
+/// made unique from it). `case` runs the sequence against the model and the real service and
+/// returns the kinds of what it exercised (each counted once per occurrence), or the
+/// difference as a failure.
+///
+/// Returns (cases agreeing, cases run, the tally of kinds over the agreeing cases), as
+/// [`report_agreement`] takes them.
+///
+/// # Panics
+/// On the first difference, after shrinking, with `suite`, the agreement so far and the
+/// failure `case` gave.
+pub fn run_differential<S: proptest::strategy::Strategy>(
+    suite: &str,
+    cases: u32,
+    max_shrink_iters: u32,
+    strategy: S,
+    case: impl Fn(u32, S::Value) -> Result<Vec<String>, proptest::test_runner::TestCaseError>,
+) -> (u32, u32, std::collections::BTreeMap<String, u32>) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let mut runner = diff_runner(cases, max_shrink_iters);
+    let ran = AtomicU32::new(0);
+    let agreed = AtomicU32::new(0);
+    let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
+    let result = runner.run(&strategy, |value| {
+        let exercised = case(ran.fetch_add(1, Ordering::Relaxed), value)?;
+        agreed.fetch_add(1, Ordering::Relaxed);
+        let mut tally = tally.lock().expect("tally lock");
+        for kind in exercised {
+            *tally.entry(kind).or_default() += 1;
+        }
+        Ok(())
+    });
+    let (agreed, ran) = (agreed.into_inner(), ran.into_inner());
+    if let Err(e) = result {
+        panic!("model and real differ: {suite} ({agreed} of {ran} runs agreed, shrink runs included): {e}");
+    }
+    (agreed, ran, tally.into_inner().expect("tally lock"))
+}
+
 /// Where the model-versus-real suites write their agreement lines:
 /// `EOSIM_DIFF_REPORT`, or `reports/real/differential.md` under the workspace.
 pub fn diff_report_path() -> std::path::PathBuf {

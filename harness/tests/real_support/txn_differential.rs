@@ -50,7 +50,6 @@ use proptest::test_runner::TestCaseError;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::Message as _;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Partitions of each case's topic.
@@ -176,29 +175,18 @@ pub fn run(
     restart: &(dyn Fn() -> Result<(), String> + Sync),
     cases: u32,
 ) -> (u32, u32, BTreeMap<String, u32>) {
-    let mut runner = super::real_support::diff_runner(cases, 16);
-    let case = AtomicU32::new(0);
-    let agreed = AtomicU32::new(0);
-    let tally = std::sync::Mutex::new(BTreeMap::<String, u32>::new());
     let strategy = proptest::collection::vec(op_strategy(), 1..20);
-    let result = runner.run(&strategy, |ops| {
-        let n = case.fetch_add(1, Ordering::Relaxed);
+    super::real_support::run_differential("Kafka transactions", cases, 16, strategy, |n, ops| {
         let ops = with_final_reads(&ops);
         let real = RealArm::run(bootstrap, restart, n, &ops).map_err(TestCaseError::fail)?;
         let model = ModelArm::run(&ops);
         prop_assert_eq!(&real, &model, "ops: {:?}", ops);
-        agreed.fetch_add(1, Ordering::Relaxed);
-        let mut tally = tally.lock().expect("tally lock");
-        for (op, observed) in ops.iter().zip(&model) {
-            *tally.entry(exercised(op, observed)).or_default() += 1;
-        }
-        Ok(())
-    });
-    let (agreed, ran) = (agreed.into_inner(), case.into_inner());
-    if let Err(e) = result {
-        panic!("model and real Kafka differ on transactions ({agreed} of {ran} runs agreed, shrink runs included): {e}");
-    }
-    (agreed, ran, tally.into_inner().expect("tally lock"))
+        Ok(ops
+            .iter()
+            .zip(&model)
+            .map(|(op, observed)| exercised(op, observed))
+            .collect())
+    })
 }
 
 // ------------------------------------------------------------------------------- model

@@ -138,6 +138,21 @@ pub fn connector_raw(
             "consumer.override.max.poll.records",
             s.batch_records_max.to_string(),
         ),
+        // `[sink] session_timeout_ms` is the task consumers' too, as in the simulation's
+        // connector (`workload::clickhouse_sink::connector_props`): without the override
+        // they keep the consumer's 45 s and a killed task's partitions wait that long.
+        (
+            "consumer.override.max.poll.interval.ms",
+            s.max_poll_interval_ms.to_string(),
+        ),
+        (
+            "consumer.override.session.timeout.ms",
+            s.session_timeout_ms.to_string(),
+        ),
+        (
+            "consumer.override.heartbeat.interval.ms",
+            (s.session_timeout_ms / 3).max(100).to_string(),
+        ),
         (ZOOKEEPER_KEY, zookeeper.to_string()),
         (TIMEOUT_KEY, s.request_timeout_ms.to_string()),
     ]

@@ -292,8 +292,9 @@ impl Run<'_> {
         history
     }
 
-    /// Waits until the producers are done and the group committed up to every high
-    /// watermark; `Some(reason)` past `drain.time_s_max`.
+    /// Waits until the producers are done, the group committed up to every high
+    /// watermark and no transaction is open on the pipeline's transactional outputs
+    /// ([`pipelines::transactional_outputs`]); `Some(reason)` past `drain.time_s_max`.
     fn drain(&mut self) -> Option<String> {
         let bound = Duration::from_secs(self.scenario.drain.time_s_max);
         let started = Instant::now();
@@ -336,6 +337,14 @@ impl Run<'_> {
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        let outputs = pipelines::transactional_outputs(self.scenario);
+        if !outputs.is_empty() {
+            let partitions = self.scenario.topic.partitions;
+            match cluster::open_transactions(&self.env.bootstrap, &outputs, partitions) {
+                Ok(open) => lag.extend(open),
+                Err(e) => lag.push(e),
             }
         }
         lag

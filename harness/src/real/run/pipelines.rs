@@ -124,6 +124,28 @@ pub fn group(scenario: &Scenario) -> String {
     }
 }
 
+/// The topics the pipeline writes in transactions, which the drain waits to see stable
+/// (no open transaction): under `exactly_once_v2` Streams' output topic and changelog; none
+/// otherwise. A crashed instance's transaction stays open until the coordinator aborts it
+/// (`transaction.timeout.ms`), and a final read_committed read before that would miss every
+/// later committed write.
+pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
+    match scenario.pipeline {
+        Pipeline::StreamsCount
+            if matches!(
+                scenario.streams.processing_guarantee,
+                crate::streams::ProcessingGuarantee::ExactlyOnceV2
+            ) =>
+        {
+            vec![
+                scenario.streams.output_topic.clone(),
+                scenario.streams.changelog_topic(),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The change events a `connect-jdbc` run sends (the producers draw the same list).
 pub fn event_count(scenario: &Scenario) -> u64 {
     let mut rng = StdRng::seed_from_u64(REAL_EVENTS_SEED);
