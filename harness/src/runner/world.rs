@@ -59,27 +59,47 @@ impl NetState {
 
 /// The model's view of the nemesis' work.
 #[derive(Clone)]
-pub struct EnvView(pub Arc<Mutex<NetState>>);
+pub struct EnvView {
+    net: Arc<Mutex<NetState>>,
+    /// `broker-<b>` at `b - 1`, made once: the model asks about every broker and link on
+    /// every tick, and the lookups must not allocate.
+    names: Arc<[String]>,
+}
+
+impl EnvView {
+    /// A view of `net` for a cluster of `broker_count` brokers.
+    pub fn new(net: Arc<Mutex<NetState>>, broker_count: u32) -> Self {
+        let names = (1..=broker_count).map(broker_name).collect();
+        Self { net, names }
+    }
+
+    /// The name of broker `b`; allocates only for an id outside the cluster.
+    fn name(&self, b: BrokerId) -> std::borrow::Cow<'_, str> {
+        match b.checked_sub(1).and_then(|i| self.names.get(i as usize)) {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(broker_name(b)),
+        }
+    }
+}
 
 impl Env for EnvView {
     fn broker_up(&self, b: BrokerId) -> bool {
-        let state = self.0.lock().expect("net state lock");
+        let state = self.net.lock().expect("net state lock");
         if state.is_quiet() {
             return true;
         }
-        let name = BrokerName::of(b);
-        !state.down.contains(name.as_str()) && !state.paused.contains(name.as_str())
+        let name = self.name(b);
+        !state.down.contains(name.as_ref()) && !state.paused.contains(name.as_ref())
     }
 
     fn link_up(&self, from: BrokerId, to: BrokerId) -> bool {
-        let (from, to) = (BrokerName::of(from), BrokerName::of(to));
-        self.reach(from.as_str(), to.as_str(), "replication")
+        self.reach(&self.name(from), &self.name(to), "replication")
     }
 
     fn controller_link_up(&self, b: BrokerId) -> bool {
-        let name = BrokerName::of(b);
-        self.reach(name.as_str(), "controller", "heartbeats")
-            && self.reach("controller", name.as_str(), "heartbeats")
+        let name = self.name(b);
+        self.reach(&name, "controller", "heartbeats")
+            && self.reach("controller", &name, "heartbeats")
     }
 }
 
@@ -89,7 +109,7 @@ impl EnvView {
     /// partition or clog, once per link until the next heal: the model asks every tick.
     /// Allocates only when a cut link is seen for the first time.
     fn reach(&self, from: &str, to: &str, what: &str) -> bool {
-        let mut state = self.0.lock().expect("net state lock");
+        let mut state = self.net.lock().expect("net state lock");
         if state.cut.is_empty() && state.clogged.is_empty() {
             return true;
         }
@@ -111,27 +131,6 @@ impl EnvView {
             eosim_sim::effects::record(kind, from, detail);
         }
         false
-    }
-}
-
-/// `broker-<b>` on the stack, for lookups in [`NetState`]'s sets without allocating.
-struct BrokerName {
-    bytes: [u8; 24],
-    len: usize,
-}
-
-impl BrokerName {
-    fn of(b: BrokerId) -> Self {
-        use std::io::Write;
-        let mut bytes = [0u8; 24];
-        let mut cursor = std::io::Cursor::new(&mut bytes[..]);
-        write!(cursor, "broker-{b}").expect("a broker name fits 24 bytes");
-        let len = cursor.position() as usize;
-        Self { bytes, len }
-    }
-
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..self.len]).expect("a broker name is ASCII")
     }
 }
 
@@ -216,7 +215,7 @@ impl World {
     /// Adds the controller node (tick loop) and the broker nodes.
     pub fn add_kafka(&mut self) {
         let kafka = self.kafka.clone();
-        let env = EnvView(self.net.clone());
+        let env = EnvView::new(self.net.clone(), self.broker_count);
         self.add_node(
             "controller",
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
