@@ -29,7 +29,7 @@ fn no_task_of_a_finished_seed_keeps_the_kafka_model() {
             "{file}: the Kafka model outlived its seed"
         );
         assert!(
-            outcome.history.ops.len() > 100,
+            outcome.history.ops.len() > 10,
             "{file}: the seed ran (so the model was in use)"
         );
     }
