@@ -508,14 +508,26 @@ mod tests {
     #[test]
     fn hash_is_the_sha256_of_the_jsonl_text() {
         let mut h = History::default();
-        h.push(1, "nemesis", OpKind::Info, Value::Fault {
-            name: "kill".into(),
-            detail: "broker-1 \"quoted\" ünïcode".into(),
-        }, None);
-        h.push(2, "producer-0", OpKind::Fail, Value::Fault {
-            name: "heal".into(),
-            detail: String::new(),
-        }, Some("timed out".into()));
+        h.push(
+            1,
+            "nemesis",
+            OpKind::Info,
+            Value::Fault {
+                name: "kill".into(),
+                detail: "broker-1 \"quoted\" ünïcode".into(),
+            },
+            None,
+        );
+        h.push(
+            2,
+            "producer-0",
+            OpKind::Fail,
+            Value::Fault {
+                name: "heal".into(),
+                detail: String::new(),
+            },
+            Some("timed out".into()),
+        );
         let whole = hex::encode(Sha256::digest(h.to_jsonl().as_bytes()));
         assert_eq!(h.hash(), whole);
         assert_eq!(

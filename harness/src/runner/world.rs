@@ -116,10 +116,7 @@ impl EnvView {
         let Some(kind) = state.cut_by(from, to) else {
             return true;
         };
-        let seen = state
-            .blocked_seen
-            .iter()
-            .any(|(a, b)| a == from && b == to);
+        let seen = state.blocked_seen.iter().any(|(a, b)| a == from && b == to);
         if !seen {
             state
                 .blocked_seen

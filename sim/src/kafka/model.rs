@@ -445,12 +445,15 @@ impl Cluster {
         self.controller_tick(now, env);
         let mut reach = self.reach(now, env);
         // Compared in place, copied only when it changed (the model ticks every ms).
-        let same = self.env_sample.as_ref().is_some_and(|(up, controller, fenced, links)| {
-            *up == reach.up
-                && *controller == reach.controller
-                && *fenced == reach.fenced
-                && *links == reach.links
-        });
+        let same = self
+            .env_sample
+            .as_ref()
+            .is_some_and(|(up, controller, fenced, links)| {
+                *up == reach.up
+                    && *controller == reach.controller
+                    && *fenced == reach.fenced
+                    && *links == reach.links
+            });
         if !same {
             self.env_epoch += 1;
             self.env_sample = Some((
