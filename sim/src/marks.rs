@@ -21,9 +21,18 @@ thread_local! {
     static MARKS: RefCell<BTreeMap<String, u64>> = const { RefCell::new(BTreeMap::new()) };
 }
 
-/// Counts one hit of mark `name`.
+/// Counts one hit of mark `name`. Allocates only on a mark's first hit: models hit some
+/// marks on every tick.
 pub fn hit(name: &str) {
-    MARKS.with(|m| *m.borrow_mut().entry(name.to_string()).or_default() += 1);
+    MARKS.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                m.insert(name.to_string(), 1);
+            }
+        }
+    });
 }
 
 /// The marks hit on this thread since the last call, with counts; resets them.

@@ -7,6 +7,8 @@
 //!   report in `reports/<run-id>/` (`reports/latest` points at it).
 //! - `cargo xtask replay --scenario PATH --seed S` and `cargo xtask determinism ...`: the
 //!   `eosim` subcommands of the same names, built the same way.
+//! - `cargo xtask soak --scenario PATH [--seeds N] [--every K]`: `eosim soak` (release): one
+//!   scenario's seeds in one process, printing its resident memory as it goes.
 //! - `cargo xtask test`: `cargo test --workspace` (normal cfg), then the simulation tests
 //!   under `--cfg madsim`.
 //! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
@@ -54,6 +56,19 @@ enum Task {
     Replay(SeedArgs),
     /// Run one seed twice and compare the history hashes.
     Determinism(SeedArgs),
+    /// One scenario for many seeds in one process (release build), reporting its resident
+    /// memory (VmRSS) after seed 100, every `--every` seeds and at the end.
+    Soak {
+        /// Scenario file.
+        #[arg(long, value_name = "PATH")]
+        scenario: PathBuf,
+        /// Seeds to run.
+        #[arg(long, default_value_t = 1_000)]
+        seeds: u64,
+        /// Print the resident memory every N seeds.
+        #[arg(long, value_name = "N", default_value_t = 1_000)]
+        every: u64,
+    },
     /// Ordinary tests, then the simulation tests under --cfg madsim.
     Test,
     /// Criterion benches under --cfg madsim.
@@ -160,6 +175,11 @@ fn run(task: Task) -> Result<u8> {
             args.scenario = rebase(&args.scenario);
             eosim_seed("determinism", &args)
         }
+        Task::Soak {
+            scenario,
+            seeds,
+            every,
+        } => soak(&rebase(&scenario), seeds, every),
         Task::Test => test(),
         Task::Bench { criterion_args } => bench(&criterion_args),
         Task::Report => report(),
@@ -231,6 +251,19 @@ fn sim(args: &SimArgs) -> Result<u8> {
     if let Some(n) = args.shrink_runs_max {
         cmd.arg("--shrink-runs-max").arg(n.to_string());
     }
+    status(&mut cmd)
+}
+
+fn soak(scenario: &Path, seeds: u64, every: u64) -> Result<u8> {
+    let binary = build_eosim(true)?;
+    let mut cmd = Command::new(binary);
+    cmd.arg("soak")
+        .arg("--scenario")
+        .arg(scenario)
+        .arg("--seeds")
+        .arg(seeds.to_string())
+        .arg("--every")
+        .arg(every.to_string());
     status(&mut cmd)
 }
 

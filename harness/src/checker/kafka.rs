@@ -2,7 +2,7 @@
 //! partition logs hold after the drain.
 
 use super::analysis::{AckedSend, Analysis};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis, Validity};
 use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +18,16 @@ impl Checker for KafkaChecker {
     }
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        let a = Analysis::new(history, options);
+        self.check_shared(history, options, &SharedAnalysis::default())
+    }
+
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
+        let a = shared.get(history, options);
         let found = vec![
             (Anomaly::LostWrite, lost_write_cases(&a)),
             (Anomaly::Unseen, unseen_cases(&a)),

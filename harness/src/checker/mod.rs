@@ -540,6 +540,34 @@ pub trait Checker {
     fn name(&self) -> &'static str;
     /// Checks `history` against what `options` forbid.
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult;
+
+    /// As [`Checker::check`], taking the history's `Analysis` from
+    /// `shared`, which the checkers of one [`Compose`] share: it is built once per history,
+    /// not once per checker. The default ignores it.
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
+        let _ = shared;
+        self.check(history, options)
+    }
+}
+
+/// One history's `Analysis`, built by the first checker that asks
+/// for it and then lent to the others. Every checker of a composition gets the same history
+/// and options, so the analysis is the same for all; a panic while building it leaves it
+/// unbuilt, and the next checker that asks builds (and panics) again.
+#[derive(Debug, Default)]
+pub struct SharedAnalysis(std::cell::OnceCell<analysis::Analysis>);
+
+impl SharedAnalysis {
+    /// The analysis of `history` under `options`, built on first use.
+    pub(crate) fn get(&self, history: &History, options: &CheckOptions) -> &analysis::Analysis {
+        self.0
+            .get_or_init(|| analysis::Analysis::new(history, options))
+    }
 }
 
 /// Several checkers run as one, as Jepsen's `compose`: results merged, and a checker that
@@ -570,8 +598,11 @@ impl Checker for Compose {
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
         let mut merged = CheckResult::default();
+        let shared = SharedAnalysis::default();
         for (name, checker) in &self.checkers {
-            let outcome = catch_unwind(AssertUnwindSafe(|| checker.check(history, options)));
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                checker.check_shared(history, options, &shared)
+            }));
             let result = match outcome {
                 Ok(result) => result,
                 Err(panic) => CheckResult::unknown(format!(

@@ -2,7 +2,7 @@
 //! wrote, what it holds after the drain, and the offsets its group committed.
 
 use super::analysis::{Analysis, FinalLog};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis, Validity};
 use crate::history::History;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +18,16 @@ impl Checker for SinkChecker {
     }
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        let a = Analysis::new(history, options);
+        self.check_shared(history, options, &SharedAnalysis::default())
+    }
+
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
+        let a = shared.get(history, options);
         // Writes alone do not make a sink pipeline: the JDBC sink records its transactions
         // too, and its pipeline is judged on the table state (`checker::cdc`).
         if !options.sink && a.sink_state.is_none() {

@@ -9,7 +9,7 @@
 //! transaction wrote to.
 
 use super::analysis::{Analysis, TxnOp};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis};
 use crate::history::{History, RecordRef};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,7 +26,16 @@ impl Checker for TxnChecker {
     }
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        let a = Analysis::new(history, options);
+        self.check_shared(history, options, &SharedAnalysis::default())
+    }
+
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
+        let a = shared.get(history, options);
         let found = vec![
             (Anomaly::AbortedRead, aborted_read_cases(&a)),
             (Anomaly::TornTransaction, torn_transaction_cases(&a)),

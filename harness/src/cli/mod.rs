@@ -67,6 +67,9 @@ pub enum Command {
     Replay(SeedArgs),
     /// Run one seed twice and compare the history hashes.
     Determinism(SeedArgs),
+    /// Run one scenario for many seeds in this one process and report its resident
+    /// memory (VmRSS) as it goes: every seed's nodes and tasks must go with the seed.
+    Soak(SoakArgs),
     /// Run scenarios once against real services with real faults and write a report.
     Run(RunArgs),
     /// One process of a real run (started by `eosim run`, not by hand).
@@ -158,6 +161,23 @@ pub struct SimArgs {
 /// Runs per counterexample shrink unless `--shrink-runs-max` says otherwise: enough for
 /// ddmin on about a dozen faults.
 pub const DEFAULT_SHRINK_RUNS_MAX: u32 = 24;
+
+/// `eosim soak` arguments.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Scenario file.
+    #[arg(long, value_name = "PATH")]
+    pub scenario: PathBuf,
+    /// Seeds to run, one after another in this process.
+    #[arg(long, default_value_t = 1_000)]
+    pub seeds: u64,
+    /// Base seed: seed i runs as S + i.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED_BASE)]
+    pub seed: u64,
+    /// Print the resident memory every N seeds (and after seed 100 and the last).
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub every: u64,
+}
 
 /// `eosim replay` / `eosim determinism` arguments.
 #[derive(Debug, Args)]

@@ -7,7 +7,9 @@ use super::aggregate::{
 use super::output::{build_id, format_op, format_sim_time, seed_header};
 use super::rundir::run_scenarios;
 use super::shrink::{forbidden_cases, record_shrunk, shrink};
-use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, DEFAULT_SEED_BASE};
+use super::{
+    config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, SoakArgs, DEFAULT_SEED_BASE,
+};
 use crate::checker::Anomaly;
 use crate::history::History;
 use crate::report::{ScenarioResult, Verdict};
@@ -27,6 +29,7 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Sim(args) => sim(&args),
         Command::Replay(args) => replay(&args),
         Command::Determinism(args) => determinism(&args),
+        Command::Soak(args) => soak(&args),
         Command::Run(_) | Command::Worker(_) => config_error(
             "this binary was built with --cfg madsim, which cannot talk to real services; \
              build it without (`cargo run -p eosim -- run --backend native`)",
@@ -447,4 +450,45 @@ fn determinism(args: &SeedArgs) -> ExitClass {
     );
     println!("  replay: {}", replay_command(&args.scenario, args.seed));
     ExitClass::Violated
+}
+
+/// `eosim soak`: one scenario's seeds one after another in this process, each judged as
+/// `eosim sim` judges it (verdicts not kept), printing `soak seeds=N rss_kib=… seeds_per_s=…`
+/// after seed 100, every `--every` seeds and after the last, then the growth from seed 100
+/// to the last per seed. Memory that a seed does not return shows up here.
+fn soak(args: &SoakArgs) -> ExitClass {
+    if args.seeds == 0 || args.every == 0 {
+        return config_error("--seeds and --every must be at least 1");
+    }
+    let scenario = match Scenario::load(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => return config_error(e),
+    };
+    let started = Instant::now();
+    let mut at_100 = None;
+    let mut last_rss = 0;
+    for n in 1..=args.seeds {
+        let outcome = run_guarded(&scenario, args.seed + n - 1);
+        let verdict = judge_seed(&scenario, &outcome);
+        drop((outcome, verdict));
+        if n == 100 || n % args.every == 0 || n == args.seeds {
+            let rss = crate::runner::rss_kib().unwrap_or(0);
+            let rate = n as f64 / started.elapsed().as_secs_f64();
+            println!("soak seeds={n} rss_kib={rss} seeds_per_s={rate:.1}");
+            if n == 100 {
+                at_100 = Some(rss);
+            }
+            last_rss = rss;
+        }
+    }
+    if let Some(base) = at_100.filter(|_| args.seeds > 100) {
+        let per_seed = (last_rss as f64 - base as f64) / (args.seeds - 100) as f64;
+        let ratio = last_rss as f64 / base.max(1) as f64;
+        println!(
+            "soak scenario={} rss_kib_after_100={base} rss_kib_after_{}={last_rss} \
+             ratio={ratio:.2} growth_kib_per_seed={per_seed:.2}",
+            scenario.name, args.seeds
+        );
+    }
+    ExitClass::Expected
 }

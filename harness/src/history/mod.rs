@@ -431,9 +431,26 @@ impl History {
         Ok(Self { ops })
     }
 
-    /// SHA-256 of [`History::to_jsonl`], in hex: the run's `history-hash`.
+    /// SHA-256 of [`History::to_jsonl`], in hex: the run's `history-hash`. The same bytes
+    /// are hashed op by op as they are serialized, without building the whole text.
     pub fn hash(&self) -> String {
-        hex::encode(Sha256::digest(self.to_jsonl().as_bytes()))
+        /// `io::Write` into a running digest.
+        struct Hashing(Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut digest = Hashing(Sha256::new());
+        for op in &self.ops {
+            serde_json::to_writer(&mut digest, op).expect("ops serialize");
+            digest.0.update(b"\n");
+        }
+        hex::encode(digest.0.finalize())
     }
 
     /// Number of nemesis faults (recoveries such as `heal` or `restart` not counted).
@@ -481,5 +498,42 @@ impl Recorder {
     /// A copy of the history so far.
     pub fn snapshot(&self) -> History {
         self.inner.lock().expect("recorder lock").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_the_sha256_of_the_jsonl_text() {
+        let mut h = History::default();
+        h.push(
+            1,
+            "nemesis",
+            OpKind::Info,
+            Value::Fault {
+                name: "kill".into(),
+                detail: "broker-1 \"quoted\" ünïcode".into(),
+            },
+            None,
+        );
+        h.push(
+            2,
+            "producer-0",
+            OpKind::Fail,
+            Value::Fault {
+                name: "heal".into(),
+                detail: String::new(),
+            },
+            Some("timed out".into()),
+        );
+        let whole = hex::encode(Sha256::digest(h.to_jsonl().as_bytes()));
+        assert_eq!(h.hash(), whole);
+        assert_eq!(
+            History::default().hash(),
+            hex::encode(Sha256::digest(b"")),
+            "an empty history hashes the empty text"
+        );
     }
 }

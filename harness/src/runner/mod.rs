@@ -59,6 +59,18 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> SeedOutcome {
 
 /// As [`run_seed`], printing nemesis events when `verbose`.
 pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutcome {
+    run_seed_probed(scenario, seed, verbose).0
+}
+
+/// As [`run_seed_with`], with a weak reference to the run's Kafka model: once the run is
+/// over it must be dead, since every node and task of a seed goes with the seed (tests of
+/// that hold it; see [`world::World::shutdown`]).
+#[doc(hidden)]
+pub fn run_seed_probed(
+    scenario: &Scenario,
+    seed: u64,
+    verbose: bool,
+) -> (SeedOutcome, std::sync::Weak<std::sync::Mutex<Cluster>>) {
     let scenario = Arc::new(scenario.clone());
     let thread = std::thread::Builder::new()
         .name(format!("sim-{}-{seed}", scenario.name))
@@ -69,8 +81,11 @@ pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutco
         })
         .expect("spawn a simulation thread");
     match thread.join() {
-        Ok(outcome) => outcome,
-        Err(panic) => SeedOutcome::crashed(seed, panic_message(&panic)),
+        Ok(probed) => probed,
+        Err(panic) => (
+            SeedOutcome::crashed(seed, panic_message(&panic)),
+            std::sync::Weak::new(),
+        ),
     }
 }
 
@@ -103,7 +118,11 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutcome {
+async fn simulate(
+    scenario: Arc<Scenario>,
+    seed: u64,
+    verbose: bool,
+) -> (SeedOutcome, std::sync::Weak<std::sync::Mutex<Cluster>>) {
     crate::marks::take();
     eosim_sim::effects::take();
     let brokers = scenario.cluster.brokers;
@@ -136,7 +155,7 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
             *scheduled.entry(kind.to_string()).or_default() += 1;
         }
     }
-    SeedOutcome {
+    let outcome = SeedOutcome {
         seed,
         history: world.recorder.snapshot(),
         stalled,
@@ -147,7 +166,11 @@ async fn simulate(scenario: Arc<Scenario>, seed: u64, verbose: bool) -> SeedOutc
         acted: taken.acted,
         drawn,
         schedule,
-    }
+    };
+    // Every node and task of the run goes with it (see `World::shutdown`); nothing is
+    // recorded after the snapshot above, so the outcome does not depend on this.
+    world.shutdown();
+    (outcome, Arc::downgrade(&world.kafka.cluster))
 }
 
 /// Creates `topics` from an `admin` node, waiting until they exist.
@@ -267,4 +290,12 @@ async fn drain(
         }
         madsim::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// This process's resident memory in KiB (`VmRSS` of `/proc/self/status`); `None` where
+/// there is no such file (not Linux).
+pub fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -9,6 +9,7 @@ mod connect_worker;
 mod consumer_truncation;
 mod kafka_consume;
 mod marks;
+mod memory;
 mod message_faults;
 mod streams_count;
 mod support;

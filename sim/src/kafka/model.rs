@@ -444,15 +444,24 @@ impl Cluster {
         self.follow_metadata(env);
         self.controller_tick(now, env);
         let mut reach = self.reach(now, env);
-        let sample = (
-            reach.up.clone(),
-            reach.controller.clone(),
-            reach.fenced.clone(),
-            reach.links.clone(),
-        );
-        if self.env_sample.as_ref() != Some(&sample) {
+        // Compared in place, copied only when it changed (the model ticks every ms).
+        let same = self
+            .env_sample
+            .as_ref()
+            .is_some_and(|(up, controller, fenced, links)| {
+                *up == reach.up
+                    && *controller == reach.controller
+                    && *fenced == reach.fenced
+                    && *links == reach.links
+            });
+        if !same {
             self.env_epoch += 1;
-            self.env_sample = Some(sample);
+            self.env_sample = Some((
+                reach.up.clone(),
+                reach.controller.clone(),
+                reach.fenced.clone(),
+                reach.links.clone(),
+            ));
         }
         reach.env_epoch = self.env_epoch;
         for topic in self.topics.values_mut() {
