@@ -180,10 +180,21 @@ async fn store(client: &Local, min: i64, max: i64, phase: &str, owner: &str) {
         .expect("state stored");
 }
 
-/// Runs `f` on madsim's runtime, which both cfgs have (a Tokio runtime cannot be built
-/// under `--cfg madsim`).
+/// Runs `f` to completion: on madsim's runtime under `--cfg madsim` (where a Tokio runtime
+/// cannot be built), on a current-thread Tokio runtime otherwise.
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    madsim::runtime::Runtime::new().block_on(f)
+    #[cfg(madsim)]
+    {
+        madsim::runtime::Runtime::new().block_on(f)
+    }
+    #[cfg(not(madsim))]
+    {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(f)
+    }
 }
 
 #[test]
