@@ -261,10 +261,24 @@ fn two_consumers_split_the_partitions_and_the_survivor_resumes_from_committed_of
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let start = start_fake_broker(&handle);
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
         let seen = Seen::default();
-        let a = client_node(&handle, "consumer-a", 1);
-        let b = client_node(&handle, "consumer-b", 2);
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
         let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(20), false));
         sleep(Duration::from_secs(2)).await;
         let task_b = b.spawn(consume(seen.clone(), Duration::from_secs(8), true));
@@ -289,32 +303,6 @@ fn two_consumers_split_the_partitions_and_the_survivor_resumes_from_committed_of
             fake_broker::PARTITIONS as usize * fake_broker::RECORDS_PER_PARTITION as usize;
         assert_eq!(total, expected, "every record consumed");
     });
-}
-
-/// Starts the fake broker (`broker-1`) on its node of the current simulation; returns the
-/// instant its clock starts from.
-fn start_fake_broker(handle: &madsim::runtime::Handle) -> Instant {
-    let start = Instant::now();
-    let broker = handle
-        .create_node()
-        .name("broker-1")
-        .ip(broker_ip(1))
-        .build();
-    broker.spawn(fake_broker::serve(start));
-    start
-}
-
-/// A client node `name` at 10.0.2.`host`.
-fn client_node(
-    handle: &madsim::runtime::Handle,
-    name: &str,
-    host: u8,
-) -> madsim::runtime::NodeHandle {
-    handle
-        .create_node()
-        .name(name)
-        .ip([10, 0, 2, host].into())
-        .build()
 }
 
 fn test_config() -> ConsumerConfig {
@@ -378,10 +366,24 @@ fn a_paused_consumer_is_removed_its_commit_fails_and_it_rejoins_after_resuming()
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let start = start_fake_broker(&handle);
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
         let seen = Seen::default();
-        let a = client_node(&handle, "consumer-a", 1);
-        let b = client_node(&handle, "consumer-b", 2);
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
         let task_a = a.spawn(consume(seen.clone(), Duration::from_secs(50), false));
         let task_b = b.spawn(consume_through_a_pause(seen.clone()));
         sleep(Duration::from_secs(12)).await;
@@ -425,8 +427,18 @@ fn consume_alone_seeking(
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async move {
         let handle = madsim::runtime::Handle::current();
-        let start = start_fake_broker(&handle);
-        let node = client_node(&handle, "consumer", 1);
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
         let seen = Seen::default();
         let task_seen = seen.clone();
         node.spawn(async move {
@@ -531,8 +543,18 @@ fn auto_offset_reset_none_without_a_committed_offset_is_fatal() {
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let start = start_fake_broker(&handle);
-        let node = client_node(&handle, "consumer", 1);
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
         let outcome = node
             .spawn(async {
                 let conn = Connection::open(1).await.expect("client endpoint");
@@ -596,8 +618,18 @@ fn the_heartbeat_task_finds_the_coordinator_again_after_a_timeout() {
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let start = start_fake_broker(&handle);
-        let node = client_node(&handle, "consumer", 1);
+        let start = Instant::now();
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(start));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
         let task = node.spawn(drain_then_idle());
         sleep(Duration::from_secs(9)).await;
         let net = madsim::net::NetSim::current();
@@ -660,9 +692,22 @@ fn a_listening_consumer_hands_out_its_partitions_before_it_rejoins_and_can_commi
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        start_fake_broker(&handle);
-        let a = client_node(&handle, "consumer-a", 1);
-        let b = client_node(&handle, "consumer-b", 2);
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(Instant::now()));
+        let a = handle
+            .create_node()
+            .name("consumer-a")
+            .ip([10, 0, 2, 1].into())
+            .build();
+        let b = handle
+            .create_node()
+            .name("consumer-b")
+            .ip([10, 0, 2, 2].into())
+            .build();
         let task_a = a.spawn(consume_listening());
         sleep(Duration::from_secs(5)).await;
         let task_b = b.spawn(consume(Seen::default(), Duration::from_secs(8), false));
@@ -691,8 +736,17 @@ fn a_paused_partition_is_held_back_until_resumed() {
     let runtime = madsim::runtime::Runtime::new();
     let (while_paused, after) = runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        start_fake_broker(&handle);
-        let node = client_node(&handle, "consumer", 1);
+        let broker = handle
+            .create_node()
+            .name("broker-1")
+            .ip(broker_ip(1))
+            .build();
+        broker.spawn(fake_broker::serve(Instant::now()));
+        let node = handle
+            .create_node()
+            .name("consumer")
+            .ip([10, 0, 2, 1].into())
+            .build();
         node.spawn(async move {
             let conn = Connection::open(1).await.expect("client endpoint");
             let mut consumer = SimConsumer::new(conn, test_config());
