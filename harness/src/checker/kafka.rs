@@ -29,15 +29,15 @@ impl Checker for KafkaChecker {
     ) -> CheckResult {
         let a = shared.get(history, options);
         let found = vec![
-            (Anomaly::LostWrite, lost_write_cases(&a)),
-            (Anomaly::Unseen, unseen_cases(&a)),
-            (Anomaly::Duplicate, duplicate_cases(&a)),
-            (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(&a)),
-            (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(&a)),
-            (Anomaly::PollSkip, poll_skip_cases(&a)),
-            (Anomaly::SendRejected, send_rejected_cases(history, &a)),
+            (Anomaly::LostWrite, lost_write_cases(a)),
+            (Anomaly::Unseen, unseen_cases(a)),
+            (Anomaly::Duplicate, duplicate_cases(a)),
+            (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(a)),
+            (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(a)),
+            (Anomaly::PollSkip, poll_skip_cases(a)),
+            (Anomaly::SendRejected, send_rejected_cases(history, a)),
         ];
-        let unchecked = a.acked.values().filter(|ack| !judgeable(&a, ack)).count();
+        let unchecked = a.acked.values().filter(|ack| !judgeable(a, ack)).count();
         let mut counts = BTreeMap::new();
         counts.insert("acknowledged-sends".to_string(), a.acked.len() as u64);
         counts.insert("unchecked-acked-sends".to_string(), unchecked as u64);

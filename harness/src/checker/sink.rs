@@ -34,15 +34,15 @@ impl Checker for SinkChecker {
             return CheckResult::default();
         }
         let found = vec![
-            (Anomaly::SinkLost, sink_lost_cases(&a)),
-            (Anomaly::SinkDuplicate, sink_duplicate_cases(&a)),
-            (Anomaly::SinkReorder, sink_reorder_cases(&a)),
+            (Anomaly::SinkLost, sink_lost_cases(a)),
+            (Anomaly::SinkDuplicate, sink_duplicate_cases(a)),
+            (Anomaly::SinkReorder, sink_reorder_cases(a)),
             (
                 Anomaly::ProgressAheadOfData,
-                progress_ahead_of_data_cases(&a),
+                progress_ahead_of_data_cases(a),
             ),
         ];
-        let mut result = CheckResult::from_cases(found, counts_of(&a), options);
+        let mut result = CheckResult::from_cases(found, counts_of(a), options);
         let missing = if a.sink_state.is_none() {
             Some("no final SinkState: sink losses and duplicates cannot be decided")
         } else if a.logs.is_empty() {

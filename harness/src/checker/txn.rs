@@ -37,14 +37,14 @@ impl Checker for TxnChecker {
     ) -> CheckResult {
         let a = shared.get(history, options);
         let found = vec![
-            (Anomaly::AbortedRead, aborted_read_cases(&a)),
-            (Anomaly::TornTransaction, torn_transaction_cases(&a)),
-            (Anomaly::UncommittedRead, uncommitted_read_cases(&a)),
-            (Anomaly::LostWrite, lost_committed_write_cases(&a)),
-            (Anomaly::StuckLso, stuck_lso_cases(&a)),
+            (Anomaly::AbortedRead, aborted_read_cases(a)),
+            (Anomaly::TornTransaction, torn_transaction_cases(a)),
+            (Anomaly::UncommittedRead, uncommitted_read_cases(a)),
+            (Anomaly::LostWrite, lost_committed_write_cases(a)),
+            (Anomaly::StuckLso, stuck_lso_cases(a)),
             (
                 Anomaly::OffsetsForAbortedOutput,
-                offsets_for_aborted_output_cases(&a),
+                offsets_for_aborted_output_cases(a),
             ),
         ];
         let mut counts = BTreeMap::new();
