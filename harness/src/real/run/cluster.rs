@@ -235,49 +235,67 @@ pub fn read_log(
     read_log_isolated(bootstrap, high, time_ms_max, Isolation::ReadUncommitted)
 }
 
-/// The partitions `0..partitions` of each of `topics` whose last stable offset is below
-/// their high watermark: an open transaction there holds read_committed readers back
-/// (KIP-98; the LSO is what a read_committed ListOffsets answers, librdkafka sending the
-/// consumer's `isolation.level`), one line each, `<tp>: last stable offset <lso> < high
-/// watermark <hw> (an open transaction)`.
-///
-/// # Errors
-/// A probe consumer librdkafka refuses, or watermarks that could not be fetched.
-pub fn open_transactions(
-    bootstrap: &str,
-    topics: &[String],
-    partitions: u32,
-) -> Result<Vec<String>, String> {
-    let consumer = |level: &str| -> Result<BaseConsumer, String> {
-        ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "eosim-lso-probe")
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", level)
-            .set("log_level", "0")
-            .create()
-            .map_err(|e| format!("LSO probe: {e}"))
-    };
-    let (committed, uncommitted) = (consumer("read_committed")?, consumer("read_uncommitted")?);
-    let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
-    let mut open = Vec::new();
-    for topic in topics {
-        for p in 0..partitions {
-            let tp = TopicPartition::new(topic, p);
+/// Watches the partitions `0..partitions` of some topics for open transactions: two
+/// consumers made once, one read_committed (its ListOffsets answers the last stable
+/// offset: librdkafka sends the consumer's `isolation.level`, KIP-98) and one
+/// read_uncommitted (the high watermark).
+pub struct StabilityProbe {
+    committed: BaseConsumer,
+    uncommitted: BaseConsumer,
+    tps: Vec<TopicPartition>,
+}
+
+impl StabilityProbe {
+    /// A probe of `topics`, each with `partitions` partitions, on `bootstrap`.
+    ///
+    /// # Errors
+    /// A probe consumer librdkafka refuses.
+    pub fn new(bootstrap: &str, topics: &[String], partitions: u32) -> Result<Self, String> {
+        let consumer = |level: &str| -> Result<BaseConsumer, String> {
+            ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("group.id", "eosim-lso-probe")
+                .set("enable.auto.commit", "false")
+                .set("isolation.level", level)
+                .set("log_level", "0")
+                .create()
+                .map_err(|e| format!("LSO probe: {e}"))
+        };
+        let tps = topics
+            .iter()
+            .flat_map(|t| (0..partitions).map(move |p| TopicPartition::new(t, p)))
+            .collect();
+        Ok(Self {
+            committed: consumer("read_committed")?,
+            uncommitted: consumer("read_uncommitted")?,
+            tps,
+        })
+    }
+
+    /// The partitions whose last stable offset is below their high watermark (an open
+    /// transaction holds read_committed readers back), one line each, `<tp>: last stable
+    /// offset <lso> < high watermark <hw> (an open transaction)`.
+    ///
+    /// # Errors
+    /// Watermarks that could not be fetched.
+    pub fn open_transactions(&self) -> Result<Vec<String>, String> {
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let mut open = Vec::new();
+        for tp in &self.tps {
             let watermark = |c: &BaseConsumer| {
-                c.fetch_watermarks(topic, p as i32, timeout)
+                c.fetch_watermarks(&tp.topic, tp.partition as i32, timeout)
                     .map(|(_, high)| high)
                     .map_err(|e| format!("{tp}: watermarks: {e}"))
             };
-            let (lso, hw) = (watermark(&committed)?, watermark(&uncommitted)?);
+            let (lso, hw) = (watermark(&self.committed)?, watermark(&self.uncommitted)?);
             if lso < hw {
                 open.push(format!(
                     "{tp}: last stable offset {lso} < high watermark {hw} (an open transaction)"
                 ));
             }
         }
+        Ok(open)
     }
-    Ok(open)
 }
 
 /// Reads every partition from offset 0 to its high watermark with `isolation`: under

@@ -48,7 +48,7 @@ use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
 use crate::real::provision::Kafka;
 use crate::scenario::Scenario;
-use cluster::{Brokers, Probe};
+use cluster::{Brokers, Probe, StabilityProbe};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -303,9 +303,21 @@ impl Run<'_> {
             Ok(p) => p,
             Err(e) => return Some(e),
         };
+        let outputs = pipelines::transactional_outputs(self.scenario);
+        let stability = match outputs.is_empty() {
+            true => None,
+            false => match StabilityProbe::new(
+                &self.env.bootstrap,
+                &outputs,
+                self.scenario.topic.partitions,
+            ) {
+                Ok(p) => Some(p),
+                Err(e) => return Some(e),
+            },
+        };
         loop {
             self.restart_exited();
-            let lag = self.lag(&probe);
+            let lag = self.lag(&probe, stability.as_ref());
             if lag.is_empty() {
                 return None;
             }
@@ -320,9 +332,9 @@ impl Run<'_> {
         }
     }
 
-    /// Producers not done, and partitions whose committed offset is behind the high
-    /// watermark.
-    fn lag(&mut self, probe: &Probe) -> Vec<String> {
+    /// Producers not done, partitions whose committed offset is behind the high
+    /// watermark, and (with `stability`) output partitions with an open transaction.
+    fn lag(&mut self, probe: &Probe, stability: Option<&StabilityProbe>) -> Vec<String> {
         let mut lag: Vec<String> = self
             .workers
             .iter()
@@ -339,10 +351,8 @@ impl Run<'_> {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
         }
-        let outputs = pipelines::transactional_outputs(self.scenario);
-        if !outputs.is_empty() {
-            let partitions = self.scenario.topic.partitions;
-            match cluster::open_transactions(&self.env.bootstrap, &outputs, partitions) {
+        if let Some(stability) = stability {
+            match stability.open_transactions() {
                 Ok(open) => lag.extend(open),
                 Err(e) => lag.push(e),
             }
