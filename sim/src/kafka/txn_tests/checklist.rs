@@ -751,23 +751,36 @@ fn the_transaction_coordinator_is_not_available_while_its_state_partition_is_und
     );
 }
 
-#[test]
-fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_answer() {
-    let mut w = World::new(TxnProtocol::default());
-    let first = w.init("tx");
-    let bump = |ids: (i64, i16)| Request::InitProducerId {
+/// `InitProducerId` for `tx` expecting the producer id and epoch `ids` (KIP-360).
+fn bump(ids: (i64, i16)) -> Request {
+    Request::InitProducerId {
         transactional_id: Some("tx".into()),
         transaction_timeout_ms: 60_000,
         producer_id: ids.0,
         producer_epoch: ids.1,
-    };
+    }
+}
+
+/// Bumps `tx`'s epoch from `ids` ([`bump`]); returns the new (producer id, epoch).
+///
+/// # Panics
+/// When the bump is refused.
+fn bumped(w: &mut World, ids: (i64, i16)) -> (i64, i16) {
     let Response::InitProducerId {
         producer_id,
         producer_epoch,
-    } = w.txn("tx", bump(first))
+    } = w.txn("tx", bump(ids))
     else {
         panic!("KIP-360 bump refused")
     };
+    (producer_id, producer_epoch)
+}
+
+#[test]
+fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_answer() {
+    let mut w = World::new(TxnProtocol::default());
+    let first = w.init("tx");
+    let (producer_id, producer_epoch) = bumped(&mut w, first);
     assert_eq!((producer_id, producer_epoch), (first.0, first.1 + 1));
     let again = w.txn("tx", bump(first));
     assert_eq!(
@@ -789,19 +802,7 @@ fn init_producer_id_retried_with_the_last_epoch_after_the_bump_gets_the_same_ans
 fn a_new_instance_init_resets_the_last_epoch_so_the_fenced_instance_cannot_re_init_into_it() {
     let mut w = World::new(TxnProtocol::default());
     let first = w.init("tx");
-    let bump = |ids: (i64, i16)| Request::InitProducerId {
-        transactional_id: Some("tx".into()),
-        transaction_timeout_ms: 60_000,
-        producer_id: ids.0,
-        producer_epoch: ids.1,
-    };
-    let Response::InitProducerId {
-        producer_id,
-        producer_epoch,
-    } = w.txn("tx", bump(first))
-    else {
-        panic!("KIP-360 bump refused")
-    };
+    let (producer_id, producer_epoch) = bumped(&mut w, first);
     let zombie = (producer_id, producer_epoch);
     let owner = w.init("tx");
     assert_eq!(
