@@ -2,7 +2,7 @@
 //! partition logs hold after the drain.
 
 use super::analysis::{AckedSend, Analysis};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis, Validity};
+use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult, Validity};
 use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,22 +12,17 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KafkaChecker;
 
-impl Checker for KafkaChecker {
+impl AnalysisChecker for KafkaChecker {
     fn name(&self) -> &'static str {
         "kafka"
     }
 
-    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        self.check_shared(history, options, &SharedAnalysis::default())
-    }
-
-    fn check_shared(
+    fn check_analysis(
         &self,
         history: &History,
         options: &CheckOptions,
-        shared: &SharedAnalysis,
+        a: &Analysis,
     ) -> CheckResult {
-        let a = shared.get(history, options);
         let found = vec![
             (Anomaly::LostWrite, lost_write_cases(a)),
             (Anomaly::Unseen, unseen_cases(a)),

@@ -555,6 +555,40 @@ pub trait Checker {
     }
 }
 
+/// A checker over the history's `Analysis` (the kafka, sink and txn checkers): it is a
+/// [`Checker`] whose `check` builds the analysis and whose `check_shared` takes it from the
+/// [`SharedAnalysis`] of its [`Compose`].
+pub(crate) trait AnalysisChecker {
+    /// Short name, the key in a [`Compose`].
+    fn name(&self) -> &'static str;
+    /// Checks `history`, whose analysis under `options` is `a`.
+    fn check_analysis(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        a: &analysis::Analysis,
+    ) -> CheckResult;
+}
+
+impl<T: AnalysisChecker> Checker for T {
+    fn name(&self) -> &'static str {
+        AnalysisChecker::name(self)
+    }
+
+    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
+        self.check_shared(history, options, &SharedAnalysis::default())
+    }
+
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
+        self.check_analysis(history, options, shared.get(history, options))
+    }
+}
+
 /// One history's `Analysis`, built by the first checker that asks
 /// for it and then lent to the others. Every checker of a composition gets the same history
 /// and options, so the analysis is the same for all; a panic while building it leaves it

@@ -2,7 +2,7 @@
 //! wrote, what it holds after the drain, and the offsets its group committed.
 
 use super::analysis::{Analysis, FinalLog};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis, Validity};
+use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult, Validity};
 use crate::history::History;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,22 +12,17 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SinkChecker;
 
-impl Checker for SinkChecker {
+impl AnalysisChecker for SinkChecker {
     fn name(&self) -> &'static str {
         "sink"
     }
 
-    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        self.check_shared(history, options, &SharedAnalysis::default())
-    }
-
-    fn check_shared(
+    fn check_analysis(
         &self,
-        history: &History,
+        _history: &History,
         options: &CheckOptions,
-        shared: &SharedAnalysis,
+        a: &Analysis,
     ) -> CheckResult {
-        let a = shared.get(history, options);
         // Writes alone do not make a sink pipeline: the JDBC sink records its transactions
         // too, and its pipeline is judged on the table state (`checker::cdc`).
         if !options.sink && a.sink_state.is_none() {

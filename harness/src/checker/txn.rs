@@ -9,7 +9,7 @@
 //! transaction wrote to.
 
 use super::analysis::{Analysis, TxnOp};
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis};
+use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult};
 use crate::history::{History, RecordRef};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,22 +20,17 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TxnChecker;
 
-impl Checker for TxnChecker {
+impl AnalysisChecker for TxnChecker {
     fn name(&self) -> &'static str {
         "txn"
     }
 
-    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        self.check_shared(history, options, &SharedAnalysis::default())
-    }
-
-    fn check_shared(
+    fn check_analysis(
         &self,
-        history: &History,
+        _history: &History,
         options: &CheckOptions,
-        shared: &SharedAnalysis,
+        a: &Analysis,
     ) -> CheckResult {
-        let a = shared.get(history, options);
         let found = vec![
             (Anomaly::AbortedRead, aborted_read_cases(a)),
             (Anomaly::TornTransaction, torn_transaction_cases(a)),
