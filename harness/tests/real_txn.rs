@@ -109,7 +109,13 @@ fn real_transactions_commit_abort_fence_and_carry_offsets() {
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
         let admin = RealAdmin::new(&bootstrap, TIMEOUT).unwrap();
-        for topic in ["txn-visible", "txn-fence", "txn-offsets", "txn-in"] {
+        for topic in [
+            "txn-visible",
+            "txn-fence",
+            "txn-offsets",
+            "txn-in",
+            "txn-open",
+        ] {
             let created = admin
                 .create_topic(topic, 1, 1, TopicConfig::default())
                 .await;
@@ -118,8 +124,43 @@ fn real_transactions_commit_abort_fence_and_carry_offsets() {
         committed_visible_aborted_not(&bootstrap).await;
         a_second_producer_fences_the_first(&bootstrap).await;
         offsets_commit_with_the_transaction(&bootstrap).await;
+        an_open_transaction_shows_in_the_stability_probe_until_it_commits(&bootstrap).await;
     });
     timed("stop kafka", || kafka.stop());
+}
+
+/// The real drain's `StabilityProbe` (canary of its open-transaction wait): an open
+/// transaction's acked send leaves the LSO below the HW and is reported; once the
+/// transaction commits and its marker is written, nothing is.
+async fn an_open_transaction_shows_in_the_stability_probe_until_it_commits(bootstrap: &str) {
+    use eosim::real::run::cluster::StabilityProbe;
+    let probe = StabilityProbe::new(bootstrap, &["txn-open".to_string()], 1).expect("probe");
+    assert_eq!(probe.open_transactions(), Ok(Vec::new()), "an empty topic");
+    let p = producer(bootstrap, "t-open");
+    p.init_transactions(TIMEOUT).await.expect("init");
+    p.begin_transaction().expect("begin");
+    p.send(record("txn-open", "pending"))
+        .await
+        .expect("send in the open transaction");
+    let open = probe.open_transactions().expect("watermarks");
+    assert_eq!(open.len(), 1, "the open transaction is seen: {open:?}");
+    assert!(
+        open[0].starts_with("txn-open-0: last stable offset 0 < high watermark 1"),
+        "{open:?}"
+    );
+    p.commit_transaction(TIMEOUT).await.expect("commit");
+    let started = Instant::now();
+    loop {
+        let open = probe.open_transactions().expect("watermarks");
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "still open after the commit: {open:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Committed, aborted, committed: read_committed sees the two committed transactions in
