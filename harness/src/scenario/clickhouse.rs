@@ -24,9 +24,12 @@
 //! hit = 2
 //! ```
 
+use crate::connect::config::JSON_CONVERTER;
 use crate::sinks::clickhouse::plan::Variant;
+use crate::sinks::clickhouse::CONNECTOR_CLASS;
 use eosim_sim::clickhouse::types::{Engine, TableDef, VersionProfile};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The ClickHouse server version whose defaults the model follows; KeeperMap needs 23.x.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -220,6 +223,76 @@ impl ClickHouseSinkSpec {
             Some(topic) => Some(topic.clone()),
             None => (self.errors_tolerance == "all").then(|| format!("{}-dlq", self.name)),
         }
+    }
+
+    /// The connector's configuration as posted to Connect, for a ClickHouse at
+    /// `hostname:port` (HTTP) reading `topic`: Connect's keys (`tasks.max` = `tasks`,
+    /// `consumer.override.max.poll.records` = `batch_records_max`,
+    /// `consumer.override.max.poll.interval.ms`, `consumer.override.session.timeout.ms` =
+    /// `session_timeout_ms` with heartbeats every third of it: a task consumer does not take
+    /// the worker group's `session.timeout.ms`), JsonConverter without schemas,
+    /// `errors.tolerance`, the dead-letter queue of [`Self::dlq_topic`] with context headers,
+    /// `errors.log.enable`, then the sink's own keys (`exactlyOnce`, `variant`,
+    /// `tolerateStateMismatch`, the insert settings). One builder for both backends, so the
+    /// simulated and the real connector cannot drift apart; each adds only how it reaches its
+    /// services.
+    pub fn connector_props(
+        &self,
+        topic: &str,
+        hostname: &str,
+        port: u16,
+    ) -> BTreeMap<String, String> {
+        let heartbeat_ms = (self.session_timeout_ms / 3).max(100);
+        let mut p: BTreeMap<String, String> = [
+            ("name", self.name.clone()),
+            ("connector.class", CONNECTOR_CLASS.into()),
+            ("topics", topic.to_string()),
+            ("tasks.max", self.tasks.to_string()),
+            ("key.converter", JSON_CONVERTER.into()),
+            ("value.converter", JSON_CONVERTER.into()),
+            ("key.converter.schemas.enable", "false".into()),
+            ("value.converter.schemas.enable", "false".into()),
+            (
+                "consumer.override.max.poll.records",
+                self.batch_records_max.to_string(),
+            ),
+            (
+                "consumer.override.max.poll.interval.ms",
+                self.max_poll_interval_ms.to_string(),
+            ),
+            (
+                "consumer.override.session.timeout.ms",
+                self.session_timeout_ms.to_string(),
+            ),
+            (
+                "consumer.override.heartbeat.interval.ms",
+                heartbeat_ms.to_string(),
+            ),
+            ("errors.tolerance", self.errors_tolerance.clone()),
+            ("exactlyOnce", "true".into()),
+            ("hostname", hostname.to_string()),
+            ("port", port.to_string()),
+            (
+                "tolerateStateMismatch",
+                self.tolerate_state_mismatch.to_string(),
+            ),
+            ("variant", self.variant.name().into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if self.errors_log_enable {
+            p.insert("errors.log.enable".into(), "true".into());
+        }
+        if let Some(topic) = self.dlq_topic() {
+            p.insert("errors.deadletterqueue.topic.name".into(), topic);
+            let headers = "errors.deadletterqueue.context.headers.enable";
+            p.insert(headers.into(), "true".into());
+        }
+        for (key, value) in self.insert_setting_props() {
+            p.insert(key.into(), value);
+        }
+        p
     }
 
     /// The ClickHouse insert settings of `[sink]` that are set, as the connector's

@@ -12,14 +12,15 @@
 //! - Workers: `producer-i` send ids as the simulated producer does (`{"id": id, "name":
 //!   "r<id>"}` to partition `id % partitions`, no key, the id also in header `eosim.id`);
 //!   `connect-1..=tasks` run one sink task each in group `connect-<name>`.
-//! - The connector: built from `[sink]` ([`connector_raw`]) with clickhouse-kafka-connect's
-//!   keys (`hostname`, `port`, `ssl=false`, `exactlyOnce=true`, ...), Connect's
-//!   (`consumer.override.max.poll.records` = `batch_records_max`, `errors.tolerance`), and
-//!   two of eosim's: `eosim.zookeeper.connect` (where the state lives) and
+//! - The connector: built from `[sink]` by the simulation's own builder
+//!   ([`ClickHouseSinkSpec::connector_props`]: clickhouse-kafka-connect's keys, Connect's
+//!   `consumer.override.*`, `errors.tolerance`, the dead-letter queue, created here as the
+//!   simulated cluster creates it), plus `ssl=false` and two of eosim's: `eosim.zookeeper.connect` (where the state lives) and
 //!   `eosim.request.timeout.ms` (`request_timeout_ms`).
 //! - Final state, as the simulated pipeline records it: `LogState` per partition,
 //!   `SinkState` (the table's rows mapped back to log records by `name`, a name the log
-//!   does not hold as offset -1), `CommittedOffsets` of `connect-<name>`.
+//!   does not hold as offset -1), `DlqState` (with a DLQ), `CommittedOffsets` of
+//!   `connect-<name>`.
 //!
 //! - `[sink.fault_point]` with action `crash` at a named point: `worker-0`'s first
 //!   incarnation ends itself at the armed hit and the runner starts it again
@@ -32,7 +33,7 @@
 
 use super::bulk::timed_load;
 use super::cluster::{self, LogRecord, Probe};
-use super::pipelines::{block_on, task_states, Target};
+use super::pipelines::{block_on, create_dlq_topic, dlq_state, task_states, Target};
 use super::plugins::CLICKHOUSE_CONNECTOR_CLASS as CONNECTOR_CLASS;
 use super::Run;
 use crate::client::clickhouse::ClickHouse;
@@ -40,7 +41,7 @@ use crate::client::real::clickhouse::RealClickHouseConfig;
 use crate::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMapConfig};
 use crate::client::ProducerRecord;
 use crate::connect::cdc_events::{id_of, ID_HEADER};
-use crate::connect::config::{ConnectorConfig, JSON_CONVERTER};
+use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
 use crate::history::{History, OpKind, RecordRef, Value};
 use crate::real::bulk::one_insert;
@@ -116,55 +117,10 @@ pub fn connector_raw(
     zookeeper: &str,
 ) -> BTreeMap<String, String> {
     let s = spec(scenario);
-    let mut raw: BTreeMap<String, String> = [
-        ("name", s.name.clone()),
-        ("connector.class", CONNECTOR_CLASS.into()),
-        ("topics", scenario.topic.name.clone()),
-        ("tasks.max", s.tasks.to_string()),
-        ("hostname", "127.0.0.1".into()),
-        ("port", http_port.to_string()),
-        ("ssl", "false".into()),
-        ("exactlyOnce", "true".into()),
-        ("variant", s.variant.name().into()),
-        (
-            "tolerateStateMismatch",
-            s.tolerate_state_mismatch.to_string(),
-        ),
-        ("errors.tolerance", s.errors_tolerance.clone()),
-        ("value.converter", JSON_CONVERTER.into()),
-        ("value.converter.schemas.enable", "false".into()),
-        ("key.converter.schemas.enable", "false".into()),
-        (
-            "consumer.override.max.poll.records",
-            s.batch_records_max.to_string(),
-        ),
-        // `[sink] session_timeout_ms` is the task consumers' too, as in the simulation's
-        // connector (`workload::clickhouse_sink::connector_props`): without the override
-        // they keep the consumer's 45 s and a killed task's partitions wait that long.
-        (
-            "consumer.override.max.poll.interval.ms",
-            s.max_poll_interval_ms.to_string(),
-        ),
-        (
-            "consumer.override.session.timeout.ms",
-            s.session_timeout_ms.to_string(),
-        ),
-        (
-            "consumer.override.heartbeat.interval.ms",
-            (s.session_timeout_ms / 3).max(100).to_string(),
-        ),
-        (ZOOKEEPER_KEY, zookeeper.to_string()),
-        (TIMEOUT_KEY, s.request_timeout_ms.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    for (key, value) in s.insert_setting_props() {
-        raw.insert(key.into(), value);
-    }
-    if s.errors_log_enable {
-        raw.insert("errors.log.enable".into(), "true".into());
-    }
+    let mut raw = s.connector_props(&scenario.topic.name, "127.0.0.1", http_port);
+    raw.insert("ssl".into(), "false".into());
+    raw.insert(ZOOKEEPER_KEY.into(), zookeeper.to_string());
+    raw.insert(TIMEOUT_KEY.into(), s.request_timeout_ms.to_string());
     raw
 }
 
@@ -315,11 +271,13 @@ pub struct ChTarget {
 }
 
 impl ChTarget {
-    /// Starts the services and creates the tables.
+    /// Starts the services, creates the tables and the dead-letter queue topic (on the
+    /// cluster at `bootstrap`).
     ///
     /// # Errors
-    /// A service that does not come up (naming its log), a table that cannot be created.
-    pub fn setup(scenario: &Scenario) -> Result<Self, String> {
+    /// A service that does not come up (naming its log), a table or topic that cannot be
+    /// created.
+    pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Self, String> {
         let services = ChServices::start()?;
         let raw = connector_raw(
             scenario,
@@ -330,6 +288,7 @@ impl ChTarget {
         let spec = spec(scenario);
         let client = clients(&raw)?;
         block_on(create_tables(&client, &spec))??;
+        create_dlq_topic(bootstrap, scenario, &connector)?;
         Ok(Self {
             services,
             connector,
@@ -396,6 +355,9 @@ impl Run<'_> {
         }
         let rows = sink_rows(&rows, &by_name, &self.scenario.topic.name);
         values.push(Value::SinkState { rows });
+        if let Some(topic) = &t.connector.dlq_topic {
+            values.push(dlq_state(bootstrap, topic)?);
+        }
         values.push(Value::CommittedOffsets { offsets });
         values.extend(task_states(history).into_values());
         let at = self.now_ns();
@@ -420,6 +382,29 @@ mod tests {
              [topic]\npartitions = 2\n[sink]\n{sink}"
         );
         toml::from_str(&text).expect("scenario parses")
+    }
+
+    /// The real connector gets the simulated one's dead-letter queue: before the two shared
+    /// a builder, the real one had none, and `errors.tolerance=all` dropped what the
+    /// simulated connector reported.
+    #[test]
+    fn errors_tolerance_all_routes_to_the_same_dead_letter_queue_as_the_simulation() {
+        let s = scenario("\"errors.tolerance\" = \"all\"\n");
+        let config = connector_config(&connector_raw(&s, 8123, "127.0.0.1:2181")).unwrap();
+        let expected = format!("{}-dlq", spec(&s).name);
+        assert_eq!(config.dlq_topic.as_deref(), Some(expected.as_str()));
+        let sim = spec(&s).connector_props(&s.topic.name, "clickhouse", 8123);
+        let real = connector_raw(&s, 8123, "127.0.0.1:2181");
+        let transport = ["hostname", "ssl", ZOOKEEPER_KEY, TIMEOUT_KEY];
+        let differing: Vec<&String> = real
+            .keys()
+            .chain(sim.keys())
+            .filter(|k| !transport.contains(&k.as_str()) && real.get(*k) != sim.get(*k))
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "real and simulated connector differ in {differing:?}"
+        );
     }
 
     #[test]

@@ -198,7 +198,7 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
 /// A service that does not come up (naming its log), a topic that cannot be created.
 pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
     if scenario.pipeline == Pipeline::ClickhouseSink {
-        let target = super::clickhouse_sink::ChTarget::setup(scenario)?;
+        let target = super::clickhouse_sink::ChTarget::setup(scenario, bootstrap)?;
         return Ok(Target::ClickHouse(Box::new(target)));
     }
     if scenario.pipeline == Pipeline::StreamsCount {
@@ -228,20 +228,32 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
         _dir: dir,
     };
     create_role(&target)?;
-    if let Some(dlq) = &target.connector.dlq_topic {
-        let t = &scenario.topic;
-        let spec = TopicSpec {
-            name: dlq.clone(),
-            partitions: 1,
-            replication_factor: target
-                .connector
-                .dlq_replication_factor
-                .min(t.replication_factor),
-            ..t.clone()
-        };
-        cluster::create_topic_spec(bootstrap, &spec)?;
-    }
+    create_dlq_topic(bootstrap, scenario, &target.connector)?;
     Ok(Target::Postgres(Box::new(target)))
+}
+
+/// The connector's dead-letter queue topic, if it has one: one partition, its
+/// `errors.deadletterqueue.topic.replication.factor` capped at the scenario topic's, as the
+/// simulated cluster creates it.
+///
+/// # Errors
+/// The admin client's.
+pub(super) fn create_dlq_topic(
+    bootstrap: &str,
+    scenario: &Scenario,
+    connector: &ConnectorConfig,
+) -> Result<(), String> {
+    let Some(dlq) = &connector.dlq_topic else {
+        return Ok(());
+    };
+    let t = &scenario.topic;
+    let spec = TopicSpec {
+        name: dlq.clone(),
+        partitions: 1,
+        replication_factor: connector.dlq_replication_factor.min(t.replication_factor),
+        ..t.clone()
+    };
+    cluster::create_topic_spec(bootstrap, &spec)
 }
 
 /// `CREATE ROLE` for the connector's `connection.user` (login, superuser, its password),
@@ -316,7 +328,7 @@ fn source_log(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
 }
 
 /// The DLQ topic's records (one partition) with their headers as text.
-fn dlq_state(bootstrap: &str, topic: &str) -> Result<Value, String> {
+pub(super) fn dlq_state(bootstrap: &str, topic: &str) -> Result<Value, String> {
     let probe = Probe::new(bootstrap, topic, 1, "eosim-final-dlq")?;
     let high = probe.high_watermarks()?;
     let log = cluster::read_log(bootstrap, &high, 30_000)?;

@@ -5,7 +5,7 @@
 use super::hooks::Hooks;
 use super::{target_table, Context};
 use crate::client::sim::clickhouse::SimClickHouse;
-use crate::connect::config::{self, ConfigError, ConnectorConfig, WorkerConfig, JSON_CONVERTER};
+use crate::connect::config::{self, ConfigError, ConnectorConfig, WorkerConfig};
 use crate::connect::herder::ConfigParser;
 use crate::connect::task::SinkTask;
 use crate::connect::worker::{SinkFactory, TaskRun};
@@ -18,62 +18,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The connector's configuration as posted to the herder, from the scenario's `[sink]`:
-/// Connect's keys (`tasks.max` = `tasks`, `consumer.override.max.poll.records` =
-/// `batch_records_max`, `consumer.override.session.timeout.ms` = `session_timeout_ms` and
-/// heartbeats every third of it (a task consumer does not take the worker group's
-/// `session.timeout.ms`), JsonConverter without schemas, the dead-letter queue of
-/// [`dlq_topic`] with context headers, `errors.log.enable`) and the sink's own.
+/// The connector's configuration as posted to the herder, from the scenario's `[sink]`
+/// ([`ClickHouseSinkSpec::connector_props`]) for the simulated `clickhouse:8123`.
+///
+/// [`ClickHouseSinkSpec::connector_props`]: crate::scenario::clickhouse::ClickHouseSinkSpec::connector_props
 pub fn connector_props(ctx: &Context) -> BTreeMap<String, String> {
-    let spec = &ctx.spec;
-    let mut p = BTreeMap::new();
-    let mut set = |k: &str, v: String| p.insert(k.to_string(), v);
-    set("name", spec.name.clone());
-    set("connector.class", CONNECTOR_CLASS.into());
-    set("topics", ctx.scenario.topic.name.clone());
-    set("tasks.max", spec.tasks.to_string());
-    set("key.converter", JSON_CONVERTER.into());
-    set("value.converter", JSON_CONVERTER.into());
-    set("schemas.enable", "false".into());
-    set(
-        "consumer.override.max.poll.records",
-        spec.batch_records_max.to_string(),
-    );
-    set(
-        "consumer.override.max.poll.interval.ms",
-        spec.max_poll_interval_ms.to_string(),
-    );
-    set(
-        "consumer.override.session.timeout.ms",
-        spec.session_timeout_ms.to_string(),
-    );
-    set(
-        "consumer.override.heartbeat.interval.ms",
-        (spec.session_timeout_ms / 3).max(100).to_string(),
-    );
-    set("errors.tolerance", spec.errors_tolerance.clone());
-    if spec.errors_log_enable {
-        set("errors.log.enable", "true".into());
-    }
-    if let Some(topic) = dlq_topic(ctx) {
-        set("errors.deadletterqueue.topic.name", topic);
-        set(
-            "errors.deadletterqueue.context.headers.enable",
-            "true".into(),
-        );
-    }
-    set("exactlyOnce", "true".into());
-    set("hostname", "clickhouse".into());
-    set("port", "8123".into());
-    set(
-        "tolerateStateMismatch",
-        spec.tolerate_state_mismatch.to_string(),
-    );
-    set("variant", spec.variant.name().into());
-    for (key, value) in spec.insert_setting_props() {
-        set(key, value);
-    }
-    p
+    ctx.spec
+        .connector_props(&ctx.scenario.topic.name, "clickhouse", 8123)
 }
 
 /// The dead-letter queue topic ([`ClickHouseSinkSpec::dlq_topic`]: `<name>-dlq` under
