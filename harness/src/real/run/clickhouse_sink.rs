@@ -34,7 +34,6 @@
 use super::bulk::timed_load;
 use super::cluster::{self, LogRecord, Probe};
 use super::pipelines::{block_on, create_dlq_topic, dlq_state, task_states, Target};
-use super::plugins::CLICKHOUSE_CONNECTOR_CLASS as CONNECTOR_CLASS;
 use super::Run;
 use crate::client::clickhouse::ClickHouse;
 use crate::client::real::clickhouse::RealClickHouseConfig;
@@ -375,6 +374,7 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::clickhouse::CONNECTOR_CLASS;
 
     fn scenario(sink: &str) -> Scenario {
         let text = format!(

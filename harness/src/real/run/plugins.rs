@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The ClickHouse sink's connector class (clickhouse-kafka-connect).
-pub const CLICKHOUSE_CONNECTOR_CLASS: &str = "com.clickhouse.kafka.connect.ClickHouseSinkConnector";
+pub use crate::sinks::clickhouse::CONNECTOR_CLASS as CLICKHOUSE_CONNECTOR_CLASS;
 
 /// Validates a connector's whole configuration for its class (framework keys and the
 /// sink's own keys).
