@@ -2,7 +2,12 @@
 //! signal, and nothing left behind.
 //!
 //! Every service process is spawned in a process group of its own (`setpgid(0, 0)`), so one
-//! `killpg` reaches the server and whatever it forked (PostgreSQL's backends, say). Live
+//! `killpg` reaches the server and whatever it forked into that group. Descendants that left
+//! the group are signalled too ([`signal_tree`]): PostgreSQL's backends do, each calling
+//! `setsid()` in `InitPostmasterChild` (`src/backend/utils/init/miscinit.c`), so a killpg of
+//! the postmaster alone leaves them running, attached to the shared memory the restarted
+//! postmaster then refuses to reuse, and a SIGSTOP of the group pauses the postmaster while
+//! its backends go on serving their connections. Live
 //! groups are kept in a process-wide registry; [`install_teardown_on_signal`] makes Ctrl-C,
 //! SIGTERM and SIGHUP kill every registered group before the process exits, and
 //! [`ServiceProcess`]'s `Drop` kills its group on every other exit path (return, `?`, panic
@@ -53,7 +58,7 @@ pub fn kill_all_live_groups() -> usize {
             .collect(),
     };
     for pgid in &groups {
-        signal_group(*pgid, libc::SIGKILL);
+        signal_tree(*pgid, libc::SIGKILL);
     }
     // Reap the group leaders (our children), so that none is left as a zombie when this
     // process exits and nobody reaps them (pid 1 of a container may not).
@@ -93,6 +98,61 @@ pub(crate) fn signal_group(pgid: i32, signal: i32) -> bool {
     // SAFETY: killpg has no memory-safety preconditions; pgid > 1 is checked so that a bad
     // value can never address every process of the user (pgid 0 = our own group).
     pgid > 1 && unsafe { libc::killpg(pgid, signal) } == 0
+}
+
+/// The pids of `root`'s descendants (children, theirs, ...), from the ppid field of each
+/// `/proc/<pid>/stat` (proc(5)); empty where `/proc` cannot be read.
+fn descendants(root: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, proc_stat(pid)?.1)))
+        .collect();
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid) in &parents {
+            if ppid == parent && !out.contains(&pid) {
+                out.push(pid);
+                frontier.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// `(state, ppid)` of `/proc/<pid>/stat`: the fields after the parenthesised command name,
+/// which may itself hold spaces and parentheses.
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+/// Whether `pid` is a live process (a zombie is not: it only waits to be reaped, by a
+/// parent that may never do it once the service it belonged to is gone).
+fn process_alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// Sends `signal` to group `pgid` and to every descendant of its leader that left the group
+/// (see the module docs); returns those descendants. They are listed before the group is
+/// signalled, so a SIGKILL that orphans them does not hide them.
+pub(crate) fn signal_tree(pgid: i32, signal: i32) -> Vec<i32> {
+    let strays: Vec<i32> = descendants(pgid)
+        .into_iter()
+        // SAFETY: getpgid has no memory-safety preconditions.
+        .filter(|&pid| unsafe { libc::getpgid(pid) } != pgid)
+        .collect();
+    signal_group(pgid, signal);
+    for &pid in &strays {
+        // SAFETY: kill has no memory-safety preconditions; each pid is > 1 (a descendant).
+        unsafe { libc::kill(pid, signal) };
+    }
+    strays
 }
 
 /// Whether any process of group `pgid` still exists (zombies included until reaped).
@@ -242,13 +302,15 @@ impl ServiceProcess {
         self.stop_watchdog();
     }
 
-    /// SIGKILL to the whole process group, then reaps it: a crash, nothing flushed.
+    /// SIGKILL to the whole process tree ([`signal_tree`]), then reaps it: a crash, nothing
+    /// flushed.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pgid = child.id() as i32;
-            signal_group(pgid, libc::SIGKILL);
+            let strays = signal_tree(pgid, libc::SIGKILL);
             let _ = child.wait();
             wait_group_gone(pgid, Duration::from_secs(5));
+            wait_gone(&strays, Duration::from_secs(5));
             unregister(pgid);
         }
         self.stop_watchdog();
@@ -298,17 +360,19 @@ impl ServiceProcess {
         self.start()
     }
 
-    /// SIGSTOP to the group: the process stops answering but keeps its sockets open.
+    /// SIGSTOP to the process tree ([`signal_tree`]): the service stops answering but keeps
+    /// its sockets open.
     pub fn pause(&mut self) {
         if let Some(pgid) = self.pid() {
-            self.paused = signal_group(pgid, libc::SIGSTOP);
+            signal_tree(pgid, libc::SIGSTOP);
+            self.paused = group_exists(pgid);
         }
     }
 
-    /// SIGCONT to the group.
+    /// SIGCONT to the process tree.
     pub fn resume(&mut self) {
         if let Some(pgid) = self.pid() {
-            signal_group(pgid, libc::SIGCONT);
+            signal_tree(pgid, libc::SIGCONT);
             self.paused = false;
         }
     }
@@ -341,6 +405,14 @@ fn watch_group(pgid: i32) -> Option<Child> {
         .process_group(0)
         .spawn()
         .ok()
+}
+
+/// Waits (at most `max`) until none of `pids` is a live process.
+fn wait_gone(pids: &[i32], max: Duration) {
+    let deadline = Instant::now() + max;
+    while pids.iter().any(|&pid| process_alive(pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn wait_group_gone(pgid: i32, max: Duration) {
@@ -424,6 +496,44 @@ mod tests {
         p.kill();
         assert!(!group_exists(pgid), "a forked grandchild survived");
         assert!(!live_groups().contains(&pgid));
+    }
+
+    /// A child that left the group with `setsid` (as PostgreSQL's backends do) is killed
+    /// with it, and paused with it.
+    #[test]
+    fn kill_and_pause_reach_descendants_that_left_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "setsid sleep 100 & sleep 100";
+        let mut p = ServiceProcess::spawn(launch(dir.path(), script)).unwrap();
+        let pgid = p.pid().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stray = loop {
+            let found = descendants(pgid)
+                .into_iter()
+                .find(|&pid| unsafe { libc::getpgid(pid) } == pid);
+            match found {
+                Some(pid) => break pid,
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                None => panic!("the setsid child never appeared"),
+            }
+        };
+        p.pause();
+        let state = |pid| proc_stat(pid).map(|(state, _)| state);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while state(stray) != Some('T') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            state(stray),
+            Some('T'),
+            "the stray kept running through a pause"
+        );
+        p.resume();
+        p.kill();
+        assert!(
+            !process_alive(stray),
+            "a descendant that left the group survived the kill"
+        );
     }
 
     #[test]
