@@ -285,9 +285,6 @@ fn build_eosim(release: bool) -> Result<PathBuf> {
     if release {
         cmd.arg("--release");
     }
-    // The binary prints its build in every run header; cargo rebuilds only the binary when
-    // this changes, since `option_env!` reads are tracked.
-    cmd.env("EOSIM_BUILD", git_build_id());
     let code = status(&mut cmd)?;
     if code != 0 {
         return Err(anyhow::Error::new(ChildFailed(code))
@@ -399,26 +396,4 @@ fn signal_code(status: &std::process::ExitStatus) -> u8 {
 #[cfg(not(unix))]
 fn signal_code(_status: &std::process::ExitStatus) -> u8 {
     1
-}
-
-/// The short git commit, `-dirty` when the work tree has changes; `unknown` without git.
-fn git_build_id() -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let Some(sha) = git(&["rev-parse", "--short=12", "HEAD"]) else {
-        return "unknown".into();
-    };
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    if dirty {
-        format!("{sha}-dirty")
-    } else {
-        sha
-    }
 }

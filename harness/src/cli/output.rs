@@ -170,18 +170,32 @@ pub fn seed_header(seed: u64, scenario: &str, build: &str, drawn: &[String]) -> 
     s
 }
 
-/// The build id: `EOSIM_BUILD` at compile time (set by `cargo xtask`), else at run time,
-/// else `unknown`.
+/// The build id: the git commit the binary was built from (`-dirty` when tracked files
+/// differed), or the `EOSIM_BUILD` the build was given; `unknown` outside a git checkout.
+/// Set at compile time by `harness/build.rs`, for every build.
 pub fn build_id() -> String {
-    option_env!("EOSIM_BUILD")
-        .map(str::to_string)
-        .or_else(|| std::env::var("EOSIM_BUILD").ok())
-        .unwrap_or_else(|| "unknown".to_string())
+    env!("EOSIM_BUILD").to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every build knows its commit (release builds printed `build=unknown` when the id came
+    /// only from `cargo xtask`'s environment).
+    #[test]
+    fn the_build_id_is_the_checked_out_commit() {
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        match head {
+            Some(sha) => assert!(build_id().starts_with(&sha), "{} vs HEAD {sha}", build_id()),
+            None => assert_eq!(build_id(), "unknown"),
+        }
+    }
 
     #[test]
     fn a_fault_reads_as_the_nemesis_verb() {
