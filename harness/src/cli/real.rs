@@ -33,6 +33,13 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
         Err(e) => return config_error(e),
     };
     crate::real::process::install_teardown_on_signal();
+    let swept = crate::real::scratch::sweep_leftovers();
+    if !swept.is_empty() {
+        eprintln!(
+            "eosim: removed {} scratch directory(ies) that killed runs left behind",
+            swept.len()
+        );
+    }
     run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
         let options = RunOptions {
             backend,

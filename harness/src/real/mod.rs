@@ -8,6 +8,7 @@
 //!   ZooKeeper as child processes on loopback ports in a temporary directory, each with a
 //!   health check, `kill`/`restart`, `pause`/`resume`.
 //! - [`process`]: process groups, logs, signals and the teardown on Ctrl-C.
+//! - [`scratch`]: the services' scratch directories, removed on every exit path.
 //! - [`bulk`]: rows/s through a sink beside a bulk load of the same rows, as a ratio.
 //!
 //! # Example
@@ -29,6 +30,7 @@ pub mod bulk;
 pub mod process;
 pub mod provision;
 pub mod run;
+pub mod scratch;
 
 use std::path::{Path, PathBuf};
 

@@ -40,7 +40,11 @@ pub fn install_teardown_on_signal() {
     TEARDOWN.call_once(|| {
         let installed = ctrlc::set_handler(|| {
             let killed = kill_all_live_groups();
-            eprintln!("eosim: signal received, killed {killed} service process group(s)");
+            let removed = super::scratch::remove_own().len();
+            eprintln!(
+                "eosim: signal received, killed {killed} service process group(s), removed \
+                 {removed} scratch directory(ies)"
+            );
             std::process::exit(EXIT_CODE_SIGNALLED);
         });
         if let Err(e) = installed {

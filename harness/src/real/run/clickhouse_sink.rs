@@ -45,6 +45,7 @@ use crate::connect::task::SinkTask;
 use crate::history::{History, OpKind, RecordRef, Value};
 use crate::real::bulk::one_insert;
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
+use crate::real::scratch::start_in;
 use crate::report::BulkLoad;
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
 use crate::scenario::Scenario;
@@ -227,16 +228,13 @@ impl ChServices {
     /// # Errors
     /// A service that does not come up (naming its log).
     pub fn start() -> Result<Self, String> {
-        let dir = |name: &str| {
-            tempfile::Builder::new()
-                .prefix(&format!("eosim-run-{name}-"))
-                .tempdir()
-                .map_err(|e| format!("{name}: temporary directory: {e}"))
-        };
-        let (zk_dir, ch_dir) = (dir("zookeeper")?, dir("clickhouse")?);
-        let zk = ZooKeeper::start(zk_dir.path()).map_err(|e| e.to_string())?;
-        let ch = ChServer::start_with_zookeeper(ch_dir.path(), Some(&zk.connect_string()))
-            .map_err(|e| e.to_string())?;
+        let (zk, zk_dir) = start_in("zookeeper", |dir| {
+            ZooKeeper::start(dir).map_err(|e| e.to_string())
+        })?;
+        let (ch, ch_dir) = start_in("clickhouse", |dir| {
+            ChServer::start_with_zookeeper(dir, Some(&zk.connect_string()))
+                .map_err(|e| e.to_string())
+        })?;
         Ok(Self {
             ch,
             zk,

@@ -47,6 +47,7 @@ pub mod workers;
 use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
 use crate::real::provision::Kafka;
+use crate::real::scratch::start_in;
 use crate::scenario::Scenario;
 use cluster::{Brokers, Probe, StabilityProbe};
 use std::collections::BTreeMap;
@@ -159,12 +160,10 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     let brokers = match &options.bootstrap_servers {
         Some(b) if options.backend == Backend::External => Brokers::External(b.clone()),
         _ => {
-            let dir = tempfile::Builder::new()
-                .prefix("eosim-run-kafka-")
-                .tempdir()
-                .map_err(|e| format!("kafka: temporary directory: {e}"))?;
-            let kafka =
-                Kafka::start(dir.path(), scenario.cluster.brokers).map_err(|e| e.to_string())?;
+            let brokers = scenario.cluster.brokers;
+            let (kafka, dir) = start_in("kafka", |dir| {
+                Kafka::start(dir, brokers).map_err(|e| e.to_string())
+            })?;
             Brokers::Native {
                 kafka,
                 down: Default::default(),

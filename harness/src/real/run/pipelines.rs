@@ -33,6 +33,7 @@ use crate::connect::cdc_events::{build_events, id_of};
 use crate::connect::config::ConnectorConfig;
 use crate::history::{DlqRecord, History, Op, OpKind, SourceRecord, Value};
 use crate::real::provision::Postgres;
+use crate::real::scratch::start_in;
 use crate::scenario::{Pipeline, Scenario, TopicSpec};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
 use eosim_sim::kafka::TopicPartition;
@@ -208,11 +209,9 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);
     }
-    let dir = tempfile::Builder::new()
-        .prefix("eosim-run-postgres-")
-        .tempdir()
-        .map_err(|e| format!("postgres: temporary directory: {e}"))?;
-    let pg = Postgres::start(dir.path()).map_err(|e| e.to_string())?;
+    let (pg, dir) = start_in("postgres", |dir| {
+        Postgres::start(dir).map_err(|e| e.to_string())
+    })?;
     let mut raw = scenario.connector.clone();
     let url = format!("jdbc:postgresql://127.0.0.1:{}/postgres", pg.port());
     raw.insert("connection.url".into(), url);
