@@ -431,6 +431,26 @@ mod tests {
         );
     }
 
+    /// A skipped scenario (the real tier could not run it) exits 6, not 0, and any other
+    /// outcome beside it outranks it.
+    #[test]
+    fn a_skipped_scenario_has_its_own_exit_code_below_every_failure() {
+        let scenario = scenario("holds");
+        let mut result = aggregate(
+            &scenario,
+            Path::new("scenarios/x.toml"),
+            Path::new("r"),
+            &[seed(1, SeedClass::Holds, 0)],
+            0.0,
+        );
+        result.verdict = Verdict::Skipped;
+        let class = exit_class(&result, expected_verdict(&scenario));
+        assert_eq!(class, ExitClass::Skipped);
+        assert_eq!(class as u8, 6);
+        assert!(ExitClass::Skipped > ExitClass::Expected);
+        assert!(ExitClass::NotExercised > ExitClass::Skipped);
+    }
+
     #[test]
     fn a_crash_outranks_a_violation() {
         let seeds = vec![

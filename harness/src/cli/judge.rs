@@ -62,7 +62,7 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
         }
         (v, e) if v == e => ExitClass::Expected,
         (Verdict::Stalled, _) => ExitClass::Stalled,
-        (Verdict::Skipped, _) => ExitClass::Expected,
+        (Verdict::Skipped, _) => ExitClass::Skipped,
         _ => ExitClass::Violated,
     }
 }

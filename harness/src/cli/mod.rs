@@ -201,7 +201,8 @@ fn config_error(message: impl std::fmt::Display) -> ExitClass {
 }
 
 /// The outcome classes and their exit codes. When a run has several, the most serious
-/// wins: crash 4 > stalled 3 > config 2 > violated 1 > not exercised 5 > expected 0
+/// wins: crash 4 > stalled 3 > config 2 > violated 1 > not exercised 5 > skipped 6 >
+/// expected 0
 /// ([`ExitClass::rank`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitClass {
@@ -220,6 +221,10 @@ pub enum ExitClass {
     /// scheduled fault kind that never acted, or a required mark never reached (`holds,
     /// not exercised`), and its file does not allow it.
     NotExercised = 5,
+    /// 6: every scenario that ran came out as expected, but one was skipped (the real tier
+    /// cannot run it, with the reason printed): a run that checked nothing must not look
+    /// like a pass to a script.
+    Skipped = 6,
 }
 
 impl ExitClass {
@@ -227,11 +232,12 @@ impl ExitClass {
     pub fn rank(self) -> u8 {
         match self {
             ExitClass::Expected => 0,
-            ExitClass::NotExercised => 1,
-            ExitClass::Violated => 2,
-            ExitClass::Config => 3,
-            ExitClass::Stalled => 4,
-            ExitClass::Crash => 5,
+            ExitClass::Skipped => 1,
+            ExitClass::NotExercised => 2,
+            ExitClass::Violated => 3,
+            ExitClass::Config => 4,
+            ExitClass::Stalled => 5,
+            ExitClass::Crash => 6,
         }
     }
 }

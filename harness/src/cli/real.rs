@@ -112,7 +112,7 @@ fn run_one(
 
 fn print_end(result: &ScenarioResult, class: ExitClass) {
     let word = match (class, result.verdict) {
-        (_, Verdict::Skipped) => "SKIPPED",
+        (ExitClass::Skipped, _) => "SKIPPED",
         (ExitClass::Expected, _) => "PASSED",
         _ => "FAILED",
     };
