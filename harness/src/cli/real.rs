@@ -9,7 +9,7 @@ use crate::real::run::result::scenario_result;
 use crate::real::run::worker::{run_worker, Role, WorkerSpec};
 use crate::real::run::workers::default_exe;
 use crate::real::run::{run_real, RunOptions};
-use crate::report::{ScenarioResult, Verdict};
+use crate::report::ScenarioResult;
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
