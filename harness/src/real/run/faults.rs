@@ -73,7 +73,7 @@ impl Run<'_> {
                 continue;
             }
             if let Err(e) = self.workers[i].start(&self.env) {
-                self.notes.push(e);
+                self.fail(e);
             }
         }
     }
@@ -277,8 +277,11 @@ impl Run<'_> {
             let Some((kafka, down, paused)) = self.kafka() else {
                 return self.note_external(name);
             };
-            if !down.insert(b) || kafka.kill(b).is_err() {
+            if !down.insert(b) {
                 return;
+            }
+            if let Err(e) = kafka.kill(b) {
+                return self.fail(format!("kill {name}: {e}"));
             }
             paused.remove(&b);
         } else if let Some(i) = self.worker_index(name) {
@@ -287,10 +290,20 @@ impl Run<'_> {
             }
             self.workers[i].kill(&self.env);
         } else {
-            return self.notes.push(format!("kill: no node named {name}"));
+            return self.fail(format!("kill: no node named {name}"));
         }
         self.record_fault("kill", format!("target=[{name}] mode=process-kill"));
         self.effect(kind, name, format!("{name} killed (SIGKILL)"));
+    }
+
+    /// A fault the schedule asked for that could not be carried out (a restart that failed,
+    /// a node that is not there): the run goes on, and ends as crashed with it, since what
+    /// it then checks is not the run the scenario describes.
+    fn fail(&mut self, what: String) {
+        if self.verbose {
+            println!("fault failed: {what}");
+        }
+        self.failures.push(what);
     }
 
     fn restart(&mut self, name: &str) {
@@ -300,7 +313,7 @@ impl Run<'_> {
             }
             t.down = false;
             if let Err(e) = Kill::restart(&mut t.pg) {
-                self.notes.push(format!("restart {name}: {e}"));
+                return self.fail(format!("restart {name}: {e}"));
             }
         } else if let Some(b) = Self::broker_id(name) {
             let Some((kafka, down, _)) = self.kafka() else {
@@ -311,7 +324,7 @@ impl Run<'_> {
             }
             let result = kafka.restart(b);
             if let Err(e) = result {
-                self.notes.push(format!("restart {name}: {e}"));
+                return self.fail(format!("restart {name}: {e}"));
             }
         } else if let Some(i) = self.worker_index(name) {
             let w = &mut self.workers[i];
@@ -319,10 +332,10 @@ impl Run<'_> {
                 return;
             }
             if let Err(e) = w.start(&self.env) {
-                return self.notes.push(format!("restart {name}: {e}"));
+                return self.fail(format!("restart {name}: {e}"));
             }
         } else {
-            return self.notes.push(format!("restart: no node named {name}"));
+            return self.fail(format!("restart: no node named {name}"));
         }
         self.record_fault("restart", format!("target=[{name}]"));
     }

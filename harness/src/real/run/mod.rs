@@ -107,6 +107,9 @@ pub struct Run<'a> {
     /// Workers that crashed at their fault point, by name: when to start them again, ms
     /// since the run's epoch.
     fault_point_restarts: BTreeMap<String, u64>,
+    /// Faults that could not be carried out as asked ([`Run::fail`]); any makes the run
+    /// end as crashed.
+    failures: Vec<String>,
     verbose: bool,
 }
 
@@ -199,6 +202,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         bulk_loads: Vec::new(),
         connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
         fault_point_restarts: BTreeMap::new(),
+        failures: Vec::new(),
         verbose: options.verbose,
     };
     run.spawn_workers()?;
@@ -266,7 +270,8 @@ impl Run<'_> {
             pipelines::Target::ClickHouse(_) => self.record_final_clickhouse(&mut history),
             pipelines::Target::Streams => self.record_final_streams(&mut history),
         }
-        .err();
+        .err()
+        .or_else(|| self.failed_faults());
         self.note_bad_lines();
         RealOutcome {
             history,
@@ -278,6 +283,14 @@ impl Run<'_> {
             put_marks: self.read_put_marks(),
             bulk_loads: std::mem::take(&mut self.bulk_loads),
         }
+    }
+
+    /// Why the run is not the one its scenario describes, if a fault could not be carried out.
+    fn failed_faults(&self) -> Option<String> {
+        (!self.failures.is_empty()).then(|| {
+            let what = self.failures.join("; ");
+            format!("a fault the schedule asked for could not be carried out: {what}")
+        })
     }
 
     /// The workers' and the nemesis' ops by time (stable), numbered.
