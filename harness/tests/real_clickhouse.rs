@@ -439,6 +439,7 @@ fn a_token_variant_is_reported_skipped_on_18_16_not_passed() {
         exe: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eosim")),
         dir: dir.path().to_path_buf(),
         verbose: false,
+        seed: 0,
     };
     let outcome = run_real(&scenario, &path, &options);
     let history = dir.path().join("history.jsonl");

@@ -49,6 +49,7 @@ fn options(backend: Backend, dir: &std::path::Path) -> RunOptions {
         exe: PathBuf::from(env!("CARGO_BIN_EXE_eosim")),
         dir: dir.to_path_buf(),
         verbose: true,
+        seed: 0,
     }
 }
 
@@ -126,6 +127,66 @@ fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     assert!(measured.rows_written >= scenario.workload.records);
     assert!(measured.records_per_s > 0.0 && measured.rows_per_s > 0.0);
     assert!(measured.latency_ms_p50 <= measured.latency_ms_p99);
+    assert_short_and_clean(&result, 120.0);
+}
+
+/// A swarm is drawn on the real tier as in the simulation: the run injects the schedule
+/// `swarm::schedule` draws for its seed over its consumers, beginning with its first fault.
+#[test]
+fn a_swarm_is_drawn_from_the_seed_on_the_real_tier() {
+    use eosim_sim::nemesis::{swarm, Fault};
+    use madsim::rand::{rngs::StdRng, SeedableRng};
+    if !real_enabled("a_swarm_is_drawn_from_the_seed_on_the_real_tier") {
+        return;
+    }
+    let (path, _) = smoke_scenario();
+    let text = std::fs::read_to_string(&path).expect("the smoke scenario reads");
+    let text = text.replace("records = 2000", "records = 600").replace(
+        "[drain]",
+        "[faults.swarm]\nkinds = [\"kill\", \"pause\"]\ntargets = [\"consumers\"]\n\
+         interval_ms_min = 1000\ninterval_ms_max = 2000\nduration_ms_min = 500\n\
+         duration_ms_max = 1500\n\n[drain]",
+    );
+    let scenario = Scenario::parse(&path, &text).expect("the scenario parses");
+    let spec = scenario.faults.swarm.clone().expect("a swarm");
+    let rng = &mut StdRng::seed_from_u64(3);
+    let drawn = swarm::draw(&spec, rng);
+    let consumers = ["consumer-0".to_string(), "consumer-1".to_string()];
+    let topology = swarm::Topology {
+        targets: &consumers,
+        names: &consumers,
+        topic: &scenario.topic.name,
+        partitions: scenario.topic.partitions,
+    };
+    let window = (swarm::START_MS, scenario.faults.until_ms);
+    let expected = swarm::schedule(&drawn, topology, window, rng);
+    let first = match &expected.first().expect("the seed draws a fault").fault {
+        Fault::Kill { target, .. } => format!("kill target=[{}]", target[0]),
+        Fault::Pause { target } => format!("pause target=[{}]", target[0]),
+        other => panic!("not a kill or pause: {other:?}"),
+    };
+    let dir = service_dir("real-run-swarm");
+    let mut opts = options(Backend::Native, dir.path());
+    opts.seed = 3;
+    let outcome = timed("a real run with a swarm", || {
+        run_real(&scenario, &path, &opts)
+    });
+    let result = scenario_result(&scenario, &outcome, &dir.path().join("h.jsonl"), "test");
+    assert_eq!(result.verdict, Verdict::Holds, "notes: {:?}", result.notes);
+    let faults = fault_lines(&outcome.history);
+    assert!(faults.len() >= 2, "{faults:?}");
+    assert!(
+        faults[0].starts_with(&first),
+        "{faults:?} vs the drawn {first}"
+    );
+    assert!(
+        result
+            .notes
+            .iter()
+            .any(|n| n.starts_with("swarm of seed 3")),
+        "{:?}",
+        result.notes
+    );
     assert_short_and_clean(&result, 120.0);
 }
 

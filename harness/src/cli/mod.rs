@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// Report directory; each run goes into DIR/RUN_ID, and DIR/latest points at it.
     #[arg(long, value_name = "DIR", default_value = "reports/real")]
     pub out: PathBuf,
+    /// Seed of the swarm's fault schedule (`[faults.swarm]`), drawn as the simulation draws
+    /// a seed's: the same seed gives the same schedule again (the history, of course, not).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// `eosim worker` arguments (hidden: the real runner passes them).

@@ -47,6 +47,7 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
             exe: exe.clone(),
             dir: run_dir.join(&scenario.name),
             verbose: true,
+            seed: args.seed,
         };
         run_one(path, scenario, &options, build)
     })
@@ -82,10 +83,11 @@ fn run_one(
     build: &str,
 ) -> (ScenarioResult, ExitClass) {
     println!(
-        "REAL scenario={} backend={} build={build} brokers={}",
+        "REAL scenario={} backend={} build={build} brokers={} seed={}",
         scenario.name,
         options.backend.name(),
-        scenario.cluster.brokers
+        scenario.cluster.brokers,
+        options.seed
     );
     let outcome = run_real(scenario, path, options);
     let history_path = options.dir.join("history.jsonl");
@@ -100,9 +102,10 @@ fn run_one(
         }
     }
     let command = format!(
-        "eosim run --backend {} --scenario {}",
+        "eosim run --backend {} --scenario {} --seed {}",
         options.backend.name(),
-        path.display()
+        path.display(),
+        options.seed
     );
     let result = scenario_result(scenario, &outcome, &history_path, &command);
     let class = exit_class(&result, expected_verdict(scenario));

@@ -16,7 +16,7 @@ use crate::history::{History, OpKind, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
-use eosim_sim::nemesis::ScheduledFault;
+use eosim_sim::nemesis::{swarm, ScheduledFault};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -216,13 +216,18 @@ fn build_schedule(
     let mut schedule = scenario.faults.schedule.clone();
     let mut drawn_lines = Vec::new();
     if let Some(swarm) = &scenario.faults.swarm {
-        let drawn = nemesis::draw_swarm(swarm);
+        let rng = &mut madsim::rand::thread_rng();
+        let drawn = swarm::draw(swarm, rng);
         drawn_lines = drawn.lines();
-        let window = (2_000, scenario.faults.until_ms);
-        let (topic, partitions) = (&scenario.topic.name, scenario.topic.partitions);
-        schedule.extend(nemesis::swarm_schedule(
-            swarm, &drawn, world, topic, partitions, window,
-        )?);
+        let (targets, names) = (world.resolve(&swarm.targets)?, world.names());
+        let topology = swarm::Topology {
+            targets: &targets,
+            names: &names,
+            topic: &scenario.topic.name,
+            partitions: scenario.topic.partitions,
+        };
+        let window = (swarm::START_MS, scenario.faults.until_ms);
+        schedule.extend(swarm::schedule(&drawn, topology, window, rng));
     }
     for f in &schedule {
         if let Err(e) = world.resolve(&fault_targets(&f.fault)) {

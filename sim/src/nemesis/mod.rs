@@ -9,6 +9,8 @@
 //! The simulator side (turning a fault into madsim kills, clogs and message faults) lives
 //! in the harness runner; this module only says what a fault is.
 
+pub mod swarm;
+
 use crate::kafka::model::CrashMode;
 use serde::{Deserialize, Serialize};
 

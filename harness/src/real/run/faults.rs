@@ -1,10 +1,12 @@
-//! The scenario's explicit fault schedule as real faults, and the heal before the drain.
+//! The scenario's fault schedule as real faults (the explicit `[[faults.schedule]]` and
+//! the `[faults.swarm]` drawn from `eosim run --seed`, as the simulation draws a seed's),
+//! and the heal before the drain.
 //!
 //! | fault | real effect |
 //! |---|---|
 //! | `kill` of `broker-N` (process-kill) | SIGKILL to the broker's JVM (its page cache survives) |
 //! | `kill` of `producer-i` / `consumer-i` / `connect-i` | SIGKILL to the worker process |
-//! | `kill` of `postgres` (`connect-jdbc`) | SIGKILL to the postmaster's process group |
+//! | `kill` of `postgres` (`connect-jdbc`) | SIGKILL to the postmaster and its backends |
 //! | `restart` | the process started again (a broker waits until it is registered) |
 //! | `pause` / `resume` | SIGSTOP / SIGCONT |
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
@@ -25,29 +27,19 @@ use crate::history::Value;
 use crate::real::provision::{Kafka, Kill, Pause};
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
-use eosim_sim::nemesis::Fault;
+use eosim_sim::nemesis::{swarm, Fault, ScheduledFault};
+use madsim::rand::rngs::StdRng;
+use madsim::rand::SeedableRng;
 use std::time::Duration;
 
 impl Run<'_> {
     /// Applies every scheduled fault before `faults.until_ms`, at its time, then waits
     /// until `faults.until_ms`.
     pub(super) fn run_faults(&mut self) {
-        if self.scenario.faults.swarm.is_some() {
-            self.notes.push(
-                "swarm faults are not drawn in a real run (one run, no seed): only the \
-                 explicit [[faults.schedule]] is applied"
-                    .into(),
-            );
-        }
         let until_ms = self.scenario.faults.until_ms;
-        let mut schedule: Vec<_> = self
-            .scenario
-            .faults
-            .schedule
-            .iter()
-            .filter(|f| f.at_ms < until_ms)
-            .cloned()
-            .collect();
+        let mut schedule = self.scenario.faults.schedule.clone();
+        schedule.extend(self.swarm_schedule());
+        schedule.retain(|f| f.at_ms < until_ms);
         schedule.sort_by_key(|f| f.at_ms);
         for scheduled in schedule {
             self.create_connector_by(scheduled.at_ms);
@@ -184,6 +176,46 @@ impl Run<'_> {
             ),
             Fault::Heal => {}
         }
+    }
+
+    /// The swarm's faults for this run's seed, drawn as the simulation draws a seed's
+    /// ([`swarm::draw`], [`swarm::schedule`]) from an RNG seeded with [`RunOptions::seed`]
+    /// over this run's node names; the drawn parameters go into the notes.
+    ///
+    /// [`RunOptions::seed`]: super::RunOptions::seed
+    fn swarm_schedule(&mut self) -> Vec<ScheduledFault> {
+        let Some(spec) = &self.scenario.faults.swarm else {
+            return Vec::new();
+        };
+        let rng = &mut StdRng::seed_from_u64(self.seed);
+        let drawn = swarm::draw(spec, rng);
+        // Sorted and distinct, as the simulation's node names are.
+        let sorted = |mut names: Vec<String>| {
+            names.sort();
+            names.dedup();
+            names
+        };
+        let targets = sorted(self.resolve(&spec.targets));
+        let mut names = self.resolve(&["all".to_string()]);
+        if matches!(self.target, super::pipelines::Target::Postgres(_)) {
+            names.push("postgres".into());
+        }
+        let names = sorted(names);
+        let topology = swarm::Topology {
+            targets: &targets,
+            names: &names,
+            topic: &self.scenario.topic.name,
+            partitions: self.scenario.topic.partitions,
+        };
+        let window = (swarm::START_MS, self.scenario.faults.until_ms);
+        let faults = swarm::schedule(&drawn, topology, window, rng);
+        self.notes.push(format!(
+            "swarm of seed {}: {} ({} faults with their recoveries)",
+            self.seed,
+            drawn.lines().join(" "),
+            faults.len() / 2
+        ));
+        faults
     }
 
     /// Node names and groups (`brokers`, `producers`, `consumers`, `clients`, `all`) to

@@ -7,12 +7,13 @@
 //!    skipped (no Docker daemon here, and not implemented yet either way).
 //! 2. The topic with the scenario's settings; the pipeline's processes as `eosim worker`
 //!    children ([`workers`]), each in its own process group.
-//! 3. Faults: the explicit `[[faults.schedule]]` until `faults.until_ms`, as real faults
-//!    ([`faults`]): SIGKILL/restart and SIGSTOP/SIGCONT of `broker-N`, `producer-i`,
-//!    `consumer-i`; `kill-leader` through the partition's current leader; a
-//!    `clickhouse-sink`'s `[sink.fault_point]` crash ([`fault_point`]). Network faults
-//!    (`partition`, `clog`, `messages`), machine crashes and swarms are not injected in this
-//!    backend: each is named in the result's notes.
+//! 3. Faults: the explicit `[[faults.schedule]]` and the swarm drawn from the run's seed,
+//!    until `faults.until_ms`, as real faults ([`faults`]): SIGKILL/restart and
+//!    SIGSTOP/SIGCONT of `broker-N`, `producer-i`, `consumer-i`; `kill-leader` through the
+//!    partition's current leader; a `clickhouse-sink`'s `[sink.fault_point]` crash
+//!    ([`fault_point`]). Network faults (`partition`, `clog`, `messages`), clock jumps and
+//!    machine crashes are not injected in this backend: each is named in the result's
+//!    notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
@@ -26,7 +27,9 @@
 //! with `streams-i` Streams instances ([`streams_instance`], [`streams_count`]), drained
 //! on group `streams.application_id`, its final state the output read_committed.
 //!
-//! A real run is one run, not a seed: it is reported as one seed (`seed 0`), is not
+//! A real run is one run of one seed (`eosim run --seed`, default 0): the seed draws the
+//! swarm's fault schedule as the simulation does ([`eosim_sim::nemesis::swarm`]), so the
+//! same seed injects the same faults at the same times again; the run itself is not
 //! reproducible, and its history carries wall-clock times since the run's start.
 
 pub mod bulk;
@@ -70,6 +73,8 @@ pub struct RunOptions {
     pub dir: PathBuf,
     /// Print one line per fault as it happens.
     pub verbose: bool,
+    /// The seed the swarm's schedule is drawn from (`eosim run --seed`).
+    pub seed: u64,
 }
 
 /// What a real run produced.
@@ -91,6 +96,8 @@ pub struct RealOutcome {
     pub put_marks: Vec<connect_task::PutMark>,
     /// Bulk loads of the same rows after the pipeline (`connect-jdbc`).
     pub bulk_loads: Vec<crate::report::BulkLoad>,
+    /// The seed the run's swarm was drawn from ([`RunOptions::seed`]).
+    pub seed: u64,
 }
 
 /// A run in progress: the brokers, the workers and what they recorded.
@@ -111,6 +118,8 @@ pub struct Run<'a> {
     /// end as crashed.
     failures: Vec<String>,
     verbose: bool,
+    /// The swarm's seed ([`RunOptions::seed`]).
+    seed: u64,
 }
 
 /// Runs `scenario` (read from `path`) once against real services.
@@ -130,6 +139,7 @@ pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealO
         },
     };
     outcome.wall_time_s = started.elapsed().as_secs_f64();
+    outcome.seed = options.seed;
     outcome
 }
 
@@ -204,6 +214,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         fault_point_restarts: BTreeMap::new(),
         failures: Vec::new(),
         verbose: options.verbose,
+        seed: options.seed,
     };
     run.spawn_workers()?;
     run.create_connector_by(0);
@@ -282,6 +293,7 @@ impl Run<'_> {
             wall_time_s: 0.0,
             put_marks: self.read_put_marks(),
             bulk_loads: std::mem::take(&mut self.bulk_loads),
+            seed: self.seed,
         }
     }
 

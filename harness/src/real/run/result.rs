@@ -1,5 +1,5 @@
 //! A real run's outcome as a [`ScenarioResult`]: the same checkers and report as the
-//! simulation, with the run reported as one seed and its measured throughput and latency.
+//! simulation, with the run reported as its one seed and its measured throughput and latency.
 
 use super::measure::measure;
 use super::RealOutcome;
@@ -9,9 +9,6 @@ use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict, REPORT
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// The seed a real run is reported as: it has none, and is not reproducible.
-pub const REAL_RUN_SEED: u64 = 0;
 
 /// Judges `outcome` and fills in the scenario's result. `history_path` is where its
 /// history was written; `command` re-runs it (not a replay: real runs are not
@@ -36,9 +33,12 @@ pub fn scenario_result(
     result.seeds = 1;
     result.notes.insert(
         0,
-        "real run: one run against real services, reported as one seed (seed 0); times are \
-         wall-clock and the run is not reproducible bit for bit"
-            .into(),
+        format!(
+            "real run: one run against real services, reported as one seed (seed {}: it \
+             draws the swarm's schedule); times are wall-clock and the run is not \
+             reproducible bit for bit",
+            outcome.seed
+        ),
     );
     let check = check_all(&outcome.history, &check_options(scenario));
     result.tally(&check);
@@ -79,7 +79,7 @@ pub fn scenario_result(
     }
     if matches!(result.verdict, Verdict::Violated | Verdict::Stalled) {
         result.counterexample = Some(Counterexample::from_check(
-            REAL_RUN_SEED,
+            outcome.seed,
             command.to_string(),
             history_path.display().to_string(),
             &outcome.history,
