@@ -227,8 +227,8 @@ fn message_fault(rng: &mut impl Rng, source: String, target: String) -> Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use madsim::rand::rngs::StdRng;
-    use madsim::rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
 
     fn swarm() -> Swarm {
         serde_json::from_str(r#"{"kinds": ["kill", "pause", "partition"]}"#).expect("parses")
