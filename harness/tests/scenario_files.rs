@@ -460,3 +460,15 @@ fn the_kop_flavour_takes_kops_defaults_where_its_keys_are_unset() {
     let kafka = Scenario::parse(Path::new("scenarios/k.toml"), HEAD).expect("parses");
     assert_eq!(kafka.cluster.flavour(), Flavour::Kafka);
 }
+
+#[test]
+fn a_stall_reason_without_an_expected_stall_is_rejected() {
+    let message = error_of("[check]\nstall_reason = \"x\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "`check.stall_reason`",
+            "only with check.expect = \"stalled\"",
+        ],
+    );
+}

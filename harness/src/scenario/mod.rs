@@ -688,6 +688,11 @@ pub struct CheckSpec {
     /// each on purpose (a scenario showing that a fault is harmless when it cannot act).
     #[serde(default)]
     pub not_exercised_allowed: Vec<String>,
+    /// With `expect = "stalled"`: text every stalled seed's reason must contain
+    /// (`"kafkaTransactionCoordinatorEnabled=false"`), so the scenario shows the stall it
+    /// names and not any stall. A seed stalled for another reason fails the run (exit 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_reason: Option<String>,
 }
 
 /// A whole scenario file.
@@ -1259,6 +1264,11 @@ impl Scenario {
                  found \"{}\"",
                 expect.unwrap_or("")
             ),
+        )?;
+        ensure(
+            self.check.stall_reason.is_none() || expect == Some("stalled"),
+            "check.stall_reason",
+            "only with check.expect = \"stalled\"".into(),
         )?;
         for (field, names) in [
             ("forbidden", &self.check.forbidden),
