@@ -408,3 +408,67 @@ fn every_scenario_written_out_reads_back_the_same() {
         assert_eq!(again, scenario, "{}", path.display());
     }
 }
+
+#[test]
+fn a_kop_setting_without_the_kop_flavour_is_rejected_naming_the_key() {
+    let message = error_of("[cluster]\nkafkaTransactionCoordinatorEnabled = true\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`cluster.kafkaTransactionCoordinatorEnabled`",
+            "expected flavour = \"kop\"",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_broker_entry_metadata_interceptor_is_rejected() {
+    let message = error_of(
+        "[cluster]\nflavour = \"kop\"\nbrokerEntryMetadataInterceptors = [\"com.example.X\"]\n",
+    );
+    assert_mentions(
+        &message,
+        &[
+            "`cluster.brokerEntryMetadataInterceptors`",
+            "unknown interceptor \"com.example.X\"",
+            "AppendIndexMetadataInterceptor",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_flavour_is_rejected() {
+    let message = error_of("[cluster]\nflavour = \"redpanda\"\n");
+    assert_mentions(&message, &["cluster.flavour", "kafka", "kop"]);
+}
+
+#[test]
+fn the_kop_flavour_takes_kops_defaults_where_its_keys_are_unset() {
+    use eosim_sim::kafka::kop::{Flavour, KopConfig, OffsetScheme};
+    let text = format!("{HEAD}[cluster]\nflavour = \"kop\"\n");
+    let s = Scenario::parse(Path::new("scenarios/kop.toml"), &text).expect("parses");
+    let Flavour::Kop(kop) = s.cluster.flavour() else {
+        panic!("expected KoP");
+    };
+    assert_eq!(kop, KopConfig::default());
+    assert!(
+        !kop.kafka_transaction_coordinator_enabled,
+        "KoP's default is off"
+    );
+    assert_eq!(kop.offset_scheme(), OffsetScheme::BrokerEntryIndex);
+    let kafka = Scenario::parse(Path::new("scenarios/k.toml"), HEAD).expect("parses");
+    assert_eq!(kafka.cluster.flavour(), Flavour::Kafka);
+}
+
+#[test]
+fn a_stall_reason_without_an_expected_stall_is_rejected() {
+    let message = error_of("[check]\nstall_reason = \"x\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "`check.stall_reason`",
+            "only with check.expect = \"stalled\"",
+        ],
+    );
+}

@@ -620,3 +620,44 @@ fn send_rejected_counts_a_failed_send_that_nothing_wrote_and_stays_valid() {
     assert!(case.text.contains("MessageTooLarge"), "{}", case.text);
     assert_eq!(result.validity, Validity::Valid, "informational");
 }
+
+#[test]
+fn poll_skip_valid_history_over_kop_entry_gaps() {
+    // Kafka-on-Pulsar before 2.8 (`eosim_sim::kafka::kop`): every entry owns 4096 offsets
+    // and a ledger roll jumps by 2^44. Reading 0, then 4096, then 2^44 skips nothing.
+    let roll = 1 << 44;
+    let h = history(vec![
+        ("consumer-0", Done, poll(&[(1, 0)])),
+        ("consumer-0", Done, poll(&[(2, 4096)])),
+        ("consumer-0", Done, poll(&[(3, roll)])),
+        ("final", Done, log(&[(1, 0), (2, 4096), (3, roll)])),
+    ]);
+    let assign = CheckOptions {
+        subscribe: false,
+        ..kafka_only()
+    };
+    let result = check_all(&h, &assign);
+    assert!(result.anomalies.is_empty(), "{result:?}");
+}
+
+#[test]
+fn poll_skip_across_kop_entry_gaps() {
+    // The same log, but consumer-0 went from offset 0 straight to 2^44: the record at 4096
+    // was skipped, gaps or not.
+    let roll = 1 << 44;
+    let h = history(vec![
+        ("consumer-0", Done, poll(&[(1, 0)])),
+        ("consumer-0", Done, poll(&[(3, roll)])),
+        ("final", Done, log(&[(1, 0), (2, 4096), (3, roll)])),
+    ]);
+    let assign = CheckOptions {
+        subscribe: false,
+        ..kafka_only()
+    };
+    let result = check_all(&h, &assign);
+    assert_eq!(ids(&result, Anomaly::PollSkip), vec![vec![2]]);
+    assert_eq!(
+        result.anomalies[&Anomaly::PollSkip][0].offsets,
+        vec![0, 4096, roll]
+    );
+}

@@ -225,6 +225,13 @@ pub fn aggregate(
         marks,
         fault_effects,
         not_exercised,
+        stalled_otherwise: super::judge::stalled_otherwise(
+            scenario,
+            seeds.iter().filter_map(|s| match &s.class {
+                SeedClass::Stalled(reason) => Some((s.seed, reason.as_str())),
+                _ => None,
+            }),
+        ),
         sim_time_s: seeds.iter().map(|s| s.sim_time_ms).sum::<u64>() as f64 / 1_000.0,
         wall_time_s,
         counterexample,
@@ -394,6 +401,30 @@ mod tests {
             Path::new("r/x/2/history.jsonl")
         );
         assert_eq!(result.anomalies.get("lost-write"), Some(&1));
+    }
+
+    #[test]
+    fn an_expected_stall_for_another_reason_than_its_file_names_exits_three() {
+        let text = "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n\
+                    [check]\nexpect = \"stalled\"\nstall_reason = \"coordinator disabled\"\n";
+        let scenario = Scenario::parse(Path::new("scenarios/x.toml"), text).expect("parses");
+        let judge = |seeds: &[SeedVerdict]| {
+            let result = aggregate(&scenario, Path::new("x"), Path::new("r"), seeds, 0.0);
+            let class = exit_class(&result, expected_verdict(&scenario));
+            (result.stalled_otherwise, class)
+        };
+        let named = seed(1, SeedClass::Stalled("the coordinator disabled".into()), 0);
+        let (otherwise, class) = judge(std::slice::from_ref(&named));
+        assert!(otherwise.is_empty(), "{otherwise:?}");
+        assert_eq!(class, ExitClass::Expected);
+        let other = seed(2, SeedClass::Stalled("producers not done".into()), 0);
+        let (otherwise, class) = judge(&[named, other]);
+        assert_eq!(class, ExitClass::Stalled);
+        assert_eq!(otherwise.len(), 1);
+        assert!(
+            otherwise[0].starts_with("seed 2 stalled, but not for"),
+            "{otherwise:?}"
+        );
     }
 
     #[test]

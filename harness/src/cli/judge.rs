@@ -60,11 +60,30 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
         (Verdict::Holds, Verdict::Holds) if !result.not_exercised.is_empty() => {
             ExitClass::NotExercised
         }
+        (Verdict::Stalled, Verdict::Stalled) if !result.stalled_otherwise.is_empty() => {
+            ExitClass::Stalled
+        }
         (v, e) if v == e => ExitClass::Expected,
         (Verdict::Stalled, _) => ExitClass::Stalled,
         (Verdict::Skipped, _) => ExitClass::Skipped,
         _ => ExitClass::Violated,
     }
+}
+
+/// The stalls of `stalls` (`(seed, reason)`) whose reason lacks the scenario's
+/// `[check] stall_reason`, one line each; empty when the file names none.
+pub fn stalled_otherwise<'a>(
+    scenario: &Scenario,
+    stalls: impl IntoIterator<Item = (u64, &'a str)>,
+) -> Vec<String> {
+    let Some(expected) = &scenario.check.stall_reason else {
+        return Vec::new();
+    };
+    stalls
+        .into_iter()
+        .filter(|(_, reason)| !reason.contains(expected.as_str()))
+        .map(|(seed, reason)| format!("seed {seed} stalled, but not for {expected:?}: {reason}"))
+        .collect()
 }
 
 /// What `scenario`'s runs were meant to exercise and did not: each fault-effect kind that

@@ -338,6 +338,9 @@ fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
             result.scenario,
             stats_tail(result)
         );
+        for line in &result.stalled_otherwise {
+            println!("  {line}");
+        }
     }
     if let Some((_, command)) = replay {
         println!("  replay: {command}");

@@ -135,6 +135,13 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
 /// The verdict, with what it left unexercised (`holds, **not exercised**: ...`) and the
 /// measured throughput beside it for a real run.
 fn verdict_cell(s: &ScenarioResult) -> String {
+    if !s.stalled_otherwise.is_empty() {
+        return format!(
+            "{}, **not for the expected reason**: {}",
+            s.verdict.markdown(),
+            cell(&s.stalled_otherwise.join("; "))
+        );
+    }
     if !s.not_exercised.is_empty() {
         return format!(
             "{}, **not exercised**: {}",

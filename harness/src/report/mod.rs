@@ -199,6 +199,11 @@ pub struct ScenarioResult {
     /// (`[check] not_exercised_allowed`). A `holds` with any is not a pass.
     #[serde(default)]
     pub not_exercised: Vec<String>,
+    /// Seeds that stalled for another reason than the one the file expects
+    /// (`[check] stall_reason`), one line each; an expected `stalled` with any is not a
+    /// pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalled_otherwise: Vec<String>,
     /// Simulated time over all seeds, seconds.
     pub sim_time_s: f64,
     /// Wall-clock time over all seeds, seconds.
@@ -306,6 +311,7 @@ impl ScenarioResult {
             marks: BTreeMap::new(),
             fault_effects: BTreeMap::new(),
             not_exercised: Vec::new(),
+            stalled_otherwise: Vec::new(),
             sim_time_s: 0.0,
             wall_time_s: 0.0,
             counterexample: None,

@@ -287,11 +287,26 @@ async fn drain(
             return None;
         }
         if now_ns() >= deadline {
-            return Some(format!(
+            let mut reason = format!(
                 "no convergence after {} s sim time: {}",
                 scenario.drain.time_s_max,
                 lag.join("; ")
-            ));
+            );
+            // A broker that refused a request by closing the connection (KoP with its
+            // transaction coordinator off) is the cause a user needs to see first.
+            let closed = world
+                .kafka
+                .cluster
+                .lock()
+                .expect("cluster lock")
+                .closed_connections();
+            if !closed.is_empty() {
+                reason = format!(
+                    "brokers closed connections ({}); {reason}",
+                    closed.join("; ")
+                );
+            }
+            return Some(reason);
         }
         madsim::time::sleep(Duration::from_millis(250)).await;
     }

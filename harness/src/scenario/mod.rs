@@ -32,6 +32,7 @@
 pub mod clickhouse;
 
 use crate::checker::Claim;
+use eosim_sim::kafka::kop::{Flavour, KopConfig};
 use eosim_sim::kafka::{Acks, ClusterConfig, TxnProtocol};
 use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
@@ -216,7 +217,56 @@ pub struct ClusterSpec {
     /// this is set. Default 9223372036854775807 (never).
     #[serde(default = "default_log_flush_scheduler_interval")]
     pub log_flush_scheduler_interval_ms: u64,
+    /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
+    /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
+    /// transaction-coordinator switch; everything else as Kafka).
+    #[serde(default)]
+    pub flavour: FlavourName,
+    /// KoP's `kafkaTransactionCoordinatorEnabled` (only with `flavour = "kop"`). Default
+    /// false, as in KoP: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+    /// close the connection, so transactional and idempotent producers cannot start.
+    #[serde(
+        default,
+        rename = "kafkaTransactionCoordinatorEnabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kafka_transaction_coordinator_enabled: Option<bool>,
+    /// Pulsar's `brokerEntryMetadataInterceptors` (only with `flavour = "kop"`). Default
+    /// `["org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"]`, KoP's
+    /// documented setup (offsets from the broker entry index); `[]` gives KoP's pre-2.8
+    /// offsets, `ledgerId << 44 | entryId << 12 | batchIndex`.
+    #[serde(
+        default,
+        rename = "brokerEntryMetadataInterceptors",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub broker_entry_metadata_interceptors: Option<Vec<String>>,
+    /// Pulsar's `managedLedgerMaxEntriesPerLedger` (only with `flavour = "kop"`): entries
+    /// before a ledger rolls over, which under pre-2.8 offsets jumps by 2^44. Default 50000.
+    #[serde(
+        default,
+        rename = "managedLedgerMaxEntriesPerLedger",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub managed_ledger_max_entries_per_ledger: Option<u64>,
 }
+
+/// `[cluster] flavour`: the broker behind the Kafka protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlavourName {
+    /// Apache Kafka.
+    #[default]
+    Kafka,
+    /// Kafka-on-Pulsar (streamnative/kop).
+    Kop,
+}
+
+/// Pulsar's broker entry metadata interceptors (`org.apache.pulsar.common.intercept`).
+const KNOWN_INTERCEPTORS: [&str; 2] = [
+    eosim_sim::kafka::kop::APPEND_INDEX_METADATA_INTERCEPTOR,
+    "org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor",
+];
 
 fn default_log_flush_interval_messages() -> u64 {
     ClusterConfig::default().log_flush_interval_messages
@@ -252,6 +302,10 @@ impl Default for ClusterSpec {
             log_flush_interval_messages: default_log_flush_interval_messages(),
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: default_log_flush_scheduler_interval(),
+            flavour: FlavourName::Kafka,
+            kafka_transaction_coordinator_enabled: None,
+            broker_entry_metadata_interceptors: None,
+            managed_ledger_max_entries_per_ledger: None,
         }
     }
 }
@@ -271,8 +325,68 @@ impl ClusterSpec {
             log_flush_interval_messages: self.log_flush_interval_messages,
             log_flush_interval_ms: self.log_flush_interval_ms,
             log_flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms,
+            flavour: self.flavour(),
             ..ClusterConfig::default()
         }
+    }
+
+    /// The model's broker flavour: KoP's defaults where a KoP key is not set.
+    pub fn flavour(&self) -> Flavour {
+        match self.flavour {
+            FlavourName::Kafka => Flavour::Kafka,
+            FlavourName::Kop => {
+                let d = KopConfig::default();
+                Flavour::Kop(KopConfig {
+                    kafka_transaction_coordinator_enabled: self
+                        .kafka_transaction_coordinator_enabled
+                        .unwrap_or(d.kafka_transaction_coordinator_enabled),
+                    broker_entry_metadata_interceptors: self
+                        .broker_entry_metadata_interceptors
+                        .clone()
+                        .unwrap_or(d.broker_entry_metadata_interceptors),
+                    managed_ledger_max_entries_per_ledger: self
+                        .managed_ledger_max_entries_per_ledger
+                        .unwrap_or(d.managed_ledger_max_entries_per_ledger),
+                })
+            }
+        }
+    }
+
+    /// `Err((key, message))` for a KoP key without `flavour = "kop"` or a bad KoP value.
+    fn check_flavour(&self) -> Result<(), (String, String)> {
+        let kop_keys = [
+            (
+                "kafkaTransactionCoordinatorEnabled",
+                self.kafka_transaction_coordinator_enabled.is_some(),
+            ),
+            (
+                "brokerEntryMetadataInterceptors",
+                self.broker_entry_metadata_interceptors.is_some(),
+            ),
+            (
+                "managedLedgerMaxEntriesPerLedger",
+                self.managed_ledger_max_entries_per_ledger.is_some(),
+            ),
+        ];
+        for (key, set) in kop_keys {
+            ensure(
+                !set || self.flavour == FlavourName::Kop,
+                &format!("cluster.{key}"),
+                "a Kafka-on-Pulsar setting: expected flavour = \"kop\" in [cluster]".into(),
+            )?;
+        }
+        for name in self.broker_entry_metadata_interceptors.iter().flatten() {
+            ensure(
+                KNOWN_INTERCEPTORS.contains(&name.as_str()),
+                "cluster.brokerEntryMetadataInterceptors",
+                format!("unknown interceptor {name:?}; expected one of {KNOWN_INTERCEPTORS:?}"),
+            )?;
+        }
+        ensure(
+            self.managed_ledger_max_entries_per_ledger != Some(0),
+            "cluster.managedLedgerMaxEntriesPerLedger",
+            "expected at least 1, found 0".into(),
+        )
     }
 }
 
@@ -574,6 +688,11 @@ pub struct CheckSpec {
     /// each on purpose (a scenario showing that a fault is harmless when it cannot act).
     #[serde(default)]
     pub not_exercised_allowed: Vec<String>,
+    /// With `expect = "stalled"`: text every stalled seed's reason must contain
+    /// (`"kafkaTransactionCoordinatorEnabled=false"`), so the scenario shows the stall it
+    /// names and not any stall. A seed stalled for another reason fails the run (exit 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_reason: Option<String>,
 }
 
 /// A whole scenario file.
@@ -891,6 +1010,7 @@ impl Scenario {
     }
 
     fn check_cluster(&self) -> Result<(), (String, String)> {
+        self.cluster.check_flavour()?;
         let (brokers, topic) = (self.cluster.brokers, &self.topic);
         ensure(
             (1..=9).contains(&brokers),
@@ -1144,6 +1264,11 @@ impl Scenario {
                  found \"{}\"",
                 expect.unwrap_or("")
             ),
+        )?;
+        ensure(
+            self.check.stall_reason.is_none() || expect == Some("stalled"),
+            "check.stall_reason",
+            "only with check.expect = \"stalled\"".into(),
         )?;
         for (field, names) in [
             ("forbidden", &self.check.forbidden),

@@ -8,6 +8,7 @@ mod connect_jdbc;
 mod connect_worker;
 mod consumer_truncation;
 mod kafka_consume;
+mod kop;
 mod marks;
 mod memory;
 mod message_faults;

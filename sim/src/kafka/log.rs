@@ -6,6 +6,7 @@
 //! share their records through an `Arc`, so a follower copying a suffix of its leader's log
 //! clones pointers, not records.
 
+use super::kop::OffsetScheme;
 use super::producer_state::ProducerState;
 use super::types::*;
 use std::collections::VecDeque;
@@ -107,6 +108,9 @@ pub struct PartitionLog {
     producers: ProducerState,
     /// What is on disk (A.10).
     durability: Durability,
+    /// Where an appended batch starts: at the LEO (Kafka) or at the next Pulsar entry's
+    /// offset (KoP without the index interceptor, [`OffsetScheme`]).
+    offset_scheme: OffsetScheme,
 }
 
 impl PartitionLog {
@@ -194,8 +198,45 @@ impl PartitionLog {
         }
     }
 
+    /// Sets how appended batches get their offsets (the broker flavour's, see
+    /// [`super::kop`]).
+    pub fn set_offset_scheme(&mut self, scheme: OffsetScheme) {
+        self.offset_scheme = scheme;
+    }
+
+    /// How appended batches get their offsets.
+    pub fn offset_scheme(&self) -> OffsetScheme {
+        self.offset_scheme
+    }
+
+    /// Base offset the next leader-side append gets: the LEO under Kafka's dense scheme,
+    /// the next Pulsar entry's first offset under KoP's ledger/entry scheme.
+    pub fn next_base_offset(&self) -> Offset {
+        let last_base = self.batches.last().map(|b| b.base_offset);
+        self.offset_scheme
+            .next_base_offset(self.log_end_offset, last_base)
+    }
+
+    /// Coverage marks of a KoP append that leaves a gap after the LEO, and of one that opens
+    /// a new ledger (pre-2.8 offsets jump by 2^44 there).
+    fn mark_entry_gap(&self, base_offset: Offset) {
+        if base_offset > self.log_end_offset {
+            crate::mark!("kop:entry-gap");
+        }
+        if let (OffsetScheme::LedgerEntryBatch { .. }, Some(last)) =
+            (self.offset_scheme, self.batches.last())
+        {
+            let ledger = |o| super::kop::Position::of(o).ledger_id;
+            if ledger(base_offset) > ledger(last.base_offset) {
+                crate::mark!("kop:ledger-rolled");
+            }
+        }
+    }
+
     /// Leader-side append of records (or a control record) stamped with `epoch`. Returns
-    /// `(base_offset, last_offset)`.
+    /// `(base_offset, last_offset)`. Within a batch offsets are consecutive (Kafka's
+    /// `lastOffsetDelta`, KoP's batch index); between batches the flavour's scheme may
+    /// leave a gap.
     pub fn append_as_leader(
         &mut self,
         epoch: i32,
@@ -204,7 +245,14 @@ impl PartitionLog {
         records: Arc<Vec<Record>>,
     ) -> (Offset, Offset) {
         assert!(!records.is_empty(), "a batch holds at least one record");
-        let base_offset = self.log_end_offset;
+        if let Some(max) = self.offset_scheme.records_per_batch_max() {
+            assert!(
+                records.len() <= max,
+                "a KoP entry holds at most {max} records (BATCH_BITS)"
+            );
+        }
+        let base_offset = self.next_base_offset();
+        self.mark_entry_gap(base_offset);
         let last_offset = base_offset + records.len() as Offset - 1;
         let size_bytes = batch_size_bytes(&records);
         self.assign_epoch(epoch);
@@ -224,9 +272,15 @@ impl PartitionLog {
     /// Appends a batch as it is (a follower copying its leader, or the leader itself).
     pub fn append_batch(&mut self, batch: Batch) {
         assert!(
-            batch.base_offset == self.log_end_offset,
-            "appends are contiguous at the LEO"
+            batch.base_offset >= self.log_end_offset,
+            "appends start at or after the LEO"
         );
+        if self.offset_scheme == OffsetScheme::Dense {
+            assert!(
+                batch.base_offset == self.log_end_offset,
+                "Kafka appends are contiguous at the LEO"
+            );
+        }
         assert!(
             batch.last_offset >= batch.base_offset,
             "offsets increase within a batch"

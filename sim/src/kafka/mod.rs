@@ -5,9 +5,11 @@
 //! own (follower fetches, ISR changes, elections, session expiry). [`service`] serves it from
 //! madsim broker nodes. Behaviour follows `shared/models-reference.md` sections A–D:
 //! [`producer_state`] is the partition side of idempotence and transactions (B, C.6),
-//! [`txn`] the transaction coordinator (C).
+//! [`txn`] the transaction coordinator (C). [`kop`] is the Kafka-on-Pulsar flavour: its
+//! offset scheme and its transaction-coordinator switch.
 
 pub mod group;
+pub mod kop;
 pub mod log;
 pub mod model;
 pub mod murmur2;

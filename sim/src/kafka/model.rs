@@ -178,6 +178,9 @@ pub struct Cluster {
     /// Next wake-up of the OS writeback, and of the `kafka-log-flusher` task.
     next_writeback_ms: TimeMs,
     next_log_flush_ms: TimeMs,
+    /// Requests answered by closing the connection (KoP with its transaction coordinator
+    /// off), per API, with the broker's reason: a stall they cause can name it.
+    closed_connections: BTreeMap<&'static str, (u64, &'static str)>,
 }
 
 /// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
@@ -252,6 +255,7 @@ impl Cluster {
             fast_paths: true,
             next_writeback_ms: OS_WRITEBACK_INTERVAL_MS,
             next_log_flush_ms: 0,
+            closed_connections: BTreeMap::new(),
         };
         cluster.next_log_flush_ms = cluster.config.log_flush_scheduler_interval_ms;
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
@@ -376,7 +380,20 @@ impl Cluster {
             Request::InitProducerId { .. }
             | Request::AddPartitionsToTxn { .. }
             | Request::AddOffsetsToTxn { .. }
-            | Request::EndTxn { .. } => Reply::Done(self.txn_request(now, broker, request)),
+            | Request::EndTxn { .. } => match self.config.flavour.transaction_coordinator_refusal()
+            {
+                // KoP: `getTransactionCoordinator()` throws and `channelRead` closes the
+                // connection (kop.rs).
+                Some(reason) => {
+                    crate::mark!("kop:transaction-coordinator-disabled");
+                    let seen = self.closed_connections.entry(api_of(&request));
+                    seen.or_insert((0, reason)).0 += 1;
+                    Reply::Done(Response::ConnectionClosed {
+                        reason: reason.to_string(),
+                    })
+                }
+                None => Reply::Done(self.txn_request(now, broker, request)),
+            },
             Request::TxnOffsetCommit { .. } | Request::OffsetFetchStable { .. } => {
                 Reply::Done(self.txn_group_request(now, broker, request))
             }
@@ -761,9 +778,11 @@ impl Cluster {
             .map(|assignment| {
                 let mut p = Partition::new(assignment, config.min_insync_replicas, now);
                 p.keep_producer_state = self.config.producer_state_survives_failover;
+                let scheme = self.config.flavour.offset_scheme();
                 for r in &mut p.replicas {
                     let messages = self.config.log_flush_interval_messages;
                     r.log.set_flush_interval_messages(messages);
+                    r.log.set_offset_scheme(scheme);
                 }
                 p
             })
@@ -1459,6 +1478,15 @@ impl Cluster {
         self.partition(tp)
             .map(|p| p.isr.clone())
             .unwrap_or_default()
+    }
+
+    /// The requests the brokers answered by closing the connection, one line per API
+    /// (`init-producer-id x12: <reason>`), in API order; empty under Kafka.
+    pub fn closed_connections(&self) -> Vec<String> {
+        self.closed_connections
+            .iter()
+            .map(|(api, (n, reason))| format!("{api} x{n}: {reason}"))
+            .collect()
     }
 
     /// HW of the current leader's replica; `None` while offline or unknown.

@@ -1124,6 +1124,209 @@ fn a_broker_cut_off_from_the_controller_answers_metadata_from_its_stale_image() 
 
 // ------------------------------------------------------------------------ property
 
+// ------------------------------------------------------------ Kafka-on-Pulsar flavour
+
+/// A world whose brokers are KoP with `kop` (3 brokers, replication factor 3).
+fn kop_world(kop: super::kop::KopConfig) -> World {
+    let cluster = ClusterConfig {
+        flavour: super::kop::Flavour::Kop(kop),
+        ..ClusterConfig::default()
+    };
+    World::with_config(3, 3, min_isr(2), cluster)
+}
+
+/// KoP before 2.8: no `AppendIndexMetadataInterceptor`, ledgers of `entries` entries.
+fn kop_pre_index(entries: u64) -> super::kop::KopConfig {
+    super::kop::KopConfig {
+        broker_entry_metadata_interceptors: Vec::new(),
+        managed_ledger_max_entries_per_ledger: entries,
+        ..super::kop::KopConfig::default()
+    }
+}
+
+impl World {
+    /// Produces `values` as one batch with acks=all and returns its base offset.
+    fn produce_batch(&mut self, values: &[&str]) -> Offset {
+        let req = Request::Produce {
+            tp: self.tp.clone(),
+            acks: Acks::All,
+            timeout_ms: 30_000,
+            header: ProducerBatchHeader::NONE,
+            records: values.iter().map(|v| record(v)).collect(),
+        };
+        let leader = self.leader();
+        let r = match self.cluster.handle(self.now, leader, req) {
+            Reply::Done(r) => r,
+            Reply::Parked(t) => self.await_parked(t, 60_000),
+        };
+        base_offset(&r)
+    }
+
+    fn offsets(&self) -> Vec<Offset> {
+        self.cluster
+            .records(&self.tp)
+            .iter()
+            .map(|(o, _)| *o)
+            .collect()
+    }
+}
+
+#[test]
+fn kop_without_the_index_interceptor_gives_each_entry_4096_offsets_and_rolls_ledgers_by_2_pow_44() {
+    let mut w = kop_world(kop_pre_index(3));
+    assert_eq!(w.produce_batch(&["a", "b"]), 0);
+    assert_eq!(w.produce_batch(&["c"]), 4096);
+    assert_eq!(w.produce_batch(&["d"]), 8192);
+    assert_eq!(
+        w.produce_batch(&["e"]),
+        1 << 44,
+        "the fourth entry opens ledger 1"
+    );
+    w.tick_for(100);
+    // The test that fails if offsets become dense again.
+    assert_eq!(w.offsets(), vec![0, 1, 4096, 8192, 1 << 44]);
+    assert_ne!(w.offsets(), (0..5).collect::<Vec<Offset>>());
+    // The log end offset (and so the HW) is one past the last record, not the next entry.
+    assert_eq!(w.cluster.high_watermark(&w.tp), Some((1 << 44) + 1));
+    // Followers copy the leader's offsets as they are.
+    let leader_batches = w.cluster.replica_batches(&w.tp, w.leader());
+    for b in 1..=3 {
+        assert_eq!(
+            w.cluster.replica_batches(&w.tp, b),
+            leader_batches,
+            "broker-{b}"
+        );
+    }
+}
+
+#[test]
+fn kop_fetch_from_inside_a_gap_returns_the_next_entry_and_the_next_position_past_it() {
+    let mut w = kop_world(kop_pre_index(50_000));
+    w.produce_batch(&["a", "b"]);
+    w.produce_batch(&["c"]);
+    w.tick_for(100);
+    let leader = w.leader();
+    // A consumer that consumed offset 1 asks for offset 2: it is in the gap.
+    let f = w.fetch_at(leader, Isolation::ReadUncommitted, 2);
+    let offsets: Vec<Offset> = f.records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, vec![4096]);
+    assert_eq!(f.next_fetch_offset, 4097);
+    assert_eq!(f.high_watermark, 4097);
+    // Caught up at the HW: nothing more, and no OFFSET_OUT_OF_RANGE.
+    let f = w.fetch_at(leader, Isolation::ReadUncommitted, 4097);
+    assert!(f.records.is_empty() && f.error.is_none(), "{f:?}");
+}
+
+#[test]
+fn kop_keeps_its_entry_sequence_across_a_leader_failover() {
+    let mut w = kop_world(kop_pre_index(50_000));
+    w.produce_batch(&["a"]);
+    w.produce_batch(&["b"]);
+    w.tick_for(100);
+    let old = w.leader();
+    w.crash(old, CrashMode::ProcessKill);
+    w.tick_for(15_000);
+    assert_ne!(w.leader(), old, "a new leader");
+    assert_eq!(
+        w.produce_batch(&["c"]),
+        8192,
+        "the new leader appends the next entry"
+    );
+}
+
+#[test]
+fn kop_with_the_index_interceptor_places_offsets_as_kafka_does_a_marker_taking_one() {
+    let mut w = kop_world(super::kop::KopConfig::default());
+    assert_eq!(w.produce_batch(&["a", "b"]), 0);
+    let marker = w
+        .cluster
+        .append_control_batch(&w.tp, ProducerBatchHeader::NONE, record("COMMIT"))
+        .unwrap();
+    assert_eq!(marker, 2);
+    assert_eq!(w.produce_batch(&["c"]), 3);
+    w.tick_for(100);
+    assert_eq!(w.offsets(), vec![0, 1, 3]);
+}
+
+#[test]
+fn kop_with_the_coordinator_disabled_closes_the_connection_on_every_transaction_request() {
+    crate::marks::take();
+    let mut w = kop_world(kop_pre_index(50_000));
+    let requests = [
+        Request::InitProducerId {
+            transactional_id: Some("tx".into()),
+            transaction_timeout_ms: 10_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        },
+        Request::InitProducerId {
+            transactional_id: None,
+            transaction_timeout_ms: 10_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        },
+        Request::AddPartitionsToTxn {
+            transactional_id: "tx".into(),
+            producer_id: 0,
+            producer_epoch: 0,
+            partitions: vec![w.tp.clone()],
+        },
+        Request::AddOffsetsToTxn {
+            transactional_id: "tx".into(),
+            producer_id: 0,
+            producer_epoch: 0,
+            group_id: "g".into(),
+        },
+        Request::EndTxn {
+            transactional_id: "tx".into(),
+            producer_id: 0,
+            producer_epoch: 0,
+            commit: true,
+        },
+    ];
+    for req in requests {
+        match w.cluster.handle(w.now, 1, req.clone()) {
+            Reply::Done(Response::ConnectionClosed { reason }) => {
+                assert!(
+                    reason.contains("kafkaTransactionCoordinatorEnabled=false"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{req:?}: expected the connection closed, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        crate::marks::take()["kop:transaction-coordinator-disabled"],
+        5
+    );
+    // Plain produce and both isolation levels of fetch are served.
+    w.produce_batch(&["a"]);
+    w.tick_for(100);
+    let leader = w.leader();
+    for isolation in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+        let f = w.fetch_at(leader, isolation, 0);
+        assert_eq!(f.records.len(), 1, "{isolation:?}");
+    }
+}
+
+#[test]
+fn kop_with_the_coordinator_enabled_hands_out_producer_ids() {
+    let mut w = kop_world(super::kop::KopConfig {
+        kafka_transaction_coordinator_enabled: true,
+        ..super::kop::KopConfig::default()
+    });
+    let req = Request::InitProducerId {
+        transactional_id: None,
+        transaction_timeout_ms: 10_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    };
+    match w.cluster.handle(w.now, 1, req) {
+        Reply::Done(Response::InitProducerId { .. }) => {}
+        other => panic!("expected a producer id, got {other:?}"),
+    }
+}
+
 mod property {
     use super::*;
     use proptest::prelude::*;

@@ -184,6 +184,9 @@ pub struct ClusterConfig {
     /// (`LogManager.startup`). Default `Long.MAX_VALUE`: never, so by default Kafka never
     /// fsyncs on its own and only the OS writeback puts data on disk.
     pub log_flush_scheduler_interval_ms: u64,
+    /// Which broker speaks the protocol: Apache Kafka (default) or Kafka-on-Pulsar with
+    /// its offset scheme and transaction-coordinator switch ([`super::kop`]).
+    pub flavour: super::kop::Flavour,
 }
 
 /// Kafka's `Long.MAX_VALUE`, the "never" of the `log.flush.*` settings.
@@ -235,6 +238,7 @@ impl Default for ClusterConfig {
             log_flush_interval_messages: LONG_MAX_VALUE,
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: LONG_MAX_VALUE,
+            flavour: super::kop::Flavour::Kafka,
         }
     }
 }
@@ -707,6 +711,12 @@ pub enum Response {
         producer_epoch: i16,
     },
     Error(KafkaError),
+    /// No response: the broker closed the connection (KoP answers a transaction request
+    /// with its coordinator disabled this way, [`super::kop`]). `reason` is what the broker
+    /// logged; the client only sees the connection go.
+    ConnectionClosed {
+        reason: String,
+    },
 }
 
 #[cfg(test)]

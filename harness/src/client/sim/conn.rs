@@ -56,7 +56,9 @@ impl Connection {
         let result =
             eosim_sim::net::call_shared(&self.endpoint, broker_addr(broker), request, timeout)
                 .await;
-        result.map_err(|e| rpc_error(what, timeout, e))
+        result
+            .map_err(|e| rpc_error(what.clone(), timeout, e))
+            .and_then(|r| closed_as_lost(what, timeout, r))
     }
 
     /// As [`Connection::request`], with the request held `extra_delay` in the network
@@ -76,7 +78,8 @@ impl Connection {
         let addr = broker_addr(broker);
         eosim_sim::net::call_delayed(&self.endpoint, addr, request, timeout, extra_delay)
             .await
-            .map_err(|e| rpc_error(what, timeout, e))
+            .map_err(|e| rpc_error(what.clone(), timeout, e))
+            .and_then(|r| closed_as_lost(what, timeout, r))
     }
 
     /// Sends `request` to the next bootstrap broker in turn (for requests any broker
@@ -164,6 +167,27 @@ fn rpc_error(mut what: String, timeout: Duration, error: RpcError) -> ClientErro
     ClientError::Timeout {
         what,
         timeout_ms: timeout.as_millis() as u64,
+    }
+}
+
+/// A connection the broker closed instead of answering (KoP with its transaction
+/// coordinator disabled, `eosim_sim::kafka::kop`): to the client a lost connection with
+/// the request's outcome unknown, as a Java client's `NetworkException` leaves it. The
+/// broker's reason goes into the message, so a stall it causes can name it.
+fn closed_as_lost(
+    mut what: String,
+    timeout: Duration,
+    response: Response,
+) -> Result<Response, ClientError> {
+    match response {
+        Response::ConnectionClosed { reason } => {
+            what.push_str(&format!(" (connection closed by the broker: {reason})"));
+            Err(ClientError::Timeout {
+                what,
+                timeout_ms: timeout.as_millis() as u64,
+            })
+        }
+        other => Ok(other),
     }
 }
 
