@@ -13,6 +13,9 @@
 //! - [`routine_load`]: job properties, states, progress (`KafkaProgress`), statistics
 //!   (`SHOW ROUTINE LOAD`), task division.
 //! - [`fe_routine_load`]: the FE's schedulers and transaction callbacks for Routine Load.
+//! - [`protocol`]: the nodes' requests and responses, served synchronously by the model.
+//! - `service` (under `--cfg madsim`): the `doris-fe` (10.0.7.1:9030) and `doris-be`
+//!   (10.0.7.2:8040) nodes.
 //!
 //! # Models reference: Doris (P4)
 //! Sources are cited per item in each module (apache/doris `fe/fe-core`: `transaction/`
@@ -80,12 +83,17 @@
 pub mod error;
 pub mod fe_routine_load;
 pub mod model;
+pub mod protocol;
 pub mod routine_load;
+#[cfg(madsim)]
+pub mod service;
 pub mod stream_load;
 pub mod txn;
 pub mod types;
 
 pub use error::DorisError;
 
+#[cfg(all(test, madsim))]
+mod service_tests;
 #[cfg(test)]
 mod tests;
