@@ -151,9 +151,13 @@ pub fn swarm_schedule(
 }
 
 /// Whether `name` is a server the pipeline's processes call (a broker, ClickHouse, Keeper,
-/// PostgreSQL): eosim's requests flow from clients to these.
+/// PostgreSQL, the Doris FE and BE): eosim's requests flow from clients to these.
 fn is_server(name: &str) -> bool {
-    name.starts_with("broker-") || matches!(name, "clickhouse" | "keeper" | "postgres")
+    name.starts_with("broker-")
+        || matches!(
+            name,
+            "clickhouse" | "keeper" | "postgres" | "doris-fe" | "doris-be"
+        )
 }
 
 /// The other end of a swarm's partition or message fault on `node`, drawn so that the link

@@ -107,8 +107,8 @@ pub struct WriteSummary {
     pub errors: Vec<(usize, RowError)>,
 }
 
-/// How many error rows a write reports in detail (Doris' `ErrorURL` log is longer).
-pub const ERROR_ROWS_KEPT: usize = 16;
+/// How many error rows a write reports in detail (Doris writes them to its `ErrorURL` log).
+pub const ERROR_ROWS_KEPT: usize = 4096;
 
 /// The cluster.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

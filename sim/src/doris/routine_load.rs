@@ -12,7 +12,7 @@
 //!   state change journal, which never logs RUNNING (so a restarted FE finds a running
 //!   job in NEED_SCHEDULE, its in-memory task list gone).
 //! - `KafkaRoutineLoadJob.divideRoutineLoadJob`: `min(partitions, desired_concurrent_number,
-//!   alive BEs, max_routine_load_task_concurrent_num)` tasks, partitions dealt round robin.
+//!   max_routine_load_task_concurrent_num)` tasks, partitions dealt round robin.
 //! - `KafkaProgress`: per partition the *next* offset to consume (`OFFSET_BEGINNING` -2,
 //!   `OFFSET_END` -1 until the first commit); `SHOW ROUTINE LOAD` prints `next - 1`.
 //! - `RLTaskTxnCommitAttachment`: the rows and bytes a task read and the partitions' next
@@ -457,16 +457,17 @@ impl RoutineLoadJob {
         Ok(())
     }
 
-    /// `divideRoutineLoadJob`: NEED_SCHEDULE → RUNNING with `min(partitions, desired,
-    /// alive BEs, 256)` tasks; ids from `next_task_id`.
+    /// `divideRoutineLoadJob`: NEED_SCHEDULE → RUNNING with `min(partitions,
+    /// desired_concurrent_number, 256)` tasks (Doris 2.x's
+    /// `calculateCurrentConcurrentTaskNum`; 1.x also capped it by the alive BEs) once a BE
+    /// is alive (`alive_be` > 0); ids from `next_task_id`.
     pub fn divide(&mut self, alive_be: usize, next_task_id: &mut u64) {
         let n = self
             .progress
             .len()
             .min(self.props.desired_concurrent_number)
-            .min(alive_be)
             .min(TASK_CONCURRENT_MAX);
-        if n == 0 {
+        if alive_be == 0 || n == 0 {
             return;
         }
         let mut tasks: Vec<Vec<i32>> = vec![Vec::new(); n];
