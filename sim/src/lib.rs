@@ -8,6 +8,8 @@
 //!   `--cfg madsim`, the broker nodes serving it.
 //! - [`clickhouse`]: the ClickHouse model (MergeTree tables, insert deduplication,
 //!   KeeperMap) and the Keeper model, with their nodes under `--cfg madsim`.
+//! - [`doris`]: the Doris model (FE, BE, load transactions and labels, Stream Load,
+//!   Routine Load jobs).
 //! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
 //!   duplicate, lose a response after the request was applied).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
@@ -21,6 +23,7 @@
 pub mod clickhouse;
 #[cfg(madsim)]
 pub mod clock;
+pub mod doris;
 pub mod effects;
 pub mod kafka;
 pub mod marks;

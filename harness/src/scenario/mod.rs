@@ -30,6 +30,7 @@
 //! for it, so a dead section cannot pass for configuration.
 
 pub mod clickhouse;
+pub mod routine_load;
 
 use crate::checker::Claim;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
@@ -83,6 +84,10 @@ pub enum Pipeline {
     /// in tumbling windows, with state stores, changelogs and `processing.guarantee`
     /// (`[streams]`).
     StreamsCount,
+    /// P4: a producer writes the seed's clicklog JSON records; a Doris Routine Load job
+    /// (`doris-fe`, `doris-be`) loads them into `clicklog` (`[routine_load]`, see
+    /// [`routine_load`]).
+    RoutineLoad,
 }
 
 impl Pipeline {
@@ -94,6 +99,7 @@ impl Pipeline {
             Pipeline::ClickhouseSink => "clickhouse-sink",
             Pipeline::TransactionalCopy => "transactional-copy",
             Pipeline::StreamsCount => "streams-count",
+            Pipeline::RoutineLoad => "routine-load",
         }
     }
 
@@ -754,6 +760,9 @@ pub struct Scenario {
     /// `[sink]` of a `clickhouse-sink` scenario.
     #[serde(default)]
     pub sink: Option<clickhouse::ClickHouseSinkSpec>,
+    /// `[routine_load]` of a `routine-load` scenario.
+    #[serde(default)]
+    pub routine_load: routine_load::RoutineLoadSpec,
 }
 
 /// `[connect]`: the worker group.
@@ -1205,6 +1214,10 @@ impl Scenario {
         if NODE_GROUPS.contains(&node) || node == "streams" {
             return Ok(());
         }
+        let doris_node = matches!(node, "doris-fe" | "doris-be" | "operator");
+        if self.pipeline == Pipeline::RoutineLoad && doris_node {
+            return Ok(());
+        }
         if self.pipeline == Pipeline::ConnectJdbc {
             let workers = self.connect.workers;
             let known = match node.strip_prefix("connect-").map(str::parse::<u32>) {
@@ -1302,7 +1315,7 @@ impl Scenario {
 /// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
 /// only in the real runner's sink tasks; in the simulation its workers run with Connect's
 /// defaults and a connector built from `[sink]` alone.
-pub const SECTION_READERS: [(&str, &[Pipeline]); 7] = [
+pub const SECTION_READERS: [(&str, &[Pipeline]); 8] = [
     ("copy", &[Pipeline::TransactionalCopy]),
     ("streams", &[Pipeline::StreamsCount]),
     (
@@ -1316,6 +1329,7 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 7] = [
     ("postgres", &[Pipeline::ConnectJdbc]),
     ("cdc", &[Pipeline::ConnectJdbc]),
     ("sink", &[Pipeline::ClickhouseSink]),
+    ("routine_load", &[Pipeline::RoutineLoad]),
 ];
 
 /// Node groups a fault may name instead of single nodes.

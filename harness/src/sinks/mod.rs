@@ -7,6 +7,8 @@
 //! retried write that made it.
 
 pub mod clickhouse;
+#[cfg(madsim)]
+pub mod doris_routine_load;
 pub mod jdbc;
 
 use crate::history::{OpKind, RecordRef};

@@ -10,6 +10,8 @@
 //!
 //! [`clickhouse_sink`]: the ClickHouse exactly-once sink with its KeeperMap state (P1).
 //!
+//! [`routine_load`]: Doris Routine Load from Kafka into the seed's `clicklog` (P4).
+//!
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 
@@ -17,6 +19,7 @@ pub mod clickhouse_sink;
 pub mod connect_jdbc;
 pub mod kafka_consume;
 pub mod records;
+pub mod routine_load;
 pub mod streams_count;
 pub mod transactional_copy;
 
@@ -55,6 +58,7 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         PipelineKind::StreamsCount => {
             Box::new(streams_count::StreamsCount::new(scenario, recorder))
         }
+        PipelineKind::RoutineLoad => Box::new(routine_load::RoutineLoad::new(scenario, recorder)),
     }
 }
 

@@ -12,6 +12,7 @@ mod kop;
 mod marks;
 mod memory;
 mod message_faults;
+mod routine_load;
 mod streams_count;
 mod support;
 mod transactional_copy;

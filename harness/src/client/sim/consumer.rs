@@ -334,14 +334,42 @@ impl SimConsumer {
         self.group.conn.leader(tp)
     }
 
-    /// Refreshes the subscribed topics' metadata; a failure leaves the cache as it was.
+    /// Refreshes the subscribed (or manually assigned) topics' metadata; a failure leaves
+    /// the cache as it was.
     async fn refresh_metadata(&self, deadline: &Deadline) {
         let timeout = deadline.cap(self.group.request_timeout());
-        let _ = self
-            .group
-            .conn
-            .refresh_metadata(&self.topics, timeout)
-            .await;
+        let mut topics = self.topics.clone();
+        if topics.is_empty() {
+            topics = self.assignment.iter().map(|tp| tp.topic.clone()).collect();
+            topics.dedup();
+        }
+        let _ = self.group.conn.refresh_metadata(&topics, timeout).await;
+    }
+
+    /// Manual assignment (Java's `KafkaConsumer.assign`, librdkafka's `assign`): no group
+    /// membership; each partition starts at its offset in `partitions`, or, for `None`,
+    /// where `auto.offset.reset` puts it at the next poll. Replaces any earlier assignment.
+    pub fn assign(&mut self, partitions: &[(TopicPartition, Option<Offset>)]) {
+        self.revoke_all();
+        for (tp, offset) in partitions {
+            self.assignment.push(tp.clone());
+            match offset {
+                Some(o) => {
+                    self.positions.insert(tp.clone(), *o);
+                }
+                None => {
+                    self.needs_reset.insert(tp.clone());
+                }
+            }
+        }
+    }
+
+    /// The offset of the next record a poll returns for `tp` (Java's `position`): the first
+    /// buffered record's, else the next offset to fetch, which is past control records and
+    /// aborted records already skipped (offsets are not dense). `None` while unpositioned.
+    pub fn position(&self, tp: &TopicPartition) -> Option<Offset> {
+        let buffered = self.buffer.iter().find(|r| &r.tp == tp).map(|r| r.offset);
+        buffered.or_else(|| self.positions.get(tp).copied())
     }
 
     fn fetch_request(
@@ -516,6 +544,9 @@ impl Consumer for SimConsumer {
                     Err(ClientError::Timeout { .. }) => return Ok(Vec::new()),
                     Err(e) => return Err(e),
                 }
+            } else {
+                // Manual assignment: partitions without a start offset.
+                self.reset_positions(&deadline).await?;
             }
             if self.has_deliverable() {
                 return Ok(self.drain());

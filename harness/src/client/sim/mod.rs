@@ -7,6 +7,7 @@ pub mod admin;
 pub mod clickhouse;
 pub mod conn;
 pub mod consumer;
+pub mod doris;
 pub mod postgres;
 pub mod producer;
 pub mod txn;
