@@ -11,6 +11,7 @@ mod kafka_consume;
 mod marks;
 mod memory;
 mod message_faults;
+mod parallel;
 mod streams_count;
 mod support;
 mod transactional_copy;
