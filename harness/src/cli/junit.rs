@@ -122,3 +122,66 @@ fn details(s: &ScenarioResult) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Counterexample, Ledger, SeedClass, SeedRecord, Verdict};
+
+    fn result(expected: Verdict) -> ScenarioResult {
+        let mut r = ScenarioResult::new("p1-x", "clickhouse", "exactly-once");
+        r.forbidden_anomalies.insert("sink-duplicate".into(), 3);
+        r.counterexample = Some(Counterexample {
+            seed: 7,
+            replay: "cargo xtask sim --scenario scenarios/p1-x.toml --seed 7".into(),
+            faults: vec!["t=1.000s kill worker-0".into()],
+            history_path: "r/p1-x/7/history.jsonl".into(),
+            anomalies: Vec::new(),
+            explanations: Vec::new(),
+            shrunk: None,
+        });
+        let seed = SeedRecord {
+            seed: 7,
+            class: SeedClass::Invalid,
+            hash: "h".into(),
+            faults_before_anomaly: 1,
+            sim_time_ms: 1,
+        };
+        r.ledger = Some(Ledger {
+            position: 0,
+            expected,
+            reached: Vec::new(),
+            not_exercised_allowed: Vec::new(),
+            seeds: vec![seed],
+            shrink_note: None,
+            determinism_notes: Vec::new(),
+        });
+        super::super::judge::settle(&mut r);
+        r
+    }
+
+    #[test]
+    fn a_violated_claim_expected_to_hold_fails_with_its_seed_and_replay() {
+        let report = RunReport {
+            run_id: "t".into(),
+            build: "b".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            scenarios: vec![result(Verdict::Holds), result(Verdict::Violated)],
+        };
+        let xml = junit_xml(&report).unwrap();
+        let parsed = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+        assert_eq!((parsed.tests, parsed.failures), (2, 1), "{xml}");
+        let failing = &parsed.test_suites[0].test_cases[0];
+        let TestCaseStatus::NonSuccess { description, .. } = &failing.status else {
+            panic!("the violated claim passed: {xml}");
+        };
+        let text = description.as_ref().map(|d| d.as_str()).unwrap_or("");
+        assert!(
+            text.contains("seed: 7") && text.contains("--seed 7"),
+            "{text}"
+        );
+        assert!(text.contains("forbidden: sink-duplicate"), "{text}");
+        let passing = &parsed.test_suites[0].test_cases[1].status;
+        assert!(matches!(passing, TestCaseStatus::Success { .. }), "{xml}");
+    }
+}
