@@ -12,8 +12,10 @@
 //! - `cargo xtask test`: `cargo test --workspace` (normal cfg), then the simulation tests
 //!   under `--cfg madsim`.
 //! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
-//! - `cargo xtask report`: prints `reports/latest/summary.md`.
-//! - `cargo xtask chaos`: the catalogue over many seeds in release mode (a long swarm run).
+//! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
+//!   DIR...` runs `eosim report merge` (shard reports into one).
+//! - `cargo xtask chaos [sim's options]`: the catalogue over many seeds (200 unless
+//!   `--seeds`) in release mode; with `--partition K/N`, one shard of a nightly run.
 //!
 //! Every child's exit code is propagated, so `cargo xtask sim` exits with `eosim`'s codes
 //! (0 as expected, 1 violated, 2 config error, 3 stalled, 4 crash; see the README).
@@ -77,14 +79,22 @@ enum Task {
         #[arg(last = true)]
         criterion_args: Vec<String>,
     },
-    /// Print the latest report's summary.
-    Report,
-    /// The whole catalogue over many seeds, in release mode.
-    Chaos {
-        /// Seeds per scenario.
-        #[arg(long, default_value_t = CHAOS_SEEDS)]
-        seeds: u64,
+    /// Print the latest report's summary; `report merge DIR...` merges shard reports.
+    Report {
+        /// `merge DIR... [--out DIR] [--junit PATH] [--corpus DIR]`: passed to `eosim
+        /// report`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
+    /// The whole catalogue over many seeds (default 200 per scenario), in release mode.
+    Chaos(SimArgs),
+    /// Check .github/workflows with actionlint (installed with `go install` when missing
+    /// and Go is there).
+    Actionlint,
+    /// The real tier: installs and starts the services (.ci/install-real-services), runs
+    /// the model-versus-real suites, then `eosim run --backend native` on every
+    /// scenarios/real/*.toml.
+    Real,
 }
 
 #[derive(Args)]
@@ -114,6 +124,18 @@ struct SimArgs {
     /// eosim's.
     #[arg(long, value_name = "N")]
     shrink_runs_max: Option<u32>,
+    /// Seeds run at once. Default: the machine's cores.
+    #[arg(long, short, value_name = "N")]
+    jobs: Option<usize>,
+    /// Run only shard K of N (hashed, as nextest's hash:K/N).
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
+    /// Also write the report as JUnit XML here.
+    #[arg(long, value_name = "PATH")]
+    junit: Option<PathBuf>,
+    /// Regression corpus: its seeds run first, failing seeds are added.
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -182,17 +204,21 @@ fn run(task: Task) -> Result<u8> {
         } => soak(&rebase(&scenario), seeds, every),
         Task::Test => test(),
         Task::Bench { criterion_args } => bench(&criterion_args),
-        Task::Report => report(),
-        Task::Chaos { seeds } => sim(&SimArgs {
-            scenarios: Vec::new(),
-            seeds: Some(seeds),
-            seed: None,
-            release: true,
-            verbose: false,
-            no_progress: false,
-            out: None,
-            shrink_runs_max: None,
-        }),
+        Task::Report { args } if args.is_empty() => report(),
+        Task::Report { args } => {
+            let mut cmd = Command::new(build_eosim(false)?);
+            cmd.arg("report").args(args);
+            status(&mut cmd)
+        }
+        Task::Actionlint => actionlint(),
+        Task::Real => real(),
+        Task::Chaos(mut args) => {
+            args.seeds = args.seeds.or(Some(CHAOS_SEEDS));
+            args.release = true;
+            args.scenarios = args.scenarios.iter().map(|p| rebase(p)).collect();
+            args.out = args.out.as_deref().map(rebase);
+            sim(&args)
+        }
     }
 }
 
@@ -251,7 +277,78 @@ fn sim(args: &SimArgs) -> Result<u8> {
     if let Some(n) = args.shrink_runs_max {
         cmd.arg("--shrink-runs-max").arg(n.to_string());
     }
+    if let Some(jobs) = args.jobs {
+        cmd.arg("--jobs").arg(jobs.to_string());
+    }
+    if let Some(partition) = &args.partition {
+        cmd.arg("--partition").arg(partition);
+    }
+    if let Some(junit) = &args.junit {
+        cmd.arg("--junit").arg(junit);
+    }
+    if let Some(corpus) = &args.corpus {
+        cmd.arg("--corpus").arg(corpus);
+    }
     status(&mut cmd)
+}
+
+fn real() -> Result<u8> {
+    let code = status(Command::new("bash").arg(".ci/install-real-services"))?;
+    if code != 0 {
+        return Ok(code);
+    }
+    let mut tests = cargo();
+    tests.env("EOSIM_REAL", "1").args(["test", "-p", "eosim"]);
+    for suite in REAL_SUITES {
+        tests.args(["--test", suite]);
+    }
+    let tests_code = status(tests.args(["--", "--test-threads=1"]))?;
+    let mut run = cargo();
+    run.args([
+        "run",
+        "--quiet",
+        "-p",
+        "eosim",
+        "--",
+        "run",
+        "--backend",
+        "native",
+    ]);
+    let run_code = status(run.args(["--out", "reports/real"]))?;
+    Ok(tests_code.max(run_code))
+}
+
+/// The model-versus-real suites, as `.ci/run` runs them.
+const REAL_SUITES: [&str; 6] = [
+    "real_services",
+    "real_kafka",
+    "real_run",
+    "real_postgres_diff",
+    "real_clickhouse",
+    "real_txn",
+];
+
+/// The actionlint release `cargo xtask actionlint` installs.
+const ACTIONLINT: &str = "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12";
+
+fn actionlint() -> Result<u8> {
+    let gopath_bin = std::env::var_os("GOPATH")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join("go")))
+        .map(|p| p.join("bin").join(exe("actionlint")));
+    let found = |p: &Path| Command::new(p).arg("-version").output().is_ok();
+    let mut binary = PathBuf::from(exe("actionlint"));
+    if !found(&binary) {
+        binary = gopath_bin.context("no actionlint on PATH and no GOPATH or HOME")?;
+        if !found(&binary) {
+            eprintln!("xtask: installing actionlint: go install {ACTIONLINT}");
+            let code = status(Command::new("go").args(["install", ACTIONLINT]))?;
+            if code != 0 {
+                return Err(anyhow::Error::new(ChildFailed(code)).context("go install failed"));
+            }
+        }
+    }
+    status(Command::new(binary).arg("-color=false"))
 }
 
 fn soak(scenario: &Path, seeds: u64, every: u64) -> Result<u8> {

@@ -7,40 +7,13 @@ pub use super::judge::{check_options, exit_class, expected_verdict};
 use crate::checker::{check_all, CheckResult, Validity};
 use crate::history::History;
 use crate::report::explain::{explain_forbidden, fault_effect_lines, Explanation};
-use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict};
+pub use crate::report::SeedClass;
+use crate::report::{Counterexample, EffectCount, Ledger, ScenarioResult, SeedRecord, Verdict};
 use crate::runner::SeedOutcome;
 use crate::scenario::Scenario;
 use eosim_sim::nemesis::ScheduledFault;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// How one seed came out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SeedClass {
-    /// The history satisfies the claim.
-    Holds,
-    /// The history shows a forbidden anomaly.
-    Invalid,
-    /// A checker could not decide (not a pass).
-    Unknown,
-    /// The pipeline did not catch up within the drain bound; the reason.
-    Stalled(String),
-    /// A model or component panicked; the message.
-    Crashed(String),
-}
-
-impl SeedClass {
-    /// The class name printed in `FAILED ... class=…`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            SeedClass::Holds => "holds",
-            SeedClass::Invalid => "invalid",
-            SeedClass::Unknown => "unknown",
-            SeedClass::Stalled(_) => "stalled",
-            SeedClass::Crashed(_) => "crash",
-        }
-    }
-}
 
 /// One seed, judged. Keeps what the scenario result needs, not the history.
 #[derive(Debug, Clone)]
@@ -128,26 +101,7 @@ fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64) 
 
 /// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
 pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
-    let any = |f: fn(&SeedClass) -> bool| seeds.iter().any(|s| f(&s.class));
-    if any(|c| matches!(c, SeedClass::Crashed(_))) {
-        Verdict::Crashed
-    } else if any(|c| matches!(c, SeedClass::Invalid | SeedClass::Unknown)) {
-        Verdict::Violated
-    } else if any(|c| matches!(c, SeedClass::Stalled(_))) {
-        Verdict::Stalled
-    } else {
-        Verdict::Holds
-    }
-}
-
-/// Whether a seed counts towards the scenario's verdict (and may be its counterexample).
-fn matches_verdict(class: &SeedClass, verdict: Verdict) -> bool {
-    match verdict {
-        Verdict::Crashed => matches!(class, SeedClass::Crashed(_)),
-        Verdict::Violated => matches!(class, SeedClass::Invalid | SeedClass::Unknown),
-        Verdict::Stalled => matches!(class, SeedClass::Stalled(_)),
-        Verdict::Holds | Verdict::Skipped => false,
-    }
+    super::judge::verdict_of(seeds.iter().map(|s| &s.class))
 }
 
 /// The counterexample seed: fewest faults before its first forbidden anomaly, then the
@@ -155,7 +109,7 @@ fn matches_verdict(class: &SeedClass, verdict: Verdict) -> bool {
 pub fn counterexample_seed(seeds: &[SeedVerdict], verdict: Verdict) -> Option<&SeedVerdict> {
     seeds
         .iter()
-        .filter(|s| matches_verdict(&s.class, verdict))
+        .filter(|s| super::judge::matches_verdict(&s.class, verdict))
         .min_by_key(|s| (s.faults_before_anomaly_count, s.seed))
 }
 
@@ -175,13 +129,14 @@ pub fn replay_command(scenario_path: &Path, seed: u64) -> String {
     )
 }
 
-/// Merges judged seeds into the scenario's result.
+/// Merges judged seeds into the scenario's result, `position` being the scenario's place
+/// in the run's list; the result is settled ([`super::judge::settle`]) from its ledger.
 pub fn aggregate(
     scenario: &Scenario,
     scenario_path: &Path,
     run_dir: &Path,
     seeds: &[SeedVerdict],
-    wall_time_s: f64,
+    position: usize,
 ) -> ScenarioResult {
     let verdict = scenario_verdict(seeds);
     let mut anomalies: BTreeMap<String, u64> = BTreeMap::new();
@@ -199,9 +154,6 @@ pub fn aggregate(
             *marks.entry(mark.clone()).or_default() += n;
         }
     }
-    let fault_effects = effect_counts(seeds);
-    let (not_exercised, allowed) =
-        super::judge::not_exercised(scenario, &fault_effects, Some(&marks));
     let counterexample = counterexample_seed(seeds, verdict).map(|s| Counterexample {
         seed: s.seed,
         replay: replay_command(scenario_path, s.seed),
@@ -213,37 +165,41 @@ pub fn aggregate(
         explanations: s.explanations.clone(),
         shrunk: None,
     });
-    ScenarioResult {
-        scenario: scenario.name.clone(),
-        pipeline: scenario.pipeline.name().to_string(),
-        claim: claim_name(scenario),
-        verdict,
-        seeds: seeds.len() as u64,
-        faults_injected: seeds.iter().map(|s| s.faults).sum(),
-        anomalies,
-        forbidden_anomalies: forbidden,
-        marks,
-        fault_effects,
-        not_exercised,
-        stalled_otherwise: super::judge::stalled_otherwise(
-            scenario,
-            seeds.iter().filter_map(|s| match &s.class {
-                SeedClass::Stalled(reason) => Some((s.seed, reason.as_str())),
-                _ => None,
-            }),
-        ),
-        sim_time_s: seeds.iter().map(|s| s.sim_time_ms).sum::<u64>() as f64 / 1_000.0,
-        wall_time_s,
-        counterexample,
-        notes: notes(scenario, seeds, verdict)
-            .into_iter()
-            .chain(
-                allowed
-                    .into_iter()
-                    .map(|l| format!("allowed not exercised: {l}")),
-            )
-            .collect(),
-        measured: None,
+    let mut result = ScenarioResult::new(&scenario.name, scenario.pipeline.name(), "");
+    result.claim = claim_name(scenario);
+    result.faults_injected = seeds.iter().map(|s| s.faults).sum();
+    result.anomalies = anomalies;
+    result.forbidden_anomalies = forbidden;
+    result.marks = marks;
+    result.fault_effects = effect_counts(seeds);
+    result.counterexample = counterexample;
+    result.ledger = Some(ledger(scenario, seeds, position));
+    super::judge::settle(&mut result);
+    result
+}
+
+/// The scenario's rules and every seed's record, in seed order.
+fn ledger(scenario: &Scenario, seeds: &[SeedVerdict], position: usize) -> Ledger {
+    let mut records: Vec<SeedRecord> = seeds
+        .iter()
+        .map(|s| SeedRecord {
+            seed: s.seed,
+            class: s.class.clone(),
+            hash: s.hash.clone(),
+            faults_before_anomaly: s.faults_before_anomaly_count,
+            sim_time_ms: s.sim_time_ms,
+        })
+        .collect();
+    records.sort_by_key(|r| r.seed);
+    Ledger {
+        position,
+        expected: expected_verdict(scenario),
+        reached: scenario.check.reached.clone(),
+        not_exercised_allowed: scenario.check.not_exercised_allowed.clone(),
+        stall_reason: scenario.check.stall_reason.clone(),
+        seeds: records,
+        shrink_note: None,
+        determinism_notes: Vec::new(),
     }
 }
 
@@ -270,32 +226,6 @@ fn claim_name(scenario: &Scenario) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| format!("{:?}", scenario.claim))
-}
-
-/// Remarks: expected failures, missed expected failures, the first crash and stall.
-fn notes(scenario: &Scenario, seeds: &[SeedVerdict], verdict: Verdict) -> Vec<String> {
-    let mut notes = Vec::new();
-    let expected = expected_verdict(scenario);
-    if expected == Verdict::Violated && verdict == Verdict::Violated {
-        notes.push("expected: demonstrates a known failure".to_string());
-    } else if expected == Verdict::Violated && verdict == Verdict::Holds {
-        notes.push(format!(
-            "expected violated, but the claim held on all {} seeds: the known failure was \
-             not reproduced",
-            seeds.len()
-        ));
-    }
-    for s in seeds {
-        match &s.class {
-            SeedClass::Crashed(m) => notes.push(format!("seed {} crashed: {m}", s.seed)),
-            SeedClass::Stalled(r) => notes.push(format!("seed {} stalled: {r}", s.seed)),
-            SeedClass::Unknown => notes.push(format!("seed {}: a checker was unknown", s.seed)),
-            SeedClass::Holds | SeedClass::Invalid => continue,
-        }
-        // One crash or stall note is enough to start from; the rest are in the seed lines.
-        break;
-    }
-    notes
 }
 
 #[cfg(test)]
@@ -380,7 +310,7 @@ mod tests {
             Path::new("scenarios/x.toml"),
             Path::new("r"),
             &seeds,
-            0.0,
+            0,
         );
         assert_eq!(result.verdict, Verdict::Violated);
         assert_eq!(
@@ -409,7 +339,7 @@ mod tests {
                     [check]\nexpect = \"stalled\"\nstall_reason = \"coordinator disabled\"\n";
         let scenario = Scenario::parse(Path::new("scenarios/x.toml"), text).expect("parses");
         let judge = |seeds: &[SeedVerdict]| {
-            let result = aggregate(&scenario, Path::new("x"), Path::new("r"), seeds, 0.0);
+            let result = aggregate(&scenario, Path::new("x"), Path::new("r"), seeds, 0);
             let class = exit_class(&result, expected_verdict(&scenario));
             (result.stalled_otherwise, class)
         };
@@ -436,7 +366,7 @@ mod tests {
             Path::new("scenarios/x.toml"),
             Path::new("r"),
             &seeds,
-            0.0,
+            0,
         );
         assert_eq!(result.verdict, Verdict::Holds);
         assert_eq!(
@@ -454,7 +384,7 @@ mod tests {
             Path::new("scenarios/x.toml"),
             Path::new("r"),
             &seeds,
-            0.0,
+            0,
         );
         assert_eq!(
             exit_class(&result, expected_verdict(&scenario)),
@@ -472,7 +402,7 @@ mod tests {
             Path::new("scenarios/x.toml"),
             Path::new("r"),
             &[seed(1, SeedClass::Holds, 0)],
-            0.0,
+            0,
         );
         result.verdict = Verdict::Skipped;
         let class = exit_class(&result, expected_verdict(&scenario));

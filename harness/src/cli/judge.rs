@@ -4,7 +4,7 @@
 
 use super::ExitClass;
 use crate::checker::{Anomaly, CheckOptions, ProducerAcks};
-use crate::report::{EffectCount, ScenarioResult, Verdict};
+use crate::report::{EffectCount, ScenarioResult, SeedClass, SeedRecord, Verdict};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
 
@@ -70,18 +70,19 @@ pub fn exit_class(result: &ScenarioResult, expected: Verdict) -> ExitClass {
     }
 }
 
-/// The stalls of `stalls` (`(seed, reason)`) whose reason lacks the scenario's
-/// `[check] stall_reason`, one line each; empty when the file names none.
-pub fn stalled_otherwise<'a>(
-    scenario: &Scenario,
-    stalls: impl IntoIterator<Item = (u64, &'a str)>,
-) -> Vec<String> {
-    let Some(expected) = &scenario.check.stall_reason else {
+/// The stalled seeds of `seeds` whose reason lacks `expected` (the file's
+/// `[check] stall_reason`), one line each; empty when the file names none.
+fn stalled_otherwise(expected: Option<&str>, seeds: &[SeedRecord]) -> Vec<String> {
+    let Some(expected) = expected else {
         return Vec::new();
     };
-    stalls
-        .into_iter()
-        .filter(|(_, reason)| !reason.contains(expected.as_str()))
+    seeds
+        .iter()
+        .filter_map(|s| match &s.class {
+            SeedClass::Stalled(reason) => Some((s.seed, reason)),
+            _ => None,
+        })
+        .filter(|(_, reason)| !reason.contains(expected))
         .map(|(seed, reason)| format!("seed {seed} stalled, but not for {expected:?}: {reason}"))
         .collect()
 }
@@ -96,6 +97,18 @@ pub fn not_exercised(
     effects: &BTreeMap<String, EffectCount>,
     marks: Option<&BTreeMap<String, u64>>,
 ) -> (Vec<String>, Vec<String>) {
+    let check = &scenario.check;
+    not_exercised_by(&check.reached, &check.not_exercised_allowed, effects, marks)
+}
+
+/// [`not_exercised`] from the file's rules themselves: the marks it requires (`reached`)
+/// and what it allows to go unexercised (`allowed`).
+pub fn not_exercised_by(
+    reached: &[String],
+    allowed_names: &[String],
+    effects: &BTreeMap<String, EffectCount>,
+    marks: Option<&BTreeMap<String, u64>>,
+) -> (Vec<String>, Vec<String>) {
     let idle = effects
         .iter()
         .filter(|(_, c)| c.scheduled > 0 && c.acted == 0)
@@ -106,19 +119,113 @@ pub fn not_exercised(
             );
             (kind.clone(), line)
         });
-    let unreached = scenario
-        .check
-        .reached
+    let unreached = reached
         .iter()
         .filter(|m| marks.is_some_and(|marks| marks.get(*m).copied().unwrap_or(0) == 0))
         .map(|m| (m.clone(), format!("mark {m} never reached")));
     let (mut bad, mut allowed) = (Vec::new(), Vec::new());
     for (name, line) in idle.chain(unreached) {
-        if scenario.check.not_exercised_allowed.contains(&name) {
+        if allowed_names.contains(&name) {
             allowed.push(line);
         } else {
             bad.push(line);
         }
     }
     (bad, allowed)
+}
+
+/// A scenario's verdict from its seeds' classes: any crash, else any invalid or unknown
+/// seed, else any stall, else holds.
+pub fn verdict_of<'a>(classes: impl IntoIterator<Item = &'a SeedClass>) -> Verdict {
+    classes
+        .into_iter()
+        .map(|c| match c {
+            SeedClass::Crashed(_) => Verdict::Crashed,
+            SeedClass::Invalid | SeedClass::Unknown => Verdict::Violated,
+            SeedClass::Stalled(_) => Verdict::Stalled,
+            SeedClass::Holds => Verdict::Holds,
+        })
+        .max_by_key(|v| v.severity())
+        .unwrap_or(Verdict::Holds)
+}
+
+/// Whether a seed counts towards the scenario's verdict (and may be its counterexample).
+pub fn matches_verdict(class: &SeedClass, verdict: Verdict) -> bool {
+    match verdict {
+        Verdict::Crashed => matches!(class, SeedClass::Crashed(_)),
+        Verdict::Violated => matches!(class, SeedClass::Invalid | SeedClass::Unknown),
+        Verdict::Stalled => matches!(class, SeedClass::Stalled(_)),
+        Verdict::Holds | Verdict::Skipped => false,
+    }
+}
+
+/// Recomputes from `result`'s ledger and totals everything that follows from them: the
+/// verdict, the simulated time, what was not exercised and the notes. One function for a
+/// run and for a merge of shards, so both give the same report. A result without a ledger
+/// (a real run) is left as it is.
+pub fn settle(result: &mut ScenarioResult) {
+    let Some(ledger) = &result.ledger else {
+        return;
+    };
+    result.verdict = verdict_of(ledger.seeds.iter().map(|s| &s.class));
+    result.seeds = ledger.seeds.len() as u64;
+    let sim_time_ms: u64 = ledger.seeds.iter().map(|s| s.sim_time_ms).sum();
+    result.sim_time_s = sim_time_ms as f64 / 1_000.0;
+    let (not_exercised, allowed) = not_exercised_by(
+        &ledger.reached,
+        &ledger.not_exercised_allowed,
+        &result.fault_effects,
+        Some(&result.marks),
+    );
+    result.not_exercised = not_exercised;
+    result.stalled_otherwise = stalled_otherwise(ledger.stall_reason.as_deref(), &ledger.seeds);
+    let mut notes = seed_notes(ledger.expected, &ledger.seeds, result.verdict);
+    notes.extend(
+        allowed
+            .into_iter()
+            .map(|l| format!("allowed not exercised: {l}")),
+    );
+    notes.extend(ledger.shrink_note.clone());
+    notes.extend(ledger.determinism_notes.iter().cloned());
+    result.notes = notes;
+}
+
+/// Remarks: expected failures, missed expected failures, the first crash and stall.
+fn seed_notes(expected: Verdict, seeds: &[SeedRecord], verdict: Verdict) -> Vec<String> {
+    let mut notes = Vec::new();
+    if expected == Verdict::Violated && verdict == Verdict::Violated {
+        notes.push("expected: demonstrates a known failure".to_string());
+    } else if expected == Verdict::Violated && verdict == Verdict::Holds {
+        notes.push(format!(
+            "expected violated, but the claim held on all {} seeds: the known failure was \
+             not reproduced",
+            seeds.len()
+        ));
+    }
+    for s in seeds {
+        match &s.class {
+            SeedClass::Crashed(m) => notes.push(format!("seed {} crashed: {m}", s.seed)),
+            SeedClass::Stalled(r) => notes.push(format!("seed {} stalled: {r}", s.seed)),
+            SeedClass::Unknown => notes.push(format!("seed {}: a checker was unknown", s.seed)),
+            SeedClass::Holds | SeedClass::Invalid => continue,
+        }
+        // One crash or stall note is enough to start from; the rest are in the seed lines.
+        break;
+    }
+    notes
+}
+
+/// The exit class of a settled simulated result: [`exit_class`] against the ledger's
+/// expected verdict, and at least [`ExitClass::Violated`] when a seed did not replay to
+/// the same history. Without a ledger, the result is expected to hold.
+pub fn ledger_class(result: &ScenarioResult) -> ExitClass {
+    let expected = result
+        .ledger
+        .as_ref()
+        .map_or(Verdict::Holds, |l| l.expected);
+    let class = exit_class(result, expected);
+    match &result.ledger {
+        Some(l) if !l.determinism_notes.is_empty() => class.max(ExitClass::Violated),
+        _ => class,
+    }
 }

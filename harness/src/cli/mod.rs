@@ -9,7 +9,10 @@
 //! - [`Cli`] and [`Command`]: the arguments (clap derive).
 //! - [`ExitClass`]: one documented exit code per outcome class.
 //! - `aggregate` (under `--cfg madsim`): seed outcomes → a scenario's verdict.
+//! - `batch` (under `--cfg madsim`): a run's seeds on `--jobs` threads ([`pool`]), only
+//!   this shard's ([`partition`]), corpus seeds first ([`corpus`]).
 //! - `run` (under `--cfg madsim`): the subcommands.
+//! - [`merge`]: `eosim report merge`, shard reports into one; [`junit`]: `--junit`.
 //! - [`output`]: one-line renderings of ops, headers and durations.
 //! - [`judge`]: checker options, expected verdict and exit class, shared by both worlds.
 //! - [`rundir`]: a run's report directory and `latest`.
@@ -17,13 +20,22 @@
 
 #[cfg(madsim)]
 pub mod aggregate;
+#[cfg(madsim)]
+pub mod batch;
+pub mod corpus;
 pub mod judge;
+pub mod junit;
+pub mod merge;
 pub mod output;
+pub mod partition;
+pub mod pool;
 #[cfg(not(madsim))]
 mod real;
 #[cfg(madsim)]
 mod run;
 pub mod rundir;
+#[cfg(madsim)]
+mod seeds;
 #[cfg(madsim)]
 mod shrink;
 
@@ -75,6 +87,34 @@ pub enum Command {
     /// One process of a real run (started by `eosim run`, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Work on written reports.
+    #[command(subcommand)]
+    Report(ReportCommand),
+}
+
+/// `eosim report` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Merge the reports of the shards of one run (`eosim sim --partition K/N`) into the
+    /// report one run over all their seeds gives; exits as that run would.
+    Merge(MergeArgs),
+}
+
+/// `eosim report merge` arguments.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// A shard's run dir (holding results.json), or a report dir whose `latest` is one.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Report directory; the merged run goes into DIR/RUN_ID, and DIR/latest points at it.
+    #[arg(long, value_name = "DIR", default_value = "reports")]
+    pub out: PathBuf,
+    /// Also write the merged report as JUnit XML here.
+    #[arg(long, value_name = "PATH")]
+    pub junit: Option<PathBuf>,
+    /// Add the merged run's failing seeds to this regression corpus.
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
 }
 
 /// `eosim run` arguments.
@@ -160,6 +200,21 @@ pub struct SimArgs {
     /// shrinking off.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SHRINK_RUNS_MAX)]
     pub shrink_runs_max: u32,
+    /// Seeds run at once, each on its own thread. Default: the machine's cores. Histories,
+    /// verdicts and the report are the same for any N.
+    #[arg(long, short, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Run only shard K of N of the (scenario, seed) pairs, split by hash as nextest's
+    /// `hash:K/N`; `eosim report merge` joins the shards' reports.
+    #[arg(long, value_name = "K/N")]
+    pub partition: Option<partition::Partition>,
+    /// Also write the report as JUnit XML here (one test case per scenario).
+    #[arg(long, value_name = "PATH")]
+    pub junit: Option<PathBuf>,
+    /// Regression corpus: run the seeds in DIR/<scenario>.seeds first, and add the seeds
+    /// that fail a claim expected to hold.
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
 }
 
 /// Runs per counterexample shrink unless `--shrink-runs-max` says otherwise: enough for
@@ -292,6 +347,7 @@ fn dispatch(cli: Cli) -> ExitClass {
     match cli.command {
         Command::Run(args) => real::run(&args),
         Command::Worker(args) => real::worker(&args),
+        Command::Report(ReportCommand::Merge(args)) => merge::merge_command(&args),
         _ => {
             eprintln!(
                 "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\

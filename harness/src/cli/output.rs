@@ -1,6 +1,8 @@
 //! One-line renderings for the terminal: history ops, durations, run headers (STYLE §15).
 
+use super::ExitClass;
 use crate::history::{Op, OpKind, Value};
+use crate::report::{ScenarioResult, Verdict};
 use eosim_sim::kafka::{Offset, TopicPartition};
 
 /// Ids listed per poll or write line before eliding the rest.
@@ -175,6 +177,92 @@ pub fn seed_header(seed: u64, scenario: &str, build: &str, drawn: &[String]) -> 
 /// Set at compile time by `harness/build.rs`, for every build.
 pub fn build_id() -> String {
     env!("EOSIM_BUILD").to_string()
+}
+
+/// The scenario's closing lines: `PASSED …` or `FAILED …`, its effects and the replay.
+pub fn print_scenario_end(result: &ScenarioResult, class: ExitClass, say: &dyn Fn(&str)) {
+    let stats = format!(
+        "scenario={} seeds={} faults={} sim_time={}",
+        result.scenario,
+        result.seeds,
+        result.faults_injected,
+        format_sim_time(result.sim_time_s)
+    );
+    let effects = effects_line(result);
+    if class == ExitClass::NotExercised {
+        say(&format!(
+            "FAILED scenario={} class=not-exercised {}: {}",
+            result.scenario,
+            stats_tail(result),
+            result.not_exercised.join("; ")
+        ));
+        say(&effects);
+        return;
+    }
+    if class == ExitClass::Expected && result.verdict == Verdict::Holds {
+        say(&format!("PASSED {stats}"));
+        say(&effects);
+        return;
+    }
+    say(&effects);
+    let replay = result.counterexample.as_ref().map(|c| (c.seed, &c.replay));
+    if class == ExitClass::Expected {
+        let forbidden: Vec<&str> = result
+            .forbidden_anomalies
+            .keys()
+            .map(String::as_str)
+            .collect();
+        say(&format!(
+            "PASSED {stats} verdict={} forbidden={} (expected: demonstrates a known failure)",
+            result.verdict.name(),
+            forbidden.join(",")
+        ));
+    } else {
+        let seed = replay
+            .map(|(s, _)| format!(" seed={s}"))
+            .unwrap_or_default();
+        say(&format!(
+            "FAILED scenario={} class={}{seed} {}",
+            result.scenario,
+            failure_class(result.verdict),
+            stats_tail(result)
+        ));
+    }
+    for line in &result.stalled_otherwise {
+        say(&format!("  {line}"));
+    }
+    if let Some((_, command)) = replay {
+        say(&format!("  replay: {command}"));
+    }
+}
+
+/// The `class=` of a `FAILED` line for a verdict that was not the expected one.
+pub fn failure_class(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Violated => "invalid",
+        Verdict::Stalled => "stalled",
+        Verdict::Crashed => "crash",
+        Verdict::Holds => "expected-violation-not-found",
+        Verdict::Skipped => "skipped",
+    }
+}
+
+/// `  effects: kill 4/4 (scheduled/acted), messages.delay 1/37, ...`: for every effect kind,
+/// faults scheduled over all seeds and times they acted.
+fn effects_line(result: &ScenarioResult) -> String {
+    if result.fault_effects.is_empty() {
+        return "  effects (scheduled/acted): none scheduled".to_string();
+    }
+    let parts: Vec<String> = result
+        .fault_effects
+        .iter()
+        .map(|(kind, c)| format!("{kind} {}/{}", c.scheduled, c.acted))
+        .collect();
+    format!("  effects (scheduled/acted): {}", parts.join(", "))
+}
+
+fn stats_tail(result: &ScenarioResult) -> String {
+    format!("seeds={} faults={}", result.seeds, result.faults_injected)
 }
 
 #[cfg(test)]

@@ -1,21 +1,15 @@
 //! The subcommands under `--cfg madsim`: `sim`, `replay`, `determinism`.
 
-use super::aggregate::{
-    aggregate, exit_class, expected_verdict, history_path, judge_seed, replay_command, SeedClass,
-    SeedVerdict,
-};
-use super::output::{build_id, format_op, format_sim_time, seed_header};
-use super::rundir::run_scenarios;
-use super::shrink::{forbidden_cases, record_shrunk, shrink};
-use super::{
-    config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, SoakArgs, DEFAULT_SEED_BASE,
-};
-use crate::checker::Anomaly;
-use crate::history::History;
-use crate::report::{ScenarioResult, Verdict};
-use crate::runner::{run_seed, SeedOutcome};
+use super::aggregate::{expected_verdict, history_path, judge_seed, replay_command, SeedClass};
+use super::batch::{run_batch, BatchOptions};
+use super::junit::write_junit;
+use super::output::{build_id, format_op, seed_header};
+use super::pool::default_jobs;
+use super::rundir::write_run;
+use super::seeds::{run_guarded, seed_block, write_history};
+use super::{config_error, Cli, Command, ExitClass, ReportCommand, SeedArgs, SimArgs, SoakArgs};
+use crate::report::Verdict;
 use crate::scenario::Scenario;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -30,6 +24,7 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Replay(args) => replay(&args),
         Command::Determinism(args) => determinism(&args),
         Command::Soak(args) => soak(&args),
+        Command::Report(ReportCommand::Merge(args)) => super::merge::merge_command(&args),
         Command::Run(_) | Command::Worker(_) => config_error(
             "this binary was built with --cfg madsim, which cannot talk to real services; \
              build it without (`cargo run -p eosim -- run --backend native`)",
@@ -41,13 +36,33 @@ fn sim(args: &SimArgs) -> ExitClass {
     if args.seeds == Some(0) {
         return config_error("--seeds must be at least 1");
     }
+    if args.jobs == Some(0) {
+        return config_error("--jobs must be at least 1");
+    }
     let scenarios = match load_scenarios(&args.scenarios) {
         Ok(s) => s,
         Err(e) => return config_error(e),
     };
-    run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
-        run_scenario(path, scenario, args, run_dir, build)
-    })
+    let options = BatchOptions {
+        seeds: args.seeds,
+        seed: args.seed,
+        jobs: args.jobs.unwrap_or_else(default_jobs),
+        partition: args.partition,
+        shrink_runs_max: args.shrink_runs_max,
+        verbose: args.verbose,
+        progress: !args.no_progress,
+        corpus: args.corpus.clone(),
+    };
+    let (exit, report) = write_run(&args.out, |run_dir, build| {
+        run_batch(&scenarios, &options, run_dir, build)
+    });
+    match (&args.junit, report) {
+        (Some(path), Some(report)) => match write_junit(path, &report) {
+            Ok(()) => exit,
+            Err(e) => exit.max(config_error(e)),
+        },
+        _ => exit,
+    }
 }
 
 /// Loads every scenario before running any, so a bad file fails fast with exit 2.
@@ -93,288 +108,6 @@ fn catalogue() -> Result<Vec<PathBuf>, String> {
     Ok(paths)
 }
 
-/// Seed `i` runs as `base + i`; `--seed S` alone runs exactly S.
-fn seed_range(args: &SimArgs, scenario: &Scenario) -> (u64, u64) {
-    let base = args.seed.unwrap_or(DEFAULT_SEED_BASE);
-    let count = args.seeds.unwrap_or(if args.seed.is_some() {
-        1
-    } else {
-        scenario.seeds
-    });
-    (base, count)
-}
-
-fn run_scenario(
-    path: &Path,
-    scenario: &Scenario,
-    args: &SimArgs,
-    run_dir: &Path,
-    build: &str,
-) -> (ScenarioResult, ExitClass) {
-    let (base, count) = seed_range(args, scenario);
-    let last = base.saturating_add(count - 1);
-    // A single seed is a replay: its own header block says it all.
-    let verbose = args.verbose || count == 1;
-    if count > 1 {
-        let name = &scenario.name;
-        println!("SEED={base}..={last} scenario={name} build={build} seeds={count}");
-    }
-    let bar = progress_bar(&scenario.name, count, !args.no_progress);
-    let started = Instant::now();
-    let mut seeds = Vec::new();
-    for seed in base..=last {
-        let outcome = run_guarded(scenario, seed);
-        let verdict = judge_seed(scenario, &outcome);
-        let failing = verdict.class != SeedClass::Holds;
-        if failing {
-            write_history(
-                &history_path(run_dir, &scenario.name, seed),
-                &outcome.history,
-            );
-        }
-        if failing || verbose {
-            bar.suspend(|| print_seed(scenario, build, &outcome, &verdict));
-        }
-        bar.inc(1);
-        seeds.push(verdict);
-    }
-    bar.finish_and_clear();
-    let wall_time_s = started.elapsed().as_secs_f64();
-    let mut result = aggregate(scenario, path, run_dir, &seeds, wall_time_s);
-    if result.verdict == Verdict::Violated && args.shrink_runs_max > 0 {
-        shrink_counterexample(scenario, &mut result, &seeds, run_dir, args.shrink_runs_max);
-    }
-    let mut class = exit_class(&result, expected_verdict(scenario));
-    if let Some(note) = recheck_determinism(scenario, path, &result, &seeds) {
-        println!("{note}");
-        result.notes.push(note);
-        class = class.max(ExitClass::Violated);
-    }
-    print_scenario_end(&result, class);
-    (result, class)
-}
-
-/// Shrinks the counterexample's fault schedule ([`super::shrink`]) and records the result
-/// (or why there is none) in `result`.
-fn shrink_counterexample(
-    scenario: &Scenario,
-    result: &mut ScenarioResult,
-    seeds: &[SeedVerdict],
-    run_dir: &Path,
-    runs_max: u32,
-) {
-    let Some(counterexample) = result.counterexample.as_mut() else {
-        return;
-    };
-    let Some(seed) = seeds.iter().find(|s| s.seed == counterexample.seed) else {
-        return;
-    };
-    if seed.schedule.is_empty() {
-        // Nothing to remove: the failure needs no scheduled fault (fault points, bad input
-        // or the pipeline's own timing), which the counterexample already shows.
-        return;
-    }
-    // The shrunk schedule must show every forbidden kind of the original, not just one.
-    let original = forbidden_cases(&seed.check);
-    let target: BTreeSet<Anomaly> = original.keys().copied().collect();
-    let faults = seed.schedule.len();
-    println!(
-        "  shrinking seed {}: {faults} faults, at most {runs_max} runs",
-        seed.seed
-    );
-    let outcome = shrink(
-        scenario,
-        seed.seed,
-        &seed.schedule,
-        &target,
-        runs_max,
-        &|s, seed| run_guarded(s, seed),
-    );
-    let file = history_path(run_dir, &scenario.name, seed.seed).with_file_name("shrunk.toml");
-    match record_shrunk(scenario, faults, &original, &outcome, &file, seed.seed) {
-        Ok(Some(shrunk)) => {
-            println!(
-                "  shrunk to {} of {} faults in {} runs: {}",
-                shrunk.faults.len(),
-                shrunk.faults_from,
-                shrunk.runs,
-                shrunk.replay
-            );
-            counterexample.shrunk = Some(shrunk);
-        }
-        Ok(None) => result.notes.push(format!(
-            "shrink: seed {}'s {} faults as an explicit schedule (swarm removed) did not show \
-             every forbidden anomaly of the original again at that seed, so the \
-             counterexample is not shrunk",
-            seed.seed, faults
-        )),
-        Err(e) => result.notes.push(format!("shrink: cannot write {e}")),
-    }
-}
-
-/// Runs one seed again (the counterexample's, else the first) and compares history hashes,
-/// so every replay command printed is known to reproduce. `Some(note)` when they differ.
-fn recheck_determinism(
-    scenario: &Scenario,
-    path: &Path,
-    result: &ScenarioResult,
-    seeds: &[SeedVerdict],
-) -> Option<String> {
-    let seed = result.counterexample.as_ref().map(|c| c.seed);
-    let first = seeds
-        .iter()
-        .find(|s| Some(s.seed) == seed)
-        .or_else(|| seeds.first())?;
-    let again = run_guarded(scenario, first.seed).history.hash();
-    if again == first.hash {
-        return None;
-    }
-    Some(format!(
-        "NONDETERMINISTIC scenario={} seed={} history-hash: {} then {again}; \
-         compare with `cargo xtask determinism --scenario {} --seed {}`",
-        scenario.name,
-        first.seed,
-        first.hash,
-        path.display(),
-        first.seed
-    ))
-}
-
-fn progress_bar(name: &str, count: u64, enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(count);
-    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} seeds {elapsed}")
-        .expect("the progress template is valid")
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_prefix(name.to_string());
-    bar
-}
-
-/// Runs a seed; a panic escaping the runner itself becomes a crash outcome.
-fn run_guarded(scenario: &Scenario, seed: u64) -> SeedOutcome {
-    let run = std::panic::AssertUnwindSafe(|| run_seed(scenario, seed));
-    std::panic::catch_unwind(run).unwrap_or_else(|payload| {
-        SeedOutcome::crashed(seed, crate::runner::panic_message(&payload))
-    })
-}
-
-fn print_seed(scenario: &Scenario, build: &str, outcome: &SeedOutcome, verdict: &SeedVerdict) {
-    println!(
-        "{}",
-        seed_header(outcome.seed, &scenario.name, build, &outcome.drawn)
-    );
-    let anomalies: Vec<&str> = verdict.check.forbidden.iter().map(|a| a.name()).collect();
-    let mut line = format!("  class={} faults={}", verdict.class.name(), verdict.faults);
-    if !anomalies.is_empty() {
-        line.push_str(&format!(" forbidden={}", anomalies.join(",")));
-    }
-    match &verdict.class {
-        SeedClass::Crashed(m) => line.push_str(&format!(" panic={m:?}")),
-        SeedClass::Stalled(r) => line.push_str(&format!(" reason={r:?}")),
-        _ => {}
-    }
-    println!("{line}");
-    println!("history-hash: {}", verdict.hash);
-}
-
-fn print_scenario_end(result: &ScenarioResult, class: ExitClass) {
-    let stats = format!(
-        "scenario={} seeds={} faults={} sim_time={}",
-        result.scenario,
-        result.seeds,
-        result.faults_injected,
-        format_sim_time(result.sim_time_s)
-    );
-    let effects = effects_line(result);
-    if class == ExitClass::NotExercised {
-        println!(
-            "FAILED scenario={} class=not-exercised {}: {}",
-            result.scenario,
-            stats_tail(result),
-            result.not_exercised.join("; ")
-        );
-        println!("{effects}");
-        return;
-    }
-    if class == ExitClass::Expected && result.verdict == Verdict::Holds {
-        println!("PASSED {stats}");
-        println!("{effects}");
-        return;
-    }
-    println!("{effects}");
-    let replay = result
-        .counterexample
-        .as_ref()
-        .map(|c| (c.seed, c.replay.clone()));
-    if class == ExitClass::Expected {
-        let forbidden: Vec<&str> = result
-            .forbidden_anomalies
-            .keys()
-            .map(String::as_str)
-            .collect();
-        let forbidden = forbidden.join(",");
-        println!(
-            "PASSED {stats} verdict={} forbidden={forbidden} \
-             (expected: demonstrates a known failure)",
-            result.verdict.name()
-        );
-    } else {
-        let failure = match result.verdict {
-            Verdict::Violated => "invalid",
-            Verdict::Stalled => "stalled",
-            Verdict::Crashed => "crash",
-            Verdict::Holds => "expected-violation-not-found",
-            Verdict::Skipped => "skipped",
-        };
-        let seed = replay
-            .as_ref()
-            .map(|(s, _)| format!(" seed={s}"))
-            .unwrap_or_default();
-        println!(
-            "FAILED scenario={} class={failure}{seed} {}",
-            result.scenario,
-            stats_tail(result)
-        );
-        for line in &result.stalled_otherwise {
-            println!("  {line}");
-        }
-    }
-    if let Some((_, command)) = replay {
-        println!("  replay: {command}");
-    }
-}
-
-/// `  effects: kill 4/4 (scheduled/acted), messages.delay 1/37, ...`: for every effect kind,
-/// faults scheduled over all seeds and times they acted.
-fn effects_line(result: &ScenarioResult) -> String {
-    if result.fault_effects.is_empty() {
-        return "  effects (scheduled/acted): none scheduled".to_string();
-    }
-    let parts: Vec<String> = result
-        .fault_effects
-        .iter()
-        .map(|(kind, c)| format!("{kind} {}/{}", c.scheduled, c.acted))
-        .collect();
-    format!("  effects (scheduled/acted): {}", parts.join(", "))
-}
-
-fn stats_tail(result: &ScenarioResult) -> String {
-    format!("seeds={} faults={}", result.seeds, result.faults_injected)
-}
-
-fn write_history(path: &Path, history: &History) {
-    let written = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(path, history.to_jsonl()));
-    if let Err(e) = written {
-        eprintln!("eosim: warning: cannot write {}: {e}", path.display());
-    }
-}
-
 fn replay(args: &SeedArgs) -> ExitClass {
     let scenario = match Scenario::load(&args.scenario) {
         Ok(s) => s,
@@ -392,7 +125,10 @@ fn replay(args: &SeedArgs) -> ExitClass {
     let path = history_path(&args.out, &scenario.name, args.seed);
     write_history(&path, &outcome.history);
     let verdict = judge_seed(&scenario, &outcome);
-    print_seed(&scenario, &build, &outcome, &verdict);
+    println!(
+        "{}",
+        seed_block(&scenario.name, &build, &outcome.drawn, &verdict)
+    );
     println!("history: {}", path.display());
     match verdict.class {
         SeedClass::Crashed(_) => ExitClass::Crash,

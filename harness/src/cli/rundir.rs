@@ -8,40 +8,71 @@ use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// One run of `scenarios`, as `eosim sim` and `eosim run` do it: a fresh run dir under
-/// `out`, `run_one(path, scenario, run_dir, build)` for each scenario in turn, then the
-/// report written, `<out>/latest` pointed at it (only a warning if that fails) and the
-/// summary's path printed. Returns the highest exit class of the scenarios, or
-/// [`ExitClass::Config`] when the run dir or the report cannot be written.
+/// One run of `scenarios`, as `eosim run` does it: `run_one(path, scenario, run_dir,
+/// build)` for each scenario in turn, inside [`write_run`]. Returns the highest exit class
+/// of the scenarios, or [`ExitClass::Config`] when the run dir or the report cannot be
+/// written.
 pub fn run_scenarios(
     out: &Path,
     scenarios: &[(PathBuf, Scenario)],
     mut run_one: impl FnMut(&Path, &Scenario, &Path, &str) -> (ScenarioResult, ExitClass),
 ) -> ExitClass {
+    let run_all = |run_dir: &Path, build: &str| {
+        let results = scenarios
+            .iter()
+            .map(|(path, scenario)| run_one(path, scenario, run_dir, build));
+        Ok(results.collect())
+    };
+    write_run(out, run_all).0
+}
+
+/// One run: a fresh run dir under `out` (named after the UTC start time), `run_all(run_dir,
+/// build)` for the scenarios' results, then the report written, `<out>/latest` pointed at
+/// it (only a warning if that fails) and the summary's path printed. Returns the highest
+/// exit class of the scenarios with the report written, or [`ExitClass::Config`] (and no
+/// report) when the run dir or the report cannot be written or `run_all` fails.
+pub fn write_run(
+    out: &Path,
+    run_all: impl FnOnce(&Path, &str) -> Result<Vec<(ScenarioResult, ExitClass)>, String>,
+) -> (ExitClass, Option<RunReport>) {
     let build = build_id();
     let started_at = rfc3339(SystemTime::now());
     let (run_id, run_dir) = match create_run_dir(out) {
         Ok(r) => r,
         Err(e) => {
-            return config_error(format!("cannot create a run dir in {}: {e}", out.display()))
+            let e = format!("cannot create a run dir in {}: {e}", out.display());
+            return (config_error(e), None);
         }
     };
-    let mut exit = ExitClass::Expected;
-    let mut results = Vec::new();
-    for (path, scenario) in scenarios {
-        let (result, class) = run_one(path, scenario, &run_dir, &build);
-        exit = exit.max(class);
-        results.push(result);
-    }
+    let results = match run_all(&run_dir, &build) {
+        Ok(r) => r,
+        Err(e) => return (config_error(e), None),
+    };
+    let exit = results
+        .iter()
+        .map(|(_, c)| *c)
+        .max()
+        .unwrap_or(ExitClass::Expected);
     let report = RunReport {
         run_id,
         build,
         started_at,
-        scenarios: results,
+        scenarios: results.into_iter().map(|(r, _)| r).collect(),
     };
-    if let Err(e) = write_report(&run_dir, &report) {
-        let dir = run_dir.display();
-        return config_error(format!("cannot write the report in {dir}: {e}"));
+    match publish(out, &run_dir, &report) {
+        Ok(()) => (exit, Some(report)),
+        Err(e) => (config_error(e), None),
+    }
+}
+
+/// Writes `report` into `run_dir`, points `<out>/latest` at it and prints the summary's
+/// path. `Err` when the report cannot be written.
+pub fn publish(out: &Path, run_dir: &Path, report: &RunReport) -> Result<(), String> {
+    if let Err(e) = write_report(run_dir, report) {
+        return Err(format!(
+            "cannot write the report in {}: {e}",
+            run_dir.display()
+        ));
     }
     if let Err(e) = point_latest(out, &report.run_id) {
         eprintln!(
@@ -50,7 +81,7 @@ pub fn run_scenarios(
         );
     }
     println!("report: {}", run_dir.join("summary.md").display());
-    exit
+    Ok(())
 }
 
 /// Creates `<out>/<run-id>`; the id is the UTC start time, made unique with a suffix.

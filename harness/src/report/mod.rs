@@ -30,11 +30,13 @@
 //! ```
 
 pub mod explain;
+mod ledger;
 mod markdown;
 mod seed;
 #[cfg(test)]
 mod tests;
 
+pub use ledger::{Ledger, SeedClass, SeedRecord};
 pub use markdown::summary_markdown;
 pub use seed::{seed_markdown, write_seed_report, REPORT_CASES_MAX};
 
@@ -45,7 +47,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-/// What a scenario's runs established about its claim.
+/// What a scenario's runs established about its claim. Ordered by severity, as a
+/// scenario's seeds decide it: holds < stalled < violated < crashed (skipped lowest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
@@ -72,6 +75,17 @@ impl Verdict {
             Verdict::Stalled => "stalled",
             Verdict::Skipped => "skipped",
             Verdict::Crashed => "crashed",
+        }
+    }
+
+    /// How serious the verdict is: a scenario's verdict is its most serious seed's.
+    pub fn severity(self) -> u8 {
+        match self {
+            Verdict::Skipped => 0,
+            Verdict::Holds => 1,
+            Verdict::Stalled => 2,
+            Verdict::Violated => 3,
+            Verdict::Crashed => 4,
         }
     }
 
@@ -216,6 +230,10 @@ pub struct ScenarioResult {
     /// simulated runs, whose time is not real.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<Measured>,
+    /// Every seed's record and the file's rules (simulated runs), so that shard reports
+    /// merge ([`Ledger`]); absent for real runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<Ledger>,
 }
 
 /// How often faults of one effect kind were scheduled and how often they acted, over a
@@ -317,6 +335,7 @@ impl ScenarioResult {
             counterexample: None,
             notes: Vec::new(),
             measured: None,
+            ledger: None,
         }
     }
 

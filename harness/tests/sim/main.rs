@@ -12,6 +12,7 @@ mod kop;
 mod marks;
 mod memory;
 mod message_faults;
+mod parallel;
 mod routine_load;
 mod streams_count;
 mod support;
