@@ -38,10 +38,11 @@
 mod connector;
 mod hooks;
 
+use super::one_attempt_producer_config;
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::client::{Producer, ProducerRecord};
 use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
 use crate::connect::herder::TaskState;
@@ -128,15 +129,7 @@ async fn producer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms,
-        retries: 0,
-        ..ProducerConfig::default()
-    };
-    let producer = SimProducer::new(conn, config);
+    let producer = SimProducer::new(conn, one_attempt_producer_config(w));
     let partitions = ctx.scenario.topic.partitions;
     loop {
         let id = {

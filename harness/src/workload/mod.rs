@@ -23,6 +23,7 @@ pub mod routine_load;
 pub mod streams_count;
 pub mod transactional_copy;
 
+use crate::client::ProducerConfig;
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
@@ -40,6 +41,20 @@ pub trait Pipeline {
     fn lag(&self, world: &World) -> Vec<String>;
     /// Records the final state (logs, sink, committed offsets) as process `final`.
     fn record_final(&self, world: &World);
+}
+
+/// The input producer of the sink pipelines: `[workload] acks`, not idempotent, one attempt
+/// per record within `request_timeout_ms` (a send that fails is recorded as failed or
+/// unknown, never retried into a duplicate the checkers would blame on the sink).
+pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> ProducerConfig {
+    ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: false,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms,
+        retries: 0,
+        ..ProducerConfig::default()
+    }
 }
 
 /// The pipeline a scenario names.

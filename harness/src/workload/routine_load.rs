@@ -26,11 +26,12 @@
 //! The drain's lag lines make a job stuck PAUSED, or progress that never reaches the high
 //! watermark, a stall with its reason.
 
+use super::one_attempt_producer_config;
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::doris::SimDoris;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::client::{Producer, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::routine_load::RoutineLoadSpec;
@@ -91,15 +92,7 @@ async fn producer_process(ctx: Context) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms,
-        retries: 0,
-        ..ProducerConfig::default()
-    };
-    let producer = SimProducer::new(conn, config);
+    let producer = SimProducer::new(conn, one_attempt_producer_config(w));
     loop {
         let id = {
             let mut next = ctx.next_id.lock().expect("next id");
