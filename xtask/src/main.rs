@@ -9,8 +9,9 @@
 //!   `eosim` subcommands of the same names, built the same way.
 //! - `cargo xtask soak --scenario PATH [--seeds N] [--every K]`: `eosim soak` (release): one
 //!   scenario's seeds in one process, printing its resident memory as it goes.
-//! - `cargo xtask test`: `cargo test --workspace` (normal cfg), then the simulation tests
-//!   under `--cfg madsim`.
+//! - `cargo xtask test [--junit DIR]`: `cargo test --workspace` (normal cfg), then the
+//!   simulation tests under `--cfg madsim`; with `--junit`, through cargo-nextest, one JUnit
+//!   file per step in DIR.
 //! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
 //! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
 //!   DIR...` runs `eosim report merge` (shard reports into one).
@@ -72,7 +73,14 @@ enum Task {
         every: u64,
     },
     /// Ordinary tests, then the simulation tests under --cfg madsim.
-    Test,
+    Test {
+        /// Also write JUnit XML, one file per step (`ordinary.xml`, `simulation.xml`,
+        /// `model.xml`) into DIR: the steps run under cargo-nextest's `ci` profile
+        /// (`.config/nextest.toml`, installed with `cargo install` when missing) and every
+        /// step runs even after one fails.
+        #[arg(long, value_name = "DIR")]
+        junit: Option<PathBuf>,
+    },
     /// Criterion benches under --cfg madsim.
     Bench {
         /// Extra arguments for criterion (after `--`).
@@ -202,7 +210,7 @@ fn run(task: Task) -> Result<u8> {
             seeds,
             every,
         } => soak(&rebase(&scenario), seeds, every),
-        Task::Test => test(),
+        Task::Test { junit } => test(junit.as_deref()),
         Task::Bench { criterion_args } => bench(&criterion_args),
         Task::Report { args } if args.is_empty() => report(),
         Task::Report { args } => {
@@ -397,35 +405,130 @@ fn exe(name: &str) -> String {
     format!("{name}{}", std::env::consts::EXE_SUFFIX)
 }
 
-fn test() -> Result<u8> {
-    let steps: [(&str, bool, &[&str]); 3] = [
-        (
-            "ordinary tests (normal cfg)",
-            false,
-            &["test", "--workspace"],
-        ),
-        (
-            "simulation tests (--cfg madsim)",
-            true,
-            &["test", "-p", "eosim", "--lib", "--test", "sim"],
-        ),
-        (
-            "model tests (--cfg madsim)",
-            true,
-            &["test", "-p", "eosim-sim"],
-        ),
-    ];
-    for (what, madsim, args) in steps {
-        eprintln!("xtask: {what}: cargo {}", args.join(" "));
-        let mut cmd = if madsim { cargo_madsim() } else { cargo() };
-        cmd.args(args);
+/// One step of `cargo xtask test`: what it is, whether it builds under `--cfg madsim`, the
+/// package selection (cargo's arguments after `test` / `nextest run`), and the name of its
+/// JUnit file.
+struct TestStep {
+    what: &'static str,
+    madsim: bool,
+    selection: &'static [&'static str],
+    junit_name: &'static str,
+}
+
+const TEST_STEPS: [TestStep; 3] = [
+    TestStep {
+        what: "ordinary tests (normal cfg)",
+        madsim: false,
+        selection: &["--workspace"],
+        junit_name: "ordinary.xml",
+    },
+    TestStep {
+        what: "simulation tests (--cfg madsim)",
+        madsim: true,
+        selection: &["-p", "eosim", "--lib", "--test", "sim"],
+        junit_name: "simulation.xml",
+    },
+    TestStep {
+        what: "model tests (--cfg madsim)",
+        madsim: true,
+        selection: &["-p", "eosim-sim"],
+        junit_name: "model.xml",
+    },
+];
+
+/// Where nextest writes its reports (`[store] dir` in `.config/nextest.toml`): the same
+/// for both cfgs, whatever `CARGO_TARGET_DIR` is, so each step's report is copied away
+/// before the next step overwrites it.
+const NEXTEST_STORE: &str = "target/nextest";
+
+/// The cargo-nextest release `cargo xtask test --junit` installs when none is on the PATH.
+const NEXTEST_VERSION: &str = "0.9.151";
+
+/// `cargo xtask test`: the steps of [`TEST_STEPS`] with `cargo test`, stopping at the first
+/// failure; with `junit`, with `cargo nextest run --profile ci` (plus `cargo test --doc`,
+/// which nextest does not run), every step run and each step's JUnit report
+/// ([`NEXTEST_STORE`]`/ci/junit.xml`, removed before each step so a step that wrote none
+/// is an error, not a stale copy) copied to `junit/<step>.xml`. Exits with the
+/// first failing step's code.
+fn test(junit: Option<&Path>) -> Result<u8> {
+    if let Some(dir) = junit {
+        ensure_nextest()?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut first_failure = 0;
+    for step in &TEST_STEPS {
+        let mut cmd = if step.madsim { cargo_madsim() } else { cargo() };
+        match junit {
+            None => cmd.arg("test"),
+            Some(_) => cmd.args(["nextest", "run", "--profile", "ci"]),
+        };
+        cmd.args(step.selection);
+        eprintln!("xtask: {}: {:?}", step.what, cmd);
+        let from = Path::new(NEXTEST_STORE).join("ci").join("junit.xml");
+        if junit.is_some() {
+            let _ = std::fs::remove_file(&from);
+        }
         let code = status(&mut cmd)?;
+        if let Some(dir) = junit {
+            let to = dir.join(step.junit_name);
+            std::fs::copy(&from, &to).with_context(|| {
+                format!(
+                    "{}: no JUnit report at {} to copy to {}",
+                    step.what,
+                    from.display(),
+                    to.display()
+                )
+            })?;
+            eprintln!("xtask: {}: JUnit in {}", step.what, to.display());
+            if !step.madsim {
+                eprintln!(
+                    "xtask: doc tests (nextest does not run them): cargo test --workspace --doc"
+                );
+                let doc = status(cargo().args(["test", "--workspace", "--doc"]))?;
+                if first_failure == 0 {
+                    first_failure = doc;
+                }
+            }
+        }
         if code != 0 {
-            eprintln!("xtask: {what} failed (exit {code})");
-            return Ok(code);
+            eprintln!("xtask: {} failed (exit {code})", step.what);
+            if junit.is_none() {
+                return Ok(code);
+            }
+            if first_failure == 0 {
+                first_failure = code;
+            }
         }
     }
-    Ok(0)
+    Ok(first_failure)
+}
+
+/// Makes sure `cargo nextest` runs: installs [`NEXTEST_VERSION`] with `cargo install
+/// --locked` when it does not.
+fn ensure_nextest() -> Result<()> {
+    let found = cargo()
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-nextest: cargo install cargo-nextest --version {NEXTEST_VERSION} --locked");
+    let code = status(cargo().args([
+        "install",
+        "cargo-nextest",
+        "--version",
+        NEXTEST_VERSION,
+        "--locked",
+    ]))?;
+    if code != 0 {
+        return Err(
+            anyhow::Error::new(ChildFailed(code)).context("cargo install cargo-nextest failed")
+        );
+    }
+    Ok(())
 }
 
 fn bench(criterion_args: &[String]) -> Result<u8> {
