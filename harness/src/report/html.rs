@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 pub const HISTORY_ROWS_MAX: usize = 2_000;
 
 /// The page's style sheet.
-const CSS: &str = include_str!("assets/index.css");
+pub(crate) const CSS: &str = include_str!("assets/index.css");
 
 /// The page's script: the matrix filters and the history search.
 const JS: &str = include_str!("assets/index.js");
