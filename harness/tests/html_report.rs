@@ -9,7 +9,9 @@
 //! skips; `.ci/run` installs it, so in CI it runs.
 
 use eosim::history::{History, OpKind, RecordRef, Value};
-use eosim::report::{write_report, Counterexample, EffectCount, RunReport, ScenarioResult, Verdict};
+use eosim::report::{
+    write_report, Counterexample, EffectCount, RunReport, ScenarioResult, Verdict,
+};
 use eosim_sim::kafka::TopicPartition;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,8 +42,18 @@ fn history() -> History {
         };
         h.push(t, "producer-0", OpKind::Invoke, send(None, None), None);
         let tp = TopicPartition::new("events", 0);
-        h.push(t + S / 10, "producer-0", OpKind::Ok, send(Some(tp.clone()), Some(id as i64)), None);
-        let written = if (5 * S..9 * S).contains(&t) { 9 * S + id } else { t + S * 3 / 10 };
+        h.push(
+            t + S / 10,
+            "producer-0",
+            OpKind::Ok,
+            send(Some(tp.clone()), Some(id as i64)),
+            None,
+        );
+        let written = if (5 * S..9 * S).contains(&t) {
+            9 * S + id
+        } else {
+            t + S * 3 / 10
+        };
         let rows = vec![RecordRef {
             id,
             key: None,
@@ -61,7 +73,12 @@ fn history() -> History {
             fault(&mut h, 9 * S, "restart", "target=[broker-1]");
         }
         if id == 24 {
-            fault(&mut h, 12 * S, "partition", "source=[worker-0] target=[broker-1] one_way=false");
+            fault(
+                &mut h,
+                12 * S,
+                "partition",
+                "source=[worker-0] target=[broker-1] one_way=false",
+            );
         }
         if id == 28 {
             fault(&mut h, 14 * S, "heal", "");
@@ -82,7 +99,9 @@ fn report(dir: &Path) -> RunReport {
     violated.verdict = Verdict::Violated;
     violated.seeds = 5;
     violated.faults_injected = 2;
-    violated.forbidden_anomalies.insert("sink-duplicate".into(), 3);
+    violated
+        .forbidden_anomalies
+        .insert("sink-duplicate".into(), 3);
     violated.anomalies.insert("sink-duplicate".into(), 3);
     violated.marks.insert("jdbc:upsert".into(), 40);
     let kill = EffectCount {
@@ -145,13 +164,33 @@ fn index_html_renders_the_matrix_a_timeline_and_plots_in_headless_chromium() {
     let url = format!("file://{}", page.display());
     let dom = chromium(&dir, &["--dump-dom".into(), url.clone()]);
     let dom = String::from_utf8_lossy(&dom.stdout).to_string();
-    assert!(dom.contains("data-ready=\"1\""), "the page's script ran: {}", &dom[..dom.len().min(400)]);
-    assert_eq!(dom.matches("class=\"scenario-row\"").count(), 2, "a matrix row per scenario");
-    assert!(dom.contains("showing 2 of 2 scenarios"), "the filter counted the rows");
-    let timeline = dom.split("class=\"plot timeline\"").nth(1).expect("a timeline");
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page's script ran: {}",
+        &dom[..dom.len().min(400)]
+    );
+    assert_eq!(
+        dom.matches("class=\"scenario-row\"").count(),
+        2,
+        "a matrix row per scenario"
+    );
+    assert!(
+        dom.contains("showing 2 of 2 scenarios"),
+        "the filter counted the rows"
+    );
+    let timeline = dom
+        .split("class=\"plot timeline\"")
+        .nth(1)
+        .expect("a timeline");
     let timeline = &timeline[..timeline.find("</svg>").expect("the timeline is an svg")];
-    assert!(timeline.contains(">kill<") && timeline.contains(">partition<"), "fault lanes");
-    assert!(timeline.matches("<rect").count() >= 4, "background, area, two bands, a tick");
+    assert!(
+        timeline.contains(">kill<") && timeline.contains(">partition<"),
+        "fault lanes"
+    );
+    assert!(
+        timeline.matches("<rect").count() >= 4,
+        "background, area, two bands, a tick"
+    );
     let points = dom
         .split("<polyline")
         .skip(1)
@@ -160,7 +199,10 @@ fn index_html_renders_the_matrix_a_timeline_and_plots_in_headless_chromium() {
         .max()
         .unwrap_or(0);
     assert!(points >= 10, "a plot line with data points, got {points}");
-    assert!(dom.contains("&lt;b&gt;not bold&lt;/b&gt;"), "case text is escaped");
+    assert!(
+        dom.contains("&lt;b&gt;not bold&lt;/b&gt;"),
+        "case text is escaped"
+    );
     let shot = dir.join("index.png");
     let args = [
         format!("--screenshot={}", shot.display()),
@@ -168,6 +210,10 @@ fn index_html_renders_the_matrix_a_timeline_and_plots_in_headless_chromium() {
         url,
     ];
     let out = chromium(&dir, &args);
-    assert!(shot.is_file(), "screenshot written: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        shot.is_file(),
+        "screenshot written: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("screenshot: {}", shot.display());
 }

@@ -21,7 +21,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub sim: Option<PathBuf>,
     /// A real run's results.json (its measured throughput); skipped when missing.
-    #[arg(long, value_name = "PATH", default_value = "reports/real/latest/results.json")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "reports/real/latest/results.json"
+    )]
     pub real: PathBuf,
     /// The baseline dir (holding bench.json); the page compares against it when present.
     #[arg(long, value_name = "DIR", default_value = "reports/baseline")]
@@ -74,7 +78,10 @@ pub fn bench_command(args: &BenchArgs) -> ExitClass {
             return config_error(format!("cannot write the baseline {}: {e}", b.display()));
         }
     }
-    print!("{}", crate::report::bench::bench_markdown(&now, baseline.as_ref()));
+    print!(
+        "{}",
+        crate::report::bench::bench_markdown(&now, baseline.as_ref())
+    );
     println!("bench report: {}", dir.join("index.html").display());
     ExitClass::Expected
 }

@@ -124,6 +124,7 @@ fn stats_tail(result: &ScenarioResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::{Op, OpKind, Value};
 
     /// Every build knows its commit (release builds printed `build=unknown` when the id came
     /// only from `cargo xtask`'s environment).

@@ -278,20 +278,36 @@ pub fn compare(now: &BenchReport, baseline: Option<&BenchReport>) -> Vec<Compari
             .and_then(|b| b.sim.iter().find(|x| x.pipeline == s.pipeline))
             .map(|b| b.sim_s_per_wall_s);
         let what = format!("simulator {}", s.pipeline);
-        out.push(lower_is_worse(what, "sim s / wall s", s.sim_s_per_wall_s, base));
+        out.push(lower_is_worse(
+            what,
+            "sim s / wall s",
+            s.sim_s_per_wall_s,
+            base,
+        ));
     }
     for r in &now.real {
         let base = baseline.and_then(|b| b.real.iter().find(|x| x.scenario == r.scenario));
         let what = format!("real {} records/s", r.scenario);
-        out.push(lower_is_worse(what, "records/s", r.records_per_s, base.map(|b| b.records_per_s)));
+        out.push(lower_is_worse(
+            what,
+            "records/s",
+            r.records_per_s,
+            base.map(|b| b.records_per_s),
+        ));
         let what = format!("real {} rows/s", r.scenario);
-        out.push(lower_is_worse(what, "rows/s", r.rows_per_s, base.map(|b| b.rows_per_s)));
+        out.push(lower_is_worse(
+            what,
+            "rows/s",
+            r.rows_per_s,
+            base.map(|b| b.rows_per_s),
+        ));
     }
     out
 }
 
 fn change_text(c: &Comparison) -> String {
-    c.change().map_or("-".into(), |x| format!("{:+.1} %", x * 100.0))
+    c.change()
+        .map_or("-".into(), |x| format!("{:+.1} %", x * 100.0))
 }
 
 /// `bench.md`: the comparison as a Markdown table.
@@ -303,7 +319,9 @@ pub fn bench_markdown(now: &BenchReport, baseline: Option<&BenchReport>) -> Stri
         }
         None => out.push_str(", no baseline"),
     }
-    out.push_str("\n\n| figure | unit | now | baseline | change | |\n|---|---|---:|---:|---:|---|\n");
+    out.push_str(
+        "\n\n| figure | unit | now | baseline | change | |\n|---|---|---:|---:|---:|---|\n",
+    );
     for c in compare(now, baseline) {
         let base = c.baseline.map_or("-".into(), |b| format!("{b:.3}"));
         let flag = if c.regressed { "**REGRESSION**" } else { "" };
@@ -367,7 +385,11 @@ pub fn bench_html(now: &BenchReport, baseline: Option<&BenchReport>) -> String {
 ///
 /// # Errors
 /// Any I/O error.
-pub fn write_bench(dir: &Path, now: &BenchReport, baseline: Option<&BenchReport>) -> io::Result<()> {
+pub fn write_bench(
+    dir: &Path,
+    now: &BenchReport,
+    baseline: Option<&BenchReport>,
+) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(now).map_err(io::Error::other)?;
     std::fs::write(dir.join("bench.json"), json + "\n")?;
@@ -401,7 +423,11 @@ mod tests {
     fn criterion_estimates_are_read_from_every_new_dir() {
         let dir = std::env::temp_dir().join(format!("eosim-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        fixture(&dir, "simulator/kafka_100k", &estimates(2.0e9, 1.9e9, 2.1e9));
+        fixture(
+            &dir,
+            "simulator/kafka_100k",
+            &estimates(2.0e9, 1.9e9, 2.1e9),
+        );
         fixture(&dir, "jdbc_sink/upsert", &estimates(5.0e8, 4.0e8, 6.0e8));
         let found = criterion_estimates(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

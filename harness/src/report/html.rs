@@ -178,8 +178,16 @@ fn matrix_row(s: &ScenarioResult) -> Markup {
         .filter(|(name, _)| !s.forbidden_anomalies.contains_key(*name))
         .map(|(name, n)| (name.clone(), *n))
         .collect();
-    let mut notes: Vec<String> = s.not_exercised.iter().map(|n| format!("not exercised: {n}")).collect();
-    notes.extend(s.stalled_otherwise.iter().map(|n| format!("stalled otherwise: {n}")));
+    let mut notes: Vec<String> = s
+        .not_exercised
+        .iter()
+        .map(|n| format!("not exercised: {n}"))
+        .collect();
+    notes.extend(
+        s.stalled_otherwise
+            .iter()
+            .map(|n| format!("stalled otherwise: {n}")),
+    );
     notes.extend(s.notes.iter().cloned());
     html! {
         tr.scenario-row data-verdict=(s.verdict.name()) data-pipeline=(s.pipeline) {

@@ -119,7 +119,10 @@ pub fn timeline_svg(t: &Timeline, x_desc: &str) -> Result<String, PlotError> {
             Rectangle::new(
                 [
                     (start, SegmentValue::Exact(lane)),
-                    (end.max(start + end_s / 1000.0), SegmentValue::Exact(lane + 1)),
+                    (
+                        end.max(start + end_s / 1000.0),
+                        SegmentValue::Exact(lane + 1),
+                    ),
                 ],
                 style,
             )
@@ -200,7 +203,10 @@ pub fn line_chart_svg(
         for (n, (label, points)) in lines.iter().enumerate() {
             let colour = LINE_COLOURS[n % LINE_COLOURS.len()];
             chart
-                .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    colour.stroke_width(2),
+                ))
                 .map_err(draw_error)?
                 .label(label.as_str())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], colour));

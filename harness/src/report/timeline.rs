@@ -223,7 +223,12 @@ fn fault_op(
     });
 }
 
-fn close(out: &mut Timeline, open: &mut BTreeMap<(String, String), usize>, key: &(String, String), t: f64) {
+fn close(
+    out: &mut Timeline,
+    open: &mut BTreeMap<(String, String), usize>,
+    key: &(String, String),
+    t: f64,
+) {
     if let Some(i) = open.remove(key) {
         out.bands[i].end_s = t;
         out.bands[i].closed = true;
@@ -276,7 +281,11 @@ fn record_times(history: &History, family: Option<&str>) -> BTreeMap<u64, Record
         }
         if let (Some(f), OpKind::Ok) = (family, op.kind) {
             for id in delivered_ids(op, f) {
-                times.entry(id).or_default().delivered_ns.get_or_insert(op.time_ns);
+                times
+                    .entry(id)
+                    .or_default()
+                    .delivered_ns
+                    .get_or_insert(op.time_ns);
             }
         }
     }
@@ -325,15 +334,21 @@ fn throughput(
         .iter()
         .filter(|op| op.kind == OpKind::Ok && is_client_op(op))
     {
-        counts.entry(value_name(&op.value)).or_insert_with(|| vec![0; buckets])
-            [bucket_of(op.time_ns)] += 1;
+        counts
+            .entry(value_name(&op.value))
+            .or_insert_with(|| vec![0; buckets])[bucket_of(op.time_ns)] += 1;
     }
     let mut by_total: Vec<(&'static str, Vec<u64>)> = counts.into_iter().collect();
     by_total.sort_by_key(|(f, c)| (std::cmp::Reverse(c.iter().sum::<u64>()), *f));
     by_total
         .into_iter()
         .take(THROUGHPUT_LINES_MAX)
-        .map(|(f, c)| (f.to_string(), c.iter().map(|n| *n as f64 / bucket_s).collect()))
+        .map(|(f, c)| {
+            (
+                f.to_string(),
+                c.iter().map(|n| *n as f64 / bucket_s).collect(),
+            )
+        })
         .collect()
 }
 
@@ -455,8 +470,18 @@ mod tests {
     fn kills_close_on_the_restart_of_their_target_and_partitions_on_heal() {
         let mut h = History::default();
         fault(&mut h, S, "kill", "target=[broker-1] mode=process-kill");
-        fault(&mut h, 2 * S, "kill", "target=[broker-2] mode=machine-crash");
-        fault(&mut h, 3 * S, "partition", "source=[a] target=[b] one_way=false");
+        fault(
+            &mut h,
+            2 * S,
+            "kill",
+            "target=[broker-2] mode=machine-crash",
+        );
+        fault(
+            &mut h,
+            3 * S,
+            "partition",
+            "source=[a] target=[b] one_way=false",
+        );
         fault(&mut h, 4 * S, "restart", "target=[broker-2]");
         fault(&mut h, 5 * S, "heal", "");
         fault(&mut h, 6 * S, "task-crash", "target=[sink-0] on worker-1");
@@ -515,7 +540,13 @@ mod tests {
         }
         write(&mut h, 3 * S / 2, &[1, 2]);
         write(&mut h, 7 * S / 2, &[3]);
-        h.push(10 * S, "final", OpKind::Ok, Value::SinkState { rows: vec![] }, None);
+        h.push(
+            10 * S,
+            "final",
+            OpKind::Ok,
+            Value::SinkState { rows: vec![] },
+            None,
+        );
         h
     }
 
@@ -524,7 +555,11 @@ mod tests {
         let h = pipeline();
         let s = series(&h, 10.0);
         assert!((s.bucket_s - 0.1).abs() < 1e-12);
-        assert_eq!(s.throughput.len(), 2, "send and write; the final read is not work");
+        assert_eq!(
+            s.throughput.len(),
+            2,
+            "send and write; the final read is not work"
+        );
         // Four sends acknowledged in the bucket [0.5, 0.6): 4 ops / 0.1 s.
         let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(near(s.throughput["send"][5], 40.0));
@@ -565,7 +600,13 @@ mod tests {
             tp: TopicPartition::new("t", 0),
             offset: 0,
         }];
-        h.push(2 * S, "consumer-0", OpKind::Ok, Value::Poll { records }, None);
+        h.push(
+            2 * S,
+            "consumer-0",
+            OpKind::Ok,
+            Value::Poll { records },
+            None,
+        );
         let s = series(&h, 2.0);
         assert_eq!(s.delivered_by, Some("poll"));
         assert_eq!(*s.lag.last().unwrap(), 0);
