@@ -184,7 +184,7 @@ fn index_html_renders_the_matrix_a_timeline_and_plots_in_headless_chromium() {
         .expect("a timeline");
     let timeline = &timeline[..timeline.find("</svg>").expect("the timeline is an svg")];
     assert!(
-        timeline.contains(">kill<") && timeline.contains(">partition<"),
+        timeline.contains(">\nkill\n</text>") && timeline.contains(">\npartition\n</text>"),
         "fault lanes"
     );
     assert!(
