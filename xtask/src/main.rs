@@ -81,8 +81,15 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         junit: Option<PathBuf>,
     },
-    /// Criterion benches under --cfg madsim.
+    /// Criterion benches under --cfg madsim, a one-seed simulation sample per pipeline, then
+    /// the bench page (reports/bench/<id>/index.html) beside reports/baseline.
     Bench {
+        /// A short run: criterion with 10 samples, 1 s warm-up, 3 s measurement.
+        #[arg(long)]
+        quick: bool,
+        /// Also save this run's figures as the baseline (reports/baseline/bench.json).
+        #[arg(long)]
+        save_baseline: bool,
         /// Extra arguments for criterion (after `--`).
         #[arg(last = true)]
         criterion_args: Vec<String>,
@@ -211,7 +218,11 @@ fn run(task: Task) -> Result<u8> {
             every,
         } => soak(&rebase(&scenario), seeds, every),
         Task::Test { junit } => test(junit.as_deref()),
-        Task::Bench { criterion_args } => bench(&criterion_args),
+        Task::Bench {
+            quick,
+            save_baseline,
+            criterion_args,
+        } => bench(quick, save_baseline, &criterion_args),
         Task::Report { args } if args.is_empty() => report(),
         Task::Report { args } => {
             let mut cmd = Command::new(build_eosim(false)?);
@@ -531,13 +542,55 @@ fn ensure_nextest() -> Result<()> {
     Ok(())
 }
 
-fn bench(criterion_args: &[String]) -> Result<u8> {
+/// One holding scenario per pipeline: the simulator's rate sample of `cargo xtask bench`.
+const BENCH_SAMPLE: [&str; 6] = [
+    "scenarios/alo-commit-after-acks-all.toml",
+    "scenarios/txn-copy-no-faults.toml",
+    "scenarios/p3-eos-swarm.toml",
+    "scenarios/p2-upsert-worker-crash.toml",
+    "scenarios/p1-lost-insert-response-seed-token.toml",
+    "scenarios/p4-broker-failover.toml",
+];
+
+/// criterion's arguments for `cargo xtask bench --quick`.
+const QUICK_CRITERION_ARGS: [&str; 6] = [
+    "--sample-size",
+    "10",
+    "--warm-up-time",
+    "1",
+    "--measurement-time",
+    "3",
+];
+
+fn bench(quick: bool, save_baseline: bool, criterion_args: &[String]) -> Result<u8> {
     let mut cmd = cargo_madsim();
-    cmd.args(["bench", "-p", "eosim-benches"]);
-    if !criterion_args.is_empty() {
-        cmd.arg("--").args(criterion_args);
+    cmd.args(["bench", "-p", "eosim-benches", "--"]);
+    if quick {
+        cmd.args(QUICK_CRITERION_ARGS);
     }
-    status(&mut cmd)
+    let code = status(cmd.args(criterion_args))?;
+    if code != 0 {
+        return Ok(code);
+    }
+    // The simulator's rate: one seed of each sample scenario, one job, no shrinking. Its
+    // verdicts do not matter here (a two-seed `not exercised` is still a rate).
+    let binary = build_eosim(false)?;
+    let sample_dir = Path::new("reports/bench/sim");
+    let mut sim = Command::new(&binary);
+    sim.args(["sim", "--seeds", "1", "--jobs", "1", "--no-progress"])
+        .args(["--shrink-runs-max", "0", "--out"])
+        .arg(sample_dir);
+    for scenario in BENCH_SAMPLE {
+        sim.arg("--scenario").arg(scenario);
+    }
+    status(&mut sim)?;
+    let mut page = Command::new(&binary);
+    page.args(["report", "bench", "--sim"])
+        .arg(sample_dir.join("latest").join("results.json"));
+    if save_baseline {
+        page.args(["--save-baseline", "reports/baseline"]);
+    }
+    status(&mut page)
 }
 
 fn report() -> Result<u8> {
@@ -596,4 +649,21 @@ fn signal_code(status: &std::process::ExitStatus) -> u8 {
 #[cfg(not(unix))]
 fn signal_code(_status: &std::process::ExitStatus) -> u8 {
     1
+}
+
+#[cfg(test)]
+mod bench_tests {
+    #[test]
+    fn every_bench_sample_scenario_exists_and_pipelines_differ() {
+        let root = super::workspace_root();
+        let mut pipelines = std::collections::BTreeSet::new();
+        for path in super::BENCH_SAMPLE {
+            let text = std::fs::read_to_string(root.join(path)).expect(path);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("pipeline"))
+                .unwrap_or_else(|| panic!("{path} names its pipeline"));
+            assert!(pipelines.insert(line.to_string()), "{path}: {line} twice");
+        }
+    }
 }

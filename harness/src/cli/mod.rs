@@ -13,6 +13,7 @@
 //!   this shard's ([`partition`]), corpus seeds first ([`corpus`]).
 //! - `run` (under `--cfg madsim`): the subcommands.
 //! - [`merge`]: `eosim report merge`, shard reports into one; [`junit`]: `--junit`.
+//! - [`bench`]: `eosim report bench`, the benchmark page.
 //! - [`output`]: one-line renderings of ops, headers and durations.
 //! - [`judge`]: checker options, expected verdict and exit class, shared by both worlds.
 //! - [`rundir`]: a run's report directory and `latest`.
@@ -22,6 +23,7 @@
 pub mod aggregate;
 #[cfg(madsim)]
 pub mod batch;
+pub mod bench;
 pub mod corpus;
 pub mod judge;
 pub mod junit;
@@ -98,6 +100,9 @@ pub enum ReportCommand {
     /// Merge the reports of the shards of one run (`eosim sim --partition K/N`) into the
     /// report one run over all their seeds gives; exits as that run would.
     Merge(MergeArgs),
+    /// Write the benchmark page: criterion results, the simulator's rates and the real
+    /// tier's throughput beside a baseline's (`cargo xtask bench` runs it).
+    Bench(bench::BenchArgs),
 }
 
 /// `eosim report merge` arguments.
@@ -348,6 +353,7 @@ fn dispatch(cli: Cli) -> ExitClass {
         Command::Run(args) => real::run(&args),
         Command::Worker(args) => real::worker(&args),
         Command::Report(ReportCommand::Merge(args)) => merge::merge_command(&args),
+        Command::Report(ReportCommand::Bench(args)) => bench::bench_command(&args),
         _ => {
             eprintln!(
                 "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\

@@ -1,152 +1,8 @@
 //! One-line renderings for the terminal: history ops, durations, run headers (STYLE §15).
 
 use super::ExitClass;
-use crate::history::{Op, OpKind, Value};
+pub use crate::history::text::{format_op, kind_name};
 use crate::report::{ScenarioResult, Verdict};
-use eosim_sim::kafka::{Offset, TopicPartition};
-
-/// Ids listed per poll or write line before eliding the rest.
-const IDS_SHOWN_MAX: usize = 8;
-
-/// One op as a line: `t=12.345s nemesis kill broker-2`,
-/// `t=0.120s producer-0 ok send id=3 key=k3 tp=events-1 offset=5`.
-pub fn format_op(op: &Op) -> String {
-    let t = format!(
-        "t={}.{:03}s",
-        op.time_ns / 1_000_000_000,
-        op.time_ns / 1_000_000 % 1_000
-    );
-    let body = match &op.value {
-        // Faults read as the nemesis's verbs, without the phase.
-        Value::Fault { name, detail } => format!("{name} {detail}").trim_end().to_string(),
-        // Effects read as what happened: `effect messages.duplicate: Produce ... twice`.
-        Value::Effect { kind, detail } => format!("effect {kind}: {detail}"),
-        value => format!("{} {}", kind_name(op.kind), format_value(value)),
-    };
-    let mut line = format!("{t} {} {body}", op.process);
-    if let Some(error) = &op.error {
-        line.push_str(&format!(" error={error:?}"));
-    }
-    line
-}
-
-/// The phase as the history spells it: `invoke`, `ok`, `fail`, `info`.
-pub fn kind_name(kind: OpKind) -> &'static str {
-    match kind {
-        OpKind::Invoke => "invoke",
-        OpKind::Ok => "ok",
-        OpKind::Fail => "fail",
-        OpKind::Info => "info",
-    }
-}
-
-fn format_value(value: &Value) -> String {
-    match value {
-        Value::Send {
-            id,
-            key,
-            tp,
-            offset,
-        } => {
-            let mut s = format!("send id={id}");
-            if let Some(key) = key {
-                s.push_str(&format!(" key={key}"));
-            }
-            if let Some(tp) = tp {
-                s.push_str(&format!(" tp={tp}"));
-            }
-            if let Some(offset) = offset {
-                s.push_str(&format!(" offset={offset}"));
-            }
-            s
-        }
-        Value::Poll { records } => format!("poll {}", ids(records.iter().map(|r| r.id))),
-        Value::Write { rows } => format!("write {}", ids(rows.iter().map(|r| r.id))),
-        Value::SinkState { rows } => format!("sink-state {}", ids(rows.iter().map(|r| r.id))),
-        Value::Commit { offsets } => format!("commit {}", offsets_text(offsets)),
-        Value::CommittedOffsets { offsets } => {
-            format!("committed-offsets {}", offsets_text(offsets))
-        }
-        Value::LogState { tp, records } => {
-            format!("log-state tp={tp} {}", ids(records.iter().map(|r| r.id)))
-        }
-        Value::Txn {
-            id,
-            transactional_id,
-            sends,
-            offsets,
-        } => format!(
-            "txn id={id} transactional_id={transactional_id} sends {} offsets {}",
-            ids(sends.iter().map(|r| r.id)),
-            offsets_text(offsets)
-        ),
-        Value::PartitionState {
-            tp,
-            high_watermark,
-            last_stable_offset,
-        } => format!(
-            "partition-state tp={tp} high_watermark={high_watermark} \
-             last_stable_offset={last_stable_offset}"
-        ),
-        Value::StreamsInput { tp, records } => {
-            format!(
-                "streams-input tp={tp} {}",
-                ids(records.iter().map(|r| r.id))
-            )
-        }
-        Value::StreamsOutput { tp, records } => format!(
-            "streams-output tp={tp} updates={} last={}",
-            records.len(),
-            records.last().map_or(String::new(), |u| format!(
-                "{}@{}->{}",
-                u.key, u.window_start_ms, u.count
-            ))
-        ),
-        Value::StreamsRecover { reason, tasks } => {
-            format!("streams-recover tasks={tasks:?} reason={reason}")
-        }
-        Value::StreamsWindow { window_size_ms } => {
-            format!("streams-window window_size_ms={window_size_ms}")
-        }
-        Value::StreamsCommit {
-            guarantee,
-            records,
-            offsets,
-        } => format!(
-            "streams-commit {guarantee} records={records} offsets {}",
-            offsets_text(offsets)
-        ),
-        Value::StreamsRestore {
-            tp,
-            store,
-            from_offset,
-            restored,
-        } => format!(
-            "streams-restore tp={tp} store={store} from_offset={from_offset} restored={restored}"
-        ),
-        Value::CommittedLogState { tp, records } => {
-            format!(
-                "committed-log-state tp={tp} {}",
-                ids(records.iter().map(|r| r.id))
-            )
-        }
-        Value::Fault { name, detail } => format!("{name} {detail}"),
-        Value::Drain => "drain".to_string(),
-        other => other.connect_text().unwrap_or_default(),
-    }
-}
-
-fn ids(ids: impl ExactSizeIterator<Item = u64>) -> String {
-    let n = ids.len();
-    let shown: Vec<String> = ids.take(IDS_SHOWN_MAX).map(|id| id.to_string()).collect();
-    let more = if n > IDS_SHOWN_MAX { ",…" } else { "" };
-    format!("n={n} ids=[{}{more}]", shown.join(","))
-}
-
-fn offsets_text(offsets: &[(TopicPartition, Offset)]) -> String {
-    let parts: Vec<String> = offsets.iter().map(|(tp, o)| format!("{tp}={o}")).collect();
-    parts.join(" ")
-}
 
 /// Simulated time as `3h12m`, `4m05s` or `12.3s`.
 pub fn format_sim_time(seconds: f64) -> String {
@@ -268,6 +124,7 @@ fn stats_tail(result: &ScenarioResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::{Op, OpKind, Value};
 
     /// Every build knows its commit (release builds printed `build=unknown` when the id came
     /// only from `cargo xtask`'s environment).

@@ -25,6 +25,7 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Determinism(args) => determinism(&args),
         Command::Soak(args) => soak(&args),
         Command::Report(ReportCommand::Merge(args)) => super::merge::merge_command(&args),
+        Command::Report(ReportCommand::Bench(args)) => super::bench::bench_command(&args),
         Command::Run(_) | Command::Worker(_) => config_error(
             "this binary was built with --cfg madsim, which cannot talk to real services; \
              build it without (`cargo run -p eosim -- run --backend native`)",

@@ -6,6 +6,8 @@
 //! is the run's `history-hash`, which a replay of the same (scenario, seed, build) must
 //! reproduce.
 
+pub mod text;
+
 use eosim_sim::kafka::{Offset, TopicPartition};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

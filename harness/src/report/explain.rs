@@ -19,7 +19,7 @@
 //! end of the run.
 
 use crate::checker::{Case, CheckResult};
-use crate::cli::output::{format_op, kind_name};
+use crate::history::text::{format_op, kind_name};
 use crate::history::{is_recovery, History, Op, OpKind, RecordRef, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,14 +1,19 @@
-//! Run reports: `results.json` (every number, machine-readable) and `summary.md` (the claims
-//! matrix a reader looks at first, then each violated or stalled scenario's counterexample).
+//! Run reports: `results.json` (every number, machine-readable), `summary.md` (the claims
+//! matrix a reader looks at first, then each violated or stalled scenario's counterexample)
+//! and `index.html` (the same with filters, and per counterexample a fault timeline and
+//! throughput, lag and latency plots from its history, [`html`]).
 //!
 //! # Sections
 //! - [`RunReport`], [`ScenarioResult`], [`Verdict`], [`Counterexample`]: the report's shape,
 //!   which is also `results.json`'s.
-//! - [`write_report`]: writes both files.
+//! - [`write_report`]: writes the three files.
+//! - [`html`], [`plot`], [`timeline`]: `index.html`, its plotters charts, and the data they
+//!   draw (fault windows, effects, throughput, lag, latency) computed from a history.
 //! - [`write_seed_report`]: one seed's directory (`history.jsonl`, `results.json`,
 //!   `anomalies/<anomaly>.jsonl`, `report.md`).
 //! - [`fault_lines`], [`first_forbidden_op`], [`Counterexample::from_check`]: build a
 //!   counterexample from a failing seed's history and check result.
+//! - [`bench`]: the benchmark page (`eosim report bench`).
 //! - [`explain`]: a case's witness ops and the faults and effects between them.
 //!
 //! # Example
@@ -29,12 +34,16 @@
 //! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+pub mod bench;
 pub mod explain;
+pub mod html;
 mod ledger;
 mod markdown;
+pub mod plot;
 mod seed;
 #[cfg(test)]
 mod tests;
+pub mod timeline;
 
 pub use ledger::{Ledger, SeedClass, SeedRecord};
 pub use markdown::summary_markdown;
@@ -371,16 +380,18 @@ pub struct RunReport {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-/// Writes `dir/results.json` (pretty JSON of `report`) and `dir/summary.md`
-/// ([`summary_markdown`]), creating `dir` if needed.
+/// Writes `dir/results.json` (pretty JSON of `report`), `dir/summary.md`
+/// ([`summary_markdown`]) and `dir/index.html` ([`html::index_html`], which reads the
+/// counterexamples' histories), creating `dir` if needed.
 ///
 /// # Errors
-/// Any I/O error creating the directory or writing either file.
+/// Any I/O error creating the directory or writing a file.
 pub fn write_report(dir: &Path, report: &RunReport) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(report).map_err(io::Error::other)?;
     std::fs::write(dir.join("results.json"), json + "\n")?;
-    std::fs::write(dir.join("summary.md"), summary_markdown(report))
+    std::fs::write(dir.join("summary.md"), summary_markdown(report))?;
+    html::write_index(dir, report)
 }
 
 /// The op index by which the first forbidden anomaly's evidence was complete: the minimum,
