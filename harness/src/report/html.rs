@@ -12,7 +12,7 @@
 use super::explain::Explanation;
 use super::plot::{series_svgs, timeline_svg};
 use super::timeline::{effect_counts, series, timeline};
-use super::{Counterexample, RunReport, ScenarioResult, Verdict};
+use super::{counts_text, Counterexample, RunReport, ScenarioResult, Verdict};
 use crate::history::text::{format_op, kind_name, value_name};
 use crate::history::History;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
@@ -111,15 +111,6 @@ fn verdict_counts(scenarios: &[ScenarioResult]) -> String {
     format!("{} scenarios: {}", scenarios.len(), parts.join(", "))
 }
 
-/// `name ×n, …`, or `none`.
-fn counts_text(counts: &BTreeMap<String, u64>) -> String {
-    if counts.is_empty() {
-        return "none".to_string();
-    }
-    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
-    parts.join(", ")
-}
-
 /// The anchor of a scenario's counterexample section.
 fn anchor(scenario: &str) -> String {
     let safe: String = scenario
@@ -172,12 +163,7 @@ fn claims_section(scenarios: &[ScenarioResult]) -> Markup {
 
 fn matrix_row(s: &ScenarioResult) -> Markup {
     let (scheduled, acted) = effects_total(s);
-    let others: BTreeMap<String, u64> = s
-        .anomalies
-        .iter()
-        .filter(|(name, _)| !s.forbidden_anomalies.contains_key(*name))
-        .map(|(name, n)| (name.clone(), *n))
-        .collect();
+    let others = s.other_anomalies();
     let mut notes: Vec<String> = s
         .not_exercised
         .iter()

@@ -1,8 +1,7 @@
 //! `summary.md`: the claims matrix, then a section per violated or stalled scenario, then the
 //! coverage marks hit.
 
-use super::{RunReport, ScenarioResult, Verdict};
-use std::collections::BTreeMap;
+use super::{counts_text, RunReport, ScenarioResult, Verdict};
 use std::fmt::Write;
 
 /// The text of `summary.md` for `report`.
@@ -86,17 +85,6 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
-fn counts_text(counts: &BTreeMap<String, u64>) -> String {
-    if counts.is_empty() {
-        return "none".to_string();
-    }
-    let parts: Vec<String> = counts
-        .iter()
-        .map(|(name, n)| format!("{name} ×{n}"))
-        .collect();
-    parts.join(", ")
-}
-
 fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
     out.push_str("## Claims\n\n");
     out.push_str(
@@ -108,14 +96,7 @@ fn claims_matrix(out: &mut String, scenarios: &[ScenarioResult]) {
         let counterexample = s.counterexample.as_ref().map_or("-".to_string(), |c| {
             format!("seed {}: `{}`", c.seed, cell(&c.replay))
         });
-        // Allowed and informational anomalies (duplicates under at-least-once, rejected
-        // sends, dropped fields): counted so that nothing the checkers saw is hidden.
-        let others: BTreeMap<String, u64> = s
-            .anomalies
-            .iter()
-            .filter(|(name, _)| !s.forbidden_anomalies.contains_key(*name))
-            .map(|(name, n)| (name.clone(), *n))
-            .collect();
+        let others = s.other_anomalies();
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",

@@ -324,6 +324,17 @@ pub struct BulkLoad {
 }
 
 impl ScenarioResult {
+    /// The anomalies seen that the claim does not forbid (duplicates under at-least-once,
+    /// rejected sends, dropped fields), name → cases: reported beside the forbidden ones so
+    /// that nothing the checkers saw is hidden.
+    pub fn other_anomalies(&self) -> BTreeMap<String, u64> {
+        self.anomalies
+            .iter()
+            .filter(|(name, _)| !self.forbidden_anomalies.contains_key(*name))
+            .map(|(name, n)| (name.clone(), *n))
+            .collect()
+    }
+
     /// An empty result (verdict `skipped`, no seeds) to fill in.
     pub fn new(scenario: &str, pipeline: &str, claim: &str) -> Self {
         Self {
@@ -439,4 +450,17 @@ pub fn fault_lines(history: &History, until: Option<usize>) -> Vec<String> {
         lines.push(line.trim_end().to_string());
     }
     lines
+}
+
+/// Anomaly (or mark, or effect) counts as `name ×n, …`, or `none` when empty: the text of
+/// the report's count cells, in Markdown and HTML alike.
+pub fn counts_text(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".to_string();
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| format!("{name} ×{n}"))
+        .collect();
+    parts.join(", ")
 }
