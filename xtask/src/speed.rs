@@ -9,7 +9,10 @@
 //! - seeds/s: `seeds / wall_time_s`;
 //! - sim-s per wall-s: `sim_time_s / wall_time_s`;
 //! - records/s: the file's `[workload] records` (default 300) times the seeds, over
-//!   `wall_time_s`.
+//!   `wall_time_s`;
+//! - CPU per seed: the `eosim` process's user + system time (`getrusage(RUSAGE_CHILDREN)`
+//!   before and after) over its seeds plus the one the determinism recheck runs again,
+//!   ms: the figure to trust on a loaded machine, where wall time also counts waiting.
 //!
 //! Each scenario runs in its own `eosim sim` process, so one's memory does not slow the
 //! next; reports go to `target/speed/`.
@@ -54,6 +57,8 @@ struct Run {
     seeds: u64,
     sim_time_s: f64,
     wall_time_s: f64,
+    /// The process's CPU time (user + system), s.
+    cpu_time_s: f64,
 }
 
 /// Builds eosim (release), runs every scenario `runs` times and prints the table.
@@ -79,8 +84,12 @@ pub fn speed(args: &SpeedArgs) -> Result<u8> {
         let median = runs[runs.len() / 2];
         rows.push(row(&pipeline, &name, records, median));
     }
-    println!("| pipeline (scenario, {} seeds) | wall per seed | seeds/s | sim-s per wall-s | records/s |", args.seeds);
-    println!("|---|---|---|---|---|");
+    println!(
+        "| pipeline (scenario, {} seeds) | wall per seed | seeds/s | sim-s per wall-s | \
+         records/s | CPU per seed |",
+        args.seeds
+    );
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
     }
@@ -124,12 +133,35 @@ fn run_once(binary: &Path, scenario: &Path, seeds: u64, out: &Path) -> Result<Ru
         .arg("--out")
         .arg(out)
         .stdout(std::process::Stdio::null());
+    let cpu_before = children_cpu_s();
     let code = crate::status(&mut cmd)?;
+    let cpu_time_s = children_cpu_s() - cpu_before;
     // Exit 1 is a violated scenario: the table measures speed, not the verdict.
     if code > 1 {
         bail!("eosim sim on {} exited {code}", scenario.display());
     }
-    read_run(&out.join("latest").join("results.json"))
+    let mut run = read_run(&out.join("latest").join("results.json"))?;
+    run.cpu_time_s = cpu_time_s;
+    Ok(run)
+}
+
+/// User + system CPU time of every waited-for child so far, s.
+#[cfg(unix)]
+fn children_cpu_s() -> f64 {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(usage.ru_utime) + s(usage.ru_stime)
+}
+
+/// Not measured off Unix.
+#[cfg(not(unix))]
+fn children_cpu_s() -> f64 {
+    0.0
 }
 
 /// Totals of the one scenario in a `results.json`.
@@ -151,6 +183,7 @@ fn read_run(path: &Path) -> Result<Run> {
         seeds: number("seeds")? as u64,
         sim_time_s: number("sim_time_s")?,
         wall_time_s: number("wall_time_s")?,
+        cpu_time_s: 0.0,
     })
 }
 
@@ -159,11 +192,12 @@ fn row(pipeline: &str, name: &str, records: u64, run: Run) -> String {
     let wall = run.wall_time_s.max(1e-9);
     let seeds = run.seeds as f64;
     format!(
-        "| {pipeline} (`{name}`) | {:.1} ms | {:.1} | {} | {} |",
+        "| {pipeline} (`{name}`) | {:.1} ms | {:.1} | {} | {} | {:.1} ms |",
         wall * 1_000.0 / seeds,
         seeds / wall,
         thousands(run.sim_time_s / wall),
         thousands(records as f64 * seeds / wall),
+        run.cpu_time_s * 1_000.0 / (seeds + 1.0),
     )
 }
 
@@ -197,10 +231,11 @@ mod tests {
             seeds: 20,
             sim_time_s: 600.0,
             wall_time_s: 2.0,
+            cpu_time_s: 4.2,
         };
         assert_eq!(
             row("kafka-consume", "s", 300, run),
-            "| kafka-consume (`s`) | 100.0 ms | 10.0 | 300 | 3,000 |"
+            "| kafka-consume (`s`) | 100.0 ms | 10.0 | 300 | 3,000 | 200.0 ms |"
         );
     }
 }
