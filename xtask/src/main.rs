@@ -15,6 +15,9 @@
 //! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
 //! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
 //!   DIR...` runs `eosim report merge` (shard reports into one).
+//! - `cargo xtask speed [--seeds N] [--runs R] [--scenario PATH]...`: the speed table of
+//!   the README (issue 15): per pipeline, wall time per seed, seeds/s, simulated s per
+//!   wall s and records/s, from `eosim sim --jobs 1` in release (`speed.rs`).
 //! - `cargo xtask chaos [sim's options]`: the catalogue over many seeds (200 unless
 //!   `--seeds`) in release mode; with `--partition K/N`, one shard of a nightly run.
 //!
@@ -29,6 +32,8 @@ use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+mod speed;
 
 /// The target dir of simulation builds, so switching cfgs does not rebuild everything.
 const MADSIM_TARGET_DIR: &str = "target/madsim";
@@ -103,6 +108,9 @@ enum Task {
     },
     /// The whole catalogue over many seeds (default 200 per scenario), in release mode.
     Chaos(SimArgs),
+    /// The README's speed table: each pipeline's scenario for `--seeds` seeds on one job
+    /// (release), `--runs` times; the median run per scenario.
+    Speed(speed::SpeedArgs),
     /// Check .github/workflows with actionlint (installed with `go install` when missing
     /// and Go is there).
     Actionlint,
@@ -229,6 +237,7 @@ fn run(task: Task) -> Result<u8> {
             cmd.arg("report").args(args);
             status(&mut cmd)
         }
+        Task::Speed(args) => speed::speed(&args),
         Task::Actionlint => actionlint(),
         Task::Real => real(),
         Task::Chaos(mut args) => {
@@ -395,7 +404,7 @@ fn eosim_seed(subcommand: &str, args: &SeedArgs) -> Result<u8> {
 }
 
 /// Builds the `eosim` binary under `--cfg madsim` and returns its path.
-fn build_eosim(release: bool) -> Result<PathBuf> {
+pub(crate) fn build_eosim(release: bool) -> Result<PathBuf> {
     let mut cmd = cargo_madsim();
     cmd.args(["build", "--package", "eosim", "--bin", "eosim"]);
     if release {
@@ -628,7 +637,7 @@ fn cargo_madsim() -> Command {
 }
 
 /// Runs a child to completion; its exit code, or 128 + signal on Unix like a shell.
-fn status(cmd: &mut Command) -> Result<u8> {
+pub(crate) fn status(cmd: &mut Command) -> Result<u8> {
     let status = cmd
         .status()
         .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
