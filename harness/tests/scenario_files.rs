@@ -12,8 +12,12 @@ const SEEDS_MAX: u64 = 30;
 /// The two keys every scenario needs.
 const HEAD: &str = "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n";
 
+/// The catalogue as `cargo xtask sim` runs it: `scenarios/*.toml`, then the field-case
+/// library `scenarios/field/*.toml`.
 fn catalogue() -> Vec<PathBuf> {
-    toml_files("../scenarios")
+    let mut paths = toml_files("../scenarios");
+    paths.extend(toml_files("../scenarios/field"));
+    paths
 }
 
 /// The `.toml` files of `dir` (relative to the harness crate), sorted.

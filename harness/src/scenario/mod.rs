@@ -30,6 +30,7 @@
 //! for it, so a dead section cannot pass for configuration.
 
 pub mod clickhouse;
+pub mod consumer;
 pub mod routine_load;
 
 use crate::checker::Claim;
@@ -513,6 +514,24 @@ pub struct WorkloadSpec {
     /// this window is what separates at-least-once from at-most-once.
     #[serde(default = "default_sink_write")]
     pub sink_write_ms: u64,
+    /// The input producers' `transactional.id` (pipeline `kafka-consume`,
+    /// [`TRANSACTIONAL_UPSTREAM`]): each producer process `producer-i` writes its
+    /// records in Kafka transactions as `<transactional.id>-i` (KIP-98), idempotent, with
+    /// `[workload] acks` = all required. Default unset: plain sends.
+    #[serde(
+        default,
+        rename = "transactional.id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transactional_id: Option<String>,
+    /// Records per upstream transaction (with `transactional.id`). Default 10.
+    #[serde(default = "default_records_per_transaction")]
+    pub records_per_transaction: u64,
+    /// Every `abort_every`-th upstream transaction of a producer (the 1st-based count: 3
+    /// aborts the 3rd, 6th, ...) is aborted after all its records were sent, as an
+    /// application that hits an error mid-transaction does; 0 aborts none. Default 0.
+    #[serde(default)]
+    pub abort_every: u64,
 }
 
 impl Default for WorkloadSpec {
@@ -553,6 +572,9 @@ fn default_sink_write() -> u64 {
 }
 fn default_max_poll_records() -> usize {
     50
+}
+fn default_records_per_transaction() -> u64 {
+    10
 }
 
 mod acks_serde {
@@ -763,6 +785,9 @@ pub struct Scenario {
     /// `[routine_load]` of a `routine-load` scenario.
     #[serde(default)]
     pub routine_load: routine_load::RoutineLoadSpec,
+    /// `[consumer]` of a `kafka-consume` scenario: the sink group's consumers.
+    #[serde(default)]
+    pub consumer: consumer::ConsumerSpec,
 }
 
 /// `[connect]`: the worker group.
@@ -1085,7 +1110,75 @@ impl Scenario {
             w.max_poll_records >= 1,
             "workload.max_poll_records",
             "expected at least 1, found 0".into(),
+        )?;
+        self.consumer.check()?;
+        self.check_upstream_transactions()?;
+        self.check_sink_consumer()
+    }
+
+    /// `[workload] transactional.id` and its companions.
+    fn check_upstream_transactions(&self) -> Result<(), (String, String)> {
+        let w = &self.workload;
+        let Some(id) = &w.transactional_id else {
+            return ensure(
+                w.abort_every == 0,
+                "workload.abort_every",
+                "only with workload.\"transactional.id\"".into(),
+            );
+        };
+        let readers: Vec<&str> = TRANSACTIONAL_UPSTREAM.iter().map(|p| p.name()).collect();
+        ensure(
+            TRANSACTIONAL_UPSTREAM.contains(&self.pipeline),
+            "workload.transactional.id",
+            format!(
+                "pipeline `{}` has no transactional input producer; expected one of {}",
+                self.pipeline.name(),
+                readers.join(", ")
+            ),
+        )?;
+        ensure(
+            !id.is_empty(),
+            "workload.transactional.id",
+            "expected a non-empty id".into(),
+        )?;
+        ensure(
+            w.acks == Acks::All,
+            "workload.acks",
+            "a transactional producer is idempotent: expected acks = \"all\"".into(),
+        )?;
+        ensure(
+            w.records_per_transaction >= 1,
+            "workload.records_per_transaction",
+            "expected at least 1, found 0".into(),
         )
+    }
+
+    /// The consumer overrides of `[sink]` take the values Kafka's consumer takes.
+    fn check_sink_consumer(&self) -> Result<(), (String, String)> {
+        let Some(sink) = &self.sink else {
+            return Ok(());
+        };
+        let checks = [
+            (
+                "sink.consumer.override.isolation.level",
+                &sink.isolation_level,
+                &["read_uncommitted", "read_committed"][..],
+            ),
+            (
+                "sink.consumer.override.auto.offset.reset",
+                &sink.auto_offset_reset,
+                &["earliest", "latest", "none"][..],
+            ),
+        ];
+        for (key, value, allowed) in checks {
+            let Some(value) = value else { continue };
+            ensure(
+                allowed.contains(&value.as_str()),
+                key,
+                format!("expected one of {allowed:?}, found {value:?}"),
+            )?;
+        }
+        Ok(())
     }
 
     fn check_faults(&self) -> Result<(), (String, String)> {
@@ -1315,7 +1408,7 @@ impl Scenario {
 /// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
 /// only in the real runner's sink tasks; in the simulation its workers run with Connect's
 /// defaults and a connector built from `[sink]` alone.
-pub const SECTION_READERS: [(&str, &[Pipeline]); 8] = [
+pub const SECTION_READERS: [(&str, &[Pipeline]); 9] = [
     ("copy", &[Pipeline::TransactionalCopy]),
     ("streams", &[Pipeline::StreamsCount]),
     (
@@ -1330,7 +1423,12 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 8] = [
     ("cdc", &[Pipeline::ConnectJdbc]),
     ("sink", &[Pipeline::ClickhouseSink]),
     ("routine_load", &[Pipeline::RoutineLoad]),
+    ("consumer", &[Pipeline::KafkaConsume]),
 ];
+
+/// The pipelines whose input producers may be transactional (`[workload]
+/// transactional.id`).
+pub const TRANSACTIONAL_UPSTREAM: [Pipeline; 1] = [Pipeline::KafkaConsume];
 
 /// Node groups a fault may name instead of single nodes.
 const NODE_GROUPS: [&str; 5] = ["brokers", "producers", "consumers", "clients", "all"];
