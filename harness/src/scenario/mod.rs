@@ -514,24 +514,6 @@ pub struct WorkloadSpec {
     /// this window is what separates at-least-once from at-most-once.
     #[serde(default = "default_sink_write")]
     pub sink_write_ms: u64,
-    /// The input producers' `transactional.id` (pipeline `kafka-consume`,
-    /// [`TRANSACTIONAL_UPSTREAM`]): each producer process `producer-i` writes its
-    /// records in Kafka transactions as `<transactional.id>-i` (KIP-98), idempotent, with
-    /// `[workload] acks` = all required. Default unset: plain sends.
-    #[serde(
-        default,
-        rename = "transactional.id",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub transactional_id: Option<String>,
-    /// Records per upstream transaction (with `transactional.id`). Default 10.
-    #[serde(default = "default_records_per_transaction")]
-    pub records_per_transaction: u64,
-    /// Every `abort_every`-th upstream transaction of a producer (the 1st-based count: 3
-    /// aborts the 3rd, 6th, ...) is aborted after all its records were sent, as an
-    /// application that hits an error mid-transaction does; 0 aborts none. Default 0.
-    #[serde(default)]
-    pub abort_every: u64,
 }
 
 impl Default for WorkloadSpec {
@@ -572,9 +554,6 @@ fn default_sink_write() -> u64 {
 }
 fn default_max_poll_records() -> usize {
     50
-}
-fn default_records_per_transaction() -> u64 {
-    10
 }
 
 mod acks_serde {
@@ -1112,45 +1091,7 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         self.consumer.check()?;
-        self.check_upstream_transactions()?;
         self.check_sink_consumer()
-    }
-
-    /// `[workload] transactional.id` and its companions.
-    fn check_upstream_transactions(&self) -> Result<(), (String, String)> {
-        let w = &self.workload;
-        let Some(id) = &w.transactional_id else {
-            return ensure(
-                w.abort_every == 0,
-                "workload.abort_every",
-                "only with workload.\"transactional.id\"".into(),
-            );
-        };
-        let readers: Vec<&str> = TRANSACTIONAL_UPSTREAM.iter().map(|p| p.name()).collect();
-        ensure(
-            TRANSACTIONAL_UPSTREAM.contains(&self.pipeline),
-            "workload.transactional.id",
-            format!(
-                "pipeline `{}` has no transactional input producer; expected one of {}",
-                self.pipeline.name(),
-                readers.join(", ")
-            ),
-        )?;
-        ensure(
-            !id.is_empty(),
-            "workload.transactional.id",
-            "expected a non-empty id".into(),
-        )?;
-        ensure(
-            w.acks == Acks::All,
-            "workload.acks",
-            "a transactional producer is idempotent: expected acks = \"all\"".into(),
-        )?;
-        ensure(
-            w.records_per_transaction >= 1,
-            "workload.records_per_transaction",
-            "expected at least 1, found 0".into(),
-        )
     }
 
     /// The consumer overrides of `[sink]` take the values Kafka's consumer takes.
@@ -1425,10 +1366,6 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 9] = [
     ("routine_load", &[Pipeline::RoutineLoad]),
     ("consumer", &[Pipeline::KafkaConsume]),
 ];
-
-/// The pipelines whose input producers may be transactional (`[workload]
-/// transactional.id`).
-pub const TRANSACTIONAL_UPSTREAM: [Pipeline; 1] = [Pipeline::KafkaConsume];
 
 /// Node groups a fault may name instead of single nodes.
 const NODE_GROUPS: [&str; 5] = ["brokers", "producers", "consumers", "clients", "all"];
