@@ -12,8 +12,12 @@ const SEEDS_MAX: u64 = 30;
 /// The two keys every scenario needs.
 const HEAD: &str = "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n";
 
+/// The catalogue as `cargo xtask sim` runs it: `scenarios/*.toml`, then the field-case
+/// library `scenarios/field/*.toml`.
 fn catalogue() -> Vec<PathBuf> {
-    toml_files("../scenarios")
+    let mut paths = toml_files("../scenarios");
+    paths.extend(toml_files("../scenarios/field"));
+    paths
 }
 
 /// The `.toml` files of `dir` (relative to the harness crate), sorted.
@@ -469,6 +473,81 @@ fn a_stall_reason_without_an_expected_stall_is_rejected() {
         &[
             "`check.stall_reason`",
             "only with check.expect = \"stalled\"",
+        ],
+    );
+}
+
+#[test]
+fn consumer_keys_take_kafka_names_and_defaults() {
+    let scenario = Scenario::parse(Path::new("ok.toml"), HEAD).expect("parses");
+    let c = &scenario.consumer;
+    assert_eq!(
+        (
+            c.enable_auto_commit,
+            c.auto_commit_interval_ms,
+            c.max_poll_interval_ms
+        ),
+        (false, 5_000, 300_000)
+    );
+    let text = format!(
+        "{HEAD}[consumer]\n\"isolation.level\" = \"read_committed\"\n\
+         \"auto.offset.reset\" = \"none\"\n\"enable.auto.commit\" = true\n"
+    );
+    let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
+    let json = serde_json::to_value(&scenario.consumer).expect("serializes");
+    assert_eq!(json["isolation.level"], "read_committed");
+    assert_eq!(json["auto.offset.reset"], "none");
+    assert_eq!(json["enable.auto.commit"], true);
+}
+
+#[test]
+fn a_bad_consumer_value_names_the_key() {
+    let message = error_of("[consumer]\n\"auto.offset.reset\" = \"smallest\"\n");
+    assert_mentions(
+        &message,
+        &["scenarios/bad.toml", "auto.offset.reset", "smallest"],
+    );
+    let message = error_of("[consumer]\n\"isolation.level\" = \"serializable\"\n");
+    assert_mentions(&message, &["isolation.level", "read_committed"]);
+    let message = error_of("[consumer]\n\"auto.commit.interval.ms\" = 0\n");
+    assert_mentions(
+        &message,
+        &["consumer.auto.commit.interval.ms", "at least 1"],
+    );
+}
+
+#[test]
+fn the_consumer_section_is_refused_where_no_pipeline_reads_it() {
+    let text = "pipeline = \"streams-count\"\nclaim = \"exactly-once\"\n\
+                [consumer]\n\"isolation.level\" = \"read_committed\"\n";
+    let e = Scenario::parse(Path::new("scenarios/bad.toml"), text).expect_err("refused");
+    assert_mentions(&e.to_string(), &["[consumer]", "kafka-consume"]);
+}
+
+#[test]
+fn sink_consumer_overrides_reach_the_connector_and_bad_ones_are_refused() {
+    let head = "pipeline = \"clickhouse-sink\"\nclaim = \"exactly-once\"\n[sink]\n";
+    let ok = format!("{head}\"consumer.override.isolation.level\" = \"read_committed\"\n");
+    let scenario = Scenario::parse(Path::new("ok.toml"), &ok).expect("parses");
+    let props = scenario
+        .sink
+        .expect("sink")
+        .connector_props("events", "clickhouse", 8123);
+    assert_eq!(
+        props
+            .get("consumer.override.isolation.level")
+            .map(String::as_str),
+        Some("read_committed")
+    );
+    assert!(!props.contains_key("consumer.override.auto.offset.reset"));
+    let bad = format!("{head}\"consumer.override.auto.offset.reset\" = \"smallest\"\n");
+    let e = Scenario::parse(Path::new("scenarios/bad.toml"), &bad).expect_err("refused");
+    assert_mentions(
+        &e.to_string(),
+        &[
+            "sink.consumer.override.auto.offset.reset",
+            "smallest",
+            "earliest",
         ],
     );
 }

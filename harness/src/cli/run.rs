@@ -16,6 +16,8 @@ use std::time::Instant;
 
 /// Where `eosim sim` looks for scenarios when none is given.
 const SCENARIO_DIR: &str = "scenarios";
+/// The field-case library, under [`SCENARIO_DIR`].
+const FIELD_SCENARIO_DIR: &str = "field";
 
 /// Runs the chosen subcommand.
 pub(super) fn dispatch(cli: Cli) -> ExitClass {
@@ -89,23 +91,35 @@ fn load_scenarios(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String>
     Ok(scenarios)
 }
 
-/// Every `scenarios/*.toml`, sorted.
+/// Every `scenarios/*.toml`, then every `scenarios/field/*.toml` (the field-case library),
+/// each sorted.
 fn catalogue() -> Result<Vec<PathBuf>, String> {
     let dir = Path::new(SCENARIO_DIR);
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        format!(
-            "cannot read {}/: {e} (run from the workspace root or pass --scenario)",
-            dir.display()
-        )
-    })?;
+    let mut paths = toml_files(dir, true)?;
+    paths.extend(toml_files(&dir.join(FIELD_SCENARIO_DIR), false)?);
+    if paths.is_empty() {
+        return Err(format!("no *.toml scenario in {}/", dir.display()));
+    }
+    Ok(paths)
+}
+
+/// The `*.toml` files of `dir`, sorted; a missing `dir` is an error only if `required`.
+fn toml_files(dir: &Path, required: bool) -> Result<Vec<PathBuf>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(_) if !required => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(format!(
+                "cannot read {}/: {e} (run from the workspace root or pass --scenario)",
+                dir.display()
+            ))
+        }
+    };
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     paths.sort();
-    if paths.is_empty() {
-        return Err(format!("no *.toml scenario in {}/", dir.display()));
-    }
     Ok(paths)
 }
 

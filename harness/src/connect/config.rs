@@ -9,6 +9,8 @@
 //! `errors.retry.delay.max.ms` 60000, `errors.deadletterqueue.topic.name` "" (none),
 //! `errors.deadletterqueue.context.headers.enable` false, `value.converter.schemas.enable`
 //! true, `consumer.override.isolation.level` read_uncommitted,
+//! `consumer.override.auto.offset.reset` earliest (`Worker.baseConsumerConfigs` sets it
+//! before the overrides; the consumer's own default is latest),
 //! `consumer.override.max.poll.records` 500, `consumer.override.max.poll.interval.ms`
 //! 300000, `consumer.override.session.timeout.ms` and
 //! `consumer.override.heartbeat.interval.ms` unset (the consumer's own 45000 and 3000:
@@ -19,6 +21,7 @@
 //! 3000, `scheduled.rebalance.max.delay.ms` 300000, `task.shutdown.graceful.timeout.ms`
 //! 5000.
 
+use crate::client::AutoOffsetReset;
 use eosim_sim::kafka::Isolation;
 use std::collections::BTreeMap;
 
@@ -68,6 +71,7 @@ pub const FRAMEWORK_KEYS: &[&str] = &[
     "errors.deadletterqueue.topic.replication.factor",
     "errors.deadletterqueue.context.headers.enable",
     "consumer.override.isolation.level",
+    "consumer.override.auto.offset.reset",
     "consumer.override.max.poll.records",
     "consumer.override.max.poll.interval.ms",
     "consumer.override.session.timeout.ms",
@@ -122,6 +126,10 @@ pub struct ConnectorConfig {
     pub dlq_context_headers: bool,
     /// `consumer.override.isolation.level`.
     pub isolation_level: Isolation,
+    /// `consumer.override.auto.offset.reset`: where a task consumer starts on a partition
+    /// its group has no committed offset for (`none`: the task fails with
+    /// `NoOffsetForPartitionException`).
+    pub auto_offset_reset: AutoOffsetReset,
     /// `consumer.override.max.poll.records`.
     pub max_poll_records: usize,
     /// `consumer.override.max.poll.interval.ms`.
@@ -286,6 +294,7 @@ impl ConnectorConfig {
                 "false",
             )?,
             isolation_level: parse_isolation(raw)?,
+            auto_offset_reset: parse_auto_offset_reset(raw)?,
             max_poll_records: number(raw, "consumer.override.max.poll.records", "500")?,
             max_poll_interval_ms: number(raw, "consumer.override.max.poll.interval.ms", "300000")?,
             session_timeout_ms: optional_number(raw, "consumer.override.session.timeout.ms")?,
@@ -317,6 +326,16 @@ fn parse_isolation(raw: &BTreeMap<String, String>) -> Result<Isolation, ConfigEr
             other,
             "read_uncommitted or read_committed",
         )),
+    }
+}
+
+fn parse_auto_offset_reset(raw: &BTreeMap<String, String>) -> Result<AutoOffsetReset, ConfigError> {
+    let key = "consumer.override.auto.offset.reset";
+    match get(raw, key, "earliest") {
+        "earliest" => Ok(AutoOffsetReset::Earliest),
+        "latest" => Ok(AutoOffsetReset::Latest),
+        "none" => Ok(AutoOffsetReset::None),
+        other => Err(invalid(key, other, "earliest, latest or none")),
     }
 }
 

@@ -53,9 +53,7 @@ use super::config::{ConnectorConfig, Tolerance, WorkerConfig};
 use super::converter::Converter;
 use super::errant::{DlqQueue, DlqTarget, ErrantRecord, PutReporter};
 use super::task::{ConnectError, SinkRecord, SinkTask, SinkTaskContext};
-use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, Revocation,
-};
+use crate::client::{ConsumedRecord, Consumer, ConsumerConfig, Producer, Revocation};
 use crate::history::{OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -114,12 +112,12 @@ pub enum TaskExit {
 }
 
 /// The task consumer's configuration (`Worker.baseConsumerConfigs`): group `connect-<name>`,
-/// `earliest`, no auto-commit (the clients never auto-commit), the consumer's own
+/// `auto.offset.reset` earliest unless overridden, no auto-commit (the clients never auto-commit), the consumer's own
 /// `session.timeout.ms` (45 s, KIP-735) and `heartbeat.interval.ms` (3 s) defaults, not
 /// the worker group's, and the connector's `consumer.override.*` keys.
 pub fn task_consumer_config(config: &ConnectorConfig, _wc: &WorkerConfig) -> ConsumerConfig {
     let mut cc = ConsumerConfig::new(config.group_id());
-    cc.auto_offset_reset = AutoOffsetReset::Earliest;
+    cc.auto_offset_reset = config.auto_offset_reset;
     if let Some(ms) = config.session_timeout_ms {
         cc.session_timeout_ms = ms;
     }
@@ -661,6 +659,7 @@ fn provided_nothing_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::AutoOffsetReset;
 
     fn connector(extra: &[(&str, &str)]) -> ConnectorConfig {
         let mut raw: BTreeMap<String, String> =
@@ -706,6 +705,35 @@ mod tests {
             .collect();
         let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
         assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
+    }
+
+    /// `Worker.baseConsumerConfigs` puts `auto.offset.reset=earliest` before the connector's
+    /// overrides: a task consumer starts at the log start unless the connector says
+    /// otherwise, and a value the consumer does not know is refused by name.
+    #[test]
+    fn task_consumers_start_earliest_unless_the_connector_overrides_it() {
+        let wc = WorkerConfig::default();
+        let cc = task_consumer_config(&connector(&[]), &wc);
+        assert_eq!(cc.auto_offset_reset, AutoOffsetReset::Earliest);
+        for (value, expected) in [
+            ("latest", AutoOffsetReset::Latest),
+            ("none", AutoOffsetReset::None),
+        ] {
+            let c = connector(&[("consumer.override.auto.offset.reset", value)]);
+            assert_eq!(task_consumer_config(&c, &wc).auto_offset_reset, expected);
+        }
+        let raw = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            ("consumer.override.auto.offset.reset", "smallest"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
+        assert!(e.contains("consumer.override.auto.offset.reset"), "{e}");
+        assert!(e.contains("earliest, latest or none"), "{e}");
     }
 
     /// Connect's DLQ producer retries a report until it is written.

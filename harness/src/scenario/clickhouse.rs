@@ -209,6 +209,23 @@ pub struct ClickHouseSinkSpec {
     /// `errors.log.enable`. Default false.
     #[serde(default, rename = "errors.log.enable")]
     pub errors_log_enable: bool,
+    /// `consumer.override.isolation.level` of the task consumers: `read_uncommitted`
+    /// (Kafka's and Connect's default: records of aborted transactions are delivered to
+    /// `put`) or `read_committed`. Default: unset (read_uncommitted).
+    #[serde(
+        default,
+        rename = "consumer.override.isolation.level",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub isolation_level: Option<String>,
+    /// `consumer.override.auto.offset.reset` of the task consumers: `earliest` (Connect's
+    /// default for sink tasks), `latest` or `none`. Default: unset (earliest).
+    #[serde(
+        default,
+        rename = "consumer.override.auto.offset.reset",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub auto_offset_reset: Option<String>,
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
@@ -283,6 +300,18 @@ impl ClickHouseSinkSpec {
         .collect();
         if self.errors_log_enable {
             p.insert("errors.log.enable".into(), "true".into());
+        }
+        let consumer_overrides = [
+            ("consumer.override.isolation.level", &self.isolation_level),
+            (
+                "consumer.override.auto.offset.reset",
+                &self.auto_offset_reset,
+            ),
+        ];
+        for (key, value) in consumer_overrides {
+            if let Some(value) = value {
+                p.insert(key.into(), value.clone());
+            }
         }
         if let Some(topic) = self.dlq_topic() {
             p.insert("errors.deadletterqueue.topic.name".into(), topic);

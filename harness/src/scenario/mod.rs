@@ -30,6 +30,7 @@
 //! for it, so a dead section cannot pass for configuration.
 
 pub mod clickhouse;
+pub mod consumer;
 pub mod routine_load;
 
 use crate::checker::Claim;
@@ -763,6 +764,9 @@ pub struct Scenario {
     /// `[routine_load]` of a `routine-load` scenario.
     #[serde(default)]
     pub routine_load: routine_load::RoutineLoadSpec,
+    /// `[consumer]` of a `kafka-consume` scenario: the sink group's consumers.
+    #[serde(default)]
+    pub consumer: consumer::ConsumerSpec,
 }
 
 /// `[connect]`: the worker group.
@@ -1085,7 +1089,37 @@ impl Scenario {
             w.max_poll_records >= 1,
             "workload.max_poll_records",
             "expected at least 1, found 0".into(),
-        )
+        )?;
+        self.consumer.check()?;
+        self.check_sink_consumer()
+    }
+
+    /// The consumer overrides of `[sink]` take the values Kafka's consumer takes.
+    fn check_sink_consumer(&self) -> Result<(), (String, String)> {
+        let Some(sink) = &self.sink else {
+            return Ok(());
+        };
+        let checks = [
+            (
+                "sink.consumer.override.isolation.level",
+                &sink.isolation_level,
+                &["read_uncommitted", "read_committed"][..],
+            ),
+            (
+                "sink.consumer.override.auto.offset.reset",
+                &sink.auto_offset_reset,
+                &["earliest", "latest", "none"][..],
+            ),
+        ];
+        for (key, value, allowed) in checks {
+            let Some(value) = value else { continue };
+            ensure(
+                allowed.contains(&value.as_str()),
+                key,
+                format!("expected one of {allowed:?}, found {value:?}"),
+            )?;
+        }
+        Ok(())
     }
 
     fn check_faults(&self) -> Result<(), (String, String)> {
@@ -1315,7 +1349,7 @@ impl Scenario {
 /// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
 /// only in the real runner's sink tasks; in the simulation its workers run with Connect's
 /// defaults and a connector built from `[sink]` alone.
-pub const SECTION_READERS: [(&str, &[Pipeline]); 8] = [
+pub const SECTION_READERS: [(&str, &[Pipeline]); 9] = [
     ("copy", &[Pipeline::TransactionalCopy]),
     ("streams", &[Pipeline::StreamsCount]),
     (
@@ -1330,6 +1364,7 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 8] = [
     ("cdc", &[Pipeline::ConnectJdbc]),
     ("sink", &[Pipeline::ClickhouseSink]),
     ("routine_load", &[Pipeline::RoutineLoad]),
+    ("consumer", &[Pipeline::KafkaConsume]),
 ];
 
 /// Node groups a fault may name instead of single nodes.

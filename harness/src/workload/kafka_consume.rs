@@ -41,6 +41,54 @@ pub struct Shared {
     pub active_producers: BTreeSet<String>,
     /// The sink's rows, in write order.
     pub sink: Vec<RecordRef>,
+    /// The last error a consumer's poll returned (a stall's reason).
+    pub poll_error: Option<String>,
+    /// The last error a commit returned (a stall's reason).
+    pub commit_error: Option<String>,
+}
+
+/// `enable.auto.commit`: the positions of everything polls returned, committed from the
+/// next poll once `auto.commit.interval.ms` has passed since the last auto commit (Java's
+/// `ConsumerCoordinator.maybeAutoCommitOffsetsAsync`, called at the top of `poll`).
+struct AutoCommit {
+    interval: Option<Duration>,
+    last: madsim::time::Instant,
+    consumed: BTreeMap<TopicPartition, Offset>,
+}
+
+impl AutoCommit {
+    fn new(spec: &crate::scenario::consumer::ConsumerSpec) -> Self {
+        Self {
+            interval: spec
+                .enable_auto_commit
+                .then(|| Duration::from_millis(spec.auto_commit_interval_ms)),
+            last: madsim::time::Instant::now(),
+            consumed: BTreeMap::new(),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+
+    /// Positions after a poll's records.
+    fn consumed(&mut self, offsets: Vec<(TopicPartition, Offset)>) {
+        for (tp, next) in offsets {
+            let entry = self.consumed.entry(tp).or_insert(next);
+            *entry = (*entry).max(next);
+        }
+    }
+
+    /// The offsets to auto-commit now, if the interval has passed and there are any.
+    fn due(&mut self) -> Option<Vec<(TopicPartition, Offset)>> {
+        let interval = self.interval?;
+        if self.consumed.is_empty() || self.last.elapsed() < interval {
+            return None;
+        }
+        self.last = madsim::time::Instant::now();
+        crate::mark!("consumer:auto-commit");
+        Some(std::mem::take(&mut self.consumed).into_iter().collect())
+    }
 }
 
 /// Everything a process needs.
@@ -114,15 +162,21 @@ pub async fn consumer_process(ctx: Context, name: String) {
     config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
     config.max_poll_records = w.max_poll_records;
     config.request_timeout_ms = w.request_timeout_ms;
+    ctx.scenario.consumer.apply(&mut config);
     let mut consumer = SimConsumer::new(conn, config);
     let topics = vec![ctx.scenario.topic.name.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
+    let mut auto = AutoCommit::new(&ctx.scenario.consumer);
     loop {
+        if let Some(offsets) = auto.due() {
+            commit(&ctx, &name, &mut consumer, offsets).await;
+        }
         let records = match consumer.poll(Duration::from_millis(200)).await {
             Ok(records) => records,
-            Err(_) => {
+            Err(e) => {
+                ctx.shared.lock().expect("shared lock").poll_error = Some(e.to_string());
                 madsim::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -140,6 +194,11 @@ pub async fn consumer_process(ctx: Context, name: String) {
             None,
         );
         let offsets = next_offsets(&records);
+        if auto.enabled() {
+            write_sink(&ctx, &name, rows).await;
+            auto.consumed(offsets);
+            continue;
+        }
         match w.commit {
             CommitMode::AfterProcessing => {
                 write_sink(&ctx, &name, rows).await;
@@ -187,6 +246,9 @@ async fn commit(
         Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
         Err(e) => (OpKind::Fail, Some(e.to_string())),
     };
+    if let Some(e) = &error {
+        ctx.shared.lock().expect("shared lock").commit_error = Some(e.clone());
+    }
     ctx.record(name, kind, Value::Commit { offsets }, error);
     result.is_ok()
 }
@@ -253,6 +315,15 @@ impl Pipeline for KafkaConsume {
             }
         }
         if lag.len() > usize::from(!self.ctx.producers_done()) {
+            // Why it is behind, when it is: the consumers' last errors.
+            let shared = self.ctx.shared.lock().expect("shared lock");
+            if let Some(e) = &shared.poll_error {
+                lag.push(format!("last poll error: {e}"));
+            }
+            if let Some(e) = &shared.commit_error {
+                lag.push(format!("last commit error: {e}"));
+            }
+            drop(shared);
             let groups = cluster.groups();
             lag.push(format!(
                 "group {SINK_GROUP}: state {:?}, generation {:?}, members {:?}",

@@ -295,10 +295,20 @@ impl SimConsumer {
             return Ok(());
         };
         let spec = match self.group.config.auto_offset_reset {
-            AutoOffsetReset::Earliest => OffsetSpec::Earliest,
-            AutoOffsetReset::Latest => OffsetSpec::Latest(self.group.config.isolation_level),
+            AutoOffsetReset::Earliest => {
+                crate::mark!("client:consumer-offset-reset-earliest");
+                OffsetSpec::Earliest
+            }
+            AutoOffsetReset::Latest => {
+                crate::mark!("client:consumer-offset-reset-latest");
+                OffsetSpec::Latest(self.group.config.isolation_level)
+            }
             AutoOffsetReset::None => {
-                let why = format!("no valid offset for {tp} and auto.offset.reset=none");
+                crate::mark!("client:consumer-no-offset-for-partition");
+                let why = format!(
+                    "NoOffsetForPartitionException: undefined offset with no reset policy \
+                     for partition {tp} (auto.offset.reset=none)"
+                );
                 return Err(ClientError::Fatal(why));
             }
         };

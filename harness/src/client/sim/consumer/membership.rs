@@ -416,6 +416,7 @@ impl GroupClient {
             };
             let group_id = self.config.group_id.clone();
             if poll_overdue {
+                crate::mark!("client:consumer-max-poll-interval-exceeded");
                 self.membership().reset();
                 let request = Request::LeaveGroup {
                     group_id,

@@ -1,0 +1,116 @@
+//! `[consumer]` of a `kafka-consume` scenario: the sink group's consumer configuration,
+//! under the Java consumer's names (`ConsumerConfig`).
+//!
+//! ```toml
+//! [consumer]
+//! "isolation.level" = "read_committed"   # read_uncommitted (default) | read_committed
+//! "auto.offset.reset" = "earliest"       # earliest (this pipeline's) | latest | none
+//! "enable.auto.commit" = true            # default false: the workload commits itself
+//! "auto.commit.interval.ms" = 5000
+//! "max.poll.interval.ms" = 300000
+//! ```
+//!
+//! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
+//! `session.timeout.ms` is `[workload] session_timeout_ms`, as before this section existed.
+//! The other sink pipelines set their consumers elsewhere, under their own components'
+//! names: `connect-jdbc` in `[connector]` and `clickhouse-sink` in `[sink]`
+//! (`consumer.override.isolation.level`, `consumer.override.auto.offset.reset`,
+//! `consumer.override.max.poll.records`, `consumer.override.max.poll.interval.ms`), and
+//! `routine-load` in `[routine_load.properties]` (`property.isolation.level`,
+//! `property.kafka_default_offsets`).
+
+use crate::client::{AutoOffsetReset, ConsumerConfig};
+use eosim_sim::kafka::Isolation;
+use serde::{Deserialize, Serialize};
+
+/// `isolation.level`, as Kafka spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationLevel {
+    /// Every record up to the high watermark, aborted transactions' included (Kafka's
+    /// default).
+    #[default]
+    ReadUncommitted,
+    /// Up to the last stable offset, aborted transactions' records filtered out (KIP-98).
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The model's isolation.
+    pub fn to_isolation(self) -> Isolation {
+        match self {
+            Self::ReadUncommitted => Isolation::ReadUncommitted,
+            Self::ReadCommitted => Isolation::ReadCommitted,
+        }
+    }
+}
+
+/// `[consumer]`.
+///
+/// ## Default values
+/// `isolation.level = "read_uncommitted"` (Kafka's), `auto.offset.reset = "earliest"`
+/// (this pipeline's own setting, made before the consumers start; Kafka's default is
+/// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
+/// Kafka's default is true), `auto.commit.interval.ms = 5000` and `max.poll.interval.ms =
+/// 300000` (Kafka's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsumerSpec {
+    /// `isolation.level`.
+    #[serde(rename = "isolation.level")]
+    pub isolation_level: IsolationLevel,
+    /// `auto.offset.reset`: where a consumer starts on a partition its group has no
+    /// committed offset for. `none` fails the poll with Java's
+    /// `NoOffsetForPartitionException`; the consumer keeps failing, and the run stalls
+    /// with that reason.
+    #[serde(rename = "auto.offset.reset")]
+    pub auto_offset_reset: AutoOffsetReset,
+    /// `enable.auto.commit`: commit the positions of everything earlier polls returned,
+    /// from inside `poll`, once `auto.commit.interval.ms` has passed since the last auto
+    /// commit (Java's `ConsumerCoordinator.maybeAutoCommitOffsetsAsync`). The workload then
+    /// makes no commits of its own.
+    #[serde(rename = "enable.auto.commit")]
+    pub enable_auto_commit: bool,
+    /// `auto.commit.interval.ms`, ms.
+    #[serde(rename = "auto.commit.interval.ms")]
+    pub auto_commit_interval_ms: u64,
+    /// `max.poll.interval.ms`, ms: a member that does not poll for this long leaves the
+    /// group (its partitions move); also the rebalance timeout.
+    #[serde(rename = "max.poll.interval.ms")]
+    pub max_poll_interval_ms: u64,
+}
+
+impl Default for ConsumerSpec {
+    fn default() -> Self {
+        Self {
+            isolation_level: IsolationLevel::ReadUncommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            enable_auto_commit: false,
+            auto_commit_interval_ms: 5_000,
+            max_poll_interval_ms: 300_000,
+        }
+    }
+}
+
+impl ConsumerSpec {
+    /// Sets this section's keys on `config`.
+    pub fn apply(&self, config: &mut ConsumerConfig) {
+        config.isolation_level = self.isolation_level.to_isolation();
+        config.auto_offset_reset = self.auto_offset_reset;
+        config.max_poll_interval_ms = self.max_poll_interval_ms;
+    }
+
+    /// `Err((key, message))` for a value Kafka would refuse.
+    pub(super) fn check(&self) -> Result<(), (String, String)> {
+        super::ensure(
+            self.auto_commit_interval_ms >= 1,
+            "consumer.auto.commit.interval.ms",
+            "expected at least 1 ms, found 0".into(),
+        )?;
+        super::ensure(
+            self.max_poll_interval_ms >= 1,
+            "consumer.max.poll.interval.ms",
+            "expected at least 1 ms, found 0".into(),
+        )
+    }
+}
