@@ -76,7 +76,7 @@ impl Default for RoutineLoadSpec {
 
 /// Whether `id` is a positive multiple of `every` (0: never).
 fn every(id: u64, every: u64) -> bool {
-    every > 0 && id > 0 && id % every == 0
+    every > 0 && id > 0 && id.is_multiple_of(every)
 }
 
 impl RoutineLoadSpec {
