@@ -1,7 +1,7 @@
 //! The facts of a history that every anomaly is inferred from, gathered in one pass.
 
 use super::CheckOptions;
-use crate::history::{History, OpKind, RecordRef, Value};
+use crate::history::{DorisJobFinal, DorisTxnFinal, History, OpKind, RecordRef, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -159,6 +159,30 @@ pub struct FinalOffsets {
     pub last_stable_offset: Offset,
 }
 
+/// The error rows of one Doris load (`LoadErrors`), with its completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadErrorOp {
+    /// Op index of the completion.
+    pub op: usize,
+    /// Its kind (`ok`, `fail`, `info`).
+    pub kind: OpKind,
+    /// The load's label.
+    pub label: String,
+    /// The filtered rows.
+    pub rows: Vec<RecordRef>,
+}
+
+/// The final Doris state (`DorisState`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DorisFinal {
+    /// Op index.
+    pub op: usize,
+    /// `SHOW ROUTINE LOAD` of each job.
+    pub jobs: Vec<DorisJobFinal>,
+    /// Load transactions.
+    pub txns: Vec<DorisTxnFinal>,
+}
+
 /// What the checkers know about a history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Analysis {
@@ -195,6 +219,10 @@ pub struct Analysis {
     pub committed_logs: BTreeMap<TopicPartition, FinalLog>,
     /// Final HW and LSO by partition (`PartitionState`).
     pub final_offsets: BTreeMap<TopicPartition, FinalOffsets>,
+    /// Completed Doris load error rows (`LoadErrors`, not `invoke`), in history order.
+    pub load_errors: Vec<LoadErrorOp>,
+    /// The final Doris state, if recorded.
+    pub doris: Option<DorisFinal>,
 }
 
 impl Analysis {
@@ -215,6 +243,25 @@ impl Analysis {
             }
             if let Value::Txn { .. } = &op.value {
                 a.add_txn(op);
+                continue;
+            }
+            if let Value::LoadErrors { label, rows } = &op.value {
+                if op.kind != OpKind::Invoke {
+                    a.load_errors.push(LoadErrorOp {
+                        op: op.index,
+                        kind: op.kind,
+                        label: label.clone(),
+                        rows: rows.clone(),
+                    });
+                }
+                continue;
+            }
+            if let (Value::DorisState { jobs, txns }, OpKind::Ok) = (&op.value, op.kind) {
+                a.doris = Some(DorisFinal {
+                    op: op.index,
+                    jobs: jobs.clone(),
+                    txns: txns.clone(),
+                });
                 continue;
             }
             if let (Value::Write { rows }, OpKind::Ok | OpKind::Info) = (&op.value, op.kind) {
@@ -395,6 +442,36 @@ impl Analysis {
     /// Whether the sink consumes `tp`.
     pub fn sink_reads(&self, tp: &TopicPartition) -> bool {
         self.sink_topics.is_empty() || self.sink_topics.contains(&tp.topic)
+    }
+
+    /// The error rows accounted for, by source position, with the op that accounts for
+    /// each: the `LoadErrors` of loads whose transaction is COMMITTED or VISIBLE in the
+    /// final `DorisState` (the rows Doris counted as `errorRows` / `NumberFilteredRows`),
+    /// or, without a `DorisState`, of loads completed `ok`. Each label is counted once,
+    /// whatever the number of completions recorded for it.
+    pub fn accounted_error_rows(&self) -> BTreeMap<(TopicPartition, Offset), usize> {
+        let committed: Option<BTreeSet<&str>> = self.doris.as_ref().map(|d| {
+            d.txns
+                .iter()
+                .filter(|t| t.is_committed())
+                .map(|t| t.label.as_str())
+                .collect()
+        });
+        let mut seen = BTreeSet::new();
+        let mut rows = BTreeMap::new();
+        for e in &self.load_errors {
+            let counts = match &committed {
+                Some(labels) => labels.contains(e.label.as_str()),
+                None => e.kind == OpKind::Ok,
+            };
+            if !counts || !seen.insert(e.label.as_str()) {
+                continue;
+            }
+            for r in &e.rows {
+                rows.entry((r.tp.clone(), r.offset)).or_insert(e.op);
+            }
+        }
+        rows
     }
 
     /// Ids in the final sink state with their number of rows (empty without a sink state).

@@ -42,6 +42,8 @@
 //! | `missing-aggregate` | F | F | - | Streams |
 //! | `extra-aggregate` | F | F | F | Streams |
 //! | `aggregate-sequence` | F | - | - | Streams |
+//! | `routine-load-statistic` | F | F | F | Doris ([`DorisChecker`]) |
+//! | `label-loaded-twice` | F | F | F | Doris |
 //!
 //! (4) The Streams anomalies come from [`StreamsChecker`], Kafka's `EosTestDriver` in
 //! Jepsen's shape: final value per `key@window` against the count recomputed from the input
@@ -64,6 +66,7 @@
 
 mod analysis;
 pub mod cdc;
+mod doris;
 mod kafka;
 #[cfg(test)]
 mod mutation_tests;
@@ -78,9 +81,10 @@ mod txn;
 mod txn_tests;
 
 pub use analysis::{
-    AckedSend, Analysis, CommitOp, FinalLog, FinalOffsets, Observation, PollOp, Source, TxnOp,
-    WriteOp,
+    AckedSend, Analysis, CommitOp, DorisFinal, FinalLog, FinalOffsets, LoadErrorOp, Observation,
+    PollOp, Source, TxnOp, WriteOp,
 };
+pub use doris::{label_loaded_twice_cases, routine_load_statistic_cases, DorisChecker};
 pub use kafka::{
     duplicate_cases, inconsistent_offsets_cases, lost_write_cases, nonmonotonic_poll_cases,
     poll_skip_cases, unseen_cases, KafkaChecker,
@@ -203,11 +207,16 @@ pub enum Anomaly {
     /// Streams: the committed updates of one `key@window` are not 1, 2, ..., n (a count
     /// repeated, gone back or skipped: an input's effect seen twice or lost on the way).
     AggregateSequence,
+    /// Doris: a Routine Load job's `SHOW ROUTINE LOAD` statistics disagree with the rows
+    /// it loaded and the error rows its loads filtered (see [`doris`]).
+    RoutineLoadStatistic,
+    /// Doris: one label committed by two transactions of a database.
+    LabelLoadedTwice,
 }
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 26] = [
+    pub const ALL: [Anomaly; 28] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -234,6 +243,8 @@ impl Anomaly {
         Anomaly::MissingAggregate,
         Anomaly::ExtraAggregate,
         Anomaly::AggregateSequence,
+        Anomaly::RoutineLoadStatistic,
+        Anomaly::LabelLoadedTwice,
     ];
 
     /// The kebab-case name, as in JSON (`lost-write`).
@@ -265,6 +276,8 @@ impl Anomaly {
             Anomaly::MissingAggregate => "missing-aggregate",
             Anomaly::ExtraAggregate => "extra-aggregate",
             Anomaly::AggregateSequence => "aggregate-sequence",
+            Anomaly::RoutineLoadStatistic => "routine-load-statistic",
+            Anomaly::LabelLoadedTwice => "label-loaded-twice",
         }
     }
 }
@@ -413,6 +426,8 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::MissingAggregate, claim != Claim::AtMostOnce);
     forbid(Anomaly::ExtraAggregate, true);
     forbid(Anomaly::AggregateSequence, claim == Claim::ExactlyOnce);
+    forbid(Anomaly::RoutineLoadStatistic, true);
+    forbid(Anomaly::LabelLoadedTwice, true);
     for anomaly in &options.allowed {
         set.remove(anomaly);
     }
@@ -662,8 +677,9 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The standard composition: [`KafkaChecker`], [`SinkChecker`], [`cdc::CdcChecker`] (which
-/// only speaks for change-data histories) and [`TxnChecker`] (which finds nothing in a
-/// history without transactions).
+/// only speaks for change-data histories), [`TxnChecker`] (which finds nothing in a
+/// history without transactions), [`StreamsChecker`] and [`DorisChecker`] (which finds
+/// nothing without a final `DorisState`).
 pub fn standard() -> Compose {
     Compose::new()
         .with(KafkaChecker)
@@ -671,6 +687,7 @@ pub fn standard() -> Compose {
         .with(cdc::CdcChecker)
         .with(TxnChecker)
         .with(StreamsChecker)
+        .with(DorisChecker)
 }
 
 /// Runs [`standard`] over `history`.

@@ -40,16 +40,19 @@ enum Family {
     StreamsAggregate,
     /// A JDBC sink applying Debezium change events, with a poison record in the DLQ.
     ChangeData,
+    /// A Doris Routine Load job: two loaded rows, one error row, its final statistics.
+    RoutineLoad,
 }
 
 impl Family {
-    const ALL: [Family; 6] = [
+    const ALL: [Family; 7] = [
         Family::KafkaConsume,
         Family::RecordSink,
         Family::TransactionalCopy,
         Family::ReadCommitted,
         Family::StreamsAggregate,
         Family::ChangeData,
+        Family::RoutineLoad,
     ];
 
     fn baseline(self) -> History {
@@ -60,6 +63,7 @@ impl Family {
             Family::ReadCommitted => read_committed_baseline(),
             Family::StreamsAggregate => streams_history(3, &[1, 2, 3]),
             Family::ChangeData => cdc_baseline(),
+            Family::RoutineLoad => routine_load_baseline(),
         }
     }
 
@@ -74,7 +78,7 @@ impl Family {
                 subscribe: false,
                 ..base
             },
-            Family::RecordSink => CheckOptions::for_claim(claim),
+            Family::RecordSink | Family::RoutineLoad => CheckOptions::for_claim(claim),
             Family::TransactionalCopy | Family::ReadCommitted => CheckOptions {
                 read_committed: true,
                 ..base
@@ -112,6 +116,7 @@ fn mutations() -> Vec<Mutation> {
     all.extend(read_committed_mutations());
     all.extend(streams_mutations());
     all.extend(cdc_mutations());
+    all.extend(routine_load_mutations());
     all
 }
 
@@ -855,4 +860,151 @@ fn every_anomaly_has_a_mutation_or_a_stated_exception() {
     );
     let names: BTreeSet<&str> = all.iter().map(|m| m.name).collect();
     assert_eq!(names.len(), all.len(), "two mutations share a name");
+}
+
+// ---------------------------------------------------------------------------------------
+// Routine Load: records 1, 2, 3 at t-0@0..3; one task loads 1 and 3 and filters 2 (an
+// error row) under label rl-1-task-1, VISIBLE; SHOW ROUTINE LOAD says 3 total, 2 loaded,
+// 1 error.
+
+fn doris_job(total: u64, loaded: u64, errors: u64) -> crate::history::DorisJobFinal {
+    crate::history::DorisJobFinal {
+        name: "job".into(),
+        db: "db".into(),
+        table: "clicklog".into(),
+        state: "RUNNING".into(),
+        reason: None,
+        total_rows: total,
+        loaded_rows: loaded,
+        error_rows: errors,
+        unselected_rows: 0,
+        committed_task_num: 1,
+        aborted_task_num: 0,
+    }
+}
+
+fn doris_txn(txn_id: u64, label: &str, status: &str) -> crate::history::DorisTxnFinal {
+    crate::history::DorisTxnFinal {
+        txn_id,
+        db: "db".into(),
+        table: "clicklog".into(),
+        label: label.into(),
+        status: status.into(),
+        job: Some("job".into()),
+    }
+}
+
+fn load_errors(label: &str, rows: &[(u64, Offset)]) -> Value {
+    Value::LoadErrors {
+        label: label.into(),
+        rows: rows.iter().map(|&(id, o)| rec(id, o)).collect(),
+    }
+}
+
+fn routine_load_baseline() -> History {
+    use OpKind::Ok as Done;
+    let state = Value::DorisState {
+        jobs: vec![doris_job(3, 2, 1)],
+        txns: vec![doris_txn(1, "rl-1-task-1", "VISIBLE")],
+    };
+    history(vec![
+        ("producer-0", Done, send(1, Some(0))),
+        ("producer-0", Done, send(2, Some(1))),
+        ("producer-0", Done, send(3, Some(2))),
+        ("doris-be/task-0", Done, write(&[(1, 0), (3, 2)])),
+        (
+            "doris-be/task-0",
+            Done,
+            load_errors("rl-1-task-1", &[(2, 1)]),
+        ),
+        ("doris-be/task-0", Done, commit(3)),
+        ("final", Done, log(&[(1, 0), (2, 1), (3, 2)])),
+        ("final", Done, sink(&[(1, 0), (3, 2)])),
+        (
+            "final",
+            Done,
+            Value::CommittedOffsets {
+                offsets: vec![(tp(), 3)],
+            },
+        ),
+        ("final", Done, state),
+    ])
+}
+
+fn is_doris_state(op: &Op) -> bool {
+    matches!(op.value, Value::DorisState { .. })
+}
+
+/// Edits the final `DorisState`'s jobs and transactions with `edit`.
+fn edit_doris_state(
+    h: &mut History,
+    edit: impl FnOnce(&mut Vec<crate::history::DorisJobFinal>, &mut Vec<crate::history::DorisTxnFinal>),
+) {
+    let i = index_of(h, is_doris_state);
+    let Value::DorisState { jobs, txns } = &mut h.ops[i].value else {
+        unreachable!("index_of found a DorisState")
+    };
+    edit(jobs, txns);
+}
+
+fn routine_load_mutations() -> Vec<Mutation> {
+    use Anomaly::*;
+    let r = Family::RoutineLoad;
+    vec![
+        m(
+            "drop the error rows of a committed task",
+            r,
+            |h| {
+                drop_op(
+                    h,
+                    index_of(h, |op| matches!(op.value, Value::LoadErrors { .. })),
+                )
+            },
+            SinkLost,
+        ),
+        m(
+            "abort the transaction that filtered the error row",
+            r,
+            |h| edit_doris_state(h, |_, txns| txns[0].status = "ABORTED".into()),
+            SinkLost,
+        ),
+        m(
+            "count a loaded row the table does not hold",
+            r,
+            |h| {
+                edit_doris_state(h, |jobs, _| {
+                    jobs[0].total_rows = 4;
+                    jobs[0].loaded_rows = 3;
+                })
+            },
+            RoutineLoadStatistic,
+        ),
+        m(
+            "count an error row twice",
+            r,
+            |h| {
+                edit_doris_state(h, |jobs, _| {
+                    jobs[0].total_rows = 4;
+                    jobs[0].error_rows = 2;
+                })
+            },
+            RoutineLoadStatistic,
+        ),
+        m(
+            "make totalRows differ from loaded + error + unselected",
+            r,
+            |h| edit_doris_state(h, |jobs, _| jobs[0].total_rows = 5),
+            RoutineLoadStatistic,
+        ),
+        m(
+            "commit the label a second time",
+            r,
+            |h| {
+                edit_doris_state(h, |_, txns| {
+                    txns.push(doris_txn(2, "rl-1-task-1", "VISIBLE"));
+                })
+            },
+            LabelLoadedTwice,
+        ),
+    ]
 }

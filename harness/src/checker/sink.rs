@@ -66,6 +66,10 @@ fn counts_of(a: &Analysis) -> BTreeMap<String, u64> {
     let redelivered = written.values().filter(|&&n| n > 1).count();
     counts.insert("sink-redelivered-ids".to_string(), redelivered as u64);
     counts.insert("commits".to_string(), a.commits.len() as u64);
+    let errors = a.accounted_error_rows().len() as u64;
+    if errors > 0 {
+        counts.insert("sink-error-rows".to_string(), errors);
+    }
     counts
 }
 
@@ -80,9 +84,11 @@ pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
         return Vec::new();
     };
     let held = a.sink_counts();
+    let errors = a.accounted_error_rows();
     let mut cases = Vec::new();
     for (tp, log) in a.logs.iter().filter(|(tp, _)| a.sink_reads(tp)) {
-        for r in log.records.iter().filter(|r| !held.contains_key(&r.id)) {
+        let absent = log.records.iter().filter(|r| !held.contains_key(&r.id));
+        for r in absent.filter(|r| !errors.contains_key(&(tp.clone(), r.offset))) {
             cases.push(Case {
                 ids: vec![r.id],
                 tp: Some(tp.clone()),
@@ -173,7 +179,8 @@ pub fn sink_reorder_cases(a: &Analysis) -> Vec<Case> {
 }
 
 /// `progress-ahead-of-data`: an offset recorded as consumed while a record below it, in a
-/// topic the sink consumes, was not durable in the sink. Two inferences:
+/// topic the sink consumes, was not durable in the sink (an error row a Doris load
+/// accounted for counts as done with at that load). Two inferences:
 /// 1. the final `CommittedOffsets` of a partition is past records of its final log that the
 ///    final `SinkState` does not hold (one case per partition);
 /// 2. an `ok` `Commit` during the run set a partition's offset past a record of its final
@@ -190,6 +197,18 @@ pub fn progress_ahead_of_data_cases(a: &Analysis) -> Vec<Case> {
     for w in &a.writes {
         for row in &w.rows {
             first_write.entry(row.id).or_insert(w.op);
+        }
+    }
+    // An accounted error row is done with at its load, as a written row is.
+    let error_ids: BTreeMap<(&TopicPartition, Offset), u64> = a
+        .logs
+        .iter()
+        .flat_map(|(tp, log)| log.records.iter().map(move |r| ((tp, r.offset), r.id)))
+        .collect();
+    for ((tp, offset), op) in a.accounted_error_rows() {
+        if let Some(id) = error_ids.get(&(&tp, offset)) {
+            let first = first_write.entry(*id).or_insert(op);
+            *first = (*first).min(op);
         }
     }
     let written_at = |id: u64| first_write.get(&id).copied().unwrap_or(usize::MAX);
@@ -243,11 +262,13 @@ fn final_progress_cases(a: &Analysis) -> Vec<Case> {
         return Vec::new();
     };
     let held = a.sink_counts();
+    let errors = a.accounted_error_rows();
     let mut cases = Vec::new();
     for (tp, next) in committed.offsets.iter().filter(|(tp, _)| a.sink_reads(tp)) {
         let Some(log) = a.logs.get(tp) else { continue };
         let missing: Vec<_> = below(log, *next)
             .filter(|r| !held.contains_key(&r.id))
+            .filter(|r| !errors.contains_key(&(tp.clone(), r.offset)))
             .collect();
         let Some(first) = missing.first() else {
             continue;

@@ -220,6 +220,26 @@ pub enum Value {
         /// What it did, human-readable.
         detail: String,
     },
+    /// The error rows of one Doris load (Doris' `NumberFilteredRows` / a Routine Load
+    /// task's `filteredRows`): input rows the load read and filtered (malformed JSON, a
+    /// value that does not fit its column), by source position. Recorded beside the
+    /// load's `write`, with the same completion, only when the load has any. Accounted
+    /// (not lost) when the load's transaction is VISIBLE in the final [`Value::DorisState`].
+    LoadErrors {
+        /// The load's label.
+        label: String,
+        /// The filtered rows' source positions (`id` from the record, `u64::MAX` when it
+        /// carries none).
+        rows: Vec<RecordRef>,
+    },
+    /// The Doris FE's final state after the drain: `SHOW ROUTINE LOAD` of every job and
+    /// every remembered load transaction (`SHOW TRANSACTION`).
+    DorisState {
+        /// Routine Load jobs.
+        jobs: Vec<DorisJobFinal>,
+        /// Load transactions, by id.
+        txns: Vec<DorisTxnFinal>,
+    },
     /// A marker: the heal-and-drain phase started.
     Drain,
     /// A connector was created through the control API with this configuration.
@@ -281,6 +301,61 @@ pub enum Value {
         /// Records in partition then offset order.
         records: Vec<DlqRecord>,
     },
+}
+
+/// One Routine Load job in a final [`Value::DorisState`]: `SHOW ROUTINE LOAD`'s `State`,
+/// `ReasonOfStateChanged` and `Statistic` (apache/doris `RoutineLoadStatistic.summary`:
+/// `loadedRows = totalRows - errorRows - unselectedRows`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DorisJobFinal {
+    /// Job name.
+    pub name: String,
+    /// Database.
+    pub db: String,
+    /// Target table.
+    pub table: String,
+    /// `State` (`RUNNING`, `PAUSED`, ...).
+    pub state: String,
+    /// `ReasonOfStateChanged`, when paused or cancelled.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    /// `totalRows`.
+    pub total_rows: u64,
+    /// `loadedRows`.
+    pub loaded_rows: u64,
+    /// `errorRows`.
+    pub error_rows: u64,
+    /// `unselectedRows`.
+    pub unselected_rows: u64,
+    /// `committedTaskNum`.
+    pub committed_task_num: u64,
+    /// `abortedTaskNum`.
+    pub aborted_task_num: u64,
+}
+
+/// One load transaction in a final [`Value::DorisState`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DorisTxnFinal {
+    /// `TransactionId`.
+    pub txn_id: u64,
+    /// Database.
+    pub db: String,
+    /// Table.
+    pub table: String,
+    /// `Label`.
+    pub label: String,
+    /// `TransactionStatus` (`PREPARE`, `PRECOMMITTED`, `COMMITTED`, `VISIBLE`, `ABORTED`).
+    pub status: String,
+    /// The Routine Load job that began it; `None` for a Stream Load.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job: Option<String>,
+}
+
+impl DorisTxnFinal {
+    /// COMMITTED or VISIBLE: its rows are (or will be, at the next publish) in the table.
+    pub fn is_committed(&self) -> bool {
+        self.status == "COMMITTED" || self.status == "VISIBLE"
+    }
 }
 
 /// A source record as text: the id the workload gave it (header `eosim.id`), its offset,

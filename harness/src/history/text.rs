@@ -131,6 +131,24 @@ fn format_value(value: &Value) -> String {
             )
         }
         Value::Fault { name, detail } => format!("{name} {detail}"),
+        Value::LoadErrors { label, rows } => {
+            format!(
+                "load-errors label={label} {}",
+                ids(rows.iter().map(|r| r.id))
+            )
+        }
+        Value::DorisState { jobs, txns } => format!(
+            "doris-state jobs={} txns={} {}",
+            jobs.len(),
+            txns.len(),
+            jobs.iter()
+                .map(|j| format!(
+                    "{}={} loaded={} errors={}",
+                    j.name, j.state, j.loaded_rows, j.error_rows
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         Value::Drain => "drain".to_string(),
         other => other.connect_text().unwrap_or_default(),
     }
@@ -178,6 +196,8 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::TableRead { .. } => "table-read",
         Value::TableState { .. } => "table-state",
         Value::DlqState { .. } => "dlq-state",
+        Value::LoadErrors { .. } => "load-errors",
+        Value::DorisState { .. } => "doris-state",
     }
 }
 

@@ -50,12 +50,18 @@ pub struct ExecutorConfig {
     pub request_timeout_ms: u64,
 }
 
-/// Maps a consumed record to the record id its JSON `id` field carries (`u64::MAX` when
-/// it has none: a malformed record).
+/// Maps a consumed record to the record id its JSON `id` field carries. A value that is
+/// not JSON (the workload's malformed records are a record cut short) is searched for the
+/// text `"id":"<digits>"` so that it keeps its identity in the history; `u64::MAX` when
+/// neither finds one.
 pub fn record_ref(tp: &TopicPartition, offset: Offset, value: Option<&[u8]>) -> RecordRef {
     let id = value
-        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
-        .and_then(|v| v.get("id").and_then(id_of))
+        .and_then(|v| {
+            serde_json::from_slice::<serde_json::Value>(v)
+                .ok()
+                .and_then(|v| v.get("id").and_then(id_of))
+                .or_else(|| id_in_text(&String::from_utf8_lossy(v)))
+        })
         .unwrap_or(u64::MAX);
     RecordRef {
         id,
@@ -63,6 +69,13 @@ pub fn record_ref(tp: &TopicPartition, offset: Offset, value: Option<&[u8]>) -> 
         tp: tp.clone(),
         offset,
     }
+}
+
+/// The digits after the first `"id":"` of `text`, as a record id.
+fn id_in_text(text: &str) -> Option<u64> {
+    let rest = &text[text.find("\"id\":\"")? + 6..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A clicklog `id` (a string or a number) as a record id.
@@ -222,7 +235,12 @@ async fn run_task(cfg: &ExecutorConfig, doris: &SimDoris, task: TaskAssignment) 
         return fail_task(cfg, doris, &task, &batch, summary.filtered_rows).await;
     }
     let loaded: Vec<usize> = loaded_indices(batch.records.len(), &summary.errors);
-    commit(cfg, doris, &task, &batch, &loaded, summary.filtered_rows).await;
+    let errors: Vec<usize> = summary.errors.iter().map(|(i, _)| *i).collect();
+    let rows = Rows {
+        loaded: &loaded,
+        errors: &errors,
+    };
+    commit(cfg, doris, &task, &batch, rows, summary.filtered_rows).await;
 }
 
 fn loaded_indices(n: usize, errors: &[(usize, eosim_sim::doris::types::RowError)]) -> Vec<usize> {
@@ -277,23 +295,37 @@ fn commit_offsets(
         .collect()
 }
 
-/// The commit: one transaction for the rows and the progress, so the history records the
-/// `write` and the `commit` with the same outcome.
-async fn commit(
-    cfg: &ExecutorConfig,
-    doris: &SimDoris,
-    task: &TaskAssignment,
-    batch: &Batch,
-    loaded: &[usize],
-    filtered: u64,
-) {
-    let rows: Vec<RecordRef> = loaded
+/// The batch's rows by outcome: indexes loaded, indexes filtered as error rows.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    loaded: &'a [usize],
+    errors: &'a [usize],
+}
+
+fn refs(batch: &Batch, indexes: &[usize]) -> Vec<RecordRef> {
+    indexes
         .iter()
         .map(|&i| {
             let r = &batch.records[i];
             record_ref(&r.tp, r.offset, r.value.as_deref())
         })
-        .collect();
+        .collect()
+}
+
+/// The commit: one transaction for the rows, the error rows and the progress, so the
+/// history records the `write`, the `load-errors` (when there are any) and the `commit`
+/// with the same outcome.
+async fn commit(
+    cfg: &ExecutorConfig,
+    doris: &SimDoris,
+    task: &TaskAssignment,
+    batch: &Batch,
+    indexes: Rows<'_>,
+    filtered: u64,
+) {
+    let rows = refs(batch, indexes.loaded);
+    let errors = refs(batch, indexes.errors);
+    let label = task.label.clone();
     let a = attachment(task, batch, filtered);
     let offsets = commit_offsets(task, &a);
     let rec = |kind, error: Option<String>| {
@@ -301,6 +333,14 @@ async fn commit(
         let write = Value::Write { rows: rows.clone() };
         cfg.recorder
             .record(t, &cfg.process, kind, write, error.clone());
+        if !errors.is_empty() {
+            let value = Value::LoadErrors {
+                label: label.clone(),
+                rows: errors.clone(),
+            };
+            cfg.recorder
+                .record(t, &cfg.process, kind, value, error.clone());
+        }
         let commit = Value::Commit {
             offsets: offsets.clone(),
         };

@@ -17,14 +17,19 @@
 //! `send` per id; per task commit a `write` (the rows loaded) and a `commit` (the
 //! partitions' next offsets) with the commit's outcome (`ok`, `fail` when the FE refused
 //! it, `info` when unanswered); with the F7 bug switch, a `commit` of the offsets a failed
-//! task's abort moved. Final: `LogState` per partition, `SinkState` (the table's VISIBLE
-//! rows mapped back to log positions by id), `CommittedOffsets` (the job's progress).
+//! task's abort moved; beside a commit's `write`, a `load-errors` of the rows the task
+//! filtered (malformed JSON, values that do not fit, see `[routine_load] *_every`).
+//! Final: `LogState` per partition, `SinkState` (the table's VISIBLE rows mapped back to
+//! log positions by id), `CommittedOffsets` (the job's progress), `DorisState` (`SHOW
+//! ROUTINE LOAD`, the transactions).
 //!
 //! # Analyses
-//! The standard sink checkers: `sink-lost`, `sink-duplicate`, and
-//! `progress-ahead-of-data` (the job's progress past records the table does not hold).
-//! The drain's lag lines make a job stuck PAUSED, or progress that never reaches the high
-//! watermark, a stall with its reason.
+//! The standard sink checkers: `sink-lost` (a record neither in the table nor an error
+//! row of a committed task), `sink-duplicate`, and `progress-ahead-of-data` (the job's
+//! progress past records the table does not hold); the Doris checker
+//! (`routine-load-statistic`, `label-loaded-twice`). The drain's lag lines make a job
+//! stuck PAUSED (with its `ReasonOfStateChanged`), progress that never reaches the high
+//! watermark, or a PRECOMMITTED transaction never resolved, a stall with its reason.
 
 use super::one_attempt_producer_config;
 use super::Pipeline;
@@ -32,7 +37,7 @@ use crate::client::sim::conn::Connection;
 use crate::client::sim::doris::SimDoris;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerRecord};
-use crate::history::{OpKind, RecordRef, Recorder, Value};
+use crate::history::{DorisJobFinal, DorisTxnFinal, OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::routine_load::RoutineLoadSpec;
 use crate::scenario::{Scenario, TopicSpec};
@@ -42,6 +47,7 @@ use eosim_sim::doris::fe_routine_load::CreateRoutineLoad;
 use eosim_sim::doris::model::{Doris, DorisConfig};
 use eosim_sim::doris::routine_load::{JobState, KafkaOffset};
 use eosim_sim::doris::service::{be_ip, fe_ip, serve_be, serve_fe, DorisWorld, FeRequest};
+use eosim_sim::doris::txn::{LoadSource, TransactionStatus};
 use eosim_sim::doris::types::{LoadSpec, TableDef};
 use eosim_sim::kafka::TopicPartition;
 use std::collections::BTreeMap;
@@ -122,7 +128,7 @@ async fn send_one(ctx: &Context, producer: &SimProducer, id: u64) {
         topic: tp.topic.clone(),
         partition: Some(partition),
         key: None,
-        value: Some(Bytes::from(clicklog_json(id))),
+        value: Some(Bytes::from(ctx.spec.record_json(id, &clicklog_json(id)))),
         headers: Vec::new(),
     };
     let (kind, offset, error) = match producer.send(record).await {
@@ -275,6 +281,7 @@ impl Pipeline for RoutineLoad {
                 lag.push(format!("{tp}: job progress {next} < high watermark {hw}"));
             }
         }
+        lag.extend(precommitted_lag(&doris));
         let pending = doris.fe.txns.committed().len();
         if pending > 0 {
             lag.push(format!(
@@ -333,5 +340,78 @@ impl Pipeline for RoutineLoad {
             })
             .collect();
         rec(Value::CommittedOffsets { offsets });
+        rec(doris_state(&doris));
     }
+}
+
+/// The lag line of PRECOMMITTED transactions still waiting for their second phase (a
+/// liveness failure when the drain ends with it: the run is stalled, naming them).
+pub fn precommitted_lag(doris: &Doris) -> Option<String> {
+    let labels: Vec<&str> = doris
+        .fe
+        .txns
+        .all()
+        .filter(|t| t.status == TransactionStatus::Precommitted)
+        .map(|t| t.label.as_str())
+        .collect();
+    let shown: Vec<&str> = labels.iter().take(4).copied().collect();
+    (!labels.is_empty()).then(|| {
+        format!(
+            "{} PRECOMMITTED transaction(s) never committed or aborted: {}",
+            labels.len(),
+            shown.join(", ")
+        )
+    })
+}
+
+/// The FE's final state: `SHOW ROUTINE LOAD` of every job, every remembered transaction.
+pub fn doris_state(doris: &Doris) -> Value {
+    let jobs = doris
+        .fe
+        .jobs
+        .values()
+        .map(|j| {
+            let s = &j.statistic;
+            DorisJobFinal {
+                name: j.name.clone(),
+                db: j.db.clone(),
+                table: j.table.clone(),
+                state: status_text(&j.state),
+                reason: j.pause_reason.as_ref().map(|r| r.msg.clone()),
+                total_rows: s.total_rows,
+                loaded_rows: s.loaded_rows,
+                error_rows: s.error_rows,
+                unselected_rows: s.unselected_rows,
+                committed_task_num: s.committed_task_num,
+                aborted_task_num: s.aborted_task_num,
+            }
+        })
+        .collect();
+    let txns = doris
+        .fe
+        .txns
+        .all()
+        .map(|t| DorisTxnFinal {
+            txn_id: t.txn_id,
+            db: t.db.clone(),
+            table: t.table.clone(),
+            label: t.label.clone(),
+            status: status_text(&t.status),
+            job: match &t.source {
+                LoadSource::RoutineLoad { job_id, .. } => {
+                    doris.fe.jobs.get(job_id).map(|j| j.name.clone())
+                }
+                LoadSource::StreamLoad { .. } => None,
+            },
+        })
+        .collect();
+    Value::DorisState { jobs, txns }
+}
+
+/// A status enum as Doris prints it (its SCREAMING_SNAKE_CASE serde name).
+fn status_text(status: &impl serde::Serialize) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }

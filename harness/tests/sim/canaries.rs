@@ -216,6 +216,11 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         seeds: 1,
     },
     AnomalyCanary {
+        anomaly: Anomaly::RoutineLoadStatistic,
+        file: "p4-f7-progress-from-consumer-position-loses.toml",
+        seeds: 2,
+    },
+    AnomalyCanary {
         anomaly: Anomaly::NonmonotonicPoll,
         file: "canary-nonmonotonic-poll-unsafe.toml",
         seeds: 1,
@@ -261,6 +266,12 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
     (
         Anomaly::MissingAggregate,
         "no Streams knob commits input offsets without the output of a key@window",
+    ),
+    (
+        Anomaly::LabelLoadedTwice,
+        "the Doris model refuses a label a transaction that is not ABORTED holds \
+         (LabelAlreadyExists), and no switch turns that check off; the checker's mutation \
+         tests produce it",
     ),
     (
         Anomaly::ExtraAggregate,

@@ -1,6 +1,7 @@
-//! Doris Routine Load (SPEC.md P4) on field case F7 and a BE crash: the bug switch loses
-//! the failed tasks' batches, the right abort keeps every record, a BE crash mid-task loses
-//! nothing.
+//! Doris Routine Load (SPEC.md P4) on field case F7, a BE crash and bad input: the bug
+//! switch loses the failed tasks' batches, the right abort keeps every record, a BE crash
+//! mid-task loses nothing, error rows are accounted for under either `strict_mode`, and a
+//! job paused for too many error rows is a stall with its reason.
 
 use super::support::{catalogue, run_checked};
 use eosim::checker::{Anomaly, Validity};
@@ -12,6 +13,9 @@ fn f7_progress_from_the_consumer_position_loses_the_aborted_batches() {
     assert_eq!(result.validity, Validity::Invalid);
     assert!(!result.anomalies[&Anomaly::SinkLost].is_empty());
     assert!(!result.anomalies[&Anomaly::ProgressAheadOfData].is_empty());
+    // The failed tasks' aborts carried attachments, so the job counted rows it never
+    // loaded: SHOW ROUTINE LOAD's loadedRows is above the table's rows.
+    assert!(!result.anomalies[&Anomaly::RoutineLoadStatistic].is_empty());
     assert!(outcome
         .marks
         .contains_key("doris:bug-abort-with-consumer-position"));
@@ -45,4 +49,49 @@ fn a_be_crash_mid_task_loses_and_duplicates_nothing() {
     );
     assert_eq!(outcome.stalled, None);
     assert!(outcome.marks.contains_key("doris:be-restart"));
+}
+
+/// Runs `file` at `seed`; it must hold, with `errors` error rows accounted for and `rows`
+/// rows in the table (of 300 records).
+fn holds_with_error_rows(file: &str, seed: u64, errors: u64, rows: u64) {
+    let s = catalogue(file);
+    let (outcome, result) = run_checked(&s, seed);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(4)
+    );
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.counts.get("sink-error-rows"), Some(&errors));
+    assert_eq!(result.counts.get("sink-rows"), Some(&rows));
+    assert_eq!(errors + rows, 300);
+}
+
+/// Ids 1..300: malformed every 25th (11), over-long user every 40th not otherwise bad
+/// (40, 80, 160, 280), bad clickTime every 30th not malformed (8): without strict mode
+/// the bad clickTimes load as NULL, so 15 error rows and 285 rows.
+#[test]
+fn without_strict_mode_malformed_and_too_long_rows_are_error_rows_and_bad_times_null() {
+    holds_with_error_rows("p4-bad-records-strict-mode-off.toml", 1, 15, 285);
+}
+
+/// As above with strict mode: the 8 bad clickTimes are error rows too.
+#[test]
+fn with_strict_mode_values_that_do_not_convert_are_error_rows_too() {
+    holds_with_error_rows("p4-bad-records-strict-mode-on.toml", 2, 23, 277);
+}
+
+#[test]
+fn a_job_paused_for_too_many_error_rows_is_a_stall_naming_the_reason() {
+    let s = catalogue("p4-max-error-number-exceeded-stalls.toml");
+    let (outcome, _) = run_checked(&s, 1);
+    let reason = outcome.stalled.expect("the job stays PAUSED: a stall");
+    assert!(
+        reason.contains("current error rows is more than max error num: 5"),
+        "{reason}"
+    );
+    assert!(outcome
+        .marks
+        .contains_key("doris:routine-load-too-many-error-rows"));
 }

@@ -33,7 +33,9 @@
 //! - PREPARE → (PRECOMMITTED) → COMMITTED → VISIBLE, or ABORTED; publish between commit
 //!   and visibility (a [`model::Doris::tick`] with the BE up); reads see VISIBLE data only
 //!   (READ COMMITTED); PREPARE transactions past their timeout are aborted
-//!   (`timeout by txn manager`); PRECOMMITTED ones wait for their second phase.
+//!   (`timeout by txn manager`), PRECOMMITTED ones after
+//!   `stream_load_default_precommit_timeout_second` (3600 s), as
+//!   `TransactionState.isTimeout` does.
 //! - DUPLICATE KEY keeps every row; UNIQUE KEY merge-on-write keeps the last version of a
 //!   key, or with `function_column.sequence_col` the greatest sequence value.
 //! - Conversion: `COLUMNS` by name, `jsonpaths` (`$.a.b`), `strict_mode` (off: a failed

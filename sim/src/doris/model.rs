@@ -20,7 +20,10 @@
 
 use super::error::DorisError;
 use super::routine_load::RoutineLoadJob;
-use super::txn::{BeginTxn, TransactionState, TransactionStatus, TxnManager, LABEL_KEEP_MAX_MS};
+use super::txn::{
+    BeginTxn, TransactionState, TransactionStatus, TxnManager, LABEL_KEEP_MAX_MS,
+    PRECOMMIT_TIMEOUT_MS,
+};
 use super::types::{Converted, KeysType, LoadSpec, Row, RowError, TableDef};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,11 +33,15 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Cluster settings.
 ///
 /// ## Default values
-/// `label_keep_max_ms` 3 days (`label_keep_max_second`), one BE.
+/// `label_keep_max_ms` 3 days (`label_keep_max_second`), `precommit_timeout_ms` 3600 s
+/// (`stream_load_default_precommit_timeout_second`), one BE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DorisConfig {
     /// `label_keep_max_second`, in ms.
     pub label_keep_max_ms: u64,
+    /// `stream_load_default_precommit_timeout_second`, in ms: a PRECOMMITTED transaction
+    /// older than this is aborted.
+    pub precommit_timeout_ms: u64,
     /// Number of BEs (for Routine Load's task division).
     pub be_count: usize,
 }
@@ -43,6 +50,7 @@ impl Default for DorisConfig {
     fn default() -> Self {
         Self {
             label_keep_max_ms: LABEL_KEEP_MAX_MS,
+            precommit_timeout_ms: PRECOMMIT_TIMEOUT_MS,
             be_count: 1,
         }
     }
@@ -329,7 +337,8 @@ impl Doris {
     /// expiry, publish when `be_alive`, the Routine Load schedulers.
     pub fn tick(&mut self, now_ms: u64, be_alive: bool) {
         let keep = self.config.label_keep_max_ms;
-        for txn_id in self.fe.txns.expire(now_ms, keep) {
+        let precommit = self.config.precommit_timeout_ms;
+        for txn_id in self.fe.txns.expire(now_ms, keep, precommit) {
             self.drop_rows(txn_id);
             self.on_task_txn_aborted(now_ms, txn_id, None, super::txn::TIMEOUT_REASON);
         }

@@ -133,6 +133,29 @@ fn prepare_times_out_but_precommitted_waits() {
     assert!(ids(&d).is_empty(), "PRECOMMITTED is not readable");
 }
 
+/// `TransactionState.isTimeout`: a PRECOMMITTED transaction is aborted once
+/// `stream_load_default_precommit_timeout_second` (3600 s) passed since its precommit.
+#[test]
+fn precommitted_times_out_after_the_precommit_timeout() {
+    let mut d = cluster();
+    let t = d.begin(0, begin("a")).unwrap();
+    d.write(t, &LoadSpec::default(), &clicks(0..1)).unwrap();
+    d.precommit(1_000, t).unwrap();
+    d.tick(1_000 + PRECOMMIT_TIMEOUT_MS, true);
+    assert_eq!(
+        d.transaction(t).unwrap().status,
+        TransactionStatus::Precommitted
+    );
+    d.tick(1_001 + PRECOMMIT_TIMEOUT_MS, true);
+    let s = d.transaction(t).unwrap();
+    assert_eq!(
+        (s.status, s.reason.as_str()),
+        (TransactionStatus::Aborted, TIMEOUT_REASON)
+    );
+    assert!(d.commit_prepared(1_002 + PRECOMMIT_TIMEOUT_MS, t).is_err());
+    assert!(ids(&d).is_empty());
+}
+
 fn stream(label: &str, lines: Vec<String>, two_phase: bool) -> StreamLoad {
     StreamLoad {
         db: "db".into(),

@@ -21,6 +21,9 @@ use std::collections::BTreeMap;
 pub const LABEL_KEEP_MAX_MS: u64 = 3 * 24 * 3600 * 1000;
 /// Stream Load's default `timeout`: 600 s (`stream_load_default_timeout_second`).
 pub const STREAM_LOAD_TIMEOUT_MS: u64 = 600_000;
+/// `stream_load_default_precommit_timeout_second` default: 3600 s, after which the FE
+/// aborts a PRECOMMITTED transaction (`TransactionState.isTimeout`).
+pub const PRECOMMIT_TIMEOUT_MS: u64 = 3_600_000;
 /// The abort reason of a transaction past its timeout.
 pub const TIMEOUT_REASON: &str = "timeout by txn manager";
 /// The abort reason of a user abort (`_stream_load_2pc` with `txn_operation: abort`).
@@ -334,21 +337,39 @@ impl TxnManager {
         ids.into_iter().map(|(_, id)| id).collect()
     }
 
-    /// `removeExpiredAndTimeoutTxns` at `now_ms`: aborts PREPARE transactions past their
-    /// timeout (returned), forgets final ones older than `label_keep_ms`. PRECOMMITTED
-    /// transactions wait for their commit or abort.
-    pub fn expire(&mut self, now_ms: u64, label_keep_ms: u64) -> Vec<u64> {
+    /// `removeExpiredAndTimeoutTxns` at `now_ms`: aborts the transactions past their
+    /// timeout (returned) as `TransactionState.isTimeout` decides: PREPARE ones older than
+    /// their timeout, PRECOMMITTED ones precommitted more than `precommit_timeout_ms` ago
+    /// (`stream_load_default_precommit_timeout_second`); forgets final ones older than
+    /// `label_keep_ms`.
+    pub fn expire(
+        &mut self,
+        now_ms: u64,
+        label_keep_ms: u64,
+        precommit_timeout_ms: u64,
+    ) -> Vec<u64> {
         let timed_out: Vec<u64> = self
             .txns
             .values()
-            .filter(|t| t.status == TransactionStatus::Prepare)
-            .filter(|t| now_ms.saturating_sub(t.prepare_time_ms) > t.timeout_ms)
+            .filter(|t| match t.status {
+                TransactionStatus::Prepare => {
+                    now_ms.saturating_sub(t.prepare_time_ms) > t.timeout_ms
+                }
+                TransactionStatus::Precommitted => {
+                    let since = t.commit_time_ms.unwrap_or(t.prepare_time_ms);
+                    now_ms.saturating_sub(since) > precommit_timeout_ms
+                }
+                _ => false,
+            })
             .map(|t| t.txn_id)
             .collect();
         for id in &timed_out {
+            if self.txns[id].status == TransactionStatus::Precommitted {
+                crate::mark!("doris:precommitted-timeout");
+            }
             crate::mark!("doris:txn-timeout");
             self.abort(now_ms, *id, TIMEOUT_REASON, None)
-                .expect("PREPARE aborts");
+                .expect("PREPARE and PRECOMMITTED abort");
         }
         let expired: Vec<u64> = self
             .txns
