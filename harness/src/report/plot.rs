@@ -298,7 +298,10 @@ mod tests {
     fn the_timeline_has_a_lane_per_fault_and_effect_kind_and_a_rect_per_band() {
         let svg = timeline_svg(&sample(), "time (s)").unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
-        assert!(svg.contains(">\nkill\n</text>"), "the fault lane is labelled");
+        assert!(
+            svg.contains(">\nkill\n</text>"),
+            "the fault lane is labelled"
+        );
         assert!(svg.contains(">\neffect messages.delay (1)\n</text>"));
         // The background, the plotting area, then one band and one tick at least.
         assert!(svg.matches("<rect").count() >= 3);
@@ -316,6 +319,9 @@ mod tests {
         let points = polyline.split("points=\"").nth(1).unwrap();
         let points = points.split('"').next().unwrap();
         assert_eq!(points.split_whitespace().count(), 3, "{polyline}");
-        assert!(svg.contains(">\nsend ok/s\n</text>"), "the legend names the line");
+        assert!(
+            svg.contains(">\nsend ok/s\n</text>"),
+            "the legend names the line"
+        );
     }
 }
