@@ -159,6 +159,34 @@ pub(crate) fn signal_tree(pgid: i32, signal: i32) -> Vec<i32> {
     strays
 }
 
+/// Waits until every thread of process `pid` is stopped (state `T` or `t` in
+/// `/proc/<pid>/task/*/stat`, proc(5)), polling every 5 ms for at most `max`; whether it
+/// got there. `kill(SIGSTOP)` returns when the signal is queued, not when each thread of
+/// a busy server has taken it, so a request sent right after could still be served.
+fn wait_stopped(pid: i32, max: Duration) -> bool {
+    let stopped = || -> Option<bool> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        for task in tasks {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            // The state follows the parenthesised command name, which may hold spaces.
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            if state != 'T' && state != 't' {
+                return Some(false);
+            }
+        }
+        Some(true)
+    };
+    let deadline = Instant::now() + max;
+    loop {
+        match stopped() {
+            Some(true) => return true,
+            None => return false,
+            Some(false) if Instant::now() >= deadline => return false,
+            Some(false) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
 /// Whether any process of group `pgid` still exists (zombies included until reaped).
 pub fn group_exists(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
@@ -370,6 +398,9 @@ impl ServiceProcess {
         if let Some(pgid) = self.pid() {
             signal_tree(pgid, libc::SIGSTOP);
             self.paused = group_exists(pgid);
+            if self.paused && !wait_stopped(pgid, Duration::from_secs(2)) {
+                eprintln!("eosim: {pgid} not stopped 2 s after SIGSTOP");
+            }
         }
     }
 
@@ -488,6 +519,28 @@ mod tests {
             log_path: dir.join("test-service.log"),
             user: None,
         }
+    }
+
+    /// `wait_stopped` says a busy process is stopped only once SIGSTOP took it, and a
+    /// running one is not.
+    #[test]
+    fn pause_returns_once_the_process_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServiceProcess::spawn(launch(dir.path(), "while :; do :; done")).unwrap();
+        let pgid = p.pid().unwrap();
+        assert!(
+            !wait_stopped(pgid, Duration::from_millis(50)),
+            "a busy loop is running"
+        );
+        p.pause();
+        assert!(p.is_paused());
+        assert!(
+            wait_stopped(pgid, Duration::ZERO),
+            "pause returned before the stop"
+        );
+        p.resume();
+        assert!(!wait_stopped(pgid, Duration::from_millis(200)), "resumed");
+        p.kill();
     }
 
     #[test]
