@@ -174,35 +174,9 @@ pub fn label_loaded_twice_cases(a: &Analysis) -> Vec<Case> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::test_support::{doris_job as job, doris_txn as txn};
     use crate::checker::test_support::{history, log, rec, send, sink};
-    use crate::history::{DorisTxnFinal, OpKind, Value};
-
-    fn txn(txn_id: u64, label: &str, status: &str, job: Option<&str>) -> DorisTxnFinal {
-        DorisTxnFinal {
-            txn_id,
-            db: "db".into(),
-            table: "clicklog".into(),
-            label: label.into(),
-            status: status.into(),
-            job: job.map(String::from),
-        }
-    }
-
-    fn job(total: u64, loaded: u64, errors: u64) -> DorisJobFinal {
-        DorisJobFinal {
-            name: "job".into(),
-            db: "db".into(),
-            table: "clicklog".into(),
-            state: "RUNNING".into(),
-            reason: None,
-            total_rows: total,
-            loaded_rows: loaded,
-            error_rows: errors,
-            unselected_rows: 0,
-            committed_task_num: 1,
-            aborted_task_num: 0,
-        }
-    }
+    use crate::history::{DorisJobFinal, DorisTxnFinal, OpKind, Value};
 
     fn analysis(txns: Vec<DorisTxnFinal>, jobs: Vec<DorisJobFinal>) -> Analysis {
         let h = history(vec![

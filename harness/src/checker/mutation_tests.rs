@@ -867,33 +867,6 @@ fn every_anomaly_has_a_mutation_or_a_stated_exception() {
 // error row) under label rl-1-task-1, VISIBLE; SHOW ROUTINE LOAD says 3 total, 2 loaded,
 // 1 error.
 
-fn doris_job(total: u64, loaded: u64, errors: u64) -> crate::history::DorisJobFinal {
-    crate::history::DorisJobFinal {
-        name: "job".into(),
-        db: "db".into(),
-        table: "clicklog".into(),
-        state: "RUNNING".into(),
-        reason: None,
-        total_rows: total,
-        loaded_rows: loaded,
-        error_rows: errors,
-        unselected_rows: 0,
-        committed_task_num: 1,
-        aborted_task_num: 0,
-    }
-}
-
-fn doris_txn(txn_id: u64, label: &str, status: &str) -> crate::history::DorisTxnFinal {
-    crate::history::DorisTxnFinal {
-        txn_id,
-        db: "db".into(),
-        table: "clicklog".into(),
-        label: label.into(),
-        status: status.into(),
-        job: Some("job".into()),
-    }
-}
-
 fn load_errors(label: &str, rows: &[(u64, Offset)]) -> Value {
     Value::LoadErrors {
         label: label.into(),
@@ -905,7 +878,7 @@ fn routine_load_baseline() -> History {
     use OpKind::Ok as Done;
     let state = Value::DorisState {
         jobs: vec![doris_job(3, 2, 1)],
-        txns: vec![doris_txn(1, "rl-1-task-1", "VISIBLE")],
+        txns: vec![doris_txn(1, "rl-1-task-1", "VISIBLE", Some("job"))],
     };
     history(vec![
         ("producer-0", Done, send(1, Some(0))),
@@ -1001,7 +974,7 @@ fn routine_load_mutations() -> Vec<Mutation> {
             r,
             |h| {
                 edit_doris_state(h, |_, txns| {
-                    txns.push(doris_txn(2, "rl-1-task-1", "VISIBLE"));
+                    txns.push(doris_txn(2, "rl-1-task-1", "VISIBLE", Some("job")));
                 })
             },
             LabelLoadedTwice,

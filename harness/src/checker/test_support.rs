@@ -8,6 +8,7 @@
 //! - Transactions copying `in-0` to `out-0`: [`txn`], [`committed_view`],
 //!   [`partition_state`].
 //! - Streams: [`streams_history`]. Change data: [`cdc_history`] with [`c`] and [`u`].
+//! - Doris (table `db.clicklog`, job `job`): [`doris_job`], [`doris_txn`].
 
 use super::*;
 use crate::history::{DlqRecord, OpKind, RecordRef, SourceRecord, Value};
@@ -290,4 +291,40 @@ pub fn cdc_history(
         h.push(2, "final", ok, value, None);
     }
     h
+}
+
+/// A Routine Load job `job` loading `db.clicklog`, RUNNING, one committed task, with
+/// `SHOW ROUTINE LOAD`'s `totalRows`, `loadedRows` and `errorRows`.
+pub fn doris_job(total: u64, loaded: u64, errors: u64) -> crate::history::DorisJobFinal {
+    crate::history::DorisJobFinal {
+        name: "job".into(),
+        db: "db".into(),
+        table: "clicklog".into(),
+        state: "RUNNING".into(),
+        reason: None,
+        total_rows: total,
+        loaded_rows: loaded,
+        error_rows: errors,
+        unselected_rows: 0,
+        committed_task_num: 1,
+        aborted_task_num: 0,
+    }
+}
+
+/// A load transaction into `db.clicklog` with its label and status, begun by `job` (a
+/// Routine Load job's name) or by none (a Stream Load).
+pub fn doris_txn(
+    txn_id: u64,
+    label: &str,
+    status: &str,
+    job: Option<&str>,
+) -> crate::history::DorisTxnFinal {
+    crate::history::DorisTxnFinal {
+        txn_id,
+        db: "db".into(),
+        table: "clicklog".into(),
+        label: label.into(),
+        status: status.into(),
+        job: job.map(String::from),
+    }
 }
