@@ -4,7 +4,8 @@
 //! job paused for too many error rows is a stall with its reason.
 
 use super::support::{catalogue, run_checked};
-use eosim::checker::{Anomaly, Validity};
+use eosim::checker::{Anomaly, CheckResult, Validity};
+use eosim::runner::SeedOutcome;
 
 #[test]
 fn f7_progress_from_the_consumer_position_loses_the_aborted_batches() {
@@ -23,15 +24,7 @@ fn f7_progress_from_the_consumer_position_loses_the_aborted_batches() {
 
 #[test]
 fn f7_an_abort_without_attachment_reloads_the_batch_from_the_committed_offset() {
-    let s = catalogue("p4-f7-aborted-task-progress-from-transaction.toml");
-    let (outcome, result) = run_checked(&s, 2);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
-    assert_eq!(outcome.stalled, None);
+    let (outcome, _) = run_holding("p4-f7-aborted-task-progress-from-transaction.toml", 2);
     assert!(outcome
         .marks
         .contains_key("doris:task-failed-before-commit"));
@@ -39,21 +32,12 @@ fn f7_an_abort_without_attachment_reloads_the_batch_from_the_committed_offset() 
 
 #[test]
 fn a_be_crash_mid_task_loses_and_duplicates_nothing() {
-    let s = catalogue("p4-be-crash-mid-task.toml");
-    let (outcome, result) = run_checked(&s, 2);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
-    assert_eq!(outcome.stalled, None);
+    let (outcome, _) = run_holding("p4-be-crash-mid-task.toml", 2);
     assert!(outcome.marks.contains_key("doris:be-restart"));
 }
 
-/// Runs `file` at `seed`; it must hold, with `errors` error rows accounted for and `rows`
-/// rows in the table (of 300 records).
-fn holds_with_error_rows(file: &str, seed: u64, errors: u64, rows: u64) {
+/// Runs the catalogue's `file` at `seed` and checks it; it must hold (valid, not stalled).
+fn run_holding(file: &str, seed: u64) -> (SeedOutcome, CheckResult) {
     let s = catalogue(file);
     let (outcome, result) = run_checked(&s, seed);
     assert_eq!(
@@ -63,6 +47,13 @@ fn holds_with_error_rows(file: &str, seed: u64, errors: u64, rows: u64) {
         result.case_texts(4)
     );
     assert_eq!(outcome.stalled, None);
+    (outcome, result)
+}
+
+/// Runs `file` at `seed`; it must hold, with `errors` error rows accounted for and `rows`
+/// rows in the table (of 300 records).
+fn holds_with_error_rows(file: &str, seed: u64, errors: u64, rows: u64) {
+    let (_, result) = run_holding(file, seed);
     assert_eq!(result.counts.get("sink-error-rows"), Some(&errors));
     assert_eq!(result.counts.get("sink-rows"), Some(&rows));
     assert_eq!(errors + rows, 300);
