@@ -12,7 +12,9 @@
 //! - `cargo xtask test [--junit DIR]`: `cargo test --workspace` (normal cfg), then the
 //!   simulation tests under `--cfg madsim`; with `--junit`, through cargo-nextest, one JUnit
 //!   file per step in DIR.
-//! - `cargo xtask bench`: the criterion benches under `--cfg madsim`.
+//! - `cargo xtask bench [--quick] [--real] [--save-baseline]`: the criterion benches under
+//!   `--cfg madsim`, a simulation sample per pipeline, with `--real` the real tier's
+//!   throughput, then the bench page beside `reports/baseline`.
 //! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
 //!   DIR...` runs `eosim report merge` (shard reports into one).
 //! - `cargo xtask speed [--seeds N] [--runs R] [--scenario PATH]...`: the speed table of
@@ -86,8 +88,9 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         junit: Option<PathBuf>,
     },
-    /// Criterion benches under --cfg madsim, a one-seed simulation sample per pipeline, then
-    /// the bench page (reports/bench/<id>/index.html) beside reports/baseline.
+    /// Criterion benches under --cfg madsim, a one-seed simulation sample per pipeline, with
+    /// --real the real tier's throughput, then the bench page
+    /// (reports/bench/<id>/index.html) beside reports/baseline.
     Bench {
         /// A short run: criterion with 10 samples, 1 s warm-up, 3 s measurement.
         #[arg(long)]
@@ -95,6 +98,12 @@ enum Task {
         /// Also save this run's figures as the baseline (reports/baseline/bench.json).
         #[arg(long)]
         save_baseline: bool,
+        /// Also measure the real tier: install and start the services
+        /// (.ci/install-real-services), run every scenarios/real/*.toml with `eosim run
+        /// --backend native` into reports/bench/real, and put its throughput and bulk-load
+        /// ratios on the page.
+        #[arg(long)]
+        real: bool,
         /// Extra arguments for criterion (after `--`).
         #[arg(last = true)]
         criterion_args: Vec<String>,
@@ -229,8 +238,9 @@ fn run(task: Task) -> Result<u8> {
         Task::Bench {
             quick,
             save_baseline,
+            real,
             criterion_args,
-        } => bench(quick, save_baseline, &criterion_args),
+        } => bench(quick, save_baseline, real, &criterion_args),
         Task::Report { args } if args.is_empty() => report(),
         Task::Report { args } => {
             let mut cmd = Command::new(build_eosim(false)?);
@@ -571,7 +581,7 @@ const QUICK_CRITERION_ARGS: [&str; 6] = [
     "3",
 ];
 
-fn bench(quick: bool, save_baseline: bool, criterion_args: &[String]) -> Result<u8> {
+fn bench(quick: bool, save_baseline: bool, real: bool, criterion_args: &[String]) -> Result<u8> {
     let mut cmd = cargo_madsim();
     cmd.args(["bench", "-p", "eosim-benches", "--"]);
     if quick {
@@ -581,9 +591,10 @@ fn bench(quick: bool, save_baseline: bool, criterion_args: &[String]) -> Result<
     if code != 0 {
         return Ok(code);
     }
-    // The simulator's rate: one seed of each sample scenario, one job, no shrinking. Its
-    // verdicts do not matter here (a two-seed `not exercised` is still a rate).
-    let binary = build_eosim(false)?;
+    // The simulator's rate: one seed of each sample scenario, one job, no shrinking, on the
+    // release build as criterion's are. Its verdicts do not matter here (a one-seed `not
+    // exercised` is still a rate).
+    let binary = build_eosim(true)?;
     let sample_dir = Path::new("reports/bench/sim");
     let mut sim = Command::new(&binary);
     sim.args(["sim", "--seeds", "1", "--jobs", "1", "--no-progress"])
@@ -596,6 +607,22 @@ fn bench(quick: bool, save_baseline: bool, criterion_args: &[String]) -> Result<
     let mut page = Command::new(&binary);
     page.args(["report", "bench", "--sim"])
         .arg(sample_dir.join("latest").join("results.json"));
+    if real {
+        let code = status(Command::new("bash").arg(".ci/install-real-services"))?;
+        if code != 0 {
+            return Ok(code);
+        }
+        // Verdicts do not matter here either: the rates are measured whatever the claim.
+        // The real tier needs the normal cfg (the madsim build has no real backend).
+        let real_dir = Path::new("reports/bench/real");
+        let mut run = cargo();
+        run.args(["run", "--release", "--quiet", "-p", "eosim", "--", "run"])
+            .args(["--backend", "native", "--out"])
+            .arg(real_dir);
+        status(&mut run)?;
+        page.arg("--real")
+            .arg(real_dir.join("latest").join("results.json"));
+    }
     if save_baseline {
         page.args(["--save-baseline", "reports/baseline"]);
     }

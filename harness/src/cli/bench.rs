@@ -5,7 +5,8 @@ use super::output::build_id;
 use super::rundir::run_stamp;
 use super::{config_error, ExitClass};
 use crate::report::bench::{
-    criterion_estimates, read_baseline, read_run, real_rates, sim_rates, write_bench, BenchReport,
+    criterion_estimates, load_average, read_baseline, read_run, real_rates, sim_rates, write_bench,
+    BenchReport,
 };
 use clap::Args;
 use std::path::PathBuf;
@@ -20,13 +21,10 @@ pub struct BenchArgs {
     /// A simulation run's results.json (simulated seconds per wall second per pipeline).
     #[arg(long, value_name = "PATH")]
     pub sim: Option<PathBuf>,
-    /// A real run's results.json (its measured throughput); skipped when missing.
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "reports/real/latest/results.json"
-    )]
-    pub real: PathBuf,
+    /// A real run's results.json (its measured throughput and bulk-load ratios); without
+    /// it the page says the real tier was not measured.
+    #[arg(long, value_name = "PATH")]
+    pub real: Option<PathBuf>,
     /// The baseline dir (holding bench.json); the page compares against it when present.
     #[arg(long, value_name = "DIR", default_value = "reports/baseline")]
     pub baseline: PathBuf,
@@ -43,6 +41,7 @@ pub fn bench_command(args: &BenchArgs) -> ExitClass {
     let mut now = BenchReport {
         id: run_stamp(SystemTime::now()),
         build: build_id(),
+        load_average: load_average(),
         ..BenchReport::default()
     };
     match criterion_estimates(&args.criterion) {
@@ -55,8 +54,8 @@ pub fn bench_command(args: &BenchArgs) -> ExitClass {
             Err(e) => return config_error(e),
         }
     }
-    if args.real.is_file() {
-        match read_run(&args.real) {
+    if let Some(real) = &args.real {
+        match read_run(real) {
             Ok(r) => now.real = real_rates(&r),
             Err(e) => return config_error(e),
         }

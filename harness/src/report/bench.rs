@@ -73,6 +73,10 @@ pub struct RealRate {
     pub records_per_s: f64,
     /// Rows written into the sink per second.
     pub rows_per_s: f64,
+    /// The sink's put rate over the fastest bulk load of the same rows in the same run
+    /// ([`super::BulkLoad::sink_ratio`]); absent where the run made no bulk load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk_ratio: Option<f64>,
 }
 
 /// The figures of one bench run: what `bench.json` holds, and a baseline's format.
@@ -89,6 +93,33 @@ pub struct BenchReport {
     /// Real-tier rates, by scenario (empty without a real report).
     #[serde(default)]
     pub real: Vec<RealRate>,
+    /// The machine's 1-, 5- and 15-minute load averages when the page was made
+    /// (`/proc/loadavg`; absent elsewhere): a figure taken at a load above the core count
+    /// is a lower bound, and a regression against a baseline taken idle may be the load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_average: Option<[f64; 3]>,
+}
+
+/// The load averages of `/proc/loadavg` (Linux), `None` where it cannot be read.
+pub fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_load_average(&text)
+}
+
+/// The first three fields of a `/proc/loadavg` line (`"0.52 1.10 1.90 1/123 4567"`).
+fn parse_load_average(text: &str) -> Option<[f64; 3]> {
+    let mut fields = text.split_whitespace().map(str::parse::<f64>);
+    let mut next = || fields.next()?.ok();
+    Some([next()?, next()?, next()?])
+}
+
+/// `load 0.52 / 1.10 / 1.90 (1, 5, 15 min)`, or `load unknown`.
+fn load_text(report: &BenchReport) -> String {
+    report
+        .load_average
+        .map_or("load unknown".into(), |[a, b, c]| {
+            format!("load {a:.2} / {b:.2} / {c:.2} (1, 5, 15 min)")
+        })
 }
 
 /// Errors reading the bench inputs.
@@ -205,6 +236,11 @@ pub fn real_rates(report: &RunReport) -> Vec<RealRate> {
             scenario: s.scenario.clone(),
             records_per_s: m.records_per_s,
             rows_per_s: m.rows_per_s,
+            bulk_ratio: m
+                .bulk_loads
+                .iter()
+                .map(|b| b.sink_ratio)
+                .min_by(f64::total_cmp),
         })
     };
     report.scenarios.iter().filter_map(measured).collect()
@@ -301,6 +337,15 @@ pub fn compare(now: &BenchReport, baseline: Option<&BenchReport>) -> Vec<Compari
             r.rows_per_s,
             base.map(|b| b.rows_per_s),
         ));
+        if let Some(ratio) = r.bulk_ratio {
+            let what = format!("real {} sink / bulk load", r.scenario);
+            out.push(lower_is_worse(
+                what,
+                "ratio",
+                ratio,
+                base.and_then(|b| b.bulk_ratio),
+            ));
+        }
     }
     out
 }
@@ -312,12 +357,23 @@ fn change_text(c: &Comparison) -> String {
 
 /// `bench.md`: the comparison as a Markdown table.
 pub fn bench_markdown(now: &BenchReport, baseline: Option<&BenchReport>) -> String {
-    let mut out = format!("# eosim bench {}\n\nbuild `{}`", now.id, now.build);
+    let mut out = format!(
+        "# eosim bench {}\n\nbuild `{}`, {}",
+        now.id,
+        now.build,
+        load_text(now)
+    );
     match baseline {
         Some(b) => {
-            let _ = write!(out, ", baseline {} (build `{}`)", b.id, b.build);
+            let _ = write!(
+                out,
+                "; baseline {} (build `{}`, {})",
+                b.id,
+                b.build,
+                load_text(b)
+            );
         }
-        None => out.push_str(", no baseline"),
+        None => out.push_str("; no baseline"),
     }
     out.push_str(
         "\n\n| figure | unit | now | baseline | change | |\n|---|---|---:|---:|---:|---|\n",
@@ -335,7 +391,7 @@ pub fn bench_markdown(now: &BenchReport, baseline: Option<&BenchReport>) -> Stri
         );
     }
     if now.real.is_empty() {
-        out.push_str("\nNo real-tier report: run `cargo xtask real` for its throughput.\n");
+        out.push_str("\nNo real-tier report: run `cargo xtask bench --real` for its throughput.\n");
     }
     out
 }
@@ -365,16 +421,16 @@ pub fn bench_html(now: &BenchReport, baseline: Option<&BenchReport>) -> String {
                 style { (PreEscaped(super::html::CSS)) "tr.regressed td { background: #fbe0e0; }" } }
             body {
                 h1 { "eosim bench " (now.id) }
-                p { "build " code { (now.build) } ", "
+                p { "build " code { (now.build) } ", " (load_text(now)) "; "
                     @match baseline {
-                        Some(b) => { "baseline " (b.id) " (build " code { (b.build) } ")" },
+                        Some(b) => { "baseline " (b.id) " (build " code { (b.build) } ", " (load_text(b)) ")" },
                         None => "no baseline",
                     }
                     "; " (regressions) " regression(s) beyond the noise (criterion: mean more than "
                     (REGRESSION_FRACTION * 100.0) " % slower with disjoint confidence intervals; rates: more than "
                     (REGRESSION_FRACTION * 100.0) " % lower)" }
                 (table)
-                @if now.real.is_empty() { p { "No real-tier report: run " code { "cargo xtask real" } " for its throughput." } }
+                @if now.real.is_empty() { p { "No real-tier report: run " code { "cargo xtask bench --real" } " for its throughput." } }
             }
         }
     }
@@ -468,6 +524,7 @@ mod tests {
                 sim_s_per_wall_s: sim_rate,
             }],
             real: vec![],
+            load_average: None,
         }
     }
 
@@ -514,5 +571,81 @@ mod tests {
         assert_eq!(rates.len(), 1);
         assert_eq!(rates[0].scenarios, 2);
         assert_eq!(rates[0].sim_s_per_wall_s, 30.0);
+    }
+
+    #[test]
+    fn real_rates_take_the_fastest_bulk_load_and_a_lower_ratio_regresses() {
+        let bulk = |method: &str, sink_ratio: f64| super::super::BulkLoad {
+            target: "postgres".into(),
+            method: method.into(),
+            rows: 1000,
+            time_s: 0.1,
+            rows_per_s: 10_000.0,
+            sink_ratio,
+        };
+        let mut s = ScenarioResult::new("p2", "connect-jdbc", "at-least-once");
+        s.measured = Some(super::super::Measured {
+            records_per_s: 900.0,
+            rows_per_s: 800.0,
+            latency_ms_p50: 1.0,
+            latency_ms_p95: 2.0,
+            latency_ms_p99: 3.0,
+            records_acked: 1000,
+            rows_written: 1000,
+            sink_put_rows_per_s: Some(3000.0),
+            bulk_loads: vec![
+                bulk("COPY FROM STDIN", 0.3),
+                bulk("one multi-row INSERT", 0.6),
+            ],
+        });
+        let report = RunReport {
+            run_id: "r".into(),
+            build: "x".into(),
+            started_at: String::new(),
+            scenarios: vec![
+                s,
+                ScenarioResult::new("sim-only", "kafka-consume", "at-least-once"),
+            ],
+        };
+        let rates = real_rates(&report);
+        assert_eq!(rates.len(), 1, "only measured scenarios are real rates");
+        assert_eq!(
+            rates[0].bulk_ratio,
+            Some(0.3),
+            "the ratio to the fastest load"
+        );
+        let with = |ratio| BenchReport {
+            real: vec![RealRate {
+                bulk_ratio: Some(ratio),
+                ..rates[0].clone()
+            }],
+            ..BenchReport::default()
+        };
+        let rows = compare(&with(0.25), Some(&with(0.3)));
+        let ratio = rows
+            .iter()
+            .find(|c| c.unit == "ratio")
+            .expect("a ratio row");
+        assert!(ratio.regressed, "{ratio:?}");
+        assert!(!compare(&with(0.29), Some(&with(0.3)))[2].regressed);
+    }
+
+    #[test]
+    fn load_averages_are_the_first_three_fields() {
+        assert_eq!(
+            parse_load_average("0.52 1.10 1.90 1/123 4567\n"),
+            Some([0.52, 1.1, 1.9])
+        );
+        assert_eq!(parse_load_average("0.52 x 1.90"), None);
+        assert_eq!(parse_load_average(""), None);
+        let report = BenchReport {
+            load_average: Some([3.0, 2.5, 2.0]),
+            ..BenchReport::default()
+        };
+        let md = bench_markdown(&report, None);
+        assert!(
+            md.contains("load 3.00 / 2.50 / 2.00 (1, 5, 15 min); no baseline"),
+            "{md}"
+        );
     }
 }

@@ -446,6 +446,19 @@ impl Default for TopicSpec {
 }
 
 impl TopicSpec {
+    /// This topic's partitions, 0 to `partitions - 1`.
+    pub fn topic_partitions(&self) -> Vec<eosim_sim::kafka::TopicPartition> {
+        self.partitions_of(&self.name)
+    }
+
+    /// Partitions 0 to `partitions - 1` of `topic`: an output topic laid out as this one
+    /// (the copy's and the Streams application's outputs have the input's partitions).
+    pub fn partitions_of(&self, topic: &str) -> Vec<eosim_sim::kafka::TopicPartition> {
+        (0..self.partitions)
+            .map(|p| eosim_sim::kafka::TopicPartition::new(topic.to_string(), p))
+            .collect()
+    }
+
     /// The model's (and the admin client's) topic configuration.
     pub fn to_config(&self) -> eosim_sim::kafka::TopicConfig {
         eosim_sim::kafka::TopicConfig {

@@ -213,11 +213,6 @@ impl ClickhouseSink {
             task_crash_probability: 0.0,
         }
     }
-
-    fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
-        let topic = &self.ctx.scenario.topic;
-        (0..topic.partitions).map(|p| TopicPartition::new(topic.name.clone(), p))
-    }
 }
 
 impl Pipeline for ClickhouseSink {
@@ -285,7 +280,7 @@ impl Pipeline for ClickhouseSink {
             .committed_offsets(&self.ctx.group())
             .into_iter()
             .collect();
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
@@ -313,7 +308,7 @@ impl Pipeline for ClickhouseSink {
         let t = now_ns();
         let mut by_name: BTreeMap<String, RecordRef> = BTreeMap::new();
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let records: Vec<RecordRef> = cluster
                 .records(&tp)
                 .into_iter()

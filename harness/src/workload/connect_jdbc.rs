@@ -284,13 +284,6 @@ impl ConnectJdbc {
         Self { ctx }
     }
 
-    fn partitions(&self) -> Vec<TopicPartition> {
-        let t = &self.ctx.scenario.topic;
-        (0..t.partitions)
-            .map(|p| TopicPartition::new(t.name.clone(), p))
-            .collect()
-    }
-
     fn runtime(&self, world: &World) -> WorkerRuntime {
         let timeout_ms = self.ctx.scenario.postgres.client_timeout_ms;
         let recorder = self.ctx.recorder.clone();
@@ -395,7 +388,7 @@ impl Pipeline for ConnectJdbc {
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(&group).into_iter().collect();
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
@@ -427,7 +420,7 @@ impl Pipeline for ConnectJdbc {
                 .record(t, "final", OpKind::Ok, value, None)
         };
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let records = cluster.records(&tp);
             let refs = records.iter().map(|(offset, r)| RecordRef {
                 id: id_of(&r.headers),

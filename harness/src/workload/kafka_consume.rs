@@ -269,11 +269,6 @@ impl KafkaConsume {
             },
         }
     }
-
-    fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
-        let topic = &self.ctx.scenario.topic;
-        (0..topic.partitions).map(|p| TopicPartition::new(topic.name.clone(), p))
-    }
 }
 
 impl Pipeline for KafkaConsume {
@@ -307,7 +302,7 @@ impl Pipeline for KafkaConsume {
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(SINK_GROUP).into_iter().collect();
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
@@ -338,7 +333,7 @@ impl Pipeline for KafkaConsume {
     fn record_final(&self, world: &World) {
         let t = now_ns();
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let records = cluster
                 .records(&tp)
                 .into_iter()

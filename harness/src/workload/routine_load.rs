@@ -217,11 +217,6 @@ impl RoutineLoad {
             request_timeout_ms: self.ctx.scenario.workload.request_timeout_ms,
         }
     }
-
-    fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
-        let topic = &self.ctx.scenario.topic;
-        (0..topic.partitions).map(|p| TopicPartition::new(topic.name.clone(), p))
-    }
 }
 
 impl Pipeline for RoutineLoad {
@@ -271,7 +266,7 @@ impl Pipeline for RoutineLoad {
             lag.push(format!("job {JOB} is {:?}: {reason}", job.state));
         }
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let next = match job.progress.get(&(tp.partition as i32)) {
                 Some(KafkaOffset::Next(n)) => *n,
@@ -300,7 +295,7 @@ impl Pipeline for RoutineLoad {
         };
         let mut by_id: BTreeMap<u64, RecordRef> = BTreeMap::new();
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.partitions() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let records: Vec<RecordRef> = cluster
                 .records(&tp)
                 .into_iter()

@@ -170,12 +170,6 @@ impl StreamsCount {
         Self { ctx }
     }
 
-    fn partitions(&self, topic: &str) -> Vec<TopicPartition> {
-        (0..self.ctx.scenario.topic.partitions)
-            .map(|p| TopicPartition::new(topic.to_string(), p))
-            .collect()
-    }
-
     fn lso_grace_over(&self) -> bool {
         let now = now_ns();
         let started = *self
@@ -239,7 +233,7 @@ impl Pipeline for StreamsCount {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(group).into_iter().collect();
-        for tp in self.partitions(&self.ctx.scenario.topic.name) {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
@@ -247,7 +241,12 @@ impl Pipeline for StreamsCount {
             }
         }
         let now_ms = world.kafka.now_ms();
-        for tp in self.partitions(&self.ctx.scenario.streams.output_topic) {
+        for tp in self
+            .ctx
+            .scenario
+            .topic
+            .partitions_of(&self.ctx.scenario.streams.output_topic)
+        {
             if let Err(e) = read_committed(&mut cluster, now_ms, &tp) {
                 lag.push(format!("not readable: {e}"));
             }
@@ -269,12 +268,12 @@ impl Pipeline for StreamsCount {
         self.record(Value::StreamsWindow {
             window_size_ms: streams.window_size_ms,
         });
-        for tp in self.partitions(&self.ctx.scenario.topic.name) {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             self.record_input(&cluster, tp);
         }
         let offsets = cluster.committed_offsets(&streams.application_id);
         self.record(Value::CommittedOffsets { offsets });
-        for tp in self.partitions(&streams.output_topic) {
+        for tp in self.ctx.scenario.topic.partitions_of(&streams.output_topic) {
             let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
                 continue; // the drain waits for readability; the checker judges without
             };

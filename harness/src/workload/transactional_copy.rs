@@ -390,18 +390,10 @@ impl TransactionalCopy {
         }
     }
 
-    fn input(&self) -> Vec<TopicPartition> {
-        let topic = &self.ctx.scenario.topic;
-        (0..topic.partitions)
-            .map(|p| TopicPartition::new(topic.name.clone(), p))
-            .collect()
-    }
-
+    /// The output topic's partitions (laid out as the input's).
     fn output(&self) -> Vec<TopicPartition> {
-        let (topic, copy) = (&self.ctx.scenario.topic, &self.ctx.scenario.copy);
-        (0..topic.partitions)
-            .map(|p| TopicPartition::new(copy.output_topic.clone(), p))
-            .collect()
+        let scenario = &self.ctx.scenario;
+        scenario.topic.partitions_of(&scenario.copy.output_topic)
     }
 
     /// Whether the drain has run past the grace for output LSOs to catch up.
@@ -461,7 +453,7 @@ impl Pipeline for TransactionalCopy {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(COPY_GROUP).into_iter().collect();
-        for tp in self.input() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
@@ -545,7 +537,7 @@ impl TransactionalCopy {
     /// Records each input partition's `LogState`; returns where each id first is.
     fn record_input(&self, cluster: &Cluster) -> BTreeMap<u64, (TopicPartition, Offset)> {
         let mut input_position = BTreeMap::new();
-        for tp in self.input() {
+        for tp in self.ctx.scenario.topic.topic_partitions() {
             let mut records = Vec::new();
             for (offset, r) in cluster.records(&tp) {
                 let id = parse_id(&r.value);
