@@ -191,6 +191,35 @@ fn a_replication_factor_above_the_broker_count_is_rejected() {
 }
 
 #[test]
+fn internal_topic_partition_counts_default_to_kafkas_and_zero_is_rejected() {
+    let scenario = Scenario::parse(Path::new("ok.toml"), HEAD).expect("parses");
+    let config = scenario.cluster.to_config();
+    assert_eq!(config.offsets_topic_num_partitions, 50);
+    assert_eq!(config.transaction_state_log_num_partitions, 50);
+    let text = format!("{HEAD}[cluster]\noffsets_topic_num_partitions = 3\ntransaction_state_log_num_partitions = 5\n");
+    let config = Scenario::parse(Path::new("ok.toml"), &text)
+        .expect("parses")
+        .cluster
+        .to_config();
+    assert_eq!(
+        (
+            config.offsets_topic_num_partitions,
+            config.transaction_state_log_num_partitions
+        ),
+        (3, 5)
+    );
+    let message = error_of("[cluster]\ntransaction_state_log_num_partitions = 0\n");
+    assert_mentions(
+        &message,
+        &[
+            "`cluster.transaction_state_log_num_partitions`",
+            "at least 1",
+            "found 0",
+        ],
+    );
+}
+
+#[test]
 fn min_insync_replicas_above_the_replication_factor_is_rejected() {
     let message = error_of("[topic]\nreplication_factor = 2\nmin_insync_replicas = 3\n");
     assert_mentions(

@@ -583,7 +583,8 @@ const QUICK_CRITERION_ARGS: [&str; 6] = [
 
 fn bench(quick: bool, save_baseline: bool, real: bool, criterion_args: &[String]) -> Result<u8> {
     let mut cmd = cargo_madsim();
-    cmd.args(["bench", "-p", "eosim-benches", "--"]);
+    // `--benches`: only the criterion targets (the crate's lib tests take no criterion args).
+    cmd.args(["bench", "-p", "eosim-benches", "--benches", "--"]);
     if quick {
         cmd.args(QUICK_CRITERION_ARGS);
     }

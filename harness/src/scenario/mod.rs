@@ -224,6 +224,14 @@ pub struct ClusterSpec {
     /// this is set. Default 9223372036854775807 (never).
     #[serde(default = "default_log_flush_scheduler_interval")]
     pub log_flush_scheduler_interval_ms: u64,
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`, which decide
+    /// which broker coordinates each group. Default 50 (Kafka's).
+    #[serde(default = "default_offsets_topic_num_partitions")]
+    pub offsets_topic_num_partitions: u32,
+    /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`, which
+    /// decide which broker coordinates each transactional id. Default 50 (Kafka's).
+    #[serde(default = "default_transaction_state_log_num_partitions")]
+    pub transaction_state_log_num_partitions: u32,
     /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
     /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
     /// transaction-coordinator switch; everything else as Kafka).
@@ -279,6 +287,14 @@ fn default_log_flush_interval_messages() -> u64 {
     ClusterConfig::default().log_flush_interval_messages
 }
 
+fn default_offsets_topic_num_partitions() -> u32 {
+    ClusterConfig::default().offsets_topic_num_partitions
+}
+
+fn default_transaction_state_log_num_partitions() -> u32 {
+    ClusterConfig::default().transaction_state_log_num_partitions
+}
+
 fn default_log_flush_scheduler_interval() -> u64 {
     ClusterConfig::default().log_flush_scheduler_interval_ms
 }
@@ -309,6 +325,8 @@ impl Default for ClusterSpec {
             log_flush_interval_messages: default_log_flush_interval_messages(),
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: default_log_flush_scheduler_interval(),
+            offsets_topic_num_partitions: default_offsets_topic_num_partitions(),
+            transaction_state_log_num_partitions: default_transaction_state_log_num_partitions(),
             flavour: FlavourName::Kafka,
             kafka_transaction_coordinator_enabled: None,
             broker_entry_metadata_interceptors: None,
@@ -332,6 +350,8 @@ impl ClusterSpec {
             log_flush_interval_messages: self.log_flush_interval_messages,
             log_flush_interval_ms: self.log_flush_interval_ms,
             log_flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms,
+            offsets_topic_num_partitions: self.offsets_topic_num_partitions,
+            transaction_state_log_num_partitions: self.transaction_state_log_num_partitions,
             flavour: self.flavour(),
             ..ClusterConfig::default()
         }
@@ -1043,6 +1063,20 @@ impl Scenario {
             "cluster.brokers",
             format!("expected 1..=9 brokers, found {brokers}"),
         )?;
+        let internal = [
+            (
+                "cluster.offsets_topic_num_partitions",
+                self.cluster.offsets_topic_num_partitions,
+            ),
+            (
+                "cluster.transaction_state_log_num_partitions",
+                self.cluster.transaction_state_log_num_partitions,
+            ),
+        ];
+        for (key, n) in internal {
+            // Kafka's configs are `atLeast(1)`.
+            ensure(n >= 1, key, "expected at least 1 partition, found 0".into())?;
+        }
         ensure(
             topic.replication_factor >= 1 && topic.replication_factor <= brokers,
             "topic.replication_factor",

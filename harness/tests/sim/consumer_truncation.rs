@@ -31,6 +31,7 @@ fn cluster() -> (Cluster, String) {
     let config = ClusterConfig {
         broker_session_timeout_ms: 3_000,
         offsets_topic_num_partitions: 3,
+        transaction_state_log_num_partitions: 3,
         offsets_topic_replication_factor: 1,
         group_initial_rebalance_delay_ms: 0,
         ..ClusterConfig::default()

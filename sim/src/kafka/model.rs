@@ -222,9 +222,9 @@ pub fn assign_replicas(
 
 impl Cluster {
     /// A cluster of `broker_count` brokers with ids `1..=broker_count`, no user topics, and
-    /// the internal topics `__consumer_offsets` and `__transaction_state`, each with
-    /// `offsets_topic_num_partitions` partitions and replication factor
-    /// `min(offsets_topic_replication_factor, broker_count)`.
+    /// the internal topics `__consumer_offsets` (`offsets_topic_num_partitions` partitions)
+    /// and `__transaction_state` (`transaction_state_log_num_partitions`), both with
+    /// replication factor `min(offsets_topic_replication_factor, broker_count)`.
     pub fn new(broker_count: u32, config: ClusterConfig) -> Self {
         assert!(broker_count >= 1, "a cluster has at least one broker");
         let groups = GroupCoordinator::new(config.clone());
@@ -269,6 +269,7 @@ impl Cluster {
             min_insync_replicas: TRANSACTION_STATE_MIN_ISR,
             ..TopicConfig::default()
         };
+        let partitions = cluster.config.transaction_state_log_num_partitions.max(1);
         cluster.create_topic_unchecked(0, TRANSACTION_STATE_TOPIC, partitions, rf, txn, true);
         cluster
     }

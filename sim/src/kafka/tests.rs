@@ -63,6 +63,7 @@ impl World {
     fn with_config(brokers: u32, rf: u32, config: TopicConfig, cluster: ClusterConfig) -> Self {
         let cfg = ClusterConfig {
             offsets_topic_num_partitions: 3,
+            transaction_state_log_num_partitions: 3,
             ..cluster
         };
         let mut cluster = Cluster::new(brokers, cfg);
@@ -880,6 +881,27 @@ fn list_offsets_gives_log_start_and_the_high_watermark() {
 }
 
 #[test]
+fn the_internal_topics_take_their_own_partition_counts() {
+    let cfg = ClusterConfig {
+        offsets_topic_num_partitions: 3,
+        transaction_state_log_num_partitions: 5,
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::new(3, cfg);
+    assert_eq!(cluster.partition_count("__consumer_offsets"), Some(3));
+    assert_eq!(cluster.partition_count("__transaction_state"), Some(5));
+    // "abc".hashCode() = 96354: partition 96354 % 5 = 4 of __transaction_state coordinates
+    // the transactional id "abc" (TransactionStateManager.partitionFor).
+    let leader = cluster
+        .leader(&TopicPartition::new("__transaction_state", 4))
+        .unwrap();
+    assert_eq!(
+        cluster.coordinator_for("abc", CoordinatorKind::Transaction),
+        Some(leader)
+    );
+}
+
+#[test]
 fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
     let mut w = World::new(3, 3, TopicConfig::default());
     // offsets_topic_num_partitions is 3 in these tests: "abc".hashCode() = 96354, % 3 = 0.
@@ -1380,6 +1402,7 @@ mod property {
         fn new(min_isr: u32) -> Self {
             let cfg = ClusterConfig {
                 offsets_topic_num_partitions: 1,
+                transaction_state_log_num_partitions: 1,
                 ..ClusterConfig::default()
             };
             let mut cluster = Cluster::new(BROKERS, cfg);

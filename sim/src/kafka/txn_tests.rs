@@ -70,6 +70,7 @@ impl World {
     pub fn with(config: ClusterConfig) -> Self {
         let config = ClusterConfig {
             offsets_topic_num_partitions: 3,
+            transaction_state_log_num_partitions: 3,
             group_initial_rebalance_delay_ms: 0,
             ..config
         };

@@ -143,8 +143,14 @@ pub struct ClusterConfig {
     pub group_min_session_timeout_ms: u64,
     /// `group.max.session.timeout.ms`. Default 1800000.
     pub group_max_session_timeout_ms: u64,
-    /// `offsets.topic.num.partitions`. Default 50.
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`, over which
+    /// groups are spread by `abs(groupId.hashCode()) % n` (`GroupCoordinator.partitionFor`).
+    /// Default 50, Kafka's (`GroupCoordinatorConfig.OFFSETS_TOPIC_PARTITIONS_DEFAULT`).
     pub offsets_topic_num_partitions: u32,
+    /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`, over
+    /// which transactional ids are spread the same way (`TransactionStateManager.partitionFor`).
+    /// Default 50, Kafka's (`TransactionLogConfig.TRANSACTIONS_TOPIC_PARTITIONS_DEFAULT`).
+    pub transaction_state_log_num_partitions: u32,
     /// `offsets.topic.replication.factor`. Default 3 (capped at the broker count).
     pub offsets_topic_replication_factor: u32,
     /// `auto.create.topics.enable`. Default true in Kafka; eosim defaults to false so that
@@ -225,6 +231,7 @@ impl Default for ClusterConfig {
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
             offsets_topic_num_partitions: 50,
+            transaction_state_log_num_partitions: 50,
             offsets_topic_replication_factor: 3,
             auto_create_topics_enable: false,
             producer_state_survives_failover: true,

@@ -1,0 +1,92 @@
+//! Doris Routine Load throughput in simulation: 3,000 clicklog JSON records in 3 partitions
+//! through a producer and 3 brokers into a `DUPLICATE KEY` table, loaded by one Routine Load
+//! job (`desired_concurrent_number` 3, `max_batch_rows` 200, so 5 tasks per partition, each
+//! one transaction committing the partition's next offset with the rows), without faults.
+//!
+//! Reports rows per wall second (criterion's throughput: every run loads each record once),
+//! and prints once the rows per *simulated* second of a run beside the seed document's real
+//! figure (`SHOW ROUTINE LOAD`'s `loadRowsRate` of 23,000 rows/s for 50,000,000 records,
+//! `../shared/seeds/004_*`). The two measure different things: the seed's is real Doris on its
+//! hardware over the tasks' execution time; the model's depends on its modelled latencies and
+//! the job's batching, and the run's simulated time includes the produce and the drain. Run
+//! with `cargo xtask bench` (it builds with `--cfg madsim`).
+
+#[cfg(madsim)]
+mod bench {
+    use criterion::{criterion_group, Criterion, Throughput};
+    use eosim::runner::run_seed;
+    use eosim::scenario::Scenario;
+    use std::path::Path;
+
+    const RECORDS: u64 = 3_000;
+
+    /// `SHOW ROUTINE LOAD`'s `loadRowsRate` in the seed document, rows/s.
+    const SEED_LOAD_ROWS_RATE: u64 = 23_000;
+
+    fn scenario() -> Scenario {
+        let text = format!(
+            r#"
+            name = "bench-routine-load"
+            pipeline = "routine-load"
+            claim = "exactly-once"
+            [topic]
+            partitions = 3
+            [workload]
+            records = {RECORDS}
+            produce_interval_ms = 0
+            [routine_load.properties]
+            desired_concurrent_number = "3"
+            max_batch_interval = "5"
+            max_batch_rows = "200"
+            strict_mode = "false"
+            [faults]
+            until_ms = 1000
+            "#
+        );
+        Scenario::parse(Path::new("bench.toml"), &text).expect("bench scenario parses")
+    }
+
+    fn routine_load(c: &mut Criterion) {
+        let s = scenario();
+        let first = run_seed(&s, 0);
+        assert!(
+            first.stalled.is_none(),
+            "bench run stalled: {:?}",
+            first.stalled
+        );
+        let sim_s = first.sim_time_ms as f64 / 1000.0;
+        eprintln!(
+            "routine_load: {RECORDS} rows in {sim_s:.1} simulated s = {:.0} rows per simulated \
+             second (produce and drain included); the seed's real Doris: loadRowsRate \
+             {SEED_LOAD_ROWS_RATE} rows/s",
+            RECORDS as f64 / sim_s
+        );
+        let mut group = c.benchmark_group("routine_load");
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(RECORDS));
+        let mut seed = 0;
+        group.bench_function("duplicate_key_3_partitions", |b| {
+            b.iter(|| {
+                seed += 1;
+                let outcome = run_seed(&s, seed);
+                assert!(
+                    outcome.stalled.is_none(),
+                    "bench run stalled: {:?}",
+                    outcome.stalled
+                );
+                outcome.sim_time_ms
+            })
+        });
+        group.finish();
+    }
+
+    criterion_group!(benches, routine_load);
+}
+
+#[cfg(madsim)]
+criterion::criterion_main!(bench::benches);
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!("the routine_load bench runs in simulation: use `cargo xtask bench`");
+}
