@@ -867,6 +867,43 @@ pub struct TableSpec {
     pub primary_key: Vec<String>,
 }
 
+impl TableSpec {
+    /// `CREATE TABLE IF NOT EXISTS name (columns..., PRIMARY KEY (primary_key...))`, as the
+    /// DBA runs it before the connector starts: each column `"<name> <type>[ not null]"`
+    /// (a type the model does not know becomes `text`), for the PostgreSQL model and for
+    /// the real server alike.
+    pub fn create_statement(&self) -> eosim_sim::postgres::Statement {
+        use eosim_sim::postgres::{Column, ColumnType, CreateTable, Statement};
+        let columns = self
+            .columns
+            .iter()
+            .map(|spec| {
+                let lower = spec.to_ascii_lowercase();
+                let not_null = lower.trim_end().ends_with("not null");
+                let body = if not_null {
+                    &spec[..lower.rfind("not null").expect("found")]
+                } else {
+                    spec
+                };
+                let (name, ty) = body.trim().split_once(' ').unwrap_or((body.trim(), "text"));
+                let ty = ColumnType::parse(ty).unwrap_or(ColumnType::Text);
+                let column = Column::new(name, ty);
+                if not_null {
+                    column.not_null()
+                } else {
+                    column
+                }
+            })
+            .collect();
+        Statement::CreateTable(CreateTable {
+            name: self.name.clone(),
+            columns,
+            primary_key: self.primary_key.clone(),
+            if_not_exists: true,
+        })
+    }
+}
+
 /// `[cdc]`: which change events the producer writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]

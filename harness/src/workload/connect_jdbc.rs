@@ -37,12 +37,12 @@ use crate::connect::herder::{ConfigParser, Herder, TaskState};
 use crate::connect::worker::{dlq_state, worker_process, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
-use crate::scenario::{Scenario, TableSpec, TopicSpec};
+use crate::scenario::{Scenario, TopicSpec};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
-use eosim_sim::postgres::{Column, ColumnType, CreateTable, Database, DbConfig, Statement};
+use eosim_sim::postgres::{Database, DbConfig, Statement};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
@@ -150,43 +150,12 @@ async fn producer_process(ctx: Context, name: String) {
     }
 }
 
-/// `CREATE TABLE IF NOT EXISTS` from `[postgres.table]`.
-fn create_statement(t: &TableSpec) -> Statement {
-    let columns = t
-        .columns
-        .iter()
-        .map(|spec| {
-            let lower = spec.to_ascii_lowercase();
-            let not_null = lower.trim_end().ends_with("not null");
-            let body = if not_null {
-                &spec[..lower.rfind("not null").expect("found")]
-            } else {
-                spec
-            };
-            let (name, ty) = body.trim().split_once(' ').unwrap_or((body.trim(), "text"));
-            let ty = ColumnType::parse(ty).unwrap_or(ColumnType::Text);
-            let column = Column::new(name, ty);
-            if not_null {
-                column.not_null()
-            } else {
-                column
-            }
-        })
-        .collect();
-    Statement::CreateTable(CreateTable {
-        name: t.name.clone(),
-        columns,
-        primary_key: t.primary_key.clone(),
-        if_not_exists: true,
-    })
-}
-
 /// The operator: creates the table and the connector, then restarts FAILED tasks.
 async fn operator_process(ctx: Context) {
     let name = "operator";
     if let Some(table) = &ctx.scenario.postgres.table {
         let mut client = SimPostgres::new(ctx.scenario.postgres.client_timeout_ms);
-        while client.execute(create_statement(table)).await.is_err() {
+        while client.execute(table.create_statement()).await.is_err() {
             madsim::time::sleep(Duration::from_millis(500)).await;
         }
     }

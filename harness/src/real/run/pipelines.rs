@@ -99,11 +99,6 @@ impl Target {
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
-        Pipeline::ConnectJdbc if scenario.postgres.table.is_some() => Some(
-            "skipped: [postgres.table] (a table created before the connector) is not \
-             supported by the real backend yet; use auto.create"
-                .into(),
-        ),
         Pipeline::ConnectJdbc => None,
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
@@ -227,6 +222,9 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
         _dir: dir,
     };
     create_role(&target)?;
+    if let Some(table) = &scenario.postgres.table {
+        create_table(&target, table)?;
+    }
     create_dlq_topic(bootstrap, scenario, &target.connector)?;
     Ok(Target::Postgres(Box::new(target)))
 }
@@ -277,6 +275,20 @@ fn create_role(target: &PgTarget) -> Result<(), String> {
     block_on(admin.run_sql(&text))?
         .map(|_| ())
         .map_err(|e| format!("postgres: {text}: {e}"))
+}
+
+/// `[postgres.table]`: the table the DBA creates before the connector starts, through the
+/// real client's rendering of the statement the simulation runs
+/// ([`crate::scenario::TableSpec::create_statement`]).
+///
+/// # Errors
+/// The server's refusal, with the table's name.
+fn create_table(target: &PgTarget, table: &crate::scenario::TableSpec) -> Result<(), String> {
+    use crate::client::postgres::PostgresClient;
+    let mut admin = target.admin()?;
+    block_on(admin.execute(table.create_statement()))?
+        .map(|_| ())
+        .map_err(|e| format!("postgres: [postgres.table] {}: {e}", table.name))
 }
 
 /// Runs `f` on a fresh current-thread runtime.
