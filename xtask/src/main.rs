@@ -15,6 +15,8 @@
 //! - `cargo xtask bench [--quick] [--real] [--save-baseline]`: the criterion benches under
 //!   `--cfg madsim`, a simulation sample per pipeline, with `--real` the real tier's
 //!   throughput, then the bench page beside `reports/baseline`.
+//! - `cargo xtask real-catalogue [--runs N] [--seeds S] [--scenario PATH]...`: sim/real
+//!   agreement over scenarios/real-catalogue.txt (or the files given).
 //! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
 //!   DIR...` runs `eosim report merge` (shard reports into one).
 //! - `cargo xtask speed [--seeds N] [--runs R] [--scenario PATH]...`: the speed table of
@@ -127,6 +129,21 @@ enum Task {
     /// the model-versus-real suites, then `eosim run --backend native` on every
     /// scenarios/real/*.toml.
     Real,
+    /// Sim/real agreement: the chosen catalogue files in simulation (release, `--seeds`)
+    /// and `--runs` times on real services (`eosim run --backend native`, release), then
+    /// `eosim report agreement` (reports/agreement/<id>/agreement.md).
+    RealCatalogue {
+        /// Real runs of each file.
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
+        /// Simulation seeds per file.
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// A catalogue file; repeat for several. Default: every file listed in
+        /// scenarios/real-catalogue.txt.
+        #[arg(long = "scenario", value_name = "PATH")]
+        scenarios: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -250,6 +267,11 @@ fn run(task: Task) -> Result<u8> {
         Task::Speed(args) => speed::speed(&args),
         Task::Actionlint => actionlint(),
         Task::Real => real(),
+        Task::RealCatalogue {
+            runs,
+            seeds,
+            scenarios,
+        } => real_catalogue(runs, seeds, scenarios),
         Task::Chaos(mut args) => {
             args.seeds = args.seeds.or(Some(CHAOS_SEEDS));
             args.release = true;
@@ -354,6 +376,78 @@ fn real() -> Result<u8> {
     ]);
     let run_code = status(run.args(["--out", "reports/real"]))?;
     Ok(tests_code.max(run_code))
+}
+
+/// The default file list of `cargo xtask real-catalogue`.
+const REAL_CATALOGUE_LIST: &str = "scenarios/real-catalogue.txt";
+
+/// The paths of a list file: one per line, `#` comments and blank lines skipped.
+fn read_list(path: &Path) -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the file list {}", path.display()))?;
+    let files: Vec<PathBuf> = list_entries(&text).map(PathBuf::from).collect();
+    if let Some(missing) = files.iter().find(|f| !f.is_file()) {
+        anyhow::bail!(
+            "{}: no such scenario file {}",
+            path.display(),
+            missing.display()
+        );
+    }
+    Ok(files)
+}
+
+/// The entries of a list file's text.
+fn list_entries(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+}
+
+fn real_catalogue(runs: u32, seeds: u64, scenarios: Vec<PathBuf>) -> Result<u8> {
+    let files = if scenarios.is_empty() {
+        read_list(Path::new(REAL_CATALOGUE_LIST))?
+    } else {
+        scenarios
+    };
+    let code = status(Command::new("bash").arg(".ci/install-real-services"))?;
+    if code != 0 {
+        return Ok(code);
+    }
+    let out = Path::new("reports/agreement");
+    // Verdicts are the data here, not a pass or fail: exit codes are not propagated.
+    let binary = build_eosim(true)?;
+    let mut sim = Command::new(&binary);
+    sim.args([
+        "sim",
+        "--seeds",
+        &seeds.to_string(),
+        "--no-progress",
+        "--out",
+    ])
+    .arg(out.join("sim"));
+    for f in &files {
+        sim.arg("--scenario").arg(f);
+    }
+    status(&mut sim)?;
+    let mut agreement = Command::new(&binary);
+    agreement
+        .args(["report", "agreement", "--out"])
+        .arg(out)
+        .arg("--sim")
+        .arg(out.join("sim"));
+    for i in 1..=runs {
+        let dir = out.join(format!("real-{i}"));
+        let mut run = cargo();
+        run.args(["run", "--release", "--quiet", "-p", "eosim", "--", "run"])
+            .args(["--backend", "native", "--out"])
+            .arg(&dir);
+        for f in &files {
+            run.arg("--scenario").arg(f);
+        }
+        status(&mut run)?;
+        agreement.arg("--real").arg(dir);
+    }
+    status(&mut agreement)
 }
 
 /// The model-versus-real suites, as `.ci/run` runs them.
@@ -702,5 +796,23 @@ mod bench_tests {
                 .unwrap_or_else(|| panic!("{path} names its pipeline"));
             assert!(pipelines.insert(line.to_string()), "{path}: {line} twice");
         }
+    }
+
+    #[test]
+    fn the_real_catalogue_lists_thirty_files_over_four_pipelines() {
+        let root = super::workspace_root();
+        let text = std::fs::read_to_string(root.join(super::REAL_CATALOGUE_LIST)).unwrap();
+        let files: Vec<&str> = super::list_entries(&text).collect();
+        assert!(files.len() >= 30, "{} files", files.len());
+        let mut pipelines = std::collections::BTreeSet::new();
+        for path in files {
+            let text = std::fs::read_to_string(root.join(path)).expect(path);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("pipeline"))
+                .expect(path);
+            pipelines.insert(line.to_string());
+        }
+        assert_eq!(pipelines.len(), 4, "{pipelines:?}");
     }
 }

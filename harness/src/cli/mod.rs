@@ -21,6 +21,7 @@
 
 #[cfg(madsim)]
 pub mod aggregate;
+pub mod agreement;
 #[cfg(madsim)]
 pub mod batch;
 pub mod bench;
@@ -103,6 +104,21 @@ pub enum ReportCommand {
     /// Write the benchmark page: criterion results, the simulator's rates and the real
     /// tier's throughput beside a baseline's (`cargo xtask bench` runs it).
     Bench(bench::BenchArgs),
+    /// Put a simulation run's verdict per file beside real runs of the same files, each
+    /// real run classified (agrees, timing, disagrees, real-gap, crashed), with the
+    /// agreement rate (`cargo xtask real-catalogue` runs it).
+    Agreement(agreement::AgreementArgs),
+}
+
+impl ReportCommand {
+    /// Runs the subcommand: the same in both builds (no simulation needed).
+    pub fn run(&self) -> ExitClass {
+        match self {
+            ReportCommand::Merge(args) => merge::merge_command(args),
+            ReportCommand::Bench(args) => bench::bench_command(args),
+            ReportCommand::Agreement(args) => agreement::agreement_command(args),
+        }
+    }
 }
 
 /// `eosim report merge` arguments.
@@ -352,8 +368,7 @@ fn dispatch(cli: Cli) -> ExitClass {
     match cli.command {
         Command::Run(args) => real::run(&args),
         Command::Worker(args) => real::worker(&args),
-        Command::Report(ReportCommand::Merge(args)) => merge::merge_command(&args),
-        Command::Report(ReportCommand::Bench(args)) => bench::bench_command(&args),
+        Command::Report(report) => report.run(),
         _ => {
             eprintln!(
                 "eosim: this binary was built without --cfg madsim, so it cannot simulate.\n\

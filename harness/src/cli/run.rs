@@ -7,7 +7,7 @@ use super::output::{build_id, format_op, seed_header};
 use super::pool::default_jobs;
 use super::rundir::write_run;
 use super::seeds::{run_guarded, seed_block, write_history};
-use super::{config_error, Cli, Command, ExitClass, ReportCommand, SeedArgs, SimArgs, SoakArgs};
+use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, SoakArgs};
 use crate::report::Verdict;
 use crate::scenario::Scenario;
 use std::collections::BTreeSet;
@@ -26,8 +26,7 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Replay(args) => replay(&args),
         Command::Determinism(args) => determinism(&args),
         Command::Soak(args) => soak(&args),
-        Command::Report(ReportCommand::Merge(args)) => super::merge::merge_command(&args),
-        Command::Report(ReportCommand::Bench(args)) => super::bench::bench_command(&args),
+        Command::Report(report) => report.run(),
         Command::Run(_) | Command::Worker(_) => config_error(
             "this binary was built with --cfg madsim, which cannot talk to real services; \
              build it without (`cargo run -p eosim -- run --backend native`)",

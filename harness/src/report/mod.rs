@@ -34,6 +34,7 @@
 //! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+pub mod agreement;
 pub mod bench;
 pub mod explain;
 pub mod html;
