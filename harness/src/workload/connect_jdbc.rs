@@ -42,7 +42,7 @@ use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
-use eosim_sim::postgres::{Database, DbConfig, Statement};
+use eosim_sim::postgres::{Database, DbConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
