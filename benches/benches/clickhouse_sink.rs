@@ -10,8 +10,8 @@
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
-    use eosim::runner::run_seed;
     use eosim::scenario::Scenario;
+    use eosim_benches::run_unstalled;
     use std::path::Path;
 
     const RECORDS: u64 = 1_000;
@@ -49,13 +49,7 @@ mod bench {
             group.bench_function(variant, |b| {
                 b.iter(|| {
                     seed += 1;
-                    let outcome = run_seed(&s, seed);
-                    assert!(
-                        outcome.stalled.is_none(),
-                        "bench run stalled: {:?}",
-                        outcome.stalled
-                    );
-                    outcome.sim_time_ms
+                    run_unstalled(&s, seed)
                 })
             });
         }

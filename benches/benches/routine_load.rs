@@ -14,8 +14,8 @@
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
-    use eosim::runner::run_seed;
     use eosim::scenario::Scenario;
+    use eosim_benches::run_unstalled;
     use std::path::Path;
 
     const RECORDS: u64 = 3_000;
@@ -48,13 +48,7 @@ mod bench {
 
     fn routine_load(c: &mut Criterion) {
         let s = scenario();
-        let first = run_seed(&s, 0);
-        assert!(
-            first.stalled.is_none(),
-            "bench run stalled: {:?}",
-            first.stalled
-        );
-        let sim_s = first.sim_time_ms as f64 / 1000.0;
+        let sim_s = run_unstalled(&s, 0) as f64 / 1000.0;
         eprintln!(
             "routine_load: {RECORDS} rows in {sim_s:.1} simulated s = {:.0} rows per simulated \
              second (produce and drain included); the seed's real Doris: loadRowsRate \
@@ -68,13 +62,7 @@ mod bench {
         group.bench_function("duplicate_key_3_partitions", |b| {
             b.iter(|| {
                 seed += 1;
-                let outcome = run_seed(&s, seed);
-                assert!(
-                    outcome.stalled.is_none(),
-                    "bench run stalled: {:?}",
-                    outcome.stalled
-                );
-                outcome.sim_time_ms
+                run_unstalled(&s, seed)
             })
         });
         group.finish();
