@@ -12,11 +12,14 @@
 //!
 //! [`routine_load`]: Doris Routine Load from Kafka into the seed's `clicklog` (P4).
 //!
+//! [`doris_sink`]: the Doris Kafka connector on Connect workers into the same table (P4).
+//!
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 
 pub mod clickhouse_sink;
 pub mod connect_jdbc;
+pub mod doris_sink;
 pub mod kafka_consume;
 pub mod records;
 pub mod routine_load;
@@ -74,6 +77,7 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
             Box::new(streams_count::StreamsCount::new(scenario, recorder))
         }
         PipelineKind::RoutineLoad => Box::new(routine_load::RoutineLoad::new(scenario, recorder)),
+        PipelineKind::DorisSink => Box::new(doris_sink::DorisSink::new(scenario, recorder)),
     }
 }
 
