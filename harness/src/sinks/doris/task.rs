@@ -65,6 +65,9 @@ pub struct DorisSinkTask {
     context: Option<SinkTaskContext>,
     write_log: Arc<dyn WriteLog>,
     suffix_start: Box<dyn FnMut() -> u64 + Send + Sync>,
+    /// The first offset of each partition in the `put` being served (what Connect would
+    /// redeliver if it failed).
+    put_starts: BTreeMap<TopicPartition, Offset>,
 }
 
 fn now_ms() -> u64 {
@@ -92,6 +95,7 @@ impl DorisSinkTask {
             context: None,
             write_log: Arc::new(NoWriteLog),
             suffix_start: Box::new(|| madsim::rand::thread_rng().gen_range(0..1000)),
+            put_starts: BTreeMap::new(),
         }
     }
 
@@ -144,6 +148,10 @@ impl DorisSinkTask {
 
     /// `DorisDefaultSinkService.insert`: every record, then the time-based flushes.
     async fn insert(&mut self, records: Vec<SinkRecord>) -> Result<(), String> {
+        self.put_starts.clear();
+        for r in &records {
+            self.put_starts.entry(r.tp.clone()).or_insert(r.offset);
+        }
         for record in records {
             let Some(value) = &record.value else {
                 if self.config.null_values == NullValues::Fail {
@@ -251,7 +259,10 @@ impl DorisSinkTask {
         tp: &TopicPartition,
         buffer: Vec<(Offset, String, RecordRef)>,
     ) -> Result<(), String> {
-        let Some(last_offset) = buffer.last().map(|(o, _, _)| *o) else {
+        let (Some(first_offset), Some(last_offset)) = (
+            buffer.first().map(|(o, _, _)| *o),
+            buffer.last().map(|(o, _, _)| *o),
+        ) else {
             return Ok(());
         };
         let (db, two_phase_commit, strict_mode) = (
@@ -297,6 +308,11 @@ impl DorisSinkTask {
         };
         let (kind, error) = completion(&result, StreamLoadError::is_ambiguous);
         self.write_log.completed(&rows, kind, error);
+        let redelivered_from = self.put_starts.get(tp).copied().unwrap_or(Offset::MAX);
+        if result.is_err() && first_offset < redelivered_from {
+            // The buffer is gone with the exception; Connect redelivers only this put.
+            crate::mark!("doris-kc:failed-flush-dropped-earlier-puts");
+        }
         let txn_id =
             result.map_err(|e| format!("failed to stream load data with label: {label}: {e}"))?;
         let writer = self.writer(tp);
