@@ -30,7 +30,7 @@ fn offsets_committed_before_the_2pc_commit_lose_the_loads_a_kill_leaves_precommi
 
 #[test]
 fn at_least_once_without_2pc_loads_records_twice_after_a_kill_but_loses_none() {
-    let s = catalogue("p4-kc-alo-worker-kills-not-exactly-once.toml");
+    let s = catalogue("p4-kc-alo-worker-kills-duplicates.toml");
     let (_, result) = run_checked(&s, 2);
     assert_eq!(result.validity, Validity::Invalid);
     assert!(!result.anomalies[&Anomaly::SinkDuplicate].is_empty());
@@ -40,7 +40,7 @@ fn at_least_once_without_2pc_loads_records_twice_after_a_kill_but_loses_none() {
 
 #[test]
 fn a_failed_flush_of_a_buffer_spanning_puts_loses_the_earlier_puts_records() {
-    let s = catalogue("p4-kc-eos-be-restarts-buffer-spans-puts.toml");
+    let s = catalogue("p4-kc-eos-be-restarts-buffer-spans-puts-loses.toml");
     let (outcome, result) = run_checked(&s, 1);
     assert_eq!(result.validity, Validity::Invalid);
     assert!(!result.anomalies[&Anomaly::SinkLost].is_empty());
