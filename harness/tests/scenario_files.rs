@@ -572,7 +572,10 @@ fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them()
             "`enable.2pc`",
         ),
         ("\"buffer.count.record\" = \"5\"\n", "`buffer.count.record`"),
-        ("\"doris.topic2table.map\" = \"clicklog:other\"\n", "doris.topic2table.map"),
+        (
+            "\"doris.topic2table.map\" = \"clicklog:other\"\n",
+            "doris.topic2table.map",
+        ),
         ("\"load.model\" = \"copy_into\"\n", "not modelled"),
     ];
     for (extra, named) in cases {

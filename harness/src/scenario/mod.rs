@@ -1197,21 +1197,7 @@ impl Scenario {
         if self.pipeline != Pipeline::ConnectJdbc {
             return Ok(());
         }
-        ensure(
-            (1..=9).contains(&self.connect.workers),
-            "connect.workers",
-            format!("expected 1..=9 workers, found {}", self.connect.workers),
-        )?;
-        if let Err(e) = crate::connect::config::WorkerConfig::parse(&self.connect.worker) {
-            return Err(("connect.worker".into(), e.to_string()));
-        }
-        let config = crate::sinks::jdbc::parse_connector(&self.connector)
-            .map_err(|e| ("connector".to_string(), e.to_string()))?;
-        ensure(
-            config.topics == [self.topic.name.clone()],
-            "connector.topics",
-            format!("expected the scenario's topic \"{}\"", self.topic.name),
-        )?;
+        self.check_connector(crate::sinks::jdbc::parse_connector)?;
         ensure(
             !self.cdc.events.is_empty() || self.cdc.generate.is_some(),
             "cdc",
@@ -1219,10 +1205,18 @@ impl Scenario {
         )
     }
 
-    /// The `doris-sink` sections: the workers, the connector configuration (its unknown
-    /// keys and contradictions named, [`crate::sinks::doris::parse_connector`]) reading
-    /// the scenario's topic into the table the pipeline creates (`db.clicklog`).
-    fn check_doris_sink(&self) -> Result<(), (String, String)> {
+    /// `[connect]` and `[connector]` of a simulated Connect pipeline: 1..=9 workers whose
+    /// keys parse, and a connector configuration that `parse` (the connector class's
+    /// validation) accepts and that reads the scenario's topic.
+    fn check_connector(
+        &self,
+        parse: fn(
+            &BTreeMap<String, String>,
+        ) -> Result<
+            crate::connect::config::ConnectorConfig,
+            crate::connect::config::ConfigError,
+        >,
+    ) -> Result<(), (String, String)> {
         ensure(
             (1..=9).contains(&self.connect.workers),
             "connect.workers",
@@ -1231,13 +1225,20 @@ impl Scenario {
         if let Err(e) = crate::connect::config::WorkerConfig::parse(&self.connect.worker) {
             return Err(("connect.worker".into(), e.to_string()));
         }
-        let config = crate::sinks::doris::parse_connector(&self.connector)
-            .map_err(|e| ("connector".to_string(), e.to_string()))?;
+        let config =
+            parse(&self.connector).map_err(|e| ("connector".to_string(), e.to_string()))?;
         ensure(
             config.topics == [self.topic.name.clone()],
             "connector.topics",
             format!("expected the scenario's topic \"{}\"", self.topic.name),
-        )?;
+        )
+    }
+
+    /// The `doris-sink` sections: the workers, the connector configuration (its unknown
+    /// keys and contradictions named, [`crate::sinks::doris::parse_connector`]) reading
+    /// the scenario's topic into the table the pipeline creates (`db.clicklog`).
+    fn check_doris_sink(&self) -> Result<(), (String, String)> {
+        self.check_connector(crate::sinks::doris::parse_connector)?;
         let sink = crate::sinks::doris::DorisSinkConfig::parse(&self.connector)
             .map_err(|e| ("connector".to_string(), e.to_string()))?;
         ensure(

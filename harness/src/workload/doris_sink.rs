@@ -31,11 +31,11 @@
 use super::routine_load::{
     clicklog_json, doris_state, log_and_table_state, produce_clicklog, transactions_lag, DB,
 };
-use super::{HistoryWriteLog, Pipeline};
+use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::sim::doris::SimDoris;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
-use crate::connect::herder::{ConfigParser, Herder, TaskState};
-use crate::connect::worker::{worker_process, SinkFactory, TaskRun, WorkerRuntime};
+use crate::connect::herder::{ConfigParser, Herder};
+use crate::connect::worker::{SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
@@ -167,12 +167,7 @@ impl Pipeline for DorisSink {
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 5), move || operator_process(ctx.clone()));
         let rt = self.runtime(world);
-        for i in 1..=self.ctx.scenario.connect.workers {
-            let (rt, name) = (rt.clone(), format!("connect-{i}"));
-            world.add_node(&name.clone(), ip(4, i as u8), move || {
-                worker_process(rt.clone(), name.clone())
-            });
-        }
+        add_connect_workers(world, &rt, self.ctx.scenario.connect.workers);
         let ctx = self.ctx.clone();
         world.add_node("producer-0", ip(2, 1), move || {
             let ctx = ctx.clone();
@@ -205,14 +200,7 @@ impl Pipeline for DorisSink {
         }
         drop(cluster);
         lag.extend(transactions_lag(&self.ctx.doris.lock()));
-        let name = &self.ctx.connector.name;
-        for t in self.ctx.herder.status(name).unwrap_or_default() {
-            if t.state == TaskState::Failed {
-                let trace = t.trace.unwrap_or_default();
-                let worker = t.worker_id.unwrap_or_default();
-                lag.push(format!("task {name}-{} FAILED on {worker}: {trace}", t.id));
-            }
-        }
+        lag.extend(self.ctx.herder.failed_task_lines(&self.ctx.connector.name));
         lag
     }
 

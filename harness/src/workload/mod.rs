@@ -60,6 +60,22 @@ pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> 
     }
 }
 
+/// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running
+/// [`worker_process`](crate::connect::worker::worker_process) on `rt`.
+pub(crate) fn add_connect_workers(
+    world: &mut World,
+    rt: &crate::connect::worker::WorkerRuntime,
+    workers: u32,
+) {
+    for i in 1..=workers {
+        let (rt, name) = (rt.clone(), format!("connect-{i}"));
+        let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 4, i as u8));
+        world.add_node(&name.clone(), ip, move || {
+            crate::connect::worker::worker_process(rt.clone(), name.clone())
+        });
+    }
+}
+
 /// The pipeline a scenario names.
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
