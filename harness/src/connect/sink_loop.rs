@@ -313,16 +313,15 @@ impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
         Duration::from_millis(ms)
     }
 
-    /// Whether the batch goes to `put` now: it has records, and it is not waiting out a
-    /// retriable failure.
     /// Whether `put` runs this iteration: always outside a redelivery pause, even with an
     /// empty batch (Java's `poll` calls `deliverMessages` after every poll, so a task sees
     /// `put` with no records and may flush by time, as the Doris connector's
-    /// `buffer.flush.time` does); paused, once the kept batch is due again.
+    /// `buffer.flush.time` does); paused, once the kept batch (empty when an empty `put`
+    /// failed) is due again.
     fn delivery_due(&self) -> bool {
         match self.redelivery {
             None => true,
-            Some(Some(due)) => !self.batch.records.is_empty() && self.host.now_ms() >= due,
+            Some(Some(due)) => self.host.now_ms() >= due,
             Some(None) => false,
         }
     }
