@@ -341,12 +341,13 @@ fn every_real_tier_scenario_parses() {
     }
 }
 
-const PIPELINES: [Pipeline; 5] = [
+const PIPELINES: [Pipeline; 6] = [
     Pipeline::KafkaConsume,
     Pipeline::ConnectJdbc,
     Pipeline::ClickhouseSink,
     Pipeline::TransactionalCopy,
     Pipeline::StreamsCount,
+    Pipeline::DorisSink,
 ];
 
 /// Parses a scenario of `pipeline` whose body is `body`.
@@ -579,4 +580,35 @@ fn sink_consumer_overrides_reach_the_connector_and_bad_ones_are_refused() {
             "earliest",
         ],
     );
+}
+
+/// A `doris-sink` connector: its keys are checked at load, a contradiction and a table
+/// the pipeline does not create are refused naming the key.
+#[test]
+fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them() {
+    let connector = |extra: &str| {
+        format!(
+            "[topic]\nname = \"clicklog\"\n[connector]\nname = \"d\"\n\
+             \"connector.class\" = \"org.apache.doris.kafka.connector.DorisSinkConnector\"\n\
+             topics = \"clicklog\"\n\"doris.urls\" = \"doris-fe\"\n\"doris.user\" = \"root\"\n\
+             \"doris.database\" = \"db\"\n{extra}"
+        )
+    };
+    parse_for(Pipeline::DorisSink, &connector("")).expect("a minimal connector");
+    let cases = [
+        (
+            "\"delivery.guarantee\" = \"exactly_once\"\n\"enable.2pc\" = \"false\"\n",
+            "`enable.2pc`",
+        ),
+        ("\"buffer.count.record\" = \"5\"\n", "`buffer.count.record`"),
+        (
+            "\"doris.topic2table.map\" = \"clicklog:other\"\n",
+            "doris.topic2table.map",
+        ),
+        ("\"load.model\" = \"copy_into\"\n", "not modelled"),
+    ];
+    for (extra, named) in cases {
+        let error = parse_for(Pipeline::DorisSink, &connector(extra)).expect_err(extra);
+        assert_mentions(&error.to_string(), &[named]);
+    }
 }

@@ -180,6 +180,21 @@ impl Herder {
         self.lock().connectors.get(name).map(|(c, _)| c.clone())
     }
 
+    /// A lag line per FAILED task of `connector`: `task <name>-<id> FAILED on <worker>:
+    /// <trace>` (what a drain that never catches up names as its reason).
+    pub fn failed_task_lines(&self, connector: &str) -> Vec<String> {
+        self.status(connector)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.state == TaskState::Failed)
+            .map(|t| {
+                let trace = t.trace.unwrap_or_default();
+                let worker = t.worker_id.unwrap_or_default();
+                format!("task {connector}-{} FAILED on {worker}: {trace}", t.id)
+            })
+            .collect()
+    }
+
     /// `GET /connectors/{name}/status`: its tasks' states.
     pub fn status(&self, name: &str) -> Option<Vec<TaskStatus>> {
         let state = self.lock();

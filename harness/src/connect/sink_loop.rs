@@ -8,7 +8,7 @@
 //! Commit if `offset.flush.interval.ms` has passed or the task asked for it; apply the
 //! task's seeks (`rewind`); poll; hand a pending revocation to the task (below); `open` new
 //! partitions; convert each record (errors are the converter stage: `errors.tolerance`,
-//! DLQ) into the batch; `put` the batch.
+//! DLQ) into the batch; `put` the batch, empty or not (Java `poll` → `deliverMessages`).
 //!
 //! # Commits (`commitOffsets`)
 //! Wait for the DLQ futures of the partitions committed ([`super::errant`]), call
@@ -47,7 +47,8 @@
 //! runs none of this.
 //!
 //! Where the loop runs is a [`TaskHost`]: its clock (ms since the run's start), where its
-//! ops go (the history), and the `task-crash` fault point after a successful `put`.
+//! ops go (the history), and the `task-crash` fault point after a successful `put` of
+//! records (not after an empty one).
 
 use super::config::{ConnectorConfig, Tolerance, WorkerConfig};
 use super::converter::Converter;
@@ -312,15 +313,17 @@ impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
         Duration::from_millis(ms)
     }
 
-    /// Whether the batch goes to `put` now: it has records, and it is not waiting out a
-    /// retriable failure.
+    /// Whether `put` runs this iteration: always outside a redelivery pause, even with an
+    /// empty batch (Java's `poll` calls `deliverMessages` after every poll, so a task sees
+    /// `put` with no records and may flush by time, as the Doris connector's
+    /// `buffer.flush.time` does); paused, once the kept batch (empty when an empty `put`
+    /// failed) is due again.
     fn delivery_due(&self) -> bool {
-        !self.batch.records.is_empty()
-            && match self.redelivery {
-                None => true,
-                Some(Some(due)) => self.host.now_ms() >= due,
-                Some(None) => false,
-            }
+        match self.redelivery {
+            None => true,
+            Some(Some(due)) => self.host.now_ms() >= due,
+            Some(None) => false,
+        }
     }
 
     /// The partitions the consumer is about to revoke (`onPartitionsRevoked`: the closing
@@ -517,7 +520,9 @@ impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
         }
         match result {
             Ok(()) => {
-                self.host.crash_point()?;
+                if !self.batch.records.is_empty() {
+                    self.host.crash_point()?;
+                }
                 let batch = std::mem::take(&mut self.batch);
                 let assigned = &self.assigned;
                 let processed = batch.processed.into_iter();

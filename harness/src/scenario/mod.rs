@@ -31,6 +31,7 @@
 
 pub mod clickhouse;
 pub mod consumer;
+pub mod doris_sink;
 pub mod routine_load;
 
 use crate::checker::Claim;
@@ -89,6 +90,10 @@ pub enum Pipeline {
     /// (`doris-fe`, `doris-be`) loads them into `clicklog` (`[routine_load]`, see
     /// [`routine_load`]).
     RoutineLoad,
+    /// P4: a producer writes the seed's clicklog JSON records; Kafka Connect workers run
+    /// the Doris Kafka connector into `db.clicklog` on `doris-fe` / `doris-be`
+    /// (`[connect]`, `[connector]`, `[doris]`, see [`crate::sinks::doris`]).
+    DorisSink,
 }
 
 impl Pipeline {
@@ -101,6 +106,7 @@ impl Pipeline {
             Pipeline::TransactionalCopy => "transactional-copy",
             Pipeline::StreamsCount => "streams-count",
             Pipeline::RoutineLoad => "routine-load",
+            Pipeline::DorisSink => "doris-sink",
         }
     }
 
@@ -800,6 +806,9 @@ pub struct Scenario {
     /// `[consumer]` of a `kafka-consume` scenario: the sink group's consumers.
     #[serde(default)]
     pub consumer: consumer::ConsumerSpec,
+    /// `[doris]` of a `doris-sink` scenario: the FE's configuration.
+    #[serde(default)]
+    pub doris: doris_sink::DorisSpec,
 }
 
 /// `[connect]`: the worker group.
@@ -1266,9 +1275,32 @@ impl Scenario {
     /// The `connect-jdbc` sections: the connector configuration parses (an unknown key is
     /// an error naming it) and reads the scenario's topic.
     fn check_connect(&self) -> Result<(), (String, String)> {
+        if self.pipeline == Pipeline::DorisSink {
+            return self.check_doris_sink();
+        }
         if self.pipeline != Pipeline::ConnectJdbc {
             return Ok(());
         }
+        self.check_connector(crate::sinks::jdbc::parse_connector)?;
+        ensure(
+            !self.cdc.events.is_empty() || self.cdc.generate.is_some(),
+            "cdc",
+            "expected cdc.events or cdc.generate".into(),
+        )
+    }
+
+    /// `[connect]` and `[connector]` of a simulated Connect pipeline: 1..=9 workers whose
+    /// keys parse, and a connector configuration that `parse` (the connector class's
+    /// validation) accepts and that reads the scenario's topic.
+    fn check_connector(
+        &self,
+        parse: fn(
+            &BTreeMap<String, String>,
+        ) -> Result<
+            crate::connect::config::ConnectorConfig,
+            crate::connect::config::ConfigError,
+        >,
+    ) -> Result<(), (String, String)> {
         ensure(
             (1..=9).contains(&self.connect.workers),
             "connect.workers",
@@ -1277,17 +1309,43 @@ impl Scenario {
         if let Err(e) = crate::connect::config::WorkerConfig::parse(&self.connect.worker) {
             return Err(("connect.worker".into(), e.to_string()));
         }
-        let config = crate::sinks::jdbc::parse_connector(&self.connector)
-            .map_err(|e| ("connector".to_string(), e.to_string()))?;
+        let config =
+            parse(&self.connector).map_err(|e| ("connector".to_string(), e.to_string()))?;
         ensure(
             config.topics == [self.topic.name.clone()],
             "connector.topics",
             format!("expected the scenario's topic \"{}\"", self.topic.name),
+        )
+    }
+
+    /// The `doris-sink` sections: the workers, the connector configuration (its unknown
+    /// keys and contradictions named, [`crate::sinks::doris::parse_connector`]) reading
+    /// the scenario's topic into the table the pipeline creates (`db.clicklog`).
+    fn check_doris_sink(&self) -> Result<(), (String, String)> {
+        self.check_connector(crate::sinks::doris::parse_connector)?;
+        let sink = crate::sinks::doris::DorisSinkConfig::parse(&self.connector)
+            .map_err(|e| ("connector".to_string(), e.to_string()))?;
+        ensure(
+            sink.database == "db",
+            "connector.doris.database",
+            format!(
+                "expected \"db\" (the database the pipeline creates), found \"{}\"",
+                sink.database
+            ),
+        )?;
+        let table = sink.table_of(&self.topic.name);
+        ensure(
+            table == "clicklog",
+            "connector.doris.topic2table.map",
+            format!(
+                "expected topic \"{}\" mapped to \"clicklog\" (the table the pipeline creates), found \"{table}\"",
+                self.topic.name
+            ),
         )?;
         ensure(
-            !self.cdc.events.is_empty() || self.cdc.generate.is_some(),
-            "cdc",
-            "expected cdc.events or cdc.generate".into(),
+            self.doris.stream_load_default_precommit_timeout_second >= 1,
+            "doris.stream_load_default_precommit_timeout_second",
+            "expected at least 1".into(),
         )
     }
 
@@ -1335,6 +1393,16 @@ impl Scenario {
         let doris_node = matches!(node, "doris-fe" | "doris-be" | "operator");
         if self.pipeline == Pipeline::RoutineLoad && doris_node {
             return Ok(());
+        }
+        if self.pipeline == Pipeline::DorisSink {
+            let workers = self.connect.workers;
+            let known = match node.strip_prefix("connect-").map(str::parse::<u32>) {
+                Some(Ok(n)) => (1..=workers).contains(&n),
+                _ => doris_node,
+            };
+            if known {
+                return Ok(());
+            }
         }
         if self.pipeline == Pipeline::ConnectJdbc {
             let workers = self.connect.workers;
@@ -1433,17 +1501,26 @@ impl Scenario {
 /// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
 /// only in the real runner's sink tasks; in the simulation its workers run with Connect's
 /// defaults and a connector built from `[sink]` alone.
-pub const SECTION_READERS: [(&str, &[Pipeline]); 9] = [
+pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
     ("copy", &[Pipeline::TransactionalCopy]),
     ("streams", &[Pipeline::StreamsCount]),
     (
         "connect",
-        &[Pipeline::ConnectJdbc, Pipeline::ClickhouseSink],
+        &[
+            Pipeline::ConnectJdbc,
+            Pipeline::ClickhouseSink,
+            Pipeline::DorisSink,
+        ],
     ),
     (
         "connector",
-        &[Pipeline::ConnectJdbc, Pipeline::ClickhouseSink],
+        &[
+            Pipeline::ConnectJdbc,
+            Pipeline::ClickhouseSink,
+            Pipeline::DorisSink,
+        ],
     ),
+    ("doris", &[Pipeline::DorisSink]),
     ("postgres", &[Pipeline::ConnectJdbc]),
     ("cdc", &[Pipeline::ConnectJdbc]),
     ("sink", &[Pipeline::ClickhouseSink]),

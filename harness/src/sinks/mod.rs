@@ -7,6 +7,7 @@
 //! retried write that made it.
 
 pub mod clickhouse;
+pub mod doris;
 #[cfg(madsim)]
 pub mod doris_routine_load;
 pub mod jdbc;

@@ -45,7 +45,6 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerRecord};
 use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
-use crate::connect::herder::TaskState;
 use crate::connect::worker::{dlq_state, worker_process, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
@@ -288,19 +287,13 @@ impl Pipeline for ClickhouseSink {
             }
         }
         let name = &self.ctx.spec.name;
-        let Some(status) = self.ctx.herder.status(name) else {
+        if self.ctx.herder.status(name).is_none() {
             lag.push(format!(
                 "connector {name} not created (see the operator's op)"
             ));
             return lag;
-        };
-        for t in status {
-            if t.state == TaskState::Failed {
-                let trace = t.trace.unwrap_or_default();
-                let worker = t.worker_id.unwrap_or_default();
-                lag.push(format!("task {name}-{} FAILED on {worker}: {trace}", t.id));
-            }
         }
+        lag.extend(self.ctx.herder.failed_task_lines(name));
         lag
     }
 

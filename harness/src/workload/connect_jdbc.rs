@@ -25,7 +25,7 @@
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
 use super::records::text;
-use super::{HistoryWriteLog, Pipeline};
+use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
@@ -34,7 +34,7 @@ use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
-use crate::connect::worker::{dlq_state, worker_process, SinkFactory, TaskRun, WorkerRuntime};
+use crate::connect::worker::{dlq_state, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
@@ -328,12 +328,7 @@ impl Pipeline for ConnectJdbc {
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 2), move || operator_process(ctx.clone()));
         let rt = self.runtime(world);
-        for i in 1..=self.ctx.scenario.connect.workers {
-            let (rt, name) = (rt.clone(), format!("connect-{i}"));
-            world.add_node(&name.clone(), ip(4, i as u8), move || {
-                worker_process(rt.clone(), name.clone())
-            });
-        }
+        add_connect_workers(world, &rt, self.ctx.scenario.connect.workers);
         for i in 0..self.ctx.scenario.workload.producers {
             let (ctx, name) = (self.ctx.clone(), format!("producer-{i}"));
             world.add_node(&name.clone(), ip(2, i as u8 + 1), move || {

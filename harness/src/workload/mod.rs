@@ -12,11 +12,14 @@
 //!
 //! [`routine_load`]: Doris Routine Load from Kafka into the seed's `clicklog` (P4).
 //!
+//! [`doris_sink`]: the Doris Kafka connector on Connect workers into the same table (P4).
+//!
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 
 pub mod clickhouse_sink;
 pub mod connect_jdbc;
+pub mod doris_sink;
 pub mod kafka_consume;
 pub mod records;
 pub mod routine_load;
@@ -57,6 +60,22 @@ pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> 
     }
 }
 
+/// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running
+/// [`worker_process`](crate::connect::worker::worker_process) on `rt`.
+pub(crate) fn add_connect_workers(
+    world: &mut World,
+    rt: &crate::connect::worker::WorkerRuntime,
+    workers: u32,
+) {
+    for i in 1..=workers {
+        let (rt, name) = (rt.clone(), format!("connect-{i}"));
+        let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 4, i as u8));
+        world.add_node(&name.clone(), ip, move || {
+            crate::connect::worker::worker_process(rt.clone(), name.clone())
+        });
+    }
+}
+
 /// The pipeline a scenario names.
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
@@ -74,6 +93,7 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
             Box::new(streams_count::StreamsCount::new(scenario, recorder))
         }
         PipelineKind::RoutineLoad => Box::new(routine_load::RoutineLoad::new(scenario, recorder)),
+        PipelineKind::DorisSink => Box::new(doris_sink::DorisSink::new(scenario, recorder)),
     }
 }
 

@@ -94,14 +94,28 @@ pub fn clicklog_json(id: u64) -> String {
 }
 
 async fn producer_process(ctx: Context) {
-    let w = &ctx.scenario.workload;
-    let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
+    let spec = ctx.spec.clone();
+    let json = move |id| spec.record_json(id, &clicklog_json(id));
+    produce_clicklog(&ctx.scenario, &ctx.recorder, &ctx.next_id, json).await;
+}
+
+/// `producer-0` of the P4 pipelines: sends ids `0..records` (`json(id)` as the value, no
+/// key) to partition `id % partitions` of `[topic]`, one attempt each, recording a `send`
+/// per id; `next_id` holds the next id and, once all are sent, `true`.
+pub(crate) async fn produce_clicklog(
+    scenario: &Scenario,
+    recorder: &Recorder,
+    next_id: &Mutex<(u64, bool)>,
+    json: impl Fn(u64) -> String,
+) {
+    let w = &scenario.workload;
+    let Ok(conn) = Connection::open(scenario.cluster.brokers).await else {
         return;
     };
     let producer = SimProducer::new(conn, one_attempt_producer_config(w));
     loop {
         let id = {
-            let mut next = ctx.next_id.lock().expect("next id");
+            let mut next = next_id.lock().expect("next id");
             if next.0 >= w.records {
                 next.1 = true;
                 return;
@@ -109,34 +123,32 @@ async fn producer_process(ctx: Context) {
             next.0 += 1;
             next.0 - 1
         };
-        send_one(&ctx, &producer, id).await;
+        let partition = (id % u64::from(scenario.topic.partitions)) as u32;
+        let tp = TopicPartition::new(scenario.topic.name.clone(), partition);
+        let send = |offset| Value::Send {
+            id,
+            key: None,
+            tp: Some(tp.clone()),
+            offset,
+        };
+        let record =
+            |kind, value, error| recorder.record(now_ns(), "producer-0", kind, value, error);
+        record(OpKind::Invoke, send(None), None);
+        let value = ProducerRecord {
+            topic: tp.topic.clone(),
+            partition: Some(partition),
+            key: None,
+            value: Some(Bytes::from(json(id))),
+            headers: Vec::new(),
+        };
+        let (kind, offset, error) = match producer.send(value).await {
+            Ok(d) => (OpKind::Ok, Some(d.offset), None),
+            Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
+            Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+        };
+        record(kind, send(offset), error);
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
-}
-
-async fn send_one(ctx: &Context, producer: &SimProducer, id: u64) {
-    let partition = (id % u64::from(ctx.scenario.topic.partitions)) as u32;
-    let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), partition);
-    let send = |offset| Value::Send {
-        id,
-        key: None,
-        tp: Some(tp.clone()),
-        offset,
-    };
-    ctx.record("producer-0", OpKind::Invoke, send(None), None);
-    let record = ProducerRecord {
-        topic: tp.topic.clone(),
-        partition: Some(partition),
-        key: None,
-        value: Some(Bytes::from(ctx.spec.record_json(id, &clicklog_json(id)))),
-        headers: Vec::new(),
-    };
-    let (kind, offset, error) = match producer.send(record).await {
-        Ok(d) => (OpKind::Ok, Some(d.offset), None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-    };
-    ctx.record("producer-0", kind, send(offset), error);
 }
 
 /// Creates the database, the table and the job, retrying until the FE answers.
@@ -276,13 +288,7 @@ impl Pipeline for RoutineLoad {
                 lag.push(format!("{tp}: job progress {next} < high watermark {hw}"));
             }
         }
-        lag.extend(precommitted_lag(&doris));
-        let pending = doris.fe.txns.committed().len();
-        if pending > 0 {
-            lag.push(format!(
-                "{pending} COMMITTED transaction(s) not yet VISIBLE"
-            ));
-        }
+        lag.extend(transactions_lag(&doris));
         lag
     }
 
@@ -293,36 +299,11 @@ impl Pipeline for RoutineLoad {
                 .recorder
                 .record(t, "final", OpKind::Ok, value, None)
         };
-        let mut by_id: BTreeMap<u64, RecordRef> = BTreeMap::new();
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let records: Vec<RecordRef> = cluster
-                .records(&tp)
-                .into_iter()
-                .map(|(offset, r)| record_ref(&tp, offset, r.value.as_deref()))
-                .collect();
-            for r in &records {
-                by_id.entry(r.id).or_insert_with(|| r.clone());
-            }
-            rec(Value::LogState { tp, records });
+        for value in log_and_table_state(world, &self.ctx.doris.lock(), &self.ctx.scenario.topic) {
+            rec(value);
         }
-        drop(cluster);
         let doris = self.ctx.doris.lock();
-        let rows = doris.select(DB, "clicklog").unwrap_or_default();
         let topic = &self.ctx.scenario.topic.name;
-        let rows = rows
-            .iter()
-            .map(|row| {
-                let id = row.get("id").and_then(id_of).unwrap_or(u64::MAX);
-                by_id.get(&id).cloned().unwrap_or_else(|| RecordRef {
-                    id,
-                    key: None,
-                    tp: TopicPartition::new(topic.clone(), 0),
-                    offset: -1,
-                })
-            })
-            .collect();
-        rec(Value::SinkState { rows });
         let offsets = doris
             .fe
             .jobs
@@ -337,6 +318,55 @@ impl Pipeline for RoutineLoad {
         rec(Value::CommittedOffsets { offsets });
         rec(doris_state(&doris));
     }
+}
+
+/// The final `LogState` of every partition of `topic`, then the `SinkState` of
+/// `db.clicklog`: its VISIBLE rows, each mapped back to the log record of its `id` (offset
+/// -1 when no record has it).
+pub fn log_and_table_state(world: &World, doris: &Doris, topic: &TopicSpec) -> Vec<Value> {
+    let mut values = Vec::new();
+    let mut by_id: BTreeMap<u64, RecordRef> = BTreeMap::new();
+    let cluster = world.kafka.cluster.lock().expect("cluster lock");
+    for tp in topic.topic_partitions() {
+        let records: Vec<RecordRef> = cluster
+            .records(&tp)
+            .into_iter()
+            .map(|(offset, r)| record_ref(&tp, offset, r.value.as_deref()))
+            .collect();
+        for r in &records {
+            by_id.entry(r.id).or_insert_with(|| r.clone());
+        }
+        values.push(Value::LogState { tp, records });
+    }
+    drop(cluster);
+    let rows = doris.select(DB, "clicklog").unwrap_or_default();
+    let rows = rows
+        .iter()
+        .map(|row| {
+            let id = row.get("id").and_then(id_of).unwrap_or(u64::MAX);
+            by_id.get(&id).cloned().unwrap_or_else(|| RecordRef {
+                id,
+                key: None,
+                tp: TopicPartition::new(topic.name.clone(), 0),
+                offset: -1,
+            })
+        })
+        .collect();
+    values.push(Value::SinkState { rows });
+    values
+}
+
+/// The lag lines of unfinished transactions: PRECOMMITTED ones ([`precommitted_lag`]) and
+/// COMMITTED ones not yet published.
+pub fn transactions_lag(doris: &Doris) -> Vec<String> {
+    let mut lag: Vec<String> = precommitted_lag(doris).into_iter().collect();
+    let pending = doris.fe.txns.committed().len();
+    if pending > 0 {
+        lag.push(format!(
+            "{pending} COMMITTED transaction(s) not yet VISIBLE"
+        ));
+    }
+    lag
 }
 
 /// The lag line of PRECOMMITTED transactions still waiting for their second phase (a

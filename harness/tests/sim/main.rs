@@ -7,6 +7,7 @@ mod clickhouse_sink;
 mod connect_jdbc;
 mod connect_worker;
 mod consumer_truncation;
+mod doris_connector;
 mod kafka_consume;
 mod kop;
 mod marks;

@@ -3,9 +3,8 @@
 //! mid-task loses nothing, error rows are accounted for under either `strict_mode`, and a
 //! job paused for too many error rows is a stall with its reason.
 
-use super::support::{catalogue, run_checked};
-use eosim::checker::{Anomaly, CheckResult, Validity};
-use eosim::runner::SeedOutcome;
+use super::support::{catalogue, run_checked, run_holding};
+use eosim::checker::{Anomaly, Validity};
 
 #[test]
 fn f7_progress_from_the_consumer_position_loses_the_aborted_batches() {
@@ -34,20 +33,6 @@ fn f7_an_abort_without_attachment_reloads_the_batch_from_the_committed_offset() 
 fn a_be_crash_mid_task_loses_and_duplicates_nothing() {
     let (outcome, _) = run_holding("p4-be-crash-mid-task.toml", 2);
     assert!(outcome.marks.contains_key("doris:be-restart"));
-}
-
-/// Runs the catalogue's `file` at `seed` and checks it; it must hold (valid, not stalled).
-fn run_holding(file: &str, seed: u64) -> (SeedOutcome, CheckResult) {
-    let s = catalogue(file);
-    let (outcome, result) = run_checked(&s, seed);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
-    assert_eq!(outcome.stalled, None);
-    (outcome, result)
 }
 
 /// Runs `file` at `seed`; it must hold, with `errors` error rows accounted for and `rows`

@@ -53,6 +53,12 @@
 //!   yet committed (those transactions can no longer commit) and keeps committed rowsets
 //!   and published versions.
 //!
+//! - Label lookups: `SHOW TRANSACTION FROM db WHERE LABEL = ...` and `... LIKE
+//!   'prefix%'` (each label's latest transaction), the second being how the Doris Kafka
+//!   connector (`StreamLoadWriter.fetchLabel2Status`, pipeline `doris-sink`, harness
+//!   `sinks::doris`) recovers its progress from VISIBLE labels; `_stream_load_2pc` is served
+//!   by the FE (the real BE forwards it there).
+//!
 //! Not modelled (and why): SQL text (requests are typed); partitions, buckets, tablets
 //! and replicas (one data set per table: a load is wholly applied or not, which is what
 //! the pipelines' claims rest on); several FEs and master election (an FE restart stands

@@ -8,7 +8,7 @@ use super::fe_routine_load::{CreateRoutineLoad, TaskAssignment};
 use super::model::{Doris, WriteSummary};
 use super::routine_load::{RlTaskTxnCommitAttachment, ShowRoutineLoad};
 use super::stream_load::{StreamLoad, StreamLoadResponse, TxnOperation};
-use super::txn::TransactionState;
+use super::txn::{TransactionState, TransactionStatus};
 use super::types::{LoadSpec, Row, TableDef};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -98,6 +98,14 @@ pub enum FeRequest {
         /// Label.
         label: String,
     },
+    /// `SHOW TRANSACTION FROM db WHERE LABEL LIKE 'prefix%'`: each matching label's
+    /// latest transaction.
+    ShowTransactionsLike {
+        /// Database.
+        db: String,
+        /// The labels' common prefix.
+        label_prefix: String,
+    },
 }
 
 /// The FE's successful answers.
@@ -115,6 +123,8 @@ pub enum FeResponse {
     Task(Option<Box<TaskAssignment>>),
     /// `SHOW TRANSACTION`.
     Transaction(Option<Box<TransactionState>>),
+    /// `SHOW TRANSACTION ... LIKE`: `Label` and `TransactionStatus` of each row, by label.
+    Transactions(Vec<(String, TransactionStatus)>),
 }
 
 /// A request to a BE.
@@ -201,6 +211,14 @@ impl Doris {
                 self.transaction_by_label(&db, &label)
                     .cloned()
                     .map(Box::new),
+            )),
+            FeRequest::ShowTransactionsLike { db, label_prefix } => Ok(R::Transactions(
+                self.fe
+                    .txns
+                    .by_label_prefix(&db, &label_prefix)
+                    .into_iter()
+                    .map(|t| (t.label.clone(), t.status))
+                    .collect(),
             )),
         }
     }

@@ -664,3 +664,50 @@ fn a_task_side_pause_is_resumed_automatically_three_times() {
         "STOPPED is final"
     );
 }
+
+/// `SHOW TRANSACTION ... WHERE LABEL LIKE 'prefix%'` (the Doris Kafka connector's offset
+/// recovery) lists the latest transaction of each label under the prefix, in this
+/// database only, and nothing past the prefix's range.
+#[test]
+fn label_prefix_lookup_lists_the_latest_transaction_of_each_matching_label() {
+    let mut d = cluster();
+    d.create_database("other");
+    d.create_table("other", TableDef::clicklog()).unwrap();
+    let loaded = d.stream_load(
+        0,
+        stream("t__KC_0__KC_db_clicklog__KC_9__KC_1", clicks(0..2), false),
+    );
+    assert_eq!(loaded.status, StreamLoadStatus::Success);
+    let pre = d.stream_load(
+        1,
+        stream("t__KC_0__KC_db_clicklog__KC_19__KC_2", clicks(2..4), true),
+    );
+    assert_eq!(pre.status, StreamLoadStatus::Success);
+    d.stream_load(
+        2,
+        stream("t__KC_1__KC_db_clicklog__KC_5__KC_3", clicks(4..5), false),
+    );
+    let mut elsewhere = stream("t__KC_0__KC_db_clicklog__KC_99__KC_4", clicks(5..6), false);
+    elsewhere.db = "other".into();
+    d.stream_load(3, elsewhere);
+    d.tick(4, true);
+    let found: Vec<(String, TransactionStatus)> =
+        d.fe.txns
+            .by_label_prefix("db", "t__KC_0__KC_db_clicklog")
+            .into_iter()
+            .map(|t| (t.label.clone(), t.status))
+            .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                "t__KC_0__KC_db_clicklog__KC_19__KC_2".to_string(),
+                TransactionStatus::Precommitted
+            ),
+            (
+                "t__KC_0__KC_db_clicklog__KC_9__KC_1".to_string(),
+                TransactionStatus::Visible
+            ),
+        ]
+    );
+}

@@ -180,6 +180,18 @@ impl TxnManager {
         ids.last().and_then(|id| self.txns.get(id))
     }
 
+    /// The latest transaction of every label of `db` that starts with `prefix`, by label
+    /// (`SHOW TRANSACTION FROM db WHERE LABEL LIKE 'prefix%'`, which the Doris Kafka
+    /// connector's `StreamLoadWriter.fetchLabel2Status` runs).
+    pub fn by_label_prefix(&self, db: &str, prefix: &str) -> Vec<&TransactionState> {
+        let start = (db.to_string(), prefix.to_string());
+        self.labels
+            .range(start..)
+            .take_while(|((d, label), _)| d == db && label.starts_with(prefix))
+            .filter_map(|(_, ids)| ids.last().and_then(|id| self.txns.get(id)))
+            .collect()
+    }
+
     /// Every transaction still remembered, by id.
     pub fn all(&self) -> impl Iterator<Item = &TransactionState> {
         self.txns.values()

@@ -108,6 +108,10 @@ impl SinkTask for Metered {
         records: Vec<SinkRecord>,
         reporter: &mut dyn ErrantRecordReporter,
     ) -> Result<(), ConnectError> {
+        if records.is_empty() {
+            // Connect's empty `put` of every iteration: nothing to meter.
+            return self.inner.put(records, reporter).await;
+        }
         let start_ns = unix_ns().saturating_sub(self.epoch_ns);
         let ids: Vec<(TopicPartition, Offset, u64)> = records
             .iter()
