@@ -8,8 +8,11 @@
 //! figure (`SHOW ROUTINE LOAD`'s `loadRowsRate` of 23,000 rows/s for 50,000,000 records,
 //! `../shared/seeds/004_*`). The two measure different things: the seed's is real Doris on its
 //! hardware over the tasks' execution time; the model's depends on its modelled latencies and
-//! the job's batching, and the run's simulated time includes the produce and the drain. Run
-//! with `cargo xtask bench` (it builds with `--cfg madsim`).
+//! the job's batching, and the run's simulated time includes the produce and the drain. It
+//! is the producer's pace today: the workload sends one record per Produce request and
+//! waits for each (about 17 simulated ms), so 3,000 records take some 50 simulated s
+//! (issue 15's batching producer is what would lift it). Run with `cargo xtask bench` (it
+//! builds with `--cfg madsim`).
 
 #[cfg(madsim)]
 mod bench {

@@ -677,6 +677,9 @@ const QUICK_CRITERION_ARGS: [&str; 6] = [
 
 fn bench(quick: bool, save_baseline: bool, real: bool, criterion_args: &[String]) -> Result<u8> {
     let mut cmd = cargo_madsim();
+    // criterion resolves a relative CARGO_TARGET_DIR against the bench's own package dir
+    // (benches/): an absolute one puts its output where `eosim report bench` reads it.
+    cmd.env("CARGO_TARGET_DIR", workspace_root().join(MADSIM_TARGET_DIR));
     // `--benches`: only the criterion targets (the crate's lib tests take no criterion args).
     cmd.args(["bench", "-p", "eosim-benches", "--benches", "--"]);
     if quick {

@@ -350,6 +350,16 @@ pub fn compare(now: &BenchReport, baseline: Option<&BenchReport>) -> Vec<Compari
     out
 }
 
+/// A figure with three decimals, or four significant digits below 1 (a sink/bulk ratio of
+/// 0.0004 must not read 0.000).
+fn figure(x: f64) -> String {
+    if x == 0.0 || x.abs() >= 1.0 || !x.is_finite() {
+        return format!("{x:.3}");
+    }
+    let decimals = (3 - x.abs().log10().floor() as i32).clamp(3, 12) as usize;
+    format!("{x:.decimals$}")
+}
+
 fn change_text(c: &Comparison) -> String {
     c.change()
         .map_or("-".into(), |x| format!("{:+.1} %", x * 100.0))
@@ -379,14 +389,14 @@ pub fn bench_markdown(now: &BenchReport, baseline: Option<&BenchReport>) -> Stri
         "\n\n| figure | unit | now | baseline | change | |\n|---|---|---:|---:|---:|---|\n",
     );
     for c in compare(now, baseline) {
-        let base = c.baseline.map_or("-".into(), |b| format!("{b:.3}"));
+        let base = c.baseline.map_or("-".into(), figure);
         let flag = if c.regressed { "**REGRESSION**" } else { "" };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.3} | {base} | {} | {flag} |",
+            "| {} | {} | {} | {base} | {} | {flag} |",
             c.what,
             c.unit,
-            c.now,
+            figure(c.now),
             change_text(&c)
         );
     }
@@ -406,8 +416,8 @@ pub fn bench_html(now: &BenchReport, baseline: Option<&BenchReport>) -> String {
                 th.num { "change" } th { "" } } }
             tbody { @for c in &rows {
                 tr class=(if c.regressed { "regressed" } else { "" }) {
-                    td { (c.what) } td { (c.unit) } td.num { (format!("{:.3}", c.now)) }
-                    td.num { (c.baseline.map_or("-".into(), |b| format!("{b:.3}"))) }
+                    td { (c.what) } td { (c.unit) } td.num { (figure(c.now)) }
+                    td.num { (c.baseline.map_or("-".into(), figure)) }
                     td.num { (change_text(c)) }
                     td { @if c.regressed { strong { "regression" } } }
                 }
@@ -647,5 +657,13 @@ mod tests {
             md.contains("load 3.00 / 2.50 / 2.00 (1, 5, 15 min); no baseline"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn small_figures_keep_four_significant_digits() {
+        assert_eq!(figure(1238.4567), "1238.457");
+        assert_eq!(figure(0.022), "0.02200");
+        assert_eq!(figure(0.000_345_67), "0.0003457");
+        assert_eq!(figure(0.0), "0.000");
     }
 }
