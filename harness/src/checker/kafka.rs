@@ -1,7 +1,7 @@
 //! Kafka-level anomalies: what the producers were told, what the consumers saw and what the
 //! partition logs hold after the drain.
 
-use super::analysis::{AckedSend, Analysis};
+use super::analysis::{AckedSend, Analysis, TxnFate};
 use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult, Validity};
 use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -119,7 +119,8 @@ pub fn send_rejected_cases(history: &History, a: &Analysis) -> Vec<Case> {
 
 /// `unseen`: a record of the final log that no poll of any process returned, in a topic some
 /// poll read from. Informational: a consumer that stopped early or a group that never got
-/// the partition also leaves records unseen.
+/// the partition also leaves records unseen. A record of an aborted transaction
+/// ([`Analysis::fate`]) is not unseen: read_committed consumers skip it by design.
 pub fn unseen_cases(a: &Analysis) -> Vec<Case> {
     let polled_topics: BTreeSet<&str> = a
         .polls
@@ -137,7 +138,8 @@ pub fn unseen_cases(a: &Analysis) -> Vec<Case> {
         .iter()
         .filter(|(tp, _)| polled_topics.contains(tp.topic.as_str()))
     {
-        for r in log.records.iter().filter(|r| !polled_ids.contains(&r.id)) {
+        let unpolled = log.records.iter().filter(|r| !polled_ids.contains(&r.id));
+        for r in unpolled.filter(|r| a.fate(r) != TxnFate::Aborted) {
             cases.push(Case {
                 ids: vec![r.id],
                 tp: Some(tp.clone()),
