@@ -1095,3 +1095,45 @@ fn an_undecided_transactions_record_is_neither_expected_nor_forbidden_in_the_sin
         }
     }
 }
+
+/// Change data behind a transactional upstream: transaction 0 wrote `c(1, "a")` at t-0@0
+/// and committed, transaction 1 wrote `u(1, "a2")` at t-0@1 and aborted (`aborted`) or
+/// committed; the final table holds `table`.
+fn cdc_txn_history(table: &[(i64, &str)], aborted: bool) -> History {
+    let mut h = cdc_history(&[c(1, "a"), u(1, "a2")], &[], table, 2, &[]);
+    let second = if aborted { OpKind::Fail } else { OpKind::Ok };
+    for (id, offset, end) in [(0, 0, OpKind::Ok), (1, 1, second)] {
+        for kind in [OpKind::Invoke, end] {
+            h.push(
+                3,
+                "producer-0",
+                kind,
+                upstream_txn(id, &[(id, offset)]),
+                None,
+            );
+        }
+    }
+    h
+}
+
+/// The change-data form of the rule: the reference leaves out aborted events, and a table
+/// that matches only with them applied is `aborted-in-sink`, not `cdc-final-state`.
+#[test]
+fn a_table_that_applied_an_aborted_change_event_is_aborted_in_sink() {
+    use Anomaly::{AbortedInSink, CdcFinalState};
+    for claim in CLAIMS {
+        let options = Family::ChangeData.options(claim);
+        let clean = check_all(&cdc_txn_history(&[(1, "a")], true), &options);
+        assert!(clean.anomalies.is_empty(), "{:?}", clean.case_texts(8));
+        let applied = check_all(&cdc_txn_history(&[(1, "a2")], true), &options);
+        assert!(applied.forbidden.contains(&AbortedInSink), "{claim:?}");
+        assert!(!applied.anomalies.contains_key(&CdcFinalState), "{claim:?}");
+        assert_eq!(applied.validity, Validity::Invalid);
+        // Had transaction 1 committed, the clean table would be the one missing a change.
+        let committed = check_all(&cdc_txn_history(&[(1, "a")], false), &options);
+        assert!(
+            committed.anomalies.contains_key(&CdcFinalState),
+            "{claim:?}"
+        );
+    }
+}

@@ -43,7 +43,8 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
 }
 
 /// Whether the sink's consumers read with `isolation.level=read_committed`: `[consumer]`
-/// of `kafka-consume`, `[sink] consumer.override.isolation.level` of `clickhouse-sink`.
+/// of `kafka-consume`, `[sink] consumer.override.isolation.level` of `clickhouse-sink`,
+/// `[connector] consumer.override.isolation.level` of `connect-jdbc`.
 fn sink_reads_committed(scenario: &Scenario) -> bool {
     use eosim_sim::kafka::Isolation;
     match scenario.pipeline {
@@ -54,6 +55,10 @@ fn sink_reads_committed(scenario: &Scenario) -> bool {
             .sink
             .as_ref()
             .is_some_and(|s| s.consumer_isolation() == Isolation::ReadCommitted),
+        crate::scenario::Pipeline::ConnectJdbc => scenario
+            .connector
+            .get("consumer.override.isolation.level")
+            .is_some_and(|v| v == "read_committed"),
         _ => false,
     }
 }

@@ -515,8 +515,8 @@ pub struct WorkloadSpec {
     #[serde(default = "default_sink_write")]
     pub sink_write_ms: u64,
     /// The input producer's `transactional.id` (`ProducerConfig.TRANSACTIONAL_ID_CONFIG`):
-    /// set, the upstream producer of `kafka-consume` and `clickhouse-sink` writes its
-    /// records in Kafka transactions ([`crate::workload::upstream_txn`]); producer `i` of
+    /// set, the upstream producer of `kafka-consume`, `clickhouse-sink` and `connect-jdbc`
+    /// writes its records in Kafka transactions ([`crate::workload::upstream_txn`]); producer `i` of
     /// several uses `<transactional.id>-<i>`. Default unset: not transactional.
     #[serde(
         default,

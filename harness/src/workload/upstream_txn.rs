@@ -42,7 +42,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The pipelines whose upstream producer may be transactional.
-pub const PIPELINES: [Pipeline; 2] = [Pipeline::KafkaConsume, Pipeline::ClickhouseSink];
+pub const PIPELINES: [Pipeline; 3] = [
+    Pipeline::KafkaConsume,
+    Pipeline::ClickhouseSink,
+    Pipeline::ConnectJdbc,
+];
 
 /// Records per transaction without `transaction_records`.
 const TRANSACTION_RECORDS_DEFAULT: u64 = 10;

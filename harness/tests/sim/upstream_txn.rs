@@ -1,7 +1,7 @@
 //! The field pairs of a sink behind a transactional upstream that aborts every third
 //! transaction (`scenarios/field/*-aborted-txn*.toml`): at read_uncommitted the sink holds
 //! aborted records (`aborted-in-sink`); at read_committed it skips them and holds, with no
-//! `sink-lost` for the records it rightly never loaded. Each on a fixed seed, asserting
+//! `sink-lost` (or `cdc-final-state`) for the records it rightly never loaded. Each on a fixed seed, asserting
 //! that transactions did abort in it.
 
 use crate::support::{catalogue, run_checked};
@@ -30,16 +30,24 @@ fn run_with_aborts(file: &str) -> (SeedOutcome, CheckResult) {
         Some(aborted),
         "{file}: an abort that was not planned"
     );
-    assert!(!result.anomalies.contains_key(&Anomaly::SinkLost), "{file}");
+    for wrong in [Anomaly::SinkLost, Anomaly::CdcFinalState] {
+        assert!(!result.anomalies.contains_key(&wrong), "{file}: {wrong}");
+    }
     (outcome, result)
 }
 
-/// The read_uncommitted half: invalid for `aborted-in-sink` alone, one case per record of
-/// the aborted transactions (`transaction_records` each).
-fn assert_loads_aborted(file: &str, transaction_records: u64) {
+/// The read_uncommitted half: invalid for `aborted-in-sink` alone.
+fn assert_loads_aborted(file: &str) -> CheckResult {
     let (_, result) = run_with_aborts(file);
     assert_eq!(result.validity, Validity::Invalid, "{file}");
     assert_eq!(result.forbidden, vec![Anomaly::AbortedInSink], "{file}");
+    result
+}
+
+/// A record sink's read_uncommitted half: one case per record of the aborted
+/// transactions (`transaction_records` each).
+fn assert_loads_each_aborted_record(file: &str, transaction_records: u64) {
+    let result = assert_loads_aborted(file);
     let cases = result.anomalies[&Anomaly::AbortedInSink].len() as u64;
     assert_eq!(
         cases,
@@ -68,7 +76,7 @@ fn assert_skips_aborted(file: &str) {
 
 #[test]
 fn a_read_uncommitted_consumer_puts_aborted_records_in_its_sink() {
-    assert_loads_aborted("kafka-read-uncommitted-aborted-txn-corrupts.toml", 10);
+    assert_loads_each_aborted_record("kafka-read-uncommitted-aborted-txn-corrupts.toml", 10);
 }
 
 #[test]
@@ -78,7 +86,7 @@ fn a_read_committed_consumer_skips_aborted_records() {
 
 #[test]
 fn the_clickhouse_sink_at_connects_default_isolation_loads_aborted_records() {
-    assert_loads_aborted(
+    assert_loads_each_aborted_record(
         "clickhouse-connect-read-uncommitted-aborted-txn-corrupts.toml",
         10,
     );
@@ -87,4 +95,22 @@ fn the_clickhouse_sink_at_connects_default_isolation_loads_aborted_records() {
 #[test]
 fn the_clickhouse_sink_with_a_read_committed_override_skips_aborted_records() {
     assert_skips_aborted("clickhouse-connect-read-committed-skips-aborted-txn.toml");
+}
+
+#[test]
+fn the_jdbc_sink_at_connects_default_isolation_applies_aborted_change_events() {
+    let file = "jdbc-sink-read-uncommitted-aborted-txn-corrupts.toml";
+    let result = assert_loads_aborted(file);
+    // One case per partition whose table matches only with the aborted events applied,
+    // naming those events.
+    let cases = &result.anomalies[&Anomaly::AbortedInSink];
+    assert!(
+        cases.iter().all(|c| !c.ids.is_empty() && c.tp.is_some()),
+        "{cases:?}"
+    );
+}
+
+#[test]
+fn the_jdbc_sink_with_a_read_committed_override_skips_aborted_change_events() {
+    assert_skips_aborted("jdbc-sink-read-committed-skips-aborted-txn.toml");
 }
