@@ -197,14 +197,16 @@ async fn txn_producer_process(
     conn: Connection,
     name: String,
 ) {
-    let mut session = upstream.session(conn, &name, 0).await;
+    let mut session = upstream.session(conn, &name).await;
     loop {
         let next = {
-            let shared = ctx.shared();
-            (shared.next_id < ctx.scenario.workload.records).then_some(shared.next_id)
+            let mut shared = ctx.shared();
+            let id = shared.next_id;
+            let more = id < ctx.scenario.workload.records;
+            shared.next_id += u64::from(more);
+            more.then_some(id)
         };
         let Some(id) = next else { break };
-        ctx.shared().next_id += 1;
         session.send(id, None, id_record(ctx, id)).await;
         madsim::time::sleep(Duration::from_millis(
             ctx.scenario.workload.produce_interval_ms,

@@ -170,12 +170,7 @@ async fn txn_producer_process(
     conn: Connection,
     name: String,
 ) {
-    let index = name
-        .rsplit('-')
-        .next()
-        .and_then(|i| i.parse().ok())
-        .unwrap_or(0);
-    let mut session = upstream.session(conn, &name, index).await;
+    let mut session = upstream.session(conn, &name).await;
     while let Some(e) = ctx.take_event(&name) {
         let record = event_record(ctx, &name, &e);
         session.send(e.id, e.key.clone(), record).await;

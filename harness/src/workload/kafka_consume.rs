@@ -169,12 +169,7 @@ async fn txn_producer_process(
     name: String,
 ) {
     let w = &ctx.scenario.workload;
-    let index = name
-        .rsplit('-')
-        .next()
-        .and_then(|i| i.parse().ok())
-        .unwrap_or(0);
-    let mut session = upstream.session(conn, &name, index).await;
+    let mut session = upstream.session(conn, &name).await;
     while let Some(id) = ctx.take_id(&name) {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
         let record = ProducerRecord {

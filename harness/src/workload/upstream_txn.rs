@@ -100,7 +100,7 @@ impl UpstreamTxn {
     /// Whether the run's transaction `n` aborts on purpose.
     fn aborts(&self, n: u64) -> bool {
         let every = self.scenario.workload.abort_every.unwrap_or(0);
-        every > 0 && (n + 1) % every == 0
+        every > 0 && (n + 1).is_multiple_of(every)
     }
 
     /// Records, as invokes without completion, the transactions still open at the end of
@@ -113,14 +113,14 @@ impl UpstreamTxn {
         }
     }
 
-    /// Opens the session of producer process `process` (number `index`): a producer of
+    /// Opens the session of producer process `process` (`producer-<i>`): a producer of
     /// its `transactional.id`, initialized (retried until it is).
-    pub async fn session(&self, conn: Connection, process: &str, index: u32) -> Session {
+    pub async fn session(&self, conn: Connection, process: &str) -> Session {
         let base = self.scenario.workload.transactional_id.clone();
         let base = base.expect("an UpstreamTxn has a transactional.id");
         let transactional_id = match self.scenario.workload.producers {
             1 => base,
-            _ => format!("{base}-{index}"),
+            _ => format!("{base}-{}", process.trim_start_matches("producer-")),
         };
         let producer = self.init(&conn, &transactional_id, process).await;
         Session {
