@@ -1140,14 +1140,12 @@ impl Scenario {
             };
         };
         ensure(
-            crate::workload::upstream_txn::PIPELINES.contains(&self.pipeline),
+            UPSTREAM_TXN_PIPELINES.contains(&self.pipeline),
             "workload.transactional.id",
             format!(
                 "the upstream producer of pipeline `{}` cannot be transactional; it can in: {}",
                 self.pipeline.name(),
-                crate::workload::upstream_txn::PIPELINES
-                    .map(Pipeline::name)
-                    .join(", ")
+                UPSTREAM_TXN_PIPELINES.map(Pipeline::name).join(", ")
             ),
         )?;
         ensure(
@@ -1438,6 +1436,14 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 9] = [
     ("sink", &[Pipeline::ClickhouseSink]),
     ("routine_load", &[Pipeline::RoutineLoad]),
     ("consumer", &[Pipeline::KafkaConsume]),
+];
+
+/// The pipelines whose upstream producer may be transactional (`[workload]
+/// "transactional.id"`, `workload::upstream_txn`).
+pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 3] = [
+    Pipeline::KafkaConsume,
+    Pipeline::ClickhouseSink,
+    Pipeline::ConnectJdbc,
 ];
 
 /// Node groups a fault may name instead of single nodes.

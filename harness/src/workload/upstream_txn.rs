@@ -34,19 +34,12 @@ use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
 use crate::client::{ProducerRecord, TransactionalProducer};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
-use crate::scenario::{Pipeline, Scenario};
+use crate::scenario::Scenario;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The pipelines whose upstream producer may be transactional.
-pub const PIPELINES: [Pipeline; 3] = [
-    Pipeline::KafkaConsume,
-    Pipeline::ClickhouseSink,
-    Pipeline::ConnectJdbc,
-];
 
 /// Records per transaction without `transaction_records`.
 const TRANSACTION_RECORDS_DEFAULT: u64 = 10;
