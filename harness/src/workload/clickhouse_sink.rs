@@ -327,24 +327,18 @@ impl Pipeline for ClickhouseSink {
             .into_iter()
             .collect();
         let now_ms = world.kafka.now_ms();
-        for tp in self.partitions() {
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if self.ctx.upstream.is_some() {
-                let isolation = self.ctx.spec.consumer_isolation();
-                lag.extend(upstream_txn::lag_of(
-                    &mut cluster,
-                    now_ms,
-                    &tp,
-                    isolation,
-                    c,
-                ));
-                continue;
-            }
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let transactional = self
+            .ctx
+            .upstream
+            .as_ref()
+            .map(|_| self.ctx.spec.consumer_isolation());
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.partitions(),
+            &committed,
+            transactional,
+        ));
         let name = &self.ctx.spec.name;
         let Some(status) = self.ctx.herder.status(name) else {
             lag.push(format!(

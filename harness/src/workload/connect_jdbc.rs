@@ -428,24 +428,18 @@ impl Pipeline for ConnectJdbc {
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(&group).into_iter().collect();
         let now_ms = world.kafka.now_ms();
-        for tp in self.partitions() {
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if self.ctx.upstream.is_some() {
-                let isolation = self.ctx.connector.isolation_level;
-                lag.extend(upstream_txn::lag_of(
-                    &mut cluster,
-                    now_ms,
-                    &tp,
-                    isolation,
-                    c,
-                ));
-                continue;
-            }
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let transactional = self
+            .ctx
+            .upstream
+            .as_ref()
+            .map(|_| self.ctx.connector.isolation_level);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.partitions(),
+            &committed,
+            transactional,
+        ));
         if !lag.is_empty() {
             for t in self
                 .ctx

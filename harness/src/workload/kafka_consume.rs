@@ -345,23 +345,14 @@ impl Pipeline for KafkaConsume {
             cluster.committed_offsets(SINK_GROUP).into_iter().collect();
         let isolation = self.ctx.scenario.consumer.isolation_level.to_isolation();
         let now_ms = world.kafka.now_ms();
-        for tp in self.partitions() {
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if self.ctx.upstream.is_some() {
-                lag.extend(upstream_txn::lag_of(
-                    &mut cluster,
-                    now_ms,
-                    &tp,
-                    isolation,
-                    c,
-                ));
-                continue;
-            }
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.partitions(),
+            &committed,
+            transactional,
+        ));
         if lag.len() > usize::from(!self.ctx.producers_done()) {
             // Why it is behind, when it is: the consumers' last errors.
             let shared = self.ctx.shared.lock().expect("shared lock");

@@ -386,3 +386,29 @@ pub fn lag_of(
         Ok(Some(_)) => None,
     }
 }
+
+/// The drain's lag lines of a sink group whose committed offsets are `committed`, over
+/// `partitions`: behind a transactional upstream read with `transactional`'s isolation,
+/// [`lag_of`] each; otherwise each partition whose committed offset is below its high
+/// watermark.
+pub fn committed_lag(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    partitions: impl IntoIterator<Item = TopicPartition>,
+    committed: &BTreeMap<TopicPartition, Offset>,
+    transactional: Option<Isolation>,
+) -> Vec<String> {
+    let mut lag = Vec::new();
+    for tp in partitions {
+        let c = committed.get(&tp).copied().unwrap_or(0);
+        if let Some(isolation) = transactional {
+            lag.extend(lag_of(cluster, now_ms, &tp, isolation, c));
+            continue;
+        }
+        let hw = cluster.high_watermark(&tp).unwrap_or(0);
+        if c < hw {
+            lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+        }
+    }
+    lag
+}
