@@ -612,3 +612,31 @@ fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them()
         assert_mentions(&error.to_string(), &[named]);
     }
 }
+
+#[test]
+fn a_transactional_upstream_takes_kafkas_names_and_its_keys_need_the_id() {
+    let ok =
+        "[workload]\n\"transactional.id\" = \"up\"\ntransaction_records = 5\nabort_every = 3\n";
+    let scenario = Scenario::parse(Path::new("ok.toml"), &format!("{HEAD}{ok}")).expect("ok");
+    assert_eq!(scenario.workload.transactional_id.as_deref(), Some("up"));
+    assert_eq!(scenario.workload.abort_every, Some(3));
+    let message = error_of("[workload]\nabort_every = 3\n");
+    assert_mentions(&message, &["workload.abort_every", "transactional.id"]);
+    let message = error_of("[workload]\n\"transactional.id\" = \"up\"\ntransaction_records = 0\n");
+    assert_mentions(&message, &["workload.transaction_records", "at least 1"]);
+    let message = error_of("[workload]\n\"transactional.ids\" = \"up\"\n");
+    assert_mentions(&message, &["transactional.ids", "transactional.id"]);
+    let error = parse_for(
+        Pipeline::TransactionalCopy,
+        "[workload]\n\"transactional.id\" = \"up\"\n",
+    )
+    .expect_err("the copy's input producer is not transactional");
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "workload.transactional.id",
+            "kafka-consume",
+            "clickhouse-sink",
+        ],
+    );
+}

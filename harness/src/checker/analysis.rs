@@ -148,6 +148,28 @@ impl TxnOp {
     }
 }
 
+/// What the history says of the transaction a record of a log was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnFate {
+    /// No transaction sent it: a plain producer's record.
+    NotTransactional,
+    /// A transaction that sent it committed: the record is data.
+    Committed,
+    /// Every transaction that sent it certainly aborted: it is not data, and a consumer
+    /// reads it only with `isolation.level=read_uncommitted`.
+    Aborted,
+    /// Neither: its transaction's outcome is unknown, or it never ended in the history.
+    Undecided,
+}
+
+/// Where the transactions' sends landed, for [`Analysis::fate`]: acknowledged positions,
+/// and the ids of unacknowledged sends by topic. Indexes into [`Analysis::txns`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnSends {
+    by_position: BTreeMap<(TopicPartition, Offset), (u64, usize)>,
+    unacked: BTreeMap<(String, u64), Vec<usize>>,
+}
+
 /// A partition's final high watermark and last stable offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FinalOffsets {
@@ -223,6 +245,8 @@ pub struct Analysis {
     pub load_errors: Vec<LoadErrorOp>,
     /// The final Doris state, if recorded.
     pub doris: Option<DorisFinal>,
+    /// Where the transactions' records are ([`Analysis::fate`]).
+    pub txn_sends: TxnSends,
 }
 
 impl Analysis {
@@ -285,7 +309,61 @@ impl Analysis {
                     .push((tp.clone(), r.offset));
             }
         }
+        a.index_txn_sends();
         a
+    }
+
+    fn index_txn_sends(&mut self) {
+        let mut index = TxnSends::default();
+        for (i, txn) in self.txns.iter().enumerate() {
+            for s in &txn.sends {
+                if s.offset >= 0 {
+                    let position = (s.tp.clone(), s.offset);
+                    index.by_position.insert(position, (s.id, i));
+                } else {
+                    let key = (s.tp.topic.clone(), s.id);
+                    index.unacked.entry(key).or_default().push(i);
+                }
+            }
+        }
+        self.txn_sends = index;
+    }
+
+    /// The fate of the transaction that wrote log record `r`: the transaction whose
+    /// acknowledged send is at `r`'s position with `r`'s id, else every transaction that
+    /// sent `r`'s id to `r`'s topic without an acknowledgement (a send that failed or timed
+    /// out may still have been appended). Committed if one of them committed, aborted if
+    /// every one certainly aborted, undecided otherwise. Sends to other topics are never
+    /// matched: a copy's output transactions do not make its input transactional.
+    pub fn fate(&self, r: &RecordRef) -> TxnFate {
+        let at = self.txn_sends.by_position.get(&(r.tp.clone(), r.offset));
+        let txns: Vec<&TxnOp> = match at {
+            Some(&(id, i)) if id == r.id => vec![&self.txns[i]],
+            _ => {
+                let key = (r.tp.topic.clone(), r.id);
+                let unacked = self.txn_sends.unacked.get(&key);
+                unacked
+                    .into_iter()
+                    .flatten()
+                    .map(|&i| &self.txns[i])
+                    .collect()
+            }
+        };
+        if txns.is_empty() {
+            TxnFate::NotTransactional
+        } else if txns.iter().any(|t| t.committed()) {
+            TxnFate::Committed
+        } else if txns.iter().all(|t| t.aborted()) {
+            TxnFate::Aborted
+        } else {
+            TxnFate::Undecided
+        }
+    }
+
+    /// Whether log record `r` must reach a sink that reads its topic: a plain producer's
+    /// record or a committed transaction's; not an aborted or undecided one's.
+    pub fn expected_in_sink(&self, r: &RecordRef) -> bool {
+        matches!(self.fate(r), TxnFate::NotTransactional | TxnFate::Committed)
     }
 
     fn add_ok(&mut self, op: usize, process: &str, value: &Value) {

@@ -27,12 +27,19 @@
 //!   columns): schema drift the sink absorbed by dropping the field's values. One case per
 //!   field, with the records that carried it. Forbid it (`check.forbidden`) to hold a
 //!   pipeline to "no column silently lost".
+//! - Behind a transactional upstream ([`Analysis::fate`] of each source record): an
+//!   aborted transaction's events are not in the reference; an undecided one's may be,
+//!   taken all together or none (the table may match either reference; a finer split is
+//!   not tried). A table that matches no admissible reference but does match the one with
+//!   the aborted events applied is `aborted-in-sink` (the sink read them
+//!   read_uncommitted), not `cdc-final-state`.
 
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
+use super::analysis::{Analysis, TxnFate};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, SharedAnalysis, Validity};
 use crate::connect::config::ConnectorConfig;
 use crate::connect::converter::Converter;
 use crate::connect::debezium::{key_row, parse_change, Change, JsonRow};
-use crate::history::{History, OpKind, SourceRecord, Value};
+use crate::history::{History, OpKind, RecordRef, SourceRecord, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,6 +70,8 @@ pub struct CdcAnalysis {
     pub reads: Vec<(usize, Vec<String>, Vec<Vec<Json>>)>,
     /// Final committed offsets.
     pub committed: BTreeMap<TopicPartition, Offset>,
+    /// The transaction fate of each source record that a transaction wrote, by position.
+    pub fates: BTreeMap<(TopicPartition, Offset), TxnFate>,
 }
 
 impl CdcAnalysis {
@@ -95,6 +104,41 @@ impl CdcAnalysis {
             }
         }
         a
+    }
+
+    /// Adds the transaction fate of every source record, from `analysis`.
+    pub fn with_fates(mut self, analysis: &Analysis) -> Self {
+        for (tp, (_, records)) in &self.sources {
+            for r in records {
+                let at = RecordRef {
+                    id: r.id,
+                    key: r.key.clone(),
+                    tp: tp.clone(),
+                    offset: r.offset,
+                };
+                let fate = analysis.fate(&at);
+                if fate != TxnFate::NotTransactional {
+                    self.fates.insert((tp.clone(), r.offset), fate);
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether source record `r` of `tp` is in a reference that takes undecided
+    /// transactions' events when `undecided`, and aborted ones' when `aborted`.
+    fn admitted(
+        &self,
+        tp: &TopicPartition,
+        r: &SourceRecord,
+        undecided: bool,
+        aborted: bool,
+    ) -> bool {
+        match self.fates.get(&(tp.clone(), r.offset)) {
+            None | Some(TxnFate::NotTransactional | TxnFate::Committed) => true,
+            Some(TxnFate::Undecided) => undecided,
+            Some(TxnFate::Aborted) => aborted,
+        }
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -276,12 +320,24 @@ impl Checker for CdcChecker {
     }
 
     fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
+        self.check_shared(history, options, &SharedAnalysis::default())
+    }
+
+    fn check_shared(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        shared: &SharedAnalysis,
+    ) -> CheckResult {
         let a = CdcAnalysis::new(history);
         if a.config.is_none() {
             return CheckResult::default();
         }
+        let a = a.with_fates(shared.get(history, options));
+        let (final_state, aborted) = final_state_cases(&a);
         let found = vec![
-            (Anomaly::CdcFinalState, cdc_final_state_cases(&a)),
+            (Anomaly::CdcFinalState, final_state),
+            (Anomaly::AbortedInSink, aborted),
             (Anomaly::CdcDuplicateRow, cdc_duplicate_row_cases(&a)),
             (Anomaly::CdcRegression, cdc_regression_cases(&a)),
             (Anomaly::CdcSkipped, cdc_skipped_cases(&a)),
@@ -315,15 +371,61 @@ impl Checker for CdcChecker {
 /// `cdc-final-state` (see the module docs): per partition, the longest admissible prefix
 /// whose reference equals the table on the partition's keys; rows no event names.
 pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
+    final_state_cases(a).0
+}
+
+/// Whether some admissible prefix of `applied` (see the module docs) gives `actual`.
+fn matches_prefix(
+    a: &CdcAnalysis,
+    applied: &[SourceRecord],
+    end: Offset,
+    committed: Offset,
+    actual: &Rows,
+) -> bool {
+    let (states, _) = prefix_states(a, applied);
+    let min_k = if committed >= end {
+        applied.len()
+    } else {
+        applied.partition_point(|r| r.offset < committed)
+    };
+    (min_k..=applied.len())
+        .rev()
+        .any(|k| rows_equal(&states[k], actual))
+}
+
+/// `aborted-in-sink` of change data: `tp`'s table matches its events only with the
+/// aborted transactions' events applied.
+fn aborted_case(tp: &TopicPartition, ops: Vec<usize>, aborted: Vec<&SourceRecord>) -> Case {
+    Case {
+        ids: aborted.iter().map(|r| r.id).collect(),
+        tp: Some(tp.clone()),
+        offsets: aborted.iter().map(|r| r.offset).collect(),
+        ops,
+        text: format!(
+            "{tp}: the table holds the effect of {} event(s) of aborted transactions, \
+             first {} at offset {}",
+            aborted.len(),
+            aborted[0].id,
+            aborted[0].offset
+        ),
+    }
+}
+
+/// The `cdc-final-state` and the change-data `aborted-in-sink` cases.
+fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
     let Some((table_op, _, _)) = &a.table else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let (table, _) = a.final_rows();
-    let mut cases = Vec::new();
+    let (mut cases, mut aborted_cases) = (Vec::new(), Vec::new());
     let mut named: BTreeSet<String> = BTreeSet::new();
     for (tp, (op, records)) in &a.sources {
-        let applied = a.applied(records);
-        let (states, keys) = prefix_states(a, &applied);
+        let all = a.applied(records);
+        let admitted = |undecided: bool, aborted: bool| -> Vec<SourceRecord> {
+            let kept = all.iter().filter(|r| a.admitted(tp, r, undecided, aborted));
+            kept.cloned().collect()
+        };
+        let (_, keys) = prefix_states(a, &all);
         named.extend(keys.iter().cloned());
         let actual: Rows = table
             .iter()
@@ -332,28 +434,32 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
             .collect();
         let end = records.iter().map(|r| r.offset + 1).max().unwrap_or(0);
         let committed = a.committed.get(tp).copied().unwrap_or(0);
-        let min_k = if committed >= end {
-            applied.len()
-        } else {
-            applied.partition_point(|r| r.offset < committed)
-        };
-        let matched = (min_k..=applied.len())
-            .rev()
-            .any(|k| rows_equal(&states[k], &actual));
-        if !matched {
-            let full = &states[applied.len()];
-            cases.push(Case {
-                ids: Vec::new(),
-                tp: Some(tp.clone()),
-                offsets: vec![committed],
-                ops: vec![*op, *table_op],
-                text: format!(
-                    "{tp}: table differs from the changes applied once up to any record at \
-                     or past the committed offset {committed}: {}",
-                    diff_text(full, &actual)
-                ),
-            });
+        let holds = |applied: &[SourceRecord]| matches_prefix(a, applied, end, committed, &actual);
+        let applied = admitted(false, false);
+        if holds(&applied) || holds(&admitted(true, false)) {
+            continue;
         }
+        let aborted: Vec<&SourceRecord> = all
+            .iter()
+            .filter(|r| !a.admitted(tp, r, true, false))
+            .collect();
+        if !aborted.is_empty() && holds(&admitted(true, true)) {
+            aborted_cases.push(aborted_case(tp, vec![*op, *table_op], aborted));
+            continue;
+        }
+        let (states, _) = prefix_states(a, &applied);
+        let full = &states[applied.len()];
+        cases.push(Case {
+            ids: Vec::new(),
+            tp: Some(tp.clone()),
+            offsets: vec![committed],
+            ops: vec![*op, *table_op],
+            text: format!(
+                "{tp}: table differs from the changes applied once up to any record at or \
+                 past the committed offset {committed}: {}",
+                diff_text(full, &actual)
+            ),
+        });
     }
     for key in table.keys().filter(|k| !named.contains(*k)) {
         cases.push(Case {
@@ -364,7 +470,7 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
             text: format!("row {key} is in the table but no change event names it"),
         });
     }
-    cases
+    (cases, aborted_cases)
 }
 
 /// The reference after each prefix (`states[k]` = first `k` records applied), and every

@@ -1,7 +1,7 @@
 //! Kafka-level anomalies: what the producers were told, what the consumers saw and what the
 //! partition logs hold after the drain.
 
-use super::analysis::{AckedSend, Analysis};
+use super::analysis::{AckedSend, Analysis, TxnFate};
 use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult, Validity};
 use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -119,7 +119,8 @@ pub fn send_rejected_cases(history: &History, a: &Analysis) -> Vec<Case> {
 
 /// `unseen`: a record of the final log that no poll of any process returned, in a topic some
 /// poll read from. Informational: a consumer that stopped early or a group that never got
-/// the partition also leaves records unseen.
+/// the partition also leaves records unseen. A record of an aborted transaction
+/// ([`Analysis::fate`]) is not unseen: read_committed consumers skip it by design.
 pub fn unseen_cases(a: &Analysis) -> Vec<Case> {
     let polled_topics: BTreeSet<&str> = a
         .polls
@@ -137,7 +138,8 @@ pub fn unseen_cases(a: &Analysis) -> Vec<Case> {
         .iter()
         .filter(|(tp, _)| polled_topics.contains(tp.topic.as_str()))
     {
-        for r in log.records.iter().filter(|r| !polled_ids.contains(&r.id)) {
+        let unpolled = log.records.iter().filter(|r| !polled_ids.contains(&r.id));
+        for r in unpolled.filter(|r| a.fate(r) != TxnFate::Aborted) {
             cases.push(Case {
                 ids: vec![r.id],
                 tp: Some(tp.clone()),
@@ -313,14 +315,16 @@ pub fn nonmonotonic_poll_cases(a: &Analysis) -> Vec<Case> {
 
 /// `poll-skip`: one process read a partition at offset `o`, then next at `p > o`, while the
 /// final log holds records strictly between `o` and `p` (offsets are not dense: only records
-/// that exist count as skipped).
+/// that exist count as skipped; a record of an aborted transaction, [`Analysis::fate`], is
+/// not data, and read_committed consumers skip it by design).
 pub fn poll_skip_cases(a: &Analysis) -> Vec<Case> {
     let mut cases = Vec::new();
     for s in poll_steps(a).into_iter().filter(|s| s.next.1 > s.prev.1) {
         let Some(log) = a.logs.get(&s.tp) else {
             continue;
         };
-        let skipped = log.between(s.prev.1, s.next.1);
+        let between = log.between(s.prev.1, s.next.1).iter();
+        let skipped: Vec<_> = between.filter(|r| a.fate(r) != TxnFate::Aborted).collect();
         if skipped.is_empty() {
             continue;
         }

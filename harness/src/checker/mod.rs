@@ -33,6 +33,7 @@
 //! | `sink-duplicate` | F | - | F | |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
 //! | `progress-ahead-of-data` | - | F | - | |
+//! | `aborted-in-sink` | F | F | F | always (5) |
 //! | `cdc-final-state` | F | F | - | change data ([`cdc`]) |
 //! | `cdc-duplicate-row` | F | - | F | change data |
 //! | `cdc-regression` | - | - | - | change data: readers saw a replay |
@@ -45,6 +46,17 @@
 //! | `routine-load-statistic` | F | F | F | Doris ([`DorisChecker`]) |
 //! | `label-loaded-twice` | F | F | F | Doris |
 //!
+//! (5) A row in the sink whose record a transaction wrote and certainly aborted: data that
+//! never existed upstream. Kafka's consumer defaults to `isolation.level=read_uncommitted`
+//! (`ConsumerConfig.DEFAULT_ISOLATION_LEVEL`), and Kafka Connect does not change it for
+//! sink tasks (`Worker.baseConsumerConfigs` sets `group.id`, `enable.auto.commit=false`,
+//! `auto.offset.reset=earliest` and the deserializers; only the exactly-once source
+//! offsets reader gets `read_committed`), so a sink behind a transactional producer loads
+//! aborted records unless `consumer.override.isolation.level=read_committed`. The other
+//! side of the rule: an aborted transaction's record is never expected in a sink (no
+//! `sink-lost`, no `progress-ahead-of-data` for it), and an undecided transaction's
+//! (outcome unknown, or still open when the run ended) is neither expected nor forbidden
+//! ([`Analysis::fate`]).
 //! (4) The Streams anomalies come from [`StreamsChecker`], Kafka's `EosTestDriver` in
 //! Jepsen's shape: final value per `key@window` against the count recomputed from the input
 //! up to the committed offsets.
@@ -82,7 +94,7 @@ mod txn_tests;
 
 pub use analysis::{
     AckedSend, Analysis, CommitOp, DorisFinal, FinalLog, FinalOffsets, LoadErrorOp, Observation,
-    PollOp, Source, TxnOp, WriteOp,
+    PollOp, Source, TxnFate, TxnOp, TxnSends, WriteOp,
 };
 pub use doris::{label_loaded_twice_cases, routine_load_statistic_cases, DorisChecker};
 pub use kafka::{
@@ -90,8 +102,8 @@ pub use kafka::{
     poll_skip_cases, unseen_cases, KafkaChecker,
 };
 pub use sink::{
-    progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases, sink_reorder_cases,
-    SinkChecker,
+    aborted_in_sink_cases, progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases,
+    sink_reorder_cases, SinkChecker,
 };
 pub use streams::{
     aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
@@ -178,6 +190,9 @@ pub enum Anomaly {
     SinkReorder,
     /// A committed offset is past a record of its partition the sink did not hold.
     ProgressAheadOfData,
+    /// The sink holds a record of a transaction that certainly aborted (read with
+    /// `read_uncommitted`).
+    AbortedInSink,
     /// A send that failed for certain (a non-retriable error such as `MESSAGE_TOO_LARGE`,
     /// or retries exhausted) and was never written: the record is in no log and no sink.
     /// Informational, so such records are counted, never silently gone.
@@ -216,7 +231,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 28] = [
+    pub const ALL: [Anomaly; 29] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -232,6 +247,7 @@ impl Anomaly {
         Anomaly::SinkDuplicate,
         Anomaly::SinkReorder,
         Anomaly::ProgressAheadOfData,
+        Anomaly::AbortedInSink,
         Anomaly::SendRejected,
         Anomaly::CdcFinalState,
         Anomaly::CdcDuplicateRow,
@@ -265,6 +281,7 @@ impl Anomaly {
             Anomaly::SinkDuplicate => "sink-duplicate",
             Anomaly::SinkReorder => "sink-reorder",
             Anomaly::ProgressAheadOfData => "progress-ahead-of-data",
+            Anomaly::AbortedInSink => "aborted-in-sink",
             Anomaly::SendRejected => "send-rejected",
             Anomaly::CdcFinalState => "cdc-final-state",
             Anomaly::CdcDuplicateRow => "cdc-duplicate-row",
@@ -418,6 +435,7 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::SinkDuplicate, claim != Claim::AtLeastOnce);
     forbid(Anomaly::SinkReorder, options.per_key_order);
     forbid(Anomaly::ProgressAheadOfData, claim == Claim::AtLeastOnce);
+    forbid(Anomaly::AbortedInSink, true);
     forbid(Anomaly::CdcFinalState, claim != Claim::AtMostOnce);
     forbid(Anomaly::CdcDuplicateRow, claim != Claim::AtLeastOnce);
     forbid(Anomaly::CdcSkipped, true);

@@ -42,10 +42,13 @@ enum Family {
     ChangeData,
     /// A Doris Routine Load job: two loaded rows, one error row, its final statistics.
     RoutineLoad,
+    /// A sink behind a transactional upstream: one committed and one aborted transaction,
+    /// read read_committed.
+    TransactionalSink,
 }
 
 impl Family {
-    const ALL: [Family; 7] = [
+    const ALL: [Family; 8] = [
         Family::KafkaConsume,
         Family::RecordSink,
         Family::TransactionalCopy,
@@ -53,6 +56,7 @@ impl Family {
         Family::StreamsAggregate,
         Family::ChangeData,
         Family::RoutineLoad,
+        Family::TransactionalSink,
     ];
 
     fn baseline(self) -> History {
@@ -64,6 +68,7 @@ impl Family {
             Family::StreamsAggregate => streams_history(3, &[1, 2, 3]),
             Family::ChangeData => cdc_baseline(),
             Family::RoutineLoad => routine_load_baseline(),
+            Family::TransactionalSink => txn_sink_baseline(),
         }
     }
 
@@ -82,6 +87,10 @@ impl Family {
             Family::TransactionalCopy | Family::ReadCommitted => CheckOptions {
                 read_committed: true,
                 ..base
+            },
+            Family::TransactionalSink => CheckOptions {
+                read_committed: true,
+                ..CheckOptions::for_claim(claim)
             },
             Family::StreamsAggregate | Family::ChangeData => base,
         }
@@ -117,6 +126,7 @@ fn mutations() -> Vec<Mutation> {
     all.extend(streams_mutations());
     all.extend(cdc_mutations());
     all.extend(routine_load_mutations());
+    all.extend(txn_sink_mutations());
     all
 }
 
@@ -980,4 +990,150 @@ fn routine_load_mutations() -> Vec<Mutation> {
             LabelLoadedTwice,
         ),
     ]
+}
+
+// ---------------------------------------------------------------------------------------
+// Transactional sink: an upstream transactional producer sent records 1, 2 to t-0@0, @1
+// in transaction 0 and committed (marker at @2), then record 3 to @3 in transaction 1 and
+// aborted (marker at @4). A read_committed sink polled 1 and 2 (3 filtered), wrote them
+// and committed offset 5, past the aborted record and both markers. Record 3 is in the
+// final (read_uncommitted) log and not in the sink, as it must be: no `sink-lost`, no
+// `progress-ahead-of-data`, no `unseen`.
+
+/// Transaction `id` of the upstream producer, its sends in `t-0`.
+fn upstream_txn(id: u64, sends: &[(u64, Offset)]) -> Value {
+    Value::Txn {
+        id,
+        transactional_id: "upstream".into(),
+        sends: sends.iter().map(|&(i, o)| rec(i, o)).collect(),
+        offsets: Vec::new(),
+    }
+}
+
+fn txn_sink_baseline() -> History {
+    use OpKind::{Fail, Invoke, Ok as Done};
+    let committed = Value::CommittedOffsets {
+        offsets: vec![(tp(), 5)],
+    };
+    history(vec![
+        ("producer-0", Done, send(1, Some(0))),
+        ("producer-0", Done, send(2, Some(1))),
+        ("producer-0", Invoke, upstream_txn(0, &[(1, 0), (2, 1)])),
+        ("producer-0", Done, upstream_txn(0, &[(1, 0), (2, 1)])),
+        ("producer-0", Done, send(3, Some(3))),
+        ("producer-0", Invoke, upstream_txn(1, &[(3, 3)])),
+        ("producer-0", Fail, upstream_txn(1, &[(3, 3)])),
+        ("sink-0", Done, poll(&[(1, 0), (2, 1)])),
+        ("sink-0", Done, write(&[(1, 0), (2, 1)])),
+        ("sink-0", Done, commit(5)),
+        ("final", Done, log(&[(1, 0), (2, 1), (3, 3)])),
+        ("final", Done, sink(&[(1, 0), (2, 1)])),
+        ("final", Done, committed),
+    ])
+}
+
+fn is_upstream_txn(op: &Op, id: u64) -> bool {
+    matches!(&op.value, Value::Txn { id: i, .. } if *i == id)
+}
+
+/// The sink read the aborted record 3 (read_uncommitted) and loaded it.
+fn load_aborted_record(h: &mut History) {
+    let w = index_of(h, |op| is_write_of(op, 2));
+    records_mut(&mut h.ops[w].value).push(rec(3, 3));
+    let i = index_of(h, is_sink_state);
+    records_mut(&mut h.ops[i].value).push(rec(3, 3));
+}
+
+fn txn_sink_mutations() -> Vec<Mutation> {
+    use Anomaly::*;
+    let t = Family::TransactionalSink;
+    vec![
+        m(
+            "load a record of an aborted transaction into the sink",
+            t,
+            load_aborted_record,
+            AbortedInSink,
+        ),
+        // The same history with transaction 1 committed: record 3 is then data, and its
+        // absence from the sink a loss. So the baseline is clean because of the abort.
+        m(
+            "commit the transaction the sink skipped",
+            t,
+            |h| {
+                let i = h.ops.iter().rposition(|op| is_upstream_txn(op, 1));
+                h.ops[i.expect("transaction 1 completes")].kind = OpKind::Ok
+            },
+            SinkLost,
+        ),
+    ]
+}
+
+/// An undecided transaction (its commit's outcome unknown) neither makes its record
+/// expected in the sink nor forbidden there.
+#[test]
+fn an_undecided_transactions_record_is_neither_expected_nor_forbidden_in_the_sink() {
+    use Anomaly::*;
+    let undecided = |h: &mut History| {
+        let i = h.ops.iter().rposition(|op| is_upstream_txn(op, 1));
+        h.ops[i.expect("transaction 1 completes")].kind = OpKind::Info;
+    };
+    let mut skipped = txn_sink_baseline();
+    undecided(&mut skipped);
+    let mut loaded = skipped.clone();
+    load_aborted_record(&mut loaded);
+    for claim in CLAIMS {
+        let options = Family::TransactionalSink.options(claim);
+        for h in [&skipped, &loaded] {
+            let result = check_all(h, &options);
+            for anomaly in [SinkLost, AbortedInSink, ProgressAheadOfData] {
+                assert!(
+                    !result.anomalies.contains_key(&anomaly),
+                    "{claim:?}: {:?}",
+                    result.case_texts(8)
+                );
+            }
+        }
+    }
+}
+
+/// Change data behind a transactional upstream: transaction 0 wrote `c(1, "a")` at t-0@0
+/// and committed, transaction 1 wrote `u(1, "a2")` at t-0@1 and aborted (`aborted`) or
+/// committed; the final table holds `table`.
+fn cdc_txn_history(table: &[(i64, &str)], aborted: bool) -> History {
+    let mut h = cdc_history(&[c(1, "a"), u(1, "a2")], &[], table, 2, &[]);
+    let second = if aborted { OpKind::Fail } else { OpKind::Ok };
+    for (id, offset, end) in [(0, 0, OpKind::Ok), (1, 1, second)] {
+        for kind in [OpKind::Invoke, end] {
+            h.push(
+                3,
+                "producer-0",
+                kind,
+                upstream_txn(id, &[(id, offset)]),
+                None,
+            );
+        }
+    }
+    h
+}
+
+/// The change-data form of the rule: the reference leaves out aborted events, and a table
+/// that matches only with them applied is `aborted-in-sink`, not `cdc-final-state`.
+#[test]
+fn a_table_that_applied_an_aborted_change_event_is_aborted_in_sink() {
+    use Anomaly::{AbortedInSink, CdcFinalState};
+    for claim in CLAIMS {
+        let options = Family::ChangeData.options(claim);
+        let clean = check_all(&cdc_txn_history(&[(1, "a")], true), &options);
+        assert!(clean.anomalies.is_empty(), "{:?}", clean.case_texts(8));
+        let applied = check_all(&cdc_txn_history(&[(1, "a2")], true), &options);
+        assert!(applied.forbidden.contains(&AbortedInSink), "{claim:?}");
+        assert!(!applied.anomalies.contains_key(&CdcFinalState), "{claim:?}");
+        assert_eq!(applied.validity, Validity::Invalid);
+        // Had transaction 1 committed, the clean table would be the one missing a change.
+        let committed = check_all(&cdc_txn_history(&[(1, "a")], false), &options);
+        assert!(
+            committed.anomalies.contains_key(&CdcFinalState),
+            "{claim:?}"
+        );
+    }
 }

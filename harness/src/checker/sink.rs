@@ -1,7 +1,11 @@
 //! End-to-end anomalies: the final logs of the topics a sink consumes against what the sink
-//! wrote, what it holds after the drain, and the offsets its group committed.
+//! wrote, what it holds after the drain, and the offsets its group committed. Records of
+//! transactions are judged by their transaction's fate ([`Analysis::fate`]): a committed
+//! one's are expected, an aborted one's are forbidden (`aborted-in-sink`), an undecided
+//! one's (outcome unknown, or still open when the run ended) neither expected nor
+//! forbidden.
 
-use super::analysis::{Analysis, FinalLog};
+use super::analysis::{Analysis, FinalLog, TxnFate};
 use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult, Validity};
 use crate::history::History;
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -36,6 +40,7 @@ impl AnalysisChecker for SinkChecker {
                 Anomaly::ProgressAheadOfData,
                 progress_ahead_of_data_cases(a),
             ),
+            (Anomaly::AbortedInSink, aborted_in_sink_cases(a)),
         ];
         let mut result = CheckResult::from_cases(found, counts_of(a), options);
         let missing = if a.sink_state.is_none() {
@@ -77,8 +82,10 @@ fn counts_of(a: &Analysis) -> BTreeMap<String, u64> {
 /// Kafka) whose id is absent from the final `SinkState`; the case cites the log, the sink
 /// state and the writes that may have carried the id. Matched by id, so a record the log
 /// holds twice (a `duplicate`) is lost only if the sink holds neither. Nothing is inferred
-/// without a final `SinkState`. The final log is read_uncommitted: a read_committed sink
-/// should be checked against logs recorded without aborted records.
+/// without a final `SinkState`. The final log is read_uncommitted, so it holds the records
+/// of aborted transactions too: only the records [`Analysis::expected_in_sink`] are
+/// expected (a plain producer's, or a committed transaction's), never an aborted or
+/// undecided transaction's.
 pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
     let Some(sink) = &a.sink_state else {
         return Vec::new();
@@ -87,7 +94,10 @@ pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
     let errors = a.accounted_error_rows();
     let mut cases = Vec::new();
     for (tp, log) in a.logs.iter().filter(|(tp, _)| a.sink_reads(tp)) {
-        let absent = log.records.iter().filter(|r| !held.contains_key(&r.id));
+        let absent = log
+            .records
+            .iter()
+            .filter(|r| !held.contains_key(&r.id) && a.expected_in_sink(r));
         for r in absent.filter(|r| !errors.contains_key(&(tp.clone(), r.offset))) {
             cases.push(Case {
                 ids: vec![r.id],
@@ -100,6 +110,51 @@ pub fn sink_lost_cases(a: &Analysis) -> Vec<Case> {
                 ),
             });
         }
+    }
+    cases
+}
+
+/// `aborted-in-sink`: a row of the final `SinkState`, in a topic the sink consumes, whose
+/// record was written by a transaction that certainly aborted ([`Analysis::fate`]): the
+/// sink read it with `isolation.level=read_uncommitted` (the Java consumer's default,
+/// which Kafka Connect keeps for sink tasks) and loaded data that never existed upstream.
+/// A row of an undecided transaction (outcome unknown, or never ended) is not one. The
+/// case cites the sink state, the transaction's ops and the writes that carried the id.
+pub fn aborted_in_sink_cases(a: &Analysis) -> Vec<Case> {
+    let Some(sink) = &a.sink_state else {
+        return Vec::new();
+    };
+    let mut seen = BTreeSet::new();
+    let mut cases = Vec::new();
+    for row in sink.rows.iter().filter(|r| a.sink_reads(&r.tp)) {
+        if !seen.insert((row.tp.clone(), row.offset, row.id)) || a.fate(row) != TxnFate::Aborted {
+            continue;
+        }
+        let txns: Vec<_> = a
+            .txns
+            .iter()
+            .filter(|t| {
+                t.sends
+                    .iter()
+                    .any(|s| s.id == row.id && s.tp.topic == row.tp.topic)
+            })
+            .collect();
+        let mut ops = vec![sink.op];
+        ops.extend(txns.iter().flat_map(|t| t.ops()));
+        let names: Vec<String> = txns.iter().map(|t| t.id.to_string()).collect();
+        cases.push(Case {
+            ids: vec![row.id],
+            tp: Some(row.tp.clone()),
+            offsets: vec![row.offset],
+            ops: with_writes(a, row.id, ops),
+            text: format!(
+                "the sink holds record {} ({}@{}) of aborted transaction {}",
+                row.id,
+                row.tp,
+                row.offset,
+                names.join(", ")
+            ),
+        });
     }
     cases
 }
@@ -211,7 +266,19 @@ pub fn progress_ahead_of_data_cases(a: &Analysis) -> Vec<Case> {
             *first = (*first).min(op);
         }
     }
-    let written_at = |id: u64| first_write.get(&id).copied().unwrap_or(usize::MAX);
+    // A record not expected in the sink (an aborted or undecided transaction's) is done
+    // with from the start.
+    let not_expected: BTreeSet<u64> = a
+        .logs
+        .values()
+        .flat_map(|log| log.records.iter())
+        .filter(|r| !a.expected_in_sink(r))
+        .map(|r| r.id)
+        .collect();
+    let written_at = |id: u64| match not_expected.contains(&id) {
+        true => 0,
+        false => first_write.get(&id).copied().unwrap_or(usize::MAX),
+    };
     // Per partition, the latest first-write op over each prefix of the log in offset order:
     // a commit at op `c` up to offset `n` is ahead iff that maximum below `n` exceeds `c`.
     let mut prefix_max: BTreeMap<&TopicPartition, Vec<usize>> = BTreeMap::new();
@@ -267,7 +334,7 @@ fn final_progress_cases(a: &Analysis) -> Vec<Case> {
     for (tp, next) in committed.offsets.iter().filter(|(tp, _)| a.sink_reads(tp)) {
         let Some(log) = a.logs.get(tp) else { continue };
         let missing: Vec<_> = below(log, *next)
-            .filter(|r| !held.contains_key(&r.id))
+            .filter(|r| !held.contains_key(&r.id) && a.expected_in_sink(r))
             .filter(|r| !errors.contains_key(&(tp.clone(), r.offset)))
             .collect();
         let Some(first) = missing.first() else {

@@ -29,7 +29,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // land twice); the transactional copy's producers are idempotent, its readers
         // read_committed, and its sink is the output's committed view of the input topic.
         idempotent_producer: transactional || streams,
-        read_committed: transactional,
+        read_committed: transactional || sink_reads_committed(scenario),
         sink_topics: if transactional {
             vec![scenario.topic.name.clone()]
         } else {
@@ -39,6 +39,27 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         forbidden: anomalies(&scenario.check.forbidden),
         allowed: anomalies(&scenario.check.allowed),
         ..CheckOptions::for_claim(scenario.claim)
+    }
+}
+
+/// Whether the sink's consumers read with `isolation.level=read_committed`: `[consumer]`
+/// of `kafka-consume`, `[sink] consumer.override.isolation.level` of `clickhouse-sink`,
+/// `[connector] consumer.override.isolation.level` of `connect-jdbc`.
+fn sink_reads_committed(scenario: &Scenario) -> bool {
+    use eosim_sim::kafka::Isolation;
+    match scenario.pipeline {
+        crate::scenario::Pipeline::KafkaConsume => {
+            scenario.consumer.isolation_level.to_isolation() == Isolation::ReadCommitted
+        }
+        crate::scenario::Pipeline::ClickhouseSink => scenario
+            .sink
+            .as_ref()
+            .is_some_and(|s| s.consumer_isolation() == Isolation::ReadCommitted),
+        crate::scenario::Pipeline::ConnectJdbc => scenario
+            .connector
+            .get("consumer.override.isolation.level")
+            .is_some_and(|v| v == "read_committed"),
+        _ => false,
     }
 }
 

@@ -232,6 +232,15 @@ pub struct ClickHouseSinkSpec {
 }
 
 impl ClickHouseSinkSpec {
+    /// The task consumers' isolation: `consumer.override.isolation.level`, else Kafka's
+    /// read_uncommitted (Connect's `Worker.baseConsumerConfigs` does not set it).
+    pub fn consumer_isolation(&self) -> eosim_sim::kafka::Isolation {
+        match self.isolation_level.as_deref() {
+            Some("read_committed") => eosim_sim::kafka::Isolation::ReadCommitted,
+            _ => eosim_sim::kafka::Isolation::ReadUncommitted,
+        }
+    }
+
     /// The dead-letter queue topic the connector is configured with (see
     /// [`Self::errors_deadletterqueue_topic_name`]).
     pub fn dlq_topic(&self) -> Option<String> {

@@ -553,6 +553,31 @@ pub struct WorkloadSpec {
     /// this window is what separates at-least-once from at-most-once.
     #[serde(default = "default_sink_write")]
     pub sink_write_ms: u64,
+    /// The input producer's `transactional.id` (`ProducerConfig.TRANSACTIONAL_ID_CONFIG`):
+    /// set, the upstream producer of `kafka-consume`, `clickhouse-sink` and `connect-jdbc`
+    /// writes its records in Kafka transactions ([`crate::workload::upstream_txn`]); producer `i` of
+    /// several uses `<transactional.id>-<i>`. Default unset: not transactional.
+    #[serde(
+        default,
+        rename = "transactional.id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transactional_id: Option<String>,
+    /// The transactional producer's `transaction.timeout.ms`, ms. Default 60000 (Kafka's).
+    #[serde(
+        default,
+        rename = "transaction.timeout.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transaction_timeout_ms: Option<u64>,
+    /// Records per upstream transaction (with `transactional.id`). Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_records: Option<u64>,
+    /// Which upstream transactions abort (with `transactional.id`): the run's transaction
+    /// number `n` (0-based, in the order the producers begin them) aborts when
+    /// `(n + 1) % abort_every == 0`, so 3 aborts every third. 0 aborts none. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_every: Option<u64>,
 }
 
 impl Default for WorkloadSpec {
@@ -1184,7 +1209,53 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         self.consumer.check()?;
+        self.check_upstream_txn()?;
         self.check_sink_consumer()
+    }
+
+    /// The transactional upstream keys: only with `transactional.id`, only for the
+    /// pipelines whose upstream producer can be transactional, in range.
+    fn check_upstream_txn(&self) -> Result<(), (String, String)> {
+        let w = &self.workload;
+        let dependent = [
+            ("workload.transaction.timeout.ms", w.transaction_timeout_ms),
+            ("workload.transaction_records", w.transaction_records),
+            ("workload.abort_every", w.abort_every),
+        ];
+        let Some(id) = &w.transactional_id else {
+            let set = dependent.iter().find(|(_, v)| v.is_some());
+            return match set {
+                Some((key, _)) => Err((
+                    key.to_string(),
+                    "only with workload.transactional.id".into(),
+                )),
+                None => Ok(()),
+            };
+        };
+        ensure(
+            UPSTREAM_TXN_PIPELINES.contains(&self.pipeline),
+            "workload.transactional.id",
+            format!(
+                "the upstream producer of pipeline `{}` cannot be transactional; it can in: {}",
+                self.pipeline.name(),
+                UPSTREAM_TXN_PIPELINES.map(Pipeline::name).join(", ")
+            ),
+        )?;
+        ensure(
+            !id.is_empty(),
+            "workload.transactional.id",
+            "expected a non-empty id".into(),
+        )?;
+        ensure(
+            w.transaction_records != Some(0),
+            "workload.transaction_records",
+            "expected at least 1, found 0".into(),
+        )?;
+        ensure(
+            w.transaction_timeout_ms != Some(0),
+            "workload.transaction.timeout.ms",
+            "expected at least 1 ms, found 0".into(),
+        )
     }
 
     /// The consumer overrides of `[sink]` take the values Kafka's consumer takes.
@@ -1526,6 +1597,14 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
     ("sink", &[Pipeline::ClickhouseSink]),
     ("routine_load", &[Pipeline::RoutineLoad]),
     ("consumer", &[Pipeline::KafkaConsume]),
+];
+
+/// The pipelines whose upstream producer may be transactional (`[workload]
+/// "transactional.id"`, `workload::upstream_txn`).
+pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 3] = [
+    Pipeline::KafkaConsume,
+    Pipeline::ClickhouseSink,
+    Pipeline::ConnectJdbc,
 ];
 
 /// Node groups a fault may name instead of single nodes.

@@ -39,6 +39,7 @@ mod connector;
 mod hooks;
 
 use super::one_attempt_producer_config;
+use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -96,6 +97,8 @@ pub struct Context {
     pub shared: Arc<Mutex<Shared>>,
     /// The Connect herder of the `worker-i` nodes.
     pub herder: Herder,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    pub upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -128,8 +131,10 @@ async fn producer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = &ctx.upstream {
+        return txn_producer_process(&ctx, upstream, conn, name).await;
+    }
     let producer = SimProducer::new(conn, one_attempt_producer_config(w));
-    let partitions = ctx.scenario.topic.partitions;
     loop {
         let id = {
             let mut shared = ctx.shared();
@@ -140,7 +145,8 @@ async fn producer_process(ctx: Context, name: String) {
             shared.next_id += 1;
             shared.next_id - 1
         };
-        let partition = (id % u64::from(partitions)) as u32;
+        let record = id_record(&ctx, id);
+        let partition = record.partition.expect("id_record names the partition");
         let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), partition);
         let invoke = Value::Send {
             id,
@@ -149,14 +155,6 @@ async fn producer_process(ctx: Context, name: String) {
             offset: None,
         };
         ctx.record(&name, OpKind::Invoke, invoke, None);
-        let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
-        let record = ProducerRecord {
-            topic: tp.topic.clone(),
-            partition: Some(partition),
-            key: None,
-            value: Some(Bytes::from(value)),
-            headers: Vec::new(),
-        };
         let (kind, offset, error) = match producer.send(record).await {
             Ok(d) => (OpKind::Ok, Some(d.offset), None),
             Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
@@ -177,6 +175,47 @@ async fn producer_process(ctx: Context, name: String) {
     }
 }
 
+/// The record of `id`: JSON `{"id": id, "name": "r<id>"}` to partition `id % partitions`.
+fn id_record(ctx: &Context, id: u64) -> ProducerRecord {
+    let partition = (id % u64::from(ctx.scenario.topic.partitions)) as u32;
+    let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
+    ProducerRecord {
+        topic: ctx.scenario.topic.name.clone(),
+        partition: Some(partition),
+        key: None,
+        value: Some(Bytes::from(value)),
+        headers: Vec::new(),
+    }
+}
+
+/// The producer of a transactional upstream ([`super::upstream_txn`]): the same records
+/// as [`producer_process`]'s, in transactions. Done once the last transaction ended.
+async fn txn_producer_process(
+    ctx: &Context,
+    upstream: &UpstreamTxn,
+    conn: Connection,
+    name: String,
+) {
+    let mut session = upstream.session(conn, &name).await;
+    loop {
+        let next = {
+            let mut shared = ctx.shared();
+            let id = shared.next_id;
+            let more = id < ctx.scenario.workload.records;
+            shared.next_id += u64::from(more);
+            more.then_some(id)
+        };
+        let Some(id) = next else { break };
+        session.send(id, None, id_record(ctx, id)).await;
+        madsim::time::sleep(Duration::from_millis(
+            ctx.scenario.workload.produce_interval_ms,
+        ))
+        .await;
+    }
+    session.end().await;
+    ctx.shared().produced = true;
+}
+
 /// The `clickhouse-sink` pipeline.
 pub struct ClickhouseSink {
     ctx: Context,
@@ -191,6 +230,7 @@ impl ClickhouseSink {
         let ch = ClickHouseWorld::new(server, Keeper::new());
         let shared = Arc::default();
         let herder = Herder::new(WorkerConfig::default(), connector::parser());
+        let upstream = UpstreamTxn::of(&scenario, &recorder);
         let mut ctx = Context {
             scenario,
             spec,
@@ -198,6 +238,7 @@ impl ClickhouseSink {
             ch,
             shared,
             herder,
+            upstream,
         };
         ctx.herder = Herder::new(connector::worker_config(&ctx), connector::parser());
         Self { ctx }
@@ -274,18 +315,24 @@ impl Pipeline for ClickhouseSink {
         if !self.ctx.shared().produced {
             lag.push("producer not done".to_string());
         }
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> = cluster
             .committed_offsets(&self.ctx.group())
             .into_iter()
             .collect();
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let now_ms = world.kafka.now_ms();
+        let transactional = self
+            .ctx
+            .upstream
+            .as_ref()
+            .map(|_| self.ctx.spec.consumer_isolation());
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            transactional,
+        ));
         let name = &self.ctx.spec.name;
         if self.ctx.herder.status(name).is_none() {
             lag.push(format!(
@@ -323,6 +370,9 @@ impl Pipeline for ClickhouseSink {
         });
         let offsets = cluster.committed_offsets(&self.ctx.group());
         drop(cluster);
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let rows = self.table_rows(&by_name);
         let rec = |value| {
             self.ctx

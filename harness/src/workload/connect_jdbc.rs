@@ -25,6 +25,7 @@
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
 use super::records::text;
+use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
@@ -65,6 +66,8 @@ struct Context {
     pg: PostgresWorld,
     connector: ConnectorConfig,
     sink: JdbcSinkConfig,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -94,6 +97,9 @@ async fn producer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = &ctx.upstream {
+        return txn_producer_process(&ctx, upstream, conn, name).await;
+    }
     let config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
@@ -103,7 +109,7 @@ async fn producer_process(ctx: Context, name: String) {
         ..ProducerConfig::default()
     };
     let producer = SimProducer::new(conn, config);
-    let topic = ctx.scenario.topic.name.clone();
+    let topic = &ctx.scenario.topic.name;
     while let Some(e) = ctx.take_event(&name) {
         let invoke = Value::Send {
             id: e.id,
@@ -112,19 +118,7 @@ async fn producer_process(ctx: Context, name: String) {
             offset: None,
         };
         ctx.record(&name, OpKind::Invoke, invoke, None);
-        if let Some(reason) = bad_record_reason(&ctx.scenario, &e) {
-            let detail = format!("event {} sent: {reason}", e.id);
-            eosim_sim::effects::record(eosim_sim::effects::kind::BAD_RECORD, &name, detail);
-        }
-        let record = ProducerRecord {
-            topic: topic.clone(),
-            // A null key (a truncate event) goes to partition 0, where the table's other
-            // events of a single-partition topic are.
-            partition: e.key.is_none().then_some(0),
-            key: e.key.clone().map(Bytes::from),
-            value: e.value.clone().map(Bytes::from),
-            headers: vec![(ID_HEADER.to_string(), Bytes::from(e.id.to_string()))],
-        };
+        let record = event_record(&ctx, &name, &e);
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => (
                 OpKind::Ok,
@@ -148,6 +142,42 @@ async fn producer_process(ctx: Context, name: String) {
         );
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+}
+
+/// Event `e` as the record `process` sends; a `bad-record` effect when it is built to be
+/// bad (`cdc_events::bad_record_reason`).
+fn event_record(ctx: &Context, process: &str, e: &Event) -> ProducerRecord {
+    if let Some(reason) = bad_record_reason(&ctx.scenario, e) {
+        let detail = format!("event {} sent: {reason}", e.id);
+        eosim_sim::effects::record(eosim_sim::effects::kind::BAD_RECORD, process, detail);
+    }
+    ProducerRecord {
+        topic: ctx.scenario.topic.name.clone(),
+        // A null key (a truncate event) goes to partition 0, where the table's other
+        // events of a single-partition topic are.
+        partition: e.key.is_none().then_some(0),
+        key: e.key.clone().map(Bytes::from),
+        value: e.value.clone().map(Bytes::from),
+        headers: vec![(ID_HEADER.to_string(), Bytes::from(e.id.to_string()))],
+    }
+}
+
+/// A producer of a transactional upstream ([`super::upstream_txn`]): the same events as
+/// [`producer_process`]'s, in transactions.
+async fn txn_producer_process(
+    ctx: &Context,
+    upstream: &UpstreamTxn,
+    conn: Connection,
+    name: String,
+) {
+    let mut session = upstream.session(conn, &name).await;
+    while let Some(e) = ctx.take_event(&name) {
+        let record = event_record(ctx, &name, &e);
+        session.send(e.id, e.key.clone(), record).await;
+        let interval = ctx.scenario.workload.produce_interval_ms;
+        madsim::time::sleep(Duration::from_millis(interval)).await;
+    }
+    session.end().await;
 }
 
 /// The operator: creates the table and the connector, then restarts FAILED tasks.
@@ -240,6 +270,7 @@ impl ConnectJdbc {
             JdbcSinkConfig::parse(&scenario.connector, &connector.topics).expect("validated");
         let worker = WorkerConfig::parse(&scenario.connect.worker).expect("validated at load");
         let parser: ConfigParser = Arc::new(parse_connector);
+        let upstream = UpstreamTxn::of(&scenario, &recorder);
         let ctx = Context {
             events: Arc::new(build_events(&scenario, &mut madsim::rand::thread_rng())),
             scenario,
@@ -249,6 +280,7 @@ impl ConnectJdbc {
             pg: PostgresWorld::new(Database::new(DbConfig::default())),
             connector,
             sink,
+            upstream,
         };
         Self { ctx }
     }
@@ -349,16 +381,22 @@ impl Pipeline for ConnectJdbc {
             lag.push("producers not done".to_string());
         }
         let group = self.ctx.connector.group_id();
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(&group).into_iter().collect();
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let now_ms = world.kafka.now_ms();
+        let transactional = self
+            .ctx
+            .upstream
+            .as_ref()
+            .map(|_| self.ctx.connector.isolation_level);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            transactional,
+        ));
         if !lag.is_empty() {
             for t in self
                 .ctx
@@ -413,6 +451,9 @@ impl Pipeline for ConnectJdbc {
         }
         let offsets = cluster.committed_offsets(&self.ctx.connector.group_id());
         drop(cluster);
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         rec(Value::CommittedOffsets { offsets });
         for s in self
             .ctx

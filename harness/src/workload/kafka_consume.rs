@@ -10,20 +10,25 @@
 //!   The sink is a store outside the consumer processes, so it survives their crashes.
 //!
 //! # Ops recorded
-//! `send` invoke/ok/fail/info per id; `poll` ok per non-empty poll; `write` ok per batch
+//! `send` invoke/ok/fail/info per id (and `txn` ops with a transactional upstream,
+//! [`super::upstream_txn`]); `poll` ok per non-empty poll; `write` ok per batch
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
 use super::records::{next_offsets, parse_id, record_ref, send_id, text};
+use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig};
+use crate::client::{
+    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
+};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use crate::runner::world::World;
 use crate::scenario::{CommitMode, Scenario, TopicSpec};
+use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -100,6 +105,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Generator and sink.
     pub shared: Arc<Mutex<Shared>>,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    pub upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -131,6 +138,9 @@ pub async fn producer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = &ctx.upstream {
+        return txn_producer_process(&ctx, upstream, conn, name).await;
+    }
     let config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
@@ -148,6 +158,31 @@ pub async fn producer_process(ctx: Context, name: String) {
         .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+}
+
+/// A producer process of a transactional upstream ([`super::upstream_txn`]): the same
+/// records as [`producer_process`]'s, in transactions.
+async fn txn_producer_process(
+    ctx: &Context,
+    upstream: &UpstreamTxn,
+    conn: Connection,
+    name: String,
+) {
+    let w = &ctx.scenario.workload;
+    let mut session = upstream.session(conn, &name).await;
+    while let Some(id) = ctx.take_id(&name) {
+        let key = format!("k{}", id % u64::from(w.keys.max(1)));
+        let record = ProducerRecord {
+            topic: ctx.scenario.topic.name.clone(),
+            partition: None,
+            key: Some(Bytes::from(key.clone())),
+            value: Some(Bytes::from(id.to_string())),
+            headers: Vec::new(),
+        };
+        session.send(id, Some(key), record).await;
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+    session.end().await;
 }
 
 /// A consumer process: polls, writes into the sink and commits, forever.
@@ -263,6 +298,7 @@ impl KafkaConsume {
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         Self {
             ctx: Context {
+                upstream: UpstreamTxn::of(&scenario, &recorder),
                 scenario,
                 recorder,
                 shared: Arc::default(),
@@ -299,16 +335,19 @@ impl Pipeline for KafkaConsume {
         if !self.ctx.producers_done() {
             lag.push("producers not done".to_string());
         }
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(SINK_GROUP).into_iter().collect();
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let isolation = self.ctx.scenario.consumer.isolation_level.to_isolation();
+        let now_ms = world.kafka.now_ms();
+        let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            transactional,
+        ));
         if lag.len() > usize::from(!self.ctx.producers_done()) {
             // Why it is behind, when it is: the consumers' last errors.
             let shared = self.ctx.shared.lock().expect("shared lock");
@@ -351,6 +390,9 @@ impl Pipeline for KafkaConsume {
         }
         let offsets = cluster.committed_offsets(SINK_GROUP);
         drop(cluster);
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let rows = self.ctx.shared.lock().expect("shared lock").sink.clone();
         let recorder = &self.ctx.recorder;
         recorder.record(t, "final", OpKind::Ok, Value::SinkState { rows }, None);

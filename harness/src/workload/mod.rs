@@ -16,6 +16,9 @@
 //!
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
+//!
+//! [`upstream_txn`]: the transactional upstream producer `kafka-consume` and
+//! `clickhouse-sink` use with `[workload] "transactional.id"`.
 
 pub mod clickhouse_sink;
 pub mod connect_jdbc;
@@ -25,6 +28,7 @@ pub mod records;
 pub mod routine_load;
 pub mod streams_count;
 pub mod transactional_copy;
+pub mod upstream_txn;
 
 use crate::client::ProducerConfig;
 use crate::history::{OpKind, RecordRef, Recorder, Value};

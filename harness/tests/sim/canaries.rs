@@ -181,6 +181,11 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         seeds: 3,
     },
     AnomalyCanary {
+        anomaly: Anomaly::AbortedInSink,
+        file: "field/kafka-read-uncommitted-aborted-txn-corrupts.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
         anomaly: Anomaly::CdcFinalState,
         file: "f5-bug-ignored-tombstone-loses-delete.toml",
         seeds: 1,
@@ -242,7 +247,8 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
     (
         Anomaly::TornTransaction,
         "no catalogue scenario shows it: the transactional copy has no isolation.level knob \
-         (read_uncommitted), and the connector's input is not transactional",
+         (read_uncommitted), and the sinks behind a transactional upstream record no \
+         read_committed views (they are judged by their sink: aborted-in-sink)",
     ),
     (
         Anomaly::UncommittedRead,

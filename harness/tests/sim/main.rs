@@ -19,3 +19,4 @@ mod streams_count;
 mod support;
 mod transactional_copy;
 mod txn_client;
+mod upstream_txn;

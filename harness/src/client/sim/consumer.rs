@@ -471,7 +471,16 @@ impl SimConsumer {
                 let mut next = result.next_fetch_offset.max(fetch_offset);
                 let last_epoch = result.records.last().map(|r| r.leader_epoch);
                 let records = match self.group.config.isolation_level {
-                    Isolation::ReadCommitted => drop_aborted(result.records, &result.aborted),
+                    Isolation::ReadCommitted => {
+                        let fetched = result.records.len();
+                        let kept = drop_aborted(result.records, &result.aborted);
+                        if kept.len() < fetched {
+                            // Aborted data was in the log and is skipped (Java's
+                            // `CompletedFetch` with the fetch's aborted transactions).
+                            crate::mark!("client:consumer-aborted-records-filtered");
+                        }
+                        kept
+                    }
                     Isolation::ReadUncommitted => result.records,
                 };
                 for fetched in records.into_iter().filter(|r| r.offset >= fetch_offset) {
