@@ -216,6 +216,22 @@ fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
     }
 }
 
+/// The final `TaskStatus` of every task of `connector` as the herder's status endpoint
+/// reports it (`RUNNING`, `FAILED` with its trace, ...), one op value each.
+pub fn final_task_status(herder: &Herder, connector: &str) -> Vec<Value> {
+    herder
+        .status(connector)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| Value::TaskStatus {
+            connector: connector.to_string(),
+            task: s.id,
+            state: format!("{:?}", s.state).to_uppercase(),
+            trace: s.trace,
+        })
+        .collect()
+}
+
 /// The final `DlqState` of a one-partition dead-letter queue `topic`: each record with its
 /// headers as text and the id `id_of` finds in it (the original's id).
 pub fn dlq_state(

@@ -46,7 +46,7 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerRecord};
 use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
-use crate::connect::worker::{dlq_state, worker_process, WorkerRuntime};
+use crate::connect::worker::{dlq_state, final_task_status, worker_process, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
@@ -384,14 +384,8 @@ impl Pipeline for ClickhouseSink {
             rec(dlq);
         }
         rec(Value::CommittedOffsets { offsets });
-        let name = &self.ctx.spec.name;
-        for s in self.ctx.herder.status(name).unwrap_or_default() {
-            rec(Value::TaskStatus {
-                connector: name.clone(),
-                task: s.id,
-                state: format!("{:?}", s.state).to_uppercase(),
-                trace: s.trace,
-            });
+        for value in final_task_status(&self.ctx.herder, &self.ctx.spec.name) {
+            rec(value);
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
-use crate::connect::worker::{dlq_state, SinkFactory, TaskRun, WorkerRuntime};
+use crate::connect::worker::{dlq_state, final_task_status, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
@@ -455,20 +455,8 @@ impl Pipeline for ConnectJdbc {
             upstream.record_final();
         }
         rec(Value::CommittedOffsets { offsets });
-        for s in self
-            .ctx
-            .herder
-            .status(&self.ctx.connector.name)
-            .unwrap_or_default()
-        {
-            let state = format!("{:?}", s.state).to_uppercase();
-            let connector = self.ctx.connector.name.clone();
-            rec(Value::TaskStatus {
-                connector,
-                task: s.id,
-                state,
-                trace: s.trace,
-            });
+        for value in final_task_status(&self.ctx.herder, &self.ctx.connector.name) {
+            rec(value);
         }
     }
 }

@@ -35,7 +35,7 @@ use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::sim::doris::SimDoris;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
-use crate::connect::worker::{SinkFactory, TaskRun, WorkerRuntime};
+use crate::connect::worker::{final_task_status, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
@@ -221,14 +221,8 @@ impl Pipeline for DorisSink {
         };
         rec(Value::CommittedOffsets { offsets });
         rec(doris_state(&doris));
-        let name = &self.ctx.connector.name;
-        for s in self.ctx.herder.status(name).unwrap_or_default() {
-            rec(Value::TaskStatus {
-                connector: name.clone(),
-                task: s.id,
-                state: format!("{:?}", s.state).to_uppercase(),
-                trace: s.trace,
-            });
+        for value in final_task_status(&self.ctx.herder, &self.ctx.connector.name) {
+            rec(value);
         }
     }
 }
