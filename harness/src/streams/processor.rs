@@ -13,6 +13,16 @@
 //! record (store update, output record, changelog record) → every `commit.interval.ms`
 //! commit.
 //!
+//! # Rebalances
+//! The instance listens for revocations, as `StreamsRebalanceListener` does: when the
+//! consumer is about to rejoin, the revoked tasks (under exactly_once_v2 every task: one
+//! producer, one open transaction) are committed at once, checkpointed and suspended
+//! (`TaskManager.handleRevocation`); after the rejoin a suspended task kept resumes with its
+//! store and one that moved is closed clean. Lost partitions (`onPartitionsLost`: fenced,
+//! expired) close every task dirty and re-initialize the producer (`handleLostAll`). The
+//! consumer protocol is eager (every partition revoked per rebalance), not Streams'
+//! cooperative one (KIP-429), where only moved partitions are revoked.
+//!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
 //! task with a standby here starts from the standby's store and position (history:
@@ -38,7 +48,7 @@ use super::topology::{StreamRecord, Topology};
 use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
 use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata, Producer,
-    ProducerConfig, ProducerRecord, TransactionalProducer,
+    ProducerConfig, ProducerRecord, Revocation, TransactionalProducer,
 };
 use crate::history::{OpKind, Value};
 use crate::scenario::Scenario;
@@ -350,6 +360,10 @@ pub struct Processor<C, R, H: StreamsHost> {
     generation: Option<i32>,
     /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
     txn_group: Option<ConsumerGroupMetadata>,
+    /// Tasks committed and checkpointed on a revocation (suspended): after the rejoin a
+    /// task kept resumes, a task that moved is closed clean (see
+    /// [`on_revocation`](Self::on_revocation)).
+    suspended: BTreeSet<u32>,
     sent: usize,
     last_commit_ns: u64,
 }
@@ -357,13 +371,21 @@ pub struct Processor<C, R, H: StreamsHost> {
 impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// An instance over a `consumer` already subscribed to the topology's source, the
     /// restore consumer `reader` and the producer `writer` (see [`new_writer`]).
+    ///
+    /// The instance listens for revocations ([`Consumer::listen_for_revocations`]), as
+    /// Streams' `StreamsRebalanceListener` does; a consumer that cannot hand them out
+    /// leaves the instance learning of a rebalance from its assignment after the rejoin
+    /// (every open transaction then fails as TaskMigrated).
     pub fn new(
         cfg: ProcessorConfig,
         host: H,
-        consumer: C,
+        mut consumer: C,
         reader: R,
         writer: Writer<H::Producer, H::Txn>,
     ) -> Self {
+        if !consumer.listen_for_revocations() {
+            crate::mark!("streams:revocations-seen-after-rejoin");
+        }
         let last_commit_ns = host.now_ns();
         Self {
             cfg,
@@ -375,6 +397,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             standbys: BTreeMap::new(),
             generation: None,
             txn_group: None,
+            suspended: BTreeSet::new(),
             sent: 0,
             last_commit_ns,
         }
@@ -395,6 +418,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 return;
             }
         };
+        if let Some(revocation) = self.consumer.take_revocation() {
+            return self.on_revocation(revocation).await;
+        }
         let fresh = match self.sync_tasks().await {
             Ok(fresh) => fresh,
             Err(e) => return self.recover(e, false).await,
@@ -479,7 +505,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         for p in self.revoked(&assigned) {
             match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
                 true => self.recycle_to_standby(p),
+                false if self.suspended.contains(&p) => self.close_clean(p),
                 false => self.close_dirty(p),
+            }
+        }
+        for p in std::mem::take(&mut self.suspended) {
+            if self.tasks.contains_key(&p) {
+                self.resume(p);
             }
         }
         let mut fresh = BTreeSet::new();
@@ -542,6 +574,66 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 position: task.changelog_end,
             };
             self.standbys.insert(p, standby);
+        }
+    }
+
+    /// `TaskManager.handleRevocation` (apache/kafka trunk 4.0, `streams/.../internals/
+    /// TaskManager.java`), called from `onPartitionsRevoked` before the rejoin: the revoked
+    /// tasks — and under exactly_once_v2 every task, since they share the thread's
+    /// producer and its one open transaction — are committed now whatever
+    /// `commit.interval.ms` says, the revoked ones checkpointed (`postCommit(true)`: under
+    /// exactly_once_v2 too) and suspended. A failed commit recovers as any failed commit
+    /// (TaskMigrated → every task closed dirty). `onPartitionsLost` →
+    /// `handleLostAll`: every task closed dirty and, under exactly_once_v2, the thread's
+    /// producer re-initialized, which fences and aborts its open transaction.
+    async fn on_revocation(&mut self, revocation: Revocation) {
+        if revocation.lost {
+            crate::mark!("streams:tasks-lost");
+            let eos = self.cfg.eos();
+            return self.recover("partitions lost".to_string(), eos).await;
+        }
+        let source = &self.cfg.topology.source;
+        let revoked: BTreeSet<u32> = revocation
+            .partitions
+            .iter()
+            .filter(|tp| &tp.topic == source && self.tasks.contains_key(&tp.partition))
+            .map(|tp| tp.partition)
+            .collect();
+        if self.txn_group.is_some() {
+            crate::mark!("streams:revocation-commits-open-txn");
+        }
+        if !self.commit().await {
+            return;
+        }
+        crate::mark!("streams:revoked-tasks-committed");
+        if self.cfg.spec.store == StoreKind::Persistent {
+            for p in &revoked {
+                let t = &self.tasks[p];
+                let flushed = Flushed {
+                    store: t.store.clone(),
+                    checkpoint: Some(t.changelog_end),
+                };
+                self.cfg.disk.write(self.cfg.index, *p, flushed);
+            }
+        }
+        self.suspended = revoked;
+    }
+
+    /// A suspended task assigned again: it goes on with its store. Under exactly_once_v2
+    /// the checkpoint written at suspension is deleted first (`StreamTask.resume`,
+    /// KAFKA-10362), since the store runs ahead of it from now on.
+    fn resume(&mut self, p: u32) {
+        crate::mark!("streams:suspended-task-resumed");
+        if self.cfg.eos() && self.cfg.spec.store == StoreKind::Persistent {
+            self.cfg.disk.delete_checkpoint(self.cfg.index, p);
+        }
+    }
+
+    /// Closes a task suspended by [`on_revocation`](Self::on_revocation) that moved: it
+    /// was committed and checkpointed, so its store directory stays (`closeClean`).
+    fn close_clean(&mut self, p: u32) {
+        if self.tasks.remove(&p).is_some() {
+            crate::mark!("streams:task-closed-clean");
         }
     }
 
@@ -693,11 +785,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             .collect()
     }
 
-    async fn commit(&mut self) {
+    /// Commits every task (see the module docs); whether it succeeded (a failure has
+    /// been recovered from).
+    async fn commit(&mut self) -> bool {
         self.last_commit_ns = self.host.now_ns();
         let offsets = self.offsets();
         if offsets.is_empty() && self.txn_group.is_none() {
-            return;
+            return true;
         }
         let value = Value::StreamsCommit {
             guarantee: self.cfg.spec.processing_guarantee.name().to_string(),
@@ -710,7 +804,10 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             true => self.commit_eos(&offsets).await,
         };
         match result {
-            Ok(()) => self.record(OpKind::Ok, value, None),
+            Ok(()) => {
+                self.record(OpKind::Ok, value, None);
+                true
+            }
             Err((e, ambiguous, fatal)) => {
                 if fatal && !ambiguous {
                     crate::mark!("streams:producer-fenced");
@@ -722,6 +819,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 };
                 self.record(kind, value, Some(e.clone()));
                 self.recover(e, fatal || ambiguous).await;
+                false
             }
         }
     }
@@ -801,6 +899,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             }
         }
         self.tasks.clear();
+        self.suspended.clear();
         self.sent = 0;
         self.publish_report();
     }
