@@ -238,6 +238,12 @@ pub struct ClusterSpec {
     /// decide which broker coordinates each transactional id. Default 50 (Kafka's).
     #[serde(default = "default_transaction_state_log_num_partitions")]
     pub transaction_state_log_num_partitions: u32,
+    /// How long a new leader of a `__consumer_offsets` / `__transaction_state` partition
+    /// loads it, answering `COORDINATOR_LOAD_IN_PROGRESS` meanwhile, ms
+    /// (`eosim_sim::kafka::ClusterConfig::coordinator_load_ms`). Not a Kafka setting: the
+    /// time Kafka's load takes grows with the partition. Default 0 (instant).
+    #[serde(default)]
+    pub coordinator_load_ms: u64,
     /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
     /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
     /// transaction-coordinator switch; everything else as Kafka).
@@ -333,6 +339,7 @@ impl Default for ClusterSpec {
             log_flush_scheduler_interval_ms: default_log_flush_scheduler_interval(),
             offsets_topic_num_partitions: default_offsets_topic_num_partitions(),
             transaction_state_log_num_partitions: default_transaction_state_log_num_partitions(),
+            coordinator_load_ms: 0,
             flavour: FlavourName::Kafka,
             kafka_transaction_coordinator_enabled: None,
             broker_entry_metadata_interceptors: None,
@@ -358,6 +365,7 @@ impl ClusterSpec {
             log_flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms,
             offsets_topic_num_partitions: self.offsets_topic_num_partitions,
             transaction_state_log_num_partitions: self.transaction_state_log_num_partitions,
+            coordinator_load_ms: self.coordinator_load_ms,
             flavour: self.flavour(),
             ..ClusterConfig::default()
         }

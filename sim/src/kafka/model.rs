@@ -1225,7 +1225,7 @@ impl Cluster {
             | Request::OffsetFetch { group_id, .. } => group_id.clone(),
             other => unreachable!("not a group request: {other:?}"),
         };
-        if let Err(e) = self.check_coordinator(broker, &group_id, CoordinatorKind::Group) {
+        if let Err(e) = self.check_coordinator(now, broker, &group_id, CoordinatorKind::Group) {
             if e == KafkaError::NotCoordinator
                 && self.believes_coordinator(broker, &group_id, CoordinatorKind::Group)
             {

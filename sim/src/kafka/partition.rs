@@ -60,6 +60,11 @@ pub(crate) struct Replica {
     pub remotes: BTreeMap<BrokerId, Remote>,
     /// [`Partition::version`] this view was taken at; `u64::MAX` = none.
     pub view_version: u64,
+    /// Leader only: when this broker learned it leads at its view epoch, the start of a
+    /// coordinator's load of an internal partition (see
+    /// `ClusterConfig::coordinator_load_ms`); `None` for the leader a topic was created with
+    /// (nothing to load) and for followers.
+    pub leader_since_ms: Option<TimeMs>,
 }
 
 impl Replica {
@@ -73,6 +78,7 @@ impl Replica {
             truncated_for_epoch: None,
             remotes: BTreeMap::new(),
             view_version: u64::MAX,
+            leader_since_ms: None,
         }
     }
 
@@ -298,6 +304,7 @@ impl Partition {
             r.view_epoch = epoch;
             r.truncated_for_epoch = None;
             r.remotes.clear();
+            r.leader_since_ms = (leader == Some(r.broker) && epoch > 0).then_some(now);
             if leader == Some(r.broker) {
                 // `Partition.makeLeader`: assign the epoch at the LEO, reset remote states;
                 // ISR members count as caught up now.

@@ -151,6 +151,18 @@ pub struct ClusterConfig {
     /// which transactional ids are spread the same way (`TransactionStateManager.partitionFor`).
     /// Default 50, Kafka's (`TransactionLogConfig.TRANSACTIONS_TOPIC_PARTITIONS_DEFAULT`).
     pub transaction_state_log_num_partitions: u32,
+    /// How long a broker that became leader of a `__consumer_offsets` or
+    /// `__transaction_state` partition loads it before its coordinator answers, ms: until
+    /// then every group or transaction request for a key of that partition gets
+    /// `COORDINATOR_LOAD_IN_PROGRESS` (Kafka 4.x `CoordinatorRuntime`: a coordinator in
+    /// state LOADING fails writes with `CoordinatorLoadInProgressException`; the 3.x
+    /// `GroupMetadataManager.loadGroupsAndOffsets` / `TransactionStateManager.
+    /// loadTransactionsForTxnTopicPartition` likewise). In Kafka the load replays the
+    /// partition and takes from milliseconds to minutes with its size; the model takes a
+    /// fixed time. A topic's first leaders have nothing to load. Default 0: instant, as
+    /// eosim modelled it before (so the catalogue's histories keep it); the loaded state is
+    /// the model's own (not rebuilt from the partition's records).
+    pub coordinator_load_ms: u64,
     /// `offsets.topic.replication.factor`. Default 3 (capped at the broker count).
     pub offsets_topic_replication_factor: u32,
     /// `auto.create.topics.enable`. Default true in Kafka; eosim defaults to false so that
@@ -232,6 +244,7 @@ impl Default for ClusterConfig {
             group_max_session_timeout_ms: 1_800_000,
             offsets_topic_num_partitions: 50,
             transaction_state_log_num_partitions: 50,
+            coordinator_load_ms: 0,
             offsets_topic_replication_factor: 3,
             auto_create_topics_enable: false,
             producer_state_survives_failover: true,

@@ -15,9 +15,11 @@ impl Cluster {
     /// `transaction.state.log.min.isr`, as the state write would fail), `NOT_COORDINATOR` at
     /// a broker that does not believe it leads the partition, or that still believes it but
     /// was replaced by the controller (its write to the internal topic cannot complete; a
-    /// zombie coordinator changes nothing).
+    /// zombie coordinator changes nothing), `COORDINATOR_LOAD_IN_PROGRESS` at a new leader
+    /// still loading the partition (`ClusterConfig::coordinator_load_ms`, from `now`).
     pub(super) fn check_coordinator(
         &self,
+        now: TimeMs,
         broker: BrokerId,
         key: &str,
         kind: CoordinatorKind,
@@ -35,6 +37,11 @@ impl Cluster {
         }
         if kind == CoordinatorKind::Transaction && r.view_isr.len() < p.min_isr {
             return Err(KafkaError::CoordinatorNotAvailable);
+        }
+        let load_ms = self.config.coordinator_load_ms;
+        if r.leader_since_ms.is_some_and(|since| now < since + load_ms) {
+            crate::mark!("kafka:coordinator-load-in-progress");
+            return Err(KafkaError::CoordinatorLoadInProgress);
         }
         Ok(())
     }
@@ -86,7 +93,7 @@ impl Cluster {
             } => t.clone(),
             other => unreachable!("not a transaction request: {other:?}"),
         };
-        if let Err(e) = self.check_coordinator(broker, &tid, CoordinatorKind::Transaction) {
+        if let Err(e) = self.check_coordinator(now, broker, &tid, CoordinatorKind::Transaction) {
             return Response::Error(e);
         }
         match request {
@@ -166,7 +173,7 @@ impl Cluster {
             | Request::OffsetFetchStable { group_id, .. } => group_id.clone(),
             other => unreachable!("not a transactional group request: {other:?}"),
         };
-        if let Err(e) = self.check_coordinator(broker, &group_id, CoordinatorKind::Group) {
+        if let Err(e) = self.check_coordinator(now, broker, &group_id, CoordinatorKind::Group) {
             return Response::Error(e);
         }
         match request {

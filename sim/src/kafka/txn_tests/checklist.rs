@@ -555,6 +555,53 @@ fn the_coordinator_moves_with_its_partition_leader_and_completes_the_transaction
     crate::marks::assert_hit(&["kafka:txn-coordinator-move"]);
 }
 
+#[test]
+fn a_new_coordinator_answers_load_in_progress_until_it_loaded_its_partition() {
+    crate::marks::take();
+    let mut w = World::with(ClusterConfig {
+        coordinator_load_ms: 5_000,
+        ..ClusterConfig::default()
+    });
+    // The first leaders have nothing to load.
+    let ids = w.init("tx");
+    w.add("tx", ids, &[tp(0)]);
+    offset(&w.produce(&tp(0), header(ids.0, ids.1, 0, true), &["a"]));
+    let (member, generation) = join(&mut w, "g");
+    let old = w.txn_coordinator("tx");
+    w.kill(old); // the controller moves the leaderships ~1 s before this returns
+    let new = w.txn_coordinator("tx");
+    assert_ne!(new, old);
+    let end = Request::EndTxn {
+        transactional_id: "tx".into(),
+        producer_id: ids.0,
+        producer_epoch: ids.1,
+        commit: true,
+    };
+    assert_eq!(
+        err(&w.send_to(new, end.clone())),
+        KafkaError::CoordinatorLoadInProgress
+    );
+    let group = w.group_coordinator("g");
+    let beat = Request::Heartbeat {
+        group_id: "g".into(),
+        generation,
+        member_id: member.clone(),
+    };
+    if group != old {
+        assert_eq!(w.send_to(group, beat.clone()), Response::Heartbeat);
+    } else {
+        assert_eq!(
+            err(&w.send_to(w.group_coordinator("g"), beat.clone())),
+            KafkaError::CoordinatorLoadInProgress
+        );
+    }
+    w.tick_for(5_000);
+    assert_eq!(w.send_to(new, end), Response::EndTxn);
+    w.settle();
+    assert_eq!(w.read_committed(&tp(0)), vec!["a"]);
+    crate::marks::assert_hit(&["kafka:coordinator-load-in-progress"]);
+}
+
 // --------------------------------------------------------------- C.7: offsets (KIP-447)
 
 /// Joins `group` as its only member: (member id, generation).
