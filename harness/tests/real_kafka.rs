@@ -401,3 +401,40 @@ fn commit_after_max_poll_interval_is_commit_failed() {
         a.close().await;
     });
 }
+
+/// The differential runner's regression corpus (no services needed): a failing case's seed
+/// is kept in the corpus file, and the next run, whatever its generation seed, replays that
+/// case before any generated one.
+#[test]
+fn a_differential_failure_is_kept_in_the_corpus_and_replayed_first() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus: &'static str = Box::leak(
+        dir.path()
+            .join("suite.txt")
+            .display()
+            .to_string()
+            .into_boxed_str(),
+    );
+    let strategy = 0u32..1_000_000;
+    let mut runner = real_support::diff_runner(64, 0, corpus);
+    let failed = runner.run(&strategy, |x| {
+        proptest::prop_assert!(x < 500_000, "too big: {x}");
+        Ok(())
+    });
+    let Err(proptest::test_runner::TestError::Fail(_, failing)) = failed else {
+        panic!("64 cases over 0..1e6 never reached 500000: {failed:?}")
+    };
+    let kept = std::fs::read_to_string(corpus).expect("the corpus file was written");
+    assert!(kept.lines().any(|l| l.starts_with("cc ")), "{kept}");
+    // Another generation seed: the kept case still comes first.
+    std::env::set_var("EOSIM_DIFF_SEED", "7");
+    let mut runner = real_support::diff_runner(4, 0, corpus);
+    let seen = std::sync::Mutex::new(Vec::new());
+    let _ = runner.run(&strategy, |x| {
+        seen.lock().expect("seen").push(x);
+        Ok(())
+    });
+    std::env::remove_var("EOSIM_DIFF_SEED");
+    let seen = seen.into_inner().expect("seen");
+    assert_eq!(seen.first(), Some(&failing), "replayed: {seen:?}");
+}

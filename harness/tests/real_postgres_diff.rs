@@ -810,7 +810,8 @@ fn postgres_model_agrees_with_real_postgres() {
         .build()
         .expect("tokio runtime");
     let cases = real_support::diff_cases(64);
-    let mut runner = real_support::diff_runner(cases, 512);
+    let corpus = real_support::corpus_path("PostgreSQL 15 statements");
+    let mut runner = real_support::diff_runner(cases, 512, corpus);
     let counter = AtomicU32::new(0);
     let agreed = AtomicU32::new(0);
     let known_json_numbers = AtomicU32::new(0);

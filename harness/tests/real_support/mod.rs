@@ -82,28 +82,52 @@ pub fn diff_cases(default: u32) -> u32 {
 }
 
 /// A proptest runner for a model-versus-real suite: `cases` cases, at most
-/// `max_shrink_iters` shrink steps, no persistence file, and generation seeded from
-/// `EOSIM_DIFF_SEED` (default 1, printed) so that a run generates the same sequences again
-/// and a suite's check of what it exercised does not depend on luck.
-pub fn diff_runner(cases: u32, max_shrink_iters: u32) -> proptest::test_runner::TestRunner {
-    use proptest::test_runner::{Config, RngSeed, TestRunner};
+/// `max_shrink_iters` shrink steps, generation seeded from `EOSIM_DIFF_SEED` (default 1,
+/// printed) so that a run generates the same sequences again and a suite's check of what it
+/// exercised does not depend on luck, and the regression corpus `corpus` (proptest's
+/// failure persistence file, see [`corpus_path`]): the cases kept there run first, and a
+/// new failure's seed (after shrinking) is appended to it.
+pub fn diff_runner(
+    cases: u32,
+    max_shrink_iters: u32,
+    corpus: &'static str,
+) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestRunner};
     let seed = std::env::var("EOSIM_DIFF_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let line = format!("differential: {cases} cases, generation seed {seed} (EOSIM_DIFF_SEED)\n");
+    let line = format!(
+        "differential: {cases} cases, generation seed {seed} (EOSIM_DIFF_SEED), corpus {corpus}\n"
+    );
     let _ = std::io::stderr().write_all(line.as_bytes());
     TestRunner::new(Config {
         cases,
         max_shrink_iters,
-        failure_persistence: None,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(corpus))),
         rng_seed: RngSeed::Fixed(seed),
         ..Config::default()
     })
 }
 
-/// Runs a model-versus-real suite: `cases` sequences generated from `strategy` by
-/// [`diff_runner`] (at most `max_shrink_iters` shrink steps), each handed to `case` with its
+/// The regression corpus of `suite`: `harness/tests/differential-corpus/<suite>.txt`
+/// (lower case, spaces as dashes), committed, one `cc <seed>` line per difference ever
+/// found. Proptest replays each kept seed through the suite's strategy before the
+/// generated cases.
+pub fn corpus_path(suite: &str) -> &'static str {
+    let slug: String = suite
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() {
+            true => c.to_ascii_lowercase(),
+            false => '-',
+        })
+        .collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/differential-corpus");
+    Box::leak(format!("{dir}/{slug}.txt").into_boxed_str())
+}
+
+/// Runs a model-versus-real suite: the cases of its regression corpus ([`corpus_path`]),
+/// then `cases` sequences generated from `strategy` by [`diff_runner`] (at most `max_shrink_iters` shrink steps), each handed to `case` with its
 /// number (0, 1, ..., shrink runs included; real-side names such as topics and groups are
 /// made unique from it). `case` runs the sequence against the model and the real service and
 /// returns the kinds of what it exercised (each counted once per occurrence), or the
@@ -123,7 +147,7 @@ pub fn run_differential<S: proptest::strategy::Strategy>(
     case: impl Fn(u32, S::Value) -> Result<Vec<String>, proptest::test_runner::TestCaseError>,
 ) -> (u32, u32, std::collections::BTreeMap<String, u32>) {
     use std::sync::atomic::{AtomicU32, Ordering};
-    let mut runner = diff_runner(cases, max_shrink_iters);
+    let mut runner = diff_runner(cases, max_shrink_iters, corpus_path(suite));
     let ran = AtomicU32::new(0);
     let agreed = AtomicU32::new(0);
     let tally = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
