@@ -49,6 +49,8 @@
 //! `.ci/install-real-services`). `EOSIM_DIFF_CASES` sets the number of cases (default 64), `EOSIM_DIFF_SEED` the generation seed (default 1).
 #![cfg(not(madsim))]
 
+#[path = "real_support/jdbc_differential.rs"]
+mod jdbc_differential;
 mod real_support;
 
 use eosim::client::postgres::{PgClientError, PostgresClient};
@@ -1013,4 +1015,36 @@ fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
     );
     pg.restart().expect("postgres restarts");
     rt.block_on(copy_after_reconnect(&mut client));
+}
+
+/// The JDBC sink's transaction shape on the model and on real PostgreSQL
+/// (`real_support/jdbc_differential.rs`): same puts, same outcomes, same reported records,
+/// same rows.
+#[test]
+fn jdbc_sink_transactions_agree_with_real_postgres() {
+    if !real_enabled("jdbc_sink_transactions_agree_with_real_postgres") {
+        return;
+    }
+    let dir = service_dir("postgres-jdbc-differential");
+    let pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cases = real_support::diff_cases(48);
+    let (agreed, ran, tally) = timed(&format!("JDBC sink differential, {cases} cases"), || {
+        jdbc_differential::run_suite(&rt, &pg.connection_string(), cases)
+    });
+    real_support::report_agreement("JDBC sink transactions", agreed, ran, &tally);
+    for kind in [
+        "put ok",
+        "reported 22P02",
+        "reported 22003",
+        "reported 23502",
+    ] {
+        assert!(
+            tally.contains_key(kind),
+            "{kind} never exercised: {tally:?}"
+        );
+    }
 }

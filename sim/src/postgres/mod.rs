@@ -67,7 +67,6 @@ pub mod coerce;
 pub mod datetime;
 pub mod error;
 pub mod model;
-#[cfg(madsim)]
 pub mod service;
 #[cfg(all(test, madsim))]
 mod service_tests;

@@ -347,7 +347,10 @@ impl PostgresWorld {
 
 /// Serves PostgreSQL on `10.0.5.1:5432` until the node is killed, with the
 /// idle-in-transaction ticker running beside it. Use it as the node's init function so a
-/// restart serves again (after the runner called [`PostgresWorld::crash`]).
+/// restart serves again (after the runner called [`PostgresWorld::crash`]). Simulation
+/// only; the rest of the module also builds in the normal cfg, where the JDBC sink's
+/// model-versus-real differential drives [`PostgresWorld::handle`] in process.
+#[cfg(madsim)]
 pub async fn serve_postgres(world: PostgresWorld) {
     let endpoint = madsim::net::Endpoint::bind(postgres_addr())
         .await
