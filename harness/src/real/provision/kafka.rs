@@ -18,7 +18,8 @@ const LOG4J2_YAML: &str = include_str!("../../../../real/kafka/log4j2.yaml");
 /// ## Default values
 /// One node, 768 MiB heap per node, 120000 ms start timeout, 10 partitions for
 /// `__consumer_offsets` and `__transaction_state` (Kafka's 50 take seconds to create on two
-/// cores), no extra properties.
+/// cores; the tests use 10, `eosim run` the scenario's `[cluster]` counts), no extra
+/// properties.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaOptions {
     /// Number of nodes, each broker and controller: 1 or 3.
@@ -27,8 +28,10 @@ pub struct KafkaOptions {
     pub heap_mb: u32,
     /// How long the health check waits for every broker to be registered, in ms.
     pub start_timeout_ms: u64,
-    /// `offsets.topic.num.partitions` and `transaction.state.log.num.partitions`.
+    /// `offsets.topic.num.partitions`.
     pub offsets_topic_num_partitions: u32,
+    /// `transaction.state.log.num.partitions`.
+    pub transaction_state_log_num_partitions: u32,
     /// Extra `server.properties` lines (`key`, `value`), appended last so they win.
     pub extra_properties: Vec<(String, String)>,
 }
@@ -41,6 +44,7 @@ impl KafkaOptions {
             heap_mb: 768,
             start_timeout_ms: 120_000,
             offsets_topic_num_partitions: 10,
+            transaction_state_log_num_partitions: 10,
             extra_properties: Vec::new(),
         }
     }
@@ -166,6 +170,10 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
                 (
                     "offsets_topic_num_partitions",
                     options.offsets_topic_num_partitions.to_string(),
+                ),
+                (
+                    "transaction_state_log_num_partitions",
+                    options.transaction_state_log_num_partitions.to_string(),
                 ),
                 ("extra", extra.clone()),
             ],
@@ -542,5 +550,25 @@ mod tests {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert_ne!(id, random_cluster_id());
         assert!((0..1000).all(|_| !random_cluster_id().starts_with('-')));
+    }
+
+    #[test]
+    fn the_internal_topics_get_their_own_partition_counts() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = KafkaOptions {
+            offsets_topic_num_partitions: 7,
+            transaction_state_log_num_partitions: 11,
+            ..KafkaOptions::brokers(1)
+        };
+        let nodes = layout(dir.path(), &options).expect("layout");
+        let text = std::fs::read_to_string(&nodes[0].properties).expect("server.properties");
+        assert!(
+            text.contains("\noffsets.topic.num.partitions=7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ntransaction.state.log.num.partitions=11\n"),
+            "{text}"
+        );
     }
 }

@@ -49,7 +49,7 @@ pub mod workers;
 
 use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
-use crate::real::provision::Kafka;
+use crate::real::provision::{Kafka, KafkaOptions};
 use crate::real::scratch::start_in;
 use crate::scenario::Scenario;
 use cluster::{Brokers, Probe, StabilityProbe};
@@ -173,9 +173,18 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     let brokers = match &options.bootstrap_servers {
         Some(b) if options.backend == Backend::External => Brokers::External(b.clone()),
         _ => {
-            let brokers = scenario.cluster.brokers;
+            // The scenario's internal-topic partition counts (Kafka's 50 by default), so
+            // that groups and transactional ids have the coordinators the simulation gives
+            // them and a `kill-leader` of `__transaction_state` partition 33 finds it.
+            let options = KafkaOptions {
+                offsets_topic_num_partitions: scenario.cluster.offsets_topic_num_partitions,
+                transaction_state_log_num_partitions: scenario
+                    .cluster
+                    .transaction_state_log_num_partitions,
+                ..KafkaOptions::brokers(scenario.cluster.brokers)
+            };
             let (kafka, dir) = start_in("kafka", |dir| {
-                Kafka::start(dir, brokers).map_err(|e| e.to_string())
+                Kafka::start_with(dir, options).map_err(|e| e.to_string())
             })?;
             Brokers::Native {
                 kafka,
