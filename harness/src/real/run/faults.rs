@@ -33,21 +33,22 @@ use madsim::rand::SeedableRng;
 use std::time::Duration;
 
 impl Run<'_> {
-    /// Applies every scheduled fault before `faults.until_ms`, at its time, then waits
-    /// until `faults.until_ms`.
-    pub(super) fn run_faults(&mut self) {
+    /// Applies every scheduled fault before `faults.until_ms` (the file's and the swarm's),
+    /// at its time, then waits until `faults.until_ms`; returns that schedule.
+    pub(super) fn run_faults(&mut self) -> Vec<ScheduledFault> {
         let until_ms = self.scenario.faults.until_ms;
         let mut schedule = self.scenario.faults.schedule.clone();
         schedule.extend(self.swarm_schedule());
         schedule.retain(|f| f.at_ms < until_ms);
         schedule.sort_by_key(|f| f.at_ms);
-        for scheduled in schedule {
+        for scheduled in &schedule {
             self.create_connector_by(scheduled.at_ms);
             self.sleep_until_ms(scheduled.at_ms);
             self.apply(&scheduled.fault);
         }
         self.create_connector_by(until_ms);
         self.sleep_until_ms(until_ms);
+        schedule
     }
 
     /// Starts the sink tasks at `connect.connector_create_at_ms` (when the operator creates

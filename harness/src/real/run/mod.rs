@@ -98,6 +98,9 @@ pub struct RealOutcome {
     pub bulk_loads: Vec<crate::report::BulkLoad>,
     /// The seed the run's swarm was drawn from ([`RunOptions::seed`]).
     pub seed: u64,
+    /// The faults the run scheduled before `faults.until_ms`: the file's schedule and the
+    /// swarm's drawn one, by time (what the report counts as scheduled).
+    pub schedule: Vec<eosim_sim::nemesis::ScheduledFault>,
 }
 
 /// A run in progress: the brokers, the workers and what they recorded.
@@ -274,7 +277,7 @@ impl Run<'_> {
     }
 
     fn execute(&mut self) -> RealOutcome {
-        self.run_faults();
+        let schedule = self.run_faults();
         self.create_connector_by(u64::MAX);
         self.heal();
         let t = self.now_ns();
@@ -303,6 +306,7 @@ impl Run<'_> {
             put_marks: self.read_put_marks(),
             bulk_loads: std::mem::take(&mut self.bulk_loads),
             seed: self.seed,
+            schedule,
         }
     }
 

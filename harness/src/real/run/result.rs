@@ -43,7 +43,7 @@ pub fn scenario_result(
     let check = check_all(&outcome.history, &check_options(scenario));
     result.tally(&check);
     result.faults_injected = outcome.history.fault_count() as u64;
-    result.fault_effects = fault_effects(scenario, &outcome.history);
+    result.fault_effects = fault_effects(scenario, &outcome.schedule, &outcome.history);
     // Marks are counted in the workers' own processes, which do not report them: only the
     // fault effects are judged here.
     let (not_exercised, allowed) =
@@ -91,21 +91,17 @@ pub fn scenario_result(
     result
 }
 
-/// What the real run's faults did: each scheduled fault before `faults.until_ms` counts its
-/// effect kinds as scheduled (`Fault::effect_kinds`; an armed `[sink.fault_point]` counts
-/// once), and each `effect` op of the history as acted. One run is one seed.
+/// What the real run's faults did: each fault of the run's `schedule` (the file's and the
+/// swarm's, before `faults.until_ms`) counts its effect kinds as scheduled
+/// (`Fault::effect_kinds`; an armed `[sink.fault_point]` counts once), and each `effect` op
+/// of the history as acted. One run is one seed.
 fn fault_effects(
     scenario: &Scenario,
+    schedule: &[eosim_sim::nemesis::ScheduledFault],
     history: &crate::history::History,
 ) -> BTreeMap<String, EffectCount> {
     let mut counts: BTreeMap<String, EffectCount> = BTreeMap::new();
-    let until_ms = scenario.faults.until_ms;
-    let scheduled = scenario
-        .faults
-        .schedule
-        .iter()
-        .filter(|f| f.at_ms < until_ms)
-        .flat_map(|f| f.fault.effect_kinds());
+    let scheduled = schedule.iter().flat_map(|f| f.fault.effect_kinds());
     let armed = super::fault_point::spec(scenario).map(|_| eosim_sim::effects::kind::FAULT_POINT);
     for kind in scheduled.chain(armed) {
         let c = counts.entry(kind.to_string()).or_default();
@@ -120,4 +116,36 @@ fn fault_effects(
         }
     }
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{History, OpKind, Value};
+    use eosim_sim::kafka::model::CrashMode;
+    use eosim_sim::nemesis::{Fault, ScheduledFault};
+
+    /// A swarm's faults are drawn at run time, not written in the file: they count as
+    /// scheduled from the run's own schedule (they used to count as acted only).
+    #[test]
+    fn a_drawn_swarm_schedule_counts_as_scheduled() {
+        let text = "name = \"t\"\npipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n";
+        let scenario = Scenario::parse(std::path::Path::new("t.toml"), text).expect("parses");
+        let kill = |at_ms| ScheduledFault {
+            at_ms,
+            fault: Fault::Kill {
+                target: vec!["broker-1".into()],
+                mode: CrashMode::ProcessKill,
+            },
+        };
+        let mut history = History::default();
+        let effect = Value::Effect {
+            kind: eosim_sim::effects::kind::KILL.to_string(),
+            detail: "broker-1 killed".into(),
+        };
+        history.push(1, "nemesis", OpKind::Info, effect, None);
+        let counts = fault_effects(&scenario, &[kill(1_000), kill(5_000)], &history);
+        let kill = &counts[eosim_sim::effects::kind::KILL];
+        assert_eq!((kill.scheduled, kill.acted), (2, 1), "{counts:?}");
+    }
 }
