@@ -9,7 +9,9 @@ use crate::client::{ConsumedRecord, Producer, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
-use eosim_sim::kafka::{FetchedRecord, Isolation, Offset, Request, Response, TopicPartition};
+use eosim_sim::kafka::{
+    FetchPartition, FetchedRecord, Isolation, Offset, Request, Response, TopicPartition,
+};
 use std::collections::BTreeMap;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
@@ -56,29 +58,8 @@ pub fn read_committed(
 ) -> Result<Vec<FetchedRecord>, String> {
     let mut out = Vec::new();
     let mut offset = 0;
-    let leader = cluster
-        .leader(tp)
-        .ok_or_else(|| format!("{tp} has no leader"))?;
     loop {
-        let request = Request::Fetch {
-            isolation: Isolation::ReadCommitted,
-            partitions: vec![(tp.clone(), offset)],
-            max_bytes: 52_428_800,
-            partition_max_bytes: 52_428_800,
-            max_wait_ms: 0,
-            current_leader_epochs: Vec::new(),
-        };
-        let partitions = match cluster.handle(now_ms, leader, request) {
-            Reply::Done(Response::Fetch { partitions }) => partitions,
-            other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
-        };
-        let (_, part) = partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("{tp}: empty fetch"))?;
-        if let Some(e) = part.error {
-            return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
-        }
+        let part = fetch_committed(cluster, now_ms, tp, offset, FETCH_MAX_BYTES)?;
         if part.next_fetch_offset <= offset {
             return Ok(out);
         }
@@ -86,6 +67,59 @@ pub fn read_committed(
         out.extend(records.into_iter().filter(|r| r.offset >= offset));
         offset = part.next_fetch_offset;
     }
+}
+
+/// Whether a read_committed consumer can read `tp` now: one Fetch from offset 0 of at most
+/// one batch (the model, as Kafka, answers at least one batch whatever `max_bytes`) at the
+/// partition's leader. Errors are the partition's, not an offset's, so this answers as
+/// [`read_committed`] would without reading the whole log (the drain checks call it every
+/// 250 ms).
+///
+/// # Errors
+/// As [`read_committed`].
+pub fn readable_committed(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+) -> Result<(), String> {
+    fetch_committed(cluster, now_ms, tp, 0, 1).map(|_| ())
+}
+
+/// `fetch.max.bytes` / `max.partition.fetch.bytes` of [`read_committed`]'s fetches: the
+/// Java consumer's 50 MiB.
+const FETCH_MAX_BYTES: u32 = 52_428_800;
+
+/// One read_committed Fetch of `tp` from `offset` at its leader, at most `max_bytes`.
+fn fetch_committed(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+    offset: Offset,
+    max_bytes: u32,
+) -> Result<FetchPartition, String> {
+    let leader = cluster
+        .leader(tp)
+        .ok_or_else(|| format!("{tp} has no leader"))?;
+    let request = Request::Fetch {
+        isolation: Isolation::ReadCommitted,
+        partitions: vec![(tp.clone(), offset)],
+        max_bytes,
+        partition_max_bytes: max_bytes,
+        max_wait_ms: 0,
+        current_leader_epochs: Vec::new(),
+    };
+    let partitions = match cluster.handle(now_ms, leader, request) {
+        Reply::Done(Response::Fetch { partitions }) => partitions,
+        other => return Err(format!("{tp}: fetch at broker-{leader}: {other:?}")),
+    };
+    let (_, part) = partitions
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{tp}: empty fetch"))?;
+    if let Some(e) = part.error {
+        return Err(format!("{tp}: fetch at broker-{leader}: {e}"));
+    }
+    Ok(part)
 }
 
 /// Sends generated id `id` to `topic` (key `k{id % keys}`, value the id in decimal),

@@ -24,7 +24,7 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::{read_committed, text};
+use super::records::{read_committed, readable_committed, text};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -247,7 +247,7 @@ impl Pipeline for StreamsCount {
             .topic
             .partitions_of(&self.ctx.scenario.streams.output_topic)
         {
-            if let Err(e) = read_committed(&mut cluster, now_ms, &tp) {
+            if let Err(e) = readable_committed(&mut cluster, now_ms, &tp) {
                 lag.push(format!("not readable: {e}"));
             }
             let hw = cluster.high_watermark(&tp).unwrap_or(0);

@@ -31,7 +31,9 @@
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
-use super::records::{next_offsets, parse_id, read_committed, record_ref, send_id, text};
+use super::records::{
+    next_offsets, parse_id, read_committed, readable_committed, record_ref, send_id, text,
+};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
@@ -462,7 +464,7 @@ impl Pipeline for TransactionalCopy {
         }
         let now_ms = world.kafka.now_ms();
         for tp in self.output() {
-            if let Err(e) = read_committed(&mut cluster, now_ms, &tp) {
+            if let Err(e) = readable_committed(&mut cluster, now_ms, &tp) {
                 lag.push(format!("not readable: {e}"));
             }
         }
