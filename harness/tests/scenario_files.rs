@@ -114,6 +114,39 @@ fn scenarios_that_demonstrate_failures_expect_violated() {
     }
 }
 
+/// The README's catalogue table lists every `scenarios/*.toml` with the verdict its file
+/// expects (`[check] expect`, default `holds`), so the table a newcomer reads cannot drift
+/// from the catalogue.
+#[test]
+fn the_readme_lists_every_catalogue_file_with_its_expected_verdict() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let mut missing = Vec::new();
+    for path in toml_files("../scenarios") {
+        let scenario = Scenario::load(&path).expect("parses");
+        let file = path
+            .file_name()
+            .expect("a file")
+            .to_string_lossy()
+            .to_string();
+        let expect = scenario.check.expect.as_deref().unwrap_or("holds");
+        let row = format!(
+            "| `{file}` | {} | {} | {expect} |",
+            scenario.pipeline.name(),
+            scenario.claim.name()
+        );
+        if !readme.lines().any(|l| l.starts_with(&row)) {
+            missing.push(row);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README rows missing or stale:\n{}",
+        missing.join("\n")
+    );
+}
+
 #[test]
 fn an_unknown_key_names_the_file_the_key_and_the_known_keys() {
     let message = error_of("[workload]\nrecord = 5\n");
