@@ -72,6 +72,9 @@ pub struct CdcAnalysis {
     pub committed: BTreeMap<TopicPartition, Offset>,
     /// The transaction fate of each source record that a transaction wrote, by position.
     pub fates: BTreeMap<(TopicPartition, Offset), TxnFate>,
+    /// Each source record's change as the connector's converters and the sink read it, by
+    /// (record id, offset): parsed once, read by every check.
+    changes: BTreeMap<(u64, Offset), Result<Change, String>>,
 }
 
 impl CdcAnalysis {
@@ -103,6 +106,13 @@ impl CdcAnalysis {
                 _ => {}
             }
         }
+        let changes = a
+            .sources
+            .values()
+            .flat_map(|(_, records)| records)
+            .map(|r| ((r.id, r.offset), a.parse(r)))
+            .collect();
+        a.changes = changes;
         a
     }
 
@@ -157,8 +167,18 @@ impl CdcAnalysis {
         }
     }
 
-    /// Interprets one source record: `Ok(None)` when it has no effect by configuration.
-    fn change(&self, r: &SourceRecord) -> Result<Change, String> {
+    /// Source record `r`'s change (parsed once by [`CdcAnalysis::new`]), or why it cannot be
+    /// applied.
+    fn change(&self, r: &SourceRecord) -> Result<&Change, &str> {
+        match self.changes.get(&(r.id, r.offset)) {
+            Some(Ok(change)) => Ok(change),
+            Some(Err(e)) => Err(e),
+            None => Err("not a source record of the history"),
+        }
+    }
+
+    /// Interprets one source record through the connector's converters.
+    fn parse(&self, r: &SourceRecord) -> Result<Change, String> {
         let config = self.config.as_ref().ok_or("no connector configuration")?;
         let key_conv = Converter {
             class: config.key_converter.clone(),
@@ -481,8 +501,8 @@ fn prefix_states(a: &CdcAnalysis, applied: &[SourceRecord]) -> (Vec<Rows>, BTree
     let mut keys = BTreeSet::new();
     for r in applied {
         if let Ok(change) = a.change(r) {
-            keys.extend(change_keys(a, &change));
-            let _ = a.apply(&mut rows, &change);
+            keys.extend(change_keys(a, change));
+            let _ = a.apply(&mut rows, change);
         }
         states.push(rows.clone());
     }
@@ -570,7 +590,7 @@ pub fn cdc_regression_cases(a: &CdcAnalysis) -> Vec<Case> {
             if let Change::Create { after }
             | Change::Read { after }
             | Change::Row { row: after }
-            | Change::Update { after, .. } = &change
+            | Change::Update { after, .. } = change
             {
                 if let Some(k) = canonical_key(after, &a.pk) {
                     versions
