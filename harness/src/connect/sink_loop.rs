@@ -54,7 +54,7 @@ use super::config::{ConnectorConfig, Tolerance, WorkerConfig};
 use super::converter::Converter;
 use super::errant::{DlqQueue, DlqTarget, ErrantRecord, PutReporter};
 use super::task::{ConnectError, SinkRecord, SinkTask, SinkTaskContext};
-use crate::client::{ConsumedRecord, Consumer, ConsumerConfig, Producer, Revocation};
+use crate::client::{ClientError, ConsumedRecord, Consumer, ConsumerConfig, Producer, Revocation};
 use crate::history::{OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -272,6 +272,14 @@ impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
         let timeout = self.poll_timeout();
         let records = match self.consumer.poll(timeout).await {
             Ok(r) => r,
+            // `WorkerSinkTask.poll` lets the consumer's unrecoverable exceptions (an
+            // `InvalidSessionTimeout` join, `NoOffsetForPartition` under
+            // auto.offset.reset=none) out of `execute`: the task fails. Anything else the
+            // consumer retries inside its own poll.
+            Err(ClientError::Fatal(e)) => {
+                crate::mark!("connect:task-failed-consumer-poll");
+                return Err(format!("consumer poll failed: {e}"));
+            }
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 return Ok(());

@@ -375,3 +375,22 @@ fn a_rolled_back_transaction_is_a_failed_write_with_its_sqlstate_and_drift_is_a_
     assert_eq!(outcome.scheduled.get(kind), Some(&4));
     assert_eq!(outcome.acted.get(kind), Some(&4));
 }
+
+/// A task consumer the group coordinator refuses for good (a session timeout below the
+/// broker's `group.min.session.timeout.ms`: `INVALID_SESSION_TIMEOUT`) fails the task, as
+/// `WorkerSinkTask.poll` lets the consumer's exception out; it used to retry silently and
+/// the run stalled with nothing but lag to show.
+#[test]
+fn a_task_consumer_refused_by_the_coordinator_fails_the_task() {
+    let mut s = load("p2-upsert-worker-crash");
+    s.connector
+        .insert("consumer.override.session.timeout.ms".into(), "1000".into());
+    s.faults.schedule.clear();
+    let (outcome, _) = run(&s, 1);
+    let stall = outcome.stalled.expect("nothing is ever written: a stall");
+    assert!(
+        stall.contains("consumer poll failed") && stall.contains("InvalidSessionTimeout"),
+        "{stall}"
+    );
+    assert!(task_states(&outcome.history).iter().all(|s| s == "FAILED"));
+}
