@@ -31,6 +31,7 @@
 use super::routine_load::{
     clicklog_json, doris_state, log_and_table_state, produce_clicklog, transactions_lag, DB,
 };
+use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::sim::doris::SimDoris;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
@@ -59,6 +60,8 @@ struct Context {
     herder: Herder,
     connector: ConnectorConfig,
     next_id: Arc<Mutex<(u64, bool)>>,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 fn ip(a: u8, b: u8) -> IpAddr {
@@ -114,7 +117,9 @@ impl DorisSink {
                 * 1_000,
             ..DorisConfig::default()
         };
+        let upstream = UpstreamTxn::of(&scenario, &recorder);
         let ctx = Context {
+            upstream,
             doris: DorisWorld::new(Doris::new(config)),
             herder: Herder::new(worker, parser),
             scenario,
@@ -172,7 +177,9 @@ impl Pipeline for DorisSink {
         world.add_node("producer-0", ip(2, 1), move || {
             let ctx = ctx.clone();
             async move {
-                produce_clicklog(&ctx.scenario, &ctx.recorder, &ctx.next_id, clicklog_json).await;
+                let (scenario, recorder) = (&ctx.scenario, &ctx.recorder);
+                let upstream = ctx.upstream.as_ref();
+                produce_clicklog(scenario, recorder, &ctx.next_id, upstream, clicklog_json).await;
             }
         });
     }
@@ -185,19 +192,21 @@ impl Pipeline for DorisSink {
         if !self.ctx.next_id.lock().expect("next id").1 {
             lag.push("producer not done".to_string());
         }
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let now_ms = world.kafka.now_ms();
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> = cluster
             .committed_offsets(&self.ctx.connector.group_id())
             .into_iter()
             .collect();
-        let topic = &self.ctx.scenario.topic;
-        for tp in topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let isolation = self.ctx.upstream.as_ref();
+        let isolation = isolation.map(|_| self.ctx.connector.isolation_level);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            isolation,
+        ));
         drop(cluster);
         lag.extend(transactions_lag(&self.ctx.doris.lock()));
         lag.extend(self.ctx.herder.failed_task_lines(&self.ctx.connector.name));
@@ -205,6 +214,9 @@ impl Pipeline for DorisSink {
     }
 
     fn record_final(&self, world: &World) {
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let t = now_ns();
         let rec = |value| {
             self.ctx
