@@ -29,7 +29,8 @@
 //! catches up stalls with it.
 
 use super::routine_load::{
-    clicklog_json, doris_state, log_and_table_state, produce_clicklog, transactions_lag, DB,
+    add_doris_nodes, clicklog_json, doris_state, log_and_table_state, produce_clicklog,
+    transactions_lag, DB,
 };
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
@@ -43,7 +44,7 @@ use crate::scenario::{Scenario, TopicSpec};
 use crate::sinks::doris::task::DorisSinkTask;
 use crate::sinks::doris::{parse_connector, DorisSinkConfig};
 use eosim_sim::doris::model::{Doris, DorisConfig};
-use eosim_sim::doris::service::{be_ip, fe_ip, serve_be, serve_fe, DorisWorld, FeRequest};
+use eosim_sim::doris::service::{DorisWorld, FeRequest};
 use eosim_sim::doris::types::TableDef;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
@@ -165,10 +166,7 @@ impl Pipeline for DorisSink {
     }
 
     fn start(&mut self, world: &mut World) {
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-be", be_ip(), move || serve_be(d.clone()));
+        add_doris_nodes(world, &self.ctx.doris, Vec::new());
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 5), move || operator_process(ctx.clone()));
         let rt = self.runtime(world);

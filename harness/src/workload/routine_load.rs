@@ -249,6 +249,29 @@ async fn operator_process(ctx: Context) {
     }
 }
 
+/// Adds the Doris nodes of the P4 pipelines serving `doris`: `doris-fe` ([`fe_ip`],
+/// [`serve_fe`]) and `doris-be` ([`be_ip`], [`serve_be`]), whose every incarnation first
+/// spawns one Routine Load task executor per entry of `executors` ([`executor_process`];
+/// none for the Doris connector's pipeline), so that a BE crash kills its running tasks.
+pub(crate) fn add_doris_nodes(
+    world: &mut World,
+    doris: &DorisWorld,
+    executors: Vec<ExecutorConfig>,
+) {
+    let d = doris.clone();
+    world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
+    let d = doris.clone();
+    world.add_node("doris-be", be_ip(), move || {
+        let (d, executors) = (d.clone(), executors.clone());
+        async move {
+            for cfg in executors {
+                madsim::task::spawn(executor_process(cfg));
+            }
+            serve_be(d).await
+        }
+    });
+}
+
 /// The `routine-load` pipeline.
 pub struct RoutineLoad {
     ctx: Context,
@@ -289,21 +312,10 @@ impl Pipeline for RoutineLoad {
     }
 
     fn start(&mut self, world: &mut World) {
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
-        let d = self.ctx.doris.clone();
         let executors: Vec<ExecutorConfig> = (0..self.ctx.spec.executors)
             .map(|i| self.executor(world, i))
             .collect();
-        world.add_node("doris-be", be_ip(), move || {
-            let (d, executors) = (d.clone(), executors.clone());
-            async move {
-                for cfg in executors {
-                    madsim::task::spawn(executor_process(cfg));
-                }
-                serve_be(d).await
-            }
-        });
+        add_doris_nodes(world, &self.ctx.doris, executors);
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 4), move || operator_process(ctx.clone()));
         let ctx = self.ctx.clone();
