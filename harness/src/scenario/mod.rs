@@ -1609,10 +1609,12 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
 
 /// The pipelines whose upstream producer may be transactional (`[workload]
 /// "transactional.id"`, `workload::upstream_txn`).
-pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 3] = [
+pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 5] = [
     Pipeline::KafkaConsume,
     Pipeline::ClickhouseSink,
     Pipeline::ConnectJdbc,
+    Pipeline::RoutineLoad,
+    Pipeline::DorisSink,
 ];
 
 /// Node groups a fault may name instead of single nodes.

@@ -26,9 +26,9 @@ use crate::client::{AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use eosim_sim::doris::fe_routine_load::TaskAssignment;
-use eosim_sim::doris::routine_load::{IsolationLevel, KafkaOffset, RlTaskTxnCommitAttachment};
+use eosim_sim::doris::routine_load::{KafkaOffset, RlTaskTxnCommitAttachment};
 use eosim_sim::doris::service::{BeRequest, BeResponse, FeRequest, FeResponse};
-use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::Rng;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -112,10 +112,7 @@ async fn consume(cfg: &ExecutorConfig, task: &TaskAssignment) -> Option<Batch> {
         .clone()
         .unwrap_or_else(|| format!("doris-rl-{}", task.job_id));
     let mut config = ConsumerConfig::new(group);
-    config.isolation_level = match props.isolation_level {
-        IsolationLevel::ReadCommitted => Isolation::ReadCommitted,
-        IsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
-    };
+    config.isolation_level = props.isolation_level.kafka();
     let mut assignment = Vec::new();
     for (p, offset) in &task.offsets {
         let tp = TopicPartition::new(props.kafka_topic.clone(), *p as u32);

@@ -29,8 +29,10 @@
 //! catches up stalls with it.
 
 use super::routine_load::{
-    clicklog_json, doris_state, log_and_table_state, produce_clicklog, transactions_lag, DB,
+    add_doris_nodes, clicklog_json, doris_state, log_and_table_state, produce_clicklog,
+    transactions_lag, DB,
 };
+use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::sim::doris::SimDoris;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
@@ -42,7 +44,7 @@ use crate::scenario::{Scenario, TopicSpec};
 use crate::sinks::doris::task::DorisSinkTask;
 use crate::sinks::doris::{parse_connector, DorisSinkConfig};
 use eosim_sim::doris::model::{Doris, DorisConfig};
-use eosim_sim::doris::service::{be_ip, fe_ip, serve_be, serve_fe, DorisWorld, FeRequest};
+use eosim_sim::doris::service::{DorisWorld, FeRequest};
 use eosim_sim::doris::types::TableDef;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
@@ -59,6 +61,8 @@ struct Context {
     herder: Herder,
     connector: ConnectorConfig,
     next_id: Arc<Mutex<(u64, bool)>>,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 fn ip(a: u8, b: u8) -> IpAddr {
@@ -114,7 +118,9 @@ impl DorisSink {
                 * 1_000,
             ..DorisConfig::default()
         };
+        let upstream = UpstreamTxn::of(&scenario, &recorder);
         let ctx = Context {
+            upstream,
             doris: DorisWorld::new(Doris::new(config)),
             herder: Herder::new(worker, parser),
             scenario,
@@ -160,10 +166,7 @@ impl Pipeline for DorisSink {
     }
 
     fn start(&mut self, world: &mut World) {
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-be", be_ip(), move || serve_be(d.clone()));
+        add_doris_nodes(world, &self.ctx.doris, Vec::new());
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 5), move || operator_process(ctx.clone()));
         let rt = self.runtime(world);
@@ -172,7 +175,9 @@ impl Pipeline for DorisSink {
         world.add_node("producer-0", ip(2, 1), move || {
             let ctx = ctx.clone();
             async move {
-                produce_clicklog(&ctx.scenario, &ctx.recorder, &ctx.next_id, clicklog_json).await;
+                let (scenario, recorder) = (&ctx.scenario, &ctx.recorder);
+                let upstream = ctx.upstream.as_ref();
+                produce_clicklog(scenario, recorder, &ctx.next_id, upstream, clicklog_json).await;
             }
         });
     }
@@ -185,19 +190,21 @@ impl Pipeline for DorisSink {
         if !self.ctx.next_id.lock().expect("next id").1 {
             lag.push("producer not done".to_string());
         }
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let now_ms = world.kafka.now_ms();
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> = cluster
             .committed_offsets(&self.ctx.connector.group_id())
             .into_iter()
             .collect();
-        let topic = &self.ctx.scenario.topic;
-        for tp in topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let isolation = self.ctx.upstream.as_ref();
+        let isolation = isolation.map(|_| self.ctx.connector.isolation_level);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            now_ms,
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            isolation,
+        ));
         drop(cluster);
         lag.extend(transactions_lag(&self.ctx.doris.lock()));
         lag.extend(self.ctx.herder.failed_task_lines(&self.ctx.connector.name));
@@ -205,6 +212,9 @@ impl Pipeline for DorisSink {
     }
 
     fn record_final(&self, world: &World) {
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let t = now_ns();
         let rec = |value| {
             self.ctx

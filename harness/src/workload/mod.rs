@@ -17,8 +17,9 @@
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 //!
-//! [`upstream_txn`]: the transactional upstream producer `kafka-consume` and
-//! `clickhouse-sink` use with `[workload] "transactional.id"`.
+//! [`upstream_txn`]: the transactional upstream producer `kafka-consume`,
+//! `clickhouse-sink`, `connect-jdbc`, `routine-load` and `doris-sink` use with `[workload]
+//! "transactional.id"`.
 
 pub mod clickhouse_sink;
 pub mod connect_jdbc;

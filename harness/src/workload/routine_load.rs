@@ -13,8 +13,12 @@
 //!   `id % partitions`, acks=all, no retries.
 //! - A row's identity is its `id` column.
 //!
+//! - Behind a transactional upstream (`[workload] "transactional.id"`), `producer-0`
+//!   writes the same records in the transactions of [`super::upstream_txn`]; the job's
+//!   `property.isolation.level` decides whether its tasks see the aborted ones.
+//!
 //! # Ops recorded
-//! `send` per id; per task commit a `write` (the rows loaded) and a `commit` (the
+//! `send` per id (behind a transactional upstream, with its `txn` ops); per task commit a `write` (the rows loaded) and a `commit` (the
 //! partitions' next offsets) with the commit's outcome (`ok`, `fail` when the FE refused
 //! it, `info` when unanswered); with the F7 bug switch, a `commit` of the offsets a failed
 //! task's abort moved; beside a commit's `write`, a `load-errors` of the rows the task
@@ -32,6 +36,7 @@
 //! watermark, or a PRECOMMITTED transaction never resolved, a stall with its reason.
 
 use super::one_attempt_producer_config;
+use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::doris::SimDoris;
@@ -68,6 +73,8 @@ struct Context {
     recorder: Recorder,
     doris: DorisWorld,
     next_id: Arc<Mutex<(u64, bool)>>,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -96,22 +103,30 @@ pub fn clicklog_json(id: u64) -> String {
 async fn producer_process(ctx: Context) {
     let spec = ctx.spec.clone();
     let json = move |id| spec.record_json(id, &clicklog_json(id));
-    produce_clicklog(&ctx.scenario, &ctx.recorder, &ctx.next_id, json).await;
+    let upstream = ctx.upstream.as_ref();
+    produce_clicklog(&ctx.scenario, &ctx.recorder, &ctx.next_id, upstream, json).await;
 }
 
 /// `producer-0` of the P4 pipelines: sends ids `0..records` (`json(id)` as the value, no
 /// key) to partition `id % partitions` of `[topic]`, one attempt each, recording a `send`
-/// per id; `next_id` holds the next id and, once all are sent, `true`.
+/// per id; `next_id` holds the next id and, once all are sent (and, behind a
+/// transactional `upstream`, the last transaction ended), `true`. With `upstream` the
+/// records go through its transactional [`super::upstream_txn::Session`] instead, which
+/// records the sends and the transactions.
 pub(crate) async fn produce_clicklog(
     scenario: &Scenario,
     recorder: &Recorder,
     next_id: &Mutex<(u64, bool)>,
+    upstream: Option<&UpstreamTxn>,
     json: impl Fn(u64) -> String,
 ) {
     let w = &scenario.workload;
     let Ok(conn) = Connection::open(scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = upstream {
+        return produce_clicklog_txn(scenario, upstream, conn, next_id, json).await;
+    }
     let producer = SimProducer::new(conn, one_attempt_producer_config(w));
     loop {
         let id = {
@@ -149,6 +164,41 @@ pub(crate) async fn produce_clicklog(
         record(kind, send(offset), error);
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+}
+
+/// [`produce_clicklog`] behind a transactional upstream: the same records and partitions,
+/// in the transactions of `upstream`'s session of `producer-0`.
+async fn produce_clicklog_txn(
+    scenario: &Scenario,
+    upstream: &UpstreamTxn,
+    conn: Connection,
+    next_id: &Mutex<(u64, bool)>,
+    json: impl Fn(u64) -> String,
+) {
+    let w = &scenario.workload;
+    let mut session = upstream.session(conn, "producer-0").await;
+    loop {
+        let id = {
+            let mut next = next_id.lock().expect("next id");
+            if next.0 >= w.records {
+                break;
+            }
+            next.0 += 1;
+            next.0 - 1
+        };
+        let partition = (id % u64::from(scenario.topic.partitions)) as u32;
+        let record = ProducerRecord {
+            topic: scenario.topic.name.clone(),
+            partition: Some(partition),
+            key: None,
+            value: Some(Bytes::from(json(id))),
+            headers: Vec::new(),
+        };
+        session.send(id, None, record).await;
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+    session.end().await;
+    next_id.lock().expect("next id").1 = true;
 }
 
 /// Creates the database, the table and the job, retrying until the FE answers.
@@ -199,6 +249,29 @@ async fn operator_process(ctx: Context) {
     }
 }
 
+/// Adds the Doris nodes of the P4 pipelines serving `doris`: `doris-fe` ([`fe_ip`],
+/// [`serve_fe`]) and `doris-be` ([`be_ip`], [`serve_be`]), whose every incarnation first
+/// spawns one Routine Load task executor per entry of `executors` ([`executor_process`];
+/// none for the Doris connector's pipeline), so that a BE crash kills its running tasks.
+pub(crate) fn add_doris_nodes(
+    world: &mut World,
+    doris: &DorisWorld,
+    executors: Vec<ExecutorConfig>,
+) {
+    let d = doris.clone();
+    world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
+    let d = doris.clone();
+    world.add_node("doris-be", be_ip(), move || {
+        let (d, executors) = (d.clone(), executors.clone());
+        async move {
+            for cfg in executors {
+                madsim::task::spawn(executor_process(cfg));
+            }
+            serve_be(d).await
+        }
+    });
+}
+
 /// The `routine-load` pipeline.
 pub struct RoutineLoad {
     ctx: Context,
@@ -209,12 +282,14 @@ impl RoutineLoad {
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         let spec = Arc::new(scenario.routine_load.clone());
         let doris = DorisWorld::new(Doris::new(DorisConfig::default()));
+        let upstream = UpstreamTxn::of(&scenario, &recorder);
         let ctx = Context {
             scenario,
             spec,
             recorder,
             doris,
             next_id: Arc::default(),
+            upstream,
         };
         Self { ctx }
     }
@@ -237,21 +312,10 @@ impl Pipeline for RoutineLoad {
     }
 
     fn start(&mut self, world: &mut World) {
-        let d = self.ctx.doris.clone();
-        world.add_node("doris-fe", fe_ip(), move || serve_fe(d.clone()));
-        let d = self.ctx.doris.clone();
         let executors: Vec<ExecutorConfig> = (0..self.ctx.spec.executors)
             .map(|i| self.executor(world, i))
             .collect();
-        world.add_node("doris-be", be_ip(), move || {
-            let (d, executors) = (d.clone(), executors.clone());
-            async move {
-                for cfg in executors {
-                    madsim::task::spawn(executor_process(cfg));
-                }
-                serve_be(d).await
-            }
-        });
+        add_doris_nodes(world, &self.ctx.doris, executors);
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 4), move || operator_process(ctx.clone()));
         let ctx = self.ctx.clone();
@@ -261,8 +325,9 @@ impl Pipeline for RoutineLoad {
     }
 
     /// Unfinished: the producer, a job not created or not running (PAUSED with its
-    /// reason), a partition whose progress is behind its high watermark, transactions
-    /// committed but not yet visible.
+    /// reason), a partition whose progress is behind its high watermark (behind a
+    /// transactional upstream: behind the end of what the job's isolation level reads,
+    /// [`upstream_txn::lag_of`]), transactions committed but not yet visible.
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.next_id.lock().expect("next id").1 {
@@ -277,13 +342,26 @@ impl Pipeline for RoutineLoad {
             let reason = job.pause_reason.as_ref().map_or("", |r| r.msg.as_str());
             lag.push(format!("job {JOB} is {:?}: {reason}", job.state));
         }
-        let cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let now_ms = world.kafka.now_ms();
+        let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
+        let isolation = self.ctx.upstream.as_ref();
+        let isolation = isolation.map(|_| job.props.isolation_level.kafka());
         for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
             let next = match job.progress.get(&(tp.partition as i32)) {
                 Some(KafkaOffset::Next(n)) => *n,
                 _ => 0,
             };
+            if let Some(isolation) = isolation {
+                lag.extend(upstream_txn::lag_of(
+                    &mut cluster,
+                    now_ms,
+                    &tp,
+                    isolation,
+                    next,
+                ));
+                continue;
+            }
+            let hw = cluster.high_watermark(&tp).unwrap_or(0);
             if next < hw {
                 lag.push(format!("{tp}: job progress {next} < high watermark {hw}"));
             }
@@ -293,6 +371,9 @@ impl Pipeline for RoutineLoad {
     }
 
     fn record_final(&self, world: &World) {
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let t = now_ns();
         let rec = |value| {
             self.ctx

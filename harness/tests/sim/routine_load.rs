@@ -1,7 +1,8 @@
 //! Doris Routine Load (SPEC.md P4) on field case F7, a BE crash and bad input: the bug
 //! switch loses the failed tasks' batches, the right abort keeps every record, a BE crash
-//! mid-task loses nothing, error rows are accounted for under either `strict_mode`, and a
-//! job paused for too many error rows is a stall with its reason.
+//! mid-task loses nothing (with one task or two running at once), error rows are accounted
+//! for under either `strict_mode`, and a job paused for too many error rows is a stall with
+//! its reason.
 
 use super::support::{catalogue, run_checked, run_holding};
 use eosim::checker::{Anomaly, Validity};
@@ -33,6 +34,27 @@ fn f7_an_abort_without_attachment_reloads_the_batch_from_the_committed_offset() 
 fn a_be_crash_mid_task_loses_and_duplicates_nothing() {
     let (outcome, _) = run_holding("p4-be-crash-mid-task.toml", 2);
     assert!(outcome.marks.contains_key("doris:be-restart"));
+}
+
+#[test]
+fn two_concurrent_tasks_under_be_restarts_load_every_record_once() {
+    let (outcome, result) = run_holding("p4-concurrent-tasks-be-restarts.toml", 2);
+    assert!(outcome.marks.contains_key("doris:be-restart"));
+    assert!(outcome
+        .marks
+        .contains_key("doris:routine-load-tasks-concurrent"));
+    assert_eq!(result.counts.get("sink-rows"), Some(&400));
+}
+
+#[test]
+fn two_concurrent_tasks_do_not_hide_f7() {
+    let s = catalogue("p4-concurrent-tasks-f7-progress-from-consumer-position-loses.toml");
+    let (outcome, result) = run_checked(&s, 2);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert!(!result.anomalies[&Anomaly::SinkLost].is_empty());
+    assert!(outcome
+        .marks
+        .contains_key("doris:routine-load-tasks-concurrent"));
 }
 
 /// Runs `file` at `seed`; it must hold, with `errors` error rows accounted for and `rows`

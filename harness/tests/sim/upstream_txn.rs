@@ -1,8 +1,8 @@
-//! The field pairs of a sink behind a transactional upstream that aborts every third
-//! transaction (`scenarios/field/*-aborted-txn*.toml`): at read_uncommitted the sink holds
-//! aborted records (`aborted-in-sink`); at read_committed it skips them and holds, with no
-//! `sink-lost` (or `cdc-final-state`) for the records it rightly never loaded. Each on a fixed seed, asserting
-//! that transactions did abort in it.
+//! The field pairs of a sink (or a Doris Routine Load job) behind a transactional upstream
+//! that aborts every third transaction (`scenarios/field/*-aborted-txn*.toml`): at
+//! read_uncommitted the sink holds aborted records (`aborted-in-sink`); at read_committed it
+//! skips them and holds, with no `sink-lost` (or `cdc-final-state`) for the records it
+//! rightly never loaded. Each on a fixed seed, asserting that transactions did abort in it.
 
 use crate::support::{catalogue, run_checked};
 use eosim::checker::{Anomaly, CheckResult, Validity};
@@ -113,4 +113,17 @@ fn the_jdbc_sink_at_connects_default_isolation_applies_aborted_change_events() {
 #[test]
 fn the_jdbc_sink_with_a_read_committed_override_skips_aborted_change_events() {
     assert_skips_aborted("jdbc-sink-read-committed-skips-aborted-txn.toml");
+}
+
+#[test]
+fn routine_load_at_read_uncommitted_loads_aborted_records() {
+    assert_loads_each_aborted_record(
+        "doris-routine-load-read-uncommitted-aborted-txn-corrupts.toml",
+        10,
+    );
+}
+
+#[test]
+fn routine_load_at_its_default_read_committed_skips_aborted_records() {
+    assert_skips_aborted("doris-routine-load-read-committed-skips-aborted-txn.toml");
 }

@@ -210,6 +210,12 @@ impl Doris {
         let job = self.fe.jobs.get_mut(&job_id).expect("found above");
         let slot = job.tasks.iter_mut().find(|t| t.task_id == task.task_id);
         slot.expect("found above").txn_id = Some(txn_id);
+        if job.tasks.iter().filter(|t| t.txn_id.is_some()).count() >= 2 {
+            // Two tasks of one job hold transactions at once: they run concurrently, as
+            // `desired_concurrent_number` lets them (`RoutineLoadTaskScheduler` schedules
+            // every idle task of a job while BE slots are free).
+            crate::mark!("doris:routine-load-tasks-concurrent");
+        }
         Some(TaskAssignment {
             job_id,
             task_id: task.task_id,

@@ -63,7 +63,11 @@ impl KafkaOffset {
     }
 }
 
-/// `property.isolation.level` (librdkafka's default `read_committed`).
+/// `property.isolation.level` (librdkafka's default `read_committed`): the BE's consumer
+/// (apache/doris `be/src/runtime/routine_load/data_consumer.cpp`,
+/// `KafkaDataConsumer::init`) sets no `isolation.level` of its own, only the job's
+/// `property.*` keys on its `RdKafka::Conf`, so librdkafka's default holds unless the job
+/// overrides it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IsolationLevel {
     /// `read_committed`.
@@ -71,6 +75,17 @@ pub enum IsolationLevel {
     ReadCommitted,
     /// `read_uncommitted`.
     ReadUncommitted,
+}
+
+impl IsolationLevel {
+    /// The Kafka consumer's isolation of this level (what the BE's consumer is configured
+    /// with).
+    pub fn kafka(self) -> crate::kafka::Isolation {
+        match self {
+            Self::ReadCommitted => crate::kafka::Isolation::ReadCommitted,
+            Self::ReadUncommitted => crate::kafka::Isolation::ReadUncommitted,
+        }
+    }
 }
 
 /// `CREATE ROUTINE LOAD` properties (names verbatim in [`RoutineLoadProps::parse`]).

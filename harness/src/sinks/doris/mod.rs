@@ -37,7 +37,9 @@
 //!
 //! # Not modelled
 //! `load.model=copy_into` (`CopyIntoWriter`), `enable.combine.flush`
-//! (`DorisCombinedSinkService`), group commit, `record.tablename.field`, Debezium
+//! (`DorisCombinedSinkService`), group commit (`sink.properties.group_commit` is parsed
+//! and refused with `enable.2pc` true as the connector refuses it, and any mode but
+//! `off_mode` is refused as not modelled: see `check_group_commit`), `record.tablename.field`, Debezium
 //! conversion (`converter.mode=debezium_ingestion`), `enable.delete`, CSV input, the
 //! UNIQUE KEY table check that turns an unforced `enable.2pc` off (the pipeline's table is
 //! DUPLICATE KEY), JMX metrics. These keys are refused when set to anything else than the
@@ -92,6 +94,7 @@ pub const KEYS: &[&str] = &[
     "sink.properties.format",
     "sink.properties.read_json_by_line",
     "sink.properties.strict_mode",
+    "sink.properties.group_commit",
     BUG_COMMIT_OFFSETS_BEFORE_2PC,
 ];
 
@@ -164,6 +167,46 @@ fn one_of(
     }
 }
 
+/// `sink.properties.group_commit` (the Stream Load `group_commit` header the connector
+/// passes on): `off_mode`, `sync_mode` or `async_mode`. As the connector's
+/// `ConfigCheckUtils.validateGroupCommitMode` does, the key set at all (any valid mode)
+/// with `enable.2pc` true is refused: group commit loads carry no label and cannot be
+/// pre-committed. A mode other than `off_mode` is refused too, because the Stream Load
+/// model has no group commit yet (several loads sharing one internal transaction, and
+/// `async_mode`'s acknowledgement before the data is durable, are not modelled).
+///
+/// # Errors
+/// An unknown mode, the key with `enable.2pc` true, a mode other than `off_mode`.
+fn check_group_commit(raw: &BTreeMap<String, String>, enable_2pc: bool) -> Result<(), ConfigError> {
+    const KEY: &str = "sink.properties.group_commit";
+    if !raw.contains_key(KEY) {
+        return Ok(());
+    }
+    let mode = one_of(
+        raw,
+        KEY,
+        "off_mode",
+        &["off_mode", "sync_mode", "async_mode"],
+        "",
+    )?;
+    if enable_2pc {
+        return Err(config::invalid(
+            KEY,
+            &mode,
+            "no group commit with enable.2pc=true (the connector: \"When group commit is \
+             enabled, you should disable two phase commit! Please set 'enable.2pc':'false'\")",
+        ));
+    }
+    if mode != "off_mode" {
+        return Err(config::invalid(
+            KEY,
+            &mode,
+            "off_mode: eosim's Stream Load model has no group commit (sync_mode, async_mode) yet",
+        ));
+    }
+    Ok(())
+}
+
 impl DorisSinkConfig {
     /// Parses the connector's keys of `raw`.
     ///
@@ -230,6 +273,7 @@ impl DorisSinkConfig {
                  retried Stream Load whose answer was lost is loaded twice)",
             ));
         }
+        check_group_commit(raw, enable_2pc)?;
         let buffer_flush_time_s: u64 = config::number(raw, "buffer.flush.time", "120")?;
         if buffer_flush_time_s < 1 {
             return Err(config::invalid(
@@ -399,6 +443,30 @@ mod tests {
         assert_eq!(c.retry_interval_ms, 6_000);
         assert_eq!(c.table_of("clicklog"), "clicklog");
         assert!(parse_connector(&raw(&[])).is_ok());
+    }
+
+    #[test]
+    fn group_commit_is_refused_with_two_phase_commit_and_not_modelled_without() {
+        let key = "sink.properties.group_commit";
+        let eos = DorisSinkConfig::parse(&raw(&[
+            ("delivery.guarantee", "exactly_once"),
+            (key, "sync_mode"),
+        ]))
+        .unwrap_err();
+        assert!(
+            eos.to_string().contains("disable two phase commit"),
+            "{eos}"
+        );
+        // The connector refuses the key with 2PC whatever the mode, off_mode included.
+        let off = DorisSinkConfig::parse(&raw(&[(key, "off_mode")])).unwrap_err();
+        assert!(off.to_string().contains("enable.2pc=true"), "{off}");
+        let no_2pc = [("enable.2pc", "false"), (key, "off_mode")];
+        assert!(DorisSinkConfig::parse(&raw(&no_2pc)).is_ok());
+        let async_mode = [("enable.2pc", "false"), (key, "async_mode")];
+        let e = DorisSinkConfig::parse(&raw(&async_mode)).unwrap_err();
+        assert!(e.to_string().contains("no group commit"), "{e}");
+        let bad = [("enable.2pc", "false"), (key, "fast_mode")];
+        assert!(DorisSinkConfig::parse(&raw(&bad)).is_err());
     }
 
     #[test]
