@@ -1027,10 +1027,7 @@ fn jdbc_sink_transactions_agree_with_real_postgres() {
     }
     let dir = service_dir("postgres-jdbc-differential");
     let pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = real_support::runtime();
     let cases = real_support::diff_cases(48);
     let (agreed, ran, tally) = timed(&format!("JDBC sink differential, {cases} cases"), || {
         jdbc_differential::run_suite(&rt, &pg.connection_string(), cases)

@@ -606,16 +606,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             return;
         }
         crate::mark!("streams:revoked-tasks-committed");
-        if self.cfg.spec.store == StoreKind::Persistent {
-            for p in &revoked {
-                let t = &self.tasks[p];
-                let flushed = Flushed {
-                    store: t.store.clone(),
-                    checkpoint: Some(t.changelog_end),
-                };
-                self.cfg.disk.write(self.cfg.index, *p, flushed);
-            }
-        }
+        self.flush_stores(revoked.iter().copied(), true);
         self.suspended = revoked;
     }
 
@@ -826,15 +817,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// Flush (every send was awaited), persistent stores with their checkpoint, offsets.
     async fn commit_alo(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
-        if self.cfg.spec.store == StoreKind::Persistent {
-            for (p, t) in &self.tasks {
-                let flushed = Flushed {
-                    store: t.store.clone(),
-                    checkpoint: Some(t.changelog_end),
-                };
-                self.cfg.disk.write(self.cfg.index, *p, flushed);
-            }
-        }
+        self.flush_stores(self.tasks.keys().copied(), true);
         self.consumer
             .commit(offsets)
             .await
@@ -857,16 +840,25 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             .await
             .map_err(|e| (e.to_string(), true, true))?;
         self.txn_group = None;
-        if self.cfg.spec.store == StoreKind::Persistent {
-            for (p, t) in &self.tasks {
-                let flushed = Flushed {
-                    store: t.store.clone(),
-                    checkpoint: None,
-                };
-                self.cfg.disk.write(self.cfg.index, *p, flushed);
-            }
-        }
+        self.flush_stores(self.tasks.keys().copied(), false);
         Ok(())
+    }
+
+    /// Flushes the persistent stores of tasks `partitions` to disk, with their checkpoint
+    /// (the changelog offset they are complete up to) when `checkpoint`; nothing for
+    /// in-memory stores.
+    fn flush_stores(&self, partitions: impl Iterator<Item = u32>, checkpoint: bool) {
+        if self.cfg.spec.store != StoreKind::Persistent {
+            return;
+        }
+        for p in partitions {
+            let t = &self.tasks[&p];
+            let flushed = Flushed {
+                store: t.store.clone(),
+                checkpoint: checkpoint.then_some(t.changelog_end),
+            };
+            self.cfg.disk.write(self.cfg.index, p, flushed);
+        }
     }
 
     /// After an error: under EOS abort (or recreate the producer when it is unusable or a
