@@ -615,8 +615,9 @@ fn sink_consumer_overrides_reach_the_connector_and_bad_ones_are_refused() {
     );
 }
 
-/// A `doris-sink` connector: its keys are checked at load, a contradiction and a table
-/// the pipeline does not create are refused naming the key.
+/// A `doris-sink` connector: its keys are checked at load, a contradiction the connector
+/// refuses (group commit with a forced 2PC) and a table the pipeline does not create are
+/// refused naming the key.
 #[test]
 fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them() {
     let connector = |extra: &str| {
@@ -630,8 +631,8 @@ fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them()
     parse_for(Pipeline::DorisSink, &connector("")).expect("a minimal connector");
     let cases = [
         (
-            "\"delivery.guarantee\" = \"exactly_once\"\n\"enable.2pc\" = \"false\"\n",
-            "`enable.2pc`",
+            "\"enable.2pc\" = \"true\"\n\"sink.properties.group_commit\" = \"sync_mode\"\n",
+            "disable two phase commit",
         ),
         ("\"buffer.count.record\" = \"5\"\n", "`buffer.count.record`"),
         (

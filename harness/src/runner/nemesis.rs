@@ -116,7 +116,7 @@ fn kill(world: &World, name: &str, mode: CrashMode, kind: &'static str, verbose:
         // The kernel outlives the process and resets its connections (RST).
         eosim_sim::net::reset_connections(ip);
     }
-    lost.extend(world.notify_kill(name));
+    lost.extend(world.notify_kill(name, mode));
     if let Some(b) = name.strip_prefix("broker-").and_then(|b| b.parse().ok()) {
         let now = world.kafka.now_ms();
         // A power loss keeps of each log a prefix ending anywhere between what is on disk

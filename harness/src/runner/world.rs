@@ -8,7 +8,7 @@
 
 use crate::history::{OpKind, Recorder, Value};
 use eosim_sim::effects::kind;
-use eosim_sim::kafka::model::Env;
+use eosim_sim::kafka::model::{CrashMode, Env};
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::BrokerId;
 use madsim::runtime::Handle;
@@ -150,11 +150,12 @@ pub struct World {
     kill_hooks: Vec<KillHook>,
 }
 
-/// Told the name and IP of every node the nemesis kills (a pipeline's servers outside
-/// Kafka need it: PostgreSQL loses its sessions, or notices a client's sockets closing).
-/// Returns what the kill lost in that service, for the kill's effect (`postgres lost 3
-/// sessions`), or `None` when it lost nothing there.
-pub type KillHook = Box<dyn Fn(&str, IpAddr) -> Option<String>>;
+/// Told the name, IP and crash mode of every node the nemesis kills (a pipeline's servers
+/// outside Kafka need it: PostgreSQL loses its sessions, or notices a client's sockets
+/// closing; a Doris BE's machine crash loses its unsynced WAL). Returns what the kill lost
+/// in that service, for the kill's effect (`postgres lost 3 sessions`), or `None` when it
+/// lost nothing there.
+pub type KillHook = Box<dyn Fn(&str, IpAddr, CrashMode) -> Option<String>>;
 
 impl World {
     /// A world around `kafka` with `broker_count` brokers still to be added.
@@ -177,13 +178,13 @@ impl World {
 
     /// Calls the kill hooks for `name` (the nemesis does, after killing it); what they say
     /// the kill lost, one entry per hook that lost something.
-    pub fn notify_kill(&self, name: &str) -> Vec<String> {
+    pub fn notify_kill(&self, name: &str, mode: CrashMode) -> Vec<String> {
         let Some((_, ip)) = self.node(name) else {
             return Vec::new();
         };
         self.kill_hooks
             .iter()
-            .filter_map(|hook| hook(name, ip))
+            .filter_map(|hook| hook(name, ip, mode))
             .collect()
     }
 

@@ -1425,6 +1425,16 @@ impl Scenario {
             self.doris.stream_load_default_precommit_timeout_second >= 1,
             "doris.stream_load_default_precommit_timeout_second",
             "expected at least 1".into(),
+        )?;
+        ensure(
+            self.doris.group_commit_interval_ms >= 1,
+            "doris.group_commit_interval_ms",
+            "expected at least 1".into(),
+        )?;
+        ensure(
+            self.doris.group_commit_data_bytes >= 1,
+            "doris.group_commit_data_bytes",
+            "expected at least 1".into(),
         )
     }
 

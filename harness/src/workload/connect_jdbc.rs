@@ -347,7 +347,7 @@ impl Pipeline for ConnectJdbc {
             serve_postgres(pg.clone())
         });
         let pg = self.ctx.pg.clone();
-        world.on_kill(Box::new(move |name, ip| {
+        world.on_kill(Box::new(move |name, ip, _mode| {
             let (sessions, whose) = if name == "postgres" {
                 (pg.crash(), "postgres lost")
             } else {

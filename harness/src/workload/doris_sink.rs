@@ -116,6 +116,8 @@ impl DorisSink {
         let config = DorisConfig {
             precommit_timeout_ms: scenario.doris.stream_load_default_precommit_timeout_second
                 * 1_000,
+            group_commit_interval_ms: scenario.doris.group_commit_interval_ms,
+            group_commit_data_bytes: scenario.doris.group_commit_data_bytes,
             ..DorisConfig::default()
         };
         let upstream = UpstreamTxn::of(&scenario, &recorder);

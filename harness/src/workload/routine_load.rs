@@ -54,7 +54,9 @@ use eosim_sim::doris::routine_load::{JobState, KafkaOffset};
 use eosim_sim::doris::service::{be_ip, fe_ip, serve_be, serve_fe, DorisWorld, FeRequest};
 use eosim_sim::doris::txn::{LoadSource, TransactionStatus};
 use eosim_sim::doris::types::{LoadSpec, TableDef};
+use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;
+use madsim::rand::Rng;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
@@ -270,6 +272,16 @@ pub(crate) fn add_doris_nodes(
             serve_be(d).await
         }
     });
+    let d = doris.clone();
+    world.on_kill(Box::new(move |name, _ip, mode| {
+        if name != "doris-be" || mode != CrashMode::MachineCrash {
+            return None;
+        }
+        // A power loss keeps of each WAL a prefix (what the OS had written back).
+        let mut rng = madsim::rand::thread_rng();
+        let lost = d.lock().crash_be_machine(|len| rng.gen_range(0..=len));
+        (lost > 0).then(|| format!("doris-be lost {lost} unsynced group commit WAL rows"))
+    }));
 }
 
 /// The `routine-load` pipeline.
@@ -438,9 +450,10 @@ pub fn log_and_table_state(world: &World, doris: &Doris, topic: &TopicSpec) -> V
 }
 
 /// The lag lines of unfinished transactions: PRECOMMITTED ones ([`precommitted_lag`]) and
-/// COMMITTED ones not yet published.
+/// COMMITTED ones not yet published, and group commit loads not yet committed.
 pub fn transactions_lag(doris: &Doris) -> Vec<String> {
     let mut lag: Vec<String> = precommitted_lag(doris).into_iter().collect();
+    lag.extend(doris.be.group_commit.pending());
     let pending = doris.fe.txns.committed().len();
     if pending > 0 {
         lag.push(format!(

@@ -117,6 +117,7 @@ mod task {
                 spec: LoadSpec::default(),
                 max_filter_ratio: 0.0,
                 two_phase_commit: false,
+                group_commit: Default::default(),
                 lines: vec![click(1_000 + i as i64).to_string()],
             };
             assert_eq!(d.stream_load(0, load).status, StreamLoadStatus::Success);

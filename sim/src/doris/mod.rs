@@ -90,6 +90,7 @@
 
 pub mod error;
 pub mod fe_routine_load;
+pub mod group_commit;
 pub mod model;
 pub mod protocol;
 pub mod routine_load;
@@ -101,6 +102,8 @@ pub mod types;
 
 pub use error::DorisError;
 
+#[cfg(test)]
+mod group_commit_tests;
 #[cfg(all(test, madsim))]
 mod service_tests;
 #[cfg(test)]

@@ -34,7 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 ///
 /// ## Default values
 /// `label_keep_max_ms` 3 days (`label_keep_max_second`), `precommit_timeout_ms` 3600 s
-/// (`stream_load_default_precommit_timeout_second`), one BE.
+/// (`stream_load_default_precommit_timeout_second`), one BE, `group_commit_interval_ms`
+/// 10000 and `group_commit_data_bytes` 64 MiB (the table properties' defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DorisConfig {
     /// `label_keep_max_second`, in ms.
@@ -44,6 +45,11 @@ pub struct DorisConfig {
     pub precommit_timeout_ms: u64,
     /// Number of BEs (for Routine Load's task division).
     pub be_count: usize,
+    /// The tables' `group_commit_interval_ms`: an internal group commit load commits this
+    /// long after it began (see [`super::group_commit`]).
+    pub group_commit_interval_ms: u64,
+    /// The tables' `group_commit_data_bytes`: or once it holds this many bytes.
+    pub group_commit_data_bytes: u64,
 }
 
 impl Default for DorisConfig {
@@ -52,6 +58,8 @@ impl Default for DorisConfig {
             label_keep_max_ms: LABEL_KEEP_MAX_MS,
             precommit_timeout_ms: PRECOMMIT_TIMEOUT_MS,
             be_count: 1,
+            group_commit_interval_ms: super::group_commit::GROUP_COMMIT_INTERVAL_MS,
+            group_commit_data_bytes: super::group_commit::GROUP_COMMIT_DATA_BYTES,
         }
     }
 }
@@ -73,8 +81,8 @@ pub struct Frontend {
 
 /// One load's rows on the BE.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct Rowset {
-    rows: Vec<Row>,
+pub(super) struct Rowset {
+    pub(super) rows: Vec<Row>,
 }
 
 /// A table's published data.
@@ -91,9 +99,12 @@ struct Tablet {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Backend {
     /// Load channels: txn → rows written, not yet committed (memory).
-    staged: BTreeMap<u64, Rowset>,
+    pub(super) staged: BTreeMap<u64, Rowset>,
     /// Transactions whose load channel a BE restart lost.
-    lost: BTreeSet<u64>,
+    pub(super) lost: BTreeSet<u64>,
+    /// Group commit: the tables' open internal loads (memory) and the `async_mode` WAL
+    /// (disk).
+    pub group_commit: super::group_commit::GroupCommitState,
     /// Committed rowsets waiting for publish (disk).
     committed: BTreeMap<u64, Rowset>,
     /// (db, table) → published data (disk).
@@ -212,27 +223,8 @@ impl Doris {
             return Err(lost_channel(txn_id));
         }
         let def = self.table(&txn.db, &txn.table)?.clone();
-        spec.validate(&def)?;
-        let mut summary = WriteSummary::default();
-        let rowset = self.be.staged.entry(txn_id).or_default();
-        for (i, input) in inputs.iter().enumerate() {
-            summary.total_rows += 1;
-            summary.received_bytes += input.len() as u64;
-            let converted: Converted = spec.convert(&def, input);
-            match converted {
-                Ok(row) => {
-                    summary.loaded_rows += 1;
-                    rowset.rows.push(row);
-                }
-                Err(e) => {
-                    crate::mark!("doris:error-row");
-                    summary.filtered_rows += 1;
-                    if summary.errors.len() < ERROR_ROWS_KEPT {
-                        summary.errors.push((i, e));
-                    }
-                }
-            }
-        }
+        let (summary, rows) = convert_rows(&def, spec, inputs)?;
+        self.be.staged.entry(txn_id).or_default().rows.extend(rows);
         Ok(summary)
     }
 
@@ -343,6 +335,8 @@ impl Doris {
             self.on_task_txn_aborted(now_ms, txn_id, None, super::txn::TIMEOUT_REASON);
         }
         if be_alive {
+            self.flush_group_commits(now_ms);
+            self.replay_wals(now_ms);
             self.publish(now_ms);
         }
         self.schedule_routine_load(now_ms, if be_alive { self.config.be_count } else { 0 });
@@ -360,6 +354,7 @@ impl Doris {
     /// rowsets and tablets stay.
     pub fn restart_be(&mut self) {
         crate::mark!("doris:be-restart");
+        self.be.group_commit.on_restart();
         let lost: Vec<u64> = self.be.staged.keys().copied().collect();
         self.be.staged.clear();
         for txn_id in lost {
@@ -375,7 +370,41 @@ impl Doris {
     }
 }
 
-fn lost_channel(txn_id: u64) -> DorisError {
+/// Converts `inputs` (JSON texts) into rows of `def` by `spec`, counting error rows (the
+/// first [`ERROR_ROWS_KEPT`] in detail) instead of writing them.
+///
+/// # Errors
+/// A `spec` that does not fit `def`.
+pub(super) fn convert_rows(
+    def: &TableDef,
+    spec: &LoadSpec,
+    inputs: &[String],
+) -> Result<(WriteSummary, Vec<Row>), DorisError> {
+    spec.validate(def)?;
+    let mut summary = WriteSummary::default();
+    let mut rows = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        summary.total_rows += 1;
+        summary.received_bytes += input.len() as u64;
+        let converted: Converted = spec.convert(def, input);
+        match converted {
+            Ok(row) => {
+                summary.loaded_rows += 1;
+                rows.push(row);
+            }
+            Err(e) => {
+                crate::mark!("doris:error-row");
+                summary.filtered_rows += 1;
+                if summary.errors.len() < ERROR_ROWS_KEPT {
+                    summary.errors.push((i, e));
+                }
+            }
+        }
+    }
+    Ok((summary, rows))
+}
+
+pub(super) fn lost_channel(txn_id: u64) -> DorisError {
     DorisError::BackendUnavailable(format!(
         "txn {txn_id}: its load channel was lost with a BE restart"
     ))

@@ -16,8 +16,10 @@
 //! ([`Doris::restart_be`]).
 
 use super::error::DorisError;
+use super::group_commit::GroupCommitMode;
 use super::model::Doris;
 pub use super::protocol::{BeReply, BeRequest, BeResponse, FeReply, FeRequest, FeResponse};
+use super::stream_load::{StreamLoadResponse, StreamLoadStatus};
 use madsim::net::Endpoint;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,9 +162,38 @@ pub async fn serve_be(world: DorisWorld) {
                     "doris-fe unreachable".into(),
                 ));
             }
+            let sync = matches!(&request, BeRequest::StreamLoad(r) if r.group_commit == GroupCommitMode::Sync);
             let now = world.now_ms();
-            world.lock().handle_be(now, request)
+            let reply = world.lock().handle_be(now, request);
+            match reply {
+                Ok(BeResponse::StreamLoaded(resp)) if sync && resp.group_commit => {
+                    Ok(BeResponse::StreamLoaded(wait_group_commit(&world, resp).await))
+                }
+                reply => reply,
+            }
         }
     })
     .await;
+}
+
+/// A `sync_mode` group commit load is answered once its internal load is VISIBLE, or
+/// fails with it (polled every [`TICK_INTERVAL_MS`]; a BE restart meanwhile kills this
+/// handler, and the client sees its connection fail).
+async fn wait_group_commit(world: &DorisWorld, mut resp: StreamLoadResponse) -> StreamLoadResponse {
+    if resp.status != StreamLoadStatus::Success {
+        return resp;
+    }
+    crate::mark!("doris:group-commit-sync-waited");
+    loop {
+        let outcome = world.lock().group_commit_outcome(resp.txn_id);
+        match outcome {
+            Some(Ok(())) => return resp,
+            Some(Err(reason)) => {
+                resp.status = StreamLoadStatus::Fail;
+                resp.message = reason;
+                return resp;
+            }
+            None => madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await,
+        }
+    }
 }

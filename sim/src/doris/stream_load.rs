@@ -4,6 +4,9 @@
 //! (`Success`, `Label Already Exists` with `ExistingJobStatus`, `Fail`), `Message`,
 //! `NumberTotalRows`, `NumberLoadedRows`, `NumberFilteredRows`, `LoadBytes`.
 //!
+//! A `group_commit` header other than `off_mode` on a load without label and two-phase
+//! commit runs it in its table's group commit internal load ([`super::group_commit`]).
+//!
 //! `max_filter_ratio` (default 0): a load whose filtered / total rows exceed it is
 //! aborted (`[DATA_QUALITY_ERROR]too many filtered rows`). With `two_phase_commit: true`
 //! a successful load ends PRECOMMITTED; otherwise COMMITTED, then VISIBLE at the next
@@ -11,6 +14,7 @@
 //! `Publish Timeout` when it did not come; here the caller ticks the model).
 
 use super::error::DorisError;
+use super::group_commit::GroupCommitMode;
 use super::model::Doris;
 use super::txn::{BeginTxn, LoadSource, STREAM_LOAD_TIMEOUT_MS, USER_ABORT_REASON};
 use super::types::LoadSpec;
@@ -31,6 +35,9 @@ pub struct StreamLoad {
     pub max_filter_ratio: f64,
     /// `two_phase_commit`.
     pub two_phase_commit: bool,
+    /// `group_commit` (see [`super::group_commit`]; `Off` when the header is absent).
+    #[serde(default)]
+    pub group_commit: GroupCommitMode,
     /// The body: one JSON object per line.
     pub lines: Vec<String>,
 }
@@ -65,6 +72,9 @@ pub struct StreamLoadResponse {
     pub number_filtered_rows: u64,
     /// `LoadBytes`.
     pub load_bytes: u64,
+    /// `GroupCommit`: the load ran in a group commit internal load.
+    #[serde(default)]
+    pub group_commit: bool,
 }
 
 /// `txn_operation` of `_stream_load_2pc`.
@@ -79,6 +89,12 @@ pub enum TxnOperation {
 impl Doris {
     /// Runs one Stream Load at `now_ms`.
     pub fn stream_load(&mut self, now_ms: u64, req: StreamLoad) -> StreamLoadResponse {
+        if req.group_commit != GroupCommitMode::Off {
+            if req.label.is_none() && !req.two_phase_commit {
+                return self.group_commit_load(now_ms, &req);
+            }
+            crate::mark!("doris:group-commit-bypassed");
+        }
         let label = req
             .label
             .clone()
@@ -92,6 +108,7 @@ impl Doris {
             number_loaded_rows: 0,
             number_filtered_rows: 0,
             load_bytes: 0,
+            group_commit: false,
         };
         let begin = BeginTxn {
             db: req.db.clone(),

@@ -164,6 +164,7 @@ fn stream(label: &str, lines: Vec<String>, two_phase: bool) -> StreamLoad {
         spec: LoadSpec::default(),
         max_filter_ratio: 0.0,
         two_phase_commit: two_phase,
+        group_commit: super::group_commit::GroupCommitMode::Off,
         lines,
     }
 }

@@ -34,12 +34,17 @@
 //!   VISIBLE one as persisted: records at or below it are skipped. PRECOMMITTED loads a
 //!   crashed task left are neither committed nor aborted by anyone: Doris aborts them after
 //!   `stream_load_default_precommit_timeout_second`.
+//! - With `sink.properties.group_commit` set (any mode), the connector sends every Stream
+//!   Load without a label (`DorisStreamLoad.load`: `label = null`) and with the
+//!   `group_commit` header, and an `enable.2pc` left at its default is off
+//!   (`ConfigCheckUtils.validateGroupCommitMode`): a reloaded batch is not recognised by
+//!   its label, and `exactly_once` finds no labels to recover progress from. Doris groups
+//!   the loads (`eosim_sim::doris::group_commit`); `off_mode` is an unlabelled ordinary
+//!   load.
 //!
 //! # Not modelled
 //! `load.model=copy_into` (`CopyIntoWriter`), `enable.combine.flush`
-//! (`DorisCombinedSinkService`), group commit (`sink.properties.group_commit` is parsed
-//! and refused with `enable.2pc` true as the connector refuses it, and any mode but
-//! `off_mode` is refused as not modelled: see `check_group_commit`), `record.tablename.field`, Debezium
+//! (`DorisCombinedSinkService`), `record.tablename.field`, Debezium
 //! conversion (`converter.mode=debezium_ingestion`), `enable.delete`, CSV input, the
 //! UNIQUE KEY table check that turns an unforced `enable.2pc` off (the pipeline's table is
 //! DUPLICATE KEY), JMX metrics. These keys are refused when set to anything else than the
@@ -63,6 +68,7 @@
 pub mod task;
 
 use crate::connect::config::{self, ConfigError, ConnectorConfig};
+use eosim_sim::doris::group_commit::GroupCommitMode;
 use std::collections::BTreeMap;
 
 /// The connector class (`DorisSinkConnector`).
@@ -134,8 +140,11 @@ pub struct DorisSinkConfig {
     pub buffer_flush_time_s: u64,
     /// `delivery.guarantee`.
     pub delivery_guarantee: DeliveryGuarantee,
-    /// `enable.2pc`.
+    /// `enable.2pc`, after `sink.properties.group_commit` turned it off.
     pub enable_2pc: bool,
+    /// `sink.properties.group_commit` (`None`: not set). Set to any mode, the connector
+    /// sends its Stream Loads without a label and with this `group_commit` header.
+    pub group_commit: Option<GroupCommitMode>,
     /// `max.retries`: failed `put`s retried over the task's life.
     pub max_retries: u32,
     /// `retry.interval.ms`: the redelivery delay asked of Connect after a failed `put`.
@@ -168,43 +177,35 @@ fn one_of(
 }
 
 /// `sink.properties.group_commit` (the Stream Load `group_commit` header the connector
-/// passes on): `off_mode`, `sync_mode` or `async_mode`. As the connector's
-/// `ConfigCheckUtils.validateGroupCommitMode` does, the key set at all (any valid mode)
-/// with `enable.2pc` true is refused: group commit loads carry no label and cannot be
-/// pre-committed. A mode other than `off_mode` is refused too, because the Stream Load
-/// model has no group commit yet (several loads sharing one internal transaction, and
-/// `async_mode`'s acknowledgement before the data is durable, are not modelled).
+/// passes on) and what it does to `enable.2pc`, as `ConfigCheckUtils.validateGroupCommitMode`
+/// decides: the key set at all (any valid mode, `off_mode` included) turns group commit on
+/// in the connector (`DorisStreamLoad.load` then sends no label); with `enable.2pc=true`
+/// set explicitly (`force2PC`) it is refused; with `enable.2pc` left at its default, 2PC
+/// is turned off silently (the source only logs it). Returns the mode (`None`: the key is
+/// not set) and whether 2PC stays on.
 ///
 /// # Errors
-/// An unknown mode, the key with `enable.2pc` true, a mode other than `off_mode`.
-fn check_group_commit(raw: &BTreeMap<String, String>, enable_2pc: bool) -> Result<(), ConfigError> {
+/// An unknown mode; the key with `enable.2pc=true` set explicitly.
+fn check_group_commit(
+    raw: &BTreeMap<String, String>,
+    enable_2pc: bool,
+) -> Result<(Option<GroupCommitMode>, bool), ConfigError> {
     const KEY: &str = "sink.properties.group_commit";
-    if !raw.contains_key(KEY) {
-        return Ok(());
-    }
-    let mode = one_of(
-        raw,
-        KEY,
-        "off_mode",
-        &["off_mode", "sync_mode", "async_mode"],
-        "",
-    )?;
-    if enable_2pc {
+    let Some(value) = raw.get(KEY) else {
+        return Ok((None, enable_2pc));
+    };
+    let mode = GroupCommitMode::parse(value)
+        .ok_or_else(|| config::invalid(KEY, value, "off_mode or sync_mode or async_mode"))?;
+    let forced_2pc = raw.contains_key("enable.2pc") && enable_2pc;
+    if forced_2pc {
         return Err(config::invalid(
             KEY,
-            &mode,
+            value,
             "no group commit with enable.2pc=true (the connector: \"When group commit is \
              enabled, you should disable two phase commit! Please set 'enable.2pc':'false'\")",
         ));
     }
-    if mode != "off_mode" {
-        return Err(config::invalid(
-            KEY,
-            &mode,
-            "off_mode: eosim's Stream Load model has no group commit (sync_mode, async_mode) yet",
-        ));
-    }
-    Ok(())
+    Ok((Some(mode), false))
 }
 
 impl DorisSinkConfig {
@@ -215,9 +216,9 @@ impl DorisSinkConfig {
     /// parse; a `buffer.flush.time` below 1 or a `buffer.size.bytes` of 0 (the source's
     /// minimums); an unmodelled choice (`load.model`, `enable.combine.flush`,
     /// `sink.properties.format`, `sink.properties.read_json_by_line`); and the
-    /// contradiction `delivery.guarantee=exactly_once` with `enable.2pc=false` (the
-    /// connector accepts it, but without two-phase commit a Stream Load whose answer is
-    /// lost is retried under a new label and loaded twice, so eosim refuses the claim).
+    /// `sink.properties.group_commit` with `enable.2pc=true` set explicitly.
+    /// `delivery.guarantee=exactly_once` without two-phase commit is accepted, as the
+    /// connector accepts it: what it delivers is for the checker to say.
     pub fn parse(raw: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         for key in ["doris.urls", "doris.user", "doris.database"] {
             if config::get(raw, key, "").trim().is_empty() {
@@ -265,15 +266,7 @@ impl DorisSinkConfig {
             DeliveryGuarantee::AtLeastOnce
         };
         let enable_2pc = config::boolean(raw, "enable.2pc", "true")?;
-        if delivery_guarantee == DeliveryGuarantee::ExactlyOnce && !enable_2pc {
-            return Err(config::invalid(
-                "enable.2pc",
-                "false",
-                "true with delivery.guarantee=exactly_once (without two-phase commit a \
-                 retried Stream Load whose answer was lost is loaded twice)",
-            ));
-        }
-        check_group_commit(raw, enable_2pc)?;
+        let (group_commit, enable_2pc) = check_group_commit(raw, enable_2pc)?;
         let buffer_flush_time_s: u64 = config::number(raw, "buffer.flush.time", "120")?;
         if buffer_flush_time_s < 1 {
             return Err(config::invalid(
@@ -306,6 +299,7 @@ impl DorisSinkConfig {
             buffer_flush_time_s,
             delivery_guarantee,
             enable_2pc,
+            group_commit,
             max_retries: config::number(raw, "max.retries", "10")?,
             retry_interval_ms: config::number(raw, "retry.interval.ms", "6000")?,
             null_values,
@@ -446,37 +440,42 @@ mod tests {
     }
 
     #[test]
-    fn group_commit_is_refused_with_two_phase_commit_and_not_modelled_without() {
+    fn group_commit_turns_an_unforced_two_phase_commit_off_and_refuses_a_forced_one() {
         let key = "sink.properties.group_commit";
         let eos = DorisSinkConfig::parse(&raw(&[
             ("delivery.guarantee", "exactly_once"),
-            (key, "sync_mode"),
+            (key, "async_mode"),
         ]))
-        .unwrap_err();
-        assert!(
-            eos.to_string().contains("disable two phase commit"),
-            "{eos}"
+        .unwrap();
+        assert_eq!(eos.group_commit, Some(GroupCommitMode::Async));
+        assert!(!eos.enable_2pc, "an unforced enable.2pc is turned off");
+        // The connector refuses the key with a forced 2PC whatever the mode, off_mode too.
+        let forced = [("enable.2pc", "true"), (key, "off_mode")];
+        let e = DorisSinkConfig::parse(&raw(&forced)).unwrap_err();
+        assert!(e.to_string().contains("disable two phase commit"), "{e}");
+        let off = DorisSinkConfig::parse(&raw(&[(key, "off_mode")])).unwrap();
+        assert_eq!(
+            (off.group_commit, off.enable_2pc),
+            (Some(GroupCommitMode::Off), false)
         );
-        // The connector refuses the key with 2PC whatever the mode, off_mode included.
-        let off = DorisSinkConfig::parse(&raw(&[(key, "off_mode")])).unwrap_err();
-        assert!(off.to_string().contains("enable.2pc=true"), "{off}");
-        let no_2pc = [("enable.2pc", "false"), (key, "off_mode")];
-        assert!(DorisSinkConfig::parse(&raw(&no_2pc)).is_ok());
-        let async_mode = [("enable.2pc", "false"), (key, "async_mode")];
-        let e = DorisSinkConfig::parse(&raw(&async_mode)).unwrap_err();
-        assert!(e.to_string().contains("no group commit"), "{e}");
+        let none = DorisSinkConfig::parse(&raw(&[])).unwrap();
+        assert_eq!((none.group_commit, none.enable_2pc), (None, true));
         let bad = [("enable.2pc", "false"), (key, "fast_mode")];
-        assert!(DorisSinkConfig::parse(&raw(&bad)).is_err());
+        let e = DorisSinkConfig::parse(&raw(&bad)).unwrap_err();
+        assert!(e.to_string().contains("fast_mode"), "{e}");
     }
 
     #[test]
-    fn exactly_once_without_two_phase_commit_is_refused() {
-        let e = DorisSinkConfig::parse(&raw(&[
+    fn exactly_once_without_two_phase_commit_is_accepted_as_the_connector_accepts_it() {
+        let c = DorisSinkConfig::parse(&raw(&[
             ("delivery.guarantee", "exactly_once"),
             ("enable.2pc", "false"),
         ]))
-        .unwrap_err();
-        assert!(e.to_string().contains("`enable.2pc`"), "{e}");
+        .unwrap();
+        assert_eq!(
+            (c.delivery_guarantee, c.enable_2pc),
+            (DeliveryGuarantee::ExactlyOnce, false)
+        );
         let ok = DorisSinkConfig::parse(&raw(&[("delivery.guarantee", "EXACTLY_ONCE")])).unwrap();
         assert_eq!(ok.delivery_guarantee, DeliveryGuarantee::ExactlyOnce);
     }

@@ -270,25 +270,33 @@ impl DorisSinkTask {
             self.config.enable_2pc,
             self.config.strict_mode,
         );
+        let group_commit = self.config.group_commit;
         let writer = self.writer(tp);
         let label = writer.labels.next(last_offset);
         let request = StreamLoad {
             db,
             table: writer.table.clone(),
-            label: Some(label.clone()),
+            // `DorisStreamLoad.load`: with group commit on, the label is dropped.
+            label: group_commit.is_none().then(|| label.clone()),
             spec: LoadSpec {
                 strict_mode,
                 ..LoadSpec::default()
             },
             max_filter_ratio: 0.0,
             two_phase_commit,
+            group_commit: group_commit.unwrap_or_default(),
             lines: buffer.iter().map(|(_, line, _)| line.clone()).collect(),
         };
         let rows: Vec<RecordRef> = buffer.into_iter().map(|(_, _, r)| r).collect();
         self.write_log.invoked(&rows);
         let result = match self.client.be(BeRequest::StreamLoad(request)).await {
             Ok(BeResponse::StreamLoaded(resp)) => match resp.status {
-                StreamLoadStatus::Success => Ok(resp.txn_id),
+                StreamLoadStatus::Success => {
+                    if resp.group_commit {
+                        crate::mark!("doris-kc:group-commit-load");
+                    }
+                    Ok(resp.txn_id)
+                }
                 StreamLoadStatus::LabelAlreadyExists(status) => {
                     crate::mark!("doris-kc:label-already-exists");
                     Err(StreamLoadError::Refused(format!(
@@ -313,8 +321,10 @@ impl DorisSinkTask {
             // The buffer is gone with the exception; Connect redelivers only this put.
             crate::mark!("doris-kc:failed-flush-dropped-earlier-puts");
         }
-        let txn_id =
-            result.map_err(|e| format!("failed to stream load data with label: {label}: {e}"))?;
+        let txn_id = result.map_err(|e| match group_commit {
+            Some(_) => format!("failed to stream load data with group commit: {e}"),
+            None => format!("failed to stream load data with label: {label}: {e}"),
+        })?;
         let writer = self.writer(tp);
         writer.loaded.push(Committable { txn_id });
         writer.flushed = writer.flushed.max(last_offset + 1);
