@@ -588,11 +588,7 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_every: Option<u64>,
     /// The input producer's `linger.ms`, ms ([`producer`]). Default unset: 0.
-    #[serde(
-        default,
-        rename = "linger.ms",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "linger.ms", skip_serializing_if = "Option::is_none")]
     pub linger_ms: Option<u64>,
     /// The input producer's `batch.size`, bytes ([`producer`]). Default unset: 16384.
     #[serde(

@@ -66,7 +66,10 @@ impl WorkloadSpec {
             ),
             ("enable.idempotence", self.enable_idempotence.is_some()),
         ];
-        keys.iter().filter(|(_, set)| *set).map(|(k, _)| *k).collect()
+        keys.iter()
+            .filter(|(_, set)| *set)
+            .map(|(k, _)| *k)
+            .collect()
     }
 }
 
@@ -93,7 +96,11 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
     )?;
     let idempotent = w.enable_idempotence == Some(true);
     if let Some(n) = w.max_in_flight_requests_per_connection {
-        let max = if idempotent { IDEMPOTENT_MAX_IN_FLIGHT } else { u32::MAX };
+        let max = if idempotent {
+            IDEMPOTENT_MAX_IN_FLIGHT
+        } else {
+            u32::MAX
+        };
         ensure(
             (1..=max).contains(&n),
             "workload.max.in.flight.requests.per.connection",
@@ -151,7 +158,11 @@ mod tests {
         let mut config = crate::client::ProducerConfig::default();
         s.workload.apply_producer_keys(&mut config);
         assert_eq!(
-            (config.linger_ms, config.batch_size, config.max_in_flight_requests_per_connection),
+            (
+                config.linger_ms,
+                config.batch_size,
+                config.max_in_flight_requests_per_connection
+            ),
             (7, 100, 3)
         );
         assert!(config.enable_idempotence && config.batching());
@@ -169,12 +180,18 @@ mod tests {
     #[test]
     fn bad_batching_values_are_refused_naming_the_key() {
         let cases = [
-            ("\"max.in.flight.requests.per.connection\" = 0", "workload.max.in.flight.requests.per.connection"),
+            (
+                "\"max.in.flight.requests.per.connection\" = 0",
+                "workload.max.in.flight.requests.per.connection",
+            ),
             (
                 "\"enable.idempotence\" = true\n\"max.in.flight.requests.per.connection\" = 6",
                 "workload.max.in.flight.requests.per.connection",
             ),
-            ("\"enable.idempotence\" = true\nacks = \"1\"", "workload.enable.idempotence"),
+            (
+                "\"enable.idempotence\" = true\nacks = \"1\"",
+                "workload.enable.idempotence",
+            ),
             ("\"linger.ms\" = 25001", "workload.linger.ms"),
             ("\"batch.size\" = -1", "workload.batch.size"),
         ];

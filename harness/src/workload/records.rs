@@ -198,9 +198,15 @@ fn record_outcome(
             let offset = Some(d.offset).filter(|o| *o >= 0);
             record(OpKind::Ok, send_value(id, key, Some(tp), offset), None);
         }
-        Err(e) if e.is_ambiguous() => {
-            record(OpKind::Info, send_value(id, key, None, None), Some(e.to_string()))
-        }
-        Err(e) => record(OpKind::Fail, send_value(id, key, None, None), Some(e.to_string())),
+        Err(e) if e.is_ambiguous() => record(
+            OpKind::Info,
+            send_value(id, key, None, None),
+            Some(e.to_string()),
+        ),
+        Err(e) => record(
+            OpKind::Fail,
+            send_value(id, key, None, None),
+            Some(e.to_string()),
+        ),
     }
 }

@@ -35,27 +35,35 @@ fn queued_deliveries(config: ProducerConfig) -> Vec<Delivery> {
         world.add_kafka();
         let out: Arc<Mutex<Vec<Delivery>>> = Arc::default();
         let sink = out.clone();
-        world.add_node("producer", IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1)), move || {
-            let (sink, config) = (sink.clone(), config.clone());
-            async move {
-                let conn = Connection::open(1).await.expect("connection");
-                let admin = SimAdmin::new(conn.clone(), Duration::from_secs(60));
-                admin
-                    .create_topic("t", 2, 1, TopicConfig::default())
-                    .await
-                    .expect("create topic");
-                let producer = SimProducer::new(conn, config);
-                let mut reports = Vec::new();
-                for i in 0..10 {
-                    let report = producer.send_async(record((i % 2) as u32, i)).await;
-                    reports.push(report.expect("queued"));
+        world.add_node(
+            "producer",
+            IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1)),
+            move || {
+                let (sink, config) = (sink.clone(), config.clone());
+                async move {
+                    let conn = Connection::open(1).await.expect("connection");
+                    let admin = SimAdmin::new(conn.clone(), Duration::from_secs(60));
+                    admin
+                        .create_topic("t", 2, 1, TopicConfig::default())
+                        .await
+                        .expect("create topic");
+                    let producer = SimProducer::new(conn, config);
+                    let mut reports = Vec::new();
+                    for i in 0..10 {
+                        let report = producer.send_async(record((i % 2) as u32, i)).await;
+                        reports.push(report.expect("queued"));
+                    }
+                    producer
+                        .flush(Duration::from_secs(30))
+                        .await
+                        .expect("flush");
+                    for report in reports {
+                        let delivery = report.await.expect("delivered");
+                        sink.lock().expect("lock").push(delivery);
+                    }
                 }
-                producer.flush(Duration::from_secs(30)).await.expect("flush");
-                for report in reports {
-                    sink.lock().expect("lock").push(report.await.expect("delivered"));
-                }
-            }
-        });
+            },
+        );
         madsim::time::sleep(Duration::from_secs(10)).await;
         let deliveries = out.lock().expect("lock").clone();
         deliveries
@@ -102,7 +110,10 @@ fn the_batching_catalogue_scenario_sends_several_records_per_request() {
     let (outcome, _) = run_holding("alo-batching-producer.toml", 1);
     let batches = outcome.marks["client:produce-batch"];
     let records = outcome.marks["client:produce-batch-record"];
-    assert!(records >= 2 * batches, "{records} records in {batches} requests");
+    assert!(
+        records >= 2 * batches,
+        "{records} records in {batches} requests"
+    );
 }
 
 #[test]
@@ -112,5 +123,7 @@ fn retried_batches_of_a_non_idempotent_producer_land_twice_and_the_idempotent_tw
     assert_eq!(result.validity, Validity::Invalid);
     assert!(result.forbidden.contains(&Anomaly::Duplicate));
     let (outcome, _) = run_holding("alo-batching-in-flight-5-idempotent.toml", 1);
-    assert!(outcome.marks.contains_key("client:producer-retry-after-timeout"));
+    assert!(outcome
+        .marks
+        .contains_key("client:producer-retry-after-timeout"));
 }

@@ -4,7 +4,8 @@ use super::error::{from_code, from_commit, from_rdkafka};
 use super::rebalance::RebalanceContext;
 use crate::client::{
     Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig,
-    ConsumerGroupMetadata, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, Revocation,
+    ConsumerGroupMetadata, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    Revocation,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -147,7 +148,11 @@ impl Producer for RealProducer {
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError> {
         let timeout_ms = self.config.delivery_timeout_ms;
         let queue_timeout = Timeout::After(Duration::from_millis(timeout_ms));
-        match self.producer.send(future_record(&record), queue_timeout).await {
+        match self
+            .producer
+            .send(future_record(&record), queue_timeout)
+            .await
+        {
             Ok(d) => Ok(to_delivery(self.config.acks, &d)),
             Err((e, _)) => Err(from_rdkafka(&e, "produce", timeout_ms)),
         }

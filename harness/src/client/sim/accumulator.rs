@@ -89,7 +89,12 @@ impl<W> Accumulator<W> {
     /// Takes the first batch of `tp` if it is sendable at `now_ms`
     /// (`RecordAccumulator.ready`: full, not the last of its queue, lingered `linger.ms`,
     /// or `flushing`).
-    pub fn take_ready(&mut self, tp: &TopicPartition, now_ms: u64, flushing: bool) -> Option<Batch<W>> {
+    pub fn take_ready(
+        &mut self,
+        tp: &TopicPartition,
+        now_ms: u64,
+        flushing: bool,
+    ) -> Option<Batch<W>> {
         let queue = self.queues.get_mut(tp)?;
         let first = queue.front()?;
         let lingered = now_ms.saturating_sub(first.created_ms) >= self.linger_ms;
@@ -148,7 +153,10 @@ mod tests {
         let mut acc = Accumulator::new(5, 16_384);
         acc.append(&tp(0), record(10), 0, 100);
         acc.append(&tp(0), record(10), 1, 103);
-        assert!(acc.take_ready(&tp(0), 104, false).is_none(), "4 ms < linger.ms");
+        assert!(
+            acc.take_ready(&tp(0), 104, false).is_none(),
+            "4 ms < linger.ms"
+        );
         assert_eq!(acc.next_linger_expiry_ms(), Some(105));
         let batch = acc.take_ready(&tp(0), 105, false).expect("lingered 5 ms");
         assert_eq!(batch.waiters, vec![0, 1]);
@@ -163,17 +171,33 @@ mod tests {
         for i in 0..3 {
             acc.append(&tp(0), record(50), i, 0);
         }
-        let first = acc.take_ready(&tp(0), 0, false).expect("not the last batch");
+        let first = acc
+            .take_ready(&tp(0), 0, false)
+            .expect("not the last batch");
         assert_eq!(first.waiters, vec![0, 1]);
-        assert!(acc.take_ready(&tp(0), 0, false).is_none(), "the last one lingers");
-        assert_eq!(acc.take_ready(&tp(0), 1_000, false).expect("lingered").waiters, vec![2]);
+        assert!(
+            acc.take_ready(&tp(0), 0, false).is_none(),
+            "the last one lingers"
+        );
+        assert_eq!(
+            acc.take_ready(&tp(0), 1_000, false)
+                .expect("lingered")
+                .waiters,
+            vec![2]
+        );
     }
 
     #[test]
     fn a_batch_that_reaches_batch_size_is_sent_at_once() {
         let mut acc = Accumulator::new(1_000, 61 + 58);
         acc.append(&tp(0), record(50), 0, 0);
-        assert_eq!(acc.take_ready(&tp(0), 0, false).expect("full").records.len(), 1);
+        assert_eq!(
+            acc.take_ready(&tp(0), 0, false)
+                .expect("full")
+                .records
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -181,7 +205,10 @@ mod tests {
         let mut acc = Accumulator::new(1_000, 100);
         acc.append(&tp(0), record(500), 0, 0);
         acc.append(&tp(0), record(1), 1, 0);
-        assert_eq!(acc.take_ready(&tp(0), 0, false).expect("full").waiters, vec![0]);
+        assert_eq!(
+            acc.take_ready(&tp(0), 0, false).expect("full").waiters,
+            vec![0]
+        );
         assert!(acc.take_ready(&tp(0), 0, false).is_none());
     }
 
@@ -192,8 +219,14 @@ mod tests {
         acc.append(&tp(0), record(1), 0, 0);
         acc.append(&tp(1), record(1), 11, 0);
         assert_eq!(acc.partitions(), vec![tp(0), tp(1)]);
-        assert_eq!(acc.take_ready(&tp(0), 0, false).expect("linger 0").waiters, vec![0]);
-        assert_eq!(acc.take_ready(&tp(1), 0, false).expect("linger 0").waiters, vec![10, 11]);
+        assert_eq!(
+            acc.take_ready(&tp(0), 0, false).expect("linger 0").waiters,
+            vec![0]
+        );
+        assert_eq!(
+            acc.take_ready(&tp(1), 0, false).expect("linger 0").waiters,
+            vec![10, 11]
+        );
     }
 
     #[test]

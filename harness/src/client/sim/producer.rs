@@ -48,8 +48,8 @@ use crate::client::{
     ClientError, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
 };
 use async_trait::async_trait;
-use eosim_sim::kafka::BrokerId;
 use eosim_sim::kafka::murmur2::partition_for_key;
+use eosim_sim::kafka::BrokerId;
 use eosim_sim::kafka::{
     KafkaError, ProducerBatchHeader, Record, Request, Response, TopicPartition,
 };
@@ -602,7 +602,10 @@ impl SimProducer {
                 }
                 let deadline = queue.clock_base
                     + Duration::from_millis(batch.created_ms + self.config.delivery_timeout_ms);
-                tokio::spawn(self.clone().deliver_batch(tp.clone(), leader, batch, deadline));
+                tokio::spawn(
+                    self.clone()
+                        .deliver_batch(tp.clone(), leader, batch, deadline),
+                );
             }
         }
     }
