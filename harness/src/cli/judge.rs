@@ -28,7 +28,10 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // kafka-consume's producers run with enable.idempotence=false (a retried batch may
         // land twice); the transactional copy's producers are idempotent, its readers
         // read_committed, and its sink is the output's committed view of the input topic.
-        idempotent_producer: transactional || streams,
+        // `[workload] "enable.idempotence" = true` makes kafka-consume's idempotent.
+        idempotent_producer: transactional
+            || streams
+            || scenario.workload.enable_idempotence == Some(true),
         read_committed: transactional || sink_reads_committed(scenario),
         sink_topics: if transactional {
             vec![scenario.topic.name.clone()]

@@ -100,6 +100,27 @@ pub struct ProducerConfig {
     /// DLQ producer sets Connect's value. librdkafka has no counterpart (a record waits in
     /// its queue within `delivery.timeout.ms`), so the real producer ignores it.
     pub max_block_ms: u64,
+    /// `linger.ms`: how long a batch waits for more records after its first, ms. Default
+    /// here 0; Kafka's is 5 since 4.0 (KIP-1030), 0 before. See
+    /// [`batching`](Self::batching).
+    pub linger_ms: u64,
+    /// `batch.size`: a batch's bytes limit (the broker model's sizes, see
+    /// `client::sim::accumulator`). Default 16384 (Kafka's).
+    pub batch_size: u32,
+    /// `max.in.flight.requests.per.connection`: Produce requests in flight per broker.
+    /// Default here 1; Kafka's is 5 (at most 5 with `enable.idempotence`).
+    pub max_in_flight_requests_per_connection: u32,
+}
+
+impl ProducerConfig {
+    /// Whether records go through the accumulator (`linger.ms` > 0 or more than one
+    /// request in flight). eosim's defaults (`linger.ms=0`, one in flight) keep the shape
+    /// its workloads were calibrated with: every awaited `send` is one Produce request of
+    /// one record, as before batching existed, whatever Kafka's own defaults
+    /// (`linger.ms=5`, `batch.size=16384`, `max.in.flight.requests.per.connection=5`).
+    pub fn batching(&self) -> bool {
+        self.linger_ms > 0 || self.max_in_flight_requests_per_connection > 1
+    }
 }
 
 impl Default for ProducerConfig {
@@ -112,11 +133,54 @@ impl Default for ProducerConfig {
             retries: u32::MAX,
             retry_backoff_ms: 100,
             max_block_ms: 0,
+            linger_ms: 0,
+            batch_size: 16_384,
+            max_in_flight_requests_per_connection: 1,
         }
     }
 }
 
-/// A producer (rdkafka's `FutureProducer`).
+/// The delivery report of one record handed to [`Producer::send_async`] (Java's
+/// `Future<RecordMetadata>`, rdkafka's `DeliveryFuture`): resolves once the record's batch
+/// was acknowledged (offset = the batch's base offset + the record's index in it), failed,
+/// or its outcome became unknown ([`ClientError::is_ambiguous`], the same for every record
+/// of the batch).
+pub struct DeliveryFuture(
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Delivery, ClientError>> + Send>>,
+);
+
+impl DeliveryFuture {
+    /// A report from any future.
+    pub fn new(
+        future: impl std::future::Future<Output = Result<Delivery, ClientError>> + Send + 'static,
+    ) -> Self {
+        Self(Box::pin(future))
+    }
+
+    /// A report that is already known.
+    pub fn ready(result: Result<Delivery, ClientError>) -> Self {
+        Self::new(std::future::ready(result))
+    }
+}
+
+impl std::future::Future for DeliveryFuture {
+    type Output = Result<Delivery, ClientError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for DeliveryFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeliveryFuture")
+    }
+}
+
+/// A producer (rdkafka's `FutureProducer`, Java's `KafkaProducer`).
 #[async_trait]
 pub trait Producer: Send + Sync {
     /// Sends one record and waits for its delivery report.
@@ -124,6 +188,29 @@ pub trait Producer: Send + Sync {
     /// # Errors
     /// The last error after retries ran out or `delivery.timeout.ms` expired.
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError>;
+
+    /// Hands one record to the producer and returns its delivery report without waiting
+    /// for it (Java's `KafkaProducer.send(record)` returning a `Future`, rdkafka's
+    /// `FutureProducer::send_result`), so many records can be outstanding and batched
+    /// (`linger.ms`, `batch.size`, `max.in.flight.requests.per.connection`). The default,
+    /// for producers without a queue, delivers inside this call.
+    ///
+    /// # Errors
+    /// When the record cannot be queued (its topic's metadata could not be had within
+    /// `max.block.ms`, say); delivery errors come through the report.
+    async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        Ok(DeliveryFuture::ready(self.send(record).await))
+    }
+
+    /// Sends every queued record now, lingering or not, and waits until each has its
+    /// delivery report (Java's `KafkaProducer.flush`). The default has nothing queued.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when records are still undelivered after `timeout`.
+    async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
+        let _ = timeout;
+        Ok(())
+    }
 }
 
 /// What `auto.offset.reset` does when a group has no committed offset.

@@ -32,6 +32,7 @@
 pub mod clickhouse;
 pub mod consumer;
 pub mod doris_sink;
+pub mod producer;
 pub mod routine_load;
 
 use crate::checker::Claim;
@@ -586,6 +587,32 @@ pub struct WorkloadSpec {
     /// `(n + 1) % abort_every == 0`, so 3 aborts every third. 0 aborts none. Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_every: Option<u64>,
+    /// The input producer's `linger.ms`, ms ([`producer`]). Default unset: 0.
+    #[serde(default, rename = "linger.ms", skip_serializing_if = "Option::is_none")]
+    pub linger_ms: Option<u64>,
+    /// The input producer's `batch.size`, bytes ([`producer`]). Default unset: 16384.
+    #[serde(
+        default,
+        rename = "batch.size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub batch_size: Option<u32>,
+    /// The input producer's `max.in.flight.requests.per.connection` ([`producer`]).
+    /// Default unset: 1.
+    #[serde(
+        default,
+        rename = "max.in.flight.requests.per.connection",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_in_flight_requests_per_connection: Option<u32>,
+    /// The input producer's `enable.idempotence` ([`producer`]). Default unset: the
+    /// pipeline's own (false for `kafka-consume`).
+    #[serde(
+        default,
+        rename = "enable.idempotence",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_idempotence: Option<bool>,
 }
 
 impl Default for WorkloadSpec {
@@ -1217,6 +1244,7 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         self.consumer.check()?;
+        producer::check(self)?;
         self.check_upstream_txn()?;
         self.check_sink_consumer()
     }

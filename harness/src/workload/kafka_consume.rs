@@ -15,14 +15,15 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{next_offsets, parse_id, record_ref, send_id, text};
+use super::records::{next_offsets, parse_id, record_ref, send_id, send_id_queued, text};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{
-    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
+    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, Producer, ProducerConfig,
+    ProducerRecord,
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
@@ -110,15 +111,26 @@ pub struct Context {
 }
 
 impl Context {
-    fn take_id(&self, process: &str) -> Option<u64> {
+    /// The next id for `process`, or `None` when the generator is empty; then the process
+    /// counts as idle unless `keep_active` (it still awaits delivery reports, and calls
+    /// [`Context::release`] once they are in).
+    fn take_id(&self, process: &str, keep_active: bool) -> Option<u64> {
         let mut shared = self.shared.lock().expect("shared lock");
         if shared.next_id >= self.scenario.workload.records {
-            shared.active_producers.remove(process);
+            if !keep_active {
+                shared.active_producers.remove(process);
+            }
             return None;
         }
         shared.active_producers.insert(process.to_string());
         shared.next_id += 1;
         Some(shared.next_id - 1)
+    }
+
+    /// `process` went idle: every send it made has its completion recorded.
+    fn release(&self, process: &str) {
+        let mut shared = self.shared.lock().expect("shared lock");
+        shared.active_producers.remove(process);
     }
 
     fn record(&self, process: &str, kind: OpKind, value: Value, error: Option<String>) {
@@ -141,7 +153,7 @@ pub async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let config = ProducerConfig {
+    let mut config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
         request_timeout_ms: w.request_timeout_ms,
@@ -149,8 +161,12 @@ pub async fn producer_process(ctx: Context, name: String) {
         retries: w.retries,
         ..ProducerConfig::default()
     };
+    w.apply_producer_keys(&mut config);
+    if config.batching() {
+        return queued_producer_process(&ctx, conn, config, name).await;
+    }
     let producer = SimProducer::new(conn, config);
-    while let Some(id) = ctx.take_id(&name) {
+    while let Some(id) = ctx.take_id(&name, false) {
         let topic = &ctx.scenario.topic.name;
         send_id(&producer, topic, w.keys, id, |kind, value, error| {
             ctx.record(&name, kind, value, error)
@@ -158,6 +174,38 @@ pub async fn producer_process(ctx: Context, name: String) {
         .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+}
+
+/// A producer process whose producer batches (`[workload] "linger.ms"`,
+/// `"max.in.flight.requests.per.connection"`, [`crate::scenario::producer`]): it queues one
+/// id every `produce_interval_ms` without awaiting its delivery, each completion recorded
+/// when its report arrives; at the end it flushes and waits for every report.
+async fn queued_producer_process(
+    ctx: &Context,
+    conn: Connection,
+    config: ProducerConfig,
+    name: String,
+) {
+    let w = &ctx.scenario.workload;
+    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let producer = SimProducer::new(conn, config);
+    let mut reports = Vec::new();
+    while let Some(id) = ctx.take_id(&name, true) {
+        let (ctx2, name2) = (ctx.clone(), name.clone());
+        let topic = &ctx.scenario.topic.name;
+        let report = send_id_queued(&producer, topic, w.keys, id, move |kind, value, error| {
+            ctx2.record(&name2, kind, value, error)
+        })
+        .await;
+        reports.push(report);
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+    // A flush that times out leaves reports to come; they end within the delivery timeout.
+    let _ = producer.flush(flush_timeout).await;
+    for report in reports {
+        let _ = report.await;
+    }
+    ctx.release(&name);
 }
 
 /// A producer process of a transactional upstream ([`super::upstream_txn`]): the same
@@ -170,7 +218,7 @@ async fn txn_producer_process(
 ) {
     let w = &ctx.scenario.workload;
     let mut session = upstream.session(conn, &name).await;
-    while let Some(id) = ctx.take_id(&name) {
+    while let Some(id) = ctx.take_id(&name, false) {
         let key = format!("k{}", id % u64::from(w.keys.max(1)));
         let record = ProducerRecord {
             topic: ctx.scenario.topic.name.clone(),

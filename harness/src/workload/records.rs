@@ -133,14 +133,38 @@ pub async fn send_id(
     id: u64,
     record: impl Fn(OpKind, Value, Option<String>),
 ) {
+    let (key, produced) = id_record(topic, keys, id);
+    record(OpKind::Invoke, send_value(id, &key, None, None), None);
+    let result = producer.send(produced).await;
+    record_outcome(topic, id, &key, result, record);
+}
+
+/// As [`send_id`], but leaves the record queued in the producer
+/// ([`Producer::send_async`]) and records the completion from a task of this node once its
+/// delivery report arrives; returns that task (its completion recorded).
+pub async fn send_id_queued(
+    producer: &SimProducer,
+    topic: &str,
+    keys: u32,
+    id: u64,
+    record: impl Fn(OpKind, Value, Option<String>) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let (key, produced) = id_record(topic, keys, id);
+    record(OpKind::Invoke, send_value(id, &key, None, None), None);
+    let queued = producer.send_async(produced).await;
+    let topic = topic.to_string();
+    tokio::spawn(async move {
+        let result = match queued {
+            Ok(report) => report.await,
+            Err(e) => Err(e),
+        };
+        record_outcome(&topic, id, &key, result, record);
+    })
+}
+
+/// The key and record of generated id `id`.
+fn id_record(topic: &str, keys: u32, id: u64) -> (String, ProducerRecord) {
     let key = format!("k{}", id % u64::from(keys.max(1)));
-    let send = |tp, offset| Value::Send {
-        id,
-        key: Some(key.clone()),
-        tp,
-        offset,
-    };
-    record(OpKind::Invoke, send(None, None), None);
     let produced = ProducerRecord {
         topic: topic.to_string(),
         partition: None,
@@ -148,13 +172,41 @@ pub async fn send_id(
         value: Some(Bytes::from(id.to_string())),
         headers: Vec::new(),
     };
-    match producer.send(produced).await {
+    (key, produced)
+}
+
+fn send_value(id: u64, key: &str, tp: Option<TopicPartition>, offset: Option<Offset>) -> Value {
+    Value::Send {
+        id,
+        key: Some(key.to_string()),
+        tp,
+        offset,
+    }
+}
+
+/// Records the completion of the send of `id`.
+fn record_outcome(
+    topic: &str,
+    id: u64,
+    key: &str,
+    result: Result<crate::client::Delivery, crate::client::ClientError>,
+    record: impl Fn(OpKind, Value, Option<String>),
+) {
+    match result {
         Ok(d) => {
             let tp = TopicPartition::new(topic, d.partition);
             let offset = Some(d.offset).filter(|o| *o >= 0);
-            record(OpKind::Ok, send(Some(tp), offset), None);
+            record(OpKind::Ok, send_value(id, key, Some(tp), offset), None);
         }
-        Err(e) if e.is_ambiguous() => record(OpKind::Info, send(None, None), Some(e.to_string())),
-        Err(e) => record(OpKind::Fail, send(None, None), Some(e.to_string())),
+        Err(e) if e.is_ambiguous() => record(
+            OpKind::Info,
+            send_value(id, key, None, None),
+            Some(e.to_string()),
+        ),
+        Err(e) => record(
+            OpKind::Fail,
+            send_value(id, key, None, None),
+            Some(e.to_string()),
+        ),
     }
 }

@@ -2,6 +2,7 @@
 //! `--cfg madsim` (`cargo xtask test` does that).
 #![cfg(madsim)]
 
+mod batching_producer;
 mod canaries;
 mod clickhouse_sink;
 mod connect_jdbc;

@@ -4,7 +4,8 @@ use super::error::{from_code, from_commit, from_rdkafka};
 use super::rebalance::RebalanceContext;
 use crate::client::{
     Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig,
-    ConsumerGroupMetadata, Delivery, Producer, ProducerConfig, ProducerRecord, Revocation,
+    ConsumerGroupMetadata, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    Revocation,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -51,6 +52,12 @@ pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) 
         )
         .set("retries", retries.to_string())
         .set("retry.backoff.ms", config.retry_backoff_ms.to_string())
+        .set("linger.ms", config.linger_ms.to_string())
+        .set("batch.size", config.batch_size.to_string())
+        .set(
+            "max.in.flight.requests.per.connection",
+            config.max_in_flight_requests_per_connection.to_string(),
+        )
         .set("log_level", "3");
     c
 }
@@ -105,36 +112,80 @@ fn owned_headers(headers: &[(String, Bytes)]) -> Option<OwnedHeaders> {
     Some(h)
 }
 
+/// The rdkafka record of `record`, borrowing its bytes.
+fn future_record(record: &ProducerRecord) -> FutureRecord<'_, [u8], [u8]> {
+    let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+    if let Some(key) = &record.key {
+        r = r.key(&key[..]);
+    }
+    if let Some(value) = &record.value {
+        r = r.payload(&value[..]);
+    }
+    if let Some(p) = record.partition {
+        r = r.partition(p as i32);
+    }
+    if let Some(h) = owned_headers(&record.headers) {
+        r = r.headers(h);
+    }
+    r
+}
+
+/// A librdkafka delivery report as a [`Delivery`]: acks=0 has no offset, and librdkafka
+/// reports an invalid one (-1001), both become -1.
+fn to_delivery(acks: Acks, d: &rdkafka::producer::future_producer::Delivery) -> Delivery {
+    Delivery {
+        partition: d.partition as u32,
+        offset: if acks == Acks::None || d.offset < 0 {
+            -1
+        } else {
+            d.offset
+        },
+    }
+}
+
 #[async_trait]
 impl Producer for RealProducer {
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError> {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
-        if let Some(key) = &record.key {
-            r = r.key(&key[..]);
-        }
-        if let Some(value) = &record.value {
-            r = r.payload(&value[..]);
-        }
-        if let Some(p) = record.partition {
-            r = r.partition(p as i32);
-        }
-        if let Some(h) = owned_headers(&record.headers) {
-            r = r.headers(h);
-        }
         let timeout_ms = self.config.delivery_timeout_ms;
         let queue_timeout = Timeout::After(Duration::from_millis(timeout_ms));
-        match self.producer.send(r, queue_timeout).await {
-            Ok(d) => Ok(Delivery {
-                partition: d.partition as u32,
-                // acks=0 has no offset; librdkafka reports an invalid one (-1001).
-                offset: if self.config.acks == Acks::None || d.offset < 0 {
-                    -1
-                } else {
-                    d.offset
-                },
-            }),
+        match self
+            .producer
+            .send(future_record(&record), queue_timeout)
+            .await
+        {
+            Ok(d) => Ok(to_delivery(self.config.acks, &d)),
             Err((e, _)) => Err(from_rdkafka(&e, "produce", timeout_ms)),
         }
+    }
+
+    /// `FutureProducer::send_result`: librdkafka queues the record and batches it itself
+    /// (`linger.ms`, `batch.size`, `max.in.flight.requests.per.connection` are set from
+    /// [`ProducerConfig`], [`producer_client_config`]). A full local queue
+    /// (`queue.buffering.max.messages`) is an error here, not a wait.
+    async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        let timeout_ms = self.config.delivery_timeout_ms;
+        let future = self
+            .producer
+            .send_result(future_record(&record))
+            .map_err(|(e, _)| from_rdkafka(&e, "produce", timeout_ms))?;
+        let acks = self.config.acks;
+        Ok(DeliveryFuture::new(async move {
+            match future.await {
+                Ok(Ok(d)) => Ok(to_delivery(acks, &d)),
+                Ok(Err((e, _))) => Err(from_rdkafka(&e, "produce", timeout_ms)),
+                // The producer was dropped with the record queued: outcome unknown.
+                Err(_) => Err(ClientError::Timeout {
+                    what: "delivery report (the producer was dropped)".into(),
+                    timeout_ms,
+                }),
+            }
+        }))
+    }
+
+    /// librdkafka's `rd_kafka_flush`, which blocks the calling thread while it serves
+    /// delivery reports (as [`RealProducer::flush`]).
+    async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
+        RealProducer::flush(self, timeout)
     }
 }
 

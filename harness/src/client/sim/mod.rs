@@ -3,6 +3,7 @@
 //! [`conn::Connection`] routes requests to brokers and keeps the metadata cache; the
 //! producer, consumer and admin are built on it.
 
+pub mod accumulator;
 pub mod admin;
 pub mod clickhouse;
 pub mod conn;

@@ -1,11 +1,34 @@
 //! The simulated producer: partitioning, leader routing, retries, `delivery.timeout.ms`, and
 //! the idempotent producer of KIP-98 / KIP-360 (on by default, `enable.idempotence=true`).
 //!
-//! One record per Produce request (no linger) and one send in flight per producer
-//! (`max.in.flight.requests.per.connection=1`): simple to reason about in histories. The
-//! outcome of a send that saw any timeout is ambiguous and is reported as
+//! The outcome of a send that saw any timeout is ambiguous and is reported as
 //! [`ClientError::Timeout`] unless a later attempt succeeded, because a timed-out Produce
 //! may have been appended (`models-reference.md` A.2).
+//!
+//! # Batching (`linger.ms`, `batch.size`, `max.in.flight.requests.per.connection`)
+//! With eosim's defaults (`linger.ms=0`, one request in flight,
+//! [`ProducerConfig::batching`] false) an awaited [`Producer::send`] is one Produce request
+//! of one record, sent from the caller's task, one at a time: the shape every existing
+//! scenario was calibrated with. Otherwise, and for every [`Producer::send_async`], records
+//! go through a [`Accumulator`] per partition (Kafka's `RecordAccumulator`) that a sender
+//! task drains (Kafka's `Sender.sendProducerData`): a batch leaves when it is full, not its
+//! partition's last, `linger.ms` old, or on [`Producer::flush`], while its leader has fewer
+//! than `max.in.flight.requests.per.connection` batches in flight from this producer. Each
+//! batch is retried as a unit (same records, same base sequence when idempotent) by its
+//! own task, and every record of it resolves to `Delivery { offset: base offset + index }`
+//! or to the batch's error, ambiguous for all of them alike.
+//!
+//! Ordering. One batch per partition is in flight when idempotent or when one request may
+//! be in flight (Java's `guaranteeMessageOrder` mutes the partition, and its idempotent
+//! producer keeps order with sequence numbers, `TransactionManager` re-enqueueing retries
+//! in sequence order; eosim keeps that order by not overlapping a partition's batches,
+//! which leaves out Java's pipelining of up to 5 batches of one partition). Without
+//! idempotence and with more than one in flight, a partition's batches overlap and retry
+//! independently: a batch that failed and is retried lands after a later one (reordering),
+//! and one whose response was lost lands twice (duplication), as
+//! `max.in.flight.requests.per.connection` documents for Kafka. A batch keeps its
+//! in-flight slot through its retries and backoffs (Java re-enqueues it and frees the
+//! slot), and the slot is counted against the leader known when the batch left.
 //!
 //! # Idempotence (models-reference B.1, B.4)
 //! - The first send asks any broker for a producer id (InitProducerId without a
@@ -19,17 +42,22 @@
 //! - A send that ends without a known outcome leaves its partition *unresolved*: the epoch
 //!   is bumped before the next send to it, as Java does.
 
+use super::accumulator::{Accumulator, Batch};
 use super::conn::{needs_metadata_refresh, Connection};
-use crate::client::{ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
+use crate::client::{
+    ClientError, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+};
 use async_trait::async_trait;
 use eosim_sim::kafka::murmur2::partition_for_key;
+use eosim_sim::kafka::BrokerId;
 use eosim_sim::kafka::{
     KafkaError, ProducerBatchHeader, Record, Request, Response, TopicPartition,
 };
 use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
 
 /// Producer id, epoch and per-partition sequence numbers of an idempotent or transactional
 /// producer (KIP-98).
@@ -198,23 +226,76 @@ pub fn to_record(record: ProducerRecord) -> Record {
     }
 }
 
+/// Where a queued record's outcome goes.
+type Waiter = oneshot::Sender<Result<Delivery, ClientError>>;
+
+/// The queued side of a producer: the accumulator and what is in flight from it.
+struct Queue {
+    acc: Accumulator<Waiter>,
+    /// The accumulator's clock: ms since this instant.
+    clock_base: madsim::time::Instant,
+    /// Batches in flight per leader (0 = no leader known when the batch left).
+    in_flight: BTreeMap<BrokerId, u32>,
+    /// Partitions with a batch in flight that no other batch of theirs may overlap.
+    muted: BTreeSet<TopicPartition>,
+    /// Batches in flight in all.
+    batches_in_flight: usize,
+    /// `flush` calls waiting.
+    flushing: usize,
+    /// Whether the sender task runs (it ends when nothing is queued or in flight).
+    sender_running: bool,
+}
+
+impl Queue {
+    fn now_ms(&self) -> u64 {
+        self.clock_base.elapsed().as_millis() as u64
+    }
+
+    fn idle(&self) -> bool {
+        self.acc.is_empty() && self.batches_in_flight == 0
+    }
+}
+
 /// A producer over a [`Connection`]; idempotent unless `enable_idempotence` is false.
+/// Cloning shares everything (the sender task holds a clone).
+#[derive(Clone)]
 pub struct SimProducer {
     conn: Connection,
     config: ProducerConfig,
-    idempotence: Mutex<Option<IdempotenceState>>,
-    /// One send at a time (`max.in.flight.requests.per.connection=1`).
-    in_flight: tokio::sync::Mutex<()>,
+    idempotence: Arc<Mutex<Option<IdempotenceState>>>,
+    /// One awaited send at a time without batching
+    /// (`max.in.flight.requests.per.connection=1`).
+    in_flight: Arc<tokio::sync::Mutex<()>>,
+    /// One InitProducerId at a time (batches of several partitions may start together).
+    init: Arc<tokio::sync::Mutex<()>>,
+    queue: Arc<Mutex<Queue>>,
+    /// Rung on a new record, a flush, and a batch's completion: the sender looks again.
+    wake: Arc<Notify>,
+    /// Rung on a batch's completion: flushes look again.
+    settled: Arc<Notify>,
 }
 
 impl SimProducer {
     /// A producer with `config` on `conn`.
     pub fn new(conn: Connection, config: ProducerConfig) -> Self {
+        let queue = Queue {
+            acc: Accumulator::new(config.linger_ms, config.batch_size),
+            clock_base: madsim::time::Instant::now(),
+            in_flight: BTreeMap::new(),
+            muted: BTreeSet::new(),
+            batches_in_flight: 0,
+            flushing: 0,
+            sender_running: false,
+        };
         Self {
             conn,
             config,
-            idempotence: Mutex::new(None),
-            in_flight: tokio::sync::Mutex::new(()),
+            idempotence: Arc::default(),
+            in_flight: Arc::default(),
+            init: Arc::default(),
+            queue: Arc::new(Mutex::new(queue)),
+            wake: Arc::default(),
+            settled: Arc::default(),
         }
     }
 
@@ -262,6 +343,10 @@ impl SimProducer {
     /// Gets a producer id if idempotent and none is held yet, retrying until `deadline`.
     async fn ensure_producer_id(&self, deadline: madsim::time::Instant) -> Result<(), ClientError> {
         if !self.config.enable_idempotence || self.producer_id_and_epoch().is_some() {
+            return Ok(());
+        }
+        let _one = self.init.lock().await;
+        if self.producer_id_and_epoch().is_some() {
             return Ok(());
         }
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
@@ -339,27 +424,100 @@ impl SimProducer {
 #[async_trait]
 impl Producer for SimProducer {
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, ClientError> {
+        if self.config.batching() {
+            return self.send_async(record).await?.await;
+        }
         let _one = self.in_flight.lock().await;
         let partition = partition_of(&self.conn, &self.config, &record).await?;
         let tp = TopicPartition::new(record.topic.clone(), partition);
         let batch = to_record(record);
         let deadline = self.deadline();
+        let offset = self.deliver(&tp, vec![batch], deadline).await?;
+        Ok(Delivery { partition, offset })
+    }
+
+    async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        let partition = partition_of(&self.conn, &self.config, &record).await?;
+        let tp = TopicPartition::new(record.topic.clone(), partition);
+        let (waiter, report) = oneshot::channel();
+        let start_sender = {
+            let mut queue = self.queue.lock().expect("queue lock");
+            let now_ms = queue.now_ms();
+            queue.acc.append(&tp, to_record(record), waiter, now_ms);
+            !std::mem::replace(&mut queue.sender_running, true)
+        };
+        if start_sender {
+            // A task of this node: a kill ends it with the producer's process.
+            tokio::spawn(self.clone().run_sender());
+        } else {
+            self.wake.notify_one();
+        }
+        Ok(DeliveryFuture::new(async move {
+            report.await.unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    what: "delivery report (the producer stopped with the record queued)".into(),
+                    timeout_ms: 0,
+                })
+            })
+        }))
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
+        let deadline = madsim::time::Instant::now() + timeout;
+        self.queue.lock().expect("queue lock").flushing += 1;
+        self.wake.notify_one();
+        let result = loop {
+            // Created before the check, so a completion in between still wakes it.
+            let settled = self.settled.notified();
+            if self.queue.lock().expect("queue lock").idle() {
+                break Ok(());
+            }
+            tokio::select! {
+                () = settled => {}
+                () = madsim::time::sleep_until(deadline) => {
+                    break Err(ClientError::Timeout {
+                        what: "flush: records still undelivered".into(),
+                        timeout_ms: timeout.as_millis() as u64,
+                    });
+                }
+            }
+        };
+        self.queue.lock().expect("queue lock").flushing -= 1;
+        result
+    }
+}
+
+impl SimProducer {
+    /// Delivers `records` to `tp` as one batch, retrying it as a unit until `deadline`
+    /// (`delivery.timeout.ms` from its first record) or `retries` run out. Returns the
+    /// base offset (-1 under acks=0 or for a batch the broker already had).
+    ///
+    /// # Errors
+    /// The last error; [`ClientError::Timeout`] when any attempt timed out and none
+    /// succeeded (the batch may have been appended).
+    async fn deliver(
+        &self,
+        tp: &TopicPartition,
+        records: Vec<Record>,
+        deadline: madsim::time::Instant,
+    ) -> Result<i64, ClientError> {
+        let count = records.len();
         let mut ambiguous = false;
         let mut attempts = 0u32;
         loop {
-            let header = self.next_header(&tp, deadline).await?;
+            let header = self.next_header(tp, deadline).await?;
             let result = produce_once(
                 &self.conn,
                 &self.config,
-                &tp,
+                tp,
                 header,
-                vec![batch.clone()],
+                records.clone(),
                 Duration::ZERO,
             )
             .await;
-            self.settle(&tp, header, 1, &result);
+            self.settle(tp, header, count, &result);
             let error = match result {
-                Ok(offset) => return Ok(Delivery { partition, offset }),
+                Ok(offset) => return Ok(offset),
                 Err(e) => e,
             };
             ambiguous |= error.is_ambiguous();
@@ -376,7 +534,7 @@ impl Producer for SimProducer {
             let retriable = is_retriable(&error) || resequenced;
             if !retriable || attempts > self.config.retries || out_of_time {
                 if ambiguous {
-                    self.mark_unresolved(&tp);
+                    self.mark_unresolved(tp);
                 }
                 return Err(
                     if ambiguous && !matches!(error, ClientError::Timeout { .. }) {
@@ -396,6 +554,96 @@ impl Producer for SimProducer {
             });
             madsim::time::sleep(backoff).await;
         }
+    }
+
+    /// The sender task: sends every sendable batch, then sleeps until the next linger
+    /// expires or something changes; ends when nothing is queued or in flight.
+    async fn run_sender(self) {
+        loop {
+            let wake_at = {
+                let mut queue = self.queue.lock().expect("queue lock");
+                self.dispatch_ready(&mut queue);
+                if queue.idle() {
+                    queue.sender_running = false;
+                    return;
+                }
+                let now_ms = queue.now_ms();
+                let expiry = queue.acc.next_linger_expiry_ms().filter(|at| *at > now_ms);
+                expiry.map(|at| queue.clock_base + Duration::from_millis(at))
+            };
+            match wake_at {
+                Some(at) => tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = madsim::time::sleep_until(at) => {}
+                },
+                None => self.wake.notified().await,
+            }
+        }
+    }
+
+    /// Takes every batch that may leave now, in partition order, and starts its delivery.
+    fn dispatch_ready(&self, queue: &mut Queue) {
+        let max_in_flight = self.config.max_in_flight_requests_per_connection.max(1);
+        let ordered = self.config.enable_idempotence || max_in_flight == 1;
+        let now_ms = queue.now_ms();
+        let flushing = queue.flushing > 0;
+        for tp in queue.acc.partitions() {
+            let leader = self.conn.leader(&tp).unwrap_or(0);
+            while !queue.muted.contains(&tp)
+                && queue.in_flight.get(&leader).copied().unwrap_or(0) < max_in_flight
+            {
+                let Some(batch) = queue.acc.take_ready(&tp, now_ms, flushing) else {
+                    break;
+                };
+                *queue.in_flight.entry(leader).or_insert(0) += 1;
+                queue.batches_in_flight += 1;
+                if ordered {
+                    queue.muted.insert(tp.clone());
+                }
+                let deadline = queue.clock_base
+                    + Duration::from_millis(batch.created_ms + self.config.delivery_timeout_ms);
+                tokio::spawn(
+                    self.clone()
+                        .deliver_batch(tp.clone(), leader, batch, deadline),
+                );
+            }
+        }
+    }
+
+    /// Delivers one queued batch and resolves each of its records.
+    async fn deliver_batch(
+        self,
+        tp: TopicPartition,
+        leader: BrokerId,
+        batch: Batch<Waiter>,
+        deadline: madsim::time::Instant,
+    ) {
+        crate::mark!("client:produce-batch");
+        for _ in &batch.records {
+            crate::mark!("client:produce-batch-record");
+        }
+        if batch.records.len() > 1 {
+            crate::mark!("client:produce-batch-multi-record");
+        }
+        let result = self.deliver(&tp, batch.records, deadline).await;
+        for (index, waiter) in batch.waiters.into_iter().enumerate() {
+            let delivery = result.clone().map(|base| Delivery {
+                partition: tp.partition,
+                offset: if base >= 0 { base + index as i64 } else { -1 },
+            });
+            // The caller may have dropped its report: nothing to tell then.
+            let _ = waiter.send(delivery);
+        }
+        {
+            let mut queue = self.queue.lock().expect("queue lock");
+            if let Some(n) = queue.in_flight.get_mut(&leader) {
+                *n -= 1;
+            }
+            queue.batches_in_flight -= 1;
+            queue.muted.remove(&tp);
+        }
+        self.wake.notify_one();
+        self.settled.notify_waiters();
     }
 }
 

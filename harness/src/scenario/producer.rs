@@ -1,0 +1,217 @@
+//! `[workload]`'s producer keys, under the Java producer's names (`ProducerConfig`): the
+//! batching of the `kafka-consume` input producer.
+//!
+//! ```toml
+//! [workload]
+//! "linger.ms" = 5                               # default 0 here; Kafka 4.0: 5 (KIP-1030)
+//! "batch.size" = 16384                          # bytes; default 16384 (Kafka's)
+//! "max.in.flight.requests.per.connection" = 5   # default 1 here; Kafka: 5
+//! "enable.idempotence" = false                  # default false in kafka-consume
+//! ```
+//!
+//! ## Default values
+//! Unset, the workload keeps the shape every scenario was calibrated with: each record is
+//! sent and awaited on its own, one Produce request of one record, one request in flight
+//! (`linger.ms=0`, `max.in.flight.requests.per.connection=1`), and `kafka-consume`'s
+//! producers are not idempotent. Kafka's own defaults differ: `linger.ms=5` since Kafka
+//! 4.0 (KIP-1030; 0 before), `batch.size=16384`,
+//! `max.in.flight.requests.per.connection=5`, `enable.idempotence=true` (Kafka 3.0+,
+//! KIP-679). With `linger.ms` > 0 or more than one request in flight the producer process
+//! keeps its sends outstanding ([`crate::client::Producer::send_async`], one every
+//! `produce_interval_ms`) and its accumulator batches them
+//! ([`crate::client::sim::accumulator`] under `--cfg madsim`).
+//!
+//! ## Checks (Kafka's `ConfigException`s)
+//! - `max.in.flight.requests.per.connection` at least 1 (`atLeast(1)`), and at most 5 with
+//!   `enable.idempotence` (`ProducerConfig.postProcessAndValidateIdempotenceConfigs`).
+//! - `enable.idempotence = true` only with `acks = "all"` (same place).
+//! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
+//!   (`KafkaProducer.configureDeliveryTimeout`), where the workload's delivery timeout is
+//!   `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms × retries`.
+//! - Only `kafka-consume` without a transactional upstream reads the keys; elsewhere they
+//!   are refused, so none is silently ignored.
+
+use super::{ensure, Pipeline, Scenario, WorkloadSpec};
+use crate::client::ProducerConfig;
+use eosim_sim::kafka::Acks;
+
+/// Kafka's cap on `max.in.flight.requests.per.connection` for an idempotent producer.
+pub const IDEMPOTENT_MAX_IN_FLIGHT: u32 = 5;
+
+impl WorkloadSpec {
+    /// Sets the keys this module documents on `config`, those that are set.
+    pub fn apply_producer_keys(&self, config: &mut ProducerConfig) {
+        if let Some(linger_ms) = self.linger_ms {
+            config.linger_ms = linger_ms;
+        }
+        if let Some(batch_size) = self.batch_size {
+            config.batch_size = batch_size;
+        }
+        if let Some(n) = self.max_in_flight_requests_per_connection {
+            config.max_in_flight_requests_per_connection = n;
+        }
+        if let Some(idempotent) = self.enable_idempotence {
+            config.enable_idempotence = idempotent;
+        }
+    }
+
+    /// The keys of this module that are set, by their `[workload]` names.
+    fn producer_keys_set(&self) -> Vec<&'static str> {
+        let keys = [
+            ("linger.ms", self.linger_ms.is_some()),
+            ("batch.size", self.batch_size.is_some()),
+            (
+                "max.in.flight.requests.per.connection",
+                self.max_in_flight_requests_per_connection.is_some(),
+            ),
+            ("enable.idempotence", self.enable_idempotence.is_some()),
+        ];
+        keys.iter()
+            .filter(|(_, set)| *set)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+}
+
+/// `Err((key, message))` for a key Kafka would refuse or a pipeline would not read.
+pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
+    let w = &scenario.workload;
+    let Some(first) = w.producer_keys_set().first().copied() else {
+        return Ok(());
+    };
+    ensure(
+        scenario.pipeline == Pipeline::KafkaConsume,
+        &format!("workload.{first}"),
+        format!(
+            "read only by the input producers of pipeline `kafka-consume`, not `{}`",
+            scenario.pipeline.name()
+        ),
+    )?;
+    ensure(
+        w.transactional_id.is_none(),
+        &format!("workload.{first}"),
+        "not with workload.transactional.id: the transactional upstream sends one record \
+         per request"
+            .into(),
+    )?;
+    let idempotent = w.enable_idempotence == Some(true);
+    if let Some(n) = w.max_in_flight_requests_per_connection {
+        let max = if idempotent {
+            IDEMPOTENT_MAX_IN_FLIGHT
+        } else {
+            u32::MAX
+        };
+        ensure(
+            (1..=max).contains(&n),
+            "workload.max.in.flight.requests.per.connection",
+            if idempotent {
+                format!("expected 1..=5 with enable.idempotence = true, found {n}")
+            } else {
+                format!("expected at least 1, found {n}")
+            },
+        )?;
+    }
+    ensure(
+        !idempotent || w.acks == Acks::All,
+        "workload.enable.idempotence",
+        "the idempotent producer needs acks = \"all\"".into(),
+    )?;
+    let linger_max = w.request_timeout_ms * u64::from(w.retries);
+    let linger_ms = w.linger_ms.unwrap_or(0);
+    ensure(
+        linger_ms <= linger_max,
+        "workload.linger.ms",
+        format!(
+            "expected at most {linger_max} (linger.ms + request.timeout.ms <= \
+             delivery.timeout.ms = request_timeout_ms * (retries + 1)), found {linger_ms}"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::{Scenario, ScenarioError};
+    use std::path::Path;
+
+    fn parse(pipeline: &str, workload: &str) -> Result<Scenario, ScenarioError> {
+        let text = format!(
+            "pipeline = \"{pipeline}\"\nclaim = \"at-least-once\"\n[workload]\n{workload}\n"
+        );
+        Scenario::parse(Path::new("t.toml"), &text)
+    }
+
+    fn refused_key(pipeline: &str, workload: &str) -> String {
+        match parse(pipeline, workload) {
+            Err(ScenarioError::Invalid { key, .. }) => key,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_batching_keys_reach_the_producer_config() {
+        let s = parse(
+            "kafka-consume",
+            "\"linger.ms\" = 7\n\"batch.size\" = 100\n\
+             \"max.in.flight.requests.per.connection\" = 3\n\"enable.idempotence\" = true",
+        )
+        .expect("valid");
+        let mut config = crate::client::ProducerConfig::default();
+        s.workload.apply_producer_keys(&mut config);
+        assert_eq!(
+            (
+                config.linger_ms,
+                config.batch_size,
+                config.max_in_flight_requests_per_connection
+            ),
+            (7, 100, 3)
+        );
+        assert!(config.enable_idempotence && config.batching());
+    }
+
+    #[test]
+    fn unset_keys_keep_one_record_per_request() {
+        let s = parse("kafka-consume", "").expect("valid");
+        let mut config = crate::client::ProducerConfig::default();
+        s.workload.apply_producer_keys(&mut config);
+        assert!(!config.batching());
+        assert!(!s.to_toml().expect("toml").contains("linger"));
+    }
+
+    #[test]
+    fn bad_batching_values_are_refused_naming_the_key() {
+        let cases = [
+            (
+                "\"max.in.flight.requests.per.connection\" = 0",
+                "workload.max.in.flight.requests.per.connection",
+            ),
+            (
+                "\"enable.idempotence\" = true\n\"max.in.flight.requests.per.connection\" = 6",
+                "workload.max.in.flight.requests.per.connection",
+            ),
+            (
+                "\"enable.idempotence\" = true\nacks = \"1\"",
+                "workload.enable.idempotence",
+            ),
+            ("\"linger.ms\" = 25001", "workload.linger.ms"),
+            ("\"batch.size\" = -1", "workload.batch.size"),
+        ];
+        for (workload, key) in cases {
+            assert_eq!(refused_key("kafka-consume", workload), key, "{workload}");
+        }
+    }
+
+    #[test]
+    fn the_batching_keys_are_refused_where_no_producer_reads_them() {
+        assert_eq!(
+            refused_key("transactional-copy", "\"linger.ms\" = 5"),
+            "workload.linger.ms"
+        );
+        assert_eq!(
+            refused_key(
+                "kafka-consume",
+                "\"transactional.id\" = \"up\"\n\"batch.size\" = 10"
+            ),
+            "workload.batch.size"
+        );
+    }
+}
