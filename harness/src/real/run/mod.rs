@@ -36,6 +36,7 @@ pub mod bulk;
 pub mod clickhouse_sink;
 pub mod cluster;
 pub mod connect_task;
+pub mod doris;
 pub mod fault_point;
 pub mod faults;
 pub mod measure;

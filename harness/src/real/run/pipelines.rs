@@ -18,7 +18,9 @@
 //!   each in group `streams.application_id`; final state: the input log, the committed
 //!   offsets, the output read_committed.
 //!
-//! Every other pipeline is reported as skipped, with the reason. For `connect-jdbc` the
+//! `routine-load` and `doris-sink` are skipped naming what is missing (Docker, the Doris
+//! image, or the runner itself: [`doris`](super::doris)). Every other pipeline is reported
+//! as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
 //! scenario's own URL is the simulated node's); the history records the configuration the
 //! tasks ran with, which the change-data checker reads as in simulation.
@@ -102,6 +104,10 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         Pipeline::ConnectJdbc => None,
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
+        Pipeline::RoutineLoad | Pipeline::DorisSink => Some(super::doris::skip_reason(
+            scenario.pipeline.name(),
+            &super::doris::probe(),
+        )),
         other => Some(format!(
             "skipped: pipeline {} is not supported by the real backend yet",
             other.name()
