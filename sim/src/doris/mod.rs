@@ -10,6 +10,7 @@
 //! - [`model::Doris`]: the cluster as a pure state machine (FE journal, BE load channels,
 //!   committed rowsets, published tablets; FE and BE restarts).
 //! - [`stream_load`]: Stream Load and `_stream_load_2pc`.
+//! - [`group_commit`]: the `group_commit` header's internal loads and WAL.
 //! - [`routine_load`]: job properties, states, progress (`KafkaProgress`), statistics
 //!   (`SHOW ROUTINE LOAD`), task division.
 //! - [`fe_routine_load`]: the FE's schedulers and transaction callbacks for Routine Load.
@@ -58,11 +59,16 @@
 //!   connector (`StreamLoadWriter.fetchLabel2Status`, pipeline `doris-sink`, harness
 //!   `sinks::doris`) recovers its progress from VISIBLE labels; `_stream_load_2pc` is served
 //!   by the FE (the real BE forwards it there).
+//! - Group commit ([`group_commit`]): `sync_mode` / `async_mode` Stream Loads sharing one
+//!   internal load per table, the `async_mode` WAL replayed after a BE restart and
+//!   truncated by a BE machine crash.
 //!
 //! Not modelled (and why): SQL text (requests are typed); partitions, buckets, tablets
 //! and replicas (one data set per table: a load is wholly applied or not, which is what
 //! the pipelines' claims rest on); several FEs and master election (an FE restart stands
-//! for a master switch: the new master replays the same journal); group commit; WHERE /
+//! for a master switch: the new master replays the same journal, which BDB JE replicates to
+//! a quorum before a write is acknowledged, so a switch loses nothing a restart keeps);
+//! WHERE /
 //! column expressions in `COLUMNS` (`unselectedRows` is always 0); AGGREGATE KEY tables
 //! and merge-on-read UNIQUE; types beyond the ones in [`types::ColumnType`]; Doris' lower
 //! bounds on `max_batch_rows` / `max_batch_size` (scaled-down runs need small batches);
