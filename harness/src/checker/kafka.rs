@@ -30,6 +30,10 @@ impl AnalysisChecker for KafkaChecker {
             (Anomaly::InconsistentOffsets, inconsistent_offsets_cases(a)),
             (Anomaly::NonmonotonicPoll, nonmonotonic_poll_cases(a)),
             (Anomaly::PollSkip, poll_skip_cases(a)),
+            (
+                Anomaly::NonmonotonicSend,
+                nonmonotonic_send_cases(history, a),
+            ),
             (Anomaly::SendRejected, send_rejected_cases(history, a)),
         ];
         let unchecked = a.acked.values().filter(|ack| !judgeable(a, ack)).count();
@@ -174,6 +178,61 @@ pub fn duplicate_cases(a: &Analysis) -> Vec<Case> {
             ),
         });
     }
+    cases
+}
+
+/// `nonmonotonic-send`: for each producer process and partition, its sends that were
+/// acknowledged and are in that partition's final log, in the order the process invoked
+/// them (the `invoke` ops of `Send`); each send whose first offset in the final log is
+/// above that of a send the process invoked after it (it landed late) is a case, naming
+/// it and the latest-invoked such send: one case per late record. First
+/// offsets, so that a duplicate of a retried batch whose first attempt was appended keeps
+/// its place.
+pub fn nonmonotonic_send_cases(history: &History, a: &Analysis) -> Vec<Case> {
+    let mut sends: BTreeMap<(&str, TopicPartition), Vec<(u64, Offset, usize)>> = BTreeMap::new();
+    for (i, op) in history.ops.iter().enumerate() {
+        let (OpKind::Invoke, Value::Send { id, .. }) = (op.kind, &op.value) else {
+            continue;
+        };
+        let Some(ack) = a.acked.get(id) else {
+            continue;
+        };
+        let Some(tp) = &ack.tp else {
+            continue;
+        };
+        let first = a
+            .log_positions
+            .get(id)
+            .and_then(|p| p.iter().filter(|(t, _)| t == tp).map(|(_, o)| *o).min());
+        if let Some(offset) = first {
+            sends
+                .entry((op.process.as_str(), tp.clone()))
+                .or_default()
+                .push((*id, offset, i));
+        }
+    }
+    let mut cases = Vec::new();
+    for ((process, tp), list) in sends {
+        // Latest-invoked first, keeping the lowest offset seen: a send above it landed
+        // after a send invoked later.
+        let mut lowest: Option<(u64, Offset, usize)> = None;
+        for (id, offset, op) in list.into_iter().rev() {
+            match lowest.filter(|(_, at, _)| offset > *at) {
+                Some((later, at, later_op)) => cases.push(Case {
+                    ids: vec![id, later],
+                    tp: Some(tp.clone()),
+                    offsets: vec![offset, at],
+                    ops: vec![op, later_op, a.logs[&tp].op],
+                    text: format!(
+                        "{process} sent record {id} before record {later}, but the log \
+                         holds {id} at {tp}@{offset} after {later} at {tp}@{at}"
+                    ),
+                }),
+                None => lowest = Some((id, offset, op)),
+            }
+        }
+    }
+    cases.reverse();
     cases
 }
 

@@ -24,6 +24,7 @@
 //! | `duplicate` | F | F | F | only with `idempotent_producer` (2) |
 //! | `unseen` | - | - | - | informational |
 //! | `nonmonotonic-poll`, `poll-skip` | F | F | F | only when not `subscribe` (3) |
+//! | `nonmonotonic-send` | F | F | F | only with `producer_order` (6) |
 //! | `aborted-read` (G1a) | F | F | F | only with `read_committed` |
 //! | `torn-transaction` | F | F | F | only with `read_committed` |
 //! | `uncommitted-read` | F | F | F | only with `read_committed` |
@@ -57,6 +58,10 @@
 //! `sink-lost`, no `progress-ahead-of-data` for it), and an undecided transaction's
 //! (outcome unknown, or still open when the run ended) is neither expected nor forbidden
 //! ([`Analysis::fate`]).
+//! (6) Kafka keeps a producer's per-partition order when it is idempotent (sequence numbers,
+//! KIP-98) or has one request in flight; with `enable.idempotence=false` and
+//! `max.in.flight.requests.per.connection` > 1 a retried batch may land after a later one
+//! (the `KafkaProducer` docs of `max.in.flight.requests.per.connection` and `retries`).
 //! (4) The Streams anomalies come from [`StreamsChecker`], Kafka's `EosTestDriver` in
 //! Jepsen's shape: final value per `key@window` against the count recomputed from the input
 //! up to the committed offsets.
@@ -169,6 +174,11 @@ pub enum Anomaly {
     NonmonotonicPoll,
     /// A consumer skipped offsets that hold records.
     PollSkip,
+    /// One producer process's sends to one partition are in the final log in another order
+    /// than it invoked them (Jepsen's `int-nonmonotonic-send`): a retried batch appended
+    /// after a later one, which Kafka rules out only with idempotence or one request in
+    /// flight (`max.in.flight.requests.per.connection` docs, KIP-98).
+    NonmonotonicSend,
     /// A read_committed reader saw a record of an aborted transaction (Adya's G1a).
     AbortedRead,
     /// Some but not all records of a committed (or undecided) transaction are visible to
@@ -231,13 +241,14 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 29] = [
+    pub const ALL: [Anomaly; 30] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
         Anomaly::InconsistentOffsets,
         Anomaly::NonmonotonicPoll,
         Anomaly::PollSkip,
+        Anomaly::NonmonotonicSend,
         Anomaly::AbortedRead,
         Anomaly::TornTransaction,
         Anomaly::UncommittedRead,
@@ -272,6 +283,7 @@ impl Anomaly {
             Anomaly::InconsistentOffsets => "inconsistent-offsets",
             Anomaly::NonmonotonicPoll => "nonmonotonic-poll",
             Anomaly::PollSkip => "poll-skip",
+            Anomaly::NonmonotonicSend => "nonmonotonic-send",
             Anomaly::AbortedRead => "aborted-read",
             Anomaly::TornTransaction => "torn-transaction",
             Anomaly::UncommittedRead => "uncommitted-read",
@@ -349,6 +361,7 @@ pub enum ProducerAcks {
 ///
 /// ## Default values
 /// `claim = "exactly-once"`, `acks = "all"`, `idempotent_producer = true` (Kafka ≥ 3.0),
+/// `producer_order = true`,
 /// `subscribe = true`, `read_committed = false`, `per_key_order = true`, `sink = true`,
 /// `sink_topics = []` (every topic of the final logs), `forbidden = []`, `allowed = []`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -360,6 +373,9 @@ pub struct CheckOptions {
     pub acks: ProducerAcks,
     /// `enable.idempotence` of the producer: log duplicates are then forbidden.
     pub idempotent_producer: bool,
+    /// The producers keep each partition's send order (idempotent, or one request in
+    /// flight): `nonmonotonic-send` is then forbidden.
+    pub producer_order: bool,
     /// Consumers use group subscription (rebalances), not manual assignment.
     pub subscribe: bool,
     /// Consumers read with `isolation.level=read_committed`.
@@ -382,6 +398,7 @@ impl Default for CheckOptions {
             claim: Claim::ExactlyOnce,
             acks: ProducerAcks::All,
             idempotent_producer: true,
+            producer_order: true,
             subscribe: true,
             read_committed: false,
             per_key_order: true,
@@ -422,6 +439,7 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::Duplicate, options.idempotent_producer);
     forbid(Anomaly::NonmonotonicPoll, !options.subscribe);
     forbid(Anomaly::PollSkip, !options.subscribe);
+    forbid(Anomaly::NonmonotonicSend, options.producer_order);
     for anomaly in [
         Anomaly::AbortedRead,
         Anomaly::TornTransaction,

@@ -252,6 +252,19 @@ fn kafka_mutations() -> Vec<Mutation> {
             InconsistentOffsets,
         ),
         m(
+            "invoke send 3 before send 2 (a retried batch appended after a later one)",
+            k,
+            |h| {
+                let invoke = |h: &History, id| {
+                    index_of(h, |op| {
+                        op.kind == OpKind::Invoke && op.value == send(id, None)
+                    })
+                };
+                move_op(h, invoke(h, 3), invoke(h, 2));
+            },
+            NonmonotonicSend,
+        ),
+        m(
             "reorder two polls",
             k,
             |h| swap_ops(h, carrier(h, 2), carrier(h, 4)),

@@ -32,6 +32,15 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         idempotent_producer: transactional
             || streams
             || scenario.workload.enable_idempotence == Some(true),
+        // Order is kept with idempotence or one request in flight (kafka-consume's default).
+        producer_order: transactional
+            || streams
+            || scenario.workload.enable_idempotence == Some(true)
+            || scenario
+                .workload
+                .max_in_flight_requests_per_connection
+                .unwrap_or(1)
+                == 1,
         read_committed: transactional || sink_reads_committed(scenario),
         sink_topics: if transactional {
             vec![scenario.topic.name.clone()]

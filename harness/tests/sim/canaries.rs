@@ -146,6 +146,11 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         seeds: 1,
     },
     AnomalyCanary {
+        anomaly: Anomaly::NonmonotonicSend,
+        file: "alo-batching-in-flight-5-non-idempotent-reorders.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
         anomaly: Anomaly::InconsistentOffsets,
         file: "acks1-unclean-loses-acked-writes.toml",
         seeds: 3,
