@@ -181,6 +181,10 @@ pub fn duplicate_cases(a: &Analysis) -> Vec<Case> {
     cases
 }
 
+/// (process, partition) → its acknowledged sends in invoke order: (id, first offset in the
+/// final log, invoke op).
+type SendsByProcess<'h> = BTreeMap<(&'h str, TopicPartition), Vec<(u64, Offset, usize)>>;
+
 /// `nonmonotonic-send`: for each producer process and partition, its sends that were
 /// acknowledged and are in that partition's final log, in the order the process invoked
 /// them (the `invoke` ops of `Send`); each send whose first offset in the final log is
@@ -189,7 +193,7 @@ pub fn duplicate_cases(a: &Analysis) -> Vec<Case> {
 /// offsets, so that a duplicate of a retried batch whose first attempt was appended keeps
 /// its place.
 pub fn nonmonotonic_send_cases(history: &History, a: &Analysis) -> Vec<Case> {
-    let mut sends: BTreeMap<(&str, TopicPartition), Vec<(u64, Offset, usize)>> = BTreeMap::new();
+    let mut sends: SendsByProcess<'_> = BTreeMap::new();
     for (i, op) in history.ops.iter().enumerate() {
         let (OpKind::Invoke, Value::Send { id, .. }) = (op.kind, &op.value) else {
             continue;
