@@ -171,18 +171,7 @@ impl Doris {
     ) -> Result<(), DorisError> {
         let def = self.table(&req.db, &req.table)?.clone();
         let (summary, rows) = convert_rows(&def, &req.spec, &req.lines)?;
-        resp.number_total_rows = summary.total_rows;
-        resp.number_loaded_rows = summary.loaded_rows;
-        resp.number_filtered_rows = summary.filtered_rows;
-        resp.load_bytes = summary.received_bytes;
-        let ratio = summary.filtered_rows as f64 / summary.total_rows.max(1) as f64;
-        if ratio > req.max_filter_ratio {
-            crate::mark!("doris:stream-load-too-many-filtered");
-            return Err(DorisError::TooManyFilteredRows {
-                filtered: summary.filtered_rows,
-                total: summary.total_rows,
-            });
-        }
+        resp.count(&summary, req.max_filter_ratio)?;
         let open = self.open_load(now_ms, &req.db, &req.table)?;
         resp.txn_id = open.txn_id;
         resp.label = open.label.clone();

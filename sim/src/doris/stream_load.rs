@@ -15,7 +15,7 @@
 
 use super::error::DorisError;
 use super::group_commit::GroupCommitMode;
-use super::model::Doris;
+use super::model::{Doris, WriteSummary};
 use super::txn::{BeginTxn, LoadSource, STREAM_LOAD_TIMEOUT_MS, USER_ABORT_REASON};
 use super::types::LoadSpec;
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,32 @@ pub struct StreamLoadResponse {
     /// `GroupCommit`: the load ran in a group commit internal load.
     #[serde(default)]
     pub group_commit: bool,
+}
+
+impl StreamLoadResponse {
+    /// Takes the counts of `summary` and applies `max_filter_ratio`.
+    ///
+    /// # Errors
+    /// [`DorisError::TooManyFilteredRows`] when filtered / total rows exceed it.
+    pub(super) fn count(
+        &mut self,
+        summary: &WriteSummary,
+        max_filter_ratio: f64,
+    ) -> Result<(), DorisError> {
+        self.number_total_rows = summary.total_rows;
+        self.number_loaded_rows = summary.loaded_rows;
+        self.number_filtered_rows = summary.filtered_rows;
+        self.load_bytes = summary.received_bytes;
+        let ratio = summary.filtered_rows as f64 / summary.total_rows.max(1) as f64;
+        if ratio > max_filter_ratio {
+            crate::mark!("doris:stream-load-too-many-filtered");
+            return Err(DorisError::TooManyFilteredRows {
+                filtered: summary.filtered_rows,
+                total: summary.total_rows,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// `txn_operation` of `_stream_load_2pc`.
@@ -149,18 +175,7 @@ impl Doris {
         resp: &mut StreamLoadResponse,
     ) -> Result<(), DorisError> {
         let summary = self.write(resp.txn_id, &req.spec, &req.lines)?;
-        resp.number_total_rows = summary.total_rows;
-        resp.number_loaded_rows = summary.loaded_rows;
-        resp.number_filtered_rows = summary.filtered_rows;
-        resp.load_bytes = summary.received_bytes;
-        let ratio = summary.filtered_rows as f64 / summary.total_rows.max(1) as f64;
-        if ratio > req.max_filter_ratio {
-            crate::mark!("doris:stream-load-too-many-filtered");
-            return Err(DorisError::TooManyFilteredRows {
-                filtered: summary.filtered_rows,
-                total: summary.total_rows,
-            });
-        }
+        resp.count(&summary, req.max_filter_ratio)?;
         if req.two_phase_commit {
             self.precommit(now_ms, resp.txn_id)?;
         } else {
