@@ -112,8 +112,9 @@ fn owned_headers(headers: &[(String, Bytes)]) -> Option<OwnedHeaders> {
     Some(h)
 }
 
-/// The rdkafka record of `record`, borrowing its bytes.
-fn future_record(record: &ProducerRecord) -> FutureRecord<'_, [u8], [u8]> {
+/// The rdkafka record of `record` (topic, key, value, partition, headers), borrowing its
+/// bytes.
+pub(super) fn future_record(record: &ProducerRecord) -> FutureRecord<'_, [u8], [u8]> {
     let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
     if let Some(key) = &record.key {
         r = r.key(&key[..]);

@@ -23,7 +23,7 @@
 //! timeout stays ambiguous.
 
 use super::error::{from_code, from_rdkafka};
-use super::kafka::producer_client_config;
+use super::kafka::{future_record, producer_client_config};
 use crate::client::{
     ClientError, ConsumerGroupMetadata, Delivery, ProducerConfig, ProducerRecord,
     TransactionalProducer, TxnError, TxnErrorClass,
@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use eosim_sim::kafka::{Acks, Offset, TopicPartition};
 use rdkafka::bindings as rd;
 use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::{FutureProducer, Producer as _};
 use rdkafka::util::Timeout;
 use rdkafka::TopicPartitionList;
 use std::ffi::{CStr, CString};
@@ -248,16 +248,7 @@ impl TransactionalProducer for RealTransactionalProducer {
     }
 
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, TxnError> {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
-        if let Some(key) = &record.key {
-            r = r.key(&key[..]);
-        }
-        if let Some(value) = &record.value {
-            r = r.payload(&value[..]);
-        }
-        if let Some(p) = record.partition {
-            r = r.partition(p as i32);
-        }
+        let r = future_record(&record);
         let timeout_ms =
             (self.config.producer.delivery_timeout_ms).min(self.config.transaction_timeout_ms);
         let queue_timeout = Timeout::After(Duration::from_millis(timeout_ms));
