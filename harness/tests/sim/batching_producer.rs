@@ -6,14 +6,18 @@ use super::support::{catalogue, run_checked, run_holding};
 use bytes::Bytes;
 use eosim::checker::{Anomaly, Validity};
 use eosim::client::sim::{admin::SimAdmin, conn::Connection, producer::SimProducer};
-use eosim::client::{Admin, Delivery, Producer, ProducerConfig, ProducerRecord};
+use eosim::client::{Admin, ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
 use eosim::runner::world::World;
 use eosim_sim::kafka::model::Cluster;
-use eosim_sim::kafka::service::KafkaWorld;
+use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::{ClusterConfig, TopicConfig};
+use eosim_sim::net::{set_message_faults, MessageFaults};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The producer node's address.
+const PRODUCER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1));
 
 fn record(partition: u32, i: usize) -> ProducerRecord {
     ProducerRecord {
@@ -26,45 +30,51 @@ fn record(partition: u32, i: usize) -> ProducerRecord {
 }
 
 /// Queues 5 records to each of 2 partitions of a lingering producer, then flushes; returns
-/// every delivery in send order and the marks.
+/// every delivery in send order.
 fn queued_deliveries(config: ProducerConfig) -> Vec<Delivery> {
+    queued_outcomes(config, MessageFaults::default())
+        .into_iter()
+        .map(|r| r.expect("delivered"))
+        .collect()
+}
+
+/// As [`queued_deliveries`], with `faults` on the producer's link to the broker once the
+/// topic exists; returns every record's outcome in send order.
+fn queued_outcomes(
+    config: ProducerConfig,
+    faults: MessageFaults,
+) -> Vec<Result<Delivery, ClientError>> {
     let runtime = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
     runtime.block_on(async move {
         let kafka = KafkaWorld::new(Cluster::new(1, ClusterConfig::default()));
         let mut world = World::new(kafka, 1);
         world.add_kafka();
-        let out: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let out: Arc<Mutex<Vec<Result<Delivery, ClientError>>>> = Arc::default();
         let sink = out.clone();
-        world.add_node(
-            "producer",
-            IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1)),
-            move || {
-                let (sink, config) = (sink.clone(), config.clone());
-                async move {
-                    let conn = Connection::open(1).await.expect("connection");
-                    let admin = SimAdmin::new(conn.clone(), Duration::from_secs(60));
-                    admin
-                        .create_topic("t", 2, 1, TopicConfig::default())
-                        .await
-                        .expect("create topic");
-                    let producer = SimProducer::new(conn, config);
-                    let mut reports = Vec::new();
-                    for i in 0..10 {
-                        let report = producer.send_async(record((i % 2) as u32, i)).await;
-                        reports.push(report.expect("queued"));
-                    }
-                    producer
-                        .flush(Duration::from_secs(30))
-                        .await
-                        .expect("flush");
-                    for report in reports {
-                        let delivery = report.await.expect("delivered");
-                        sink.lock().expect("lock").push(delivery);
-                    }
+        world.add_node("producer", PRODUCER_IP, move || {
+            let (sink, config) = (sink.clone(), config.clone());
+            async move {
+                let conn = Connection::open(1).await.expect("connection");
+                let admin = SimAdmin::new(conn.clone(), Duration::from_secs(60));
+                admin
+                    .create_topic("t", 2, 1, TopicConfig::default())
+                    .await
+                    .expect("create topic");
+                set_message_faults(PRODUCER_IP, broker_ip(1), faults);
+                let producer = SimProducer::new(conn, config);
+                let mut reports = Vec::new();
+                for i in 0..10 {
+                    let report = producer.send_async(record((i % 2) as u32, i)).await;
+                    reports.push(report.expect("queued"));
                 }
-            },
-        );
-        madsim::time::sleep(Duration::from_secs(10)).await;
+                let _ = producer.flush(Duration::from_secs(30)).await;
+                for report in reports {
+                    let outcome = report.await;
+                    sink.lock().expect("lock").push(outcome);
+                }
+            }
+        });
+        madsim::time::sleep(Duration::from_secs(60)).await;
         let deliveries = out.lock().expect("lock").clone();
         deliveries
     })
@@ -85,6 +95,36 @@ fn a_lingering_batch_delivers_each_record_at_its_base_offset_plus_index() {
     // One batch per partition: the flush sent both before their linger expired.
     assert_eq!(marks.get("client:produce-batch"), Some(&2), "{marks:?}");
     assert_eq!(marks.get("client:produce-batch-multi-record"), Some(&2));
+}
+
+#[test]
+fn a_batch_whose_responses_are_all_lost_is_ambiguous_for_every_record_of_it() {
+    // Every Produce is applied and its response lost: each batch retries until
+    // `delivery.timeout.ms`, and no record of it may be reported as failed for certain.
+    let config = ProducerConfig {
+        linger_ms: 1_000,
+        request_timeout_ms: 1_000,
+        delivery_timeout_ms: 5_000,
+        ..ProducerConfig::default()
+    };
+    let lost = MessageFaults {
+        drop_response_probability: 1.0,
+        ..MessageFaults::default()
+    };
+    eosim_sim::marks::take();
+    let outcomes = queued_outcomes(config, lost);
+    let marks = eosim_sim::marks::take();
+    assert_eq!(outcomes.len(), 10);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Err(e) => assert!(e.is_ambiguous(), "record {i}: {e}"),
+            Ok(d) => panic!("record {i} delivered at {d:?} though every response was lost"),
+        }
+    }
+    assert!(
+        marks.contains_key("client:produce-batch-multi-record"),
+        "{marks:?}"
+    );
 }
 
 #[test]
