@@ -100,7 +100,7 @@ fn scenarios_that_demonstrate_failures_expect_violated() {
         let scenario = Scenario::load(&path).expect("parses");
         // A scenario that demonstrates a failure says what goes wrong in its name; a
         // canary's unsafe half (`canary-<fault>-unsafe`) says which half it is.
-        let demonstrates = ["loses", "duplicates", "corrupts"]
+        let demonstrates = ["loses", "duplicates", "corrupts", "reorders"]
             .iter()
             .any(|verb| scenario.name.contains(verb))
             || scenario.name.ends_with("-unsafe");
