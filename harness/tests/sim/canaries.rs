@@ -147,7 +147,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     },
     AnomalyCanary {
         anomaly: Anomaly::NonmonotonicSend,
-        file: "alo-batching-in-flight-5-non-idempotent-reorders.toml",
+        file: "field/kafka-producer-in-flight-5-non-idempotent-reorders.toml",
         seeds: 1,
     },
     AnomalyCanary {
