@@ -18,6 +18,12 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
     // streams-count: idempotent input producers; no sink of ids (the Streams checker judges
     // the output's aggregates instead).
     let streams = scenario.pipeline == crate::scenario::Pipeline::StreamsCount;
+    let idempotent = transactional || streams || scenario.workload.enable_idempotence == Some(true);
+    let one_in_flight = scenario
+        .workload
+        .max_in_flight_requests_per_connection
+        .unwrap_or(1)
+        == 1;
     CheckOptions {
         claim: scenario.claim,
         acks: match scenario.workload.acks {
@@ -29,18 +35,9 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // land twice); the transactional copy's producers are idempotent, its readers
         // read_committed, and its sink is the output's committed view of the input topic.
         // `[workload] "enable.idempotence" = true` makes kafka-consume's idempotent.
-        idempotent_producer: transactional
-            || streams
-            || scenario.workload.enable_idempotence == Some(true),
+        idempotent_producer: idempotent,
         // Order is kept with idempotence or one request in flight (kafka-consume's default).
-        producer_order: transactional
-            || streams
-            || scenario.workload.enable_idempotence == Some(true)
-            || scenario
-                .workload
-                .max_in_flight_requests_per_connection
-                .unwrap_or(1)
-                == 1,
+        producer_order: idempotent || one_in_flight,
         read_committed: transactional || sink_reads_committed(scenario),
         sink_topics: if transactional {
             vec![scenario.topic.name.clone()]

@@ -145,17 +145,7 @@ impl Doris {
         now_ms: u64,
         req: &StreamLoad,
     ) -> StreamLoadResponse {
-        let mut resp = StreamLoadResponse {
-            txn_id: 0,
-            label: String::new(),
-            status: StreamLoadStatus::Fail,
-            message: String::new(),
-            number_total_rows: 0,
-            number_loaded_rows: 0,
-            number_filtered_rows: 0,
-            load_bytes: 0,
-            group_commit: true,
-        };
+        let mut resp = StreamLoadResponse::failed(String::new(), true);
         if let Err(e) = self.group_commit_rows(now_ms, req, &mut resp) {
             resp.status = StreamLoadStatus::Fail;
             resp.message = e.to_string();
@@ -195,12 +185,7 @@ impl Doris {
             .get_mut(&key)
             .expect("just opened");
         entry.bytes += summary.received_bytes;
-        self.be
-            .staged
-            .entry(open.txn_id)
-            .or_default()
-            .rows
-            .extend(rows);
+        self.be.stage(open.txn_id, rows);
         resp.status = StreamLoadStatus::Success;
         resp.message = "OK".into();
         Ok(())
@@ -339,12 +324,7 @@ impl Doris {
             let Ok(txn_id) = self.begin(now_ms, begin) else {
                 continue;
             };
-            self.be
-                .staged
-                .entry(txn_id)
-                .or_default()
-                .rows
-                .extend(wal.rows);
+            self.be.stage(txn_id, wal.rows);
             if self.commit(now_ms, txn_id, None).is_ok() {
                 crate::mark!("doris:group-commit-wal-replayed");
                 self.be.group_commit.wal.remove(&label);

@@ -81,8 +81,8 @@ pub struct Frontend {
 
 /// One load's rows on the BE.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(super) struct Rowset {
-    pub(super) rows: Vec<Row>,
+struct Rowset {
+    rows: Vec<Row>,
 }
 
 /// A table's published data.
@@ -99,7 +99,7 @@ struct Tablet {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Backend {
     /// Load channels: txn → rows written, not yet committed (memory).
-    pub(super) staged: BTreeMap<u64, Rowset>,
+    staged: BTreeMap<u64, Rowset>,
     /// Transactions whose load channel a BE restart lost.
     pub(super) lost: BTreeSet<u64>,
     /// Group commit: the tables' open internal loads (memory) and the `async_mode` WAL
@@ -109,6 +109,13 @@ pub struct Backend {
     committed: BTreeMap<u64, Rowset>,
     /// (db, table) → published data (disk).
     tablets: BTreeMap<(String, String), Tablet>,
+}
+
+impl Backend {
+    /// Appends `rows` to the load channel of `txn_id` (opened if it is not).
+    pub(super) fn stage(&mut self, txn_id: u64, rows: Vec<Row>) {
+        self.staged.entry(txn_id).or_default().rows.extend(rows);
+    }
 }
 
 /// Counts of one [`Doris::write`].
@@ -224,7 +231,7 @@ impl Doris {
         }
         let def = self.table(&txn.db, &txn.table)?.clone();
         let (summary, rows) = convert_rows(&def, spec, inputs)?;
-        self.be.staged.entry(txn_id).or_default().rows.extend(rows);
+        self.be.stage(txn_id, rows);
         Ok(summary)
     }
 

@@ -78,6 +78,22 @@ pub struct StreamLoadResponse {
 }
 
 impl StreamLoadResponse {
+    /// An answer for `label` that says `Fail` with nothing counted and no transaction yet
+    /// (`group_commit`: whether the load runs in a group commit internal load).
+    pub(super) fn failed(label: String, group_commit: bool) -> Self {
+        Self {
+            txn_id: 0,
+            label,
+            status: StreamLoadStatus::Fail,
+            message: String::new(),
+            number_total_rows: 0,
+            number_loaded_rows: 0,
+            number_filtered_rows: 0,
+            load_bytes: 0,
+            group_commit,
+        }
+    }
+
     /// Takes the counts of `summary` and applies `max_filter_ratio`.
     ///
     /// # Errors
@@ -125,17 +141,7 @@ impl Doris {
             .label
             .clone()
             .unwrap_or_else(|| format!("stream_load_{}", self.fe.txns.all().count() + 1));
-        let mut resp = StreamLoadResponse {
-            txn_id: 0,
-            label: label.clone(),
-            status: StreamLoadStatus::Fail,
-            message: String::new(),
-            number_total_rows: 0,
-            number_loaded_rows: 0,
-            number_filtered_rows: 0,
-            load_bytes: 0,
-            group_commit: false,
-        };
+        let mut resp = StreamLoadResponse::failed(label.clone(), false);
         let begin = BeginTxn {
             db: req.db.clone(),
             table: req.table.clone(),
