@@ -243,8 +243,11 @@ pub struct ConsumerConfig {
     pub fetch_max_bytes: u32,
     /// `max.partition.fetch.bytes`. Default 1048576.
     pub max_partition_fetch_bytes: u32,
-    /// `fetch.max.wait.ms`. Default 500.
+    /// `fetch.max.wait.ms`: how long the broker holds a Fetch for `fetch.min.bytes`, ms.
+    /// Default 500.
     pub fetch_max_wait_ms: u64,
+    /// `fetch.min.bytes`: the bytes a Fetch waits for. Default 1.
+    pub fetch_min_bytes: u32,
     /// `isolation.level`. Default read_uncommitted.
     pub isolation_level: Isolation,
     /// `auto.offset.reset`. Default latest.
@@ -265,6 +268,7 @@ impl ConsumerConfig {
             fetch_max_bytes: 52_428_800,
             max_partition_fetch_bytes: 1_048_576,
             fetch_max_wait_ms: 500,
+            fetch_min_bytes: 1,
             isolation_level: Isolation::ReadUncommitted,
             auto_offset_reset: AutoOffsetReset::Latest,
             request_timeout_ms: 30_000,

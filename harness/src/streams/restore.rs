@@ -126,6 +126,7 @@ async fn fetch_once(
         partitions: vec![(tp.clone(), offset)],
         max_bytes: 1_048_576,
         partition_max_bytes: 1_048_576,
+        min_bytes: 1,
         max_wait_ms: 0,
         current_leader_epochs: Vec::new(),
     };

@@ -105,6 +105,7 @@ fn fetch_committed(
         partitions: vec![(tp.clone(), offset)],
         max_bytes,
         partition_max_bytes: max_bytes,
+        min_bytes: 1,
         max_wait_ms: 0,
         current_leader_epochs: Vec::new(),
     };

@@ -146,6 +146,7 @@ impl ModelWorld {
             partitions: vec![(tp.clone(), position)],
             max_bytes: 52_428_800,
             partition_max_bytes: 1_048_576,
+            min_bytes: 1,
             max_wait_ms: 0,
             current_leader_epochs: Vec::new(),
         });

@@ -11,6 +11,7 @@ mod consumer_truncation;
 mod doris_connector;
 mod kafka_consume;
 mod kop;
+mod long_poll;
 mod marks;
 mod memory;
 mod message_faults;

@@ -6,8 +6,9 @@
 //! fetches, ISR shrink and expand, the controller's elections, session expiry) happens in
 //! [`Cluster::tick`], which the service calls every few simulated milliseconds.
 //!
-//! Requests that Kafka parks (acks=all produce waiting for the high watermark, JoinGroup
-//! waiting for the rebalance, SyncGroup waiting for the leader) return [`Reply::Parked`];
+//! Requests that Kafka parks (acks=all produce waiting for the high watermark, Fetch
+//! waiting for `fetch.min.bytes`, JoinGroup waiting for the rebalance, SyncGroup waiting
+//! for the leader) return [`Reply::Parked`];
 //! the service re-asks with [`Cluster::poll_parked`] after every tick until it gets a
 //! response or its own timeout fires.
 //!
@@ -101,6 +102,9 @@ pub enum CrashMode {
 pub enum ParkToken {
     /// An acks=all produce waiting for the high watermark (numbered by the cluster).
     Produce(u64),
+    /// A Fetch waiting for `fetch.min.bytes` or `fetch.max.wait.ms` (`DelayedFetch`,
+    /// numbered by the cluster with the produces).
+    Fetch(u64),
     /// A JoinGroup or SyncGroup waiting for the rebalance (numbered by the group coordinator).
     Group(u64),
 }
@@ -158,6 +162,20 @@ struct PendingProduce {
     deadline_ms: TimeMs,
 }
 
+/// A Fetch parked until `min_bytes` are readable below the HW (read_uncommitted) or LSO
+/// (read_committed), a partition fails, or `deadline_ms` (`DelayedFetch`).
+#[derive(Debug, Clone)]
+struct PendingFetch {
+    broker: BrokerId,
+    isolation: Isolation,
+    partitions: Vec<(TopicPartition, Offset)>,
+    current_leader_epochs: BTreeMap<TopicPartition, i32>,
+    /// `(max_bytes, partition_max_bytes)`.
+    limits: (u32, u32),
+    min_bytes: u32,
+    deadline_ms: TimeMs,
+}
+
 /// The whole Kafka cluster. See the module docs.
 #[derive(Debug)]
 pub struct Cluster {
@@ -169,6 +187,7 @@ pub struct Cluster {
     brokers: Vec<BrokerState>,
     topics: BTreeMap<String, Topic>,
     pending: BTreeMap<u64, PendingProduce>,
+    pending_fetches: BTreeMap<u64, PendingFetch>,
     next_token: u64,
     hold_hw_under_min_isr: bool,
     /// The environment as sampled at the previous tick, and a counter of its changes.
@@ -248,6 +267,7 @@ impl Cluster {
             brokers,
             topics: BTreeMap::new(),
             pending: BTreeMap::new(),
+            pending_fetches: BTreeMap::new(),
             next_token: 0,
             hold_hw_under_min_isr: true,
             env_sample: None,
@@ -319,8 +339,8 @@ impl Cluster {
     /// and ListOffsets act on what `broker` believes (it must believe it leads the
     /// partition, else `NOT_LEADER_OR_FOLLOWER`); Metadata and FindCoordinator answer from
     /// `broker`'s metadata image (stale while it cannot reach the controller), CreateTopic
-    /// from the controller's state. Fetch never parks: `max_wait_ms` is ignored and
-    /// an empty answer returns at once. A crashed broker
+    /// from the controller's state. A Fetch parks while fewer than `min_bytes` are
+    /// readable (see [`Cluster::poll_parked`]). A crashed broker
     /// answers nothing in reality; the service must not route requests to it, and the model
     /// answers `REQUEST_TIMED_OUT` if it does.
     pub fn handle(&mut self, now: TimeMs, broker: BrokerId, request: Request) -> Reply {
@@ -356,14 +376,21 @@ impl Cluster {
                 partitions,
                 max_bytes,
                 partition_max_bytes,
+                min_bytes,
+                max_wait_ms,
                 current_leader_epochs,
-                ..
-            } => {
-                let limits = (max_bytes, partition_max_bytes);
-                let epochs: BTreeMap<TopicPartition, i32> =
-                    current_leader_epochs.into_iter().collect();
-                Reply::Done(self.fetch(broker, isolation, &partitions, &epochs, limits))
-            }
+            } => self.park_fetch(
+                now,
+                PendingFetch {
+                    broker,
+                    isolation,
+                    partitions,
+                    current_leader_epochs: current_leader_epochs.into_iter().collect(),
+                    limits: (max_bytes, partition_max_bytes),
+                    min_bytes,
+                    deadline_ms: now.saturating_add(max_wait_ms),
+                },
+            ),
             Request::ListOffsets { tp, spec } => Reply::Done(self.list_offsets(broker, &tp, spec)),
             Request::OffsetsForLeaderEpoch {
                 tp,
@@ -408,11 +435,27 @@ impl Cluster {
     /// longer leads in the request's epoch, or with `REQUEST_TIMED_OUT` once `now` passes
     /// the request's timeout (the batch stays in the log and may still commit).
     ///
+    /// A Fetch completes, with what is readable then, once `min_bytes` are readable, a
+    /// partition answers an error (this broker no longer leads it, the offset is out of
+    /// range, an epoch is fenced), or `now` reaches `max_wait_ms` after it arrived
+    /// (`DelayedFetch.tryComplete`, cases A–F, and `onComplete`, apache/kafka
+    /// `core/src/main/scala/kafka/server/DelayedFetch.scala`).
+    ///
     /// A token that already completed, or was forgotten long after its deadline (a broker
     /// killed while the request waited never polls again), answers `REQUEST_TIMED_OUT`.
     pub fn poll_parked(&mut self, now: TimeMs, token: &ParkToken) -> Option<Response> {
         match *token {
             ParkToken::Group(t) => self.groups.poll_parked(now, t),
+            ParkToken::Fetch(n) => {
+                let Some(pending) = self.pending_fetches.get(&n) else {
+                    return Some(Response::Error(KafkaError::RequestTimedOut));
+                };
+                let response = self.try_complete_fetch(now, pending);
+                if response.is_some() {
+                    self.pending_fetches.remove(&n);
+                }
+                response
+            }
             ParkToken::Produce(n) => {
                 let Some(pending) = self.pending.get(&n) else {
                     // Completed already, or dropped long after its deadline (see `tick`).
@@ -491,6 +534,8 @@ impl Cluster {
         // while they waited) are dropped, so the map stays bounded.
         let retention_ms = PARKED_PRODUCE_RETENTION_MS;
         self.pending
+            .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
+        self.pending_fetches
             .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
         self.txns.tick(now);
@@ -1039,10 +1084,42 @@ impl Cluster {
         Reply::Parked(ParkToken::Produce(token))
     }
 
+    /// Parks a Fetch (`ReplicaManager.fetchMessages`: it answers at once when
+    /// `max_wait_ms` is 0, nothing is asked, a partition fails or `min_bytes` are
+    /// readable), unless it can complete at once.
+    fn park_fetch(&mut self, now: TimeMs, pending: PendingFetch) -> Reply {
+        if let Some(response) = self.try_complete_fetch(now, &pending) {
+            return Reply::Done(response);
+        }
+        crate::mark!("kafka:fetch-parked");
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending_fetches.insert(token, pending);
+        Reply::Parked(ParkToken::Fetch(token))
+    }
+
+    /// The parked fetch's response if it may complete now, else `None`.
+    fn try_complete_fetch(&self, now: TimeMs, pending: &PendingFetch) -> Option<Response> {
+        let (response, readable_bytes, failed) = self.fetch(
+            pending.broker,
+            pending.isolation,
+            &pending.partitions,
+            &pending.current_leader_epochs,
+            pending.limits,
+        );
+        let done = pending.partitions.is_empty()
+            || failed
+            || readable_bytes >= u64::from(pending.min_bytes)
+            || now >= pending.deadline_ms;
+        done.then_some(response)
+    }
+
     /// `Fetch` from a consumer (A.9). Batches are whole: a partition returns batches while
     /// they fit `partition_max_bytes` and the response's remaining `max_bytes`, except that
     /// the first batch of the response is always returned (KIP-74). Control batches take
-    /// part in the limits and move `next_fetch_offset` but yield no records.
+    /// part in the limits and move `next_fetch_offset` but yield no records. Returns the
+    /// response, the bytes it carries (control batches included, as `DelayedFetch`
+    /// counts log bytes), and whether any partition failed.
     fn fetch(
         &self,
         broker: BrokerId,
@@ -1050,24 +1127,25 @@ impl Cluster {
         partitions: &[(TopicPartition, Offset)],
         current_leader_epochs: &BTreeMap<TopicPartition, i32>,
         (max_bytes, partition_max_bytes): (u32, u32),
-    ) -> Response {
+    ) -> (Response, u64, bool) {
         let mut budget = FetchBudget {
             left_bytes: max_bytes as u64,
             partition_max_bytes,
             any: false,
+            read_bytes: 0,
         };
+        let mut failed = false;
         let partitions = partitions
             .iter()
             .map(|(tp, offset)| {
                 let epoch = current_leader_epochs.get(tp).copied();
                 let at = (*offset, epoch);
-                (
-                    tp.clone(),
-                    self.fetch_partition(broker, tp, at, isolation, &mut budget),
-                )
+                let result = self.fetch_partition(broker, tp, at, isolation, &mut budget);
+                failed |= result.error.is_some();
+                (tp.clone(), result)
             })
             .collect();
-        Response::Fetch { partitions }
+        (Response::Fetch { partitions }, budget.read_bytes, failed)
     }
 
     fn fetch_partition(
@@ -1398,6 +1476,8 @@ struct FetchBudget {
     partition_max_bytes: u32,
     /// Whether any batch was returned yet (KIP-74: the first one always is).
     any: bool,
+    /// Bytes of the batches returned so far.
+    read_bytes: u64,
 }
 
 /// Copies whole batches below `limit` from `offset` on into `out`, within the fetch's byte
@@ -1423,6 +1503,7 @@ fn read_batches(
         }
         budget.any = true;
         budget.left_bytes = budget.left_bytes.saturating_sub(size);
+        budget.read_bytes += size;
         partition_bytes += size;
         if !batch.control {
             let first = (offset - batch.base_offset).max(0) as usize;
@@ -1600,5 +1681,10 @@ impl Cluster {
     /// Number of acks=all produces still parked.
     pub fn parked_produce_count(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Number of Fetches still parked.
+    pub fn parked_fetch_count(&self) -> usize {
+        self.pending_fetches.len()
     }
 }

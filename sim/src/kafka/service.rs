@@ -26,7 +26,7 @@ pub fn broker_addr(b: BrokerId) -> SocketAddr {
     SocketAddr::new(broker_ip(b), KAFKA_PORT)
 }
 
-use super::model::{Env, Reply};
+use super::model::{Env, ParkToken, Reply};
 use super::types::{Request, Response, TimeMs};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -124,6 +124,14 @@ impl KafkaWorld {
             }
             let left = deadline.saturating_duration_since(madsim::time::Instant::now());
             if madsim::time::timeout(left, ticked).await.is_err() {
+                if let ParkToken::Fetch(_) = token {
+                    // A long poll answers at its `max_wait_ms` with what is readable then.
+                    let now = self.now_ms();
+                    let mut cluster = self.cluster.lock().expect("cluster lock");
+                    if let Some(response) = cluster.poll_parked(now, &token) {
+                        return response;
+                    }
+                }
                 // One tick past the deadline lets the model answer with its own timeout.
                 madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS)).await;
                 let now = self.now_ms();
@@ -137,11 +145,12 @@ impl KafkaWorld {
     }
 }
 
-/// How long the broker keeps a request parked: the produce timeout, or the group's
-/// rebalance bound.
+/// How long the broker keeps a request parked: the produce timeout, the fetch's
+/// `max_wait_ms`, or the group's rebalance bound.
 fn park_timeout(request: &Request) -> Duration {
     match request {
         Request::Produce { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+        Request::Fetch { max_wait_ms, .. } => Duration::from_millis(*max_wait_ms),
         Request::JoinGroup {
             rebalance_timeout_ms,
             ..

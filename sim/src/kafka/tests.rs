@@ -147,6 +147,7 @@ impl World {
             partitions: vec![(self.tp.clone(), offset)],
             max_bytes: 1 << 20,
             partition_max_bytes: 1 << 20,
+            min_bytes: 1,
             max_wait_ms: 0,
             current_leader_epochs: Vec::new(),
         };
@@ -747,6 +748,115 @@ fn fetch_outside_log_start_and_leo_is_offset_out_of_range() {
     );
 }
 
+/// A Fetch with `max_wait_ms` 500 and `min_bytes` as given, at the current leader.
+fn long_poll(w: &mut World, offset: Offset, min_bytes: u32) -> Reply {
+    long_poll_for(w, offset, min_bytes, 500)
+}
+
+fn long_poll_for(w: &mut World, offset: Offset, min_bytes: u32, max_wait_ms: u64) -> Reply {
+    let req = Request::Fetch {
+        isolation: Isolation::ReadUncommitted,
+        partitions: vec![(w.tp.clone(), offset)],
+        max_bytes: 1 << 20,
+        partition_max_bytes: 1 << 20,
+        min_bytes,
+        max_wait_ms,
+        current_leader_epochs: Vec::new(),
+    };
+    let leader = w.leader();
+    w.cluster.handle(w.now, leader, req)
+}
+
+fn fetched(response: Option<Response>) -> FetchPartition {
+    match response {
+        Some(Response::Fetch { mut partitions }) => partitions.remove(0).1,
+        other => panic!("expected a fetch response, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_empty_long_poll_parks_and_completes_once_a_record_is_below_the_hw() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("a");
+    let Reply::Parked(token) = long_poll(&mut w, 1, 1) else {
+        panic!("nothing readable at offset 1: the fetch must park");
+    };
+    w.tick_for(100);
+    assert_eq!(w.cluster.poll_parked(w.now, &token), None, "still waiting");
+    assert_eq!(w.cluster.parked_fetch_count(), 1);
+    // acks=1: the record is in the leader's log at once but readable only below the HW.
+    assert!(matches!(w.produce(Acks::Leader, "b"), Reply::Done(_)));
+    let mut got = None;
+    for _ in 0..10 {
+        got = w.cluster.poll_parked(w.now, &token);
+        if got.is_some() {
+            break;
+        }
+        w.tick_for(TICK_MS);
+    }
+    assert!(w.now < 500, "completed before max_wait_ms");
+    let f = fetched(got);
+    assert_eq!(f.records.len(), 1, "the new record");
+    assert_eq!(f.records[0].offset, 1);
+    assert_eq!(w.cluster.parked_fetch_count(), 0);
+}
+
+#[test]
+fn a_long_poll_answers_empty_at_max_wait_and_waits_for_min_bytes() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.produce_all("a");
+    // min_bytes above one batch: one batch readable is not enough.
+    let Reply::Parked(token) = long_poll(&mut w, 0, 1 << 20) else {
+        panic!("one small batch is below min_bytes: the fetch must park");
+    };
+    w.tick_for(490);
+    assert_eq!(w.cluster.poll_parked(w.now, &token), None);
+    w.tick_for(10);
+    let f = fetched(w.cluster.poll_parked(w.now, &token));
+    assert_eq!(f.records.len(), 1, "at max_wait_ms: what is readable then");
+    // Nothing readable and the wait over: empty, not an error.
+    let Reply::Parked(token) = long_poll(&mut w, 1, 1) else {
+        panic!("must park");
+    };
+    w.tick_for(500);
+    let f = fetched(w.cluster.poll_parked(w.now, &token));
+    assert!(f.records.is_empty() && f.error.is_none(), "{f:?}");
+}
+
+#[test]
+fn a_parked_fetch_completes_with_not_leader_when_its_broker_loses_leadership() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("a");
+    let old = w.leader();
+    let Reply::Parked(token) = long_poll_for(&mut w, 1, 1, 60_000) else {
+        panic!("must park");
+    };
+    // The leader restarts and comes back as a follower (an unclean shutdown).
+    w.crash(old, CrashMode::ProcessKill);
+    w.tick_for(100);
+    w.restart(old);
+    let mut got = None;
+    for _ in 0..3000 {
+        w.tick_for(TICK_MS);
+        got = w.cluster.poll_parked(w.now, &token);
+        if got.is_some() {
+            break;
+        }
+    }
+    assert!(w.now < 60_000, "completed before max_wait_ms");
+    let f = fetched(got);
+    assert_eq!(f.error, Some(KafkaError::NotLeaderOrFollower), "{f:?}");
+}
+
+#[test]
+fn a_long_poll_with_max_wait_zero_answers_at_once() {
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.produce_all("a");
+    let f = w.fetch_at(w.leader(), Isolation::ReadUncommitted, 1);
+    assert!(f.records.is_empty() && f.error.is_none());
+    assert_eq!(w.cluster.parked_fetch_count(), 0);
+}
+
 #[test]
 fn fetch_respects_byte_limits_but_always_returns_the_first_batch() {
     let mut w = World::new(1, 1, TopicConfig::default());
@@ -759,6 +869,7 @@ fn fetch_respects_byte_limits_but_always_returns_the_first_batch() {
             partitions: vec![(w.tp.clone(), 0)],
             max_bytes,
             partition_max_bytes,
+            min_bytes: 1,
             max_wait_ms: 500,
             current_leader_epochs: Vec::new(),
         };
@@ -1086,6 +1197,7 @@ fn offsets_for_leader_epoch_names_where_a_consumers_epoch_ends_after_a_truncatio
             partitions: vec![(tp.clone(), 1)],
             max_bytes: 1 << 20,
             partition_max_bytes: 1 << 20,
+            min_bytes: 1,
             max_wait_ms: 0,
             current_leader_epochs: vec![(tp.clone(), current)],
         };

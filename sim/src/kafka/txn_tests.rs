@@ -258,6 +258,7 @@ impl World {
             partitions: vec![(tp.clone(), 0)],
             max_bytes: u32::MAX,
             partition_max_bytes: u32::MAX,
+            min_bytes: 1,
             max_wait_ms: 0,
             current_leader_epochs: Vec::new(),
         };

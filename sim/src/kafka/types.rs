@@ -547,12 +547,15 @@ pub enum Request {
     },
     /// `Fetch` from a consumer. `current_leader_epochs` holds the `currentLeaderEpoch` the
     /// client knows for some of the partitions (KIP-320); a partition not listed is fetched
-    /// without the check (Kafka's -1).
+    /// without the check (Kafka's -1). The broker holds it up to `max_wait_ms`
+    /// (`fetch.max.wait.ms`) until `min_bytes` (`fetch.min.bytes`) are readable; 0 answers
+    /// at once.
     Fetch {
         isolation: Isolation,
         partitions: Vec<(TopicPartition, Offset)>,
         max_bytes: u32,
         partition_max_bytes: u32,
+        min_bytes: u32,
         max_wait_ms: u64,
         current_leader_epochs: Vec<(TopicPartition, i32)>,
     },

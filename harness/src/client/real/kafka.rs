@@ -227,6 +227,7 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
             config.max_partition_fetch_bytes.to_string(),
         )
         .set("fetch.wait.max.ms", config.fetch_max_wait_ms.to_string())
+        .set("fetch.min.bytes", config.fetch_min_bytes.to_string())
         .set("socket.timeout.ms", config.request_timeout_ms.to_string())
         .set("isolation.level", isolation)
         .set("auto.offset.reset", reset)

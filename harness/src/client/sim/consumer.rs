@@ -9,6 +9,14 @@
 //!   `auto.offset.reset` via ListOffsets where nothing is committed), hand out buffered
 //!   records, else fetch from each partition's leader. At most `max.poll.records` per call;
 //!   the rest stays buffered.
+//! - Fetches are long polls, as Java's `Fetcher` sends them (`AbstractFetch.sendFetches`):
+//!   one Fetch in flight per leader at most (`nodesWithPendingFetchRequests`), with
+//!   `fetch.max.wait.ms` and `fetch.min.bytes`, sent concurrently to every leader with
+//!   fetchable partitions and kept in flight across polls; a poll returns as soon as one
+//!   brings records, or at its own timeout, and takes the answers that arrived meanwhile.
+//!   An answer is used only for a partition still at the fetched offset (Java's
+//!   `FetchCollector` drops a fetch whose position moved). After an empty long poll the
+//!   next Fetch goes out at once; after an error, after `retry.backoff.ms`.
 //! - The join loop (JoinGroup, SyncGroup, the leader's [`range_assign`]) runs as a task of
 //!   its own, so a rebalance progresses between polls and a poll's timeout does not abandon
 //!   a JoinGroup (Java's heartbeat thread drives the network client the same way). A poll
@@ -43,8 +51,7 @@
 //!
 //! # Not modelled
 //! Auto-commit (ConsumerConfig has no `enable.auto.commit`), cooperative rebalancing,
-//! static membership, fetch sessions, concurrent fetches to several leaders (they are sent
-//! one after the other).
+//! static membership, fetch sessions (KIP-227: every Fetch names its partitions).
 
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
@@ -59,6 +66,7 @@ use eosim_sim::kafka::{
 use membership::{GroupClient, Joined};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
@@ -73,6 +81,11 @@ pub use membership::{range_assign, AssignmentFuture, GroupAssignor};
 pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
 /// Java's `retry.backoff.ms`: the pause before retrying a failed coordinator call, in ms.
 const RETRY_BACKOFF_MS: u64 = 100;
+/// A Fetch's RPC timeout beyond twice its `max_wait_ms`, in ms. Java waits
+/// `request.timeout.ms` (30 s) for a Fetch; eosim's network drops what a cut link carries
+/// where TCP would retransmit it after the heal, so a lost Fetch is sent again after about
+/// one long poll, as the retransmitted one would arrive.
+const FETCH_TIMEOUT_EXTRA_MS: u64 = RETRY_BACKOFF_MS;
 /// Java waits this much longer than the rebalance timeout for JoinGroup, in ms.
 const JOIN_GROUP_TIMEOUT_EXTRA_MS: u64 = 5_000;
 
@@ -112,6 +125,13 @@ impl Deadline {
     }
 }
 
+/// A Fetch's answer, sent by its task to the consumer.
+struct FetchDone {
+    leader: BrokerId,
+    partitions: Vec<(TopicPartition, Offset)>,
+    result: Result<Response, ClientError>,
+}
+
 /// A group consumer on the simulated cluster. See the module docs.
 pub struct SimConsumer {
     group: GroupClient,
@@ -138,12 +158,17 @@ pub struct SimConsumer {
     revocation_handed_out: bool,
     /// The revocation handed out and not taken yet.
     revocation: Option<Revocation>,
+    /// Leaders with a Fetch in flight, and its task.
+    in_flight: BTreeMap<BrokerId, JoinHandle<()>>,
+    fetch_tx: mpsc::UnboundedSender<FetchDone>,
+    fetch_rx: mpsc::UnboundedReceiver<FetchDone>,
 }
 
 impl SimConsumer {
     /// A consumer of group `config.group_id` over `conn`. Nothing is sent before
     /// [`Consumer::subscribe`].
     pub fn new(conn: Connection, config: ConsumerConfig) -> Self {
+        let (fetch_tx, fetch_rx) = mpsc::unbounded_channel();
         Self {
             group: GroupClient::new(conn, config),
             topics: Vec::new(),
@@ -159,6 +184,9 @@ impl SimConsumer {
             listening: false,
             revocation_handed_out: false,
             revocation: None,
+            in_flight: BTreeMap::new(),
+            fetch_tx,
+            fetch_rx,
         }
     }
 
@@ -382,31 +410,26 @@ impl SimConsumer {
         buffered.or_else(|| self.positions.get(tp).copied())
     }
 
-    fn fetch_request(
-        &self,
-        partitions: Vec<(TopicPartition, Offset)>,
-        deadline: &Deadline,
-    ) -> Request {
+    fn fetch_request(&self, partitions: Vec<(TopicPartition, Offset)>) -> Request {
         let config = &self.group.config;
-        let max_wait_ms = config
-            .fetch_max_wait_ms
-            .min(deadline.remaining().as_millis() as u64);
         Request::Fetch {
             isolation: config.isolation_level,
             current_leader_epochs: self.epochs.current_leader_epochs(&partitions),
             partitions,
             max_bytes: config.fetch_max_bytes,
             partition_max_bytes: config.max_partition_fetch_bytes,
-            max_wait_ms,
+            min_bytes: config.fetch_min_bytes,
+            max_wait_ms: config.fetch_max_wait_ms,
         }
     }
 
-    /// One round of fetches: positioned partitions grouped by leader, one Fetch each, after
-    /// validating positions against a changed leader (KIP-320).
+    /// Sends a long-poll Fetch to every leader of fetchable (positioned, not paused)
+    /// partitions that has none in flight, after validating positions against a changed
+    /// leader (KIP-320). The answers arrive on `fetch_rx`.
     ///
     /// # Errors
     /// As [`SimConsumer::validate_positions`].
-    async fn fetch_once(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+    async fn send_fetches(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
         self.validate_positions(deadline).await?;
         let mut by_leader: BTreeMap<BrokerId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
         let mut leaderless = false;
@@ -416,6 +439,7 @@ impl SimConsumer {
             .filter(|(tp, _)| !self.paused.contains(tp))
         {
             match self.group.conn.leader(tp) {
+                Some(leader) if self.in_flight.contains_key(&leader) => {}
                 Some(leader) => by_leader
                     .entry(leader)
                     .or_default()
@@ -426,33 +450,52 @@ impl SimConsumer {
         if leaderless {
             self.refresh_metadata(deadline).await;
         }
-        // A fetch may outlive a short poll, as Java's in-flight fetches do, up to
-        // request.timeout.ms.
-        let wait = Duration::from_millis(self.group.config.fetch_max_wait_ms);
-        let timeout = deadline
-            .remaining()
-            .max(wait)
+        let config = &self.group.config;
+        let timeout = Duration::from_millis(config.fetch_max_wait_ms * 2 + FETCH_TIMEOUT_EXTRA_MS)
             .min(self.group.request_timeout());
         for (leader, partitions) in by_leader {
-            let request = self.fetch_request(partitions.clone(), deadline);
-            match self.group.conn.request(leader, request, timeout).await {
-                Ok(Response::Fetch {
-                    partitions: results,
-                }) => {
-                    let requested: BTreeMap<_, _> = partitions.into_iter().collect();
-                    for (tp, result) in results {
-                        if let Some(&offset) = requested.get(&tp) {
-                            self.on_fetched(tp, offset, result);
-                        }
-                    }
-                }
-                Ok(Response::Error(e)) if needs_metadata_refresh(e) => partitions
-                    .iter()
-                    .for_each(|(tp, _)| self.group.conn.invalidate(&tp.topic)),
-                _ => {}
-            }
+            let request = self.fetch_request(partitions.clone());
+            let (conn, tx) = (self.group.conn.clone(), self.fetch_tx.clone());
+            let task = tokio::spawn(async move {
+                let result = conn.request(leader, request, timeout).await;
+                // The consumer may be gone; its answer is then of no use.
+                let _ = tx.send(FetchDone {
+                    leader,
+                    partitions,
+                    result,
+                });
+            });
+            self.in_flight.insert(leader, task);
         }
         Ok(())
+    }
+
+    /// Takes one Fetch's answer; returns whether it failed (the next Fetch then waits
+    /// `retry.backoff.ms`).
+    fn on_fetch_done(&mut self, done: FetchDone) -> bool {
+        self.in_flight.remove(&done.leader);
+        match done.result {
+            Ok(Response::Fetch {
+                partitions: results,
+            }) => {
+                let requested: BTreeMap<_, _> = done.partitions.into_iter().collect();
+                let mut failed = false;
+                for (tp, result) in results {
+                    failed |= result.error.is_some();
+                    if let Some(&offset) = requested.get(&tp) {
+                        self.on_fetched(tp, offset, result);
+                    }
+                }
+                failed
+            }
+            Ok(Response::Error(e)) if needs_metadata_refresh(e) => {
+                done.partitions
+                    .iter()
+                    .for_each(|(tp, _)| self.group.conn.invalidate(&tp.topic));
+                true
+            }
+            _ => true,
+        }
     }
 
     /// One partition's fetch result, if the partition is still at the fetched offset.
@@ -516,6 +559,9 @@ impl SimConsumer {
     }
 
     fn abort_tasks(&mut self) {
+        for (_, task) in std::mem::take(&mut self.in_flight) {
+            task.abort();
+        }
         if let Some(task) = self.heartbeat_task.take() {
             task.abort();
         }
@@ -552,6 +598,7 @@ impl Consumer for SimConsumer {
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
         let deadline = Deadline::after(timeout);
         self.group.membership().last_poll = Instant::now();
+        let mut failed = false;
         loop {
             if !self.topics.is_empty() {
                 if self.hand_out_revocation() {
@@ -567,15 +614,28 @@ impl Consumer for SimConsumer {
                 // Manual assignment: partitions without a start offset.
                 self.reset_positions(&deadline).await?;
             }
+            while let Ok(done) = self.fetch_rx.try_recv() {
+                failed |= self.on_fetch_done(done);
+            }
             if self.has_deliverable() {
                 return Ok(self.drain());
             }
             if deadline.expired() {
                 return Ok(Vec::new());
             }
-            self.fetch_once(&deadline).await?;
-            if !self.has_deliverable() {
+            if std::mem::take(&mut failed) {
                 backoff(&deadline).await;
+                continue;
+            }
+            self.send_fetches(&deadline).await?;
+            if self.in_flight.is_empty() {
+                backoff(&deadline).await;
+                continue;
+            }
+            if let Ok(Some(done)) =
+                tokio::time::timeout(deadline.remaining(), self.fetch_rx.recv()).await
+            {
+                failed = self.on_fetch_done(done);
             }
         }
     }
