@@ -548,19 +548,28 @@ fn consumer_keys_take_kafka_names_and_defaults() {
         (
             c.enable_auto_commit,
             c.auto_commit_interval_ms,
-            c.max_poll_interval_ms
+            c.max_poll_interval_ms,
+            c.fetch_min_bytes,
+            c.fetch_max_wait_ms
         ),
-        (false, 5_000, 300_000)
+        (false, 5_000, 300_000, 1, 500)
     );
     let text = format!(
         "{HEAD}[consumer]\n\"isolation.level\" = \"read_committed\"\n\
-         \"auto.offset.reset\" = \"none\"\n\"enable.auto.commit\" = true\n"
+         \"auto.offset.reset\" = \"none\"\n\"enable.auto.commit\" = true\n\
+         \"fetch.min.bytes\" = 4096\n\"fetch.max.wait.ms\" = 100\n"
     );
     let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
     let json = serde_json::to_value(&scenario.consumer).expect("serializes");
     assert_eq!(json["isolation.level"], "read_committed");
     assert_eq!(json["auto.offset.reset"], "none");
     assert_eq!(json["enable.auto.commit"], true);
+    let mut config = eosim::client::ConsumerConfig::new("g");
+    scenario.consumer.apply(&mut config);
+    assert_eq!(
+        (config.fetch_min_bytes, config.fetch_max_wait_ms),
+        (4096, 100)
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! "enable.auto.commit" = true            # default false: the workload commits itself
 //! "auto.commit.interval.ms" = 5000
 //! "max.poll.interval.ms" = 300000
+//! "fetch.min.bytes" = 1                  # a Fetch waits at the broker for this many bytes
+//! "fetch.max.wait.ms" = 500              # ... or this long (DelayedFetch)
 //! ```
 //!
 //! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
@@ -51,8 +53,8 @@ impl IsolationLevel {
 /// `isolation.level = "read_uncommitted"` (Kafka's), `auto.offset.reset = "earliest"`
 /// (this pipeline's own setting, made before the consumers start; Kafka's default is
 /// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
-/// Kafka's default is true), `auto.commit.interval.ms = 5000` and `max.poll.interval.ms =
-/// 300000` (Kafka's).
+/// Kafka's default is true), `auto.commit.interval.ms = 5000`, `max.poll.interval.ms =
+/// 300000`, `fetch.min.bytes = 1` and `fetch.max.wait.ms = 500` (Kafka's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsumerSpec {
@@ -78,6 +80,15 @@ pub struct ConsumerSpec {
     /// group (its partitions move); also the rebalance timeout.
     #[serde(rename = "max.poll.interval.ms")]
     pub max_poll_interval_ms: u64,
+    /// `fetch.min.bytes`: the broker holds a Fetch until this many bytes are readable
+    /// (below the HW, or the LSO at read_committed), or `fetch.max.wait.ms` passed. 0 and 1
+    /// answer as soon as anything is readable.
+    #[serde(rename = "fetch.min.bytes")]
+    pub fetch_min_bytes: u32,
+    /// `fetch.max.wait.ms`, ms: the longest the broker holds a Fetch. 0 answers at once
+    /// (the consumer then fetches in a tight loop, as Java's does).
+    #[serde(rename = "fetch.max.wait.ms")]
+    pub fetch_max_wait_ms: u64,
 }
 
 impl Default for ConsumerSpec {
@@ -88,6 +99,8 @@ impl Default for ConsumerSpec {
             enable_auto_commit: false,
             auto_commit_interval_ms: 5_000,
             max_poll_interval_ms: 300_000,
+            fetch_min_bytes: 1,
+            fetch_max_wait_ms: 500,
         }
     }
 }
@@ -98,6 +111,8 @@ impl ConsumerSpec {
         config.isolation_level = self.isolation_level.to_isolation();
         config.auto_offset_reset = self.auto_offset_reset;
         config.max_poll_interval_ms = self.max_poll_interval_ms;
+        config.fetch_min_bytes = self.fetch_min_bytes;
+        config.fetch_max_wait_ms = self.fetch_max_wait_ms;
     }
 
     /// `Err((key, message))` for a value Kafka would refuse.

@@ -86,7 +86,10 @@ fn produce(kafka: &KafkaWorld, partition: u32) -> u64 {
         }],
     };
     let reply = cluster.handle(now, leader, request);
-    assert!(matches!(reply, Reply::Done(Response::Produce { .. })), "{reply:?}");
+    assert!(
+        matches!(reply, Reply::Done(Response::Produce { .. })),
+        "{reply:?}"
+    );
     now
 }
 
@@ -99,7 +102,12 @@ fn the_consumer_long_polls_every_leader_at_once_and_gets_a_new_record_without_ba
         let leaders: BTreeSet<BrokerId> = (0..PARTITIONS)
             .map(|p| {
                 let tp = TopicPartition::new("t", p);
-                kafka.cluster.lock().expect("lock").leader(&tp).expect("leader")
+                kafka
+                    .cluster
+                    .lock()
+                    .expect("lock")
+                    .leader(&tp)
+                    .expect("leader")
             })
             .collect();
         assert_eq!(leaders.len(), 3, "each broker leads one partition");

@@ -452,6 +452,11 @@ impl Cluster {
                 };
                 let response = self.try_complete_fetch(now, pending);
                 if response.is_some() {
+                    if now >= pending.deadline_ms {
+                        crate::mark!("kafka:fetch-long-poll-expired");
+                    } else {
+                        crate::mark!("kafka:fetch-long-poll-satisfied");
+                    }
                     self.pending_fetches.remove(&n);
                 }
                 response

@@ -64,7 +64,8 @@ impl KafkaWorld {
     }
 
     /// Runs the model's tick loop forever: every [`TICK_INTERVAL_IDLE_MS`], and
-    /// [`REPLICA_FETCH_DELAY_MS`] after any request changed something or while an acks=all
+    /// [`REPLICA_FETCH_DELAY_MS`] after any request that may write (not after reads such as
+    /// Fetch or Metadata) or while an acks=all
     /// produce waits for followers (Kafka's followers long-poll, so they fetch as soon as
     /// the leader appends). Run it on the controller node.
     pub async fn run_ticker(self, env: Arc<dyn Env + Send + Sync>) {
@@ -98,6 +99,7 @@ impl KafkaWorld {
     /// `park_timeout` (after which the model is asked one last time at that time).
     pub async fn handle(&self, broker: BrokerId, request: Request) -> Response {
         let park_timeout = park_timeout(&request);
+        let writes = writes_state(&request);
         let reply = {
             let now = self.now_ms();
             self.cluster
@@ -105,12 +107,16 @@ impl KafkaWorld {
                 .expect("cluster lock")
                 .handle(now, broker, request)
         };
-        self.dirty.notify_one();
+        if writes {
+            self.dirty.notify_one();
+        }
         let token = match reply {
             Reply::Done(response) => return response,
             Reply::Parked(token) => token,
         };
-        let deadline = madsim::time::Instant::now() + park_timeout;
+        // One timer for the whole wait, not one per tick.
+        let expired = madsim::time::sleep(park_timeout);
+        tokio::pin!(expired);
         loop {
             let ticked = self.ticked.notified();
             let now = self.now_ms();
@@ -122,27 +128,44 @@ impl KafkaWorld {
             {
                 return response;
             }
-            let left = deadline.saturating_duration_since(madsim::time::Instant::now());
-            if madsim::time::timeout(left, ticked).await.is_err() {
-                if let ParkToken::Fetch(_) = token {
-                    // A long poll answers at its `max_wait_ms` with what is readable then.
-                    let now = self.now_ms();
-                    let mut cluster = self.cluster.lock().expect("cluster lock");
-                    if let Some(response) = cluster.poll_parked(now, &token) {
-                        return response;
-                    }
-                }
-                // One tick past the deadline lets the model answer with its own timeout.
-                madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS)).await;
-                let now = self.now_ms();
-                let mut cluster = self.cluster.lock().expect("cluster lock");
-                if let Some(response) = cluster.poll_parked(now, &token) {
-                    return response;
-                }
-                return Response::Error(super::KafkaError::RequestTimedOut);
+            tokio::select! {
+                // `biased`: see `run_ticker`.
+                biased;
+                _ = ticked => {}
+                _ = &mut expired => break,
             }
         }
+        if let ParkToken::Fetch(_) = token {
+            // A long poll answers at its `max_wait_ms` with what is readable then.
+            let now = self.now_ms();
+            let mut cluster = self.cluster.lock().expect("cluster lock");
+            if let Some(response) = cluster.poll_parked(now, &token) {
+                return response;
+            }
+        }
+        // One tick past the deadline lets the model answer with its own timeout.
+        madsim::time::sleep(Duration::from_millis(TICK_INTERVAL_IDLE_MS)).await;
+        let now = self.now_ms();
+        let mut cluster = self.cluster.lock().expect("cluster lock");
+        cluster
+            .poll_parked(now, &token)
+            .unwrap_or(Response::Error(super::KafkaError::RequestTimedOut))
     }
+}
+
+/// Whether `request` may change what the ticker acts on (an append to replicate, a group
+/// or transaction to move on); reads ring no bell, so they cost no extra tick.
+fn writes_state(request: &Request) -> bool {
+    !matches!(
+        request,
+        Request::Metadata { .. }
+            | Request::Fetch { .. }
+            | Request::OffsetsForLeaderEpoch { .. }
+            | Request::ListOffsets { .. }
+            | Request::FindCoordinator { .. }
+            | Request::OffsetFetch { .. }
+            | Request::OffsetFetchStable { .. }
+    )
 }
 
 /// How long the broker keeps a request parked: the produce timeout, the fetch's
