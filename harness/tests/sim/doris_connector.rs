@@ -40,9 +40,13 @@ fn at_least_once_without_2pc_loads_records_twice_after_a_kill_but_loses_none() {
 
 #[test]
 fn a_failed_flush_of_a_buffer_spanning_puts_loses_the_earlier_puts_records() {
+    // The loss needs a BE restart to fail a flush whose buffer spans puts: the first of
+    // seeds 1..=5 where it does.
     let s = catalogue("p4-kc-eos-be-restarts-buffer-spans-puts-loses.toml");
-    let (outcome, result) = run_checked(&s, 1);
-    assert_eq!(result.validity, Validity::Invalid);
+    let (outcome, result) = (1..=5)
+        .map(|seed| run_checked(&s, seed))
+        .find(|(_, result)| result.validity == Validity::Invalid)
+        .expect("violated in one of seeds 1..=5");
     assert!(!result.anomalies[&Anomaly::SinkLost].is_empty());
     assert!(outcome
         .marks

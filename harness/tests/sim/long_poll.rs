@@ -66,13 +66,13 @@ async fn consume(kafka: KafkaWorld, seen: Seen) {
     }
 }
 
-/// An acks=1 produce of one record to partition `partition` at its leader, straight into
-/// the model; returns the model time.
-fn produce(kafka: &KafkaWorld, partition: u32) -> u64 {
+/// An acks=1 produce of one record to partition `partition` at its leader, through the
+/// broker service as a client's would go (so the ticker hears of it); returns the model
+/// time it was sent at.
+async fn produce(kafka: &KafkaWorld, partition: u32) -> u64 {
     let tp = TopicPartition::new("t", partition);
     let now = kafka.now_ms();
-    let mut cluster = kafka.cluster.lock().expect("lock");
-    let leader = cluster.leader(&tp).expect("leader");
+    let leader = kafka.cluster.lock().expect("lock").leader(&tp).expect("leader");
     let request = Request::Produce {
         tp,
         acks: Acks::Leader,
@@ -85,11 +85,8 @@ fn produce(kafka: &KafkaWorld, partition: u32) -> u64 {
             timestamp_ms: 0,
         }],
     };
-    let reply = cluster.handle(now, leader, request);
-    assert!(
-        matches!(reply, Reply::Done(Response::Produce { .. })),
-        "{reply:?}"
-    );
+    let response = kafka.handle(leader, request).await;
+    assert!(matches!(response, Response::Produce { .. }), "{response:?}");
     now
 }
 
@@ -129,7 +126,7 @@ fn the_consumer_long_polls_every_leader_at_once_and_gets_a_new_record_without_ba
         let mut produced = Vec::new();
         for i in 0..5u32 {
             madsim::time::sleep(Duration::from_millis(777 + 131 * u64::from(i))).await;
-            produced.push((i % PARTITIONS, produce(&kafka, i % PARTITIONS)));
+            produced.push((i % PARTITIONS, produce(&kafka, i % PARTITIONS).await));
         }
         madsim::time::sleep(Duration::from_secs(2)).await;
         let seen = seen.lock().expect("lock").clone();
