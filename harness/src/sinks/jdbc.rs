@@ -11,8 +11,10 @@
 //!   once at the end of the `put` (confluentinc/kafka-connect-jdbc
 //!   `sink/JdbcDbWriter.java`). `batch.size` thus only splits the statements of that one
 //!   transaction, which the model sends in one request.
-//! - `writeMode=insert`: `c` and flattened rows are plain `INSERT`s (a replayed record
-//!   fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`. `writeMode=upsert`:
+//! - `writeMode` (the fork's key; Confluent's `JdbcSinkConnector` calls it `insert.mode`,
+//!   and either is accepted): `insert`: `c` and flattened rows are plain `INSERT`s (a
+//!   replayed record fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`.
+//!   `upsert`:
 //!   `INSERT ... ON CONFLICT (pk) DO UPDATE SET <other columns> = EXCLUDED.<column>`, and
 //!   a `u` whose key changes first deletes the old key. `op=r` is always an upsert.
 //! - `d` deletes by `before`'s key; a tombstone deletes by the record key when
@@ -34,7 +36,7 @@
 //!   reads the configuration's intent, then reports the row that was never deleted.
 //!
 //! ## Default values
-//! `writeMode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
+//! `writeMode` / `insert.mode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
 //! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
@@ -137,8 +139,14 @@ fn parse_write_mode(raw: &BTreeMap<String, String>) -> Result<WriteMode, ConfigE
         "upsert" => Ok(WriteMode::Upsert),
         other => Err(config::invalid(key, other, "insert or upsert")),
     };
-    let write_mode = raw.get("writeMode").map(|v| mode("writeMode", v)).transpose()?;
-    let insert_mode = raw.get("insert.mode").map(|v| mode("insert.mode", v)).transpose()?;
+    let write_mode = raw
+        .get("writeMode")
+        .map(|v| mode("writeMode", v))
+        .transpose()?;
+    let insert_mode = raw
+        .get("insert.mode")
+        .map(|v| mode("insert.mode", v))
+        .transpose()?;
     match (write_mode, insert_mode) {
         (Some(w), Some(i)) if w != i => Err(config::invalid(
             "insert.mode",
