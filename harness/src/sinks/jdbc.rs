@@ -11,8 +11,10 @@
 //!   once at the end of the `put` (confluentinc/kafka-connect-jdbc
 //!   `sink/JdbcDbWriter.java`). `batch.size` thus only splits the statements of that one
 //!   transaction, which the model sends in one request.
-//! - `writeMode=insert`: `c` and flattened rows are plain `INSERT`s (a replayed record
-//!   fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`. `writeMode=upsert`:
+//! - `writeMode` (the fork's key; Confluent's `JdbcSinkConnector` calls it `insert.mode`,
+//!   and either is accepted): `insert`: `c` and flattened rows are plain `INSERT`s (a
+//!   replayed record fails with `23505`), `u` is `UPDATE ... WHERE pk = before's key`.
+//!   `upsert`:
 //!   `INSERT ... ON CONFLICT (pk) DO UPDATE SET <other columns> = EXCLUDED.<column>`, and
 //!   a `u` whose key changes first deletes the old key. `op=r` is always an upsert.
 //! - `d` deletes by `before`'s key; a tombstone deletes by the record key when
@@ -34,7 +36,7 @@
 //!   reads the configuration's intent, then reports the row that was never deleted.
 //!
 //! ## Default values
-//! `writeMode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
+//! `writeMode` / `insert.mode` insert, `batch.size` 3000, `auto.create` false, `delete.enabled` false,
 //! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
@@ -73,6 +75,7 @@ pub const KEYS: &[&str] = &[
     "table.name.format",
     "batch.size",
     "writeMode",
+    "insert.mode",
     "auto.create",
     "delete.enabled",
     "truncate.enabled",
@@ -81,7 +84,9 @@ pub const KEYS: &[&str] = &[
     "eosim.bug.ignore.tombstones",
 ];
 
-/// `writeMode`.
+/// `writeMode` (the seed's `Adb4PgSinkConnector`), or `insert.mode` under its name in
+/// Confluent's `JdbcSinkConfig` (`INSERT_MODE_CONFIG`, default `insert`; its third value
+/// `update` is not modelled and refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
     /// Plain `INSERT` (the seed's default): at-least-once.
@@ -108,7 +113,7 @@ pub struct JdbcSinkConfig {
     pub pk_fields: Vec<String>,
     /// `batch.size`: records per `executeBatch` within a put's one transaction.
     pub batch_size: usize,
-    /// `writeMode`.
+    /// `writeMode`, or Confluent's `insert.mode`.
     pub write_mode: WriteMode,
     /// `auto.create`.
     pub auto_create: bool,
@@ -125,6 +130,36 @@ pub struct JdbcSinkConfig {
     pub bug_ignore_tombstones: bool,
 }
 
+/// The write mode from `writeMode` and Confluent's `insert.mode`
+/// (confluentinc/kafka-connect-jdbc `sink/JdbcSinkConfig.java`, `InsertMode`): either
+/// key, or both if they agree; `insert` when neither is set.
+fn parse_write_mode(raw: &BTreeMap<String, String>) -> Result<WriteMode, ConfigError> {
+    let mode = |key: &str, value: &str| match value {
+        "insert" => Ok(WriteMode::Insert),
+        "upsert" => Ok(WriteMode::Upsert),
+        other => Err(config::invalid(key, other, "insert or upsert")),
+    };
+    let write_mode = raw
+        .get("writeMode")
+        .map(|v| mode("writeMode", v))
+        .transpose()?;
+    let insert_mode = raw
+        .get("insert.mode")
+        .map(|v| mode("insert.mode", v))
+        .transpose()?;
+    match (write_mode, insert_mode) {
+        (Some(w), Some(i)) if w != i => Err(config::invalid(
+            "insert.mode",
+            config::get(raw, "insert.mode", ""),
+            &format!(
+                "the same mode as writeMode ({}), or only one of the two keys",
+                config::get(raw, "writeMode", "")
+            ),
+        )),
+        (w, i) => Ok(w.or(i).unwrap_or(WriteMode::Insert)),
+    }
+}
+
 fn list(raw: &BTreeMap<String, String>, key: &str) -> Vec<String> {
     config::get(raw, key, "")
         .split(',')
@@ -137,8 +172,9 @@ impl JdbcSinkConfig {
     /// Parses the sink's keys of a connector configuration.
     ///
     /// # Errors
-    /// A missing `connection.url`, an unknown `writeMode`, a `col.types` entry that is not
-    /// a type, `col.names` and `col.types` of different lengths, no table name.
+    /// A missing `connection.url`, an unknown `writeMode` or `insert.mode` (or both set to
+    /// different modes), a `col.types` entry that is not a type, `col.names` and
+    /// `col.types` of different lengths, no table name.
     pub fn parse(raw: &BTreeMap<String, String>, topics: &[String]) -> Result<Self, ConfigError> {
         let connection_url = config::get(raw, "connection.url", "").to_string();
         if !connection_url.starts_with("jdbc:postgresql://") {
@@ -155,11 +191,7 @@ impl JdbcSinkConfig {
                 &expected,
             ));
         }
-        let write_mode = match config::get(raw, "writeMode", "insert") {
-            "insert" => WriteMode::Insert,
-            "upsert" => WriteMode::Upsert,
-            other => return Err(config::invalid("writeMode", other, "insert or upsert")),
-        };
+        let write_mode = parse_write_mode(raw)?;
         let topic = topics.first().cloned().unwrap_or_default();
         let format = config::get(raw, "table.name.format", "${topic}").replace("${topic}", &topic);
         let table = config::get(raw, "target.tablename", &format).to_string();
@@ -613,6 +645,32 @@ mod tests {
         let s = JdbcSinkConfig::parse(&raw, &c.topics).unwrap();
         assert_eq!(s.col_types[4], ColumnType::DoublePrecision);
         assert_eq!(s.write_mode, WriteMode::Insert);
+    }
+
+    /// Confluent's `insert.mode` sets the write mode as `writeMode` does; both keys must
+    /// agree, and `update` (Confluent's third mode) is refused by name.
+    #[test]
+    fn insert_mode_is_confluents_name_for_the_write_mode() {
+        let topics = vec!["server1.dbo.t1".to_string()];
+        let with = |pairs: &[(&str, &str)]| {
+            let mut raw = seed_config();
+            for (k, v) in pairs {
+                raw.insert(k.to_string(), v.to_string());
+            }
+            JdbcSinkConfig::parse(&raw, &topics)
+        };
+        let upsert = with(&[("insert.mode", "upsert")]).unwrap();
+        assert_eq!(upsert.write_mode, WriteMode::Upsert);
+        let both = with(&[("insert.mode", "upsert"), ("writeMode", "upsert")]).unwrap();
+        assert_eq!(both.write_mode, WriteMode::Upsert);
+        let insert = with(&[("insert.mode", "insert")]).unwrap();
+        assert_eq!(insert.write_mode, WriteMode::Insert);
+        let clash = with(&[("insert.mode", "upsert"), ("writeMode", "insert")]).unwrap_err();
+        assert!(clash.to_string().contains("insert.mode"), "{clash}");
+        assert!(clash.to_string().contains("writeMode (insert)"), "{clash}");
+        let update = with(&[("insert.mode", "update")]).unwrap_err();
+        assert!(update.to_string().contains("insert.mode"), "{update}");
+        assert!(update.to_string().contains("insert or upsert"), "{update}");
     }
 
     /// Counts the transactions (`execute_batch` calls) and their statements.
