@@ -1688,6 +1688,25 @@ impl Cluster {
         self.pending.len()
     }
 
+    /// A fingerprint of what the parked produces wait on: their count, and each one's
+    /// partition's replicas' log end offsets and high watermarks. Unchanged across a tick,
+    /// that tick moved none of them closer (the ticker then waits for a write or its idle
+    /// interval rather than ticking every ms while a dead ISR member holds the HW back).
+    pub fn parked_produce_fingerprint(&self) -> u64 {
+        let mut f = self.pending.len() as u64;
+        for pending in self.pending.values() {
+            let Some(p) = self.partition(&pending.tp) else {
+                continue;
+            };
+            for r in &p.replicas {
+                let (leo, hw) = (r.log.log_end_offset(), r.log.high_watermark());
+                f = f.wrapping_mul(31).wrapping_add(leo as u64);
+                f = f.wrapping_mul(31).wrapping_add(hw as u64);
+            }
+        }
+        f
+    }
+
     /// Number of Fetches still parked.
     pub fn parked_fetch_count(&self) -> usize {
         self.pending_fetches.len()

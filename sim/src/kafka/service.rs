@@ -65,11 +65,12 @@ impl KafkaWorld {
 
     /// Runs the model's tick loop forever: every [`TICK_INTERVAL_IDLE_MS`], and
     /// [`REPLICA_FETCH_DELAY_MS`] after any request that may write (not after reads such as
-    /// Fetch or Metadata) or while an acks=all
-    /// produce waits for followers (Kafka's followers long-poll, so they fetch as soon as
-    /// the leader appends). Run it on the controller node.
+    /// Fetch or Metadata) or while acks=all produces wait for followers and the last tick
+    /// moved them (Kafka's followers long-poll, so they fetch as soon as the leader
+    /// appends). Run it on the controller node.
     pub async fn run_ticker(self, env: Arc<dyn Env + Send + Sync>) {
         let mut waiting = false;
+        let mut fingerprint = 0;
         loop {
             let pause_ms = if waiting {
                 REPLICA_FETCH_DELAY_MS
@@ -89,7 +90,11 @@ impl KafkaWorld {
             let now = self.now_ms();
             let mut cluster = self.cluster.lock().expect("cluster lock");
             cluster.tick(now, env.as_ref());
-            waiting = cluster.parked_produce_count() > 0;
+            // Every ms while parked produces progress; once a tick moved none of them, at
+            // the idle interval or the next write.
+            let now_fingerprint = cluster.parked_produce_fingerprint();
+            waiting = cluster.parked_produce_count() > 0 && now_fingerprint != fingerprint;
+            fingerprint = now_fingerprint;
             drop(cluster);
             self.ticked.notify_waiters();
         }
