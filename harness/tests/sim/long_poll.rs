@@ -72,7 +72,12 @@ async fn consume(kafka: KafkaWorld, seen: Seen) {
 async fn produce(kafka: &KafkaWorld, partition: u32) -> u64 {
     let tp = TopicPartition::new("t", partition);
     let now = kafka.now_ms();
-    let leader = kafka.cluster.lock().expect("lock").leader(&tp).expect("leader");
+    let leader = kafka
+        .cluster
+        .lock()
+        .expect("lock")
+        .leader(&tp)
+        .expect("leader");
     let request = Request::Produce {
         tp,
         acks: Acks::Leader,
