@@ -1,5 +1,5 @@
 //! ClickHouse exactly-once sink throughput in simulation: 1,000 JSON records in 3
-//! partitions through a producer, 3 brokers, two Connect workers running one sink task
+//! partitions through a batching producer (`linger.ms` 5, 5 requests in flight), 3 brokers, two Connect workers running one sink task
 //! each (batches of 200) and the clickhouse and keeper nodes, without faults, for the `seed` and the
 //! `seed+token+fencing` variants (the latter adds a KeeperMap read and conditional writes
 //! per batch).
@@ -27,6 +27,8 @@ mod bench {
             [workload]
             records = {RECORDS}
             produce_interval_ms = 0
+            "linger.ms" = 5
+            "max.in.flight.requests.per.connection" = 5
             [sink]
             variant = "{variant}"
             tasks = 2

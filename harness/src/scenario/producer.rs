@@ -1,5 +1,5 @@
 //! `[workload]`'s producer keys, under the Java producer's names (`ProducerConfig`): the
-//! batching of the `kafka-consume` input producer.
+//! batching of the `kafka-consume` and `clickhouse-sink` input producers.
 //!
 //! ```toml
 //! [workload]
@@ -26,10 +26,14 @@
 //!   `enable.idempotence` (`ProducerConfig.postProcessAndValidateIdempotenceConfigs`).
 //! - `enable.idempotence = true` only with `acks = "all"` (same place).
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
-//!   (`KafkaProducer.configureDeliveryTimeout`), where the workload's delivery timeout is
-//!   `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms × retries`.
-//! - Only `kafka-consume` without a transactional upstream reads the keys; elsewhere they
-//!   are refused, so none is silently ignored.
+//!   (`KafkaProducer.configureDeliveryTimeout`), where `kafka-consume`'s delivery timeout
+//!   is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
+//!   retries`. `clickhouse-sink`'s producer makes one attempt per batch (`retries = 0`,
+//!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
+//!   `enable.idempotence = true` is refused (Kafka's "Must set retries to non-zero when
+//!   using the idempotent producer").
+//! - Only `kafka-consume` and `clickhouse-sink` without a transactional upstream read the
+//!   keys; elsewhere they are refused, so none is silently ignored.
 
 use super::{ensure, Pipeline, Scenario, WorkloadSpec};
 use crate::client::ProducerConfig;
@@ -79,11 +83,13 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
     let Some(first) = w.producer_keys_set().first().copied() else {
         return Ok(());
     };
+    let one_attempt = scenario.pipeline == Pipeline::ClickhouseSink;
     ensure(
-        scenario.pipeline == Pipeline::KafkaConsume,
+        scenario.pipeline == Pipeline::KafkaConsume || one_attempt,
         &format!("workload.{first}"),
         format!(
-            "read only by the input producers of pipeline `kafka-consume`, not `{}`",
+            "read only by the input producers of pipelines `kafka-consume` and \
+             `clickhouse-sink`, not `{}`",
             scenario.pipeline.name()
         ),
     )?;
@@ -116,6 +122,18 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
         "workload.enable.idempotence",
         "the idempotent producer needs acks = \"all\"".into(),
     )?;
+    if one_attempt {
+        // `retries = 0` and `delivery.timeout.ms = linger.ms + request.timeout.ms`
+        // (`workload::one_attempt_producer_config`): any linger fits.
+        return ensure(
+            !idempotent,
+            "workload.enable.idempotence",
+            "the clickhouse-sink input producer makes one attempt per batch (retries = 0), \
+             and Kafka refuses an idempotent producer without retries (\"Must set retries \
+             to non-zero when using the idempotent producer\")"
+                .into(),
+        );
+    }
     let linger_max = w.request_timeout_ms * u64::from(w.retries);
     let linger_ms = w.linger_ms.unwrap_or(0);
     ensure(
@@ -198,6 +216,36 @@ mod tests {
         for (workload, key) in cases {
             assert_eq!(refused_key("kafka-consume", workload), key, "{workload}");
         }
+    }
+
+    /// The clickhouse-sink producer takes the batching keys with one attempt per batch:
+    /// its delivery timeout grows by the linger, and idempotence (which needs retries) is
+    /// refused.
+    #[test]
+    fn the_clickhouse_sink_producer_batches_with_one_attempt() {
+        let s = parse(
+            "clickhouse-sink",
+            "request_timeout_ms = 2000\n\"linger.ms\" = 50000\n\
+             \"max.in.flight.requests.per.connection\" = 5",
+        )
+        .expect("any linger fits one attempt");
+        let config = crate::workload::one_attempt_producer_config(&s.workload);
+        assert_eq!(
+            (config.retries, config.linger_ms, config.delivery_timeout_ms),
+            (0, 50_000, 52_000)
+        );
+        assert!(config.batching() && !config.enable_idempotence);
+        assert_eq!(
+            refused_key(
+                "clickhouse-sink",
+                "\"enable.idempotence\" = true\n\"linger.ms\" = 5"
+            ),
+            "workload.enable.idempotence"
+        );
+        let unset = parse("clickhouse-sink", "").expect("valid");
+        let config = crate::workload::one_attempt_producer_config(&unset.workload);
+        assert!(!config.batching());
+        assert_eq!(config.delivery_timeout_ms, config.request_timeout_ms);
     }
 
     #[test]

@@ -125,7 +125,10 @@ pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
     spec.target_table()
 }
 
-/// The producer: ids `0..records` as JSON, one partition each by `id % partitions`.
+/// The producer: ids `0..records` as JSON, one partition each by `id % partitions`. With
+/// `[workload]`'s batching keys ([`crate::scenario::producer`]) it queues one id every
+/// `produce_interval_ms` without awaiting it and records each completion when its delivery
+/// report arrives; it is done once every report is in.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
@@ -134,13 +137,18 @@ async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let producer = SimProducer::new(conn, one_attempt_producer_config(w));
+    let config = one_attempt_producer_config(w);
+    let queued = config.batching();
+    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let producer = SimProducer::new(conn, config);
+    let mut reports = Vec::new();
     loop {
         let id = {
             let mut shared = ctx.shared();
             if shared.next_id >= w.records {
-                shared.produced = true;
-                return;
+                // Queued sends are done only once their reports are in (below).
+                shared.produced |= !queued;
+                break;
             }
             shared.next_id += 1;
             shared.next_id - 1
@@ -148,31 +156,59 @@ async fn producer_process(ctx: Context, name: String) {
         let record = id_record(&ctx, id);
         let partition = record.partition.expect("id_record names the partition");
         let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), partition);
-        let invoke = Value::Send {
-            id,
-            key: None,
-            tp: Some(tp.clone()),
-            offset: None,
-        };
+        let invoke = send_value(id, tp.clone(), None);
         ctx.record(&name, OpKind::Invoke, invoke, None);
-        let (kind, offset, error) = match producer.send(record).await {
-            Ok(d) => (OpKind::Ok, Some(d.offset), None),
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-        };
-        ctx.record(
-            &name,
-            kind,
-            Value::Send {
-                id,
-                key: None,
-                tp: Some(tp),
-                offset,
-            },
-            error,
-        );
+        if queued {
+            let queued_send = producer.send_async(record).await;
+            let (ctx, name) = (ctx.clone(), name.clone());
+            reports.push(tokio::spawn(async move {
+                let result = match queued_send {
+                    Ok(report) => report.await,
+                    Err(e) => Err(e),
+                };
+                record_send(&ctx, &name, id, tp, result);
+            }));
+        } else {
+            let result = producer.send(record).await;
+            record_send(&ctx, &name, id, tp, result);
+        }
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+    if queued {
+        // A flush that times out leaves reports to come; they end within the delivery
+        // timeout.
+        let _ = producer.flush(flush_timeout).await;
+        for report in reports {
+            let _ = report.await;
+        }
+        ctx.shared().produced = true;
+    }
+}
+
+fn send_value(id: u64, tp: TopicPartition, offset: Option<Offset>) -> Value {
+    Value::Send {
+        id,
+        key: None,
+        tp: Some(tp),
+        offset,
+    }
+}
+
+/// Records the outcome of the send of `id` to `tp`: ok with its offset, info when
+/// ambiguous, fail otherwise.
+fn record_send(
+    ctx: &Context,
+    name: &str,
+    id: u64,
+    tp: TopicPartition,
+    result: Result<crate::client::Delivery, crate::client::ClientError>,
+) {
+    let (kind, offset, error) = match result {
+        Ok(d) => (OpKind::Ok, Some(d.offset), None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+    };
+    ctx.record(name, kind, send_value(id, tp, offset), error);
 }
 
 /// The record of `id`: JSON `{"id": id, "name": "r<id>"}` to partition `id % partitions`.

@@ -52,17 +52,22 @@ pub trait Pipeline {
 }
 
 /// The input producer of the sink pipelines: `[workload] acks`, not idempotent, one attempt
-/// per record within `request_timeout_ms` (a send that fails is recorded as failed or
-/// unknown, never retried into a duplicate the checkers would blame on the sink).
+/// per record (or batch) within `request_timeout_ms` after its linger (a send that fails is
+/// recorded as failed or unknown, never retried into a duplicate the checkers would blame
+/// on the sink); `[workload]`'s batching keys where the pipeline reads them
+/// ([`crate::scenario::producer`]). `delivery.timeout.ms` is `linger.ms +
+/// request.timeout.ms`, the least Kafka accepts.
 pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> ProducerConfig {
-    ProducerConfig {
+    let mut config = ProducerConfig {
         acks: w.acks,
         enable_idempotence: false,
         request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms,
         retries: 0,
         ..ProducerConfig::default()
-    }
+    };
+    w.apply_producer_keys(&mut config);
+    config.delivery_timeout_ms = config.linger_ms + w.request_timeout_ms;
+    config
 }
 
 /// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running
