@@ -220,7 +220,8 @@ mod tests {
 
     /// The clickhouse-sink producer takes the batching keys with one attempt per batch:
     /// its delivery timeout grows by the linger, and idempotence (which needs retries) is
-    /// refused.
+    /// refused. (The workloads exist under `--cfg madsim` only.)
+    #[cfg(madsim)]
     #[test]
     fn the_clickhouse_sink_producer_batches_with_one_attempt() {
         let s = parse(
