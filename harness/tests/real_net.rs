@@ -28,7 +28,12 @@ fn probes(log: &Path) -> Vec<String> {
 
 /// Waits (at most `max`, a bound on a hang, not a measured time) until the probes after
 /// the first `from` satisfy `done`; returns them.
-fn wait_probes(log: &Path, from: usize, max: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+fn wait_probes(
+    log: &Path,
+    from: usize,
+    max: Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
     let deadline = Instant::now() + max;
     loop {
         let all = probes(log);
@@ -122,7 +127,10 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
         .iter()
         .find(|d| d.cut.from == "client" && d.cut.to == "postgres")
         .expect("the link client → postgres was cut");
-    assert!(to_pg.packets > 0, "the client's SYNs were dropped: {healed:?}");
+    assert!(
+        to_pg.packets > 0,
+        "the client's SYNs were dropped: {healed:?}"
+    );
     let at = probes(&log).len();
     wait_probes(&log, at, wait, answered);
 
@@ -134,7 +142,10 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
     wait_probes(&log, at, wait, cut_off);
     let healed = net.heal(&nodes).expect("heal");
     assert_eq!(healed.len(), 1, "{healed:?}");
-    assert_eq!((healed[0].cut.from.as_str(), healed[0].cut.to.as_str()), ("postgres", "client"));
+    assert_eq!(
+        (healed[0].cut.from.as_str(), healed[0].cut.to.as_str()),
+        ("postgres", "client")
+    );
     assert!(healed[0].packets > 0, "{healed:?}");
     let at = probes(&log).len();
     wait_probes(&log, at, wait, answered);
@@ -147,13 +158,19 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
             .unwrap()
             .join(format!("eosim-{}", std::process::id()))
     };
-    assert!(cgroups.join("postgres").is_dir(), "postgres ran in its cgroup");
+    assert!(
+        cgroups.join("postgres").is_dir(),
+        "postgres ran in its cgroup"
+    );
     drop(net);
     let tables = std::process::Command::new("nft")
         .args(["list", "tables"])
         .output()
         .expect("nft");
     let tables = String::from_utf8_lossy(&tables.stdout);
-    assert!(!tables.contains(&table), "table {table} left behind: {tables}");
+    assert!(
+        !tables.contains(&table),
+        "table {table} left behind: {tables}"
+    );
     assert!(!cgroups.exists(), "{} left behind", cgroups.display());
 }

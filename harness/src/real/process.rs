@@ -234,21 +234,22 @@ impl Launch {
             .process_group(0);
         // A network-faulted run places the process in its node's cgroup (taking its user
         // there too); otherwise std drops to the user.
-        let placement = super::net::placement(&self.service).map_err(|reason| {
-            ProvisionError::Spawn {
+        let placement =
+            super::net::placement(&self.service).map_err(|reason| ProvisionError::Spawn {
                 service: self.service.clone(),
                 program: self.program.clone(),
                 reason,
-            }
-        })?;
+            })?;
         match placement {
-            Some(dir) => super::net::cgroup::join_in_child(&mut cmd, &dir, self.user).map_err(
-                |reason| ProvisionError::Spawn {
-                    service: self.service.clone(),
-                    program: self.program.clone(),
-                    reason,
-                },
-            )?,
+            Some(dir) => {
+                super::net::cgroup::join_in_child(&mut cmd, &dir, self.user).map_err(|reason| {
+                    ProvisionError::Spawn {
+                        service: self.service.clone(),
+                        program: self.program.clone(),
+                        reason,
+                    }
+                })?
+            }
             None => {
                 if let Some((uid, gid)) = self.user {
                     cmd.uid(uid).gid(gid);

@@ -132,7 +132,10 @@ fn remove_tree(dir: &Path, max: Duration) -> Vec<String> {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for child in entries.filter_map(|e| e.ok()).filter(|e| e.path().is_dir()) {
                 if let Err(e) = std::fs::remove_dir(child.path()) {
-                    left.push(format!("cgroup {} not removed: {e}", child.path().display()));
+                    left.push(format!(
+                        "cgroup {} not removed: {e}",
+                        child.path().display()
+                    ));
                 }
             }
         }
@@ -179,7 +182,11 @@ pub fn sweep_leftovers(mount: &Path, alive: impl Fn(u32) -> bool) -> Vec<PathBuf
 ///
 /// # Errors
 /// A directory path with a NUL byte.
-pub fn join_in_child(cmd: &mut Command, dir: &Path, user: Option<(u32, u32)>) -> Result<(), String> {
+pub fn join_in_child(
+    cmd: &mut Command,
+    dir: &Path,
+    user: Option<(u32, u32)>,
+) -> Result<(), String> {
     let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
         .map_err(|_| format!("cgroup {}: a NUL in the path", dir.display()))?;
     // SAFETY: the closure only makes async-signal-safe calls (open, write, close,

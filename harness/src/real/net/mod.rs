@@ -344,7 +344,11 @@ impl Network {
         if self.cuts.is_empty() {
             return Ok(());
         }
-        let json = nft_run(&self.nft, &["-j", "list", "table", "inet", &self.table], None)?;
+        let json = nft_run(
+            &self.nft,
+            &["-j", "list", "table", "inet", &self.table],
+            None,
+        )?;
         for (key, packets) in rules::drop_counts(&json)? {
             *self.dropped.entry(key).or_insert(0) += packets;
         }

@@ -69,7 +69,9 @@ fn check_word(what: &str, s: &str, slash: bool) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("network faults: {what} `{s}` has characters nft rules cannot carry"))
+        Err(format!(
+            "network faults: {what} `{s}` has characters nft rules cannot carry"
+        ))
     }
 }
 
@@ -87,7 +89,12 @@ fn port_set(ports: &[u16]) -> String {
 /// # Errors
 /// A cut naming a node that is not in `nodes`; a name or path with characters outside
 /// `[A-Za-z0-9._-/]`.
-pub fn ruleset(table: &str, level: u32, nodes: &[Endpoint], cuts: &[Cut]) -> Result<String, String> {
+pub fn ruleset(
+    table: &str,
+    level: u32,
+    nodes: &[Endpoint],
+    cuts: &[Cut],
+) -> Result<String, String> {
     check_word("table", table, false)?;
     let mark = |name: &str| -> Result<(u32, &Endpoint), String> {
         nodes
@@ -99,7 +106,10 @@ pub fn ruleset(table: &str, level: u32, nodes: &[Endpoint], cuts: &[Cut]) -> Res
     let mut out = format!("table inet {table} {{}}\ndelete table inet {table}\n");
     let _ = writeln!(out, "table inet {table} {{");
     let _ = writeln!(out, "\tchain mark_out {{");
-    let _ = writeln!(out, "\t\ttype filter hook output priority filter; policy accept;");
+    let _ = writeln!(
+        out,
+        "\t\ttype filter hook output priority filter; policy accept;"
+    );
     for node in nodes {
         check_word("node", &node.name, false)?;
         check_word("cgroup", &node.cgroup, true)?;
@@ -110,12 +120,19 @@ pub fn ruleset(table: &str, level: u32, nodes: &[Endpoint], cuts: &[Cut]) -> Res
             node.cgroup
         );
         if !node.ports.is_empty() {
-            let _ = writeln!(out, "\t\ttcp sport {} meta mark set {m:#x}", port_set(&node.ports));
+            let _ = writeln!(
+                out,
+                "\t\ttcp sport {} meta mark set {m:#x}",
+                port_set(&node.ports)
+            );
         }
     }
     let _ = writeln!(out, "\t}}");
     let _ = writeln!(out, "\tchain cut_in {{");
-    let _ = writeln!(out, "\t\ttype filter hook input priority filter; policy accept;");
+    let _ = writeln!(
+        out,
+        "\t\ttype filter hook input priority filter; policy accept;"
+    );
     let mut ordered: Vec<&Cut> = cuts.iter().collect();
     ordered.sort_by_key(|c| (c.kind != eosim_sim::effects::kind::CLOG, *c));
     let mut seen = std::collections::BTreeSet::new();
@@ -165,7 +182,9 @@ pub fn drop_counts(json: &str) -> Result<BTreeMap<(String, String, String), u64>
         };
         let words: Vec<&str> = comment.split(' ').collect();
         let [kind, from, to] = words[..] else {
-            return Err(format!("nft rule comment `{comment}` is not `<kind> <from> <to>`"));
+            return Err(format!(
+                "nft rule comment `{comment}` is not `<kind> <from> <to>`"
+            ));
         };
         let packets: u64 = rule
             .get("expr")
@@ -222,8 +241,13 @@ mod tests {
     /// broker-1 would receive: by its cgroup and by its two listening ports.
     #[test]
     fn a_one_way_cut_drops_the_senders_marked_packets_at_the_receiver() {
-        let text = ruleset("eosim_7", 2, &nodes(), &[cut(kind::PARTITION, "connect-0", "broker-1")])
-            .unwrap();
+        let text = ruleset(
+            "eosim_7",
+            2,
+            &nodes(),
+            &[cut(kind::PARTITION, "connect-0", "broker-1")],
+        )
+        .unwrap();
         assert!(text.starts_with("table inet eosim_7 {}\ndelete table inet eosim_7\n"));
         for line in [
             "socket cgroupv2 level 2 \"unified/eosim-7/broker-1\" meta mark set 0x45530001",
@@ -234,7 +258,10 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing `{line}` in\n{text}");
         }
-        assert!(!text.contains("tcp sport {  }"), "a client has no port rule:\n{text}");
+        assert!(
+            !text.contains("tcp sport {  }"),
+            "a client has no port rule:\n{text}"
+        );
         assert_eq!(
             drops(&text),
             [
@@ -277,8 +304,13 @@ mod tests {
 
     #[test]
     fn unknown_nodes_and_odd_names_are_errors_naming_them() {
-        let err = ruleset("eosim_7", 2, &nodes(), &[cut(kind::CLOG, "clickhouse", "postgres")])
-            .unwrap_err();
+        let err = ruleset(
+            "eosim_7",
+            2,
+            &nodes(),
+            &[cut(kind::CLOG, "clickhouse", "postgres")],
+        )
+        .unwrap_err();
         assert!(err.contains("no process named `clickhouse`"), "{err}");
         let mut odd = nodes();
         odd[1].name = "connect 0\"".into();

@@ -326,9 +326,16 @@ impl Run<'_> {
             Ok(d) => d,
             Err(e) => return self.fail(format!("heal: {e}")),
         };
-        let (links, packets) = (dropped.len(), dropped.iter().map(|d| d.packets).sum::<u64>());
+        let (links, packets) = (
+            dropped.len(),
+            dropped.iter().map(|d| d.packets).sum::<u64>(),
+        );
         for d in dropped.into_iter().filter(|d| d.packets > 0) {
-            let on = if d.cut.kind == kind::CLOG { "clogged" } else { "cut" };
+            let on = if d.cut.kind == kind::CLOG {
+                "clogged"
+            } else {
+                "cut"
+            };
             let detail = format!(
                 "{} packets from {} to {} dropped (link {on})",
                 d.packets, d.cut.from, d.cut.to
@@ -643,4 +650,46 @@ pub(super) fn needs_network(scenario: &Scenario) -> bool {
         .as_ref()
         .is_some_and(|s| s.kinds.contains(&FaultKind::Partition));
     scheduled || swarmed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scenario(faults: &str) -> Scenario {
+        let text = format!(
+            "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n[faults]\nuntil_ms = 9000\n\
+             {faults}"
+        );
+        Scenario::parse(Path::new("scenarios/real/x.toml"), &text).unwrap()
+    }
+
+    /// Only a scheduled partition or clog, or a swarm that may draw partitions, opens the
+    /// network (root and nft are needed then, and only then).
+    #[test]
+    fn the_network_is_opened_for_partitions_and_clogs_only() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        assert!(!needs_network(&scenario("")));
+        assert!(!needs_network(&scenario(&at(
+            "fault = \"kill\"\ntarget = [\"consumer-0\"]"
+        ))));
+        assert!(!needs_network(&scenario(&at(
+            "fault = \"messages\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
+             drop_request_probability = 0.5"
+        ))));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
+             one_way = true"
+        ))));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"clog\"\ntarget = [\"broker-1\"]"
+        ))));
+        assert!(needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"kill\", \"partition\"]\n"
+        )));
+        assert!(!needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"pause\"]\n"
+        )));
+    }
 }
