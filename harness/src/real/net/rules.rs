@@ -80,6 +80,31 @@ fn port_set(ports: &[u16]) -> String {
     format!("{{ {} }}", list.join(", "))
 }
 
+/// The rules that know `node` by its sockets' cgroup and, when it listens, by its ports
+/// (`port` is `sport` for what it sends, `dport` for what it receives): each
+/// `<condition><match> <action>`.
+fn node_rules(
+    out: &mut String,
+    level: u32,
+    node: &Endpoint,
+    port: &str,
+    condition: &str,
+    action: &str,
+) {
+    let _ = writeln!(
+        out,
+        "\t\t{condition}socket cgroupv2 level {level} \"{}\" {action}",
+        node.cgroup
+    );
+    if !node.ports.is_empty() {
+        let _ = writeln!(
+            out,
+            "\t\t{condition}tcp {port} {} {action}",
+            port_set(&node.ports)
+        );
+    }
+}
+
 /// The whole table `inet <table>` for `nodes` with `cuts` in force, replacing any table of
 /// that name in one `nft -f` transaction (an empty `table` first, so that the `delete`
 /// finds one). `level` is the nodes' cgroup depth under the cgroup v2 root
@@ -114,18 +139,8 @@ pub fn ruleset(
         check_word("node", &node.name, false)?;
         check_word("cgroup", &node.cgroup, true)?;
         let (m, _) = mark(&node.name)?;
-        let _ = writeln!(
-            out,
-            "\t\tsocket cgroupv2 level {level} \"{}\" meta mark set {m:#x}",
-            node.cgroup
-        );
-        if !node.ports.is_empty() {
-            let _ = writeln!(
-                out,
-                "\t\ttcp sport {} meta mark set {m:#x}",
-                port_set(&node.ports)
-            );
-        }
+        let action = format!("meta mark set {m:#x}");
+        node_rules(&mut out, level, node, "sport", "", &action);
     }
     let _ = writeln!(out, "\t}}");
     let _ = writeln!(out, "\tchain cut_in {{");
@@ -141,20 +156,9 @@ pub fn ruleset(
         let (from_mark, _) = mark(&cut.from)?;
         let (_, to) = mark(&cut.to)?;
         check_word("fault kind", cut.kind, false)?;
-        let comment = cut.comment();
-        let _ = writeln!(
-            out,
-            "\t\tmeta mark {from_mark:#x} socket cgroupv2 level {level} \"{}\" counter drop \
-             comment \"{comment}\"",
-            to.cgroup
-        );
-        if !to.ports.is_empty() {
-            let _ = writeln!(
-                out,
-                "\t\tmeta mark {from_mark:#x} tcp dport {} counter drop comment \"{comment}\"",
-                port_set(&to.ports)
-            );
-        }
+        let condition = format!("meta mark {from_mark:#x} ");
+        let action = format!("counter drop comment \"{}\"", cut.comment());
+        node_rules(&mut out, level, to, "dport", &condition, &action);
     }
     let _ = writeln!(out, "\t}}");
     let _ = writeln!(out, "}}");
@@ -228,6 +232,11 @@ mod tests {
         ]
     }
 
+    /// The table `eosim_7` for [`nodes`] at level 2 with `cuts`.
+    fn rules_for(cuts: &[Cut]) -> Result<String, String> {
+        ruleset("eosim_7", 2, &nodes(), cuts)
+    }
+
     /// The drop rules of the `cut_in` chain, in order.
     fn drops(text: &str) -> Vec<&str> {
         text.lines()
@@ -241,13 +250,7 @@ mod tests {
     /// broker-1 would receive: by its cgroup and by its two listening ports.
     #[test]
     fn a_one_way_cut_drops_the_senders_marked_packets_at_the_receiver() {
-        let text = ruleset(
-            "eosim_7",
-            2,
-            &nodes(),
-            &[cut(kind::PARTITION, "connect-0", "broker-1")],
-        )
-        .unwrap();
+        let text = rules_for(&[cut(kind::PARTITION, "connect-0", "broker-1")]).unwrap();
         assert!(text.starts_with("table inet eosim_7 {}\ndelete table inet eosim_7\n"));
         for line in [
             "socket cgroupv2 level 2 \"unified/eosim-7/broker-1\" meta mark set 0x45530001",
@@ -282,7 +285,7 @@ mod tests {
             cut(kind::CLOG, "postgres", "connect-0"),
             cut(kind::CLOG, "broker-1", "connect-0"),
         ];
-        let text = ruleset("eosim_7", 2, &nodes(), &cuts).unwrap();
+        let text = rules_for(&cuts).unwrap();
         assert_eq!(
             drops(&text),
             [
@@ -297,20 +300,14 @@ mod tests {
     /// The healed table still marks, and drops nothing.
     #[test]
     fn no_cuts_drop_nothing() {
-        let text = ruleset("eosim_7", 2, &nodes(), &[]).unwrap();
+        let text = rules_for(&[]).unwrap();
         assert!(drops(&text).is_empty(), "{text}");
         assert!(text.contains("chain cut_in"), "{text}");
     }
 
     #[test]
     fn unknown_nodes_and_odd_names_are_errors_naming_them() {
-        let err = ruleset(
-            "eosim_7",
-            2,
-            &nodes(),
-            &[cut(kind::CLOG, "clickhouse", "postgres")],
-        )
-        .unwrap_err();
+        let err = rules_for(&[cut(kind::CLOG, "clickhouse", "postgres")]).unwrap_err();
         assert!(err.contains("no process named `clickhouse`"), "{err}");
         let mut odd = nodes();
         odd[1].name = "connect 0\"".into();
