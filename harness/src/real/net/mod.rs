@@ -36,6 +36,7 @@
 //! ([`teardown_active`]), and at the next open when a SIGKILLed run left them.
 
 pub mod cgroup;
+pub mod proxy;
 pub mod rules;
 
 use cgroup::CgroupTree;
@@ -204,6 +205,58 @@ fn listening_ports(pids: &[i32]) -> BTreeSet<u16> {
     out
 }
 
+/// The node whose process holds the client end of a loopback connection from
+/// `client_port` to `server_port` (its socket inode from `/proc/net/tcp{,6}`, then the
+/// processes of each node cgroup of the active run); `None` when no run is active or the
+/// client is in no node (eosim itself).
+pub fn node_of_connection(client_port: u16, server_port: u16) -> Option<String> {
+    let dir = ACTIVE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|a| a.dir.clone())?;
+    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    let inode = socket_inode(&tables, client_port, server_port)?;
+    let wanted = format!("socket:[{inode}]");
+    for node in std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok()) {
+        let procs = std::fs::read_to_string(node.path().join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", pid.trim())) else {
+                continue;
+            };
+            let holds = fds
+                .filter_map(|e| e.ok())
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .any(|l| l.to_str() == Some(wanted.as_str()));
+            if holds {
+                return node.file_name().to_str().map(str::to_string);
+            }
+        }
+    }
+    None
+}
+
+/// The inode of the socket bound to `local_port` and connected to `remote_port` in
+/// `/proc/net/tcp` / `tcp6`'s text (proc(5)).
+pub fn socket_inode(tables: &[String], local_port: u16, remote_port: u16) -> Option<u64> {
+    let port = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+    };
+    tables
+        .iter()
+        .flat_map(|t| t.lines().skip(1))
+        .find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() >= 10 && port(f[1]) == Some(local_port) && port(f[2]) == Some(remote_port))
+                .then(|| f[9].parse().ok())
+                .flatten()
+        })
+}
+
 /// The packets one cut link dropped while it was cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dropped {
@@ -334,6 +387,14 @@ impl Network {
             .collect())
     }
 
+    /// Adds `ports` to `node`'s listening ports (a proxy's, which listens for it in eosim).
+    pub fn add_ports(&mut self, node: &str, ports: &[u16]) {
+        self.ports
+            .entry(node.to_string())
+            .or_default()
+            .extend(ports.iter().copied());
+    }
+
     /// Whether a link is cut now.
     pub fn is_cut(&self) -> bool {
         !self.cuts.is_empty()
@@ -425,6 +486,14 @@ mod tests {
    0: 0100007F:2384 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0\n\
    1: 0100007F:9C40 0100007F:2384 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1\n"
             .to_string();
+        assert_eq!(
+            socket_inode(std::slice::from_ref(&tcp), 0x9C40, 0x2384),
+            Some(4343)
+        );
+        assert_eq!(
+            socket_inode(std::slice::from_ref(&tcp), 0x9C40, 0x2385),
+            None
+        );
         let ports = listening_ports_by_inode(&[tcp]);
         assert_eq!(ports.len(), 1, "only LISTEN (0A) sockets: {ports:?}");
         assert_eq!(ports[&4242], 0x2384);
