@@ -51,8 +51,8 @@ pub struct MessageFaults {
 /// The most of a request kept for its duplicate, bytes (a larger one is not duplicated).
 const DUPLICATE_MAX_BYTES: usize = 16 << 20;
 
-/// Finds the node name of a connection's client from its address.
-pub type Identify = Arc<dyn Fn(SocketAddr) -> Option<String> + Send + Sync>;
+/// Finds the node name of a connection's client from its address and the proxy's end.
+pub type Identify = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<String> + Send + Sync>;
 
 /// A fault that acted on one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +249,10 @@ fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let Ok(server) = TcpStream::connect(shared.upstream) else {
         return;
     };
-    let node = (shared.identify)(peer);
+    let node = client
+        .local_addr()
+        .ok()
+        .and_then(|local| (shared.identify)(peer, local));
     let conn = Arc::new(Mutex::new(Conn {
         answered: true,
         ..Conn::default()
@@ -427,7 +430,7 @@ mod tests {
     }
 
     fn proxy(upstream: SocketAddr) -> Proxy {
-        let identify: Identify = Arc::new(|_| Some("worker-0".to_string()));
+        let identify: Identify = Arc::new(|_, _| Some("worker-0".to_string()));
         Proxy::start("clickhouse", upstream, 7, identify).unwrap()
     }
 
@@ -526,7 +529,7 @@ mod tests {
     #[test]
     fn faults_follow_the_client_node() {
         let (addr, _) = line_server();
-        let identify: Identify = Arc::new(|_| None);
+        let identify: Identify = Arc::new(|_, _| None);
         let p = Proxy::start("clickhouse", addr, 7, identify).unwrap();
         p.set_faults(
             "worker-0",

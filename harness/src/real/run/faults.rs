@@ -12,7 +12,8 @@
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
 //! | `partition` (full, `one_way`), `clog` | nftables drops between the processes' cgroups ([`crate::real::net`]) |
 //! | `heal` | every cut link restored; each one's dropped packets recorded as its effect |
-//! | `messages` | not injected, noted (needs a fault-injecting proxy in front of each listener) |
+//! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
+//! | `messages` on other servers | not injected, noted (their protocols pipeline requests) |
 //! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
@@ -30,6 +31,7 @@
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
 use super::Run;
 use crate::history::Value;
+use crate::real::net::proxy::{MessageFaults, Proxy};
 use crate::real::net::rules::Cut;
 use crate::real::net::Network;
 use crate::real::provision::{Kafka, Kill, Pause};
@@ -179,12 +181,22 @@ impl Run<'_> {
                 one_way,
             } => self.partition(fault, source, target, *one_way),
             Fault::Clog { target } => self.clog(fault, target),
-            Fault::Messages { .. } => self.unsupported(
-                fault,
-                "message faults (a request dropped, delayed or duplicated, a response lost \
-                 after the request was applied) need a fault-injecting proxy in front of each \
-                 listener, not built yet (partition and clog are injected)",
-            ),
+            Fault::Messages {
+                source,
+                target,
+                drop_request_probability,
+                drop_response_probability,
+                duplicate_probability,
+                delay_ms_max,
+            } => {
+                let settings = MessageFaults {
+                    drop_request_probability: *drop_request_probability,
+                    drop_response_probability: *drop_response_probability,
+                    duplicate_probability: *duplicate_probability,
+                    delay_ms_max: *delay_ms_max,
+                };
+                self.messages(fault, source, target, settings)
+            }
             Fault::ClockJump { .. } => self.unsupported(
                 fault,
                 "a clock jump needs a per-process fake clock (libfaketime); stepping the \
@@ -297,12 +309,72 @@ impl Run<'_> {
         }
     }
 
+    /// The message-fault proxy in front of `server`, if the run has one (ClickHouse's
+    /// HTTP listener when the scenario has `messages` faults on `clickhouse`).
+    fn proxy(&self, server: &str) -> Option<&Proxy> {
+        match &self.target {
+            super::pipelines::Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Sets `settings` on the requests from each `source` node to each `target` node that
+    /// has a proxy in front of it, recorded as the simulation records a `messages` fault;
+    /// a target without one is noted as not injected.
+    fn messages(
+        &mut self,
+        fault: &Fault,
+        source: &[String],
+        target: &[String],
+        settings: MessageFaults,
+    ) {
+        if self.network_for(fault).is_none() {
+            return;
+        }
+        let (src, dst) = (self.resolve_net(source), self.resolve_net(target));
+        let mut faulted = Vec::new();
+        for b in &dst {
+            let Some(proxy) = self.proxy(b) else {
+                let why = format!(
+                    "message faults act through the proxy in front of ClickHouse's HTTP \
+                     listener only; {b} has none (the Kafka, PostgreSQL and ZooKeeper \
+                     protocols pipeline requests, which a byte-stream proxy cannot tell apart)"
+                );
+                self.unsupported(fault, &why);
+                continue;
+            };
+            for a in src.iter().filter(|a| *a != b) {
+                proxy.set_faults(a, settings);
+            }
+            faulted.push(b.clone());
+        }
+        if faulted.is_empty() {
+            return;
+        }
+        let detail = format!(
+            "source=[{}] target=[{}] drop_request={:.2} drop_response={:.2} duplicate={:.2} \
+             delay_ms_max={}",
+            src.join(","),
+            faulted.join(","),
+            settings.drop_request_probability,
+            settings.drop_response_probability,
+            settings.duplicate_probability,
+            settings.delay_ms_max
+        );
+        self.record_fault("messages", detail);
+    }
+
     /// Puts `cuts` in force; whether they are (a failure to load them fails the run).
     fn cut(&mut self, fault: &Fault, cuts: Vec<Cut>) -> bool {
         let nodes = self.net_nodes();
+        // A proxy listens for its server: its port is the server's in the rules.
+        let proxy_port = self.proxy("clickhouse").map(Proxy::port);
         let Some(net) = self.network_for(fault) else {
             return false;
         };
+        if let Some(port) = proxy_port {
+            net.add_ports("clickhouse", &[port]);
+        }
         match net.cut(&nodes, cuts) {
             Ok(()) => true,
             Err(e) => {
@@ -312,14 +384,19 @@ impl Run<'_> {
         }
     }
 
-    /// Heals every cut link (nothing when none is cut), recording each link's dropped
-    /// packets as the effect of the fault that cut it, and the heal.
+    /// Heals every cut link and clears every message fault (nothing when none is in
+    /// force), recording each link's dropped packets and each message fault that acted as
+    /// effects, and the heal.
     fn heal_network(&mut self) {
+        let messages = self.heal_messages();
         let nodes = self.net_nodes();
         let Some(Ok(net)) = &mut self.net else {
             return;
         };
         if !net.is_cut() {
+            if messages {
+                self.record_fault("heal", String::new());
+            }
             return;
         }
         let dropped = match net.heal(&nodes) {
@@ -348,6 +425,26 @@ impl Run<'_> {
              them while cut (nftables counters)"
         ));
         self.record_fault("heal", String::new());
+    }
+
+    /// Clears the proxy's message faults and records the faults that acted through it, at
+    /// their times; whether any fault was set.
+    fn heal_messages(&mut self) -> bool {
+        let Some(proxy) = self.proxy("clickhouse") else {
+            return false;
+        };
+        let was_set = proxy.is_faulted();
+        proxy.clear_faults();
+        let events = proxy.take_events();
+        let epoch_ns = self.env.epoch_ns;
+        for e in events {
+            let value = Value::Effect {
+                kind: e.kind.into(),
+                detail: e.detail,
+            };
+            self.push(e.unix_ns.saturating_sub(epoch_ns), &e.client, value);
+        }
+        was_set
     }
 
     /// The swarm's faults for this run's seed, drawn as the simulation draws a seed's
@@ -636,20 +733,28 @@ impl Run<'_> {
 }
 
 /// Whether `scenario` schedules a network fault the real runner injects (`partition`,
-/// `clog`, in its schedule or its swarm's kinds): then the run places its processes in
-/// cgroups and opens its [`Network`].
+/// `clog`, `messages`, in its schedule or its swarm's kinds): then the run places its
+/// processes in cgroups (which also tell a proxy its clients) and opens its [`Network`].
 pub(super) fn needs_network(scenario: &Scenario) -> bool {
-    let scheduled = scenario
-        .faults
-        .schedule
-        .iter()
-        .any(|f| matches!(f.fault, Fault::Partition { .. } | Fault::Clog { .. }));
-    let swarmed = scenario
-        .faults
-        .swarm
-        .as_ref()
-        .is_some_and(|s| s.kinds.contains(&FaultKind::Partition));
+    let scheduled = scenario.faults.schedule.iter().any(|f| {
+        matches!(
+            f.fault,
+            Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. }
+        )
+    });
+    let swarmed = scenario.faults.swarm.as_ref().is_some_and(|s| {
+        s.kinds.contains(&FaultKind::Partition) || s.kinds.contains(&FaultKind::Messages)
+    });
     scheduled || swarmed
+}
+
+/// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
+/// then a proxy goes in front of it.
+pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
+    scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),
+        _ => false,
+    })
 }
 
 #[cfg(test)]
@@ -658,15 +763,18 @@ mod tests {
     use std::path::Path;
 
     fn scenario(faults: &str) -> Scenario {
-        let text = format!(
-            "pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n[faults]\nuntil_ms = 9000\n\
-             {faults}"
-        );
+        scenario_of("pipeline = \"kafka-consume\"\n", faults)
+    }
+
+    /// A scenario of `head` (its pipeline and sections) with `faults`.
+    fn scenario_of(head: &str, faults: &str) -> Scenario {
+        let text = format!("claim = \"at-least-once\"\n{head}[faults]\nuntil_ms = 9000\n{faults}");
         Scenario::parse(Path::new("scenarios/real/x.toml"), &text).unwrap()
     }
 
-    /// Only a scheduled partition or clog, or a swarm that may draw partitions, opens the
-    /// network (root and nft are needed then, and only then).
+    /// Only a scheduled partition, clog or message fault, or a swarm that may draw one,
+    /// opens the network (root and nft are needed then, and only then); a proxy goes in
+    /// front of the servers a message fault names.
     #[test]
     fn the_network_is_opened_for_partitions_and_clogs_only() {
         let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
@@ -674,10 +782,16 @@ mod tests {
         assert!(!needs_network(&scenario(&at(
             "fault = \"kill\"\ntarget = [\"consumer-0\"]"
         ))));
-        assert!(!needs_network(&scenario(&at(
-            "fault = \"messages\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
-             drop_request_probability = 0.5"
-        ))));
+        let messages = scenario_of(
+            "pipeline = \"clickhouse-sink\"\n[sink]\ntasks = 2\n",
+            &at(
+                "fault = \"messages\"\nsource = [\"consumer-0\"]\ntarget = [\"clickhouse\"]\n\
+             drop_request_probability = 0.5",
+            ),
+        );
+        assert!(needs_network(&messages));
+        assert!(messages_on(&messages, "clickhouse"));
+        assert!(!messages_on(&messages, "postgres"));
         assert!(needs_network(&scenario(&at(
             "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
              one_way = true"

@@ -207,7 +207,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     };
     let bootstrap = brokers.bootstrap();
     cluster::create_topic(&bootstrap, scenario)?;
-    let target = pipelines::setup(scenario, &bootstrap)?;
+    let target = pipelines::setup(scenario, &bootstrap, options.seed)?;
     let (sink_dir, log_dir) = (options.dir.join("sink"), options.dir.join("logs"));
     for d in [&sink_dir, &log_dir] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
