@@ -262,124 +262,127 @@ fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     };
     let up = {
         let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
-        std::thread::spawn(move || requests(client_r, server_w, &shared, &conn, node.as_deref()))
+        std::thread::spawn(move || {
+            relay(client_r, server_w, &conn, false, |c, chunk| {
+                on_request(&shared, node.as_deref(), c, chunk)
+            })
+        })
     };
-    responses(server, client, shared, &conn, node.as_deref());
+    relay(server, client, &conn, true, |c, _| {
+        on_response(shared, node.as_deref(), c)
+    });
     let _ = up.join();
 }
 
-/// Client → server: each request's first bytes draw a drop and a delay.
-fn requests(
-    mut client: TcpStream,
-    mut server: TcpStream,
-    shared: &Shared,
-    conn: &Mutex<Conn>,
-    node: Option<&str>,
-) {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match client.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let mut delay_ms = 0;
-        {
-            let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
-            if c.silenced {
-                continue;
-            }
-            if c.answered {
-                c.answered = false;
-                c.request = Some(Vec::new());
-                if let Some(node) = node {
-                    let faults = shared.faults_of(node);
-                    if shared.draw(faults.drop_request_probability) {
-                        c.silenced = true;
-                        let detail = format!("a request from {node} to {} dropped", shared.server);
-                        shared.record(kind::DROP_REQUEST, node, detail);
-                        continue;
-                    }
-                    delay_ms = shared.delay(faults.delay_ms_max);
-                    if delay_ms > 0 {
-                        let detail = format!(
-                            "a request from {node} to {} delayed {delay_ms} ms",
-                            shared.server
-                        );
-                        shared.record(kind::DELAY, node, detail);
-                    }
-                }
-            }
-            if let Some(request) = &mut c.request {
-                if request.len() + n <= DUPLICATE_MAX_BYTES {
-                    request.extend_from_slice(&buf[..n]);
-                } else {
-                    c.request = None;
-                }
-            }
-        }
-        if delay_ms > 0 {
-            std::thread::sleep(Duration::from_millis(delay_ms));
-        }
-        if server.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = server.shutdown(Shutdown::Write);
+/// What a direction of a connection does with the bytes it just read.
+enum Pass {
+    /// Forward them after `delay_ms`.
+    Forward { delay_ms: u64 },
+    /// Swallow them (the connection is silenced).
+    Swallow,
 }
 
-/// Server → client: each response's first bytes draw a lost response and a duplicate.
-fn responses(
-    mut server: TcpStream,
-    mut client: TcpStream,
-    shared: &Shared,
+/// Copies `from` to `to` until either ends, each chunk as `decide` says (nothing once the
+/// connection is silenced); then ends `to`'s writing half, unless the connection was
+/// silenced and `to` is the client (which must hear nothing, not an end of stream).
+fn relay(
+    mut from: TcpStream,
+    mut to: TcpStream,
     conn: &Mutex<Conn>,
-    node: Option<&str>,
+    to_client: bool,
+    mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
 ) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = match server.read(&mut buf) {
+        let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        {
+        let pass = {
             let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
             if c.silenced {
-                continue;
+                Pass::Swallow
+            } else {
+                decide(&mut c, &buf[..n])
             }
-            if !c.answered {
-                c.answered = true;
-                let request = c.request.take();
-                if let Some(node) = node {
-                    let faults = shared.faults_of(node);
-                    if let Some(request) =
-                        request.filter(|_| shared.draw(faults.duplicate_probability))
-                    {
-                        let detail =
-                            format!("a request from {node} to {} delivered twice", shared.server);
-                        shared.record(kind::DUPLICATE, node, detail);
-                        let upstream = shared.upstream;
-                        std::thread::spawn(move || send_again(upstream, &request));
-                    }
-                    if shared.draw(faults.drop_response_probability) {
-                        c.silenced = true;
-                        let detail = format!(
-                            "the response of {} to a request from {node} lost (the request was applied)",
-                            shared.server
-                        );
-                        shared.record(kind::DROP_RESPONSE, node, detail);
-                        continue;
-                    }
-                }
+        };
+        if let Pass::Forward { delay_ms } = pass {
+            if delay_ms > 0 {
+                std::thread::sleep(Duration::from_millis(delay_ms));
             }
-        }
-        if client.write_all(&buf[..n]).is_err() {
-            break;
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
         }
     }
     let silenced = conn.lock().unwrap_or_else(|p| p.into_inner()).silenced;
-    if !silenced {
-        let _ = client.shutdown(Shutdown::Write);
+    if !(silenced && to_client) {
+        let _ = to.shutdown(Shutdown::Write);
     }
+}
+
+/// Client → server: a request's first bytes draw a drop and a delay; its bytes are kept
+/// for a duplicate.
+fn on_request(shared: &Shared, node: Option<&str>, c: &mut Conn, chunk: &[u8]) -> Pass {
+    let mut delay_ms = 0;
+    if c.answered {
+        c.answered = false;
+        c.request = Some(Vec::new());
+        if let Some(node) = node {
+            let faults = shared.faults_of(node);
+            if shared.draw(faults.drop_request_probability) {
+                c.silenced = true;
+                let detail = format!("a request from {node} to {} dropped", shared.server);
+                shared.record(kind::DROP_REQUEST, node, detail);
+                return Pass::Swallow;
+            }
+            delay_ms = shared.delay(faults.delay_ms_max);
+            if delay_ms > 0 {
+                let detail = format!(
+                    "a request from {node} to {} delayed {delay_ms} ms",
+                    shared.server
+                );
+                shared.record(kind::DELAY, node, detail);
+            }
+        }
+    }
+    if let Some(request) = &mut c.request {
+        if request.len() + chunk.len() <= DUPLICATE_MAX_BYTES {
+            request.extend_from_slice(chunk);
+        } else {
+            c.request = None;
+        }
+    }
+    Pass::Forward { delay_ms }
+}
+
+/// Server → client: a response's first bytes draw a lost response and a duplicate.
+fn on_response(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
+    if c.answered {
+        return Pass::Forward { delay_ms: 0 };
+    }
+    c.answered = true;
+    let request = c.request.take();
+    let Some(node) = node else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    let faults = shared.faults_of(node);
+    if let Some(request) = request.filter(|_| shared.draw(faults.duplicate_probability)) {
+        let detail = format!("a request from {node} to {} delivered twice", shared.server);
+        shared.record(kind::DUPLICATE, node, detail);
+        let upstream = shared.upstream;
+        std::thread::spawn(move || send_again(upstream, &request));
+    }
+    if shared.draw(faults.drop_response_probability) {
+        c.silenced = true;
+        let detail = format!(
+            "the response of {} to a request from {node} lost (the request was applied)",
+            shared.server
+        );
+        shared.record(kind::DROP_RESPONSE, node, detail);
+        return Pass::Swallow;
+    }
+    Pass::Forward { delay_ms: 0 }
 }
 
 /// Sends `request` again on a connection of its own; its answer is read and discarded.
@@ -453,6 +456,21 @@ mod tests {
         }
     }
 
+    /// A proxy with `faults` set for worker-0 in front of a fresh [`line_server`], and
+    /// what that server applied.
+    fn faulted(faults: MessageFaults) -> (Proxy, Arc<Mutex<Vec<String>>>) {
+        let (addr, applied) = line_server();
+        let p = proxy(addr);
+        p.set_faults("worker-0", faults);
+        (p, applied)
+    }
+
+    /// Whether `line` through the proxy goes unanswered (waiting 300 ms: a lost message
+    /// never comes, so this is the client's timeout, not a measured time).
+    fn unanswered(port: u16, line: &str) -> bool {
+        call_within(port, line, Duration::from_millis(300)).is_none()
+    }
+
     fn kinds(events: &[Event]) -> Vec<&'static str> {
         events.iter().map(|e| e.kind).collect()
     }
@@ -470,17 +488,11 @@ mod tests {
     /// A lost response: the server applied the request, the client got no answer.
     #[test]
     fn a_lost_response_leaves_the_request_applied_and_the_client_waiting() {
-        let (addr, applied) = line_server();
-        let p = proxy(addr);
-        let lose = MessageFaults {
+        let (p, applied) = faulted(MessageFaults {
             drop_response_probability: 1.0,
             ..MessageFaults::default()
-        };
-        p.set_faults("worker-0", lose);
-        assert_eq!(
-            call_within(p.port(), "insert", Duration::from_millis(300)),
-            None
-        );
+        });
+        assert!(unanswered(p.port(), "insert"));
         assert_eq!(*applied.lock().unwrap(), ["insert"]);
         let events = p.take_events();
         assert_eq!(kinds(&events), [kind::DROP_RESPONSE]);
@@ -491,30 +503,21 @@ mod tests {
 
     #[test]
     fn a_dropped_request_never_reaches_the_server() {
-        let (addr, applied) = line_server();
-        let p = proxy(addr);
-        let drop = MessageFaults {
+        let (p, applied) = faulted(MessageFaults {
             drop_request_probability: 1.0,
             ..MessageFaults::default()
-        };
-        p.set_faults("worker-0", drop);
-        assert_eq!(
-            call_within(p.port(), "insert", Duration::from_millis(300)),
-            None
-        );
+        });
+        assert!(unanswered(p.port(), "insert"));
         assert!(applied.lock().unwrap().is_empty());
         assert_eq!(kinds(&p.take_events()), [kind::DROP_REQUEST]);
     }
 
     #[test]
     fn a_duplicated_request_is_applied_twice_and_answered_once() {
-        let (addr, applied) = line_server();
-        let p = proxy(addr);
-        let dup = MessageFaults {
+        let (p, applied) = faulted(MessageFaults {
             duplicate_probability: 1.0,
             ..MessageFaults::default()
-        };
-        p.set_faults("worker-0", dup);
+        });
         assert_eq!(call(p.port(), "insert").as_deref(), Some("ok 1"));
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while applied.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
@@ -540,14 +543,10 @@ mod tests {
         );
         assert_eq!(call(p.port(), "x").as_deref(), Some("ok 1"));
         assert!(p.take_events().is_empty());
-        let q = proxy(addr);
-        q.set_faults(
-            "worker-0",
-            MessageFaults {
-                delay_ms_max: 50,
-                ..MessageFaults::default()
-            },
-        );
+        let (q, _) = faulted(MessageFaults {
+            delay_ms_max: 50,
+            ..MessageFaults::default()
+        });
         for i in 0..20 {
             assert!(call(q.port(), &format!("d{i}")).is_some());
         }
