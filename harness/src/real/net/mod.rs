@@ -1,6 +1,9 @@
 //! Network faults on real services: full and one-way partitions and clogs between any two
 //! processes of a native run (brokers, `eosim worker`s, PostgreSQL, ClickHouse, ZooKeeper),
-//! as nftables rules that drop their packets on loopback.
+//! as nftables rules that drop their packets on loopback; and message faults (a request
+//! dropped, delayed or duplicated, a response lost) through a proxy in front of a server's
+//! listener ([`proxy`]), which tells its clients apart by the same cgroups
+//! ([`node_of_connection`]).
 //!
 //! # Design
 //! Everything stays on loopback, as the rest of the native backend does. Each process the
