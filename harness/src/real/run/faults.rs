@@ -332,21 +332,26 @@ impl Run<'_> {
             return;
         }
         let (src, dst) = (self.resolve_net(source), self.resolve_net(target));
-        let mut faulted = Vec::new();
+        let (mut faulted, mut without) = (Vec::new(), Vec::new());
         for b in &dst {
             let Some(proxy) = self.proxy(b) else {
-                let why = format!(
-                    "message faults act through the proxy in front of ClickHouse's HTTP \
-                     listener only; {b} has none (the Kafka, PostgreSQL and ZooKeeper \
-                     protocols pipeline requests, which a byte-stream proxy cannot tell apart)"
-                );
-                self.unsupported(fault, &why);
+                without.push(b.clone());
                 continue;
             };
             for a in src.iter().filter(|a| *a != b) {
                 proxy.set_faults(a, settings);
             }
             faulted.push(b.clone());
+        }
+        if !without.is_empty() {
+            let why = format!(
+                "message faults act through the proxy in front of ClickHouse's HTTP listener \
+                 only; [{}] have none (Kafka's, PostgreSQL's and ZooKeeper's protocols have \
+                 several requests in flight on a connection, which a byte-stream proxy cannot \
+                 tell apart)",
+                without.join(",")
+            );
+            self.unsupported(fault, &why);
         }
         if faulted.is_empty() {
             return;
