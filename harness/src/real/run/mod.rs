@@ -12,8 +12,10 @@
 //!    SIGSTOP/SIGCONT of `broker-N`, `producer-i`, `consumer-i`; `kill-leader` through the
 //!    partition's current leader; a `clickhouse-sink`'s `[sink.fault_point]` crash
 //!    ([`fault_point`]); `partition` and `clog` as nftables drops between the processes'
-//!    cgroups ([`crate::real::net`]). Message faults, clock jumps and machine crashes are
-//!    not injected in this backend: each is named in the result's notes.
+//!    cgroups ([`crate::real::net`]); `messages` on `clickhouse` through a proxy in front
+//!    of its HTTP listener ([`crate::real::net::proxy`]). Message faults on other servers,
+//!    clock jumps and machine crashes are not injected in this backend: each is named in
+//!    the result's notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
@@ -124,9 +126,9 @@ pub struct Run<'a> {
     verbose: bool,
     /// The swarm's seed ([`RunOptions::seed`]).
     seed: u64,
-    /// The network faults' rules and cgroups when the scenario has partitions or clogs
-    /// (`Err`: why they cannot be injected here). Last, so that it drops after every
-    /// process it placed.
+    /// The network faults' rules and cgroups when the scenario has network faults
+    /// ([`faults::needs_network`]; `Err`: why they cannot be injected here). Last, so that
+    /// it drops after every process it placed.
     net: Option<Result<crate::real::net::Network, String>>,
 }
 
