@@ -281,6 +281,8 @@ pub struct Network {
     cuts: BTreeSet<Cut>,
     /// Packets dropped per link since the last heal, from tables replaced since.
     dropped: BTreeMap<(String, String, String), u64>,
+    /// Whether this is the process's active run ([`placement`]), set once open succeeded.
+    registered: bool,
 }
 
 impl Network {
@@ -295,6 +297,12 @@ impl Network {
     /// name), rules the kernel refuses (with `nft`'s message), another run active in this
     /// process.
     pub fn open() -> Result<Self, String> {
+        // Held until this run is registered: a second open in this process must not touch
+        // the table and cgroups (named by the pid) of the first.
+        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if active.is_some() {
+            return Err("network faults: another run of this process holds them".into());
+        }
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         if euid != 0 {
@@ -320,20 +328,18 @@ impl Network {
             ports: BTreeMap::new(),
             cuts: BTreeSet::new(),
             dropped: BTreeMap::new(),
+            registered: false,
         };
         // A rule of each kind the faults use, on a node of its own, before anything runs.
         net.tree.node_dir("probe")?;
         net.load(&["probe".to_string()])
             .map_err(|e| format!("network faults: the kernel refused the rules: {e}"))?;
-        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        if active.is_some() {
-            return Err("network faults: another run of this process holds them".into());
-        }
         *active = Some(Active {
             dir: net.tree_dir(),
             table: net.table.clone(),
             nft: net.nft.clone(),
         });
+        net.registered = true;
         Ok(net)
     }
 
@@ -440,11 +446,10 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
-        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        if active.as_ref().is_some_and(|a| a.table == self.table) {
-            *active = None;
+        // An open that failed half way holds the lock itself and registered nothing.
+        if self.registered {
+            *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
-        drop(active);
         if let Err(e) = delete_table(&self.nft, &self.table) {
             eprintln!("eosim: network faults: {e}");
         }
