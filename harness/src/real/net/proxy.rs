@@ -485,31 +485,32 @@ mod tests {
         assert_eq!(*applied.lock().unwrap(), ["a", "b"]);
     }
 
-    /// A lost response: the server applied the request, the client got no answer.
+    /// Both lose the answer: a dropped request never reached the server, a lost response
+    /// left the request applied. The client waits either way; after the heal it is served.
     #[test]
-    fn a_lost_response_leaves_the_request_applied_and_the_client_waiting() {
-        let (p, applied) = faulted(MessageFaults {
-            drop_response_probability: 1.0,
-            ..MessageFaults::default()
-        });
-        assert!(unanswered(p.port(), "insert"));
-        assert_eq!(*applied.lock().unwrap(), ["insert"]);
-        let events = p.take_events();
-        assert_eq!(kinds(&events), [kind::DROP_RESPONSE]);
-        assert_eq!(events[0].client, "worker-0");
-        p.clear_faults();
-        assert_eq!(call(p.port(), "again").as_deref(), Some("ok 2"));
-    }
-
-    #[test]
-    fn a_dropped_request_never_reaches_the_server() {
-        let (p, applied) = faulted(MessageFaults {
+    fn a_dropped_request_is_not_applied_and_a_lost_response_is() {
+        let dropped = MessageFaults {
             drop_request_probability: 1.0,
             ..MessageFaults::default()
-        });
-        assert!(unanswered(p.port(), "insert"));
-        assert!(applied.lock().unwrap().is_empty());
-        assert_eq!(kinds(&p.take_events()), [kind::DROP_REQUEST]);
+        };
+        let lost = MessageFaults {
+            drop_response_probability: 1.0,
+            ..MessageFaults::default()
+        };
+        for (faults, applied_after, effect) in [
+            (dropped, 0, kind::DROP_REQUEST),
+            (lost, 1, kind::DROP_RESPONSE),
+        ] {
+            let (p, applied) = faulted(faults);
+            assert!(unanswered(p.port(), "insert"), "{effect}");
+            assert_eq!(applied.lock().unwrap().len(), applied_after, "{effect}");
+            let events = p.take_events();
+            assert_eq!(kinds(&events), [effect]);
+            assert_eq!(events[0].client, "worker-0");
+            p.clear_faults();
+            let answer = format!("ok {}", applied_after + 1);
+            assert_eq!(call(p.port(), "again"), Some(answer), "{effect}");
+        }
     }
 
     #[test]
