@@ -451,13 +451,14 @@ fn real_catalogue(runs: u32, seeds: u64, scenarios: Vec<PathBuf>) -> Result<u8> 
 }
 
 /// The model-versus-real suites, as `.ci/run` runs them.
-const REAL_SUITES: [&str; 6] = [
+const REAL_SUITES: [&str; 7] = [
     "real_services",
     "real_kafka",
     "real_run",
     "real_postgres_diff",
     "real_clickhouse",
     "real_txn",
+    "real_net",
 ];
 
 /// The actionlint release `cargo xtask actionlint` installs.

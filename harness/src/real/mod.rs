@@ -7,6 +7,8 @@
 //! - [`provision`]: Kafka 4.x (KRaft, one or three brokers), PostgreSQL, ClickHouse and
 //!   ZooKeeper as child processes on loopback ports in a temporary directory, each with a
 //!   health check, `kill`/`restart`, `pause`/`resume`.
+//! - [`net`]: network faults (partitions, clogs) between the run's processes, as
+//!   nftables rules over one cgroup v2 per process.
 //! - [`process`]: process groups, logs, signals and the teardown on Ctrl-C.
 //! - [`scratch`]: the services' scratch directories, removed on every exit path.
 //! - [`bulk`]: rows/s through a sink beside a bulk load of the same rows, as a ratio.
@@ -27,6 +29,7 @@
 
 pub mod backend;
 pub mod bulk;
+pub mod net;
 pub mod process;
 pub mod provision;
 pub mod run;

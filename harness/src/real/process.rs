@@ -41,6 +41,8 @@ pub fn install_teardown_on_signal() {
         let installed = ctrlc::set_handler(|| {
             let killed = kill_all_live_groups();
             let removed = super::scratch::remove_own().len();
+            // After the kills: the cgroups must be empty to go.
+            super::net::teardown_active();
             eprintln!(
                 "eosim: signal received, killed {killed} service process group(s), removed \
                  {removed} scratch directory(ies)"
@@ -230,8 +232,29 @@ impl Launch {
             .stdout(log)
             .stderr(log_err)
             .process_group(0);
-        if let Some((uid, gid)) = self.user {
-            cmd.uid(uid).gid(gid);
+        // A network-faulted run places the process in its node's cgroup (taking its user
+        // there too); otherwise std drops to the user.
+        let placement =
+            super::net::placement(&self.service).map_err(|reason| ProvisionError::Spawn {
+                service: self.service.clone(),
+                program: self.program.clone(),
+                reason,
+            })?;
+        match placement {
+            Some(dir) => {
+                super::net::cgroup::join_in_child(&mut cmd, &dir, self.user).map_err(|reason| {
+                    ProvisionError::Spawn {
+                        service: self.service.clone(),
+                        program: self.program.clone(),
+                        reason,
+                    }
+                })?
+            }
+            None => {
+                if let Some((uid, gid)) = self.user {
+                    cmd.uid(uid).gid(gid);
+                }
+            }
         }
         Ok(cmd)
     }

@@ -9,7 +9,7 @@
 //!   meant to.
 //! - [`RunClass::RealGap`]: the real tier could not test the file as written: skipped (the
 //!   note names what it cannot do), or a `holds` with faults that never acted there (its
-//!   `not_exercised` lines, e.g. a network fault the native backend does not inject).
+//!   `not_exercised` lines, e.g. a message fault the native backend does not inject).
 //!   Neither agreement nor disagreement: the file was not tested on real.
 //! - [`RunClass::Timing`]: the simulation found a violation (over its seeds) and the real
 //!   run, with its faults acting, held: one wall-clock run did not hit the window the

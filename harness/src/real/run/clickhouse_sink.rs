@@ -44,6 +44,7 @@ use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
 use crate::history::{History, OpKind, RecordRef, Value};
 use crate::real::bulk::one_insert;
+use crate::real::net::proxy::{Identify, Proxy};
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
 use crate::real::scratch::start_in;
 use crate::report::BulkLoad;
@@ -265,6 +266,10 @@ pub struct ChTarget {
     pub connector: ConnectorConfig,
     /// `[sink]`.
     pub spec: ClickHouseSinkSpec,
+    /// The message-fault proxy in front of ClickHouse's HTTP port when the scenario has
+    /// `messages` faults on `clickhouse` ([`crate::real::net::proxy`]): the connector's
+    /// `port` is the proxy's.
+    pub proxy: Option<Proxy>,
 }
 
 impl ChTarget {
@@ -274,13 +279,20 @@ impl ChTarget {
     /// # Errors
     /// A service that does not come up (naming its log), a table or topic that cannot be
     /// created.
-    pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Self, String> {
+    pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Self, String> {
         let services = ChServices::start()?;
-        let raw = connector_raw(
-            scenario,
-            services.ch.http_port(),
-            &services.zk.connect_string(),
-        );
+        let http_port = services.ch.http_port();
+        let proxy = super::faults::messages_on(scenario, "clickhouse")
+            .then(|| {
+                let identify: Identify = Arc::new(|peer, local| {
+                    crate::real::net::node_of_connection(peer.port(), local.port())
+                });
+                let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], http_port));
+                Proxy::start("clickhouse", upstream, seed, identify)
+            })
+            .transpose()?;
+        let port = proxy.as_ref().map_or(http_port, Proxy::port);
+        let raw = connector_raw(scenario, port, &services.zk.connect_string());
         let connector = connector_config(&raw)?;
         let spec = spec(scenario);
         let client = clients(&raw)?;
@@ -290,6 +302,7 @@ impl ChTarget {
             services,
             connector,
             spec,
+            proxy,
         })
     }
 

@@ -190,8 +190,14 @@ fn status(connector: &str, task: u32, state: &str, trace: Option<String>) -> Val
 /// task's failure.
 pub async fn run_sink_task(spec: &WorkerSpec) -> Result<(), String> {
     let config = plugins::connector_config(&connector_raw(spec))?;
-    let wc = WorkerConfig::parse(&spec.scenario.connect.worker)
+    let mut wc = WorkerConfig::parse(&spec.scenario.connect.worker)
         .map_err(|e| format!("[connect] worker: {e}"))?;
+    // A clickhouse-sink's workers take `[sink] offset.flush.interval.ms`, as the
+    // simulated ones do (`workload/clickhouse_sink/connector.rs`, `worker_config`): it
+    // also bounds when a batch whose put threw a RetriableException is redelivered.
+    if let Some(sink) = spec.scenario.sink.as_ref() {
+        wc.offset_flush_interval_ms = sink.offset_flush_interval_ms;
+    }
     let task = task_id(&spec.name);
     let emit = Emit {
         name: spec.name.clone(),

@@ -10,24 +10,35 @@
 //! | `restart` | the process started again (a broker waits until it is registered) |
 //! | `pause` / `resume` | SIGSTOP / SIGCONT |
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
-//! | `partition`, `clog`, `messages` | not injected, noted (needs network namespaces) |
+//! | `partition` (full, `one_way`), `clog` | nftables drops between the processes' cgroups ([`crate::real::net`]) |
+//! | `heal` | every cut link restored; each one's dropped packets recorded as its effect |
+//! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
+//! | `messages` on other servers | not injected, noted (their protocols pipeline requests) |
 //! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
 //! mode=process-kill`, `restart target=[consumer-0]`; and each time a fault acted, an
 //! `effect` op as the simulation's ([`eosim_sim::effects::kind`]): a kill of a running
-//! process, a pause, a fault point's crash. A fault that is not injected has no effect, so
+//! process, a pause, a fault point's crash, the packets a cut link dropped (recorded at the
+//! heal, per link, from the drop rules' counters; a link nothing crossed has none). Network
+//! faults need root, `nft` and cgroup v2 ([`Network::open`]); where one is missing every
+//! `partition` and `clog` is noted as not injected with what is missing, never run
+//! silently without its cuts. A fault that is not injected has no effect, so
 //! the report counts it as scheduled and never acted, and a `holds` under it is *not
 //! exercised* (exit 5), never a plain pass.
 
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
 use super::Run;
 use crate::history::Value;
+use crate::real::net::proxy::{MessageFaults, Proxy};
+use crate::real::net::rules::Cut;
+use crate::real::net::Network;
 use crate::real::provision::{Kafka, Kill, Pause};
+use crate::scenario::Scenario;
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
-use eosim_sim::nemesis::{swarm, Fault, ScheduledFault};
+use eosim_sim::nemesis::{swarm, Fault, FaultKind, ScheduledFault};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::time::Duration;
@@ -164,19 +175,281 @@ impl Run<'_> {
             Fault::KillLeader {
                 topic, partition, ..
             } => self.kill_leader(topic, *partition),
-            Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. } => self
-                .unsupported(
-                    fault,
-                    "network faults need Linux network namespaces, not set up \
-                                     by this backend yet",
-                ),
+            Fault::Partition {
+                source,
+                target,
+                one_way,
+            } => self.partition(fault, source, target, *one_way),
+            Fault::Clog { target } => self.clog(fault, target),
+            Fault::Messages {
+                source,
+                target,
+                drop_request_probability,
+                drop_response_probability,
+                duplicate_probability,
+                delay_ms_max,
+            } => {
+                let settings = MessageFaults {
+                    drop_request_probability: *drop_request_probability,
+                    drop_response_probability: *drop_response_probability,
+                    duplicate_probability: *duplicate_probability,
+                    delay_ms_max: *delay_ms_max,
+                };
+                self.messages(fault, source, target, settings)
+            }
             Fault::ClockJump { .. } => self.unsupported(
                 fault,
                 "a clock jump needs a per-process fake clock (libfaketime); stepping the \
                  machine's clock would move every service's at once",
             ),
-            Fault::Heal => {}
+            Fault::Heal => self.heal_network(),
         }
+    }
+
+    /// The run's processes as network nodes: the brokers it started, the workers, the
+    /// databases (`postgres`; `clickhouse` and its ZooKeeper `keeper`).
+    fn net_nodes(&self) -> Vec<String> {
+        let mut out: Vec<String> = match self.brokers {
+            super::Brokers::Native { .. } => (1..=self.scenario.cluster.brokers)
+                .map(|b| format!("broker-{b}"))
+                .collect(),
+            super::Brokers::External(_) => Vec::new(),
+        };
+        out.extend(self.workers.iter().map(|w| w.name.clone()));
+        match &self.target {
+            super::pipelines::Target::Postgres(_) => out.push("postgres".into()),
+            super::pipelines::Target::ClickHouse(_) => {
+                out.extend(["clickhouse".to_string(), "keeper".to_string()])
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Node names and groups of a network fault: as [`Run::resolve`], with `all` every
+    /// network node (the databases too, as the simulation's `all`), distinct, in order.
+    fn resolve_net(&self, targets: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for t in targets {
+            let names = match t.as_str() {
+                "all" => self.net_nodes(),
+                _ => self.resolve(std::slice::from_ref(t)),
+            };
+            for n in names {
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    }
+
+    /// The run's network, or `None` with `fault` noted as not injected and why.
+    fn network_for(&mut self, fault: &Fault) -> Option<&mut Network> {
+        let why = match &self.net {
+            Some(Ok(_)) => None,
+            Some(Err(e)) => Some(e.clone()),
+            None if matches!(self.brokers, super::Brokers::External(_)) => {
+                Some("the brokers are external (not ours to cut off)".to_string())
+            }
+            None => Some("the network was not set up for this run".to_string()),
+        };
+        if let Some(why) = why {
+            self.unsupported(fault, &why);
+            return None;
+        }
+        self.net.as_mut().and_then(|n| n.as_mut().ok())
+    }
+
+    /// Cuts every link from each `source` node to each `target` node (and back unless
+    /// `one_way`), recorded as the simulation records a partition.
+    fn partition(&mut self, fault: &Fault, source: &[String], target: &[String], one_way: bool) {
+        let (src, dst) = (self.resolve_net(source), self.resolve_net(target));
+        let mut cuts = Vec::new();
+        for a in &src {
+            for b in dst.iter().filter(|b| *b != a) {
+                let cut = |from: &String, to: &String| Cut {
+                    kind: kind::PARTITION,
+                    from: from.clone(),
+                    to: to.clone(),
+                };
+                cuts.push(cut(a, b));
+                if !one_way {
+                    cuts.push(cut(b, a));
+                }
+            }
+        }
+        let detail = format!(
+            "source=[{}] target=[{}] one_way={one_way}",
+            src.join(","),
+            dst.join(",")
+        );
+        if self.cut(fault, cuts) {
+            self.record_fault("partition", detail);
+        }
+    }
+
+    /// Isolates each target node from every other process of the run, both ways.
+    fn clog(&mut self, fault: &Fault, target: &[String]) {
+        let nodes = self.net_nodes();
+        for name in self.resolve_net(target) {
+            let mut cuts = Vec::new();
+            for other in nodes.iter().filter(|o| **o != name) {
+                for (from, to) in [(&name, other), (other, &name)] {
+                    cuts.push(Cut {
+                        kind: kind::CLOG,
+                        from: from.clone(),
+                        to: to.clone(),
+                    });
+                }
+            }
+            if self.cut(fault, cuts) {
+                self.record_fault("clog", format!("target=[{name}]"));
+            }
+        }
+    }
+
+    /// The message-fault proxy in front of `server`, if the run has one (ClickHouse's
+    /// HTTP listener when the scenario has `messages` faults on `clickhouse`).
+    fn proxy(&self, server: &str) -> Option<&Proxy> {
+        match &self.target {
+            super::pipelines::Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Sets `settings` on the requests from each `source` node to each `target` node that
+    /// has a proxy in front of it, recorded as the simulation records a `messages` fault;
+    /// a target without one is noted as not injected.
+    fn messages(
+        &mut self,
+        fault: &Fault,
+        source: &[String],
+        target: &[String],
+        settings: MessageFaults,
+    ) {
+        if self.network_for(fault).is_none() {
+            return;
+        }
+        let (src, dst) = (self.resolve_net(source), self.resolve_net(target));
+        let (mut faulted, mut without) = (Vec::new(), Vec::new());
+        for b in &dst {
+            let Some(proxy) = self.proxy(b) else {
+                without.push(b.clone());
+                continue;
+            };
+            for a in src.iter().filter(|a| *a != b) {
+                proxy.set_faults(a, settings);
+            }
+            faulted.push(b.clone());
+        }
+        if !without.is_empty() {
+            let why = format!(
+                "message faults act through the proxy in front of ClickHouse's HTTP listener \
+                 only; [{}] have none (Kafka's, PostgreSQL's and ZooKeeper's protocols have \
+                 several requests in flight on a connection, which a byte-stream proxy cannot \
+                 tell apart)",
+                without.join(",")
+            );
+            self.unsupported(fault, &why);
+        }
+        if faulted.is_empty() {
+            return;
+        }
+        let detail = format!(
+            "source=[{}] target=[{}] drop_request={:.2} drop_response={:.2} duplicate={:.2} \
+             delay_ms_max={}",
+            src.join(","),
+            faulted.join(","),
+            settings.drop_request_probability,
+            settings.drop_response_probability,
+            settings.duplicate_probability,
+            settings.delay_ms_max
+        );
+        self.record_fault("messages", detail);
+    }
+
+    /// Puts `cuts` in force; whether they are (a failure to load them fails the run).
+    fn cut(&mut self, fault: &Fault, cuts: Vec<Cut>) -> bool {
+        let nodes = self.net_nodes();
+        // A proxy listens for its server: its port is the server's in the rules.
+        let proxy_port = self.proxy("clickhouse").map(Proxy::port);
+        let Some(net) = self.network_for(fault) else {
+            return false;
+        };
+        if let Some(port) = proxy_port {
+            net.add_ports("clickhouse", &[port]);
+        }
+        match net.cut(&nodes, cuts) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(format!("{}: {e}", fault.name()));
+                false
+            }
+        }
+    }
+
+    /// Heals every cut link and clears every message fault (nothing when none is in
+    /// force), recording each link's dropped packets and each message fault that acted as
+    /// effects, and the heal.
+    fn heal_network(&mut self) {
+        let messages = self.heal_messages();
+        let nodes = self.net_nodes();
+        let Some(Ok(net)) = &mut self.net else {
+            return;
+        };
+        if !net.is_cut() {
+            if messages {
+                self.record_fault("heal", String::new());
+            }
+            return;
+        }
+        let dropped = match net.heal(&nodes) {
+            Ok(d) => d,
+            Err(e) => return self.fail(format!("heal: {e}")),
+        };
+        let (links, packets) = (
+            dropped.len(),
+            dropped.iter().map(|d| d.packets).sum::<u64>(),
+        );
+        for d in dropped.into_iter().filter(|d| d.packets > 0) {
+            let on = if d.cut.kind == kind::CLOG {
+                "clogged"
+            } else {
+                "cut"
+            };
+            let detail = format!(
+                "{} packets from {} to {} dropped (link {on})",
+                d.packets, d.cut.from, d.cut.to
+            );
+            self.effect(d.cut.kind, &d.cut.from, detail);
+        }
+        let now_s = self.now_ns() as f64 / 1e9;
+        self.notes.push(format!(
+            "t={now_s:.3}s heal: {links} cut link(s) restored, {packets} packet(s) dropped on \
+             them while cut (nftables counters)"
+        ));
+        self.record_fault("heal", String::new());
+    }
+
+    /// Clears the proxy's message faults and records the faults that acted through it, at
+    /// their times; whether any fault was set.
+    fn heal_messages(&mut self) -> bool {
+        let Some(proxy) = self.proxy("clickhouse") else {
+            return false;
+        };
+        let was_set = proxy.is_faulted();
+        proxy.clear_faults();
+        let events = proxy.take_events();
+        let epoch_ns = self.env.epoch_ns;
+        for e in events {
+            let value = Value::Effect {
+                kind: e.kind.into(),
+                detail: e.detail,
+            };
+            self.push(e.unix_ns.saturating_sub(epoch_ns), &e.client, value);
+        }
+        was_set
     }
 
     /// The swarm's faults for this run's seed, drawn as the simulation draws a seed's
@@ -439,8 +712,10 @@ impl Run<'_> {
         ));
     }
 
-    /// Undoes every fault: killed brokers and workers restarted, paused ones resumed.
+    /// Undoes every fault: the network healed, killed brokers and workers restarted,
+    /// paused ones resumed.
     pub(super) fn heal(&mut self) {
+        self.heal_network();
         // A process that ended by itself is not a killed one: classify it first.
         self.restart_exited();
         let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
@@ -459,5 +734,81 @@ impl Run<'_> {
             self.pause(name, false);
             self.restart(name);
         }
+    }
+}
+
+/// Whether `scenario` schedules a network fault the real runner injects (`partition`,
+/// `clog`, `messages`, in its schedule or its swarm's kinds): then the run places its
+/// processes in cgroups (which also tell a proxy its clients) and opens its [`Network`].
+pub(super) fn needs_network(scenario: &Scenario) -> bool {
+    let scheduled = scenario.faults.schedule.iter().any(|f| {
+        matches!(
+            f.fault,
+            Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. }
+        )
+    });
+    let swarmed = scenario.faults.swarm.as_ref().is_some_and(|s| {
+        s.kinds.contains(&FaultKind::Partition) || s.kinds.contains(&FaultKind::Messages)
+    });
+    scheduled || swarmed
+}
+
+/// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
+/// then a proxy goes in front of it.
+pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
+    scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scenario(faults: &str) -> Scenario {
+        scenario_of("pipeline = \"kafka-consume\"\n", faults)
+    }
+
+    /// A scenario of `head` (its pipeline and sections) with `faults`.
+    fn scenario_of(head: &str, faults: &str) -> Scenario {
+        let text = format!("claim = \"at-least-once\"\n{head}[faults]\nuntil_ms = 9000\n{faults}");
+        Scenario::parse(Path::new("scenarios/real/x.toml"), &text).unwrap()
+    }
+
+    /// Only a scheduled partition, clog or message fault, or a swarm that may draw one,
+    /// opens the network (root and nft are needed then, and only then); a proxy goes in
+    /// front of the servers a message fault names.
+    #[test]
+    fn the_network_is_opened_for_partitions_and_clogs_only() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        assert!(!needs_network(&scenario("")));
+        assert!(!needs_network(&scenario(&at(
+            "fault = \"kill\"\ntarget = [\"consumer-0\"]"
+        ))));
+        let messages = scenario_of(
+            "pipeline = \"clickhouse-sink\"\n[sink]\ntasks = 2\n",
+            &at(
+                "fault = \"messages\"\nsource = [\"consumer-0\"]\ntarget = [\"clickhouse\"]\n\
+             drop_request_probability = 0.5",
+            ),
+        );
+        assert!(needs_network(&messages));
+        assert!(messages_on(&messages, "clickhouse"));
+        assert!(!messages_on(&messages, "postgres"));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
+             one_way = true"
+        ))));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"clog\"\ntarget = [\"broker-1\"]"
+        ))));
+        assert!(needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"kill\", \"partition\"]\n"
+        )));
+        assert!(!needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"pause\"]\n"
+        )));
     }
 }

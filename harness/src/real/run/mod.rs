@@ -11,9 +11,11 @@
 //!    until `faults.until_ms`, as real faults ([`faults`]): SIGKILL/restart and
 //!    SIGSTOP/SIGCONT of `broker-N`, `producer-i`, `consumer-i`; `kill-leader` through the
 //!    partition's current leader; a `clickhouse-sink`'s `[sink.fault_point]` crash
-//!    ([`fault_point`]). Network faults (`partition`, `clog`, `messages`), clock jumps and
-//!    machine crashes are not injected in this backend: each is named in the result's
-//!    notes.
+//!    ([`fault_point`]); `partition` and `clog` as nftables drops between the processes'
+//!    cgroups ([`crate::real::net`]); `messages` on `clickhouse` through a proxy in front
+//!    of its HTTP listener ([`crate::real::net::proxy`]). Message faults on other servers,
+//!    clock jumps and machine crashes are not injected in this backend: each is named in
+//!    the result's notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
@@ -124,6 +126,10 @@ pub struct Run<'a> {
     verbose: bool,
     /// The swarm's seed ([`RunOptions::seed`]).
     seed: u64,
+    /// The network faults' rules and cgroups when the scenario has network faults
+    /// ([`faults::needs_network`]; `Err`: why they cannot be injected here). Last, so that
+    /// it drops after every process it placed.
+    net: Option<Result<crate::real::net::Network, String>>,
 }
 
 /// Runs `scenario` (read from `path`) once against real services.
@@ -174,6 +180,9 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
 
 /// Brokers, topic, directories and workers, started.
 fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Result<Run<'a>, String> {
+    // Before any process starts, so that each one starts in its node's cgroup.
+    let native = options.backend != Backend::External || options.bootstrap_servers.is_none();
+    let net = (native && faults::needs_network(scenario)).then(crate::real::net::Network::open);
     let brokers = match &options.bootstrap_servers {
         Some(b) if options.backend == Backend::External => Brokers::External(b.clone()),
         _ => {
@@ -200,7 +209,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     };
     let bootstrap = brokers.bootstrap();
     cluster::create_topic(&bootstrap, scenario)?;
-    let target = pipelines::setup(scenario, &bootstrap)?;
+    let target = pipelines::setup(scenario, &bootstrap, options.seed)?;
     let (sink_dir, log_dir) = (options.dir.join("sink"), options.dir.join("logs"));
     for d in [&sink_dir, &log_dir] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -228,6 +237,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         failures: Vec::new(),
         verbose: options.verbose,
         seed: options.seed,
+        net,
     };
     run.spawn_workers()?;
     run.create_connector_by(0);

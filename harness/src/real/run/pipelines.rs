@@ -198,9 +198,9 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
 ///
 /// # Errors
 /// A service that does not come up (naming its log), a topic that cannot be created.
-pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<Target, String> {
+pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Target, String> {
     if scenario.pipeline == Pipeline::ClickhouseSink {
-        let target = super::clickhouse_sink::ChTarget::setup(scenario, bootstrap)?;
+        let target = super::clickhouse_sink::ChTarget::setup(scenario, bootstrap, seed)?;
         return Ok(Target::ClickHouse(Box::new(target)));
     }
     if scenario.pipeline == Pipeline::StreamsCount {

@@ -144,6 +144,10 @@ impl Worker {
                 Ok(())
             });
         }
+        // A network-faulted run places the worker in its node's cgroup.
+        if let Some(dir) = crate::real::net::placement(&self.name)? {
+            crate::real::net::cgroup::join_in_child(&mut cmd, &dir, None)?;
+        }
         let mut child = cmd.spawn().map_err(|e| {
             format!(
                 "{}: cannot start {}: {e} (log: {})",

@@ -1,0 +1,560 @@
+//! Message faults on real connections: a TCP proxy in front of one server's listener that
+//! drops a request, loses a response after the server applied the request, delivers a
+//! request twice or delays it, per client node, as the simulation's network does per link
+//! (`sim/src/net.rs`'s `MessageFaults`, built only under `--cfg madsim`; [`MessageFaults`]
+//! here carries the same four settings of a `messages` fault).
+//!
+//! # Requests and responses on a byte stream
+//! The proxy knows no protocol. It serves request/response protocols that have one request
+//! in flight per connection (HTTP/1.1 without pipelining, as ClickHouse's HTTP interface
+//! is used): the client's bytes after the server's last answer are a new *request*, the
+//! server's bytes after that are its *response*. At a request's first bytes the proxy
+//! draws `drop_request_probability` (the request never reaches the server) and a delay in
+//! `[0, delay_ms_max]` (held back before it leaves); at a response's first bytes
+//! `drop_response_probability` (the server has applied the request; its answer is
+//! swallowed) and `duplicate_probability` (the request, complete once the server answers
+//! it, is sent again on a connection of its own, whose answer is discarded). A dropped
+//! request or response leaves the connection silent: the client waits, as for a packet
+//! the network lost, until its own timeout closes it.
+//!
+//! Each time a fault acts, the proxy records an [`Event`] ([`Proxy::take_events`]): the
+//! runner turns them into the history's effects ([`eosim_sim::effects::kind`]'s
+//! `messages.*`). The client's node comes from `identify` (its socket's cgroup, see
+//! [`super::node_of_connection`]); a connection whose client is no node (eosim's own) is
+//! never faulted.
+
+use eosim_sim::effects::kind;
+use madsim::rand::rngs::StdRng;
+use madsim::rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A `messages` fault's settings for one client: probabilities in `[0, 1]`, a delay bound
+/// in ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MessageFaults {
+    /// `drop_request_probability`.
+    pub drop_request_probability: f64,
+    /// `drop_response_probability`.
+    pub drop_response_probability: f64,
+    /// `duplicate_probability`.
+    pub duplicate_probability: f64,
+    /// `delay_ms_max`.
+    pub delay_ms_max: u64,
+}
+
+/// The most of a request kept for its duplicate, bytes (a larger one is not duplicated).
+const DUPLICATE_MAX_BYTES: usize = 16 << 20;
+
+/// Finds the node name of a connection's client from its address and the proxy's end.
+pub type Identify = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<String> + Send + Sync>;
+
+/// A fault that acted on one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// When, ns since the Unix epoch.
+    pub unix_ns: u64,
+    /// The effect kind (`messages.drop-request`, ...).
+    pub kind: &'static str,
+    /// The client's node.
+    pub client: String,
+    /// What happened, for the history.
+    pub detail: String,
+}
+
+/// What the connections share: the faults per client node, the events, the dice.
+struct Shared {
+    server: String,
+    upstream: SocketAddr,
+    faults: Mutex<BTreeMap<String, MessageFaults>>,
+    events: Mutex<Vec<Event>>,
+    rng: Mutex<StdRng>,
+    stop: AtomicBool,
+    identify: Identify,
+}
+
+impl Shared {
+    fn faults_of(&self, client: &str) -> MessageFaults {
+        let faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        faults.get(client).copied().unwrap_or_default()
+    }
+
+    fn draw(&self, probability: f64) -> bool {
+        probability > 0.0
+            && self
+                .rng
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .gen_bool(probability.min(1.0))
+    }
+
+    fn delay(&self, max_ms: u64) -> u64 {
+        if max_ms == 0 {
+            return 0;
+        }
+        self.rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gen_range(0..=max_ms)
+    }
+
+    fn record(&self, kind: &'static str, client: &str, detail: String) {
+        let unix_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let event = Event {
+            unix_ns,
+            kind,
+            client: client.to_string(),
+            detail,
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+}
+
+/// One connection's state, shared by its two directions.
+#[derive(Default)]
+struct Conn {
+    /// The server has answered the current request (the next client bytes start a new one).
+    answered: bool,
+    /// The current request's bytes (for a duplicate), `None` once too large.
+    request: Option<Vec<u8>>,
+    /// A fault silenced the connection: nothing is forwarded any more.
+    silenced: bool,
+}
+
+/// A proxy on `127.0.0.1:<port>` in front of `upstream`, stopped on drop.
+pub struct Proxy {
+    port: u16,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("port", &self.port)
+            .field("server", &self.shared.server)
+            .finish()
+    }
+}
+
+impl Proxy {
+    /// Starts a proxy for `server` (its node name) at `upstream`, on a free loopback port,
+    /// its dice seeded with `seed`.
+    ///
+    /// # Errors
+    /// The OS's, when no port can be bound.
+    pub fn start(
+        server: &str,
+        upstream: SocketAddr,
+        seed: u64,
+        identify: Identify,
+    ) -> Result<Self, String> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| format!("{server} proxy: bind: {e}"))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| format!("{server} proxy: {e}"))?
+            .port();
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("{server} proxy: {e}"))?;
+        let shared = Arc::new(Shared {
+            server: server.to_string(),
+            upstream,
+            faults: Mutex::default(),
+            events: Mutex::default(),
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            stop: AtomicBool::new(false),
+            identify,
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::spawn(move || accept_loop(&listener, &s));
+        Ok(Self {
+            port,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sets the message faults of the requests `client` sends through this proxy.
+    pub fn set_faults(&self, client: &str, faults: MessageFaults) {
+        let mut all = self.shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        all.insert(client.to_string(), faults);
+    }
+
+    /// Clears every client's faults (the heal); connections a fault silenced stay silent
+    /// until their clients close them.
+    pub fn clear_faults(&self) {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Whether any client has faults set.
+    pub fn is_faulted(&self) -> bool {
+        let all = self.shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        all.values().any(|f| *f != MessageFaults::default())
+    }
+
+    /// The events recorded since the last call.
+    pub fn take_events(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((client, peer)) => {
+                let shared = Arc::clone(shared);
+                std::thread::spawn(move || serve(client, peer, &shared));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Relays one connection; its client's node is looked up once.
+fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let _ = client.set_nonblocking(false);
+    let Ok(server) = TcpStream::connect(shared.upstream) else {
+        return;
+    };
+    let node = client
+        .local_addr()
+        .ok()
+        .and_then(|local| (shared.identify)(peer, local));
+    let conn = Arc::new(Mutex::new(Conn {
+        answered: true,
+        ..Conn::default()
+    }));
+    let (Ok(client_r), Ok(server_w)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let up = {
+        let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
+        std::thread::spawn(move || {
+            relay(client_r, server_w, &conn, false, |c, chunk| {
+                on_request(&shared, node.as_deref(), c, chunk)
+            })
+        })
+    };
+    relay(server, client, &conn, true, |c, _| {
+        on_response(shared, node.as_deref(), c)
+    });
+    let _ = up.join();
+}
+
+/// What a direction of a connection does with the bytes it just read.
+enum Pass {
+    /// Forward them after `delay_ms`.
+    Forward { delay_ms: u64 },
+    /// Swallow them (the connection is silenced).
+    Swallow,
+}
+
+/// Copies `from` to `to` until either ends, each chunk as `decide` says (nothing once the
+/// connection is silenced); then ends `to`'s writing half, unless the connection was
+/// silenced and `to` is the client (which must hear nothing, not an end of stream).
+fn relay(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    conn: &Mutex<Conn>,
+    to_client: bool,
+    mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
+) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let pass = {
+            let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
+            if c.silenced {
+                Pass::Swallow
+            } else {
+                decide(&mut c, &buf[..n])
+            }
+        };
+        if let Pass::Forward { delay_ms } = pass {
+            if delay_ms > 0 {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    }
+    let silenced = conn.lock().unwrap_or_else(|p| p.into_inner()).silenced;
+    if !(silenced && to_client) {
+        let _ = to.shutdown(Shutdown::Write);
+    }
+}
+
+/// Client → server: a request's first bytes draw a drop and a delay; its bytes are kept
+/// for a duplicate.
+fn on_request(shared: &Shared, node: Option<&str>, c: &mut Conn, chunk: &[u8]) -> Pass {
+    let mut delay_ms = 0;
+    if c.answered {
+        c.answered = false;
+        c.request = Some(Vec::new());
+        if let Some(node) = node {
+            let faults = shared.faults_of(node);
+            if shared.draw(faults.drop_request_probability) {
+                c.silenced = true;
+                let detail = format!("a request from {node} to {} dropped", shared.server);
+                shared.record(kind::DROP_REQUEST, node, detail);
+                return Pass::Swallow;
+            }
+            delay_ms = shared.delay(faults.delay_ms_max);
+            if delay_ms > 0 {
+                let detail = format!(
+                    "a request from {node} to {} delayed {delay_ms} ms",
+                    shared.server
+                );
+                shared.record(kind::DELAY, node, detail);
+            }
+        }
+    }
+    if let Some(request) = &mut c.request {
+        if request.len() + chunk.len() <= DUPLICATE_MAX_BYTES {
+            request.extend_from_slice(chunk);
+        } else {
+            c.request = None;
+        }
+    }
+    Pass::Forward { delay_ms }
+}
+
+/// Server → client: a response's first bytes draw a lost response and a duplicate.
+fn on_response(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
+    if c.answered {
+        return Pass::Forward { delay_ms: 0 };
+    }
+    c.answered = true;
+    let request = c.request.take();
+    let Some(node) = node else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    let faults = shared.faults_of(node);
+    if let Some(request) = request.filter(|_| shared.draw(faults.duplicate_probability)) {
+        let detail = format!("a request from {node} to {} delivered twice", shared.server);
+        shared.record(kind::DUPLICATE, node, detail);
+        let upstream = shared.upstream;
+        std::thread::spawn(move || send_again(upstream, &request));
+    }
+    if shared.draw(faults.drop_response_probability) {
+        c.silenced = true;
+        let detail = format!(
+            "the response of {} to a request from {node} lost (the request was applied)",
+            shared.server
+        );
+        shared.record(kind::DROP_RESPONSE, node, detail);
+        return Pass::Swallow;
+    }
+    Pass::Forward { delay_ms: 0 }
+}
+
+/// Sends `request` again on a connection of its own; its answer is read and discarded.
+fn send_again(upstream: SocketAddr, request: &[u8]) {
+    let Ok(mut s) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    if s.write_all(request).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 8192];
+    // The first bytes of the answer say the server took the request; then close.
+    let _ = s.read(&mut sink);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    /// An upstream that answers each line with `ok <n>` (n counts the lines it applied).
+    fn line_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&applied);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let mut w = stream.try_clone().unwrap();
+                    for line in std::io::BufReader::new(stream)
+                        .lines()
+                        .map_while(Result::ok)
+                    {
+                        let n = {
+                            let mut l = log.lock().unwrap();
+                            l.push(line);
+                            l.len()
+                        };
+                        let _ = w.write_all(format!("ok {n}\n").as_bytes());
+                    }
+                });
+            }
+        });
+        (addr, applied)
+    }
+
+    fn proxy(upstream: SocketAddr) -> Proxy {
+        let identify: Identify = Arc::new(|_, _| Some("worker-0".to_string()));
+        Proxy::start("clickhouse", upstream, 7, identify).unwrap()
+    }
+
+    /// Sends `line` through the proxy; the answer line, or `None` when none came within
+    /// 10 s.
+    fn call(port: u16, line: &str) -> Option<String> {
+        call_within(port, line, Duration::from_secs(10))
+    }
+
+    /// As [`call`], waiting `wait` (a lost message never comes: this is the client's own
+    /// timeout, not a measured time).
+    fn call_within(port: u16, line: &str, wait: Duration) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(wait)).unwrap();
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        match std::io::BufReader::new(s).read_line(&mut answer) {
+            Ok(n) if n > 0 => Some(answer.trim().to_string()),
+            _ => None,
+        }
+    }
+
+    /// A proxy with `faults` set for worker-0 in front of a fresh [`line_server`], and
+    /// what that server applied.
+    fn faulted(faults: MessageFaults) -> (Proxy, Arc<Mutex<Vec<String>>>) {
+        let (addr, applied) = line_server();
+        let p = proxy(addr);
+        p.set_faults("worker-0", faults);
+        (p, applied)
+    }
+
+    /// Whether `line` through the proxy goes unanswered (waiting 300 ms: a lost message
+    /// never comes, so this is the client's timeout, not a measured time).
+    fn unanswered(port: u16, line: &str) -> bool {
+        call_within(port, line, Duration::from_millis(300)).is_none()
+    }
+
+    fn kinds(events: &[Event]) -> Vec<&'static str> {
+        events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn without_faults_every_request_is_answered_once() {
+        let (addr, applied) = line_server();
+        let p = proxy(addr);
+        assert_eq!(call(p.port(), "a").as_deref(), Some("ok 1"));
+        assert_eq!(call(p.port(), "b").as_deref(), Some("ok 2"));
+        assert!(p.take_events().is_empty());
+        assert_eq!(*applied.lock().unwrap(), ["a", "b"]);
+    }
+
+    /// Both lose the answer: a dropped request never reached the server, a lost response
+    /// left the request applied. The client waits either way; after the heal it is served.
+    #[test]
+    fn a_dropped_request_is_not_applied_and_a_lost_response_is() {
+        let dropped = MessageFaults {
+            drop_request_probability: 1.0,
+            ..MessageFaults::default()
+        };
+        let lost = MessageFaults {
+            drop_response_probability: 1.0,
+            ..MessageFaults::default()
+        };
+        for (faults, applied_after, effect) in [
+            (dropped, 0, kind::DROP_REQUEST),
+            (lost, 1, kind::DROP_RESPONSE),
+        ] {
+            let (p, applied) = faulted(faults);
+            assert!(unanswered(p.port(), "insert"), "{effect}");
+            assert_eq!(applied.lock().unwrap().len(), applied_after, "{effect}");
+            let events = p.take_events();
+            assert_eq!(kinds(&events), [effect]);
+            assert_eq!(events[0].client, "worker-0");
+            p.clear_faults();
+            let answer = format!("ok {}", applied_after + 1);
+            assert_eq!(call(p.port(), "again"), Some(answer), "{effect}");
+        }
+    }
+
+    #[test]
+    fn a_duplicated_request_is_applied_twice_and_answered_once() {
+        let (p, applied) = faulted(MessageFaults {
+            duplicate_probability: 1.0,
+            ..MessageFaults::default()
+        });
+        assert_eq!(call(p.port(), "insert").as_deref(), Some("ok 1"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while applied.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(*applied.lock().unwrap(), ["insert", "insert"]);
+        assert_eq!(kinds(&p.take_events()), [kind::DUPLICATE]);
+    }
+
+    /// Faults are per client node: a client the proxy cannot name (eosim itself) is never
+    /// faulted, and a delay is recorded with its length.
+    #[test]
+    fn faults_follow_the_client_node() {
+        let (addr, _) = line_server();
+        let identify: Identify = Arc::new(|_, _| None);
+        let p = Proxy::start("clickhouse", addr, 7, identify).unwrap();
+        p.set_faults(
+            "worker-0",
+            MessageFaults {
+                drop_request_probability: 1.0,
+                ..MessageFaults::default()
+            },
+        );
+        assert_eq!(call(p.port(), "x").as_deref(), Some("ok 1"));
+        assert!(p.take_events().is_empty());
+        let (q, _) = faulted(MessageFaults {
+            delay_ms_max: 50,
+            ..MessageFaults::default()
+        });
+        for i in 0..20 {
+            assert!(call(q.port(), &format!("d{i}")).is_some());
+        }
+        let events = q.take_events();
+        assert!(!events.is_empty(), "20 draws in [0, 50] ms, none above 0");
+        assert!(events
+            .iter()
+            .all(|e| e.kind == kind::DELAY && e.detail.contains(" ms")));
+    }
+}
