@@ -438,7 +438,7 @@ impl Cluster {
     /// A Fetch completes, with what is readable then, once `min_bytes` are readable, a
     /// partition answers an error (this broker no longer leads it, the offset is out of
     /// range, an epoch is fenced), or `now` reaches `max_wait_ms` after it arrived
-    /// (`DelayedFetch.tryComplete`, cases A–F, and `onComplete`, apache/kafka
+    /// (`DelayedFetch.tryComplete` and `onComplete`, apache/kafka
     /// `core/src/main/scala/kafka/server/DelayedFetch.scala`).
     ///
     /// A token that already completed, or was forgotten long after its deadline (a broker
