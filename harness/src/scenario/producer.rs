@@ -1,5 +1,6 @@
 //! `[workload]`'s producer keys, under the Java producer's names (`ProducerConfig`): the
-//! batching of the `kafka-consume` and `clickhouse-sink` input producers.
+//! batching of the `kafka-consume`, `clickhouse-sink`, `routine-load` and `doris-sink`
+//! input producers.
 //!
 //! ```toml
 //! [workload]
@@ -28,12 +29,13 @@
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
 //!   (`KafkaProducer.configureDeliveryTimeout`), where `kafka-consume`'s delivery timeout
 //!   is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
-//!   retries`. `clickhouse-sink`'s producer makes one attempt per batch (`retries = 0`,
+//!   retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
 //!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
 //!   `enable.idempotence = true` is refused (Kafka's "Must set retries to non-zero when
 //!   using the idempotent producer").
-//! - Only `kafka-consume` and `clickhouse-sink` without a transactional upstream read the
-//!   keys; elsewhere they are refused, so none is silently ignored.
+//! - Only those four pipelines without a transactional upstream read the keys; elsewhere
+//!   (connect-jdbc, transactional-copy, streams-count) they are refused, so none is
+//!   silently ignored.
 
 use super::{ensure, Pipeline, Scenario, WorkloadSpec};
 use crate::client::ProducerConfig;
@@ -83,13 +85,16 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
     let Some(first) = w.producer_keys_set().first().copied() else {
         return Ok(());
     };
-    let one_attempt = scenario.pipeline == Pipeline::ClickhouseSink;
+    let one_attempt = matches!(
+        scenario.pipeline,
+        Pipeline::ClickhouseSink | Pipeline::RoutineLoad | Pipeline::DorisSink
+    );
     ensure(
         scenario.pipeline == Pipeline::KafkaConsume || one_attempt,
         &format!("workload.{first}"),
         format!(
-            "read only by the input producers of pipelines `kafka-consume` and \
-             `clickhouse-sink`, not `{}`",
+            "read only by the input producers of pipelines `kafka-consume`, \
+             `clickhouse-sink`, `routine-load` and `doris-sink`, not `{}`",
             scenario.pipeline.name()
         ),
     )?;
@@ -128,7 +133,7 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
         return ensure(
             !idempotent,
             "workload.enable.idempotence",
-            "the clickhouse-sink input producer makes one attempt per batch (retries = 0), \
+            "this pipeline's input producer makes one attempt per batch (retries = 0), \
              and Kafka refuses an idempotent producer without retries (\"Must set retries \
              to non-zero when using the idempotent producer\")"
                 .into(),

@@ -38,12 +38,11 @@
 mod connector;
 mod hooks;
 
-use super::one_attempt_producer_config;
+use super::one_attempt_producer;
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
-use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerRecord};
+use crate::client::ProducerRecord;
 use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
 use crate::connect::worker::{dlq_state, final_task_status, worker_process, WorkerRuntime};
@@ -125,10 +124,8 @@ pub fn target_table(spec: &ClickHouseSinkSpec) -> TableDef {
     spec.target_table()
 }
 
-/// The producer: ids `0..records` as JSON, one partition each by `id % partitions`. With
-/// `[workload]`'s batching keys ([`crate::scenario::producer`]) it queues one id every
-/// `produce_interval_ms` without awaiting it and records each completion when its delivery
-/// report arrives; it is done once every report is in.
+/// The producer: ids `0..records` as JSON, one partition each by `id % partitions`, one
+/// attempt each ([`super::one_attempt_producer`], batching with `[workload]`'s keys).
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
@@ -137,78 +134,19 @@ async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let config = one_attempt_producer_config(w);
-    let queued = config.batching();
-    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
-    let producer = SimProducer::new(conn, config);
-    let mut reports = Vec::new();
-    loop {
-        let id = {
-            let mut shared = ctx.shared();
-            if shared.next_id >= w.records {
-                // Queued sends are done only once their reports are in (below).
-                shared.produced |= !queued;
-                break;
-            }
-            shared.next_id += 1;
-            shared.next_id - 1
-        };
-        let record = id_record(&ctx, id);
-        let partition = record.partition.expect("id_record names the partition");
-        let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), partition);
-        let invoke = send_value(id, tp.clone(), None);
-        ctx.record(&name, OpKind::Invoke, invoke, None);
-        if queued {
-            let queued_send = producer.send_async(record).await;
-            let (ctx, name) = (ctx.clone(), name.clone());
-            reports.push(tokio::spawn(async move {
-                let result = match queued_send {
-                    Ok(report) => report.await,
-                    Err(e) => Err(e),
-                };
-                record_send(&ctx, &name, id, tp, result);
-            }));
-        } else {
-            let result = producer.send(record).await;
-            record_send(&ctx, &name, id, tp, result);
+    let take_id = |mark_done: bool| {
+        let mut shared = ctx.shared();
+        if shared.next_id >= w.records {
+            shared.produced |= mark_done;
+            return None;
         }
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
-    }
-    if queued {
-        // A flush that times out leaves reports to come; they end within the delivery
-        // timeout.
-        let _ = producer.flush(flush_timeout).await;
-        for report in reports {
-            let _ = report.await;
-        }
-        ctx.shared().produced = true;
-    }
-}
-
-fn send_value(id: u64, tp: TopicPartition, offset: Option<Offset>) -> Value {
-    Value::Send {
-        id,
-        key: None,
-        tp: Some(tp),
-        offset,
-    }
-}
-
-/// Records the outcome of the send of `id` to `tp`: ok with its offset, info when
-/// ambiguous, fail otherwise.
-fn record_send(
-    ctx: &Context,
-    name: &str,
-    id: u64,
-    tp: TopicPartition,
-    result: Result<crate::client::Delivery, crate::client::ClientError>,
-) {
-    let (kind, offset, error) = match result {
-        Ok(d) => (OpKind::Ok, Some(d.offset), None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+        shared.next_id += 1;
+        Some(shared.next_id - 1)
     };
-    ctx.record(name, kind, send_value(id, tp, offset), error);
+    let recorder = ctx.clone();
+    let record = move |kind, value, error| recorder.record(&name, kind, value, error);
+    let done = || ctx.shared().produced = true;
+    one_attempt_producer(conn, w, take_id, |id| id_record(&ctx, id), record, done).await;
 }
 
 /// The record of `id`: JSON `{"id": id, "name": "r<id>"}` to partition `id % partitions`.

@@ -31,12 +31,16 @@ pub mod streams_count;
 pub mod transactional_copy;
 pub mod upstream_txn;
 
-use crate::client::ProducerConfig;
+use crate::client::sim::conn::Connection;
+use crate::client::sim::producer::SimProducer;
+use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
 use crate::sinks::WriteLog;
+use eosim_sim::kafka::{Offset, TopicPartition};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A pipeline as the runner drives it: topics to create, processes to start, how far it is
 /// from done during the drain, and what to record as the final state.
@@ -68,6 +72,87 @@ pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> 
     w.apply_producer_keys(&mut config);
     config.delivery_timeout_ms = config.linger_ms + w.request_timeout_ms;
     config
+}
+
+/// The input producer loop of the sink pipelines that make one attempt per send
+/// (clickhouse-sink, routine-load, doris-sink; [`one_attempt_producer_config`]): takes ids
+/// with `take_id` until it returns `None`, sends `record_of(id)` (which names its partition)
+/// and records a `send` invoke and its outcome (ok with the offset, info when ambiguous,
+/// fail) through `record`, one id every `produce_interval_ms`.
+///
+/// Without batching each send is awaited, and `take_id(true)` is asked, so the caller marks
+/// the producer done the moment the ids run out. With `[workload]`'s batching keys
+/// ([`crate::scenario::producer`]) the sends stay queued in the producer's accumulator, each
+/// outcome recorded when its delivery report arrives, `take_id(false)` is asked, and
+/// `done` runs once every report is in.
+pub(crate) async fn one_attempt_producer(
+    conn: Connection,
+    w: &crate::scenario::WorkloadSpec,
+    mut take_id: impl FnMut(bool) -> Option<u64>,
+    record_of: impl Fn(u64) -> ProducerRecord,
+    record: impl Fn(OpKind, Value, Option<String>) + Clone + Send + 'static,
+    done: impl FnOnce(),
+) {
+    let config = one_attempt_producer_config(w);
+    let queued = config.batching();
+    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let producer = SimProducer::new(conn, config);
+    let mut reports = Vec::new();
+    while let Some(id) = take_id(!queued) {
+        let produced = record_of(id);
+        let partition = produced.partition.expect("record_of names the partition");
+        let tp = TopicPartition::new(produced.topic.clone(), partition);
+        record(OpKind::Invoke, id_send(id, tp.clone(), None), None);
+        if queued {
+            let queued_send = producer.send_async(produced).await;
+            let record = record.clone();
+            reports.push(tokio::spawn(async move {
+                let result = match queued_send {
+                    Ok(report) => report.await,
+                    Err(e) => Err(e),
+                };
+                record_id_send(&record, id, tp, result);
+            }));
+        } else {
+            let result = producer.send(produced).await;
+            record_id_send(&record, id, tp, result);
+        }
+        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+    }
+    if queued {
+        // A flush that times out leaves reports to come; they end within the delivery
+        // timeout.
+        let _ = producer.flush(flush_timeout).await;
+        for report in reports {
+            let _ = report.await;
+        }
+        done();
+    }
+}
+
+/// The `send` op of id `id` (no key) to `tp`.
+fn id_send(id: u64, tp: TopicPartition, offset: Option<Offset>) -> Value {
+    Value::Send {
+        id,
+        key: None,
+        tp: Some(tp),
+        offset,
+    }
+}
+
+/// Records the outcome of the send of `id` to `tp`.
+fn record_id_send(
+    record: &impl Fn(OpKind, Value, Option<String>),
+    id: u64,
+    tp: TopicPartition,
+    result: Result<crate::client::Delivery, crate::client::ClientError>,
+) {
+    let (kind, offset, error) = match result {
+        Ok(d) => (OpKind::Ok, Some(d.offset), None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+    };
+    record(kind, id_send(id, tp, offset), error);
 }
 
 /// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running

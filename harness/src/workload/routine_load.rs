@@ -35,13 +35,12 @@
 //! stuck PAUSED (with its `ReasonOfStateChanged`), progress that never reaches the high
 //! watermark, or a PRECOMMITTED transaction never resolved, a stall with its reason.
 
-use super::one_attempt_producer_config;
+use super::one_attempt_producer;
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::doris::SimDoris;
-use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerRecord};
+use crate::client::ProducerRecord;
 use crate::history::{DorisJobFinal, DorisTxnFinal, OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::routine_load::RoutineLoadSpec;
@@ -110,7 +109,8 @@ async fn producer_process(ctx: Context) {
 }
 
 /// `producer-0` of the P4 pipelines: sends ids `0..records` (`json(id)` as the value, no
-/// key) to partition `id % partitions` of `[topic]`, one attempt each, recording a `send`
+/// key) to partition `id % partitions` of `[topic]`, one attempt each
+/// ([`super::one_attempt_producer`], batching with `[workload]`'s keys), recording a `send`
 /// per id; `next_id` holds the next id and, once all are sent (and, behind a
 /// transactional `upstream`, the last transaction ended), `true`. With `upstream` the
 /// records go through its transactional [`super::upstream_txn::Session`] instead, which
@@ -129,43 +129,28 @@ pub(crate) async fn produce_clicklog(
     if let Some(upstream) = upstream {
         return produce_clicklog_txn(scenario, upstream, conn, next_id, json).await;
     }
-    let producer = SimProducer::new(conn, one_attempt_producer_config(w));
-    loop {
-        let id = {
-            let mut next = next_id.lock().expect("next id");
-            if next.0 >= w.records {
-                next.1 = true;
-                return;
-            }
-            next.0 += 1;
-            next.0 - 1
-        };
-        let partition = (id % u64::from(scenario.topic.partitions)) as u32;
-        let tp = TopicPartition::new(scenario.topic.name.clone(), partition);
-        let send = |offset| Value::Send {
-            id,
-            key: None,
-            tp: Some(tp.clone()),
-            offset,
-        };
-        let record =
-            |kind, value, error| recorder.record(now_ns(), "producer-0", kind, value, error);
-        record(OpKind::Invoke, send(None), None);
-        let value = ProducerRecord {
-            topic: tp.topic.clone(),
-            partition: Some(partition),
-            key: None,
-            value: Some(Bytes::from(json(id))),
-            headers: Vec::new(),
-        };
-        let (kind, offset, error) = match producer.send(value).await {
-            Ok(d) => (OpKind::Ok, Some(d.offset), None),
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-        };
-        record(kind, send(offset), error);
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
-    }
+    let take_id = |mark_done: bool| {
+        let mut next = next_id.lock().expect("next id");
+        if next.0 >= w.records {
+            next.1 |= mark_done;
+            return None;
+        }
+        next.0 += 1;
+        Some(next.0 - 1)
+    };
+    let record_of = |id: u64| ProducerRecord {
+        topic: scenario.topic.name.clone(),
+        partition: Some((id % u64::from(scenario.topic.partitions)) as u32),
+        key: None,
+        value: Some(Bytes::from(json(id))),
+        headers: Vec::new(),
+    };
+    let r = recorder.clone();
+    let record = move |kind, value, error| {
+        r.record(now_ns(), "producer-0", kind, value, error);
+    };
+    let done = || next_id.lock().expect("next id").1 = true;
+    one_attempt_producer(conn, w, take_id, record_of, record, done).await;
 }
 
 /// [`produce_clicklog`] behind a transactional upstream: the same records and partitions,
