@@ -30,26 +30,13 @@ fn tp() -> TopicPartition {
 fn cluster() -> (Cluster, String) {
     let config = ClusterConfig {
         broker_session_timeout_ms: 3_000,
-        offsets_topic_num_partitions: 3,
-        transaction_state_log_num_partitions: 3,
-        offsets_topic_replication_factor: 1,
-        group_initial_rebalance_delay_ms: 0,
         ..ClusterConfig::default()
     };
-    let mut cluster = Cluster::new(3, config);
-    let create = Request::CreateTopic {
-        name: "t".into(),
-        partitions: 1,
-        replication_factor: 2,
-        config: TopicConfig {
-            unclean_leader_election_enable: true,
-            ..TopicConfig::default()
-        },
+    let topic = TopicConfig {
+        unclean_leader_election_enable: true,
+        ..TopicConfig::default()
     };
-    assert_eq!(
-        cluster.handle(0, 1, create),
-        Reply::Done(Response::CreateTopic)
-    );
+    let cluster = crate::support::three_broker_cluster(config, 1, 2, topic);
     let group = (0..100)
         .map(|i| format!("g{i}"))
         .find(|g| cluster.coordinator_for(g, CoordinatorKind::Group) == Some(3))

@@ -8,7 +8,7 @@ use eosim::client::sim::conn::Connection;
 use eosim::client::sim::consumer::SimConsumer;
 use eosim::client::{AutoOffsetReset, Consumer, ConsumerConfig};
 use eosim::runner::world::World;
-use eosim_sim::kafka::model::{Cluster, Reply};
+use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
 use eosim_sim::kafka::*;
 use std::collections::BTreeSet;
@@ -24,25 +24,8 @@ const PARTITIONS: u32 = 3;
 /// Three brokers; topic `t` with three partitions of one replica each, so each broker
 /// leads one.
 fn cluster() -> Cluster {
-    let config = ClusterConfig {
-        offsets_topic_num_partitions: 3,
-        transaction_state_log_num_partitions: 3,
-        offsets_topic_replication_factor: 1,
-        group_initial_rebalance_delay_ms: 0,
-        ..ClusterConfig::default()
-    };
-    let mut cluster = Cluster::new(3, config);
-    let create = Request::CreateTopic {
-        name: "t".into(),
-        partitions: PARTITIONS,
-        replication_factor: 1,
-        config: TopicConfig::default(),
-    };
-    assert_eq!(
-        cluster.handle(0, 1, create),
-        Reply::Done(Response::CreateTopic)
-    );
-    cluster
+    let topic = TopicConfig::default();
+    crate::support::three_broker_cluster(ClusterConfig::default(), PARTITIONS, 1, topic)
 }
 
 async fn consume(kafka: KafkaWorld, seen: Seen) {

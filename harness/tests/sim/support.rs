@@ -1,11 +1,44 @@
-//! What the simulation tests share: catalogue scenarios by file name, and one seed run and
-//! checked with the scenario's own check options.
+//! What the simulation tests share: catalogue scenarios by file name, one seed run and
+//! checked with the scenario's own check options, and a small Kafka model for the client
+//! tests.
 
 use eosim::checker::{check_all, CheckResult, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::runner::{run_seed, SeedOutcome};
 use eosim::scenario::Scenario;
+use eosim_sim::kafka::model::{Cluster, Reply};
+use eosim_sim::kafka::{ClusterConfig, Request, Response, TopicConfig};
 use std::path::Path;
+
+/// A 3-broker Kafka model for the client tests: `config` with 3-partition internal topics of
+/// one replica and no initial rebalance delay, and topic `t` created with `partitions`,
+/// `replication_factor` and `topic`.
+pub fn three_broker_cluster(
+    config: ClusterConfig,
+    partitions: u32,
+    replication_factor: u32,
+    topic: TopicConfig,
+) -> Cluster {
+    let config = ClusterConfig {
+        offsets_topic_num_partitions: 3,
+        transaction_state_log_num_partitions: 3,
+        offsets_topic_replication_factor: 1,
+        group_initial_rebalance_delay_ms: 0,
+        ..config
+    };
+    let mut cluster = Cluster::new(3, config);
+    let create = Request::CreateTopic {
+        name: "t".into(),
+        partitions,
+        replication_factor,
+        config: topic,
+    };
+    assert_eq!(
+        cluster.handle(0, 1, create),
+        Reply::Done(Response::CreateTopic)
+    );
+    cluster
+}
 
 /// The catalogue's `scenarios/<file>` (so a test and the catalogue cannot drift apart).
 pub fn catalogue(file: &str) -> Scenario {
