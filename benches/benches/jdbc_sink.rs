@@ -1,6 +1,6 @@
 //! Change events per wall second through the Connect worker, the JDBC sink and the
 //! PostgreSQL model: 2,000 generated Debezium envelopes (20 keys, 3 partitions, upsert,
-//! batch.size 500) produced, consumed by 3 tasks on 2 workers and applied, no faults, then
+//! batch.size 500) produced by a batching producer (`linger.ms` 5), consumed by 3 tasks on 2 workers and applied, no faults, then
 //! the drain and the checkers' input (the final state), all in one madsim runtime per run.
 //!
 //! Reports events per wall second (criterion's throughput) and prints simulated seconds per
@@ -26,6 +26,7 @@ mod bench {
             partitions = 3
             [workload]
             produce_interval_ms = 1
+            "linger.ms" = 5
             [connect]
             workers = 2
             worker = {{ "offset.flush.interval.ms" = "1000" }}

@@ -1,6 +1,6 @@
 //! `[workload]`'s producer keys, under the Java producer's names (`ProducerConfig`): the
-//! batching of the `kafka-consume`, `clickhouse-sink`, `routine-load` and `doris-sink`
-//! input producers.
+//! batching of the `kafka-consume`, `connect-jdbc`, `clickhouse-sink`, `routine-load` and
+//! `doris-sink` input producers.
 //!
 //! ```toml
 //! [workload]
@@ -27,15 +27,14 @@
 //!   `enable.idempotence` (`ProducerConfig.postProcessAndValidateIdempotenceConfigs`).
 //! - `enable.idempotence = true` only with `acks = "all"` (same place).
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
-//!   (`KafkaProducer.configureDeliveryTimeout`), where `kafka-consume`'s delivery timeout
-//!   is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
+//!   (`KafkaProducer.configureDeliveryTimeout`), where `kafka-consume`'s and
+//!   `connect-jdbc`'s delivery timeout is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
 //!   retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
 //!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
 //!   `enable.idempotence = true` is refused (Kafka's "Must set retries to non-zero when
 //!   using the idempotent producer").
-//! - Only those four pipelines without a transactional upstream read the keys; elsewhere
-//!   (connect-jdbc, transactional-copy, streams-count) they are refused, so none is
-//!   silently ignored.
+//! - Only those five pipelines without a transactional upstream read the keys; elsewhere
+//!   (transactional-copy, streams-count) they are refused, so none is silently ignored.
 
 use super::{ensure, Pipeline, Scenario, WorkloadSpec};
 use crate::client::ProducerConfig;
@@ -90,11 +89,14 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
         Pipeline::ClickhouseSink | Pipeline::RoutineLoad | Pipeline::DorisSink
     );
     ensure(
-        scenario.pipeline == Pipeline::KafkaConsume || one_attempt,
+        matches!(
+            scenario.pipeline,
+            Pipeline::KafkaConsume | Pipeline::ConnectJdbc
+        ) || one_attempt,
         &format!("workload.{first}"),
         format!(
             "read only by the input producers of pipelines `kafka-consume`, \
-             `clickhouse-sink`, `routine-load` and `doris-sink`, not `{}`",
+             `connect-jdbc`, `clickhouse-sink`, `routine-load` and `doris-sink`, not `{}`",
             scenario.pipeline.name()
         ),
     )?;

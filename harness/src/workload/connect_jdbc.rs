@@ -31,7 +31,7 @@ use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::client::{Producer, ProducerRecord};
 use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
@@ -75,15 +75,26 @@ impl Context {
         self.recorder.record(now_ns(), process, kind, value, error);
     }
 
-    fn take_event(&self, process: &str) -> Option<Event> {
+    /// The next event for `process`, or `None` when all are handed out; then the process
+    /// counts as idle unless `keep_active` (it still awaits delivery reports, and calls
+    /// [`Context::release`] once they are in).
+    fn take_event(&self, process: &str, keep_active: bool) -> Option<Event> {
         let mut shared = self.shared.lock().expect("shared lock");
         let Some(event) = self.events.get(shared.next_event).cloned() else {
-            shared.active_producers.remove(process);
+            if !keep_active {
+                shared.active_producers.remove(process);
+            }
             return None;
         };
         shared.active_producers.insert(process.to_string());
         shared.next_event += 1;
         Some(event)
+    }
+
+    /// `process` has every delivery report in: it is idle.
+    fn release(&self, process: &str) {
+        let mut shared = self.shared.lock().expect("shared lock");
+        shared.active_producers.remove(process);
     }
 
     fn producers_done(&self) -> bool {
@@ -92,6 +103,9 @@ impl Context {
     }
 }
 
+/// A producer process: sends the change events in order, each awaited, or with
+/// `[workload]`'s batching keys ([`crate::scenario::producer`]) queued in the producer's
+/// accumulator, each outcome recorded when its delivery report arrives.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
@@ -100,17 +114,12 @@ async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-        retries: w.retries,
-        ..ProducerConfig::default()
-    };
+    let config = super::retrying_producer_config(w);
+    let queued = config.batching();
+    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
-    let topic = &ctx.scenario.topic.name;
-    while let Some(e) = ctx.take_event(&name) {
+    let mut reports = Vec::new();
+    while let Some(e) = ctx.take_event(&name, queued) {
         let invoke = Value::Send {
             id: e.id,
             key: e.key.clone(),
@@ -119,29 +128,59 @@ async fn producer_process(ctx: Context, name: String) {
         };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let record = event_record(&ctx, &name, &e);
-        let (kind, tp, offset, error) = match producer.send(record).await {
-            Ok(d) => (
-                OpKind::Ok,
-                Some(TopicPartition::new(topic.clone(), d.partition)),
-                Some(d.offset),
-                None,
-            ),
-            Err(err) if err.is_ambiguous() => (OpKind::Info, None, None, Some(err.to_string())),
-            Err(err) => (OpKind::Fail, None, None, Some(err.to_string())),
-        };
-        ctx.record(
-            &name,
-            kind,
-            Value::Send {
-                id: e.id,
-                key: e.key,
-                tp,
-                offset,
-            },
-            error,
-        );
+        if queued {
+            let queued_send = producer.send_async(record).await;
+            let (ctx, name) = (ctx.clone(), name.clone());
+            reports.push(tokio::spawn(async move {
+                let result = match queued_send {
+                    Ok(report) => report.await,
+                    Err(err) => Err(err),
+                };
+                record_event_send(&ctx, &name, e, result);
+            }));
+        } else {
+            let result = producer.send(record).await;
+            record_event_send(&ctx, &name, e, result);
+        }
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
+    if queued {
+        // A flush that times out leaves reports to come; they end within the delivery
+        // timeout.
+        let _ = producer.flush(flush_timeout).await;
+        for report in reports {
+            let _ = report.await;
+        }
+        ctx.release(&name);
+    }
+}
+
+/// Records the outcome of the send of event `e`: ok with its partition and offset, info
+/// when ambiguous, fail otherwise.
+fn record_event_send(
+    ctx: &Context,
+    name: &str,
+    e: Event,
+    result: Result<crate::client::Delivery, crate::client::ClientError>,
+) {
+    let topic = &ctx.scenario.topic.name;
+    let (kind, tp, offset, error) = match result {
+        Ok(d) => (
+            OpKind::Ok,
+            Some(TopicPartition::new(topic.clone(), d.partition)),
+            Some(d.offset),
+            None,
+        ),
+        Err(err) if err.is_ambiguous() => (OpKind::Info, None, None, Some(err.to_string())),
+        Err(err) => (OpKind::Fail, None, None, Some(err.to_string())),
+    };
+    let value = Value::Send {
+        id: e.id,
+        key: e.key,
+        tp,
+        offset,
+    };
+    ctx.record(name, kind, value, error);
 }
 
 /// Event `e` as the record `process` sends; a `bad-record` effect when it is built to be
@@ -171,7 +210,7 @@ async fn txn_producer_process(
     name: String,
 ) {
     let mut session = upstream.session(conn, &name).await;
-    while let Some(e) = ctx.take_event(&name) {
+    while let Some(e) = ctx.take_event(&name, false) {
         let record = event_record(ctx, &name, &e);
         session.send(e.id, e.key.clone(), record).await;
         let interval = ctx.scenario.workload.produce_interval_ms;

@@ -153,15 +153,7 @@ pub async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let mut config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-        retries: w.retries,
-        ..ProducerConfig::default()
-    };
-    w.apply_producer_keys(&mut config);
+    let config = super::retrying_producer_config(w);
     if config.batching() {
         return queued_producer_process(&ctx, conn, config, name).await;
     }

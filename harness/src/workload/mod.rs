@@ -55,6 +55,23 @@ pub trait Pipeline {
     fn record_final(&self, world: &World);
 }
 
+/// The input producer of `kafka-consume` and `connect-jdbc`: `[workload] acks`, `retries`
+/// and `request_timeout_ms`, not idempotent unless `"enable.idempotence"` says so,
+/// `delivery.timeout.ms = request_timeout_ms × (retries + 1)`, and `[workload]`'s batching
+/// keys ([`crate::scenario::producer`]).
+pub(crate) fn retrying_producer_config(w: &crate::scenario::WorkloadSpec) -> ProducerConfig {
+    let mut config = ProducerConfig {
+        acks: w.acks,
+        enable_idempotence: false,
+        request_timeout_ms: w.request_timeout_ms,
+        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
+        retries: w.retries,
+        ..ProducerConfig::default()
+    };
+    w.apply_producer_keys(&mut config);
+    config
+}
+
 /// The input producer of the sink pipelines: `[workload] acks`, not idempotent, one attempt
 /// per record (or batch) within `request_timeout_ms` after its linger (a send that fails is
 /// recorded as failed or unknown, never retried into a duplicate the checkers would blame
