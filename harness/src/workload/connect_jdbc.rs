@@ -24,14 +24,14 @@
 //! records per source partition `log-state` and `source-log`, then `table-state`,
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
-use super::records::text;
+use super::records::{send_outcome, text, Sends};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerRecord};
+use crate::client::ProducerRecord;
 use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder, TaskState};
@@ -115,11 +115,9 @@ async fn producer_process(ctx: Context, name: String) {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
     let config = super::retrying_producer_config(w);
-    let queued = config.batching();
-    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let mut sends = Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
-    let mut reports = Vec::new();
-    while let Some(e) = ctx.take_event(&name, queued) {
+    while let Some(e) = ctx.take_event(&name, sends.queued()) {
         let invoke = Value::Send {
             id: e.id,
             key: e.key.clone(),
@@ -128,57 +126,35 @@ async fn producer_process(ctx: Context, name: String) {
         };
         ctx.record(&name, OpKind::Invoke, invoke, None);
         let record = event_record(&ctx, &name, &e);
-        if queued {
-            let queued_send = producer.send_async(record).await;
-            let (ctx, name) = (ctx.clone(), name.clone());
-            reports.push(tokio::spawn(async move {
-                let result = match queued_send {
-                    Ok(report) => report.await,
-                    Err(err) => Err(err),
-                };
-                record_event_send(&ctx, &name, e, result);
-            }));
-        } else {
-            let result = producer.send(record).await;
-            record_event_send(&ctx, &name, e, result);
-        }
+        let (ctx, name) = (ctx.clone(), name.clone());
+        sends
+            .send(&producer, record, move |result| {
+                record_event_send(&ctx, &name, e, result)
+            })
+            .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
-    if queued {
-        // A flush that times out leaves reports to come; they end within the delivery
-        // timeout.
-        let _ = producer.flush(flush_timeout).await;
-        for report in reports {
-            let _ = report.await;
-        }
+    if sends.queued() {
+        sends.finish(&producer).await;
         ctx.release(&name);
     }
 }
 
-/// Records the outcome of the send of event `e`: ok with its partition and offset, info
-/// when ambiguous, fail otherwise.
+/// Records the outcome of the send of event `e` ([`send_outcome`]), with its partition
+/// and offset when written.
 fn record_event_send(
     ctx: &Context,
     name: &str,
     e: Event,
     result: Result<crate::client::Delivery, crate::client::ClientError>,
 ) {
+    let (kind, delivery, error) = send_outcome(result);
     let topic = &ctx.scenario.topic.name;
-    let (kind, tp, offset, error) = match result {
-        Ok(d) => (
-            OpKind::Ok,
-            Some(TopicPartition::new(topic.clone(), d.partition)),
-            Some(d.offset),
-            None,
-        ),
-        Err(err) if err.is_ambiguous() => (OpKind::Info, None, None, Some(err.to_string())),
-        Err(err) => (OpKind::Fail, None, None, Some(err.to_string())),
-    };
     let value = Value::Send {
         id: e.id,
         key: e.key,
-        tp,
-        offset,
+        tp: delivery.map(|d| TopicPartition::new(topic.clone(), d.partition)),
+        offset: delivery.map(|d| d.offset),
     };
     ctx.record(name, kind, value, error);
 }

@@ -15,15 +15,14 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{next_offsets, parse_id, record_ref, send_id, send_id_queued, text};
+use super::records::{next_offsets, parse_id, record_ref, send_id, send_id_queued, text, Sends};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{
-    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, Producer, ProducerConfig,
-    ProducerRecord,
+    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
 };
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
@@ -179,24 +178,23 @@ async fn queued_producer_process(
     name: String,
 ) {
     let w = &ctx.scenario.workload;
-    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let mut sends = Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
-    let mut reports = Vec::new();
     while let Some(id) = ctx.take_id(&name, true) {
         let (ctx2, name2) = (ctx.clone(), name.clone());
         let topic = &ctx.scenario.topic.name;
-        let report = send_id_queued(&producer, topic, w.keys, id, move |kind, value, error| {
-            ctx2.record(&name2, kind, value, error)
-        })
+        send_id_queued(
+            &producer,
+            &mut sends,
+            topic,
+            w.keys,
+            id,
+            move |kind, value, error| ctx2.record(&name2, kind, value, error),
+        )
         .await;
-        reports.push(report);
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
-    // A flush that times out leaves reports to come; they end within the delivery timeout.
-    let _ = producer.flush(flush_timeout).await;
-    for report in reports {
-        let _ = report.await;
-    }
+    sends.finish(&producer).await;
     ctx.release(&name);
 }
 

@@ -33,7 +33,7 @@ pub mod upstream_txn;
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::client::{ProducerConfig, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
@@ -111,38 +111,24 @@ pub(crate) async fn one_attempt_producer(
     done: impl FnOnce(),
 ) {
     let config = one_attempt_producer_config(w);
-    let queued = config.batching();
-    let flush_timeout = Duration::from_millis(config.delivery_timeout_ms + w.request_timeout_ms);
+    let mut sends = records::Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
-    let mut reports = Vec::new();
-    while let Some(id) = take_id(!queued) {
+    while let Some(id) = take_id(!sends.queued()) {
         let produced = record_of(id);
         let partition = produced.partition.expect("record_of names the partition");
         let tp = TopicPartition::new(produced.topic.clone(), partition);
         record(OpKind::Invoke, id_send(id, tp.clone(), None), None);
-        if queued {
-            let queued_send = producer.send_async(produced).await;
-            let record = record.clone();
-            reports.push(tokio::spawn(async move {
-                let result = match queued_send {
-                    Ok(report) => report.await,
-                    Err(e) => Err(e),
-                };
-                record_id_send(&record, id, tp, result);
-            }));
-        } else {
-            let result = producer.send(produced).await;
-            record_id_send(&record, id, tp, result);
-        }
+        let record = record.clone();
+        sends
+            .send(&producer, produced, move |result| {
+                let (kind, delivery, error) = records::send_outcome(result);
+                record(kind, id_send(id, tp, delivery.map(|d| d.offset)), error);
+            })
+            .await;
         madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
     }
-    if queued {
-        // A flush that times out leaves reports to come; they end within the delivery
-        // timeout.
-        let _ = producer.flush(flush_timeout).await;
-        for report in reports {
-            let _ = report.await;
-        }
+    if sends.queued() {
+        sends.finish(&producer).await;
         done();
     }
 }
@@ -155,21 +141,6 @@ fn id_send(id: u64, tp: TopicPartition, offset: Option<Offset>) -> Value {
         tp: Some(tp),
         offset,
     }
-}
-
-/// Records the outcome of the send of `id` to `tp`.
-fn record_id_send(
-    record: &impl Fn(OpKind, Value, Option<String>),
-    id: u64,
-    tp: TopicPartition,
-    result: Result<crate::client::Delivery, crate::client::ClientError>,
-) {
-    let (kind, offset, error) = match result {
-        Ok(d) => (OpKind::Ok, Some(d.offset), None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-    };
-    record(kind, id_send(id, tp, offset), error);
 }
 
 /// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running

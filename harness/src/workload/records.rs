@@ -1,11 +1,14 @@
 //! Small conversions every pipeline shares: record bytes as text, the id a value carries,
 //! a consumed record as the history names it, the offsets to commit after a batch, and the
-//! final read_committed view of a partition; and the send of one generated id, recorded
-//! as invoke then ok / fail / info.
+//! final read_committed view of a partition; and the sends of the input producers: one
+//! generated id recorded as invoke then ok / fail / info ([`send_outcome`]), awaited or
+//! queued in a batching producer ([`Sends`]).
 
 use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{ConsumedRecord, Producer, ProducerRecord};
+use crate::client::{
+    ClientError, ConsumedRecord, Delivery, Producer, ProducerConfig, ProducerRecord,
+};
 use crate::history::{OpKind, RecordRef, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
@@ -13,6 +16,7 @@ use eosim_sim::kafka::{
     FetchPartition, FetchedRecord, Isolation, Offset, Request, Response, TopicPartition,
 };
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
 pub fn text(bytes: &Option<Bytes>) -> Option<String> {
@@ -140,27 +144,97 @@ pub async fn send_id(
     record_outcome(topic, id, &key, result, record);
 }
 
-/// As [`send_id`], but leaves the record queued in the producer
-/// ([`Producer::send_async`]) and records the completion from a task of this node once its
-/// delivery report arrives; returns that task (its completion recorded).
+/// As [`send_id`], but leaves the record queued in the producer through `sends`
+/// ([`Sends::send`]), the completion recorded once its delivery report arrives.
 pub async fn send_id_queued(
     producer: &SimProducer,
+    sends: &mut Sends,
     topic: &str,
     keys: u32,
     id: u64,
     record: impl Fn(OpKind, Value, Option<String>) + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
+) {
     let (key, produced) = id_record(topic, keys, id);
     record(OpKind::Invoke, send_value(id, &key, None, None), None);
-    let queued = producer.send_async(produced).await;
     let topic = topic.to_string();
-    tokio::spawn(async move {
-        let result = match queued {
-            Ok(report) => report.await,
-            Err(e) => Err(e),
-        };
-        record_outcome(&topic, id, &key, result, record);
-    })
+    sends
+        .send(producer, produced, move |result| {
+            record_outcome(&topic, id, &key, result, record)
+        })
+        .await;
+}
+
+/// How the send of one record ended, as the history records it: the op kind (`Ok`
+/// written, `Info` outcome unknown, `Fail` certainly not written), the delivery when
+/// written, and the error's text otherwise.
+pub fn send_outcome(
+    result: Result<Delivery, ClientError>,
+) -> (OpKind, Option<Delivery>, Option<String>) {
+    match result {
+        Ok(d) => (OpKind::Ok, Some(d), None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+    }
+}
+
+/// The sends of one input producer process: each awaited in turn, or, when the producer
+/// batches ([`ProducerConfig::batching`]), left queued in its accumulator
+/// ([`Producer::send_async`]) with the outcome handed on by a task of this node once the
+/// delivery report arrives; [`Sends::finish`] then flushes and waits for every report.
+pub struct Sends {
+    queued: bool,
+    flush_timeout: Duration,
+    reports: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sends {
+    /// The sends of a producer built with `config`; a flush waits up to its
+    /// `delivery.timeout.ms` plus `request_timeout_ms`.
+    pub fn new(config: &ProducerConfig, request_timeout_ms: u64) -> Self {
+        Self {
+            queued: config.batching(),
+            flush_timeout: Duration::from_millis(config.delivery_timeout_ms + request_timeout_ms),
+            reports: Vec::new(),
+        }
+    }
+
+    /// Whether sends stay queued (the producer batches).
+    pub fn queued(&self) -> bool {
+        self.queued
+    }
+
+    /// Sends `produced` with `producer` and hands the outcome to `outcome`: at once, or
+    /// from a task once its delivery report arrives when queued.
+    pub async fn send(
+        &mut self,
+        producer: &SimProducer,
+        produced: ProducerRecord,
+        outcome: impl FnOnce(Result<Delivery, ClientError>) + Send + 'static,
+    ) {
+        if !self.queued {
+            outcome(producer.send(produced).await);
+            return;
+        }
+        let queued = producer.send_async(produced).await;
+        self.reports.push(tokio::spawn(async move {
+            outcome(match queued {
+                Ok(report) => report.await,
+                Err(e) => Err(e),
+            })
+        }));
+    }
+
+    /// When queued: flushes `producer` and waits for every report (a flush that times out
+    /// leaves reports to come; they end within the delivery timeout).
+    pub async fn finish(self, producer: &SimProducer) {
+        if !self.queued {
+            return;
+        }
+        let _ = producer.flush(self.flush_timeout).await;
+        for report in self.reports {
+            let _ = report.await;
+        }
+    }
 }
 
 /// The key and record of generated id `id`.
@@ -190,24 +264,16 @@ fn record_outcome(
     topic: &str,
     id: u64,
     key: &str,
-    result: Result<crate::client::Delivery, crate::client::ClientError>,
+    result: Result<Delivery, ClientError>,
     record: impl Fn(OpKind, Value, Option<String>),
 ) {
-    match result {
-        Ok(d) => {
-            let tp = TopicPartition::new(topic, d.partition);
-            let offset = Some(d.offset).filter(|o| *o >= 0);
-            record(OpKind::Ok, send_value(id, key, Some(tp), offset), None);
-        }
-        Err(e) if e.is_ambiguous() => record(
-            OpKind::Info,
-            send_value(id, key, None, None),
-            Some(e.to_string()),
+    let (kind, delivery, error) = send_outcome(result);
+    let (tp, offset) = match delivery {
+        Some(d) => (
+            Some(TopicPartition::new(topic, d.partition)),
+            Some(d.offset).filter(|o| *o >= 0),
         ),
-        Err(e) => record(
-            OpKind::Fail,
-            send_value(id, key, None, None),
-            Some(e.to_string()),
-        ),
-    }
+        None => (None, None),
+    };
+    record(kind, send_value(id, key, tp, offset), error);
 }
