@@ -24,7 +24,7 @@
 //! records per source partition `log-state` and `source-log`, then `table-state`,
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
-use super::records::{send_outcome, text, Sends};
+use super::records::{send_outcome, text, IdHandout, Sends};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
@@ -44,15 +44,15 @@ use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
 use eosim_sim::postgres::{Database, DbConfig};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Debug, Default)]
 struct Shared {
-    next_event: usize,
-    active_producers: BTreeSet<String>,
+    /// Indexes into `Context::events`.
+    events: IdHandout,
 }
 
 /// Everything a process of the pipeline needs.
@@ -79,27 +79,24 @@ impl Context {
     /// counts as idle unless `keep_active` (it still awaits delivery reports, and calls
     /// [`Context::release`] once they are in).
     fn take_event(&self, process: &str, keep_active: bool) -> Option<Event> {
+        let total = self.events.len() as u64;
         let mut shared = self.shared.lock().expect("shared lock");
-        let Some(event) = self.events.get(shared.next_event).cloned() else {
-            if !keep_active {
-                shared.active_producers.remove(process);
-            }
-            return None;
-        };
-        shared.active_producers.insert(process.to_string());
-        shared.next_event += 1;
-        Some(event)
+        let i = shared.events.take(process, total, keep_active)?;
+        Some(self.events[i as usize].clone())
     }
 
     /// `process` has every delivery report in: it is idle.
     fn release(&self, process: &str) {
-        let mut shared = self.shared.lock().expect("shared lock");
-        shared.active_producers.remove(process);
+        self.shared
+            .lock()
+            .expect("shared lock")
+            .events
+            .release(process);
     }
 
     fn producers_done(&self) -> bool {
         let shared = self.shared.lock().expect("shared lock");
-        shared.next_event >= self.events.len() && shared.active_producers.is_empty()
+        shared.events.done(self.events.len() as u64)
     }
 }
 

@@ -15,7 +15,9 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{next_offsets, parse_id, record_ref, send_id, send_id_queued, text, Sends};
+use super::records::{
+    next_offsets, parse_id, record_ref, send_id, send_id_queued, text, IdHandout, Sends,
+};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
@@ -30,7 +32,7 @@ use crate::runner::world::World;
 use crate::scenario::{CommitMode, Scenario, TopicSpec};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,9 +43,8 @@ pub const SINK_GROUP: &str = "sink";
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
 pub struct Shared {
-    next_id: u64,
-    /// Producer processes that took an id and have not yet found the generator empty.
-    pub active_producers: BTreeSet<String>,
+    /// The ids the producer processes take.
+    ids: IdHandout,
     /// The sink's rows, in write order.
     pub sink: Vec<RecordRef>,
     /// The last error a consumer's poll returned (a stall's reason).
@@ -114,22 +115,18 @@ impl Context {
     /// counts as idle unless `keep_active` (it still awaits delivery reports, and calls
     /// [`Context::release`] once they are in).
     fn take_id(&self, process: &str, keep_active: bool) -> Option<u64> {
+        let records = self.scenario.workload.records;
         let mut shared = self.shared.lock().expect("shared lock");
-        if shared.next_id >= self.scenario.workload.records {
-            if !keep_active {
-                shared.active_producers.remove(process);
-            }
-            return None;
-        }
-        shared.active_producers.insert(process.to_string());
-        shared.next_id += 1;
-        Some(shared.next_id - 1)
+        shared.ids.take(process, records, keep_active)
     }
 
     /// `process` went idle: every send it made has its completion recorded.
     fn release(&self, process: &str) {
-        let mut shared = self.shared.lock().expect("shared lock");
-        shared.active_producers.remove(process);
+        self.shared
+            .lock()
+            .expect("shared lock")
+            .ids
+            .release(process);
     }
 
     fn record(&self, process: &str, kind: OpKind, value: Value, error: Option<String>) {
@@ -139,7 +136,7 @@ impl Context {
     /// Whether every id was handed out and every producer went idle.
     pub fn producers_done(&self) -> bool {
         let shared = self.shared.lock().expect("shared lock");
-        shared.next_id >= self.scenario.workload.records && shared.active_producers.is_empty()
+        shared.ids.done(self.scenario.workload.records)
     }
 }
 

@@ -15,7 +15,7 @@ use eosim_sim::kafka::model::{Cluster, Reply};
 use eosim_sim::kafka::{
     FetchPartition, FetchedRecord, Isolation, Offset, Request, Response, TopicPartition,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
@@ -162,6 +162,42 @@ pub async fn send_id_queued(
             record_outcome(&topic, id, &key, result, record)
         })
         .await;
+}
+
+/// The ids `0..total` a run's producer processes take in turn, and the processes with
+/// sends still outstanding: the producer half of a pipeline's drain.
+#[derive(Debug, Default)]
+pub struct IdHandout {
+    next: u64,
+    /// Processes that took an id and have not gone idle.
+    active: BTreeSet<String>,
+}
+
+impl IdHandout {
+    /// The next id below `total` for `process`, which is then active; `None` once all are
+    /// handed out, and then `process` goes idle unless `keep_active` (it still awaits
+    /// delivery reports, and calls [`IdHandout::release`] once they are in).
+    pub fn take(&mut self, process: &str, total: u64, keep_active: bool) -> Option<u64> {
+        if self.next >= total {
+            if !keep_active {
+                self.active.remove(process);
+            }
+            return None;
+        }
+        self.active.insert(process.to_string());
+        self.next += 1;
+        Some(self.next - 1)
+    }
+
+    /// `process` went idle: every send it made has its completion recorded.
+    pub fn release(&mut self, process: &str) {
+        self.active.remove(process);
+    }
+
+    /// Whether every id below `total` was handed out and every process went idle.
+    pub fn done(&self, total: u64) -> bool {
+        self.next >= total && self.active.is_empty()
+    }
 }
 
 /// How the send of one record ended, as the history records it: the op kind (`Ok`

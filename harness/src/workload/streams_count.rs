@@ -24,7 +24,7 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::{read_committed, readable_committed, text};
+use super::records::{read_committed, readable_committed, text, IdHandout};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -40,7 +40,7 @@ use crate::streams::{input_id_and_time, output_update};
 use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,8 +51,8 @@ const LSO_GRACE_EXTRA_MS: u64 = 15_000;
 
 #[derive(Debug, Default)]
 struct Shared {
-    next_id: u64,
-    active_producers: BTreeSet<String>,
+    /// The ids the producer processes take.
+    ids: IdHandout,
     drain_started_ns: Option<u64>,
 }
 
@@ -67,19 +67,20 @@ struct Context {
 
 impl Context {
     fn take_id(&self, process: &str) -> Option<u64> {
-        let mut shared = self.shared.lock().expect("shared lock");
-        if shared.next_id >= self.scenario.workload.records {
-            shared.active_producers.remove(process);
-            return None;
-        }
-        shared.active_producers.insert(process.to_string());
-        shared.next_id += 1;
-        Some(shared.next_id - 1)
+        let records = self.scenario.workload.records;
+        self.shared
+            .lock()
+            .expect("shared lock")
+            .ids
+            .take(process, records, false)
     }
 
     fn producers_done(&self) -> bool {
-        let shared = self.shared.lock().expect("shared lock");
-        shared.next_id >= self.scenario.workload.records && shared.active_producers.is_empty()
+        self.shared
+            .lock()
+            .expect("shared lock")
+            .ids
+            .done(self.scenario.workload.records)
     }
 
     fn producer_config(&self) -> ProducerConfig {

@@ -33,6 +33,7 @@
 
 use super::records::{
     next_offsets, parse_id, read_committed, readable_committed, record_ref, send_id, text,
+    IdHandout,
 };
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
@@ -48,7 +49,7 @@ use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,9 +65,9 @@ const LSO_GRACE_EXTRA_MS: u64 = 15_000;
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
 struct Shared {
-    next_id: u64,
+    /// The ids the producer processes take.
+    ids: IdHandout,
     next_txn: u64,
-    active_producers: BTreeSet<String>,
     /// When `lag` was first asked (the drain's start), ns.
     drain_started_ns: Option<u64>,
 }
@@ -86,14 +87,7 @@ impl Context {
 
     fn take_id(&self, process: &str) -> Option<u64> {
         let records = self.scenario.workload.records;
-        let mut shared = self.shared();
-        if shared.next_id >= records {
-            shared.active_producers.remove(process);
-            return None;
-        }
-        shared.active_producers.insert(process.to_string());
-        shared.next_id += 1;
-        Some(shared.next_id - 1)
+        self.shared().ids.take(process, records, false)
     }
 
     fn next_txn(&self) -> u64 {
@@ -107,8 +101,7 @@ impl Context {
     }
 
     fn producers_done(&self) -> bool {
-        let shared = self.shared();
-        shared.next_id >= self.scenario.workload.records && shared.active_producers.is_empty()
+        self.shared().ids.done(self.scenario.workload.records)
     }
 
     /// Bound on one transactional call (init, offsets, commit, abort).
