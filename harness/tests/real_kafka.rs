@@ -8,6 +8,9 @@
 mod differential;
 #[path = "real_support/group_differential.rs"]
 mod group_differential;
+#[allow(dead_code)]
+#[path = "real_support/real_cluster.rs"]
+mod real_cluster;
 mod real_support;
 #[path = "real_support/wire.rs"]
 mod wire;
@@ -330,33 +333,67 @@ fn model_and_real_kafka_agree_on_the_group_protocol() {
     if !real_enabled("model_and_real_kafka_agree_on_the_group_protocol") {
         return;
     }
-    let dir = service_dir("kafka-group-differential");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
-    let bootstrap = kafka.bootstrap_servers();
-    let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).expect("admin");
+    let tally = group_differential_on(1, 16);
+    real_support::assert_exercised(
+        &tally,
+        &[
+            "MemberIdRequired",
+            "JoinGroup",
+            "SyncGroup",
+            "Heartbeat",
+            "OffsetCommit",
+        ],
+    );
+}
+
+/// The group differential on three brokers (topic `t` with replication factor 3,
+/// `min.insync.replicas` 2): every case kills the group coordinator's broker (in half of
+/// them after bringing the group to rest), goes on with the coordinator moved, and starts
+/// the broker again. Prints the agreement rate.
+#[test]
+fn model_and_real_kafka_agree_on_the_group_protocol_across_a_coordinator_kill() {
+    if !real_enabled("model_and_real_kafka_agree_on_the_group_protocol_across_a_coordinator_kill") {
+        return;
+    }
+    let tally = group_differential_on(3, 5);
+    real_support::assert_exercised(
+        &tally,
+        &[
+            "killed",
+            "revived",
+            "JoinGroup",
+            "Heartbeat",
+            "OffsetCommit",
+        ],
+    );
+}
+
+/// Runs the group differential on a fresh cluster of `brokers` brokers with topic `t`,
+/// `EOSIM_DIFF_CASES` or `default_cases` cases, reports the agreement and returns the tally.
+fn group_differential_on(brokers: u32, default_cases: u32) -> BTreeMap<String, u32> {
+    let dir = service_dir(&format!("kafka-group-differential-{brokers}"));
+    let cluster = timed(&format!("kafka ({brokers} brokers) start"), || {
+        real_cluster::RealCluster::start(dir.path(), brokers)
+    })
+    .expect("kafka starts");
+    let admin = RealAdmin::new(cluster.bootstrap(), ADMIN_TIMEOUT).expect("admin");
+    let (replication_factor, config) = real_support::model_world::topic_config(brokers);
     let partitions = group_differential::PARTITIONS;
     runtime()
-        .block_on(admin.create_topic("t", partitions, 1, TopicConfig::default()))
+        .block_on(admin.create_topic("t", partitions, replication_factor, config))
         .expect("create topic t");
-    let cases = real_support::diff_cases(16);
-    let (agreed, ran, tally) = timed(&format!("group differential, {cases} cases"), || {
-        group_differential::run(&bootstrap, cases)
-    });
-    real_support::report_agreement("Kafka group protocol (wire)", agreed, ran, &tally);
-    for must in [
-        "MemberIdRequired",
-        "JoinGroup",
-        "SyncGroup",
-        "Heartbeat",
-        "OffsetCommit",
-    ] {
-        assert!(
-            tally.contains_key(must),
-            "the generated cases never exercised `{must}`: {tally:?}"
-        );
-    }
-    timed("stop kafka", || kafka.stop());
+    let cases = real_support::diff_cases(default_cases);
+    let (agreed, ran, tally) = timed(
+        &format!("group differential, {brokers} brokers, {cases} cases"),
+        || group_differential::run(&cluster, cases),
+    );
+    let suite = match brokers {
+        1 => "Kafka group protocol (wire)",
+        _ => "Kafka group protocol (wire), 3 brokers, coordinator kill",
+    };
+    real_support::report_agreement(suite, agreed, ran, &tally);
+    cluster.stop();
+    tally
 }
 
 /// A member that does not poll within `max.poll.interval.ms` leaves the group; its commit

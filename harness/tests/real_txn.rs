@@ -7,9 +7,14 @@
 //! `EOSIM_REAL=1`.
 #![cfg(not(madsim))]
 
+#[path = "real_support/real_cluster.rs"]
+mod real_cluster;
 mod real_support;
 #[path = "real_support/txn_differential.rs"]
 mod txn_differential;
+#[allow(dead_code)]
+#[path = "real_support/wire.rs"]
+mod wire;
 
 use bytes::Bytes;
 use eosim::client::real::{RealAdmin, RealConsumer, RealTransactionalProducer, RealTxnConfig};
@@ -289,40 +294,61 @@ fn model_and_real_kafka_agree_on_transactions() {
     if !real_enabled("model_and_real_kafka_agree_on_transactions") {
         return;
     }
-    let dir = service_dir("kafka-txn-differential");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
-    let bootstrap = kafka.bootstrap_servers();
-    let kafka = std::sync::Mutex::new(kafka);
-    let restart = || -> Result<(), String> {
-        let mut k = kafka.lock().map_err(|e| e.to_string())?;
-        k.kill(1).map_err(|e| format!("kill broker 1: {e}"))?;
-        std::thread::sleep(Duration::from_secs(2));
-        timed("broker 1 restart", || k.restart(1)).map_err(|e| format!("restart broker 1: {e}"))
-    };
-    let cases = real_support::diff_cases(8);
-    let (agreed, ran, tally) = timed(
-        &format!("transactional differential, {cases} cases"),
-        || txn_differential::run(&bootstrap, &restart, cases),
-    );
-    real_support::report_agreement(
-        "Kafka transactions, fencing and restarts",
-        agreed,
-        ran,
+    let tally = txn_differential_on(1, 8);
+    real_support::assert_exercised(
         &tally,
+        &[
+            "Send ok",
+            "Commit ok",
+            "Abort ok",
+            "Fence ok",
+            "ZombieSend Fatal",
+        ],
     );
-    for must in [
-        "Send ok",
-        "Commit ok",
-        "Abort ok",
-        "Fence ok",
-        "ZombieSend Fatal",
-    ] {
-        assert!(
-            tally.contains_key(must),
-            "the generated cases never exercised `{must}`: {tally:?}"
-        );
+}
+
+/// The transactional differential on three brokers (replication factor 3,
+/// `min.insync.replicas` 2): every case kills one broker (a partition's leader, the
+/// transaction coordinator's or the group coordinator's) part-way, goes on with two, and
+/// starts it again. Prints the agreement rate.
+#[test]
+fn model_and_real_kafka_agree_on_transactions_with_three_brokers_and_a_kill() {
+    if !real_enabled("model_and_real_kafka_agree_on_transactions_with_three_brokers_and_a_kill") {
+        return;
     }
-    let kafka = kafka.into_inner().expect("kafka lock");
-    timed("stop kafka", || kafka.stop());
+    let tally = txn_differential_on(3, 6);
+    real_support::assert_exercised(
+        &tally,
+        &[
+            "Send ok",
+            "Commit ok",
+            "Kill TxnCoordinator, transaction open",
+            "Revive ok",
+        ],
+    );
+}
+
+/// Runs the transactional differential on a fresh cluster of `brokers` brokers,
+/// `EOSIM_DIFF_CASES` or `default_cases` cases, reports the agreement and returns the tally.
+fn txn_differential_on(
+    brokers: u32,
+    default_cases: u32,
+) -> std::collections::BTreeMap<String, u32> {
+    let dir = service_dir(&format!("kafka-txn-differential-{brokers}"));
+    let cluster = timed(&format!("kafka ({brokers} brokers) start"), || {
+        real_cluster::RealCluster::start(dir.path(), brokers)
+    })
+    .expect("kafka starts");
+    let cases = real_support::diff_cases(default_cases);
+    let (agreed, ran, tally) = timed(
+        &format!("transactional differential, {brokers} brokers, {cases} cases"),
+        || txn_differential::run(&cluster, cases),
+    );
+    let suite = match brokers {
+        1 => "Kafka transactions, fencing and restarts".to_string(),
+        _ => "Kafka transactions, 3 brokers, kill and restart".to_string(),
+    };
+    real_support::report_agreement(&suite, agreed, ran, &tally);
+    cluster.stop();
+    tally
 }

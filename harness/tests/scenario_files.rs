@@ -589,6 +589,55 @@ fn a_bad_consumer_value_names_the_key() {
 }
 
 #[test]
+fn the_assignment_strategy_takes_kafka_class_names_and_short_names() {
+    use eosim::client::{AssignmentStrategy::*, ConsumerConfig};
+    let scenario = Scenario::parse(Path::new("ok.toml"), HEAD).expect("parses");
+    let mut config = ConsumerConfig::new("g");
+    scenario.consumer.apply(&mut config);
+    assert_eq!(
+        config.partition_assignment_strategy,
+        vec![Range, CooperativeSticky]
+    );
+    assert!(!config.cooperative(), "Kafka's default list is eager");
+    for (value, expected, cooperative) in [
+        ("cooperative-sticky", vec![CooperativeSticky], true),
+        (
+            "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+            vec![CooperativeSticky],
+            true,
+        ),
+        ("range", vec![Range], false),
+        (
+            "org.apache.kafka.clients.consumer.RangeAssignor, cooperative-sticky",
+            vec![Range, CooperativeSticky],
+            false,
+        ),
+    ] {
+        let text = format!("{HEAD}[consumer]\n\"partition.assignment.strategy\" = \"{value}\"\n");
+        let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
+        let mut config = ConsumerConfig::new("g");
+        scenario.consumer.apply(&mut config);
+        assert_eq!(config.partition_assignment_strategy, expected, "{value}");
+        assert_eq!(config.cooperative(), cooperative, "{value}");
+    }
+    let message = error_of(
+        "[consumer]\n\"partition.assignment.strategy\" = \"\
+         org.apache.kafka.clients.consumer.StickyAssignor\"\n",
+    );
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "consumer.partition.assignment.strategy",
+            "StickyAssignor",
+            "CooperativeStickyAssignor (cooperative-sticky)",
+        ],
+    );
+    let message = error_of("[consumer]\n\"partition.assignment.strategy\" = \"\"\n");
+    assert_mentions(&message, &["partition.assignment.strategy", "found none"]);
+}
+
+#[test]
 fn the_consumer_section_is_refused_where_no_pipeline_reads_it() {
     let text = "pipeline = \"streams-count\"\nclaim = \"exactly-once\"\n\
                 [consumer]\n\"isolation.level\" = \"read_committed\"\n";

@@ -109,8 +109,9 @@ pub fn run_batch(
     Ok(results)
 }
 
-/// The seeds of `scenario` this run tries, in order: its corpus seeds first, then
-/// `base + i` for each of its seeds; each once, and only those of this shard.
+/// The seeds of `scenario` this run tries, in order: its corpus seeds first, then its
+/// `[check] regression_seeds` (unless `--seed` chose the seeds), then `base + i` for each
+/// of its seeds; each once, and only those of this shard.
 fn planned_seeds(scenario: &Scenario, options: &BatchOptions) -> Result<Vec<u64>, String> {
     let base = options.seed.unwrap_or(DEFAULT_SEED_BASE);
     let count = options.seeds.unwrap_or(if options.seed.is_some() {
@@ -129,8 +130,14 @@ fn planned_seeds(scenario: &Scenario, options: &BatchOptions) -> Result<Vec<u64>
             .partition
             .is_none_or(|p| p.contains(&scenario.name, *seed))
     };
+    // `--seed S` asks for those seeds only.
+    let pinned = match options.seed {
+        Some(_) => Vec::new(),
+        None => scenario.check.regression_seeds.clone(),
+    };
     Ok(from_corpus
         .into_iter()
+        .chain(pinned)
         .chain(range)
         .filter(|seed| seen.insert(*seed))
         .filter(in_shard)
@@ -385,5 +392,36 @@ impl Progress {
         }
         self.total.finish_and_clear();
         let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(check: &str) -> Scenario {
+        let text = format!("pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n{check}");
+        Scenario::parse(Path::new("s.toml"), &text).expect("valid scenario")
+    }
+
+    #[test]
+    fn regression_seeds_run_first_once_unless_the_seed_is_chosen() {
+        let s = scenario("seeds = 3\n[check]\nregression_seeds = [796, 2]\n");
+        let options = BatchOptions::default();
+        let base = DEFAULT_SEED_BASE;
+        let expected = vec![796, 2, base, base + 1, base + 2];
+        let mut dedup = BTreeSet::new();
+        let expected: Vec<u64> = expected.into_iter().filter(|x| dedup.insert(*x)).collect();
+        assert_eq!(planned_seeds(&s, &options).unwrap(), expected);
+        let chosen = BatchOptions {
+            seed: Some(476),
+            ..BatchOptions::default()
+        };
+        assert_eq!(planned_seeds(&s, &chosen).unwrap(), vec![476]);
+        let plain = scenario("seeds = 2\n");
+        assert_eq!(
+            planned_seeds(&plain, &options).unwrap(),
+            vec![base, base + 1]
+        );
     }
 }

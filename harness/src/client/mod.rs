@@ -254,6 +254,62 @@ pub struct ConsumerConfig {
     pub auto_offset_reset: AutoOffsetReset,
     /// `request.timeout.ms`. Default 30000.
     pub request_timeout_ms: u64,
+    /// `partition.assignment.strategy`, most preferred first. Default Kafka 3.x/4.x's
+    /// `[RangeAssignor, CooperativeStickyAssignor]`: range is chosen, eagerly, as long as
+    /// every member lists it first; the consumer follows the cooperative protocol only when
+    /// every listed assignor supports it ([`ConsumerConfig::cooperative`]).
+    pub partition_assignment_strategy: Vec<AssignmentStrategy>,
+}
+
+/// One assignor of `partition.assignment.strategy` (Java's `ConsumerPartitionAssignor`
+/// classes in `org.apache.kafka.clients.consumer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AssignmentStrategy {
+    /// `RangeAssignor` (`range`): eager only.
+    Range,
+    /// `CooperativeStickyAssignor` (`cooperative-sticky`, KIP-429): sticky, and supports
+    /// both the cooperative and the eager protocol.
+    CooperativeSticky,
+}
+
+impl AssignmentStrategy {
+    /// What [`AssignmentStrategy::parse_list`] accepts, for error messages.
+    pub const EXPECTED: &'static str = "a comma-separated list of \
+        org.apache.kafka.clients.consumer.RangeAssignor (range) and \
+        org.apache.kafka.clients.consumer.CooperativeStickyAssignor (cooperative-sticky)";
+
+    /// The assignor's `name()`, the protocol name a JoinGroup offers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Range => "range",
+            Self::CooperativeSticky => "cooperative-sticky",
+        }
+    }
+
+    /// Parses a comma-separated `partition.assignment.strategy` (Java's list type): each
+    /// entry a class name (`org.apache.kafka.clients.consumer.RangeAssignor`,
+    /// `...CooperativeStickyAssignor`) or a short name (`range`, `cooperative-sticky`).
+    ///
+    /// # Errors
+    /// An empty list, or an entry naming another assignor, with what was expected.
+    pub fn parse_list(value: &str) -> Result<Vec<Self>, String> {
+        let mut list = Vec::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let short = entry.strip_prefix("org.apache.kafka.clients.consumer.");
+            let strategy = match short.unwrap_or(entry) {
+                "RangeAssignor" | "range" => Self::Range,
+                "CooperativeStickyAssignor" | "cooperative-sticky" => Self::CooperativeSticky,
+                _ => return Err(format!("expected {}, found {entry:?}", Self::EXPECTED)),
+            };
+            if !list.contains(&strategy) {
+                list.push(strategy);
+            }
+        }
+        if list.is_empty() {
+            return Err(format!("expected {}, found none", Self::EXPECTED));
+        }
+        Ok(list)
+    }
 }
 
 impl ConsumerConfig {
@@ -272,7 +328,22 @@ impl ConsumerConfig {
             isolation_level: Isolation::ReadUncommitted,
             auto_offset_reset: AutoOffsetReset::Latest,
             request_timeout_ms: 30_000,
+            partition_assignment_strategy: vec![
+                AssignmentStrategy::Range,
+                AssignmentStrategy::CooperativeSticky,
+            ],
         }
+    }
+
+    /// Whether the consumer follows the cooperative protocol (KIP-429): the highest
+    /// protocol every configured assignor supports (`ConsumerCoordinator`'s constructor),
+    /// so only when every entry is `CooperativeStickyAssignor`.
+    pub fn cooperative(&self) -> bool {
+        !self.partition_assignment_strategy.is_empty()
+            && self
+                .partition_assignment_strategy
+                .iter()
+                .all(|s| *s == AssignmentStrategy::CooperativeSticky)
     }
 }
 
@@ -297,7 +368,9 @@ pub struct ConsumedRecord {
 /// assigned and the generation still valid, so the application can commit their offsets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revocation {
-    /// Every assigned partition (the eager protocol revokes them all), sorted.
+    /// The partitions given up, sorted: every assigned one under the eager protocol (and
+    /// when lost); under the cooperative one (KIP-429), only those the new assignment
+    /// moved to another member.
     pub partitions: Vec<TopicPartition>,
     /// `onPartitionsLost` rather than `onPartitionsRevoked`: the member's generation or
     /// member id was already reset (fenced, expired, left on a poll timeout), so a commit
@@ -308,7 +381,9 @@ pub struct Revocation {
 /// A group consumer (rdkafka's `BaseConsumer` with `subscribe`).
 #[async_trait]
 pub trait Consumer: Send {
-    /// Subscribes to `topics`; the group assigns partitions with the range assignor.
+    /// Subscribes to `topics`; the group assigns partitions with the assignor its members'
+    /// `partition.assignment.strategy` lists select (range unless every member lists only
+    /// cooperative-sticky).
     ///
     /// # Errors
     /// When the coordinator cannot be reached.

@@ -13,6 +13,7 @@
 //! before the overrides; the consumer's own default is latest),
 //! `consumer.override.max.poll.records` 500, `consumer.override.max.poll.interval.ms`
 //! 300000, `consumer.override.session.timeout.ms` and
+//! `consumer.override.fetch.max.wait.ms` 500, `consumer.override.fetch.min.bytes` 1,
 //! `consumer.override.heartbeat.interval.ms` unset (the consumer's own 45000 and 3000:
 //! a task consumer does not take the worker group's `session.timeout.ms`, as
 //! `Worker.baseConsumerConfigs` passes only `consumer.`-prefixed worker keys and the
@@ -21,7 +22,7 @@
 //! 3000, `scheduled.rebalance.max.delay.ms` 300000, `task.shutdown.graceful.timeout.ms`
 //! 5000.
 
-use crate::client::AutoOffsetReset;
+use crate::client::{AssignmentStrategy, AutoOffsetReset};
 use eosim_sim::kafka::Isolation;
 use std::collections::BTreeMap;
 
@@ -76,6 +77,9 @@ pub const FRAMEWORK_KEYS: &[&str] = &[
     "consumer.override.max.poll.interval.ms",
     "consumer.override.session.timeout.ms",
     "consumer.override.heartbeat.interval.ms",
+    "consumer.override.partition.assignment.strategy",
+    "consumer.override.fetch.max.wait.ms",
+    "consumer.override.fetch.min.bytes",
 ];
 
 /// Converter classes the worker knows.
@@ -138,6 +142,14 @@ pub struct ConnectorConfig {
     pub session_timeout_ms: Option<u64>,
     /// `consumer.override.heartbeat.interval.ms`; `None`: the consumer's default.
     pub heartbeat_interval_ms: Option<u64>,
+    /// `consumer.override.partition.assignment.strategy`; `None`: the consumer's default
+    /// (`RangeAssignor, CooperativeStickyAssignor`: range, eager).
+    pub partition_assignment_strategy: Option<Vec<AssignmentStrategy>>,
+    /// `consumer.override.fetch.max.wait.ms`: how long the broker may hold a Fetch for
+    /// `fetch.min.bytes`, ms.
+    pub fetch_max_wait_ms: u64,
+    /// `consumer.override.fetch.min.bytes`.
+    pub fetch_min_bytes: u32,
     /// Every key as given (the sink reads its own keys from here).
     pub raw: BTreeMap<String, String>,
 }
@@ -299,6 +311,9 @@ impl ConnectorConfig {
             max_poll_interval_ms: number(raw, "consumer.override.max.poll.interval.ms", "300000")?,
             session_timeout_ms: optional_number(raw, "consumer.override.session.timeout.ms")?,
             heartbeat_interval_ms: optional_number(raw, "consumer.override.heartbeat.interval.ms")?,
+            partition_assignment_strategy: parse_assignment_strategy(raw)?,
+            fetch_max_wait_ms: number(raw, "consumer.override.fetch.max.wait.ms", "500")?,
+            fetch_min_bytes: number(raw, "consumer.override.fetch.min.bytes", "1")?,
             raw: raw.clone(),
         })
     }
@@ -337,6 +352,18 @@ fn parse_auto_offset_reset(raw: &BTreeMap<String, String>) -> Result<AutoOffsetR
         "none" => Ok(AutoOffsetReset::None),
         other => Err(invalid(key, other, "earliest, latest or none")),
     }
+}
+
+fn parse_assignment_strategy(
+    raw: &BTreeMap<String, String>,
+) -> Result<Option<Vec<AssignmentStrategy>>, ConfigError> {
+    let key = "consumer.override.partition.assignment.strategy";
+    raw.get(key)
+        .map(|v| {
+            AssignmentStrategy::parse_list(v)
+                .map_err(|_| invalid(key, v, AssignmentStrategy::EXPECTED))
+        })
+        .transpose()
 }
 
 /// Worker keys (`DistributedConfig`, `WorkerConfig`) the simulated worker honours.

@@ -128,6 +128,11 @@ pub fn task_consumer_config(config: &ConnectorConfig, _wc: &WorkerConfig) -> Con
     cc.max_poll_records = config.max_poll_records;
     cc.max_poll_interval_ms = config.max_poll_interval_ms;
     cc.isolation_level = config.isolation_level;
+    if let Some(strategy) = &config.partition_assignment_strategy {
+        cc.partition_assignment_strategy = strategy.clone();
+    }
+    cc.fetch_max_wait_ms = config.fetch_max_wait_ms;
+    cc.fetch_min_bytes = config.fetch_min_bytes;
     cc.request_timeout_ms = 5_000;
     cc
 }
@@ -350,8 +355,11 @@ impl<C: Consumer, H: TaskHost> SinkTaskLoop<C, H> {
             self.commit_offsets(true, &partitions).await?;
         }
         self.forget(&partitions);
-        self.assigned.clear();
-        self.context.set_assignment(BTreeSet::new());
+        // Eager: everything; cooperative (KIP-429): only what moved.
+        for tp in &partitions {
+            self.assigned.remove(tp);
+        }
+        self.context.set_assignment(self.assigned.clone());
         Ok(())
     }
 
@@ -720,6 +728,21 @@ mod tests {
         assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
     }
 
+    /// `consumer.override.fetch.max.wait.ms` and `consumer.override.fetch.min.bytes` reach
+    /// the task consumer, with the consumer's defaults (500 ms, 1 byte) when unset.
+    #[test]
+    fn task_consumers_take_the_fetch_overrides() {
+        let wc = WorkerConfig::default();
+        let cc = task_consumer_config(&connector(&[]), &wc);
+        assert_eq!((cc.fetch_max_wait_ms, cc.fetch_min_bytes), (500, 1));
+        let overridden = connector(&[
+            ("consumer.override.fetch.max.wait.ms", "2000"),
+            ("consumer.override.fetch.min.bytes", "4096"),
+        ]);
+        let cc = task_consumer_config(&overridden, &wc);
+        assert_eq!((cc.fetch_max_wait_ms, cc.fetch_min_bytes), (2_000, 4_096));
+    }
+
     /// `Worker.baseConsumerConfigs` puts `auto.offset.reset=earliest` before the connector's
     /// overrides: a task consumer starts at the log start unless the connector says
     /// otherwise, and a value the consumer does not know is refused by name.
@@ -747,6 +770,42 @@ mod tests {
         let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
         assert!(e.contains("consumer.override.auto.offset.reset"), "{e}");
         assert!(e.contains("earliest, latest or none"), "{e}");
+    }
+
+    /// `consumer.override.partition.assignment.strategy` reaches the task consumer, under
+    /// Kafka's class names or the short ones; the default is the consumer's (range first,
+    /// eager), and another assignor is refused by name.
+    #[test]
+    fn task_consumers_take_the_assignment_strategy_override() {
+        use crate::client::AssignmentStrategy::{CooperativeSticky, Range};
+        let wc = WorkerConfig::default();
+        let cc = task_consumer_config(&connector(&[]), &wc);
+        assert_eq!(
+            cc.partition_assignment_strategy,
+            vec![Range, CooperativeSticky]
+        );
+        assert!(!cc.cooperative());
+        let key = "consumer.override.partition.assignment.strategy";
+        for value in [
+            "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+            "cooperative-sticky",
+        ] {
+            let cc = task_consumer_config(&connector(&[(key, value)]), &wc);
+            assert_eq!(cc.partition_assignment_strategy, vec![CooperativeSticky]);
+            assert!(cc.cooperative());
+        }
+        let raw = [
+            ("name", "c"),
+            ("connector.class", "x"),
+            ("topics", "t"),
+            (key, "org.apache.kafka.clients.consumer.RoundRobinAssignor"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("RoundRobinAssignor"), "{e}");
+        assert!(e.contains("CooperativeStickyAssignor"), "{e}");
     }
 
     /// Connect's DLQ producer retries a report until it is written.

@@ -10,6 +10,10 @@
 //! "max.poll.interval.ms" = 300000
 //! "fetch.min.bytes" = 1                  # a Fetch waits at the broker for this many bytes
 //! "fetch.max.wait.ms" = 500              # ... or this long (DelayedFetch)
+//! # Kafka's class names or short names, comma-separated, most preferred first. The default
+//! # is Kafka 3.x/4.x's "RangeAssignor,CooperativeStickyAssignor" (range, eager);
+//! # "cooperative-sticky" alone makes the consumers cooperative (KIP-429).
+//! "partition.assignment.strategy" = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 //! ```
 //!
 //! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
@@ -21,7 +25,7 @@
 //! `routine-load` in `[routine_load.properties]` (`property.isolation.level`,
 //! `property.kafka_default_offsets`).
 
-use crate::client::{AutoOffsetReset, ConsumerConfig};
+use crate::client::{AssignmentStrategy, AutoOffsetReset, ConsumerConfig};
 use eosim_sim::kafka::Isolation;
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +54,7 @@ impl IsolationLevel {
 /// `[consumer]`.
 ///
 /// ## Default values
+/// `partition.assignment.strategy` = Kafka's `RangeAssignor, CooperativeStickyAssignor`,
 /// `isolation.level = "read_uncommitted"` (Kafka's), `auto.offset.reset = "earliest"`
 /// (this pipeline's own setting, made before the consumers start; Kafka's default is
 /// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
@@ -89,6 +94,13 @@ pub struct ConsumerSpec {
     /// (the consumer then fetches in a tight loop, as Java's does).
     #[serde(rename = "fetch.max.wait.ms")]
     pub fetch_max_wait_ms: u64,
+    /// `partition.assignment.strategy` as written (see [`AssignmentStrategy::parse_list`]);
+    /// `None`: Kafka's default, `RangeAssignor` then `CooperativeStickyAssignor`.
+    #[serde(
+        rename = "partition.assignment.strategy",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub partition_assignment_strategy: Option<String>,
 }
 
 impl Default for ConsumerSpec {
@@ -101,6 +113,7 @@ impl Default for ConsumerSpec {
             max_poll_interval_ms: 300_000,
             fetch_min_bytes: 1,
             fetch_max_wait_ms: 500,
+            partition_assignment_strategy: None,
         }
     }
 }
@@ -113,6 +126,16 @@ impl ConsumerSpec {
         config.max_poll_interval_ms = self.max_poll_interval_ms;
         config.fetch_min_bytes = self.fetch_min_bytes;
         config.fetch_max_wait_ms = self.fetch_max_wait_ms;
+        if let Some(list) = self.assignment_strategy() {
+            config.partition_assignment_strategy = list;
+        }
+    }
+
+    /// `partition.assignment.strategy` parsed; `None` when unset or invalid ([`Self::check`]
+    /// refuses the latter when the file is read).
+    fn assignment_strategy(&self) -> Option<Vec<AssignmentStrategy>> {
+        let value = self.partition_assignment_strategy.as_deref()?;
+        AssignmentStrategy::parse_list(value).ok()
     }
 
     /// `Err((key, message))` for a value Kafka would refuse.
@@ -126,6 +149,11 @@ impl ConsumerSpec {
             self.max_poll_interval_ms >= 1,
             "consumer.max.poll.interval.ms",
             "expected at least 1 ms, found 0".into(),
-        )
+        )?;
+        if let Some(value) = &self.partition_assignment_strategy {
+            let key = "consumer.partition.assignment.strategy";
+            AssignmentStrategy::parse_list(value).map_err(|e| (key.to_string(), e))?;
+        }
+        Ok(())
     }
 }

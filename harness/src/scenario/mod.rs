@@ -799,6 +799,13 @@ pub struct CheckSpec {
     /// names and not any stall. A seed stalled for another reason fails the run (exit 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_reason: Option<String>,
+    /// Seeds known to refute the claim (a counterexample found at scale, too rare for a few
+    /// seeds to meet), run before the scenario's own seeds in every batch run, as a
+    /// regression corpus's seeds are (`eosim sim --corpus`). A model change that alters the
+    /// seed's history can lose the counterexample: `expect = "violated"` then fails and a
+    /// new seed must be found (`eosim sim --seeds 1000`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regression_seeds: Vec<u64>,
 }
 
 /// A whole scenario file.

@@ -29,7 +29,9 @@
 //!   `SinkTaskContext::timeout(retry.backoff.ms)` to redeliver the same records that much
 //!   later (`JdbcSinkTask.put`; the worker keeps polling meanwhile); then the task fails.
 //! - `auto.create=true` creates the table from `col.names`, `col.types` and `pk.fields`
-//!   when the task opens.
+//!   before the task's first write, once per task (`DbStructure.createOrAmendIfNecessary`
+//!   and its cached `TableDefinitions`); `open` does nothing, as Confluent's task does not
+//!   override it.
 //!
 //! - Bug switch (cases.md F5): `eosim.bug.ignore.tombstones=true` skips tombstones even
 //!   with `delete.enabled=true`, as the faulty sink did; the change-data checker, which
@@ -275,6 +277,9 @@ pub struct JdbcSinkTask {
     config: JdbcSinkConfig,
     client: Box<dyn PostgresClient>,
     retries_left: u32,
+    /// The table's definition is known (`DbStructure`'s `TableDefinitions` cache): created
+    /// or found by this task's first write, not looked up again while the task lives.
+    table_known: bool,
     writes: Arc<dyn WriteLog>,
     context: Option<SinkTaskContext>,
 }
@@ -287,6 +292,7 @@ impl JdbcSinkTask {
             config,
             client,
             retries_left,
+            table_known: false,
             writes: Arc::new(NoWriteLog),
             context: None,
         }
@@ -475,6 +481,7 @@ impl JdbcSinkTask {
             if statements.is_empty() {
                 return Ok(());
             }
+            self.ensure_table().await?;
             let rows: Vec<RecordRef> = chunk.iter().map(record_ref).collect();
             self.writes.invoked(&rows);
             let result = self.client.execute_batch(statements).await;
@@ -497,6 +504,27 @@ impl JdbcSinkTask {
                 }
                 Err(e) => return Err(self.retry_or_fail(e).await),
             }
+        }
+    }
+
+    /// `auto.create` as Confluent's `JdbcDbWriter.write` does it through
+    /// `DbStructure.createOrAmendIfNecessary` (confluentinc/kafka-connect-jdbc
+    /// `sink/DbStructure.java`): before the first statement of the task's first write, a
+    /// `CREATE TABLE IF NOT EXISTS`; the definition is then cached for the task's life, so
+    /// later writes, and partitions opened by a rebalance, cost no round trip.
+    ///
+    /// # Errors
+    /// A failed `CREATE` is retried or fails the task as a failed write is.
+    async fn ensure_table(&mut self) -> Result<(), ConnectError> {
+        if self.table_known || !self.config.auto_create {
+            return Ok(());
+        }
+        match self.client.execute(self.config.create_table()).await {
+            Ok(_) => {
+                self.table_known = true;
+                Ok(())
+            }
+            Err(e) => Err(self.retry_or_fail(e).await),
         }
     }
 
@@ -543,14 +571,10 @@ impl SinkTask for JdbcSinkTask {
         self.context = Some(context);
     }
 
+    /// Nothing: Confluent's `JdbcSinkTask` does not override `open`, so a rebalance costs
+    /// the task no round trip to the database (the table is created by the first `put`).
     async fn open(&mut self, _partitions: &[TopicPartition]) -> Result<(), ConnectError> {
-        if !self.config.auto_create {
-            return Ok(());
-        }
-        match self.client.execute(self.config.create_table()).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(ConnectError::Retriable(format!("auto.create: {e}"))),
-        }
+        Ok(())
     }
 
     async fn put(
@@ -674,18 +698,25 @@ mod tests {
     }
 
     /// Counts the transactions (`execute_batch` calls) and their statements.
-    #[derive(Default)]
+    #[derive(Default, Clone)]
     struct CountingPg {
         transactions: Arc<std::sync::Mutex<Vec<usize>>>,
+        creates: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     #[async_trait]
     impl PostgresClient for CountingPg {
         async fn execute(
             &mut self,
-            _statement: Statement,
+            statement: Statement,
         ) -> Result<eosim_sim::postgres::Reply, PgClientError> {
-            Err(PgClientError::Connection("not used".into()))
+            assert!(
+                matches!(statement, Statement::CreateTable(_)),
+                "{statement:?}"
+            );
+            self.creates
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(eosim_sim::postgres::Reply::Affected(0))
         }
 
         async fn execute_batch(
@@ -709,14 +740,26 @@ mod tests {
     /// `batch.size` (which only splits the statements inside that transaction).
     #[test]
     fn a_put_is_one_transaction_whatever_the_batch_size() {
+        let (mut task, pg) = counting_task("batch.size", "2");
+        let transactions = pg.transactions;
+        let mut reporter = NoReports;
+        at_once(task.put(records(5), &mut reporter).as_mut()).expect("put");
+        assert_eq!(*transactions.lock().unwrap(), vec![5]);
+    }
+
+    /// A task on the seed configuration with `key = value`, over a [`CountingPg`] whose
+    /// counters the caller keeps.
+    fn counting_task(key: &str, value: &str) -> (JdbcSinkTask, CountingPg) {
         let mut raw = seed_config();
-        raw.insert("batch.size".into(), "2".into());
+        raw.insert(key.into(), value.into());
         let topics = vec!["server1.dbo.t1".to_string()];
         let config = JdbcSinkConfig::parse(&raw, &topics).unwrap();
         let pg = CountingPg::default();
-        let transactions = pg.transactions.clone();
-        let mut task = JdbcSinkTask::new(config, Box::new(pg));
-        let records: Vec<SinkRecord> = (0..5)
+        (JdbcSinkTask::new(config, Box::new(pg.clone())), pg)
+    }
+
+    fn records(n: i64) -> Vec<SinkRecord> {
+        (0..n)
             .map(|i| SinkRecord {
                 tp: TopicPartition::new("server1.dbo.t1", 0),
                 offset: i,
@@ -725,16 +768,35 @@ mod tests {
                 headers: Vec::new(),
                 timestamp_ms: 0,
             })
-            .collect();
-        // The fake answers at once: one poll with a no-op waker finishes the put.
-        let mut reporter = NoReports;
-        let mut put = task.put(records, &mut reporter);
+            .collect()
+    }
+
+    /// Runs `f`'s future to its end: the fake client answers at once, so one poll with a
+    /// no-op waker finishes it.
+    fn at_once<T>(f: std::pin::Pin<&mut (dyn std::future::Future<Output = T> + Send + '_)>) -> T {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        let std::task::Poll::Ready(result) = put.as_mut().poll(&mut cx) else {
-            panic!("the put waited on nothing")
-        };
-        result.expect("put");
-        assert_eq!(*transactions.lock().unwrap(), vec![5]);
+        match f.poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("waited on nothing"),
+        }
+    }
+
+    /// `auto.create` as `DbStructure.createOrAmendIfNecessary`: `open` costs no round trip
+    /// (Confluent's task does not override it, so a rebalance reaches no database), the
+    /// first write creates the table, later writes and opens do not again.
+    #[test]
+    fn auto_create_runs_once_at_the_first_write_not_at_open() {
+        let (mut task, pg) = counting_task("auto.create", "true");
+        let (transactions, creates) = (pg.transactions, pg.creates);
+        let tp = [TopicPartition::new("server1.dbo.t1", 0)];
+        at_once(task.open(&tp).as_mut()).expect("open");
+        assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let mut reporter = NoReports;
+        at_once(task.put(records(2), &mut reporter).as_mut()).expect("put");
+        at_once(task.open(&tp).as_mut()).expect("open again");
+        at_once(task.put(records(3), &mut reporter).as_mut()).expect("put");
+        assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(*transactions.lock().unwrap(), vec![2, 3]);
     }
 
     #[test]

@@ -21,7 +21,9 @@
 //! store and one that moved is closed clean. Lost partitions (`onPartitionsLost`: fenced,
 //! expired) close every task dirty and re-initialize the producer (`handleLostAll`). The
 //! consumer protocol is eager (every partition revoked per rebalance), not Streams'
-//! cooperative one (KIP-429), where only moved partitions are revoked.
+//! cooperative one (KIP-429, its default since 2.4), where only moved partitions are
+//! revoked: the simulated consumer is cooperative only with `CooperativeStickyAssignor`
+//! (`client::sim::consumer`), and a member with Streams' own assignor stays eager.
 //!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active

@@ -76,6 +76,11 @@ pub struct StreamsAssignor {
 }
 
 impl GroupAssignor for StreamsAssignor {
+    /// `StreamsPartitionAssignor.name()`.
+    fn name(&self) -> &'static str {
+        "stream"
+    }
+
     fn on_join(&self, member_id: &str) {
         if member_id.is_empty() {
             return;

@@ -1,6 +1,7 @@
 //! Differential conformance of the classic group protocol: the same generated requests of
-//! three members sent to real Kafka (one broker, over the wire protocol: `wire.rs`) and to
-//! the model's group coordinator (`eosim_sim::kafka::model::Cluster`), answer against
+//! three members sent to real Kafka (one broker or three, over the wire protocol:
+//! `wire.rs`, each member's connection to the group coordinator) and to the model's group
+//! coordinator (`eosim_sim::kafka::model::Cluster` of as many brokers), answer against
 //! answer.
 //!
 //! Operations of member `m0`, `m1` or `m2` on group `g`, subscribed to topic `t` (4
@@ -14,24 +15,51 @@
 //! leader's) stays pending; a member with a pending request does nothing until it is
 //! answered. Every case ends in order: each member joins, syncs and leaves.
 //!
+//! The members offer different assignor lists ([`OFFERS`]), so protocol selection and
+//! INCONSISTENT_GROUP_PROTOCOL are compared too.
+//!
 //! What is compared, per operation: its answer, and the pending requests it released
 //! (which member, which answer), with member ids written as the member's name (real ids
 //! are random). Generations, leaders, member lists, assignments and error codes are
 //! compared as they are.
 //!
-//! Deliberately not generated: the leader leaving while a rebalance waits for others (Kafka
-//! then picks the new leader in the HashMap order of random member ids).
+//! With three brokers (topic `t` with replication factor 3, `min.insync.replicas` 2) every
+//! case is `ops, [rest], KillCoordinator, Commit m0, Fetch, ops, Revive, ops`: `rest`, in
+//! half the cases, is every member joining and syncing twice over (the group `Stable` in
+//! the usual case); `KillCoordinator`, when no request is pending (the model's world says,
+//! the real arm does as the model did; else both answer `skipped`), kills (SIGKILL) the
+//! broker that coordinates the group, each world finding it itself, and both wait until
+//! the controller has fenced it and another broker leads the group's `__consumer_offsets`
+//! partition (real: gone from the metadata, and the new coordinator answers an
+//! OffsetFetch; the members reconnect to it); `Revive` starts it again and both wait until
+//! every ISR is full. The new coordinator knows the group as its last metadata record
+//! says: the last generation whose leader synced, with its members and assignment, or an
+//! empty group (`GroupMetadataManager.completeClassicGroupJoin` writes a record only for a
+//! group that became empty, the leader's SyncGroup the next); a generation whose join
+//! phase completed without the leader's SyncGroup, a rebalance in progress and handed-out
+//! member ids are gone. This suite found the model keeping all of them (minimal case:
+//! `Join m0`, which completes generation 1 with m0 alone, `KillCoordinator`, `Revive`,
+//! `Join m0`: Kafka 4.1 answers UNKNOWN_MEMBER_ID, the model answered generation 1), fixed
+//! in `GroupCoordinator::reload`.
 //!
-//! Timing: session and rebalance timeouts are 60 s, far beyond a case, so no answer depends
-//! on a timer. After each operation the model ticks 200 ms; a request the model released
-//! is awaited from the real broker for up to 10 s, one it still holds for 100 ms (an
-//! answer then is a difference).
+//! Deliberately not generated: the leader leaving while a rebalance waits for others (Kafka
+//! then picks the new leader in the HashMap order of random member ids); and a kill while
+//! a request is pending: the real request dies with its connection (the client sees the
+//! connection close), the model's is answered NOT_COORDINATOR; neither is an answer the
+//! other world can give.
+//!
+//! Timing: session and rebalance timeouts are 300 s, far beyond a case (kills and JVM
+//! restarts included), so no answer depends on a timer. After each operation the model
+//! ticks 200 ms; a request the model released is awaited from the real broker for up to
+//! 10 s, one it still holds for 100 ms (an answer then is a difference).
 
+use super::real_cluster::RealCluster;
 use super::real_support::model_world::ModelWorld;
 use super::wire::WireConn;
 use eosim_sim::kafka::model::ParkToken;
 use eosim_sim::kafka::{
-    ClusterConfig, CoordinatorKind, KafkaError, Offset, Request, Response, TopicPartition,
+    BrokerId, CoordinatorKind, GroupProtocols, KafkaError, Offset, Request, Response,
+    TopicPartition,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -42,7 +70,7 @@ use std::time::Duration;
 const MEMBERS: usize = 3;
 /// Partitions of the subscribed topic.
 pub const PARTITIONS: u32 = 4;
-const TIMEOUT_MS: u64 = 60_000;
+const TIMEOUT_MS: u64 = 300_000;
 
 /// One generated operation of member `m`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +87,10 @@ pub enum Op {
     Leave { m: usize },
     /// OffsetFetch of every partition (member-less).
     Fetch,
+    /// The group coordinator's broker is killed, if no request is pending (three brokers).
+    KillCoordinator,
+    /// The killed broker starts again (three brokers).
+    Revive,
 }
 
 /// What one operation showed: its own answer (`None` when it did nothing or is pending)
@@ -69,6 +101,40 @@ pub struct Observation {
     pub answer: Option<String>,
     /// Answers released, (member, answer normalized).
     pub released: Vec<(usize, String)>,
+}
+
+/// A case's operations: up to 23 with one broker; with three, `ops, [rest],
+/// KillCoordinator, Commit m0, Fetch, ops, Revive, ops` (see the module docs).
+fn sequence_strategy(brokers: u32) -> BoxedStrategy<Vec<Op>> {
+    use proptest::collection::vec;
+    if brokers == 1 {
+        return vec(op_strategy(), 1..24).boxed();
+    }
+    (
+        vec(op_strategy(), 0..10),
+        any::<bool>(),
+        vec(op_strategy(), 0..8),
+        vec(op_strategy(), 0..5),
+    )
+        .prop_map(|(before, rest, down, after)| {
+            let mut ops = before;
+            for step in [|m| Op::Join { m }, |m| Op::Sync { m }] {
+                for _ in 0..2 * usize::from(rest) {
+                    ops.extend((0..MEMBERS).map(step));
+                }
+            }
+            // A commit at the new coordinator and the offsets it serves, in every case.
+            ops.extend([
+                Op::KillCoordinator,
+                Op::Commit { m: 0, partition: 0 },
+                Op::Fetch,
+            ]);
+            ops.extend(down);
+            ops.push(Op::Revive);
+            ops.extend(after);
+            ops
+        })
+        .boxed()
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -83,8 +149,19 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The assignors each member's JoinGroup offers: m0 Kafka 3.x's default list, m1 only
+/// cooperative-sticky, m2 only range. A group of m0 and m1 selects cooperative-sticky, of
+/// m0 and m2 range, and m1 and m2 have none in common (INCONSISTENT_GROUP_PROTOCOL for the
+/// later one); no two lists tie (Kafka breaks a tie in HashMap order).
+const OFFERS: [&[&str]; 3] = [
+    &["range", "cooperative-sticky"],
+    &["cooperative-sticky"],
+    &["range"],
+];
+
 /// A member's view of itself, kept per world (ids differ between worlds).
 #[derive(Debug, Default, Clone)]
+
 struct Member {
     id: String,
     generation: i32,
@@ -123,12 +200,17 @@ trait Transport {
     fn pending(&self, m: usize) -> bool;
     /// Lets the world run a little (the model ticks; real time passes by itself).
     fn settle(&mut self);
+    /// Kills the broker coordinating `group` and waits for the move (see the module docs).
+    fn kill_coordinator(&mut self, group: &str) -> Result<(), String>;
+    /// Starts the killed broker again; whether one was down.
+    fn revive(&mut self, group: &str) -> Result<bool, String>;
 }
 
 /// The model: one cluster, parked requests kept by member.
 struct ModelTransport {
     w: ModelWorld,
     parked: BTreeMap<Option<usize>, Result<Response, ParkToken>>,
+    down: Option<BrokerId>,
 }
 
 impl Transport for ModelTransport {
@@ -161,14 +243,53 @@ impl Transport for ModelTransport {
     fn settle(&mut self) {
         self.w.advance(200);
     }
+
+    fn kill_coordinator(&mut self, group: &str) -> Result<(), String> {
+        let b = self
+            .w
+            .cluster()
+            .coordinator_for(group, CoordinatorKind::Group)
+            .ok_or("model: the group has no coordinator")?;
+        self.w.kill(b);
+        self.w.wait_fenced(b);
+        self.down = Some(b);
+        Ok(())
+    }
+
+    fn revive(&mut self, _group: &str) -> Result<bool, String> {
+        let Some(b) = self.down.take() else {
+            return Ok(false);
+        };
+        self.w.revive(b);
+        Ok(true)
+    }
 }
 
-/// Real Kafka: one connection per member and one member-less.
-struct RealTransport {
+/// Real Kafka: one connection per member and one member-less, each to the group
+/// coordinator.
+struct RealTransport<'a> {
     conns: BTreeMap<Option<usize>, WireConn>,
+    cluster: &'a RealCluster,
+    /// The broker the connections go to.
+    coordinator: i32,
 }
 
-impl Transport for RealTransport {
+impl RealTransport<'_> {
+    /// Connects every member (and the member-less connection) to `group`'s coordinator,
+    /// once it has loaded the group (see [`prepare_real`]).
+    fn connect(&mut self, group: &str) -> Result<(), String> {
+        let coordinator = self.cluster.coordinator(group, CoordinatorKind::Group)?;
+        self.coordinator = coordinator;
+        let address = self.cluster.address(coordinator);
+        prepare_real(&address, group)?;
+        for m in (0..MEMBERS).map(Some).chain([None]) {
+            self.conns.insert(m, WireConn::connect(&address)?);
+        }
+        Ok(())
+    }
+}
+
+impl Transport for RealTransport<'_> {
     fn send(&mut self, m: Option<usize>, request: Request) -> Result<(), String> {
         self.conns
             .get_mut(&m)
@@ -188,6 +309,34 @@ impl Transport for RealTransport {
     }
 
     fn settle(&mut self) {}
+
+    fn kill_coordinator(&mut self, group: &str) -> Result<(), String> {
+        let b = self.cluster.coordinator(group, CoordinatorKind::Group)?;
+        self.cluster.kill(b)?;
+        self.connect(group)
+    }
+
+    fn revive(&mut self, group: &str) -> Result<bool, String> {
+        if self.cluster.down().is_none() {
+            return Ok(false);
+        }
+        self.cluster.revive()?;
+        // The coordinator stays where the failover put it (no preferred-leader election
+        // within a case, as in the model): the connections, and the requests they wait
+        // on, stay. Should it have moved, reconnect, which only a case with nothing
+        // pending survives.
+        let now = self.cluster.coordinator(group, CoordinatorKind::Group)?;
+        if now != self.coordinator {
+            if (0..MEMBERS).any(|m| self.pending(m)) {
+                return Err(format!(
+                    "real: the coordinator moved from {} to {now} at the restart, requests pending",
+                    self.coordinator
+                ));
+            }
+            self.connect(group)?;
+        }
+        Ok(true)
+    }
 }
 
 /// The driver of one world: members' state, the requests, the normalized answers.
@@ -225,7 +374,9 @@ impl<T: Transport> Driver<T> {
                 generation,
                 member_id,
                 leader,
+                protocol,
                 members,
+                ..
             } => {
                 let mut names: Vec<String> = members
                     .iter()
@@ -233,7 +384,7 @@ impl<T: Transport> Driver<T> {
                     .collect();
                 names.sort();
                 format!(
-                    "JoinGroup gen {generation} me {} leader {} members [{}]",
+                    "JoinGroup gen {generation} me {} leader {} protocol {protocol} members [{}]",
                     self.name_of(member_id),
                     self.name_of(leader),
                     names.join(" ")
@@ -255,6 +406,7 @@ impl<T: Transport> Driver<T> {
                 member_id,
                 leader,
                 members,
+                ..
             } => {
                 let me = &mut self.members[m];
                 me.id = member_id.clone();
@@ -276,6 +428,7 @@ impl<T: Transport> Driver<T> {
             session_timeout_ms: TIMEOUT_MS,
             rebalance_timeout_ms: TIMEOUT_MS,
             topics: vec!["t".into()],
+            protocols: GroupProtocols::offering(OFFERS[m]),
         }
     }
 
@@ -354,11 +507,44 @@ impl<T: Transport> Driver<T> {
         match op {
             Op::Join { m } | Op::Sync { m } | Op::Heartbeat { m } | Op::Leave { m } => Some(m),
             Op::Commit { m, .. } => Some(m),
-            Op::Fetch => None,
+            Op::Fetch | Op::KillCoordinator | Op::Revive => None,
         }
     }
 
+    /// `KillCoordinator` when no request is pending (the model decides, the real world
+    /// follows: see the module docs), and `Revive`.
+    fn fault(&mut self, op: Op) -> Result<Observation, String> {
+        let answer = if op == Op::Revive {
+            match self.t.revive(&self.group)? {
+                true => "revived",
+                false => "skipped: nothing down",
+            }
+        } else {
+            let go = match self.real {
+                false => (0..MEMBERS).all(|m| !self.t.pending(m)),
+                true => self
+                    .expected
+                    .get(self.step)
+                    .is_some_and(|o| o.answer.as_deref() == Some("killed")),
+            };
+            if go {
+                self.t.kill_coordinator(&self.group)?;
+                "killed"
+            } else {
+                "skipped: a request is pending"
+            }
+        };
+        self.step += 1;
+        Ok(Observation {
+            answer: Some(answer.into()),
+            released: Vec::new(),
+        })
+    }
+
     fn apply(&mut self, op: Op) -> Result<Observation, String> {
+        if matches!(op, Op::KillCoordinator | Op::Revive) {
+            return self.fault(op);
+        }
         let mut obs = Observation {
             answer: None,
             released: Vec::new(),
@@ -450,17 +636,18 @@ fn with_orderly_end(ops: &[Op]) -> Vec<Op> {
     all
 }
 
-fn run_model(ops: &[Op]) -> Vec<Observation> {
-    let config = ClusterConfig {
+fn run_model(brokers: u32, ops: &[Op]) -> Vec<Observation> {
+    let config = eosim_sim::kafka::ClusterConfig {
         group_initial_rebalance_delay_ms: 0,
-        ..ClusterConfig::default()
+        ..super::real_support::model_world::real_cluster_config()
     };
-    let mut w = ModelWorld::new(config);
+    let mut w = ModelWorld::with_brokers(brokers, config);
     w.create_topic("t", PARTITIONS);
     let mut d = Driver {
         t: ModelTransport {
             w,
             parked: BTreeMap::new(),
+            down: None,
         },
         group: "g".into(),
         members: vec![Member::default(); MEMBERS],
@@ -474,21 +661,22 @@ fn run_model(ops: &[Op]) -> Vec<Observation> {
 }
 
 fn run_real(
-    bootstrap: &str,
+    cluster: &RealCluster,
     case: u32,
     ops: &[Op],
     model: &[Observation],
 ) -> Result<Vec<Observation>, String> {
     // A group per case on the real broker (committed offsets outlive a case there); the
     // model's is always `g`, and no answer names the group.
-    let group = format!("g-{case}");
-    prepare_real(bootstrap, &group)?;
-    let mut conns = BTreeMap::new();
-    for m in (0..MEMBERS).map(Some).chain([None]) {
-        conns.insert(m, WireConn::connect(bootstrap)?);
-    }
+    let group = format!("g-{}-{case}", cluster.brokers());
+    let mut t = RealTransport {
+        conns: BTreeMap::new(),
+        cluster,
+        coordinator: 0,
+    };
+    t.connect(&group)?;
     let mut d = Driver {
-        t: RealTransport { conns },
+        t,
         group,
         members: vec![Member::default(); MEMBERS],
         real: true,
@@ -498,11 +686,11 @@ fn run_real(
     ops.iter().map(|op| d.apply(*op)).collect()
 }
 
-/// Waits until the group coordinator of `group` answers and has loaded the group's
-/// `__consumer_offsets` partition (an OffsetFetch answered without
+/// Waits until the group coordinator of `group` at `address` answers and has loaded the
+/// group's `__consumer_offsets` partition (an OffsetFetch answered without
 /// COORDINATOR_LOAD_IN_PROGRESS): the model's coordinator is loaded from the start.
-fn prepare_real(bootstrap: &str, group: &str) -> Result<(), String> {
-    let mut conn = WireConn::connect(bootstrap)?;
+fn prepare_real(address: &str, group: &str) -> Result<(), String> {
+    let mut conn = WireConn::connect(address)?;
     let started = std::time::Instant::now();
     let requests = [
         Request::FindCoordinator {
@@ -528,16 +716,29 @@ fn prepare_real(bootstrap: &str, group: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `cases` generated sequences against the real broker at `bootstrap` (which must
-/// have topic `t` with [`PARTITIONS`] partitions; each case has its own group) and the
-/// model; returns (cases agreeing, cases run)
-/// and a tally of the answers exercised. Panics on the first (shrunk) difference.
-pub fn run(bootstrap: &str, cases: u32) -> (u32, u32, BTreeMap<String, u32>) {
-    let strategy = proptest::collection::vec(op_strategy(), 1..24);
-    super::real_support::run_differential("Kafka groups", cases, 16, strategy, |n, ops| {
+/// The name of the suite on `brokers` brokers (its regression corpus is named after it).
+pub fn suite(brokers: u32) -> &'static str {
+    match brokers {
+        1 => "Kafka groups",
+        _ => "Kafka groups, 3 brokers",
+    }
+}
+
+/// Runs `cases` generated sequences against the real `cluster` (which must have topic `t`
+/// with [`PARTITIONS`] partitions; each case has its own group) and a model of as many
+/// brokers; returns (cases agreeing, cases run) and a tally of the answers exercised.
+/// Panics on the first (shrunk) difference.
+pub fn run(cluster: &RealCluster, cases: u32) -> (u32, u32, BTreeMap<String, u32>) {
+    let brokers = cluster.brokers();
+    let shrink = if brokers == 1 { 16 } else { 8 };
+    let strategy = sequence_strategy(brokers);
+    super::real_support::run_differential(suite(brokers), cases, shrink, strategy, |n, ops| {
         let ops = with_orderly_end(&ops);
-        let model = run_model(&ops);
-        let real = run_real(bootstrap, n, &ops, &model).map_err(TestCaseError::fail)?;
+        let model = run_model(brokers, &ops);
+        let real = run_real(cluster, n, &ops, &model);
+        // A case that failed half-way must not leave the next one a broker short.
+        cluster.revive().map_err(TestCaseError::fail)?;
+        let real = real.map_err(TestCaseError::fail)?;
         if let Some(i) = (0..ops.len()).find(|&i| real.get(i) != model.get(i)) {
             let steps: Vec<String> = ops[..=i]
                 .iter()

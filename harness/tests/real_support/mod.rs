@@ -167,6 +167,20 @@ pub fn run_differential<S: proptest::strategy::Strategy>(
     (agreed, ran, tally.into_inner().expect("tally lock"))
 }
 
+/// Asserts that the agreeing cases of a suite exercised each of `kinds`: some key of
+/// `tally` starts with it (a suite that never reached what it is about proves nothing).
+///
+/// # Panics
+/// Naming the first kind missing, with the tally.
+pub fn assert_exercised(tally: &std::collections::BTreeMap<String, u32>, kinds: &[&str]) {
+    for kind in kinds {
+        assert!(
+            tally.keys().any(|k| k.starts_with(kind)),
+            "the generated cases never exercised `{kind}`: {tally:?}"
+        );
+    }
+}
+
 /// Where the model-versus-real suites write their agreement lines:
 /// `EOSIM_DIFF_REPORT`, or `reports/real/differential.md` under the workspace.
 pub fn diff_report_path() -> std::path::PathBuf {

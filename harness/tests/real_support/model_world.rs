@@ -1,14 +1,25 @@
 //! The Kafka model (`eosim_sim::kafka::model::Cluster`) driven request by request, for the
 //! model-versus-real suites (`differential.rs`, `txn_differential.rs`,
-//! `group_differential.rs`): every link up, a broker down only while restarted, time
+//! `group_differential.rs`): every link up, a broker down only while killed, time
 //! advanced in fixed ticks, parked requests (acks=all produce, long polls) answered
 //! by ticking until the model releases them.
+//!
+//! With one broker every request goes to broker 1. With three, a request goes where a
+//! client's metadata would send it: a partition's request to the partition's leader, a
+//! group's to the group coordinator (the leader of its `__consumer_offsets` partition), a
+//! transactional id's to the transaction coordinator, anything else to the lowest live
+//! broker ([`ModelWorld::route`]). [`ModelWorld::call`] then does what librdkafka does on a
+//! routing error (`NOT_LEADER_OR_FOLLOWER`, `NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`,
+//! a dead broker's `REQUEST_TIMED_OUT`, `rdkafka_request.c` `rd_kafka_err_action`): it
+//! refreshes the route and sends again after 100 ms, for up to 60 simulated seconds.
 
 use bytes::Bytes;
-use eosim_sim::kafka::model::{Cluster, CrashMode, Env, ParkToken, Reply};
+use eosim_sim::kafka::model::{
+    Cluster, CrashMode, Env, ParkToken, Reply, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+};
 use eosim_sim::kafka::{
-    drop_aborted, BrokerId, ClusterConfig, FetchPartition, Isolation, Offset, Request, Response,
-    TimeMs, TopicConfig, TopicPartition,
+    drop_aborted, BrokerId, ClusterConfig, FetchPartition, Isolation, KafkaError, Offset, Request,
+    Response, TimeMs, TopicConfig, TopicPartition,
 };
 
 /// The environment: every link up, every broker up but those `down`.
@@ -30,11 +41,14 @@ impl Env for Brokers {
     }
 }
 
-/// The model with one broker (id 1), driven request by request.
+/// The model with one or three brokers (ids from 1), driven request by request.
 pub struct ModelWorld {
     cluster: Cluster,
     now: TimeMs,
     env: Brokers,
+    /// Replication factor of the topics [`ModelWorld::create_topic`] makes: 1, or 3 with
+    /// `min.insync.replicas` 2 on three brokers.
+    replication_factor: u32,
 }
 
 impl ModelWorld {
@@ -42,15 +56,56 @@ impl ModelWorld {
     pub const TICK_MS: TimeMs = 10;
     const STEPS_MAX: u32 = 100_000;
 
+    /// Simulated ms a routing error is retried for (see the module docs).
+    const ROUTE_RETRY_MS: TimeMs = 60_000;
+
     /// One broker with `config`, run for a second so the controller has elected it.
     pub fn new(config: ClusterConfig) -> Self {
+        Self::with_brokers(1, config)
+    }
+
+    /// `brokers` (1 or 3) brokers with `config`, run for a second so the controller has
+    /// elected every leader.
+    pub fn with_brokers(brokers: u32, config: ClusterConfig) -> Self {
         let mut w = Self {
-            cluster: Cluster::new(1, config),
+            cluster: Cluster::new(brokers, config),
             now: 0,
             env: Brokers::default(),
+            replication_factor: brokers.min(3),
         };
         w.advance(1_000);
         w
+    }
+
+    /// The model itself, for questions the requests do not ask (leaders, coordinators).
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The broker a client would send `request` to (see the module docs); with one broker,
+    /// always broker 1.
+    pub fn route(&self, request: &Request) -> BrokerId {
+        let c = &self.cluster;
+        let live = || {
+            (1..=c.broker_count())
+                .find(|b| !self.env.down.contains(b))
+                .unwrap_or(1)
+        };
+        if c.broker_count() == 1 {
+            return 1;
+        }
+        let routed = match request {
+            Request::Produce { tp, .. }
+            | Request::ListOffsets { tp, .. }
+            | Request::OffsetsForLeaderEpoch { tp, .. } => c.leader(tp),
+            Request::Fetch { partitions, .. } => {
+                partitions.first().and_then(|(tp, _)| c.leader(tp))
+            }
+            other => other
+                .coordinator_key()
+                .and_then(|(key, kind)| c.coordinator_for(key, kind)),
+        };
+        routed.unwrap_or_else(live)
     }
 
     /// The model's clock, ms.
@@ -67,12 +122,28 @@ impl ModelWorld {
         }
     }
 
-    /// Sends `request` to broker 1 and ticks until it is answered.
+    /// Sends `request` where [`ModelWorld::route`] says and ticks until it is answered;
+    /// with more than one broker, a routing error is retried as the module docs say (the
+    /// last answer is returned when the retries run out).
     ///
     /// # Panics
     /// When a parked request is not answered within 1,000 simulated seconds.
     pub fn call(&mut self, request: Request) -> Response {
-        let token = match self.cluster.handle(self.now, 1, request) {
+        let mut response = self.call_once(request.clone());
+        let started = self.now;
+        while self.cluster.broker_count() > 1
+            && routing_error(&response)
+            && self.now < started + Self::ROUTE_RETRY_MS
+        {
+            self.advance(100);
+            response = self.call_once(request.clone());
+        }
+        response
+    }
+
+    fn call_once(&mut self, request: Request) -> Response {
+        let broker = self.route(&request);
+        let token = match self.cluster.handle(self.now, broker, request) {
             Reply::Done(response) => return response,
             Reply::Parked(token) => token,
         };
@@ -92,19 +163,76 @@ impl ModelWorld {
     /// for `down_ms`, starts again and is given 10 s to take its partitions back, as
     /// `Kafka::kill` then `Kafka::restart` do to a real node.
     pub fn restart(&mut self, down_ms: TimeMs) {
-        self.cluster
-            .crash_broker(self.now, 1, CrashMode::ProcessKill);
-        self.env.down.insert(1);
+        self.kill(1);
         self.advance(down_ms);
         self.env.down.remove(&1);
         self.cluster.restart_broker(self.now, 1);
         self.advance(10_000);
     }
 
-    /// Sends `request` to broker 1 without waiting: its answer, or the token to ask again
-    /// with [`ModelWorld::poll`].
+    /// Broker `b`'s process is killed (SIGKILL: its page cache, so its log, survives), as
+    /// `Kafka::kill` does to a real node; it stays down until [`ModelWorld::revive`].
+    pub fn kill(&mut self, b: BrokerId) {
+        self.cluster
+            .crash_broker(self.now, b, CrashMode::ProcessKill);
+        self.env.down.insert(b);
+    }
+
+    /// Ticks until the controller has fenced the killed broker `b` (missed heartbeats for
+    /// `broker.session.timeout.ms`) and moved its leaderships, then one more second, as the
+    /// real arm waits until the broker is gone from the metadata.
+    ///
+    /// # Panics
+    /// When `b` is not fenced within 60 simulated seconds.
+    pub fn wait_fenced(&mut self, b: BrokerId) {
+        let started = self.now;
+        while !self.cluster.broker_fenced(b) {
+            assert!(
+                self.now < started + 60_000,
+                "model: broker {b} not fenced in 60 s"
+            );
+            self.advance(Self::TICK_MS);
+        }
+        self.advance(1_000);
+    }
+
+    /// Starts the killed broker `b` again and ticks until every partition (internal ones
+    /// included) has its full ISR back, as the real arm waits after `Kafka::restart`.
+    ///
+    /// # Panics
+    /// When the ISRs are not full within 120 simulated seconds.
+    pub fn revive(&mut self, b: BrokerId) {
+        self.env.down.remove(&b);
+        self.cluster.restart_broker(self.now, b);
+        let started = self.now;
+        while !self.isr_full() {
+            assert!(
+                self.now < started + 120_000,
+                "model: ISRs not full in 120 s"
+            );
+            self.advance(100);
+        }
+    }
+
+    /// Whether every partition's ISR holds all its replicas.
+    fn isr_full(&self) -> bool {
+        let c = &self.cluster;
+        let mut topics = c.topics();
+        topics.push(CONSUMER_OFFSETS_TOPIC.into());
+        topics.push(TRANSACTION_STATE_TOPIC.into());
+        topics.iter().all(|t| {
+            (0..c.partition_count(t).unwrap_or(0)).all(|p| {
+                let tp = TopicPartition::new(t, p);
+                c.isr(&tp).len() == c.replicas(&tp).len()
+            })
+        })
+    }
+
+    /// Sends `request` where [`ModelWorld::route`] says, without waiting: its answer, or
+    /// the token to ask again with [`ModelWorld::poll`].
     pub fn submit(&mut self, request: Request) -> Result<Response, ParkToken> {
-        match self.cluster.handle(self.now, 1, request) {
+        let broker = self.route(&request);
+        match self.cluster.handle(self.now, broker, request) {
             Reply::Done(response) => Ok(response),
             Reply::Parked(token) => Err(token),
         }
@@ -115,17 +243,19 @@ impl ModelWorld {
         self.cluster.poll_parked(self.now, token)
     }
 
-    /// Creates `name` with `partitions` partitions (replication factor 1), then lets a
-    /// second pass.
+    /// Creates `name` with `partitions` partitions (replication factor 1 on one broker; 3
+    /// with `min.insync.replicas` 2 on three, as [`topic_config`] says), then lets a second
+    /// pass.
     ///
     /// # Panics
     /// When the model refuses.
     pub fn create_topic(&mut self, name: &str, partitions: u32) {
+        let (replication_factor, config) = topic_config(self.replication_factor);
         let created = self.call(Request::CreateTopic {
             name: name.into(),
             partitions,
-            replication_factor: 1,
-            config: TopicConfig::default(),
+            replication_factor,
+            config,
         });
         assert_eq!(created, Response::CreateTopic, "model: create topic {name}");
         self.advance(1_000);
@@ -212,4 +342,46 @@ impl ModelWorld {
             other => panic!("model: offset fetch answered {other:?}"),
         }
     }
+}
+
+/// The model's configuration as the real clusters run (`real/kafka/server.properties.template`
+/// and `KafkaOptions::brokers`): `broker.session.timeout.ms` 6000, 10 partitions for each
+/// internal topic; the rest Kafka's defaults.
+pub fn real_cluster_config() -> ClusterConfig {
+    ClusterConfig {
+        broker_session_timeout_ms: 6_000,
+        offsets_topic_num_partitions: 10,
+        transaction_state_log_num_partitions: 10,
+        ..ClusterConfig::default()
+    }
+}
+
+/// The replication factor and topic configuration of a case's topic on `brokers` brokers:
+/// (1, defaults) on one, (3, `min.insync.replicas` 2) on three; both arms use it.
+pub fn topic_config(brokers: u32) -> (u32, TopicConfig) {
+    match brokers {
+        1 => (1, TopicConfig::default()),
+        _ => (
+            3,
+            TopicConfig {
+                min_insync_replicas: 2,
+                ..TopicConfig::default()
+            },
+        ),
+    }
+}
+
+/// An answer a client meets by refreshing its metadata and sending again (see the module
+/// docs).
+fn routing_error(r: &Response) -> bool {
+    matches!(
+        r,
+        Response::Error(
+            KafkaError::NotLeaderOrFollower
+                | KafkaError::NotCoordinator
+                | KafkaError::CoordinatorNotAvailable
+                | KafkaError::RequestTimedOut
+                | KafkaError::LeaderNotAvailable
+        )
+    )
 }

@@ -15,16 +15,18 @@
 //! back other members, each on its own connection.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use eosim_sim::kafka::{CoordinatorKind, KafkaError, Request, Response, TopicPartition};
+use eosim_sim::kafka::{
+    CoordinatorKind, KafkaError, OwnedPartitions, Request, Response, TopicPartition,
+};
 use kafka_protocol::messages::{
-    consumer_protocol_assignment, join_group_request::JoinGroupRequestProtocol,
-    leave_group_request::MemberIdentity, offset_commit_request, offset_fetch_request,
-    sync_group_request::SyncGroupRequestAssignment, ApiKey, ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse,
-    TopicName,
+    consumer_protocol_assignment, consumer_protocol_subscription,
+    join_group_request::JoinGroupRequestProtocol, leave_group_request::MemberIdentity,
+    offset_commit_request, offset_fetch_request, sync_group_request::SyncGroupRequestAssignment,
+    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ResponseHeader,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::BTreeMap;
@@ -48,25 +50,53 @@ fn error(code: i16) -> Option<KafkaError> {
 }
 
 /// The consumer protocol's subscription (version 0) with its version prefix.
-fn subscription(topics: &[String]) -> Bytes {
+/// The consumer protocol's subscription (version 2: owned partitions, KIP-429, and the
+/// generation, KIP-792) with its version prefix.
+fn subscription(topics: &[String], owned: &OwnedPartitions) -> Bytes {
+    let owned_partitions = by_topic(&owned.partitions)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            consumer_protocol_subscription::TopicPartition::default()
+                .with_topic(TopicName(s(topic)))
+                .with_partitions(partitions)
+        })
+        .collect();
     let mut buf = BytesMut::new();
-    buf.put_i16(0);
+    buf.put_i16(2);
     ConsumerProtocolSubscription::default()
         .with_topics(topics.iter().map(|t| s(t)).collect())
-        .encode(&mut buf, 0)
+        .with_owned_partitions(owned_partitions)
+        .with_generation_id(owned.generation)
+        .encode(&mut buf, 2)
         .expect("encode subscription");
     buf.freeze()
 }
 
-fn subscribed_topics(mut metadata: Bytes) -> Vec<String> {
+/// A member's subscribed topics and owned partitions, from its subscription metadata.
+fn subscribed(mut metadata: Bytes) -> (Vec<String>, OwnedPartitions) {
     let version = metadata.get_i16();
     let sub =
         ConsumerProtocolSubscription::decode(&mut metadata, version).expect("decode subscription");
-    sub.topics.iter().map(|t| t.to_string()).collect()
+    let partitions = (sub.owned_partitions.iter())
+        .flat_map(|t| {
+            let topic = t.topic.0.to_string();
+            let numbers = t.partitions.iter();
+            numbers.map(move |&p| TopicPartition::new(&topic, p as u32))
+        })
+        .collect();
+    let topics = sub.topics.iter().map(|t| t.to_string()).collect();
+    let generation = if version >= 2 { sub.generation_id } else { -1 };
+    (
+        topics,
+        OwnedPartitions {
+            partitions,
+            generation,
+        },
+    )
 }
 
-/// The consumer protocol's assignment (version 0) with its version prefix.
-fn assignment(partitions: &[TopicPartition]) -> Bytes {
+/// `partitions` grouped by topic, as the consumer protocol lists them.
+fn by_topic(partitions: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for tp in partitions {
         by_topic
@@ -74,7 +104,12 @@ fn assignment(partitions: &[TopicPartition]) -> Bytes {
             .or_default()
             .push(tp.partition as i32);
     }
-    let assigned = by_topic
+    by_topic
+}
+
+/// The consumer protocol's assignment (version 0) with its version prefix.
+fn assignment(partitions: &[TopicPartition]) -> Bytes {
+    let assigned = by_topic(partitions)
         .into_iter()
         .map(|(topic, partitions)| {
             consumer_protocol_assignment::TopicPartition::default()
@@ -236,17 +271,21 @@ fn encode(request: &Request) -> (ApiKey, i16, BytesMut) {
             session_timeout_ms,
             rebalance_timeout_ms,
             topics,
+            protocols,
         } => {
             let v = 5;
+            let offered = protocols.names.iter().map(|name| {
+                JoinGroupRequestProtocol::default()
+                    .with_name(s(name))
+                    .with_metadata(subscription(topics, &protocols.owned))
+            });
             JoinGroupRequest::default()
                 .with_group_id(GroupId(s(group_id)))
                 .with_session_timeout_ms(*session_timeout_ms as i32)
                 .with_rebalance_timeout_ms(*rebalance_timeout_ms as i32)
                 .with_member_id(s(member_id))
                 .with_protocol_type(s("consumer"))
-                .with_protocols(vec![JoinGroupRequestProtocol::default()
-                    .with_name(s("range"))
-                    .with_metadata(subscription(topics))])
+                .with_protocols(offered.collect())
                 .encode(&mut body, v)
                 .expect("encode");
             (ApiKey::JoinGroup, v)
@@ -394,15 +433,14 @@ fn decode(key: ApiKey, version: i16, mut buf: Bytes) -> Response {
                     member_id: r.member_id.to_string(),
                 };
             }
-            let members = r
-                .members
-                .iter()
-                .map(|m| {
-                    (
-                        m.member_id.to_string(),
-                        subscribed_topics(m.metadata.clone()),
-                    )
-                })
+            let subscriptions: Vec<(String, (Vec<String>, OwnedPartitions))> = (r.members.iter())
+                .map(|m| (m.member_id.to_string(), subscribed(m.metadata.clone())))
+                .collect();
+            let members = (subscriptions.iter())
+                .map(|(id, (topics, _))| (id.clone(), topics.clone()))
+                .collect();
+            let owned = (subscriptions.into_iter())
+                .map(|(id, (_, owned))| (id, owned))
                 .collect();
             or_error(
                 r.error_code,
@@ -410,7 +448,13 @@ fn decode(key: ApiKey, version: i16, mut buf: Bytes) -> Response {
                     generation: r.generation_id,
                     member_id: r.member_id.to_string(),
                     leader: r.leader.to_string(),
+                    protocol: r
+                        .protocol_name
+                        .as_ref()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default(),
                     members,
+                    owned,
                 },
             )
         }

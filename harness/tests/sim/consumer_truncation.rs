@@ -5,8 +5,6 @@
 //! its old position and skip the new leader's records there.
 
 use bytes::Bytes;
-use eosim::client::sim::conn::Connection;
-use eosim::client::sim::consumer::SimConsumer;
 use eosim::client::{AutoOffsetReset, Consumer, ConsumerConfig};
 use eosim::runner::nemesis;
 use eosim::runner::world::World;
@@ -46,16 +44,11 @@ fn cluster() -> (Cluster, String) {
 
 /// Reads `t` from the start for 40 s, without committing (a rebalance would re-read).
 async fn consume(group: String, seen: Seen) {
-    let conn = Connection::open(3).await.expect("connection");
     let mut config = ConsumerConfig::new(group);
     config.session_timeout_ms = 30_000;
     config.heartbeat_interval_ms = 1_000;
     config.auto_offset_reset = AutoOffsetReset::Earliest;
-    let mut consumer = SimConsumer::new(conn, config);
-    consumer
-        .subscribe(&["t".to_string()])
-        .await
-        .expect("subscribe");
+    let mut consumer = crate::support::subscribed_to_t(config).await;
     let end = madsim::time::Instant::now() + Duration::from_secs(40);
     while madsim::time::Instant::now() < end {
         let Ok(records) = consumer.poll(Duration::from_millis(500)).await else {

@@ -4,8 +4,6 @@
 //! waits reaches it within a replica tick and a round trip, not after a retry backoff.
 
 use bytes::Bytes;
-use eosim::client::sim::conn::Connection;
-use eosim::client::sim::consumer::SimConsumer;
 use eosim::client::{AutoOffsetReset, Consumer, ConsumerConfig};
 use eosim::runner::world::World;
 use eosim_sim::kafka::model::Cluster;
@@ -29,14 +27,9 @@ fn cluster() -> Cluster {
 }
 
 async fn consume(kafka: KafkaWorld, seen: Seen) {
-    let conn = Connection::open(3).await.expect("connection");
     let mut config = ConsumerConfig::new("g");
     config.auto_offset_reset = AutoOffsetReset::Earliest;
-    let mut consumer = SimConsumer::new(conn, config);
-    consumer
-        .subscribe(&["t".to_string()])
-        .await
-        .expect("subscribe");
+    let mut consumer = crate::support::subscribed_to_t(config).await;
     loop {
         let Ok(records) = consumer.poll(Duration::from_secs(2)).await else {
             continue;

@@ -85,6 +85,26 @@ fn a_paused_consumer_marks_session_expiry_revocation_and_its_fencing() {
     );
 }
 
+/// KIP-429 in the sink group: a restarted consumer's rejoin makes the survivors revoke only
+/// the partitions that move and rejoin for the hand-over, while they keep polling; no
+/// rebalance revokes a survivor's whole assignment, as every eager one does.
+#[test]
+fn a_cooperative_group_revokes_only_what_moves_and_keeps_polling() {
+    let file = "alo-cooperative-sticky-consumer-restarts.toml";
+    assert_reached(
+        file,
+        1,
+        &[
+            "client:cooperative-revoke-partial",
+            "client:cooperative-second-rejoin",
+            "client:cooperative-poll-during-rebalance",
+        ],
+    );
+    let outcome = run_seed(&catalogue(file), 1);
+    let eager = outcome.marks.get("client:consumer-partitions-revoked");
+    assert_eq!(eager, None, "a cooperative member gave up everything");
+}
+
 #[test]
 fn leader_kills_mark_the_leader_change_and_the_producer_retry() {
     assert_reached(

@@ -4,6 +4,9 @@
 
 use eosim::checker::{check_all, CheckResult, Validity};
 use eosim::cli::aggregate::check_options;
+use eosim::client::sim::conn::Connection;
+use eosim::client::sim::consumer::SimConsumer;
+use eosim::client::{Consumer, ConsumerConfig};
 use eosim::runner::{run_seed, SeedOutcome};
 use eosim::scenario::Scenario;
 use eosim_sim::kafka::model::{Cluster, Reply};
@@ -38,6 +41,17 @@ pub fn three_broker_cluster(
         Reply::Done(Response::CreateTopic)
     );
     cluster
+}
+
+/// A consumer with `config` on the brokers of [`three_broker_cluster`], subscribed to `t`.
+pub async fn subscribed_to_t(config: ConsumerConfig) -> SimConsumer {
+    let conn = Connection::open(3).await.expect("connection");
+    let mut consumer = SimConsumer::new(conn, config);
+    consumer
+        .subscribe(&["t".to_string()])
+        .await
+        .expect("subscribe");
+    consumer
 }
 
 /// The catalogue's `scenarios/<file>` (so a test and the catalogue cannot drift apart).

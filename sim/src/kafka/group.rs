@@ -5,8 +5,15 @@
 //! # Shape
 //! One [`GroupCoordinator`] holds every group of the cluster; the cluster model checks that
 //! the receiving broker is the coordinator and delegates the six group requests to
-//! [`GroupCoordinator::handle`]. Membership and committed offsets live here and survive a
-//! coordinator move (Kafka reloads both from `__consumer_offsets`).
+//! [`GroupCoordinator::handle`]. Committed offsets live here; each is also a
+//! `__consumer_offsets` record, reloaded from the new leader's log after a coordinator move
+//! (`model::coordinator_log`), so a lost log tail rolls them back. Membership survives a
+//! move only as far as the group's last metadata record says
+//! ([`GroupCoordinator::reload`]): Kafka writes one when the leader's SyncGroup completes a
+//! generation and when a join phase leaves the group empty, nowhere else, and a new
+//! coordinator loads the group from its records (apache/kafka
+//! `group-coordinator/.../GroupMetadataManager.java`, `completeClassicGroupJoin`,
+//! `classicGroupSyncToLeader`, `replay`).
 //!
 //! # States ([`GroupState`])
 //! - `Empty`: no members. A JoinGroup starts the first rebalance, delayed by
@@ -25,8 +32,9 @@
 //!
 //! # Deliberate simplifications
 //! - Member ids are `consumer-<n>`, numbered per coordinator (no UUIDs: determinism).
-//! - No static membership (`group.instance.id`), no protocol negotiation (every member uses
-//!   the range assignor), no `group.max.size`, no offset retention.
+//! - No static membership (`group.instance.id`), no `group.max.size`, no offset retention.
+//!   Protocol negotiation is Kafka's (`ClassicGroup.supportsProtocols`, `selectProtocol`);
+//!   a member's subscription metadata (owned partitions, generation) is relayed, not read.
 //! - OffsetCommit does not count as a heartbeat.
 
 use super::model::{ParkToken, Reply};
@@ -76,6 +84,8 @@ struct Member {
     rebalance_timeout_ms: u64,
     /// Subscribed topics, sorted and deduplicated.
     topics: Vec<String>,
+    /// The assignors offered and the subscription metadata, relayed to the leader.
+    protocols: GroupProtocols,
     last_heartbeat_ms: TimeMs,
     /// A parked JoinGroup ("awaiting join"); exempts the member from session expiry.
     join_token: Option<u64>,
@@ -110,11 +120,26 @@ struct Group {
     sync_deadline_ms: TimeMs,
     /// The leader's assignment of the current generation (Stable only).
     assignments: BTreeMap<String, Vec<TopicPartition>>,
+    /// The assignor selected for the current generation (`protocolName`).
+    protocol: String,
     offsets: BTreeMap<TopicPartition, CommittedOffset>,
     /// KIP-447: offsets committed inside transactions, by producer id, invisible until the
     /// COMMIT marker reaches the group's `__consumer_offsets` partition
     /// (`pendingTransactionalOffsets`).
     pending_txn_offsets: BTreeMap<i64, BTreeMap<TopicPartition, Offset>>,
+    /// The group's last metadata record (`GroupMetadataValue`), what a new coordinator
+    /// loads; `None` before the first.
+    record: Option<GroupRecord>,
+}
+
+/// A group metadata record: the generation, its leader, members (no parked requests) and
+/// their assignments.
+#[derive(Debug, Clone)]
+struct GroupRecord {
+    generation: i32,
+    leader: Option<String>,
+    members: BTreeMap<String, Member>,
+    assignments: BTreeMap<String, Vec<TopicPartition>>,
 }
 
 /// A parked request: still waiting, or answered and waiting to be collected.
@@ -223,6 +248,38 @@ impl GroupCoordinator {
         &self.config
     }
 
+    /// Every committed offset of every group: `(group id, partition, offset)`, in order.
+    pub fn committed_offsets(
+        &self,
+    ) -> impl Iterator<Item = (&str, &TopicPartition, &CommittedOffset)> {
+        self.groups
+            .iter()
+            .flat_map(|(g, group)| group.offsets.iter().map(move |(tp, c)| (g.as_str(), tp, c)))
+    }
+
+    /// `group_id`'s committed offset of `tp`, if any.
+    pub fn committed_offset(&self, group_id: &str, tp: &TopicPartition) -> Option<CommittedOffset> {
+        self.groups.get(group_id)?.offsets.get(tp).copied()
+    }
+
+    /// Sets `group_id`'s committed offset of `tp` as a coordinator loading its partition
+    /// finds it (`None`: not in the log), creating the group (Empty) if needed.
+    pub fn restore_offset(
+        &mut self,
+        group_id: &str,
+        tp: &TopicPartition,
+        committed: Option<CommittedOffset>,
+    ) {
+        let group = self
+            .groups
+            .entry(group_id.to_string())
+            .or_insert_with(Group::new);
+        match committed {
+            Some(c) => group.offsets.insert(tp.clone(), c),
+            None => group.offsets.remove(tp),
+        };
+    }
+
     /// Handles one of the six group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
     /// OffsetCommit, OffsetFetch) at time `now`. JoinGroup and SyncGroup may park.
     ///
@@ -236,9 +293,10 @@ impl GroupCoordinator {
                 session_timeout_ms,
                 rebalance_timeout_ms,
                 topics,
+                protocols,
             } => {
                 let timeouts = (session_timeout_ms, rebalance_timeout_ms);
-                return self.join(now, group_id, member_id, timeouts, topics);
+                return self.join(now, group_id, member_id, timeouts, (topics, protocols));
             }
             Request::SyncGroup {
                 group_id,
@@ -289,6 +347,23 @@ impl GroupCoordinator {
             group.try_complete_join(now, &mut self.parked, &self.config);
         }
         self.parked.forget_old(now);
+    }
+
+    /// The coordinator of the groups `moved` names moved to another broker (a new leader of
+    /// their `__consumer_offsets` partition): each is what its last metadata record says,
+    /// as Kafka's new coordinator loads it (`GroupMetadataManager.replay` builds the group
+    /// from its `GroupMetadataValue`, Stable with members or Empty, and `onLoaded`
+    /// restarts every member's session timer): a generation whose join phase completed
+    /// but whose leader never synced, a rebalance in progress, handed-out member ids and
+    /// pending syncs are gone. Parked JoinGroup and SyncGroup requests are answered
+    /// NOT_COORDINATOR (their connection died with the old coordinator: the client looks
+    /// the coordinator up again). Committed and pending transactional offsets stay.
+    pub fn reload(&mut self, now: TimeMs, moved: &dyn Fn(&str) -> bool) {
+        for (group_id, group) in self.groups.iter_mut() {
+            if moved(group_id) {
+                group.reload(now, &mut self.parked);
+            }
+        }
     }
 
     /// The state of group `group_id`, if it exists.

@@ -58,6 +58,7 @@ use super::types::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod coordinator_log;
 mod transactions;
 
 /// Name of the internal topic holding group metadata and committed offsets.
@@ -200,6 +201,8 @@ pub struct Cluster {
     /// Requests answered by closing the connection (KoP with its transaction coordinator
     /// off), per API, with the broker's reason: a stall they cause can name it.
     closed_connections: BTreeMap<&'static str, (u64, &'static str)>,
+    /// The coordinators' records in `__transaction_state` / `__consumer_offsets`.
+    coordinator_log: coordinator_log::CoordinatorLog,
 }
 
 /// Per-broker up / controller / fenced flags and the link matrix, as sampled for a tick.
@@ -276,6 +279,7 @@ impl Cluster {
             next_writeback_ms: OS_WRITEBACK_INTERVAL_MS,
             next_log_flush_ms: 0,
             closed_connections: BTreeMap::new(),
+            coordinator_log: Default::default(),
         };
         cluster.next_log_flush_ms = cluster.config.log_flush_scheduler_interval_ms;
         let partitions = cluster.config.offsets_topic_num_partitions.max(1);
@@ -348,7 +352,11 @@ impl Cluster {
             return error(KafkaError::RequestTimedOut);
         }
         let api = api_of(&request);
+        let coordinator_work = changes_coordinator_state(&request);
         let reply = self.dispatch(now, broker, request);
+        if coordinator_work {
+            self.sync_coordinator_log(now);
+        }
         if let Reply::Done(Response::Error(e)) = &reply {
             mark_error(api, *e);
         }
@@ -543,8 +551,13 @@ impl Cluster {
         self.pending_fetches
             .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
-        self.txns.tick(now);
+        let acting = self.reload_moved_coordinators();
+        let count = acting.len() as u32;
+        self.txns.tick(now, &|tid| {
+            acting[coordinator_partition_for(tid, count) as usize]
+        });
         self.write_markers(now, env);
+        self.sync_coordinator_log(now);
         self.expire_producers(now);
         self.flush_logs(now);
     }
@@ -675,47 +688,51 @@ impl Cluster {
                     // (`ReplicationControlManager.handleBrokerUncleanShutdown`).
                     self.brokers[i].needs_registration = false;
                     if !self.brokers[i].fenced {
-                        self.fence(b);
+                        self.set_fenced(now, b, true);
                     }
                 }
                 self.brokers[i].last_heartbeat_ms = now;
                 if self.brokers[i].fenced {
-                    self.unfence(b);
+                    self.set_fenced(now, b, false);
                 }
             } else if !st.fenced
                 && now.saturating_sub(st.last_heartbeat_ms) > self.config.broker_session_timeout_ms
             {
-                self.fence(b);
+                self.set_fenced(now, b, true);
             }
         }
     }
 
-    fn fence(&mut self, b: BrokerId) {
-        self.brokers[(b - 1) as usize].fenced = true;
+    /// The controller fences or unfences `b` and elects where that leaves a partition
+    /// without a leader. A `__consumer_offsets` partition that gets a new leader moves its
+    /// groups' coordinator, which loads them from their records
+    /// ([`GroupCoordinator::reload`]).
+    fn set_fenced(&mut self, now: TimeMs, b: BrokerId, fence: bool) {
+        self.brokers[(b - 1) as usize].fenced = fence;
         let brokers = &self.brokers;
         let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
+        let mut moved = Vec::new();
         for (name, topic) in self.topics.iter_mut() {
             let unclean = topic.config.unclean_leader_election_enable;
-            for p in &mut topic.partitions {
+            for (i, p) in topic.partitions.iter_mut().enumerate() {
                 let before = p.leader;
-                p.on_broker_fenced(b, &fenced, unclean);
+                match fence {
+                    true => p.on_broker_fenced(b, &fenced, unclean),
+                    false => p.on_broker_unfenced(b, &fenced, unclean),
+                }
                 mark_leader_change(name, before, p.leader);
+                if name == CONSUMER_OFFSETS_TOPIC && p.leader.is_some() && p.leader != before {
+                    moved.push(i as u32);
+                }
             }
         }
-    }
-
-    fn unfence(&mut self, b: BrokerId) {
-        self.brokers[(b - 1) as usize].fenced = false;
-        let brokers = &self.brokers;
-        let fenced = |x: BrokerId| brokers[(x - 1) as usize].fenced;
-        for (name, topic) in self.topics.iter_mut() {
-            let unclean = topic.config.unclean_leader_election_enable;
-            for p in &mut topic.partitions {
-                let before = p.leader;
-                p.on_broker_unfenced(b, &fenced, unclean);
-                mark_leader_change(name, before, p.leader);
-            }
+        if moved.is_empty() {
+            return;
         }
+        let count = self.topics[CONSUMER_OFFSETS_TOPIC].partitions.len() as u32;
+        self.groups.reload(now, &|group| {
+            moved.contains(&coordinator_partition_for(group, count))
+        });
     }
 
     /// Broker `broker` dies, as [`Cluster::crash_broker_with`] with a machine crash keeping
@@ -1376,6 +1393,14 @@ fn mark_leader_change(topic: &str, before: Option<BrokerId>, after: Option<Broke
         TRANSACTION_STATE_TOPIC => "kafka:txn-coordinator-move",
         _ => "kafka:leader-change",
     });
+}
+
+/// Whether handling `request` may change a coordinator's state, so its records must be
+/// appended before the answer: the transaction and group requests, and a transactional
+/// produce (KIP-890's implicit AddPartitionsToTxn).
+fn changes_coordinator_state(request: &Request) -> bool {
+    request.coordinator_key().is_some()
+        || matches!(request, Request::Produce { header, .. } if header.transactional)
 }
 
 /// The request's API, as far as [`mark_error`] tells them apart.

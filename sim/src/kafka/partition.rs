@@ -10,6 +10,7 @@
 use super::log::{truncation_offset, Batch, PartitionLog};
 use super::types::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What the leader knows of one follower from its fetches (`ReplicaState` in Kafka).
 #[derive(Debug, Clone, Copy)]
@@ -383,6 +384,34 @@ impl Partition {
         }
     }
 
+    /// A coordinator's `acks=-1` append, synchronously: `records` appended as a plain batch
+    /// at `leader` (which must believe it leads) and every follower of its ISR that is
+    /// `alive` and follows it in its epoch copies the leader's log up to the new end, as
+    /// the fetch that Kafka's append waits for would (`coordinator_log`). The leader's
+    /// view of its followers is left to their next fetch.
+    pub fn append_replicated_now(
+        &mut self,
+        leader: BrokerId,
+        records: Arc<Vec<Record>>,
+        alive: &dyn Fn(BrokerId) -> bool,
+    ) {
+        let li = self.index_of(leader).expect("the leader is a replica");
+        let l = &mut self.replicas[li];
+        assert!(l.believes_leader(), "only a leader appends");
+        let (epoch, isr) = (l.view_epoch, l.view_isr.clone());
+        l.log
+            .append_as_leader(epoch, ProducerBatchHeader::NONE, false, records);
+        for b in isr.into_iter().filter(|&b| b != leader && alive(b)) {
+            let Some(fi) = self.index_of(b) else { continue };
+            let f = &self.replicas[fi];
+            if f.view_leader != Some(leader) || f.view_epoch != epoch {
+                continue;
+            }
+            self.reconcile_with_leader(fi, li);
+            self.copy_from_leader(fi, li);
+        }
+    }
+
     /// Ends a quiet streak: writes the followers' fetch times it kept lazily. Must precede
     /// any change to the partition made outside [`Partition::tick`] (appends, crashes,
     /// restarts); controller changes bump [`Partition::version`] instead.
@@ -444,15 +473,7 @@ impl Partition {
     /// the suffix it lacks (`ReplicaFetcherThread`, `Partition.updateFollowerFetchState`).
     fn follower_fetch(&mut self, fi: usize, li: usize, reach: &Reach) {
         let now = reach.now;
-        let epoch = self.replicas[fi].view_epoch;
-        if self.replicas[fi].truncated_for_epoch != Some(epoch) {
-            let t = truncation_offset(&self.replicas[fi].log, &self.replicas[li].log);
-            if t < self.replicas[fi].log.log_end_offset() {
-                crate::mark!("kafka:follower-truncated");
-            }
-            self.replicas[fi].log.truncate_to(t);
-            self.replicas[fi].truncated_for_epoch = Some(epoch);
-        }
+        self.reconcile_with_leader(fi, li);
         let fb = self.replicas[fi].broker;
         let fetch_offset = self.replicas[fi].log.log_end_offset();
         let leader = &mut self.replicas[li];
@@ -475,16 +496,36 @@ impl Partition {
         remote.leo = fetch_offset;
         remote.last_fetch_ms = now;
         remote.last_fetch_leader_leo = leader_leo;
-        let from = leader.log.batch_index_from(fetch_offset);
-        let copied: Vec<Batch> = leader.log.batches()[from..].to_vec();
         self.maybe_expand_isr(li, fb, reach);
         self.maybe_increment_hw(li, reach);
         let leader_hw = self.replicas[li].log.high_watermark();
-        let follower = &mut self.replicas[fi];
-        for batch in copied {
-            follower.log.append_batch(batch);
+        self.copy_from_leader(fi, li);
+        self.replicas[fi].log.set_follower_high_watermark(leader_hw);
+    }
+
+    /// The follower at `fi`, in its first fetch of its epoch from the leader at `li`,
+    /// truncates to where its log diverges from the leader's (KIP-101/279).
+    fn reconcile_with_leader(&mut self, fi: usize, li: usize) {
+        let epoch = self.replicas[fi].view_epoch;
+        if self.replicas[fi].truncated_for_epoch == Some(epoch) {
+            return;
         }
-        follower.log.set_follower_high_watermark(leader_hw);
+        let t = truncation_offset(&self.replicas[fi].log, &self.replicas[li].log);
+        if t < self.replicas[fi].log.log_end_offset() {
+            crate::mark!("kafka:follower-truncated");
+        }
+        self.replicas[fi].log.truncate_to(t);
+        self.replicas[fi].truncated_for_epoch = Some(epoch);
+    }
+
+    /// The follower at `fi` appends the leader's (at `li`) batches past its log end.
+    fn copy_from_leader(&mut self, fi: usize, li: usize) {
+        let leader = &self.replicas[li].log;
+        let from = leader.batch_index_from(self.replicas[fi].log.log_end_offset());
+        let copied: Vec<Batch> = leader.batches()[from..].to_vec();
+        for batch in copied {
+            self.replicas[fi].log.append_batch(batch);
+        }
     }
 
     /// Whether the believed leader at `li` may change the ISR: it must be the controller's

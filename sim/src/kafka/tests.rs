@@ -1060,6 +1060,115 @@ fn find_coordinator_names_the_leader_of_the_groups_offsets_partition() {
     }
 }
 
+/// Sends a group request to the coordinator of `abc` and ticks until it is answered.
+fn group_call(w: &mut World, request: Request) -> Response {
+    let coordinator = w
+        .cluster
+        .coordinator_for("abc", CoordinatorKind::Group)
+        .unwrap();
+    match w.cluster.handle(w.now, coordinator, request) {
+        Reply::Done(r) => r,
+        Reply::Parked(token) => {
+            // The first join waits out `group.initial.rebalance.delay.ms` (3 s).
+            let end = w.now + 10_000;
+            loop {
+                assert!(
+                    w.now < end,
+                    "a parked group request was not answered in 10 s"
+                );
+                w.tick_for(TICK_MS);
+                if let Some(r) = w.cluster.poll_parked(w.now, &token) {
+                    break r;
+                }
+            }
+        }
+    }
+}
+
+/// Kills the broker coordinating `group` and ticks until the controller has moved the
+/// coordinator; returns the killed broker.
+fn move_group_coordinator(w: &mut World, group: &str) -> BrokerId {
+    let old = w
+        .cluster
+        .coordinator_for(group, CoordinatorKind::Group)
+        .unwrap();
+    w.crash(old, CrashMode::ProcessKill);
+    w.tick_for(20_000);
+    let new = w
+        .cluster
+        .coordinator_for(group, CoordinatorKind::Group)
+        .unwrap();
+    assert_ne!(old, new, "the coordinator moved");
+    old
+}
+
+/// Found by the three-broker group differential against Kafka 4.1: a new group
+/// coordinator knows a group only as its last metadata record says. A generation whose
+/// join phase completed but whose leader never sent SyncGroup was never written
+/// (`GroupMetadataManager.completeClassicGroupJoin` writes a record only for a group that
+/// became empty), so after the move its member is unknown; a generation the leader's
+/// SyncGroup completed survives, members, assignment and all.
+#[test]
+fn a_moved_group_coordinator_knows_only_what_the_groups_records_say() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    let join = |member_id: &str| Request::JoinGroup {
+        group_id: "abc".into(),
+        member_id: member_id.into(),
+        session_timeout_ms: 300_000,
+        rebalance_timeout_ms: 300_000,
+        topics: vec!["t".into()],
+        protocols: GroupProtocols::offering(&["range"]),
+    };
+    let Response::MemberIdRequired { member_id } = group_call(&mut w, join("")) else {
+        panic!("KIP-394: a member id first")
+    };
+    let joined = group_call(&mut w, join(&member_id));
+    assert!(
+        matches!(joined, Response::JoinGroup { generation: 1, .. }),
+        "{joined:?}"
+    );
+    let killed = move_group_coordinator(&mut w, "abc");
+    assert_eq!(
+        group_call(&mut w, join(&member_id)),
+        Response::Error(KafkaError::UnknownMemberId),
+        "the unsynced generation 1 was never written"
+    );
+    // A generation that the leader synced is written, and loaded by the next coordinator.
+    let Response::MemberIdRequired { member_id } = group_call(&mut w, join("")) else {
+        panic!("KIP-394: a member id first")
+    };
+    let joined = group_call(&mut w, join(&member_id));
+    let Response::JoinGroup { generation, .. } = joined else {
+        panic!("joined: {joined:?}")
+    };
+    let assignment = vec![TopicPartition::new("t", 0)];
+    let sync = Request::SyncGroup {
+        group_id: "abc".into(),
+        generation,
+        member_id: member_id.clone(),
+        assignments: [(member_id.clone(), assignment.clone())]
+            .into_iter()
+            .collect(),
+    };
+    assert_eq!(
+        group_call(&mut w, sync.clone()),
+        Response::SyncGroup {
+            assignment: assignment.clone()
+        }
+    );
+    w.restart(killed);
+    w.tick_for(20_000);
+    move_group_coordinator(&mut w, "abc");
+    let heartbeat = Request::Heartbeat {
+        group_id: "abc".into(),
+        generation,
+        member_id: member_id.clone(),
+    };
+    assert_eq!(group_call(&mut w, heartbeat), Response::Heartbeat);
+    assert_eq!(group_call(&mut w, sync), Response::SyncGroup { assignment });
+    crate::marks::assert_hit(&["kafka:group-reloaded-from-records"]);
+}
+
 /// A.10: a power loss keeps of a log only what is on disk for sure (here: what the OS wrote
 /// back, older than `vm.dirty_expire_centisecs`), which may lie below the HW; a process
 /// kill keeps everything; a cut drawn at the LEO keeps everything too.
@@ -1836,6 +1945,7 @@ fn group_requests_reach_the_group_coordinator_only_at_the_coordinator_broker() {
         session_timeout_ms: 10_000,
         rebalance_timeout_ms: 10_000,
         topics: vec!["t".into()],
+        protocols: GroupProtocols::offering(&["range"]),
     };
     let other = coordinator % 3 + 1;
     let not_coordinator = Reply::Done(Response::Error(KafkaError::NotCoordinator));
@@ -1856,4 +1966,89 @@ fn group_requests_reach_the_group_coordinator_only_at_the_coordinator_broker() {
         Reply::Done(Response::OffsetCommit)
     );
     assert_eq!(w.cluster.committed_offsets("g"), vec![(w.tp.clone(), 5)]);
+}
+
+/// Commits `offset` for `group` on t-0 at its coordinator, retrying through loads and
+/// moves for up to 30 s.
+fn commit_offset(w: &mut World, group: &str, offset: Offset) {
+    for _ in 0..300 {
+        if let Some(c) = w.cluster.coordinator_for(group, CoordinatorKind::Group) {
+            let req = Request::OffsetCommit {
+                group_id: group.into(),
+                generation: -1,
+                member_id: String::new(),
+                offsets: vec![(w.tp.clone(), offset)],
+            };
+            if w.cluster.handle(w.now, c, req) == Reply::Done(Response::OffsetCommit) {
+                return;
+            }
+        }
+        w.tick_for(100);
+    }
+    panic!("no coordinator accepted the commit of {group}");
+}
+
+/// The internal partition owning `key`.
+fn state_partition(w: &World, topic: &str, key: &str) -> TopicPartition {
+    let count = w.cluster.partition_count(topic).expect("internal topic");
+    let p = crate::kafka::murmur2::coordinator_partition_for(key, count);
+    TopicPartition::new(topic, p)
+}
+
+/// Coordinator state lives in `__consumer_offsets` (`GroupMetadataManager.storeOffsets`,
+/// acks=-1): a commit appends a record on every in-sync replica, and a clean move of the
+/// coordinator loads it back from the new leader's log.
+#[test]
+fn a_committed_offset_is_logged_on_the_isr_and_survives_a_clean_coordinator_move() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.tick_for(1_000);
+    let tp = state_partition(&w, "__consumer_offsets", "g");
+    let before: Vec<Offset> = (1..=3)
+        .map(|b| w.cluster.log_end_offset(&tp, b).unwrap())
+        .collect();
+    commit_offset(&mut w, "g", 7);
+    for b in 1..=3 {
+        let leo = w.cluster.log_end_offset(&tp, b).unwrap();
+        assert_eq!(leo, before[(b - 1) as usize] + 1, "broker {b}'s log");
+    }
+    move_group_coordinator(&mut w, "g");
+    assert_eq!(w.cluster.committed_offsets("g"), vec![(w.tp.clone(), 7)]);
+    commit_offset(&mut w, "g", 9);
+    assert_eq!(w.cluster.committed_offsets("g"), vec![(w.tp.clone(), 9)]);
+}
+
+/// What a coordinator acknowledged is only as durable as its log: a power loss of every
+/// replica before the log was flushed (`log.flush.interval.messages` at its default) loses
+/// the commit's record, and the coordinator that loads the partition afterwards has the
+/// offset rolled back; with `log.flush.interval.messages = 1` it survives.
+#[test]
+fn a_power_loss_of_every_replica_rolls_a_committed_offset_back_unless_flushed() {
+    let per_message = ClusterConfig {
+        log_flush_interval_messages: 1,
+        ..ClusterConfig::default()
+    };
+    for (config, survives) in [(ClusterConfig::default(), false), (per_message, true)] {
+        let mut w = World::with_config(3, 3, TopicConfig::default(), config.clone());
+        w.tick_for(1_000);
+        commit_offset(&mut w, "g", 7);
+        w.tick_for(500);
+        for b in 1..=3 {
+            w.crash(b, CrashMode::MachineCrash);
+        }
+        w.tick_for(10_000);
+        for b in 1..=3 {
+            w.restart(b);
+        }
+        w.tick_for(20_000);
+        assert!(w
+            .cluster
+            .coordinator_for("g", CoordinatorKind::Group)
+            .is_some());
+        let expected = if survives {
+            vec![(w.tp.clone(), 7)]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(w.cluster.committed_offsets("g"), expected, "{config:?}");
+    }
 }

@@ -5,9 +5,12 @@
 //! cluster ([`TxnMetadata`]: producer id, epoch, state, partitions, timeout, timestamps).
 //! The cluster model checks that the receiving broker leads the id's `__transaction_state`
 //! partition (else `NOT_COORDINATOR` / `COORDINATOR_NOT_AVAILABLE`) and hands the request
-//! here. The metadata survives a coordinator move, as Kafka reloads it from
-//! `__transaction_state`; writes to that log are instantaneous in the model, so there is
-//! never a pending transition and `PrepareEpochFence` is passed through in one step.
+//! here. Every transition is also appended to `__transaction_state` and a broker that
+//! starts leading a partition of it reloads the ids of that partition from its own log
+//! (`model::coordinator_log`): a clean move keeps the metadata, a lost log tail rolls it
+//! back, and a Prepare* transaction has its markers sent again ([`TransactionCoordinator::restore`]).
+//! The append takes no time, so there is never a pending transition and
+//! `PrepareEpochFence` is passed through in one step.
 //!
 //! Markers are written by the cluster in [`crate::kafka::model::Cluster::tick`]: for each
 //! transaction in `PrepareCommit`/`PrepareAbort` and each of its partitions still pending,
@@ -273,12 +276,15 @@ impl TransactionCoordinator {
     /// Time-driven work at `now`: every
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` Ongoing transactions
     /// older than their timeout are aborted (C.8); every
-    /// `transaction.remove.expired.transaction.cleanup.interval.ms` idle ids expire.
-    pub fn tick(&mut self, now: TimeMs) {
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms` idle ids expire. Only
+    /// ids for which `acting` holds (a broker acts as their coordinator: the work is that
+    /// coordinator's scheduler's) are looked at.
+    pub fn tick(&mut self, now: TimeMs, acting: &dyn Fn(&str) -> bool) {
         if now >= self.next_timeout_scan_ms {
             let timed_out: Vec<String> = self
                 .txns
                 .iter()
+                .filter(|(t, _)| acting(t))
                 .filter(|(_, m)| m.state == TxnState::Ongoing)
                 .filter(|(_, m)| m.start_ms.saturating_add(m.timeout_ms) < now)
                 .map(|(t, _)| t.clone())
@@ -293,7 +299,7 @@ impl TransactionCoordinator {
             self.next_timeout_scan_ms = now + interval.max(1);
         }
         if now >= self.next_expiry_scan_ms {
-            self.expire(now);
+            self.expire(now, acting);
             let interval = self
                 .config
                 .transaction_remove_expired_transaction_cleanup_interval_ms;
@@ -303,11 +309,12 @@ impl TransactionCoordinator {
 
     /// `transactional.id.expiration.ms`: Empty/Complete* ids idle that long become Dead and
     /// are removed; their producer id is then unknown (`INVALID_PRODUCER_ID_MAPPING`).
-    fn expire(&mut self, now: TimeMs) {
+    fn expire(&mut self, now: TimeMs, acting: &dyn Fn(&str) -> bool) {
         let expiration_ms = self.config.transactional_id_expiration_ms;
         let expired: Vec<String> = self
             .txns
             .iter()
+            .filter(|(t, _)| acting(t))
             .filter(|(_, m)| TxnState::Dead.valid_previous().contains(&m.state))
             .filter(|(_, m)| m.last_update_ms.saturating_add(expiration_ms) < now)
             .map(|(t, _)| t.clone())
@@ -318,6 +325,24 @@ impl TransactionCoordinator {
             let m = self.txns.remove(&tid).expect("known");
             self.by_producer_id.remove(&m.producer_id);
         }
+    }
+
+    /// Sets `tid`'s metadata as a coordinator loading its partition finds it (`None`: not
+    /// in the log). A Prepare* transaction gets every marker to write again: which markers
+    /// were written is not logged.
+    pub fn restore(&mut self, tid: &str, metadata: Option<TxnMetadata>) {
+        if let Some(old) = self.txns.remove(tid) {
+            self.by_producer_id.remove(&old.producer_id);
+        }
+        let Some(mut m) = metadata else { return };
+        m.pending_markers = if m.state.is_prepare() {
+            let unwritten = |tp: &TopicPartition| (tp.clone(), MarkerProgress::Unwritten);
+            m.partitions.iter().map(unwritten).collect()
+        } else {
+            BTreeMap::new()
+        };
+        self.by_producer_id.insert(m.producer_id, tid.to_string());
+        self.txns.insert(tid.to_string(), m);
     }
 
     /// The markers still to write or acknowledge, in transactional-id and partition order.

@@ -524,6 +524,45 @@ pub enum OffsetSpec {
     Latest(Isolation),
 }
 
+/// The assignor names a JoinGroup offers and the subscription metadata it carries, which
+/// the classic group coordinator stores and relays to the leader without reading it
+/// (Kafka's `JoinGroupRequestProtocol` entries, each with a `ConsumerProtocolSubscription`
+/// as its metadata; the consumer puts the same subscription under every name).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GroupProtocols {
+    /// Assignor names (`ConsumerPartitionAssignor.name()`: `range`, `cooperative-sticky`,
+    /// Streams' `stream`), most preferred first. The coordinator picks one every member
+    /// offers (`ClassicGroup.selectProtocol`); none in common is
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub names: Vec<String>,
+    /// What the member owns as it joins.
+    pub owned: OwnedPartitions,
+}
+
+impl GroupProtocols {
+    /// `names`, owning nothing, outside a generation (a first join, or an eager one).
+    pub fn offering(names: &[&str]) -> Self {
+        Self {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            owned: OwnedPartitions {
+                partitions: Vec::new(),
+                generation: -1,
+            },
+        }
+    }
+}
+
+/// The ownership part of a `ConsumerProtocolSubscription`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OwnedPartitions {
+    /// `ownedPartitions` (subscription v1, KIP-429): the partitions the member still holds
+    /// as it joins, sorted; always empty under the eager protocol, which revokes first.
+    pub partitions: Vec<TopicPartition>,
+    /// `generationId` (subscription v2, KIP-792): the generation the member last joined,
+    /// -1 for none. The sticky assignors trust only the owners of the highest one.
+    pub generation: i32,
+}
+
 /// A request to a broker. Each variant names the Kafka API it stands for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -574,13 +613,15 @@ pub enum Request {
     },
     /// `FindCoordinator`.
     FindCoordinator { key: String, kind: CoordinatorKind },
-    /// `JoinGroup` (classic protocol, range assignor computed by the leader client).
+    /// `JoinGroup` (classic protocol; the leader client computes the assignment with the
+    /// assignor the coordinator selected from the members' `protocols`).
     JoinGroup {
         group_id: String,
         member_id: String,
         session_timeout_ms: u64,
         rebalance_timeout_ms: u64,
         topics: Vec<String>,
+        protocols: GroupProtocols,
     },
     /// `SyncGroup`; the leader sends the assignment, followers an empty map.
     SyncGroup {
@@ -659,6 +700,43 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The coordinator a request is for: `(transactional id, Transaction)` for
+    /// InitProducerId with an id, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn;
+    /// `(group id, Group)` for the six group requests, TxnOffsetCommit and
+    /// OffsetFetchStable (KIP-447); `None` for the rest (a non-transactional
+    /// InitProducerId included).
+    pub fn coordinator_key(&self) -> Option<(&str, CoordinatorKind)> {
+        match self {
+            Request::JoinGroup { group_id, .. }
+            | Request::SyncGroup { group_id, .. }
+            | Request::Heartbeat { group_id, .. }
+            | Request::LeaveGroup { group_id, .. }
+            | Request::OffsetCommit { group_id, .. }
+            | Request::OffsetFetch { group_id, .. }
+            | Request::OffsetFetchStable { group_id, .. }
+            | Request::TxnOffsetCommit { group_id, .. } => Some((group_id, CoordinatorKind::Group)),
+            Request::InitProducerId {
+                transactional_id: Some(t),
+                ..
+            }
+            | Request::AddPartitionsToTxn {
+                transactional_id: t,
+                ..
+            }
+            | Request::AddOffsetsToTxn {
+                transactional_id: t,
+                ..
+            }
+            | Request::EndTxn {
+                transactional_id: t,
+                ..
+            } => Some((t, CoordinatorKind::Transaction)),
+            _ => None,
+        }
+    }
+}
+
 /// A broker's answer. `Error` is a request-level error; per-partition errors live inside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -693,8 +771,12 @@ pub enum Response {
         generation: i32,
         member_id: String,
         leader: String,
+        /// The assignor the coordinator selected (`protocolName`), for every member.
+        protocol: String,
         /// Members and the topics they subscribe to; filled for the leader only.
         members: BTreeMap<String, Vec<String>>,
+        /// Members' owned partitions as their JoinGroup carried them; leader only.
+        owned: BTreeMap<String, OwnedPartitions>,
     },
     /// `JoinGroup` answered with `MEMBER_ID_REQUIRED` (79, KIP-394): the client rejoins with
     /// the member id the coordinator assigned.

@@ -1,14 +1,14 @@
 //! The simulated group consumer, shaped after Kafka's Java `KafkaConsumer` with the classic
-//! group protocol and the eager range assignor.
+//! group protocol: the eager range assignor, or the cooperative sticky one (KIP-429).
 //!
 //! # What happens where
 //! - [`Consumer::subscribe`] finds the group coordinator (FindCoordinator, retried on
 //!   COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR) and starts the heartbeat task.
 //! - [`Consumer::poll`] does what Java's `poll` does, in order: (re)join the group if needed
-//!   (eager: revoke everything first), position new partitions (OffsetFetch, then
-//!   `auto.offset.reset` via ListOffsets where nothing is committed), hand out buffered
-//!   records, else fetch from each partition's leader. At most `max.poll.records` per call;
-//!   the rest stays buffered.
+//!   (eager: revoke everything first; see "Cooperative" below), position new partitions
+//!   (OffsetFetch, then `auto.offset.reset` via ListOffsets where nothing is committed),
+//!   hand out buffered records, else fetch from each partition's leader. At most
+//!   `max.poll.records` per call; the rest stays buffered.
 //! - Fetches are long polls, as Java's `Fetcher` sends them (`AbstractFetch.sendFetches`):
 //!   one Fetch in flight per leader at most (`nodesWithPendingFetchRequests`), with
 //!   `fetch.max.wait.ms` and `fetch.min.bytes`, sent concurrently to every leader with
@@ -17,10 +17,12 @@
 //!   An answer is used only for a partition still at the fetched offset (Java's
 //!   `FetchCollector` drops a fetch whose position moved). After an empty long poll the
 //!   next Fetch goes out at once; after an error, after `retry.backoff.ms`.
-//! - The join loop (JoinGroup, SyncGroup, the leader's [`range_assign`]) runs as a task of
-//!   its own, so a rebalance progresses between polls and a poll's timeout does not abandon
-//!   a JoinGroup (Java's heartbeat thread drives the network client the same way). A poll
-//!   waits for it at most until its own timeout and then returns empty.
+//! - The join loop (JoinGroup, SyncGroup, the leader's [`range_assign`] or
+//!   [`cooperative_sticky_assign`], whichever protocol the coordinator selected from the
+//!   members' `partition.assignment.strategy` lists) runs as a task of its own, so a
+//!   rebalance progresses between polls and a poll's timeout does not abandon a JoinGroup
+//!   (Java's heartbeat thread drives the network client the same way). A poll waits for it
+//!   at most until its own timeout and then returns empty (eager).
 //! - A heartbeat task sends Heartbeat every `heartbeat.interval.ms` while the member is in
 //!   a stable group, like Java's heartbeat thread. Both tasks run on the consumer's madsim
 //!   node: a paused node stops heartbeating and is removed after `session.timeout.ms`, as
@@ -40,6 +42,22 @@
 //!   next `poll` rejoins. It retries coordinator errors and timeouts for
 //!   `default.api.timeout.ms`, then reports [`ClientError::Timeout`].
 //!
+//! # Cooperative
+//! When `partition.assignment.strategy` lists only `CooperativeStickyAssignor`
+//! ([`ConsumerConfig::cooperative`]), the consumer follows `ConsumerCoordinator`'s
+//! COOPERATIVE branches (Kafka 3.x `clients/.../consumer/internals/ConsumerCoordinator.java`):
+//! - `onJoinPrepare` revokes nothing (the subscription does not change here) unless the
+//!   generation was lost, which loses everything as under eager. The JoinGroup carries the
+//!   owned partitions and the generation (`ConsumerProtocolSubscription` v1/v2).
+//! - While the join loop runs, polls go on fetching and returning the owned partitions
+//!   (Java's `poll` does not wait for the join); commits are refused meanwhile, as Java's
+//!   `RebalanceInProgressException` is, since the member is not stable.
+//! - `onJoinComplete`: owned partitions missing from the new assignment are revoked (with a
+//!   listener, handed out as a [`Revocation`] of just those, still assigned and committable
+//!   in the new generation until the next poll), the others keep their positions, buffered
+//!   records and pauses; if any were revoked the member rejoins (`requestRejoin`), and that
+//!   second rebalance gives the partitions to their new owners.
+//!
 //! # read_committed
 //! The model hides control records, so the client cannot see ABORT markers the way Java's
 //! `CompletedFetch` does; instead each aborted-transaction entry of the fetch response
@@ -50,8 +68,10 @@
 //! whose offsets a transaction has pending is positioned only once that transaction ended.
 //!
 //! # Not modelled
-//! Auto-commit (ConsumerConfig has no `enable.auto.commit`), cooperative rebalancing,
-//! static membership, fetch sessions (KIP-227: every Fetch names its partitions).
+//! Auto-commit (ConsumerConfig has no `enable.auto.commit`), static membership, fetch
+//! sessions (KIP-227: every Fetch names its partitions), the leader's
+//! `validateCooperativeAssignment`, and cooperative members with an assignor of their own
+//! ([`GroupAssignor`], Streams'): those stay eager.
 
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
@@ -71,11 +91,13 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 mod membership;
+mod sticky;
 #[cfg(test)]
 mod tests;
 mod truncation;
 
 pub use membership::{range_assign, AssignmentFuture, GroupAssignor};
+pub use sticky::cooperative_sticky_assign;
 
 /// Java's `default.api.timeout.ms`: the bound on `commit`, in ms.
 pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
@@ -158,6 +180,12 @@ pub struct SimConsumer {
     revocation_handed_out: bool,
     /// The revocation handed out and not taken yet.
     revocation: Option<Revocation>,
+    /// Cooperative: a new assignment held back while its [`Revocation`] is handed out; the
+    /// next poll applies it.
+    pending_assignment: Option<Vec<TopicPartition>>,
+    /// Cooperative: the last assignment revoked partitions, so the next rejoin is the
+    /// second phase that hands them over.
+    second_phase: bool,
     /// Leaders with a Fetch in flight, and its task.
     in_flight: BTreeMap<BrokerId, JoinHandle<()>>,
     fetch_tx: mpsc::UnboundedSender<FetchDone>,
@@ -184,6 +212,8 @@ impl SimConsumer {
             listening: false,
             revocation_handed_out: false,
             revocation: None,
+            pending_assignment: None,
+            second_phase: false,
             in_flight: BTreeMap::new(),
             fetch_tx,
             fetch_rx,
@@ -214,6 +244,18 @@ impl SimConsumer {
         self.paused.clear();
     }
 
+    /// Whether this member follows the cooperative protocol (an assignor of its own, as
+    /// Streams', is eager here).
+    fn cooperative(&self) -> bool {
+        self.group.assignor.is_none() && self.group.config.cooperative()
+    }
+
+    /// Whether the generation or member id was reset: owned partitions are lost.
+    fn generation_lost(&self) -> bool {
+        let m = self.group.membership();
+        m.generation < 0 || m.member_id.is_empty()
+    }
+
     /// Whether the group wants this member to (re)join and no join loop runs yet.
     fn rejoin_due(&self) -> bool {
         let m = self.group.membership();
@@ -222,7 +264,9 @@ impl SimConsumer {
 
     /// Java's `onJoinPrepare` with a rebalance listener: before the first rejoin that would
     /// revoke partitions, leave a [`Revocation`] of the whole assignment (eager) and report
-    /// that this poll must return now. Lost when the generation or member id was reset.
+    /// that this poll must return now. Lost when the generation or member id was reset;
+    /// under the cooperative protocol only then, as nothing else is revoked before
+    /// JoinGroup.
     fn hand_out_revocation(&mut self) -> bool {
         if !self.listening
             || self.revocation_handed_out
@@ -231,10 +275,10 @@ impl SimConsumer {
         {
             return false;
         }
-        let lost = {
-            let m = self.group.membership();
-            m.generation < 0 || m.member_id.is_empty()
-        };
+        let lost = self.generation_lost();
+        if self.cooperative() && !lost {
+            return false;
+        }
         crate::mark!(if lost {
             "client:consumer-partitions-lost-handed-out"
         } else {
@@ -248,12 +292,19 @@ impl SimConsumer {
         true
     }
 
-    /// Rejoins the group if it asked for it or we are not in a stable generation: revokes
-    /// everything, starts the join loop if none runs, and waits for it until `deadline`.
+    /// Rejoins the group if it asked for it or we are not in a stable generation: starts
+    /// the join loop if none runs and waits for it until `deadline`. Eager: everything is
+    /// revoked first. Cooperative (KIP-429): the owned partitions are kept and go on being
+    /// fetched while the join loop runs (Java's `poll` does not wait for the join), and the
+    /// new assignment revokes only what moved ([`SimConsumer::on_joined`]).
     ///
     /// # Errors
     /// [`ClientError::Timeout`] while the rebalance goes on; the join loop's fatal errors.
     async fn ensure_active_group(&mut self, deadline: &Deadline) -> Result<(), ClientError> {
+        if let Some(assignment) = self.pending_assignment.take() {
+            // The revocation was handed out by the previous poll.
+            self.apply_assignment(assignment);
+        }
         if self.rebalance_task.is_none() {
             let joined = {
                 let m = self.group.membership();
@@ -262,17 +313,13 @@ impl SimConsumer {
             if joined {
                 return Ok(());
             }
-            if !self.assignment.is_empty() {
-                crate::mark!("client:consumer-partitions-revoked");
-            }
-            self.revocation_handed_out = false;
-            self.revocation = None;
-            self.revoke_all();
-            self.group.membership().stable = false;
-            let task = self.group.clone().rebalance(self.topics.clone());
-            self.rebalance_task = Some(tokio::spawn(task));
+            self.start_rebalance();
         }
+        let keeps_fetching = self.cooperative() && !self.assignment.is_empty();
         let task = self.rebalance_task.as_mut().expect("started above");
+        if keeps_fetching && !task.is_finished() {
+            return Ok(());
+        }
         let Ok(finished) = tokio::time::timeout(deadline.remaining(), task).await else {
             return Err(deadline.timeout("rebalance"));
         };
@@ -281,9 +328,78 @@ impl SimConsumer {
         let mut assignment = joined.assignment;
         assignment.sort();
         tracing::debug!(generation = joined.generation, ?assignment, "assigned");
-        self.needs_committed = assignment.iter().cloned().collect();
-        self.assignment = assignment;
+        self.on_joined(assignment);
         Ok(())
+    }
+
+    /// Java's `onJoinPrepare` and `initiateJoinGroup`: revokes everything (eager, or when
+    /// the generation was lost) or nothing (cooperative), then starts the join loop with
+    /// what is still owned.
+    fn start_rebalance(&mut self) {
+        if self.cooperative() && !self.generation_lost() {
+            if self.second_phase {
+                crate::mark!("client:cooperative-second-rejoin");
+            }
+        } else {
+            if !self.assignment.is_empty() {
+                crate::mark!("client:consumer-partitions-revoked");
+            }
+            self.revoke_all();
+        }
+        self.second_phase = false;
+        self.revocation_handed_out = false;
+        self.revocation = None;
+        self.group.membership().stable = false;
+        let task = (self.group.clone()).rebalance(self.topics.clone(), self.assignment.clone());
+        self.rebalance_task = Some(tokio::spawn(task));
+    }
+
+    /// Java's `onJoinComplete`. Eager: the assignment replaces the empty one. Cooperative:
+    /// owned partitions no longer assigned are revoked (with a listener, handed out as a
+    /// [`Revocation`] first, the new assignment applied by the next poll) and, if any were,
+    /// the member rejoins (`requestRejoin`) so the next generation can hand them over.
+    fn on_joined(&mut self, assignment: Vec<TopicPartition>) {
+        let revoked: Vec<TopicPartition> = (self.assignment.iter())
+            .filter(|tp| !assignment.contains(tp))
+            .cloned()
+            .collect();
+        if self.cooperative() && !revoked.is_empty() {
+            crate::mark!(if revoked.len() < self.assignment.len() {
+                "client:cooperative-revoke-partial"
+            } else {
+                "client:consumer-partitions-revoked"
+            });
+            self.group.membership().rejoin_needed = true;
+            self.second_phase = true;
+            if self.listening {
+                crate::mark!("client:consumer-revocation-handed-out");
+                self.revocation = Some(Revocation {
+                    partitions: revoked,
+                    lost: false,
+                });
+                self.revocation_handed_out = true;
+                self.pending_assignment = Some(assignment);
+                return;
+            }
+        }
+        self.apply_assignment(assignment);
+    }
+
+    /// Takes `assignment` (sorted): partitions it drops lose their position, buffered
+    /// records and pause; those kept keep theirs (Java's `assignFromSubscribed`); new ones
+    /// are positioned from their committed offsets.
+    fn apply_assignment(&mut self, assignment: Vec<TopicPartition>) {
+        for tp in self.assignment.iter().filter(|tp| !assignment.contains(tp)) {
+            self.positions.remove(tp);
+            self.needs_committed.remove(tp);
+            self.needs_reset.remove(tp);
+            self.epochs.forget(tp);
+            self.paused.remove(tp);
+        }
+        self.buffer.retain(|r| assignment.contains(&r.tp));
+        let added = assignment.iter().filter(|tp| !self.assignment.contains(tp));
+        self.needs_committed.extend(added.cloned());
+        self.assignment = assignment;
     }
 
     /// Positions newly assigned partitions: committed offsets first, then
@@ -605,6 +721,8 @@ impl Consumer for SimConsumer {
                     return Ok(Vec::new());
                 }
                 match self.ensure_active_group(&deadline).await {
+                    // A cooperative revocation was handed out.
+                    Ok(()) if self.pending_assignment.is_some() => return Ok(Vec::new()),
                     Ok(()) => self.update_positions(&deadline).await?,
                     // Java's poll returns empty when the group is not ready in time.
                     Err(ClientError::Timeout { .. }) => return Ok(Vec::new()),
@@ -618,6 +736,10 @@ impl Consumer for SimConsumer {
                 failed |= self.on_fetch_done(done);
             }
             if self.has_deliverable() {
+                if self.rebalance_task.is_some() {
+                    // Cooperative: owned partitions are processed while the group rebalances.
+                    crate::mark!("client:cooperative-poll-during-rebalance");
+                }
                 return Ok(self.drain());
             }
             if deadline.expired() {

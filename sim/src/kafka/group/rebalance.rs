@@ -1,7 +1,7 @@
 //! One group's state machine: joining, rebalancing, expiry. The request handlers in
 //! `requests.rs` validate and then call these.
 
-use super::{Group, GroupState, InitialDelay, Member, Parked};
+use super::{Group, GroupRecord, GroupState, InitialDelay, Member, Parked};
 use crate::kafka::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +11,7 @@ pub(super) struct JoinMetadata {
     pub rebalance_timeout_ms: u64,
     /// Sorted and deduplicated.
     pub topics: Vec<String>,
+    pub protocols: GroupProtocols,
 }
 
 impl Group {
@@ -26,9 +27,60 @@ impl Group {
             pending_sync: BTreeSet::new(),
             sync_deadline_ms: 0,
             assignments: BTreeMap::new(),
+            protocol: String::new(),
             offsets: BTreeMap::new(),
             pending_txn_offsets: BTreeMap::new(),
+            record: None,
         }
+    }
+
+    /// Writes the group's metadata record (see [`GroupCoordinator::reload`]).
+    ///
+    /// [`GroupCoordinator::reload`]: super::GroupCoordinator::reload
+    fn write_record(&mut self) {
+        let mut members = self.members.clone();
+        for m in members.values_mut() {
+            m.join_token = None;
+            m.sync_token = None;
+        }
+        self.record = Some(GroupRecord {
+            generation: self.generation,
+            leader: self.leader.clone(),
+            members,
+            assignments: self.assignments.clone(),
+        });
+    }
+
+    /// Becomes what the last metadata record says (see [`GroupCoordinator::reload`]).
+    ///
+    /// [`GroupCoordinator::reload`]: super::GroupCoordinator::reload
+    pub(super) fn reload(&mut self, now: TimeMs, parked: &mut Parked) {
+        crate::mark!("kafka:group-reloaded-from-records");
+        for member in self.members.values() {
+            for token in [member.join_token, member.sync_token].into_iter().flatten() {
+                parked.answer(token, Response::Error(KafkaError::NotCoordinator), now);
+            }
+        }
+        let record = self.record.clone().unwrap_or(GroupRecord {
+            generation: 0,
+            leader: None,
+            members: BTreeMap::new(),
+            assignments: BTreeMap::new(),
+        });
+        self.generation = record.generation;
+        self.leader = record.leader;
+        self.members = record.members;
+        for m in self.members.values_mut() {
+            m.last_heartbeat_ms = now;
+        }
+        self.assignments = record.assignments;
+        self.state = match self.members.is_empty() {
+            true => GroupState::Empty,
+            false => GroupState::Stable,
+        };
+        self.pending_members.clear();
+        self.pending_sync.clear();
+        self.initial_delay = None;
     }
 
     /// The largest rebalance timeout of the members (Kafka's `rebalanceTimeoutMs`).
@@ -54,6 +106,7 @@ impl Group {
             session_timeout_ms: meta.session_timeout_ms,
             rebalance_timeout_ms: meta.rebalance_timeout_ms,
             topics: meta.topics,
+            protocols: meta.protocols,
             last_heartbeat_ms: now,
             join_token: Some(token),
             sync_token: None,
@@ -92,10 +145,12 @@ impl Group {
             .members
             .get_mut(member_id)
             .expect("rejoin of a known member");
-        let changed = member.topics != meta.topics;
+        // Kafka compares the protocols and their metadata (`ClassicGroupMember.matches`).
+        let changed = member.topics != meta.topics || member.protocols != meta.protocols;
         member.session_timeout_ms = meta.session_timeout_ms;
         member.rebalance_timeout_ms = meta.rebalance_timeout_ms;
         member.topics = meta.topics;
+        member.protocols = meta.protocols;
         member.last_heartbeat_ms = now;
         let rebalance = match self.state {
             GroupState::PreparingRebalance => false,
@@ -120,26 +175,71 @@ impl Group {
         Ok(token)
     }
 
+    /// Whether a member offering `names` may join (Kafka's `supportsProtocols`): an empty
+    /// group takes any non-empty offer, else one name must be offered by every member.
+    pub(super) fn supports_protocols(&self, names: &[String]) -> bool {
+        if self.members.is_empty() {
+            return !names.is_empty();
+        }
+        names.iter().any(|n| self.offered_by_all(n))
+    }
+
+    fn offered_by_all(&self, name: &String) -> bool {
+        self.members
+            .values()
+            .all(|m| m.protocols.names.contains(name))
+    }
+
+    /// The assignor of the generation (Kafka's `selectProtocol`): among the names every
+    /// member offers, each member votes for the first it lists; most votes wins, a tie
+    /// goes to the name first in the leader's list.
+    fn select_protocol(&self) -> String {
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for member in self.members.values() {
+            let vote = member
+                .protocols
+                .names
+                .iter()
+                .find(|n| self.offered_by_all(n));
+            if let Some(name) = vote {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        let leader = self.leader.as_ref().and_then(|l| self.members.get(l));
+        let order = leader
+            .map(|m| m.protocols.names.clone())
+            .unwrap_or_default();
+        let mut best: Option<(&String, usize)> = None;
+        for name in &order {
+            let count = votes.get(name).copied().unwrap_or(0);
+            if count > 0 && best.is_none_or(|(_, b)| count > b) {
+                best = Some((name, count));
+            }
+        }
+        best.map(|(name, _)| name.clone()).unwrap_or_default()
+    }
+
     /// The JoinGroup response of the current generation for `member_id`; only the leader
-    /// gets the members and their topics.
+    /// gets the members, their topics and what they own.
     fn join_response(&self, member_id: &str) -> Response {
         let leader = self
             .leader
             .clone()
             .expect("a group with members has a leader");
-        let members = if leader == member_id {
-            self.members
-                .iter()
-                .map(|(id, m)| (id.clone(), m.topics.clone()))
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
+        let is_leader = leader == member_id;
+        let members = self.members.iter().filter(|_| is_leader);
         Response::JoinGroup {
             generation: self.generation,
             member_id: member_id.to_string(),
             leader,
-            members,
+            protocol: self.protocol.clone(),
+            members: members
+                .clone()
+                .map(|(id, m)| (id.clone(), m.topics.clone()))
+                .collect(),
+            owned: members
+                .map(|(id, m)| (id.clone(), m.protocols.owned.clone()))
+                .collect(),
         }
     }
 
@@ -231,9 +331,12 @@ impl Group {
         self.initial_delay = None;
         if self.members.is_empty() {
             self.state = GroupState::Empty;
+            self.assignments.clear();
+            self.write_record();
             return;
         }
         self.state = GroupState::CompletingRebalance;
+        self.protocol = self.select_protocol();
         let ids: Vec<String> = self.members.keys().cloned().collect();
         for member_id in &ids {
             let response = self.join_response(member_id);
@@ -327,6 +430,7 @@ impl Group {
             .map(|id| (id.clone(), assignments.remove(id).unwrap_or_default()))
             .collect();
         self.state = GroupState::Stable;
+        self.write_record();
         for (member_id, member) in self.members.iter_mut() {
             if let Some(token) = member.sync_token.take() {
                 let assignment = self.assignments[member_id].clone();

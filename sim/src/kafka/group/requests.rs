@@ -14,9 +14,10 @@ impl GroupCoordinator {
         group_id: String,
         member_id: String,
         timeouts: (u64, u64),
-        mut topics: Vec<String>,
+        subscription: (Vec<String>, GroupProtocols),
     ) -> Reply {
         let (session_timeout_ms, rebalance_timeout_ms) = timeouts;
+        let (mut topics, protocols) = subscription;
         let config = &self.config;
         if session_timeout_ms < config.group_min_session_timeout_ms
             || session_timeout_ms > config.group_max_session_timeout_ms
@@ -33,6 +34,9 @@ impl GroupCoordinator {
         if group.state == GroupState::Dead {
             return error(KafkaError::UnknownMemberId);
         }
+        if !group.supports_protocols(&protocols.names) {
+            return error(KafkaError::InconsistentGroupProtocol);
+        }
         if member_id.is_empty() {
             // KIP-394: hand out an id; the member counts as pending until it rejoins.
             let member_id = format!("{MEMBER_ID_PREFIX}{}", self.next_member_number);
@@ -48,6 +52,7 @@ impl GroupCoordinator {
             session_timeout_ms,
             rebalance_timeout_ms,
             topics,
+            protocols,
         };
         let token = if group.pending_members.remove(&member_id).is_some() {
             group.add_member(now, &member_id, meta, &mut self.parked, &self.config)

@@ -21,14 +21,22 @@ fn tp(partition: u32) -> TopicPartition {
     TopicPartition::new(TOPIC, partition)
 }
 
-fn join_request(member_id: &str) -> Request {
+/// JoinGroup of `member_id` offering the assignors `names`, owning partitions `owned`.
+fn offering(member_id: &str, names: &[&str], owned: &[u32]) -> Request {
+    let mut protocols = GroupProtocols::offering(names);
+    protocols.owned.partitions = owned.iter().map(|&p| tp(p)).collect();
     Request::JoinGroup {
         group_id: G.into(),
         member_id: member_id.into(),
         session_timeout_ms: SESSION_MS,
         rebalance_timeout_ms: REBALANCE_MS,
         topics: vec![TOPIC.into()],
+        protocols,
     }
+}
+
+fn join_request(member_id: &str) -> Request {
+    offering(member_id, &["range"], &[])
 }
 
 fn done(reply: Reply) -> Response {
@@ -213,6 +221,7 @@ fn session_timeout_outside_the_broker_bounds_is_rejected() {
             session_timeout_ms,
             rebalance_timeout_ms: REBALANCE_MS,
             topics: vec![TOPIC.into()],
+            protocols: GroupProtocols::offering(&["range"]),
         };
         assert_eq!(
             done(c.handle(0, request)),
@@ -231,7 +240,9 @@ fn a_single_member_leads_generation_one_and_gets_the_assignment_it_sent() {
         generation: 1,
         member_id: a.clone(),
         leader: a.clone(),
+        protocol: "range".into(),
         members,
+        owned: BTreeMap::from([(a.clone(), GroupProtocols::offering(&[]).owned)]),
     };
     assert_eq!(done(reply), expected);
     assert_eq!(c.state(G), Some(GroupState::CompletingRebalance));
@@ -558,7 +569,9 @@ fn a_follower_rejoining_a_stable_group_unchanged_gets_the_current_generation() {
         generation: 2,
         member_id: b,
         leader: a,
+        protocol: "range".into(),
         members: BTreeMap::new(),
+        owned: BTreeMap::new(),
     };
     assert_eq!(response, expected);
     assert_eq!(c.state(G), Some(GroupState::Stable));
@@ -599,4 +612,79 @@ fn a_handed_out_member_id_that_is_never_used_expires_after_the_session_timeout()
         generation_of(&c.poll_parked(SESSION_MS, token).expect("answered")),
         2
     );
+}
+
+/// JoinGroup of a new member offering `names`: its id and the second reply (or the
+/// refusal of the first, with an empty id).
+fn join_offering(c: &mut GroupCoordinator, names: &[&str]) -> (String, Reply) {
+    match done(c.handle(0, offering("", names, &[]))) {
+        Response::MemberIdRequired { member_id } => {
+            let reply = c.handle(0, offering(&member_id, names, &[]));
+            (member_id, reply)
+        }
+        refused => (String::new(), Reply::Done(refused)),
+    }
+}
+
+/// Kafka's `selectProtocol`: among the names every member offers, the one most members
+/// list first. Kafka 3.x's default list [range, cooperative-sticky] next to a member that
+/// offers only cooperative-sticky selects cooperative-sticky; the leader gets every
+/// member's owned partitions as their JoinGroups carried them.
+#[test]
+fn the_group_selects_the_protocol_every_member_offers_and_relays_owned_partitions() {
+    let mut c = GroupCoordinator::new(config());
+    let default_list = ["range", "cooperative-sticky"];
+    let (a, first) = join_offering(&mut c, &default_list);
+    assert_eq!(generation_of(&done(first)), 1);
+    let (b, second) = join_offering(&mut c, &["cooperative-sticky"]);
+    let second = parked(second);
+    let rejoin = done(c.handle(0, offering(&a, &default_list, &[0])));
+    let second = c.poll_parked(0, second).expect("answered");
+    for response in [&rejoin, &second] {
+        let Response::JoinGroup { protocol, .. } = response else {
+            panic!("expected a JoinGroup response, got {response:?}");
+        };
+        assert_eq!(protocol, "cooperative-sticky");
+    }
+    let Response::JoinGroup { owned, members, .. } = rejoin else {
+        panic!("the first member leads: {rejoin:?}");
+    };
+    assert_eq!(members.len(), 2);
+    assert_eq!(owned[&a].partitions, vec![tp(0)]);
+    assert!(owned[&b].partitions.is_empty());
+}
+
+/// `supportsProtocols`: a member offering nothing the group's members all offer is refused
+/// with INCONSISTENT_GROUP_PROTOCOL, and so is an empty offer.
+#[test]
+fn a_member_offering_no_common_protocol_is_refused() {
+    let mut c = GroupCoordinator::new(config());
+    let _ = join_offering(&mut c, &["range"]);
+    let (_, refused) = join_offering(&mut c, &["cooperative-sticky"]);
+    assert_eq!(
+        done(refused),
+        Response::Error(KafkaError::InconsistentGroupProtocol)
+    );
+    let mut empty = GroupCoordinator::new(config());
+    let (_, refused) = join_offering(&mut empty, &[]);
+    assert_eq!(
+        done(refused),
+        Response::Error(KafkaError::InconsistentGroupProtocol)
+    );
+}
+
+/// `ClassicGroupMember.matches` compares the protocol metadata: a follower of a stable
+/// group rejoining with other owned partitions (the cooperative second phase) starts a
+/// rebalance, where the same metadata would get the current generation.
+#[test]
+fn a_rejoin_with_other_owned_partitions_starts_a_rebalance() {
+    let mut c = GroupCoordinator::new(config());
+    let (a, b) = completing_group_of_two(&mut c, 0);
+    let _ = leader_sync(&mut c, 0, 2, &a, &[(&a, vec![tp(0)]), (&b, vec![tp(1)])]);
+    let mut request = join_request(&b);
+    if let Request::JoinGroup { protocols, .. } = &mut request {
+        protocols.owned.partitions = vec![tp(1)];
+    }
+    let _ = parked(c.handle(10, request));
+    assert_eq!(c.state(G), Some(GroupState::PreparingRebalance));
 }

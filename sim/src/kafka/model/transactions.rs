@@ -75,23 +75,10 @@ impl Cluster {
             } => {
                 return self.txns.init_producer_id(now, None, 0, (-1, -1));
             }
-            Request::InitProducerId {
-                transactional_id: Some(t),
-                ..
-            }
-            | Request::AddPartitionsToTxn {
-                transactional_id: t,
-                ..
-            }
-            | Request::AddOffsetsToTxn {
-                transactional_id: t,
-                ..
-            }
-            | Request::EndTxn {
-                transactional_id: t,
-                ..
-            } => t.clone(),
-            other => unreachable!("not a transaction request: {other:?}"),
+            other => match other.coordinator_key() {
+                Some((t, CoordinatorKind::Transaction)) => t.to_string(),
+                _ => unreachable!("not a transaction request: {other:?}"),
+            },
         };
         if let Err(e) = self.check_coordinator(now, broker, &tid, CoordinatorKind::Transaction) {
             return Response::Error(e);
@@ -217,13 +204,12 @@ impl Cluster {
 
     /// `WriteTxnMarkers` (C.5): for every transaction in Prepare*, each pending partition's
     /// marker is appended at its leader and acknowledged once that leader's HW passes it. The
-    /// coordinator broker must run and reach the leader; a marker lost to a truncation is
-    /// written again.
+    /// coordinator broker must act as the leader of the id's `__transaction_state`
+    /// partition (it sends the markers of what it loaded), run and reach the leader; a
+    /// marker lost to a truncation is written again.
     pub(super) fn write_markers(&mut self, now: TimeMs, env: &dyn Env) {
         for task in self.txns.marker_tasks() {
-            let Some(coordinator) =
-                self.coordinator_for(&task.transactional_id, CoordinatorKind::Transaction)
-            else {
+            let Some(coordinator) = self.acting_coordinator(&task.transactional_id) else {
                 continue;
             };
             let Some(leader) = self.leader(&task.tp) else {

@@ -615,6 +615,7 @@ fn join(w: &mut World, group: &str) -> (String, i32) {
             session_timeout_ms: 30_000,
             rebalance_timeout_ms: 30_000,
             topics: vec!["t".into()],
+            protocols: GroupProtocols::offering(&["range"]),
         };
         match w.send_to(c, req) {
             Response::MemberIdRequired { member_id } => member = member_id,
@@ -954,6 +955,7 @@ fn a_partitioned_ex_group_coordinator_that_still_believes_it_leads_changes_nothi
         session_timeout_ms: 30_000,
         rebalance_timeout_ms: 30_000,
         topics: vec!["t".into()],
+        protocols: GroupProtocols::offering(&["range"]),
     };
     assert_eq!(err(&w.send_to(old, join_new)), KafkaError::NotCoordinator);
     let beat = Request::Heartbeat {

@@ -1,14 +1,19 @@
 //! The consumer's side of the classic group protocol: finding the coordinator, the join loop
-//! (JoinGroup, SyncGroup, the leader's range assignment) and the heartbeat task.
+//! (JoinGroup offering the `partition.assignment.strategy` assignors with what the member
+//! owns, SyncGroup with the leader's assignment by the selected one) and the heartbeat task.
 //!
 //! The join loop and the heartbeats run as tasks of their own on the consumer's node, as
 //! Java's heartbeat thread drives the network client between polls: a rebalance progresses
 //! while the application is busy, and a paused node stops both.
 
+use super::sticky::cooperative_sticky_assign;
 use super::{backoff, unexpected, Deadline, JOIN_GROUP_TIMEOUT_EXTRA_MS, RETRY_BACKOFF_MS};
 use crate::client::sim::conn::{request_name, Connection};
-use crate::client::{ClientError, ConsumerConfig};
-use eosim_sim::kafka::{BrokerId, CoordinatorKind, KafkaError, Request, Response, TopicPartition};
+use crate::client::{AssignmentStrategy, ClientError, ConsumerConfig};
+use eosim_sim::kafka::{
+    BrokerId, CoordinatorKind, GroupProtocols, KafkaError, OwnedPartitions, Request, Response,
+    TopicPartition,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -61,6 +66,9 @@ pub type AssignmentFuture<'a> =
 /// SyncGroup carry no user data, so an implementation keeps what its members would put in
 /// them (Kafka Streams' `SubscriptionInfo` / `AssignmentInfo`) itself.
 pub trait GroupAssignor: Send + Sync {
+    /// The protocol name the JoinGroup offers (`ConsumerPartitionAssignor.name()`), the only
+    /// one: a member with an assignor of its own offers no other.
+    fn name(&self) -> &'static str;
     /// Called before each JoinGroup with the member id it carries (empty on the first).
     fn on_join(&self, member_id: &str);
     /// The leader's assignment of `generation`: `members` maps member id to subscribed
@@ -138,7 +146,9 @@ struct JoinResult {
     generation: i32,
     member_id: String,
     leader: String,
+    protocol: String,
     members: BTreeMap<String, Vec<String>>,
+    owned: BTreeMap<String, OwnedPartitions>,
 }
 
 /// What the consumer, its join loop and its heartbeat task share. Cloning shares it.
@@ -238,8 +248,13 @@ impl GroupClient {
     /// The join loop, run as its own task: JoinGroup (again after MEMBER_ID_REQUIRED),
     /// SyncGroup with the leader's assignment, until the member is stable in a generation
     /// or a fatal error. It keeps trying while the coordinator cannot be reached, as Java
-    /// does; the polls waiting for it have their own deadlines.
-    pub async fn rebalance(self, topics: Vec<String>) -> Result<Joined, ClientError> {
+    /// does; the polls waiting for it have their own deadlines. `owned` is what the member
+    /// keeps while it rejoins (empty under the eager protocol).
+    pub async fn rebalance(
+        self,
+        topics: Vec<String>,
+        owned: Vec<TopicPartition>,
+    ) -> Result<Joined, ClientError> {
         loop {
             let deadline = Deadline::after(self.request_timeout());
             let coordinator = match self.ensure_coordinator(&deadline).await {
@@ -247,7 +262,7 @@ impl GroupClient {
                 Err(ClientError::Timeout { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            let Some(join) = self.join(coordinator, &topics).await? else {
+            let Some(join) = self.join(coordinator, &topics, &owned).await? else {
                 continue;
             };
             if let Some(joined) = self.sync(coordinator, join).await? {
@@ -261,22 +276,43 @@ impl GroupClient {
         Duration::from_millis(self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS)
     }
 
+    /// The protocols a JoinGroup offers: the assignor's name, or the configured strategies'
+    /// in order; each with `owned` and the member's generation (Java's
+    /// `ConsumerCoordinator.metadata`).
+    fn protocols(&self, owned: &[TopicPartition]) -> GroupProtocols {
+        let names = match &self.assignor {
+            Some(a) => vec![a.name().to_string()],
+            None => (self.config.partition_assignment_strategy.iter())
+                .map(|s| s.name().to_string())
+                .collect(),
+        };
+        let owned = OwnedPartitions {
+            partitions: owned.to_vec(),
+            generation: self.membership().generation,
+        };
+        GroupProtocols { names, owned }
+    }
+
     /// One JoinGroup; `None` to try again.
     async fn join(
         &self,
         coordinator: BrokerId,
         topics: &[String],
+        owned: &[TopicPartition],
     ) -> Result<Option<JoinResult>, ClientError> {
         if let Some(assignor) = &self.assignor {
             let member_id = self.membership().member_id.clone();
             assignor.on_join(&member_id);
         }
+        // Before the request: its `membership()` guard lives to the end of the statement.
+        let protocols = self.protocols(owned);
         let request = Request::JoinGroup {
             group_id: self.config.group_id.clone(),
             member_id: self.membership().member_id.clone(),
             session_timeout_ms: self.config.session_timeout_ms,
             rebalance_timeout_ms: self.config.max_poll_interval_ms,
             topics: topics.to_vec(),
+            protocols,
         };
         let timeout = self.rebalance_request_timeout();
         match self.conn.request(coordinator, request, timeout).await {
@@ -288,12 +324,16 @@ impl GroupClient {
                 generation,
                 member_id,
                 leader,
+                protocol,
                 members,
+                owned,
             }) => Ok(Some(JoinResult {
                 generation,
                 member_id,
                 leader,
+                protocol,
                 members,
+                owned,
             })),
             Ok(Response::Error(e)) => self.on_rebalance_error(e).await.map(|()| None),
             Ok(other) => Err(unexpected("JoinGroup", &other)),
@@ -305,15 +345,15 @@ impl GroupClient {
         }
     }
 
-    /// One SyncGroup (the leader's with the range assignment); on success the member is
-    /// stable in the generation and heartbeats start.
+    /// One SyncGroup (the leader's with its assignment); on success the member is stable in
+    /// the generation and heartbeats start.
     async fn sync(
         &self,
         coordinator: BrokerId,
         join: JoinResult,
     ) -> Result<Option<Joined>, ClientError> {
         let assignments = if join.leader == join.member_id {
-            self.leader_assignment(join.generation, &join.members).await
+            self.leader_assignment(&join).await
         } else {
             BTreeMap::new()
         };
@@ -362,14 +402,12 @@ impl GroupClient {
         }
     }
 
-    /// The leader's range assignment (or the [`GroupAssignor`]'s) over the members'
+    /// The leader's assignment by the selected protocol ([`range_assign`],
+    /// [`cooperative_sticky_assign`] or the [`GroupAssignor`]'s) over the members'
     /// subscriptions, with partition counts from fresh metadata (topics whose metadata
     /// cannot be had are skipped).
-    async fn leader_assignment(
-        &self,
-        generation: i32,
-        members: &BTreeMap<String, Vec<String>>,
-    ) -> BTreeMap<String, Vec<TopicPartition>> {
+    async fn leader_assignment(&self, join: &JoinResult) -> BTreeMap<String, Vec<TopicPartition>> {
+        let members = &join.members;
         let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
         let topics: Vec<String> = topics.into_iter().collect();
         let _ = self
@@ -382,8 +420,11 @@ impl GroupClient {
             .collect();
         match &self.assignor {
             Some(a) => {
-                a.assign(&self.conn, generation, members, &partition_counts)
+                a.assign(&self.conn, join.generation, members, &partition_counts)
                     .await
+            }
+            None if join.protocol == AssignmentStrategy::CooperativeSticky.name() => {
+                cooperative_sticky_assign(members, &join.owned, &partition_counts)
             }
             None => range_assign(members, &partition_counts),
         }

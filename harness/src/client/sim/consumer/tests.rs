@@ -2,6 +2,7 @@
 //! fake serving the real group coordinator, in madsim.
 
 use super::*;
+use crate::client::AssignmentStrategy;
 use eosim_sim::kafka::service::broker_ip;
 use eosim_sim::kafka::AbortedTxn;
 use std::sync::{Arc, Mutex};
@@ -646,6 +647,36 @@ fn the_heartbeat_task_finds_the_coordinator_again_after_a_timeout() {
     });
 }
 
+/// A consumer of the fake broker's topic, subscribed; listening for revocations if
+/// `listen`.
+async fn subscribed(config: ConsumerConfig, listen: bool) -> SimConsumer {
+    let conn = Connection::open(1).await.expect("client endpoint");
+    let mut consumer = SimConsumer::new(conn, config);
+    if listen {
+        assert!(consumer.listen_for_revocations());
+    }
+    consumer
+        .subscribe(&[fake_broker::TOPIC.to_string()])
+        .await
+        .expect("subscribe");
+    consumer
+}
+
+/// One poll of at most 500 ms; `next` learns the next offset of each partition it returned.
+async fn poll_tracking(
+    consumer: &mut SimConsumer,
+    next: &mut BTreeMap<TopicPartition, Offset>,
+) -> Vec<ConsumedRecord> {
+    let records = consumer
+        .poll(Duration::from_millis(500))
+        .await
+        .expect("poll");
+    for r in &records {
+        next.insert(r.tp.clone(), r.offset + 1);
+    }
+    records
+}
+
 /// What a listening consumer saw when a second member joined: the revocation it was handed
 /// (if any), the result of committing the revoked partitions before its next poll, and its
 /// assignment at the end.
@@ -654,24 +685,12 @@ type RevocationSeen = (Option<Revocation>, Option<Result<(), ClientError>>, usiz
 /// Consumes alone, listening for revocations, for 15 s (a second member joins at 5 s);
 /// commits what it consumed when handed a revocation, before polling again.
 async fn consume_listening() -> RevocationSeen {
-    let conn = Connection::open(1).await.expect("client endpoint");
-    let mut consumer = SimConsumer::new(conn, test_config());
-    assert!(consumer.listen_for_revocations());
-    consumer
-        .subscribe(&[fake_broker::TOPIC.to_string()])
-        .await
-        .expect("subscribe");
+    let mut consumer = subscribed(test_config(), true).await;
     let mut next = BTreeMap::new();
     let (mut revocation, mut commit) = (None, None);
     let end = Instant::now() + Duration::from_secs(15);
     while Instant::now() < end {
-        let records = consumer
-            .poll(Duration::from_millis(500))
-            .await
-            .expect("poll");
-        for r in &records {
-            next.insert(r.tp.clone(), r.offset + 1);
-        }
+        let records = poll_tracking(&mut consumer, &mut next).await;
         if let Some(r) = consumer.take_revocation() {
             assert!(records.is_empty(), "a revoking poll returns nothing");
             assert_eq!(consumer.assignment(), r.partitions, "still assigned");
@@ -692,12 +711,7 @@ fn a_listening_consumer_hands_out_its_partitions_before_it_rejoins_and_can_commi
     let runtime = madsim::runtime::Runtime::new();
     runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let broker = handle
-            .create_node()
-            .name("broker-1")
-            .ip(broker_ip(1))
-            .build();
-        broker.spawn(fake_broker::serve(Instant::now()));
+        start_fake_broker(&handle);
         let a = handle
             .create_node()
             .name("consumer-a")
@@ -736,12 +750,7 @@ fn a_paused_partition_is_held_back_until_resumed() {
     let runtime = madsim::runtime::Runtime::new();
     let (while_paused, after) = runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let broker = handle
-            .create_node()
-            .name("broker-1")
-            .ip(broker_ip(1))
-            .build();
-        broker.spawn(fake_broker::serve(Instant::now()));
+        start_fake_broker(&handle);
         let node = handle
             .create_node()
             .name("consumer")
@@ -796,4 +805,139 @@ fn a_paused_partition_is_held_back_until_resumed() {
     );
     assert!(!while_paused.is_empty(), "the others flowed");
     assert!(after.contains(&0), "p0 came after resume: {after:?}");
+}
+
+/// What a cooperative member saw: its assignment after every poll (partition numbers), the
+/// revocations it was handed, and whether committing their offsets then succeeded.
+#[derive(Debug, Default)]
+struct CooperativeSeen {
+    assignments: Vec<Vec<u32>>,
+    revocations: Vec<(Revocation, bool)>,
+}
+
+/// A `cooperative-sticky` member that polls and commits what it got for `run_for`
+/// (commits refused while the group rebalances are let go, as Java's
+/// `RebalanceInProgressException` would be); with `listen` it commits the positions of a
+/// revocation's partitions when handed one, before polling again.
+async fn consume_cooperative(run_for: Duration, listen: bool) -> CooperativeSeen {
+    let mut config = test_config();
+    config.partition_assignment_strategy = vec![AssignmentStrategy::CooperativeSticky];
+    let mut consumer = subscribed(config, listen).await;
+    let mut seen = CooperativeSeen::default();
+    let mut next = BTreeMap::new();
+    let end = Instant::now() + run_for;
+    while Instant::now() < end {
+        let records = poll_tracking(&mut consumer, &mut next).await;
+        if let Some(r) = consumer.take_revocation() {
+            let mine: Vec<_> = (next.iter())
+                .filter(|(tp, _)| r.partitions.contains(tp))
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect();
+            let committed = consumer.commit(&mine).await.is_ok();
+            seen.revocations.push((r, committed));
+        } else if !records.is_empty() {
+            let offsets: Vec<_> = next.clone().into_iter().collect();
+            let _ = consumer.commit(&offsets).await;
+        }
+        let assignment = consumer
+            .assignment()
+            .iter()
+            .map(|tp| tp.partition)
+            .collect();
+        seen.assignments.push(assignment);
+    }
+    seen
+}
+
+/// Starts the fake broker on node `broker-1`.
+fn start_fake_broker(handle: &madsim::runtime::Handle) {
+    let broker = handle
+        .create_node()
+        .name("broker-1")
+        .ip(broker_ip(1))
+        .build();
+    broker.spawn(fake_broker::serve(Instant::now()));
+}
+
+/// Runs `a` from the start, `b` from 4 s and `c` (if any) from 9 s, each on its own node
+/// against the fake broker, each for 20 s from the start; returns what they saw.
+fn run_cooperative_members(three: bool, listen_a: bool) -> Vec<CooperativeSeen> {
+    let runtime = madsim::runtime::Runtime::new();
+    runtime.block_on(async move {
+        let handle = madsim::runtime::Handle::current();
+        start_fake_broker(&handle);
+        let starts: &[u64] = if three { &[0, 4, 9] } else { &[0, 4] };
+        let (mut tasks, mut now) = (Vec::new(), 0);
+        for (i, &start) in (1u8..).zip(starts) {
+            sleep(Duration::from_secs(start - now)).await;
+            now = start;
+            let node = handle
+                .create_node()
+                .name(format!("consumer-{i}"))
+                .ip([10, 0, 2, i].into())
+                .build();
+            let run_for = Duration::from_secs(20 - start);
+            tasks.push(node.spawn(consume_cooperative(run_for, listen_a && i == 1)));
+        }
+        let mut seen = Vec::new();
+        for task in tasks {
+            seen.push(task.await.expect("consumer task"));
+        }
+        seen
+    })
+}
+
+/// KIP-429: when a third member joins, only partitions that move are revoked. The member
+/// whose share stays the same (b, with p2 since the second member's rebalance) never gives
+/// it up, and the first member never stands empty-handed: under the eager protocol both
+/// would hold nothing while each rebalance ran.
+#[test]
+fn a_cooperative_rebalance_revokes_only_what_moves() {
+    let seen = run_cooperative_members(true, false);
+    let finals: Vec<&Vec<u32>> = seen.iter().map(|s| s.assignments.last().unwrap()).collect();
+    let mut all: Vec<u32> = finals.iter().copied().flatten().copied().collect();
+    all.sort();
+    assert_eq!(
+        all,
+        vec![0, 1, 2],
+        "each partition once at the end: {finals:?}"
+    );
+    assert!(finals.iter().all(|f| f.len() == 1), "balanced: {finals:?}");
+    for (name, s) in ["a", "b"].iter().zip(&seen) {
+        let first = s.assignments.iter().position(|a| !a.is_empty());
+        let owned = &s.assignments[first.expect("it got partitions")..];
+        assert!(
+            owned.iter().all(|a| !a.is_empty()),
+            "{name} stood empty during a rebalance: {:?}",
+            s.assignments
+        );
+    }
+    let b = &seen[1].assignments;
+    let b_owned: Vec<&Vec<u32>> = b.iter().filter(|a| !a.is_empty()).collect();
+    assert!(
+        b_owned.iter().all(|a| *a == b_owned[0]),
+        "b's partition was revoked when c joined: {b:?}"
+    );
+    eosim_sim::marks::assert_hit(&[
+        "client:cooperative-revoke-partial",
+        "client:cooperative-second-rejoin",
+    ]);
+}
+
+/// With a rebalance listener, a cooperative member is handed only the partitions the new
+/// assignment moved (`onPartitionsRevoked` from `onJoinComplete`), still owns them while
+/// it commits their offsets in the new generation, and keeps the rest throughout.
+#[test]
+fn a_cooperative_revocation_names_only_the_moved_partitions() {
+    let seen = run_cooperative_members(false, true);
+    let a = &seen[0];
+    let [(revocation, committed)] = a.revocations.as_slice() else {
+        panic!("one revocation expected: {:?}", a.revocations);
+    };
+    assert_eq!(revocation.partitions, partitions(fake_broker::TOPIC, &[2]));
+    assert!(!revocation.lost, "the generation was valid");
+    assert!(*committed, "the revoked partition's offsets were committed");
+    assert_eq!(a.assignments.last(), Some(&vec![0, 1]));
+    assert_eq!(seen[1].assignments.last(), Some(&vec![2]));
+    eosim_sim::marks::assert_hit(&["client:consumer-revocation-handed-out"]);
 }

@@ -57,6 +57,12 @@ impl PositionEpochs {
             .collect()
     }
 
+    /// Forgets `tp` (a cooperative revocation of one partition).
+    pub fn forget(&mut self, tp: &TopicPartition) {
+        self.offset_epochs.remove(tp);
+        self.leader_epochs.remove(tp);
+    }
+
     /// Forgets every partition (revocation).
     pub fn clear(&mut self) {
         self.offset_epochs.clear();

@@ -89,6 +89,7 @@ impl World {
                 member_id,
                 leader,
                 members,
+                ..
             } => {
                 client.generation = generation;
                 client.members = (leader == member_id).then(|| members.into_keys().collect());
