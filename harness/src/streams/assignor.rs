@@ -140,6 +140,39 @@ pub fn assign(
     }
 }
 
+/// The cooperative protocol's hand-over (KIP-429; apache/kafka trunk 4.0 `1eb7644`,
+/// `StreamsPartitionAssignor.populateActiveTaskAndPartitionsLists` and
+/// `buildStandbyTaskMap`): an active task given to a client while another member still
+/// owns its partition is taken out of this assignment until that owner has revoked it.
+/// The owner, no longer assigned the task, revokes it and rejoins; the follow-up rebalance
+/// gives it to its new owner. A client that has state for a task held back from it (a
+/// standby or a checkpoint: a `Position` in its report) keeps it as a standby meanwhile.
+///
+/// `owners` maps task → the client whose member owns its partition as it joins;
+/// `reports` is each client's reported task offsets. Returns the tasks held back.
+pub fn hold_back_owned_tasks(
+    assignment: &mut Assignment,
+    owners: &BTreeMap<u32, String>,
+    reports: &BTreeMap<String, BTreeMap<u32, TaskOffset>>,
+) -> BTreeSet<u32> {
+    let mut held_back = BTreeSet::new();
+    for (client, a) in assignment.clients.iter_mut() {
+        let owned_elsewhere: Vec<u32> = (a.active.iter())
+            .filter(|t| owners.get(t).is_some_and(|owner| owner != client))
+            .copied()
+            .collect();
+        for task in owned_elsewhere {
+            a.active.remove(&task);
+            held_back.insert(task);
+            let report = reports.get(client).and_then(|r| r.get(&task));
+            if matches!(report, Some(TaskOffset::Position(_))) {
+                a.standby.insert(task);
+            }
+        }
+    }
+    held_back
+}
+
 struct State<'a> {
     lags: &'a BTreeMap<String, BTreeMap<u32, Lag>>,
     config: AssignorConfig,
@@ -305,6 +338,40 @@ mod tests {
 
     fn set(tasks: &[u32]) -> BTreeSet<u32> {
         tasks.iter().copied().collect()
+    }
+
+    #[test]
+    fn cooperative_hand_over_holds_back_tasks_another_member_still_owns() {
+        let lags = clients(&[("a", &[]), ("b", &[]), ("c", &[])]);
+        let config = AssignorConfig {
+            num_standby_replicas: 0,
+            ..DEFAULTS
+        };
+        let mut assignment = assign(4, &lags, config);
+        // Round robin: a gets 0 and 3, b gets 1, c gets 2. Before, a ran 0 and 2, b 1 and 3.
+        assert_eq!(assignment.clients["a"].active, set(&[0, 3]));
+        let owners: BTreeMap<u32, String> = [(0, "a"), (1, "b"), (2, "a"), (3, "b")]
+            .map(|(t, c)| (t, c.to_string()))
+            .into();
+        let reports = BTreeMap::from([(
+            "c".to_string(),
+            BTreeMap::from([(2, TaskOffset::Position(7))]),
+        )]);
+        let held_back = hold_back_owned_tasks(&mut assignment, &owners, &reports);
+        assert_eq!(held_back, set(&[2, 3]));
+        // Kept: tasks the client owns itself; held back: those another member owns.
+        assert_eq!(assignment.clients["a"].active, set(&[0]));
+        assert_eq!(assignment.clients["b"].active, set(&[1]));
+        assert_eq!(assignment.clients["c"].active, set(&[]));
+        // c had state for task 2 (a checkpoint): it keeps it as a standby meanwhile; a had
+        // none for task 3, so it gets no standby of it.
+        assert!(assignment.clients["c"].standby.contains(&2));
+        assert!(!assignment.clients["a"].standby.contains(&3));
+        // Unowned tasks (a member that left) are handed out at once.
+        let mut again = assign(4, &lags, config);
+        let held_back = hold_back_owned_tasks(&mut again, &BTreeMap::new(), &reports);
+        assert!(held_back.is_empty());
+        assert_eq!(again.clients["c"].active, set(&[2]));
     }
 
     #[test]

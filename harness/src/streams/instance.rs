@@ -3,15 +3,16 @@
 //!
 //! The loop itself is [`super::processor`]'s, shared with the real tier; this module is its
 //! simulated host: the sim clients on one [`Connection`], the simulator's clock, the
-//! history, the Fetch-based changelog restore ([`super::restore`]) and the standby tasks
-//! with the Streams assignor ([`super::standby`]).
+//! history, the Fetch-based changelog restore ([`super::restore`]), the Streams assignor
+//! ([`super::partition_assignor`]) and the standby tasks ([`super::standby`]).
 
 use super::assignor::TaskOffset;
+use super::partition_assignor::{Board, StreamsAssignor};
 use super::processor::{
     self, ChangelogReader, Processor, ProcessorConfig, Restored, StandbyTask, StreamsHost,
 };
 use super::restore::restore;
-use super::standby::{self, Board, StreamsAssignor};
+use super::standby;
 use super::store::{Disk, KeyValueStore};
 use super::topology::Topology;
 use super::StreamsSpec;
@@ -45,7 +46,7 @@ pub struct InstanceContext {
     pub producer: ProducerConfig,
     /// The disks of persistent stores.
     pub disk: Disk,
-    /// The group's Streams user data (used when `spec.num_standby_replicas > 0`).
+    /// The group's Streams user data.
     pub board: Board,
     /// The history.
     pub recorder: Recorder,
@@ -66,6 +67,7 @@ impl InstanceContext {
             producer: self.producer.clone(),
             disk: self.disk.clone(),
             process_id: String::new(),
+            cooperative: self.spec.cooperative(),
         }
     }
 }
@@ -174,23 +176,22 @@ pub async fn run(ctx: InstanceContext) {
     }
 }
 
-/// The instance's consumer: with the Streams assignor when standbys are asked for, else
-/// with the range assignor.
+/// The instance's consumer, with the Streams assignor (cooperative unless `upgrade_from`
+/// forces eager).
 fn new_consumer(
     ctx: &InstanceContext,
     cfg: &ProcessorConfig,
     conn: &Connection,
     report: &Arc<Mutex<BTreeMap<u32, TaskOffset>>>,
 ) -> SimConsumer {
-    if ctx.spec.num_standby_replicas == 0 {
-        return SimConsumer::new(conn.clone(), cfg.consumer_config());
-    }
     let assignor = StreamsAssignor {
         board: ctx.board.clone(),
         report: report.clone(),
+        process_id: cfg.process_id.clone(),
         source: ctx.topology.source.clone(),
         changelog: ctx.spec.changelog_topic(),
         config: ctx.spec.assignor_config(),
+        cooperative: ctx.spec.cooperative(),
     };
     SimConsumer::with_assignor(conn.clone(), cfg.consumer_config(), Arc::new(assignor))
 }

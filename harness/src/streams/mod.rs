@@ -15,9 +15,11 @@
 //!   real one is `real::run::streams_instance`.
 //! - [`assignor`]: Streams' high-availability task assignment (KIP-441): actives, standbys
 //!   (`num.standby.replicas`) and warm-ups from each instance's reported changelog lags.
-//! - `standby` (simulation only): the group leader's Streams assignor over the consumer
-//!   group and the standby tasks an instance keeps from the changelog (read_committed under
-//!   exactly_once_v2), promoted to active by restoring only the tail past their position.
+//! - `partition_assignor` (simulation only): Streams' assignor in the consumer group: what
+//!   each member reports, the leader's assignment, the cooperative hand-over (KIP-429).
+//! - `standby` (simulation only): the standby tasks an instance keeps from the changelog
+//!   (read_committed under exactly_once_v2), promoted to active by restoring only the tail
+//!   past their position.
 //! - `restore` (simulation only): the simulated restore consumer (Fetch at the leader), up
 //!   to the log end offset.
 //! - [`StreamsSpec`]: the `[streams]` section of a scenario.
@@ -42,6 +44,8 @@ pub mod topology;
 
 #[cfg(madsim)]
 pub mod instance;
+#[cfg(madsim)]
+pub mod partition_assignor;
 #[cfg(madsim)]
 pub mod restore;
 #[cfg(madsim)]
@@ -125,12 +129,12 @@ pub enum StoreKind {
 /// `output_topic = "counts"`, `transaction_timeout_ms = 10000`, `session_timeout_ms` =
 /// `workload.session_timeout_ms`, `max_poll_records = 50`, `max_poll_interval_ms = 300000`,
 /// `process_ms = 0`,
-/// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`.
+/// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
+/// no `upgrade_from` (the cooperative protocol).
 ///
-/// With `num_standby_replicas = 0` (Streams' default) the group uses the range assignor, as
-/// before standbys existed here; above 0 the leader runs Streams' high-availability
-/// assignment ([`assignor`]) and instances keep standby copies of stores (in memory only,
-/// whatever `store` says).
+/// The group leader runs Streams' high-availability assignment ([`assignor`]); with
+/// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
+/// only, whatever `store` says).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamsSpec {
@@ -171,6 +175,53 @@ pub struct StreamsSpec {
     pub acceptable_recovery_lag: u64,
     /// `max.warmup.replicas`: warm-up standbys one assignment may add.
     pub max_warmup_replicas: u32,
+    /// `upgrade.from`: the version a rolling upgrade comes from. `None` (Streams' default)
+    /// rebalances with the cooperative protocol (KIP-429); 2.3 and older force the eager
+    /// one ([`UpgradeFrom::forces_eager`]).
+    pub upgrade_from: Option<UpgradeFrom>,
+}
+
+/// The values `upgrade.from` accepts (apache/kafka `streams/.../internals/
+/// UpgradeFromValues.java`, trunk 4.0 `1eb7644`), oldest first.
+pub const UPGRADE_FROM_VALUES: [&str; 24] = [
+    "0.10.0", "0.10.1", "0.10.2", "0.11.0", "1.0", "1.1", "2.0", "2.1", "2.2", "2.3", "2.4", "2.5",
+    "2.6", "2.7", "2.8", "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8",
+];
+
+/// One of [`UPGRADE_FROM_VALUES`]; any other string is refused when the scenario is read
+/// (Java throws `IllegalArgumentException: Unknown configuration value for parameter
+/// 'upgrade.from'`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct UpgradeFrom(String);
+
+impl TryFrom<String> for UpgradeFrom {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match UPGRADE_FROM_VALUES.contains(&value.as_str()) {
+            true => Ok(Self(value)),
+            false => Err(format!(
+                "unknown upgrade_from {value:?}: expected one of {}",
+                UPGRADE_FROM_VALUES.join(", ")
+            )),
+        }
+    }
+}
+
+impl From<UpgradeFrom> for String {
+    fn from(value: UpgradeFrom) -> Self {
+        value.0
+    }
+}
+
+impl UpgradeFrom {
+    /// Whether this version makes Streams rebalance eagerly: 0.10.0 to 2.3, which predate
+    /// the cooperative protocol (`AssignorConfiguration.rebalanceProtocol`).
+    pub fn forces_eager(&self) -> bool {
+        let last_eager = UPGRADE_FROM_VALUES.iter().position(|v| *v == "2.3");
+        UPGRADE_FROM_VALUES.iter().position(|v| *v == self.0) <= last_eager
+    }
 }
 
 impl Default for StreamsSpec {
@@ -192,6 +243,7 @@ impl Default for StreamsSpec {
             num_standby_replicas: 0,
             acceptable_recovery_lag: 10_000,
             max_warmup_replicas: 2,
+            upgrade_from: None,
         }
     }
 }
@@ -201,6 +253,16 @@ impl StreamsSpec {
     pub fn commit_interval_ms(&self) -> u64 {
         self.commit_interval_ms
             .unwrap_or_else(|| self.processing_guarantee.default_commit_interval_ms())
+    }
+
+    /// Whether the group rebalances with the cooperative protocol: Streams' assignor lists
+    /// COOPERATIVE among its supported protocols unless `upgrade.from` forces eager
+    /// (`StreamsPartitionAssignor.supportedProtocols`).
+    pub fn cooperative(&self) -> bool {
+        !self
+            .upgrade_from
+            .as_ref()
+            .is_some_and(UpgradeFrom::forces_eager)
     }
 
     /// The assignor settings of this spec.
@@ -226,5 +288,31 @@ impl StreamsSpec {
             self.window_size_ms,
             &self.output_topic,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_text: &str) -> Result<StreamsSpec, toml::de::Error> {
+        toml::from_str(toml_text)
+    }
+
+    #[test]
+    fn streams_rebalance_cooperatively_unless_upgrade_from_is_2_3_or_older() {
+        assert!(StreamsSpec::default().cooperative());
+        for (version, cooperative) in [("0.10.0", false), ("2.3", false), ("2.4", true)] {
+            let s = spec(&format!("upgrade_from = {version:?}")).expect("a known version");
+            assert_eq!(s.cooperative(), cooperative, "upgrade_from = {version}");
+        }
+        assert!(spec("upgrade_from = \"3.8\"").unwrap().cooperative());
+    }
+
+    #[test]
+    fn an_unknown_upgrade_from_is_refused_with_the_values_accepted() {
+        let e = spec("upgrade_from = \"2.9\"").unwrap_err().to_string();
+        assert!(e.contains("unknown upgrade_from \"2.9\""), "{e}");
+        assert!(e.contains("2.3, 2.4"), "{e}");
     }
 }

@@ -14,16 +14,23 @@
 //! commit.
 //!
 //! # Rebalances
-//! The instance listens for revocations, as `StreamsRebalanceListener` does: when the
-//! consumer is about to rejoin, the revoked tasks (under exactly_once_v2 every task: one
-//! producer, one open transaction) are committed at once, checkpointed and suspended
-//! (`TaskManager.handleRevocation`); after the rejoin a suspended task kept resumes with its
-//! store and one that moved is closed clean. Lost partitions (`onPartitionsLost`: fenced,
-//! expired) close every task dirty and re-initialize the producer (`handleLostAll`). The
-//! consumer protocol is eager (every partition revoked per rebalance), not Streams'
-//! cooperative one (KIP-429, its default since 2.4), where only moved partitions are
-//! revoked: the simulated consumer is cooperative only with `CooperativeStickyAssignor`
-//! (`client::sim::consumer`), and a member with Streams' own assignor stays eager.
+//! The instance listens for revocations, as `StreamsRebalanceListener` does, under either
+//! protocol ([`ProcessorConfig::cooperative`]):
+//! - Eager (`upgrade.from` 2.3 or older; the real tier's librdkafka consumer): when the
+//!   consumer is about to rejoin, every task is revoked: committed at once (one producer,
+//!   one open transaction under exactly_once_v2), checkpointed and suspended
+//!   (`TaskManager.handleRevocation`); after the rejoin a suspended task kept resumes with
+//!   its store and one that moved is closed clean. Nothing is processed meanwhile.
+//! - Cooperative (KIP-429, Streams' default since 2.4): the tasks kept go on processing
+//!   while the group rebalances (commits wait for a stable generation, as Java's
+//!   `rebalanceInProgress` makes them); after the SyncGroup only the tasks that moved are
+//!   revoked: committed, with every other task that needs it, checkpointed and closed
+//!   clean; the leader hands them to their new owner in the follow-up rebalance
+//!   (`streams::partition_assignor`). An open transaction of kept tasks spans the
+//!   rebalance and commits with the new generation's metadata.
+//!
+//! Lost partitions (`onPartitionsLost`: fenced, expired) close every task dirty and
+//! re-initialize the producer (`handleLostAll`).
 //!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
@@ -182,6 +189,11 @@ pub struct ProcessorConfig {
     /// The process id of this start (see [`initialize_process_id`]); empty until the host
     /// initializes it.
     pub process_id: String,
+    /// Whether the consumer rebalances with the cooperative protocol (KIP-429): owned
+    /// tasks go on processing while the group rebalances and an open transaction may span
+    /// a generation. The simulated instance follows [`StreamsSpec::cooperative`]; the real
+    /// one is eager (librdkafka's range assignor).
+    pub cooperative: bool,
 }
 
 impl ProcessorConfig {
@@ -200,6 +212,7 @@ impl ProcessorConfig {
             producer: scenario.workload.idempotent_producer_config(),
             disk,
             process_id: String::new(),
+            cooperative: s.cooperative(),
         }
     }
 
@@ -360,8 +373,12 @@ pub struct Processor<C, R, H: StreamsHost> {
     standbys: BTreeMap<u32, StandbyTask>,
     /// The generation the tasks were last confirmed in.
     generation: Option<i32>,
-    /// Group metadata of the open transaction (exactly_once_v2), `None` when none is open.
+    /// Group metadata of the open transaction (exactly_once_v2) when it began, `None` when
+    /// none is open.
     txn_group: Option<ConsumerGroupMetadata>,
+    /// The group metadata of the last stable generation seen (cooperative: a transaction
+    /// may begin while the group rebalances).
+    last_group: Option<ConsumerGroupMetadata>,
     /// Tasks committed and checkpointed on a revocation (suspended): after the rejoin a
     /// task kept resumes, a task that moved is closed clean (see
     /// [`on_revocation`](Self::on_revocation)).
@@ -399,6 +416,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             standbys: BTreeMap::new(),
             generation: None,
             txn_group: None,
+            last_group: None,
             suspended: BTreeSet::new(),
             sent: 0,
             last_commit_ns,
@@ -427,6 +445,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             Ok(fresh) => fresh,
             Err(e) => return self.recover(e, false).await,
         };
+        if !records.is_empty() && self.consumer.group_metadata().is_none() {
+            crate::mark!("streams:processed-during-rebalance");
+        }
         for r in records {
             let p = r.tp.partition;
             if fresh.contains(&p) || !self.tasks.contains_key(&p) {
@@ -457,9 +478,6 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// What the next JoinGroup reports: active tasks running, standbys at their position,
     /// other tasks at their on-disk checkpoint (Java's `getTaskOffsetSums`).
     fn publish_report(&self) {
-        if self.cfg.spec.num_standby_replicas == 0 {
-            return;
-        }
         let mut report: BTreeMap<u32, TaskOffset> = self
             .cfg
             .disk
@@ -493,10 +511,15 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let Some(group) = self.consumer.group_metadata() else {
             return Ok(BTreeSet::new());
         };
-        // A task kept from the previous generation may resume; after a missed generation
-        // someone else may have run it, so every task is lost (closed dirty).
+        self.last_group = Some(group.clone());
+        // Eager: a task kept from the previous generation may resume; after a missed
+        // generation someone else may have run it, so every task is lost (closed dirty).
+        // Cooperative: a member keeps what it owns through any number of generations
+        // unless the consumer reports it lost (the leader never hands an owned partition
+        // to another member, and a member missing from a generation is fenced).
         let previous = self.generation.replace(group.generation);
-        if previous.is_some_and(|g| group.generation != g && group.generation != g + 1) {
+        let missed = previous.is_some_and(|g| group.generation != g && group.generation != g + 1);
+        if missed && !self.cfg.cooperative {
             crate::mark!("streams:tasks-lost-missed-generation");
             let lost: Vec<u32> = self.tasks.keys().copied().collect();
             for p in lost {
@@ -539,13 +562,25 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     }
 
     /// A rebalance while a transaction is open: its records may belong to a task that
-    /// moved, and its offsets would be fenced anyway (TaskMigratedException).
+    /// moved (TaskMigratedException). Tasks suspended by a revocation were committed, so
+    /// they hold none. Eager: any new generation fails the transaction (its offsets would
+    /// be fenced, and no revocation committed it). Cooperative: a transaction of tasks kept
+    /// goes on into the new generation and commits with its group metadata, as Java's
+    /// `TaskExecutor.commitOffsetsOrTransaction` sends the consumer's current metadata.
     fn check_migrated(&self, assigned: &BTreeSet<u32>) -> Result<(), String> {
         let Some(txn) = &self.txn_group else {
             return Ok(());
         };
-        let revoked = self.revoked(assigned);
+        let revoked: Vec<u32> = (self.revoked(assigned).into_iter())
+            .filter(|p| !self.suspended.contains(p))
+            .collect();
         let now = self.consumer.group_metadata().map(|g| g.generation);
+        if self.cfg.cooperative && revoked.is_empty() {
+            if now.is_some_and(|g| g != txn.generation) {
+                crate::mark!("streams:txn-spans-rebalance");
+            }
+            return Ok(());
+        }
         if !revoked.is_empty() || now != Some(txn.generation) {
             crate::mark!("streams:task-migrated");
             return Err(format!(
@@ -580,12 +615,14 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     }
 
     /// `TaskManager.handleRevocation` (apache/kafka trunk 4.0, `streams/.../internals/
-    /// TaskManager.java`), called from `onPartitionsRevoked` before the rejoin: the revoked
-    /// tasks — and under exactly_once_v2 every task, since they share the thread's
-    /// producer and its one open transaction — are committed now whatever
-    /// `commit.interval.ms` says, the revoked ones checkpointed (`postCommit(true)`: under
-    /// exactly_once_v2 too) and suspended. A failed commit recovers as any failed commit
-    /// (TaskMigrated → every task closed dirty). `onPartitionsLost` →
+    /// TaskManager.java`), called from `onPartitionsRevoked`: eager, before the rejoin with
+    /// every partition; cooperative, after the SyncGroup with those that moved. The revoked
+    /// tasks — and with them every task that needs a commit (under exactly_once_v2 they
+    /// share the thread's producer and its one open transaction) — are committed now
+    /// whatever `commit.interval.ms` says, the revoked ones checkpointed
+    /// (`postCommit(true)`: under exactly_once_v2 too) and suspended (eager) or closed
+    /// clean (cooperative: the new assignment is already known). A failed commit recovers
+    /// as any failed commit (TaskMigrated → every task closed dirty). `onPartitionsLost` →
     /// `handleLostAll`: every task closed dirty and, under exactly_once_v2, the thread's
     /// producer re-initialized, which fences and aborts its open transaction.
     async fn on_revocation(&mut self, revocation: Revocation) {
@@ -609,7 +646,24 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
         crate::mark!("streams:revoked-tasks-committed");
         self.flush_stores(revoked.iter().copied(), true);
-        self.suspended = revoked;
+        if !self.cfg.cooperative {
+            self.suspended = revoked;
+            return;
+        }
+        // Cooperative: the revocation comes with the new generation's assignment, which the
+        // tasks kept are confirmed in; the revoked ones close now (Java's
+        // `onPartitionsAssigned` → `handleAssignment` follows at once), recycled into
+        // standbys where the new generation assigns one here.
+        if let Some(group) = self.consumer.group_metadata() {
+            self.generation = Some(group.generation);
+        }
+        let standbys = self.assigned_standbys();
+        for p in revoked {
+            match standbys.as_ref().is_some_and(|s| s.contains(&p)) {
+                true => self.recycle_to_standby(p),
+                false => self.close_clean(p),
+            }
+        }
     }
 
     /// A suspended task assigned again: it goes on with its store. Under exactly_once_v2
@@ -748,12 +802,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 .map_err(|e| (e.to_string(), false)),
             Writer::Eos(p) => {
                 if self.txn_group.is_none() {
-                    let group = self.consumer.group_metadata().ok_or_else(|| {
-                        (
-                            "no stable group generation to begin a transaction".to_string(),
-                            false,
-                        )
-                    })?;
+                    let rebalancing = self.cfg.cooperative.then(|| self.last_group.clone());
+                    let group = (self.consumer.group_metadata())
+                        .or(rebalancing.flatten())
+                        .ok_or_else(|| {
+                            let e = "no stable group generation to begin a transaction";
+                            (e.to_string(), false)
+                        })?;
                     p.begin_transaction()
                         .map_err(|e| (e.to_string(), e.is_fatal()))?;
                     self.txn_group = Some(group);
@@ -831,9 +886,12 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let Writer::Eos(p) = &self.writer else {
             unreachable!("EOS has a transactional producer")
         };
-        let Some(group) = self.txn_group.clone() else {
+        let Some(began) = self.txn_group.clone() else {
             return Ok(()); // nothing sent since the last commit: nothing to commit
         };
+        // The consumer's metadata now (Java's `commitOffsetsOrTransaction`), which is the
+        // one the transaction began with unless it spans a cooperative rebalance.
+        let group = self.consumer.group_metadata().unwrap_or(began);
         let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
         p.send_offsets_to_transaction(offsets, &group, timeout)
             .await

@@ -1,6 +1,7 @@
 //! Small conversions every pipeline shares: record bytes as text, the id a value carries,
 //! a consumed record as the history names it, the offsets to commit after a batch, and the
-//! final read_committed view of a partition; and the sends of the input producers: one
+//! final read_committed view of a partition and the drain's wait for output LSOs
+//! ([`LsoGrace`]); and the sends of the input producers: one
 //! generated id recorded as invoke then ok / fail / info ([`send_outcome`]), awaited or
 //! queued in a batching producer ([`Sends`]).
 
@@ -87,6 +88,59 @@ pub fn readable_committed(
     tp: &TopicPartition,
 ) -> Result<(), String> {
     fetch_committed(cluster, now_ms, tp, 0, 1).map(|_| ())
+}
+
+/// Grace for every output LSO to reach its HW beyond the transaction timeout, ms.
+pub const LSO_GRACE_EXTRA_MS: u64 = 15_000;
+
+/// The drain's wait for a transactional output's last stable offsets: read_committed
+/// readers see a partition only up to its LSO, so one below the HW holds a transaction
+/// whose markers are still on their way or that was left open. That is lag until a grace
+/// (`grace_ms`) after the drain first found everything else done; past it a stuck LSO is
+/// no longer lag but the checkers' finding (`stuck-lso`, an under-count), so a transaction
+/// left open by a dead member gets its timeout and markers in flight are always waited for.
+#[derive(Debug, Default)]
+pub struct LsoGrace {
+    /// When the drain first found everything but the LSOs done, ns.
+    settled_ns: Option<u64>,
+}
+
+impl LsoGrace {
+    /// Appends to `lag` (the rest of the drain's lag, computed first) each partition of
+    /// `outputs` not readable read_committed and, within the grace, each whose LSO is
+    /// below its HW. `now_ns` is the simulated clock.
+    pub fn output_lag(
+        &mut self,
+        cluster: &mut Cluster,
+        (now_ms, now_ns): (u64, u64),
+        outputs: &[TopicPartition],
+        grace_ms: u64,
+        lag: &mut Vec<String>,
+    ) {
+        let mut unstable = Vec::new();
+        for tp in outputs {
+            if let Err(e) = readable_committed(cluster, now_ms, tp) {
+                lag.push(format!("not readable: {e}"));
+            }
+            let hw = cluster.high_watermark(tp).unwrap_or(0);
+            let lso = cluster.last_stable_offset(tp).unwrap_or(0);
+            if lso < hw {
+                unstable.push(format!(
+                    "{tp}: last stable offset {lso} < high watermark {hw}"
+                ));
+            }
+        }
+        if unstable.is_empty() {
+            return;
+        }
+        let grace_over = lag.is_empty() && {
+            let settled = *self.settled_ns.get_or_insert(now_ns);
+            now_ns >= settled + grace_ms * 1_000_000
+        };
+        if !grace_over {
+            lag.extend(unstable);
+        }
+    }
 }
 
 /// `fetch.max.bytes` / `max.partition.fetch.bytes` of [`read_committed`]'s fetches: the

@@ -24,7 +24,7 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::{read_committed, readable_committed, text, IdHandout};
+use super::records::{read_committed, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -33,8 +33,8 @@ use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpd
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
+use crate::streams::partition_assignor::Board;
 use crate::streams::processor::ProcessorConfig;
-use crate::streams::standby::Board;
 use crate::streams::store::Disk;
 use crate::streams::{input_id_and_time, output_update};
 use bytes::Bytes;
@@ -45,15 +45,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Grace after the drain began for every output LSO to reach its HW, on top of the
-/// transaction timeout, ms.
-const LSO_GRACE_EXTRA_MS: u64 = 15_000;
-
 #[derive(Debug, Default)]
 struct Shared {
     /// The ids the producer processes take.
     ids: IdHandout,
-    drain_started_ns: Option<u64>,
+    /// The drain's wait for the output's LSOs.
+    lso_grace: LsoGrace,
 }
 
 #[derive(Clone)]
@@ -171,19 +168,6 @@ impl StreamsCount {
         Self { ctx }
     }
 
-    fn lso_grace_over(&self) -> bool {
-        let now = now_ns();
-        let started = *self
-            .ctx
-            .shared
-            .lock()
-            .expect("shared lock")
-            .drain_started_ns
-            .get_or_insert(now);
-        let grace_ms = self.ctx.scenario.streams.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
-        now >= started + grace_ms * 1_000_000
-    }
-
     fn record(&self, value: Value) {
         self.ctx
             .recorder
@@ -223,13 +207,12 @@ impl Pipeline for StreamsCount {
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset is behind
-    /// the HW; output partitions not readable, or (within a grace) with LSO below HW.
+    /// the HW; output partitions not readable, or with LSO below HW ([`LsoGrace`]).
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.producers_done() {
             lag.push("producers not done".to_string());
         }
-        let grace_over = self.lso_grace_over();
         let group = &self.ctx.scenario.streams.application_id;
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
@@ -241,24 +224,12 @@ impl Pipeline for StreamsCount {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
         }
-        let now_ms = world.kafka.now_ms();
-        for tp in self
-            .ctx
-            .scenario
-            .topic
-            .partitions_of(&self.ctx.scenario.streams.output_topic)
-        {
-            if let Err(e) = readable_committed(&mut cluster, now_ms, &tp) {
-                lag.push(format!("not readable: {e}"));
-            }
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let lso = cluster.last_stable_offset(&tp).unwrap_or(0);
-            if lso < hw && !grace_over {
-                lag.push(format!(
-                    "{tp}: last stable offset {lso} < high watermark {hw}"
-                ));
-            }
-        }
+        let outputs =
+            (self.ctx.scenario.topic).partitions_of(&self.ctx.scenario.streams.output_topic);
+        let grace_ms = self.ctx.scenario.streams.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
+        let now = (world.kafka.now_ms(), now_ns());
+        let mut shared = self.ctx.shared.lock().expect("shared lock");
+        (shared.lso_grace).output_lag(&mut cluster, now, &outputs, grace_ms, &mut lag);
         lag
     }
 

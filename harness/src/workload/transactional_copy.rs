@@ -32,8 +32,8 @@
 //!    for input whose output was aborted.
 
 use super::records::{
-    next_offsets, parse_id, read_committed, readable_committed, record_ref, send_id, text,
-    IdHandout,
+    next_offsets, parse_id, read_committed, record_ref, send_id, text, IdHandout, LsoGrace,
+    LSO_GRACE_EXTRA_MS,
 };
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
@@ -58,9 +58,6 @@ use std::time::Duration;
 pub const COPY_GROUP: &str = "copier";
 /// The copiers' `max.poll.interval.ms` (and rebalance timeout), ms.
 const COPIER_MAX_POLL_INTERVAL_MS: u64 = 20_000;
-/// Grace after the drain began for every output LSO to reach its HW (markers of the last
-/// commits, coordinator timeout aborts), on top of the transaction timeout, ms.
-const LSO_GRACE_EXTRA_MS: u64 = 15_000;
 
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
@@ -68,8 +65,8 @@ struct Shared {
     /// The ids the producer processes take.
     ids: IdHandout,
     next_txn: u64,
-    /// When `lag` was first asked (the drain's start), ns.
-    drain_started_ns: Option<u64>,
+    /// The drain's wait for the output's LSOs.
+    lso_grace: LsoGrace,
 }
 
 /// Everything a process needs.
@@ -390,14 +387,6 @@ impl TransactionalCopy {
         let scenario = &self.ctx.scenario;
         scenario.topic.partitions_of(&scenario.copy.output_topic)
     }
-
-    /// Whether the drain has run past the grace for output LSOs to catch up.
-    fn lso_grace_over(&self) -> bool {
-        let now = now_ns();
-        let started = *self.ctx.shared().drain_started_ns.get_or_insert(now);
-        let grace_ms = self.ctx.scenario.copy.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
-        now >= started + grace_ms * 1_000_000
-    }
 }
 
 impl Pipeline for TransactionalCopy {
@@ -437,14 +426,14 @@ impl Pipeline for TransactionalCopy {
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset (group
-    /// `copier`) is behind the HW; and, within a grace, output partitions whose LSO is below
-    /// the HW. A stuck LSO past the grace is not lag but a finding (`stuck-lso`).
+    /// `copier`) is behind the HW; output partitions not readable or whose LSO is below the
+    /// HW ([`LsoGrace`]: a stuck LSO past the grace is not lag but a finding,
+    /// `stuck-lso`).
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.producers_done() {
             lag.push("producers not done".to_string());
         }
-        let grace_over = self.lso_grace_over();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(COPY_GROUP).into_iter().collect();
@@ -455,21 +444,10 @@ impl Pipeline for TransactionalCopy {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
         }
-        let now_ms = world.kafka.now_ms();
-        for tp in self.output() {
-            if let Err(e) = readable_committed(&mut cluster, now_ms, &tp) {
-                lag.push(format!("not readable: {e}"));
-            }
-        }
-        for tp in self.output().into_iter().filter(|_| !grace_over) {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let lso = cluster.last_stable_offset(&tp).unwrap_or(0);
-            if lso < hw {
-                lag.push(format!(
-                    "{tp}: last stable offset {lso} < high watermark {hw}"
-                ));
-            }
-        }
+        let grace_ms = self.ctx.scenario.copy.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
+        let now = (world.kafka.now_ms(), now_ns());
+        let outputs = self.output();
+        (self.ctx.shared().lso_grace).output_lag(&mut cluster, now, &outputs, grace_ms, &mut lag);
         lag
     }
 

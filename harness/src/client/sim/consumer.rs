@@ -44,8 +44,10 @@
 //!
 //! # Cooperative
 //! When `partition.assignment.strategy` lists only `CooperativeStickyAssignor`
-//! ([`ConsumerConfig::cooperative`]), the consumer follows `ConsumerCoordinator`'s
-//! COOPERATIVE branches (Kafka 3.x `clients/.../consumer/internals/ConsumerCoordinator.java`):
+//! ([`ConsumerConfig::cooperative`]), or the member's own [`GroupAssignor`] supports the
+//! COOPERATIVE protocol (Kafka Streams' does by default), the consumer follows
+//! `ConsumerCoordinator`'s COOPERATIVE branches (Kafka 3.x
+//! `clients/.../consumer/internals/ConsumerCoordinator.java`):
 //! - `onJoinPrepare` revokes nothing (the subscription does not change here) unless the
 //!   generation was lost, which loses everything as under eager. The JoinGroup carries the
 //!   owned partitions and the generation (`ConsumerProtocolSubscription` v1/v2).
@@ -69,9 +71,8 @@
 //!
 //! # Not modelled
 //! Auto-commit (ConsumerConfig has no `enable.auto.commit`), static membership, fetch
-//! sessions (KIP-227: every Fetch names its partitions), the leader's
-//! `validateCooperativeAssignment`, and cooperative members with an assignor of their own
-//! ([`GroupAssignor`], Streams'): those stay eager.
+//! sessions (KIP-227: every Fetch names its partitions) and the leader's
+//! `validateCooperativeAssignment`.
 
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
@@ -244,10 +245,14 @@ impl SimConsumer {
         self.paused.clear();
     }
 
-    /// Whether this member follows the cooperative protocol (an assignor of its own, as
-    /// Streams', is eager here).
+    /// Whether this member follows the cooperative protocol: by its assignor's supported
+    /// protocols ([`GroupAssignor::cooperative`], Streams') or else by
+    /// `partition.assignment.strategy`.
     fn cooperative(&self) -> bool {
-        self.group.assignor.is_none() && self.group.config.cooperative()
+        match &self.group.assignor {
+            Some(assignor) => assignor.cooperative(),
+            None => self.group.config.cooperative(),
+        }
     }
 
     /// Whether the generation or member id was reset: owned partitions are lost.

@@ -230,7 +230,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         target,
         env,
         workers: pipelines::workers(scenario),
-        notes: Vec::new(),
+        notes: pipelines::deviations(scenario),
         bulk_loads: Vec::new(),
         connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
         fault_point_restarts: BTreeMap::new(),

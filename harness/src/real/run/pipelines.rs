@@ -193,6 +193,15 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
     out
 }
 
+/// What the real run does differently from the simulation of `scenario` and runs anyway,
+/// for the result's notes (each names the difference and why).
+pub fn deviations(scenario: &Scenario) -> Vec<String> {
+    match scenario.pipeline {
+        Pipeline::StreamsCount => super::streams_count::deviations(scenario),
+        _ => Vec::new(),
+    }
+}
+
 /// Starts what the pipeline needs besides the topic: for `connect-jdbc`, PostgreSQL (with
 /// the connector's role) and the dead-letter queue topic.
 ///

@@ -45,6 +45,19 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     None
 }
 
+/// What the real instances do differently from the simulated ones (see
+/// [`super::pipelines::deviations`]).
+pub fn deviations(scenario: &Scenario) -> Vec<String> {
+    let mut notes = Vec::new();
+    if scenario.streams.cooperative() {
+        notes.push(
+            "streams: the real instances rebalance eagerly (librdkafka's range assignor:              every task revoked and committed at each rebalance); Kafka Streams and the              simulation rebalance cooperatively (KIP-429) unless streams.upgrade_from is              2.3 or older"
+                .into(),
+        );
+    }
+    notes
+}
+
 /// The output topic and the changelog, with the input topic's settings.
 fn topics(scenario: &Scenario) -> [TopicSpec; 2] {
     let input = &scenario.topic;

@@ -168,6 +168,8 @@ pub fn instance_index(name: &str) -> Result<u32, String> {
 pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let s = &spec.scenario;
     let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    // librdkafka's range assignor rebalances eagerly (the run's notes say so).
+    cfg.cooperative = false;
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -69,16 +69,24 @@ pub trait GroupAssignor: Send + Sync {
     /// The protocol name the JoinGroup offers (`ConsumerPartitionAssignor.name()`), the only
     /// one: a member with an assignor of its own offers no other.
     fn name(&self) -> &'static str;
+    /// Whether `supportedProtocols()` lists COOPERATIVE besides EAGER: the consumer then
+    /// follows the cooperative protocol (KIP-429), as `ConsumerCoordinator` picks the
+    /// highest protocol its assignors share. Eager only unless an assignor says so.
+    fn cooperative(&self) -> bool {
+        false
+    }
     /// Called before each JoinGroup with the member id it carries (empty on the first).
     fn on_join(&self, member_id: &str);
     /// The leader's assignment of `generation`: `members` maps member id to subscribed
-    /// topics, `partition_counts` has every known topic's partition count; `conn` is the
-    /// leader's connection for what else it needs to look up (end offsets).
+    /// topics, `owned` to what each member still owns as it joins (empty under the eager
+    /// protocol), `partition_counts` has every known topic's partition count; `conn` is
+    /// the leader's connection for what else it needs to look up (end offsets).
     fn assign<'a>(
         &'a self,
         conn: &'a Connection,
         generation: i32,
         members: &'a BTreeMap<String, Vec<String>>,
+        owned: &'a BTreeMap<String, OwnedPartitions>,
         partition_counts: &'a BTreeMap<String, u32>,
     ) -> AssignmentFuture<'a>;
 }
@@ -420,8 +428,15 @@ impl GroupClient {
             .collect();
         match &self.assignor {
             Some(a) => {
-                a.assign(&self.conn, join.generation, members, &partition_counts)
-                    .await
+                let owned = &join.owned;
+                a.assign(
+                    &self.conn,
+                    join.generation,
+                    members,
+                    owned,
+                    &partition_counts,
+                )
+                .await
             }
             None if join.protocol == AssignmentStrategy::CooperativeSticky.name() => {
                 cooperative_sticky_assign(members, &join.owned, &partition_counts)
