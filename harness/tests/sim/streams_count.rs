@@ -120,7 +120,10 @@ fn exactly_once_v2_fences_an_instance_paused_past_its_timeouts() {
             fenced_seeds.push(seed);
         }
     }
-    assert!(!fenced_seeds.is_empty(), "the zombie was never fenced by epoch");
+    assert!(
+        !fenced_seeds.is_empty(),
+        "the zombie was never fenced by epoch"
+    );
 }
 
 #[test]
