@@ -155,3 +155,24 @@ impl Run<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(streams: &str) -> Scenario {
+        let text = format!(
+            "name = \"t\"\npipeline = \"streams-count\"\nclaim = \"exactly-once\"\n\
+             [streams]\n{streams}"
+        );
+        toml::from_str(&text).expect("scenario parses")
+    }
+
+    #[test]
+    fn a_cooperative_scenario_is_noted_as_run_eagerly_on_the_real_tier() {
+        let notes = deviations(&scenario(""));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("rebalance eagerly"), "{notes:?}");
+        assert!(deviations(&scenario("upgrade_from = \"2.3\"")).is_empty());
+    }
+}
