@@ -51,7 +51,10 @@ pub fn deviations(scenario: &Scenario) -> Vec<String> {
     let mut notes = Vec::new();
     if scenario.streams.cooperative() {
         notes.push(
-            "streams: the real instances rebalance eagerly (librdkafka's range assignor:              every task revoked and committed at each rebalance); Kafka Streams and the              simulation rebalance cooperatively (KIP-429) unless streams.upgrade_from is              2.3 or older"
+            "streams: the real instances rebalance eagerly (librdkafka's range assignor: \
+             every task revoked and committed at each rebalance); Kafka Streams and the \
+             simulation rebalance cooperatively (KIP-429) unless streams.upgrade_from is \
+             2.3 or older"
                 .into(),
         );
     }
@@ -173,6 +176,10 @@ mod tests {
         let notes = deviations(&scenario(""));
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("rebalance eagerly"), "{notes:?}");
+        assert!(
+            !notes[0].contains("  "),
+            "one sentence, no runs of spaces: {notes:?}"
+        );
         assert!(deviations(&scenario("upgrade_from = \"2.3\"")).is_empty());
     }
 }
