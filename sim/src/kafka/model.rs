@@ -1016,7 +1016,15 @@ impl Cluster {
             }
         }
         match self.config.transaction_protocol {
-            TxnProtocol::PreKip890 => Ok(()),
+            TxnProtocol::PreKip890 => {
+                // Accepted whatever the coordinator knows: a batch outside every ongoing
+                // transaction of its producer (a produce delayed past its abort) opens one
+                // at the partition that no marker will close, or joins the next (F8).
+                if self.txns.verify_produce(pid, epoch, tp).is_err() {
+                    crate::mark!("kafka:produce-outside-coordinator-txn");
+                }
+                Ok(())
+            }
             TxnProtocol::Kip890Part1 => self.txns.verify_produce(pid, epoch, tp),
             TxnProtocol::Tv2 => self.txns.add_partition_implicitly(now, pid, epoch, tp),
         }

@@ -45,7 +45,10 @@ fn f8a(protocol: TxnProtocol) -> (World, Response) {
 
 #[test]
 fn f8a_before_kip_890_a_produce_delayed_past_the_abort_marker_hangs_the_partition() {
+    // Marks are per thread: start from none (see `crate::marks`).
+    crate::marks::take();
     let (mut w, r) = f8a(TxnProtocol::PreKip890);
+    crate::marks::assert_hit(&["kafka:produce-outside-coordinator-txn"]);
     let a2_offset = offset(&r);
     assert_eq!(w.lso(&tp(0)), a2_offset, "LSO stuck at the hanging batch");
     assert!(w.hw(&tp(0)) > a2_offset + 1);
