@@ -112,6 +112,23 @@ pub fn run_batch(
 /// The seeds of `scenario` this run tries, in order: its corpus seeds first, then its
 /// `[check] regression_seeds` (unless `--seed` chose the seeds), then `base + i` for each
 /// of its seeds; each once, and only those of this shard.
+/// Sorted `seeds` as runs of consecutive seeds, `first..=last` each (a lone seed as
+/// itself), comma-separated: `1..=5,796` for five seeds and a pinned regression seed.
+fn seed_ranges(seeds: &[u64]) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &seed in seeds {
+        match runs.last_mut() {
+            Some((_, last)) if seed == *last + 1 => *last = seed,
+            _ => runs.push((seed, seed)),
+        }
+    }
+    let run = |(first, last): &(u64, u64)| match first == last {
+        true => first.to_string(),
+        false => format!("{first}..={last}"),
+    };
+    runs.iter().map(run).collect::<Vec<_>>().join(",")
+}
+
 fn planned_seeds(scenario: &Scenario, options: &BatchOptions) -> Result<Vec<u64>, String> {
     let base = options.seed.unwrap_or(DEFAULT_SEED_BASE);
     let count = options.seeds.unwrap_or(if options.seed.is_some() {
@@ -179,14 +196,15 @@ impl Finish<'_> {
         // A single seed is a replay: its own block says it all.
         let verbose = self.options.verbose || count == 1;
         if count > 1 {
-            let (first, last) = (seeds[0].verdict.seed, seeds[count - 1].verdict.seed);
+            let ran: Vec<u64> = seeds.iter().map(|s| s.verdict.seed).collect();
+            let ranges = seed_ranges(&ran);
             let shard = self
                 .options
                 .partition
                 .map(|p| format!(" partition={p}"))
                 .unwrap_or_default();
             (self.say)(&format!(
-                "SEED={first}..={last} scenario={name} build={build} seeds={count}{shard}"
+                "SEED={ranges} scenario={name} build={build} seeds={count}{shard}"
             ));
         }
         for s in &seeds {
@@ -402,6 +420,13 @@ mod tests {
     fn scenario(check: &str) -> Scenario {
         let text = format!("pipeline = \"kafka-consume\"\nclaim = \"at-least-once\"\n{check}");
         Scenario::parse(Path::new("s.toml"), &text).expect("valid scenario")
+    }
+
+    #[test]
+    fn the_seed_header_names_runs_of_consecutive_seeds() {
+        assert_eq!(seed_ranges(&[1, 2, 3, 4, 5]), "1..=5");
+        assert_eq!(seed_ranges(&[1, 2, 3, 4, 5, 796]), "1..=5,796");
+        assert_eq!(seed_ranges(&[2, 4, 5]), "2,4..=5");
     }
 
     #[test]

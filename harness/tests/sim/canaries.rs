@@ -198,7 +198,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     AnomalyCanary {
         anomaly: Anomaly::AggregateUnderCount,
         file: "p3-alo-zombie-loses-increments.toml",
-        seeds: 1,
+        seeds: 2,
     },
     AnomalyCanary {
         anomaly: Anomaly::SendRejected,
