@@ -1002,6 +1002,15 @@ fn the_real_client_commits_batches_whole_and_reports_sqlstates() {
     let mut client = RealPostgres::from_connection_string(&pg.connection_string(), 5_000)
         .expect("connection string parses");
     rt.block_on(batches_and_reads(&mut client));
+    // pgJDBC's reWriteBatchedInserts: the same replies, the same failing statement named
+    // (the rewritten attempt fails as one statement; the rerun names it), the same table.
+    let mut rewriting = RealPostgres::from_connection_string(&pg.connection_string(), 5_000)
+        .expect("connection string parses")
+        .with_rewrite_batched_inserts(true);
+    rt.block_on(async {
+        rewriting.run_sql("DROP TABLE t1").await.expect("drop");
+        batches_and_reads(&mut rewriting).await;
+    });
     // A server killed under the client: the next call fails without a server error, and
     // the one after the restart reconnects by itself.
     pg.kill();
@@ -1029,19 +1038,22 @@ fn jdbc_sink_transactions_agree_with_real_postgres() {
     let pg = timed("postgres start", || Postgres::start(dir.path())).expect("postgres starts");
     let rt = real_support::runtime();
     let cases = real_support::diff_cases(48);
-    let (agreed, ran, tally) = timed(&format!("JDBC sink differential, {cases} cases"), || {
-        jdbc_differential::run_suite(&rt, &pg.connection_string(), cases)
-    });
-    real_support::report_agreement("JDBC sink transactions", agreed, ran, &tally);
-    for kind in [
-        "put ok",
-        "reported 22P02",
-        "reported 22003",
-        "reported 23502",
-    ] {
-        assert!(
-            tally.contains_key(kind),
-            "{kind} never exercised: {tally:?}"
-        );
+    for rewrite in [false, true] {
+        let what = format!("JDBC sink differential, {cases} cases, rewrite {rewrite}");
+        let (agreed, ran, tally) = timed(&what, || {
+            jdbc_differential::run_suite(&rt, &pg.connection_string(), cases, rewrite)
+        });
+        real_support::report_agreement(&what, agreed, ran, &tally);
+        for kind in [
+            "put ok",
+            "reported 22P02",
+            "reported 22003",
+            "reported 23502",
+        ] {
+            assert!(
+                tally.contains_key(kind),
+                "{kind} never exercised: {tally:?}"
+            );
+        }
     }
 }

@@ -231,6 +231,8 @@ fn p2_upsert_with_a_worker_killed_mid_run_is_exact_on_real_kafka_and_postgres() 
         m.rows_written
     );
     assert!(m.sink_put_rows_per_s.is_some_and(|r| r > 0.0));
+    // The JDBC sink keeps no state store.
+    assert_eq!(m.state_store, None);
     let methods: Vec<&str> = m.bulk_loads.iter().map(|b| b.method.as_str()).collect();
     assert_eq!(methods, ["COPY FROM STDIN", "one multi-row INSERT"]);
     for b in &m.bulk_loads {
@@ -272,6 +274,16 @@ fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
             "restart target=[worker-0]"
         ]
     );
+    // The seed design's state store, counted apart from its inserts: a read and two
+    // writes per put of the surviving puts (one record each), so about twice as many
+    // writes as reads.
+    let m = result.measured.as_ref().expect("measured");
+    let store = m
+        .state_store
+        .as_ref()
+        .expect("the sink's state store is measured");
+    assert!(store.reads > 0 && store.writes >= store.reads, "{store:?}");
+    assert!(store.put_share > 0.0 && store.put_share < 1.0, "{store:?}");
     assert_short_and_clean(&result, 120.0);
 }
 

@@ -7,7 +7,14 @@
 //! 500 by default, then `preCommit`), beside one `INSERT ... FORMAT JSONEachRow` of all
 //! the rows into a twin table. Each sink batch costs a state read, two state writes
 //! (ZooKeeper) and one INSERT, so the ratio shows what the exactly-once bookkeeping and
-//! small inserts cost against ClickHouse's preferred bulk shape.
+//! small inserts cost against ClickHouse's preferred bulk shape; the state store's share
+//! is counted apart ([`BulkRatio::state_time_s`], from the client's
+//! [`StoreMeter`](crate::client::real::meter::StoreMeter)).
+//!
+//! [`jdbc::jdbc_sink_vs_bulk`]: the JDBC sink task over the real PostgreSQL client, in
+//! `insert` or `upsert` mode, beside `COPY` and one multi-row `INSERT` of the same rows.
+
+pub mod jdbc;
 
 use crate::client::clickhouse::{ChClientError, ClickHouse};
 use crate::client::real::clickhouse::quote_ident;
@@ -26,14 +33,24 @@ use std::time::Instant;
 pub struct BulkRatio {
     /// The target (`clickhouse 18.16.1`, ...).
     pub target: String,
+    /// The sink and the bulk load compared (`ClickHouse sink (seed) vs one INSERT`).
+    pub method: String,
     /// Rows loaded each way.
     pub rows: u64,
     /// Records per sink batch (`put`).
     pub batch_rows: u64,
-    /// Rows per second through the sink task.
+    /// Rows per second through the sink task (its state-store calls included).
     pub sink_rows_per_s: f64,
     /// Rows per second of the bulk load.
     pub bulk_rows_per_s: f64,
+    /// State-store reads the sink made (0 for a sink without one, such as JDBC).
+    pub state_reads: u64,
+    /// State-store writes the sink made.
+    pub state_writes: u64,
+    /// Wall time the sink spent in its state-store calls, s.
+    pub state_time_s: f64,
+    /// Wall time the sink took for all its rows, s.
+    pub sink_time_s: f64,
 }
 
 impl BulkRatio {
@@ -51,15 +68,28 @@ impl std::fmt::Display for BulkRatio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: {} rows, sink {:.0} rows/s (batches of {}), bulk load {:.0} rows/s, \
+            "{} {}: {} rows, sink {:.0} rows/s (batches of {}), bulk load {:.0} rows/s, \
              ratio {:.3}",
             self.target,
+            self.method,
             self.rows,
             self.sink_rows_per_s,
             self.batch_rows,
             self.bulk_rows_per_s,
             self.ratio()
-        )
+        )?;
+        if self.state_reads + self.state_writes > 0 {
+            let share = self.state_time_s / self.sink_time_s.max(1e-9);
+            write!(
+                f,
+                "; state store: {} reads, {} writes, {:.3} s ({:.0} % of the sink's time)",
+                self.state_reads,
+                self.state_writes,
+                self.state_time_s,
+                share * 100.0
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -72,6 +102,9 @@ pub enum BulkError {
     /// The sink task failed.
     #[error("sink task: {0}")]
     Task(#[from] ConnectError),
+    /// Setting up or bulk-loading failed (the statement and the server's error).
+    #[error("{0}")]
+    Setup(String),
     /// The table does not hold what was loaded.
     #[error("{table} holds {found} rows after loading {loaded}")]
     Count {
@@ -107,10 +140,6 @@ pub fn seed_record(tp: &TopicPartition, offset: Offset) -> SinkRecord {
         headers: Vec::new(),
         timestamp_ms: 0,
     }
-}
-
-fn per_s(rows: u64, started: Instant) -> f64 {
-    rows as f64 / started.elapsed().as_secs_f64().max(1e-9)
 }
 
 async fn expect_count(ch: &ClickHouseWithZooKeeper, table: &str, n: u64) -> Result<(), BulkError> {
@@ -190,6 +219,7 @@ pub async fn clickhouse_sink_vs_bulk(
     let tp = TopicPartition::new(format!("{prefix}-{stamp}"), 0);
     task.open(std::slice::from_ref(&tp)).await?;
     let mut reports = KeptReports::default();
+    let before = ch.meter.reading();
     let started = Instant::now();
     for first in (0..rows).step_by(batch_rows.max(1) as usize) {
         let last = (first + batch_rows).min(rows);
@@ -200,7 +230,10 @@ pub async fn clickhouse_sink_vs_bulk(
         task.pre_commit(&BTreeMap::from([(tp.clone(), last as Offset)]))
             .await?;
     }
-    let sink_rows_per_s = per_s(rows, started);
+    let (sink_time_s, state) = (
+        started.elapsed().as_secs_f64(),
+        ch.meter.reading().since(before),
+    );
     expect_count(ch, &sink_table, rows).await?;
     def.name = bulk_table.clone();
     let all = (0..rows).map(|o| seed_record(&tp, o as Offset).value.expect("set"));
@@ -208,9 +241,14 @@ pub async fn clickhouse_sink_vs_bulk(
     let bulk_rows_per_s = loaded as f64 / time_s.max(1e-9);
     Ok(BulkRatio {
         target: format!("clickhouse {}", ch.clickhouse.version().await?),
+        method: "ClickHouse sink (seed) vs one INSERT (JSONEachRow)".into(),
         rows,
         batch_rows,
-        sink_rows_per_s,
+        sink_rows_per_s: rows as f64 / sink_time_s.max(1e-9),
         bulk_rows_per_s,
+        state_reads: state.reads,
+        state_writes: state.writes,
+        state_time_s: state.busy_ns as f64 / 1e9,
+        sink_time_s,
     })
 }

@@ -603,6 +603,7 @@ mod tests {
             records_acked: 1000,
             rows_written: 1000,
             sink_put_rows_per_s: Some(3000.0),
+            state_store: None,
             bulk_loads: vec![
                 bulk("COPY FROM STDIN", 0.3),
                 bulk("one multi-row INSERT", 0.6),

@@ -204,6 +204,21 @@ fn bulk_section(out: &mut String, scenarios: &[ScenarioResult]) {
             b.sink_ratio
         );
     }
+    for (s, m) in scenarios
+        .iter()
+        .filter_map(|s| Some((s, s.measured.as_ref()?.state_store.as_ref()?)))
+    {
+        let _ = writeln!(
+            out,
+            "\n{}: the sink's state store took {} reads and {} writes, {:.3} s, {:.0} % of \
+             its put time.",
+            cell(&s.scenario),
+            m.reads,
+            m.writes,
+            m.time_s,
+            m.put_share * 100.0
+        );
+    }
 }
 
 fn failing_section(out: &mut String, s: &ScenarioResult) {

@@ -300,9 +300,27 @@ pub struct Measured {
     /// where the sink does not report its puts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink_put_rows_per_s: Option<f64>,
+    /// What the sink's state store cost inside its puts (the exactly-once ClickHouse sink's
+    /// state records), counted apart so the bookkeeping's share of
+    /// [`Measured::sink_put_rows_per_s`] is visible; absent for a sink without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_store: Option<StateStoreCost>,
     /// The same rows bulk-loaded into a fresh table in the same run, one entry per method.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_loads: Vec<BulkLoad>,
+}
+
+/// The state-store calls a sink made inside its puts over a real run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateStoreCost {
+    /// State reads.
+    pub reads: u64,
+    /// State writes.
+    pub writes: u64,
+    /// Wall time inside those calls, s.
+    pub time_s: f64,
+    /// That time over the time spent inside `put` (0.6: 60 % of the put time).
+    pub put_share: f64,
 }
 
 /// One bulk load of the rows the sink wrote, into a fresh table of the same target, after

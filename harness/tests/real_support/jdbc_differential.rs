@@ -280,46 +280,49 @@ impl PostgresClient for ModelPg {
 }
 
 /// Runs the suite against the real server at `conn` (a libpq connection string):
-/// `cases` generated cases, each on its own table. Returns (agreed, ran, tally of put
-/// outcomes and reported SQLSTATEs).
+/// `cases` generated cases, each on its own table, the real writer with pgJDBC's
+/// `reWriteBatchedInserts` set to `rewrite` (a put's one-row INSERTs sent as multi-row
+/// ones must do what the model does with them one by one). Returns (agreed, ran, tally of
+/// put outcomes and reported SQLSTATEs).
 pub fn run_suite(
     rt: &tokio::runtime::Runtime,
     conn: &str,
     cases: u32,
+    rewrite: bool,
 ) -> (u32, u32, BTreeMap<String, u32>) {
-    real_support::run_differential(
-        "JDBC sink transactions",
-        cases,
-        64,
-        case_strategy(),
-        |n, case| {
-            let table = format!("jdbc_diff_{n}");
-            let model = rt.block_on(async {
-                let writer = ModelPg::new().await;
-                let mut reader = ModelPg::on(writer.world.clone()).await;
-                run(&case, &table, Box::new(writer), &mut reader).await
-            });
-            let client = || {
-                RealPostgres::from_connection_string(conn, 10_000)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))
-            };
-            let (writer, mut reader) = (client()?, client()?);
-            let real = rt.block_on(run(&case, &table, Box::new(writer), &mut reader));
-            prop_assert_eq!(
-                &model,
-                &real,
-                "model (left) and real PostgreSQL (right) differ"
+    let suite = match rewrite {
+        false => "JDBC sink transactions",
+        true => "JDBC sink transactions, reWriteBatchedInserts",
+    };
+    real_support::run_differential(suite, cases, 64, case_strategy(), |n, case| {
+        // Each suite on its own tables: the two share one server.
+        let table = format!("jdbc_diff_{}{n}", if rewrite { "rw_" } else { "" });
+        let model = rt.block_on(async {
+            let writer = ModelPg::new().await;
+            let mut reader = ModelPg::on(writer.world.clone()).await;
+            run(&case, &table, Box::new(writer), &mut reader).await
+        });
+        let client = || {
+            RealPostgres::from_connection_string(conn, 10_000)
+                .map_err(|e| TestCaseError::fail(e.to_string()))
+        };
+        let (writer, mut reader) = (client()?, client()?);
+        let writer = writer.with_rewrite_batched_inserts(rewrite);
+        let real = rt.block_on(run(&case, &table, Box::new(writer), &mut reader));
+        prop_assert_eq!(
+            &model,
+            &real,
+            "model (left) and real PostgreSQL (right) differ"
+        );
+        let mut kinds = Vec::new();
+        for put in &real.puts {
+            kinds.push(format!("put {}", put.outcome));
+            kinds.extend(
+                put.reported
+                    .iter()
+                    .map(|(_, code)| format!("reported {code}")),
             );
-            let mut kinds = Vec::new();
-            for put in &real.puts {
-                kinds.push(format!("put {}", put.outcome));
-                kinds.extend(
-                    put.reported
-                        .iter()
-                        .map(|(_, code)| format!("reported {code}")),
-                );
-            }
-            Ok(kinds)
-        },
-    )
+        }
+        Ok(kinds)
+    })
 }

@@ -11,6 +11,8 @@
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
 //!   0.15 (HTTP, JSONEachRow; works with Debian's 18.16).
+//! - [`meter`]: [`StoreMeter`](meter::StoreMeter), the state-store calls of a sink counted
+//!   and timed apart from its data writes.
 //! - [`zookeeper`]: [`ZkKeeperMap`], KeeperMap tables kept directly in ZooKeeper (for
 //!   servers without KeeperMap), and [`ClickHouseWithZooKeeper`], the two together.
 //!
@@ -36,6 +38,7 @@ pub mod clickhouse;
 pub mod error;
 mod group;
 pub mod kafka;
+pub mod meter;
 pub mod postgres;
 mod rebalance;
 pub mod txn;

@@ -5,6 +5,12 @@
 //! - [`execute_batch`](PostgresClient::execute_batch): `BEGIN`, the statements pipelined
 //!   (all sent before the first answer, as pgJDBC's `executeBatch` does), `COMMIT`; the
 //!   first failing statement is the error's `index` and the transaction is rolled back.
+//! - With pgJDBC's `reWriteBatchedInserts=true` (in the JDBC URL's query, or
+//!   [`RealPostgres::with_rewrite_batched_inserts`]) a batch's runs of one-row `INSERT`s go
+//!   as multi-row `INSERT`s ([`rewrite`]). Each must report one row per statement it
+//!   stands for before the `COMMIT`; after a server error, or another count, that
+//!   transaction is rolled back and the batch runs again one statement each, so the error
+//!   names its statement as without the rewrite (the first attempt applied nothing).
 //! - Statements are rendered by [`sql`]; `UPDATE`/`DELETE`/`SELECT` take the table's
 //!   primary key from the catalog (`pg_index`), cached per table, and `SELECT` reads each
 //!   column's text by its catalog type.
@@ -19,6 +25,7 @@
 //! `COMMIT` left it is [`PgClientError::Connection`] (the server rolls the transaction
 //! back). Either way the session is dropped and the next call reconnects.
 
+pub mod rewrite;
 pub mod sql;
 
 use crate::client::postgres::{PgClientError, PostgresClient};
@@ -36,6 +43,7 @@ pub struct RealPostgres {
     timeout: Duration,
     client: Option<Client>,
     keys: BTreeMap<String, Vec<String>>,
+    rewrite_batched_inserts: bool,
 }
 
 impl std::fmt::Debug for RealPostgres {
@@ -82,6 +90,28 @@ pub fn parse_jdbc_url(url: &str) -> Result<(String, u16, String), String> {
     Ok((host, port, database.to_string()))
 }
 
+/// A boolean property of a JDBC URL's query (`?reWriteBatchedInserts=true&...`), `false`
+/// when absent, as pgJDBC reads its connection properties from the URL.
+///
+/// # Errors
+/// A value other than `true` or `false`, naming the property.
+pub fn url_flag(url: &str, name: &str) -> Result<bool, String> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == name {
+            return match value {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => Err(format!(
+                    "connection.url {url:?}: {name}={other:?}, expected true or false"
+                )),
+            };
+        }
+    }
+    Ok(false)
+}
+
 impl RealPostgres {
     /// A client for `config` whose calls wait at most `timeout_ms` (pgJDBC's
     /// `socketTimeout`).
@@ -91,7 +121,15 @@ impl RealPostgres {
             timeout: Duration::from_millis(timeout_ms),
             client: None,
             keys: BTreeMap::new(),
+            rewrite_batched_inserts: false,
         }
+    }
+
+    /// The same client with pgJDBC's `reWriteBatchedInserts` set: a batch's runs of one-row
+    /// `INSERT`s go as multi-row `INSERT`s ([`rewrite`]; see the module docs).
+    pub fn with_rewrite_batched_inserts(mut self, on: bool) -> Self {
+        self.rewrite_batched_inserts = on;
+        self
     }
 
     /// A client for the JDBC sink's `connection.url`, `connection.user` and
@@ -112,7 +150,8 @@ impl RealPostgres {
             config.password(password);
         }
         config.connect_timeout(Duration::from_millis(timeout_ms));
-        Ok(Self::new(config, timeout_ms))
+        let rewrite = url_flag(url, "reWriteBatchedInserts").map_err(PgClientError::Connection)?;
+        Ok(Self::new(config, timeout_ms).with_rewrite_batched_inserts(rewrite))
     }
 
     /// A client for a libpq connection string (`host=... port=... user=...`).
@@ -433,13 +472,36 @@ impl PostgresClient for RealPostgres {
         &mut self,
         statements: Vec<Statement>,
     ) -> Result<Vec<Reply>, PgClientError> {
+        if self.rewrite_batched_inserts {
+            let runs = rewrite::rewrite(&statements);
+            if runs.len() < statements.len() {
+                if let Some(replies) = self.rewritten_batch(&runs).await? {
+                    return Ok(replies);
+                }
+            }
+        }
         let mut texts = Vec::with_capacity(statements.len());
         for st in &statements {
             texts.push(self.render(st).await?);
         }
-        let results = self.pipelined(&texts).await?;
-        let failed = results.iter().position(Result::is_err);
-        if let Some(i) = failed {
+        let results = self.transaction(&texts).await?;
+        self.query("COMMIT", Phase::Applying).await?;
+        Ok(results
+            .iter()
+            .map(|m| Reply::Affected(affected(m)))
+            .collect())
+    }
+}
+
+impl RealPostgres {
+    /// `BEGIN` and `texts` pipelined, the transaction left open: each statement's reply, or
+    /// the first failing one as the error (its `index`), the transaction rolled back.
+    async fn transaction(
+        &mut self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<SimpleQueryMessage>>, PgClientError> {
+        let results = self.pipelined(texts).await?;
+        if let Some(i) = results.iter().position(Result::is_err) {
             let e = results[i].as_ref().expect_err("position found an error");
             let error = map_error(e, &texts[i], Phase::Before, Some(i), self.timeout_ms());
             if matches!(error, PgClientError::Db { .. }) {
@@ -450,11 +512,45 @@ impl PostgresClient for RealPostgres {
             }
             return Err(error);
         }
-        self.query("COMMIT", Phase::Applying).await?;
         Ok(results
-            .iter()
-            .map(|r| Reply::Affected(r.as_ref().map_or(0, |m| affected(m))))
+            .into_iter()
+            .map(|r| r.expect("none failed"))
             .collect())
+    }
+
+    /// The batch as `runs` in one transaction, committed when every rewritten statement
+    /// affected one row per statement it stands for: one reply per batch statement.
+    /// `None` (rolled back, nothing applied) after a server error or another count: the
+    /// caller runs the statements one by one, which names the failing one.
+    async fn rewritten_batch(
+        &mut self,
+        runs: &[rewrite::Rewritten],
+    ) -> Result<Option<Vec<Reply>>, PgClientError> {
+        let mut texts = Vec::with_capacity(runs.len());
+        for run in runs {
+            texts.push(self.render(&run.statement).await?);
+        }
+        let results = match self.transaction(&texts).await {
+            Ok(r) => r,
+            Err(PgClientError::Db { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let counts: Vec<u64> = results.iter().map(|m| affected(m)).collect();
+        let as_expected = runs
+            .iter()
+            .zip(&counts)
+            .all(|(run, n)| run.count == 1 || *n == run.count as u64);
+        if !as_expected {
+            let _ = self.query("ROLLBACK", Phase::Before).await;
+            return Ok(None);
+        }
+        self.query("COMMIT", Phase::Applying).await?;
+        let mut replies = Vec::new();
+        for (run, n) in runs.iter().zip(counts) {
+            let each = if run.count == 1 { n } else { 1 };
+            replies.extend(std::iter::repeat_n(Reply::Affected(each), run.count));
+        }
+        Ok(Some(replies))
     }
 }
 
@@ -474,6 +570,23 @@ mod tests {
         );
         assert!(parse_jdbc_url("jdbc:mysql://h/x").is_err());
         assert!(parse_jdbc_url("jdbc:postgresql://h:port/x").is_err());
+    }
+
+    #[test]
+    fn url_properties_set_the_rewrite_and_bad_values_are_named() {
+        let url = "jdbc:postgresql://h:1/db?ssl=false&reWriteBatchedInserts=true";
+        assert_eq!(url_flag(url, "reWriteBatchedInserts"), Ok(true));
+        assert_eq!(
+            url_flag("jdbc:postgresql://h/db", "reWriteBatchedInserts"),
+            Ok(false)
+        );
+        let bad = url_flag(
+            "jdbc:postgresql://h/db?reWriteBatchedInserts=yes",
+            "reWriteBatchedInserts",
+        );
+        assert!(bad.unwrap_err().contains("reWriteBatchedInserts=\"yes\""));
+        let client = RealPostgres::from_jdbc(url, "u", "", 1_000).expect("parses");
+        assert!(client.rewrite_batched_inserts);
     }
 
     #[test]

@@ -40,6 +40,7 @@
 //! [`ChClientError::Timeout`].
 
 use super::clickhouse::RealClickHouse;
+use super::meter::{StoreCall, StoreMeter};
 use crate::client::clickhouse::{ChClientError, ClickHouse, KeeperMap};
 use async_trait::async_trait;
 use eosim_sim::clickhouse::keeper::{KeeperError, Op};
@@ -363,18 +364,20 @@ impl ClickHouse for ZkKeeperMap {
             prepare_insert(&catalog, &insert).map_err(server)?
         };
         let client = self.client().await?;
-        let data_stat = self
-            .bounded("exists", client.check_stat(&prepared.table.data_path))
-            .await?;
-        let keys_now = data_stat.map_or(0, |s| s.num_children.max(0) as u64);
-        let mut existing = Vec::new();
-        for (path, _) in &prepared.entries {
-            existing.push(
-                self.bounded("exists", client.check_stat(path))
-                    .await?
-                    .is_some(),
-            );
-        }
+        // The `exists` of the table and of each key go out together, as KeeperMap's sink
+        // sends its key checks as one batch (`StorageKeeperMap.cpp`, `KeeperMapSink`); one
+        // session answers in request order, so this reads what the sequential calls did.
+        let data_stat = self.bounded("exists", client.check_stat(&prepared.table.data_path));
+        let keys = prepared
+            .entries
+            .iter()
+            .map(|(path, _)| self.bounded("exists", client.check_stat(path)));
+        let (data_stat, keys) = futures::join!(data_stat, futures::future::join_all(keys));
+        let keys_now = data_stat?.map_or(0, |s| s.num_children.max(0) as u64);
+        let existing = keys
+            .into_iter()
+            .map(|k| k.map(|stat| stat.is_some()))
+            .collect::<Result<Vec<bool>, ChClientError>>()?;
         let ops = insert_ops(&prepared, &existing, keys_now).map_err(server)?;
         let mut multi = client.new_multi_writer();
         let options = persistent();
@@ -483,6 +486,9 @@ pub struct ClickHouseWithZooKeeper<C = RealClickHouse> {
     pub clickhouse: C,
     /// The KeeperMap tables.
     pub keeper: Arc<ZkKeeperMap>,
+    /// The calls that went to the KeeperMap tables (the sink's state store), shared by
+    /// clones.
+    pub meter: Arc<StoreMeter>,
 }
 
 impl ClickHouseWithZooKeeper<RealClickHouse> {
@@ -494,6 +500,7 @@ impl ClickHouseWithZooKeeper<RealClickHouse> {
         Self {
             clickhouse: RealClickHouse::new(clickhouse),
             keeper: Arc::new(ZkKeeperMap::new(zookeeper)),
+            meter: Arc::default(),
         }
     }
 
@@ -508,6 +515,7 @@ impl ClickHouseWithZooKeeper<RealClickHouse> {
         Ok(Self {
             clickhouse: RealClickHouse::connect(clickhouse).await?,
             keeper: Arc::new(ZkKeeperMap::connect(zookeeper).await?),
+            meter: Arc::default(),
         })
     }
 }
@@ -523,14 +531,16 @@ impl<C: ClickHouse> ClickHouse for ClickHouseWithZooKeeper<C> {
 
     async fn insert(&self, insert: Insert) -> Result<InsertSummary, ChClientError> {
         if self.keeper.table(&insert.table).await?.is_some() {
-            return self.keeper.insert(insert).await;
+            let write = self.keeper.insert(insert);
+            return self.meter.time(StoreCall::Write, write).await;
         }
         self.clickhouse.insert(insert).await
     }
 
     async fn select(&self, table: &str, final_: bool) -> Result<Vec<Row>, ChClientError> {
         if self.keeper.table(table).await?.is_some() {
-            return self.keeper.select(table, final_).await;
+            let read = self.keeper.select(table, final_);
+            return self.meter.time(StoreCall::Read, read).await;
         }
         self.clickhouse.select(table, final_).await
     }
@@ -543,7 +553,8 @@ impl<C: ClickHouse> KeeperMap for ClickHouseWithZooKeeper<C> {
         table: &str,
         key: serde_json::Value,
     ) -> Result<Option<VersionedRow>, ChClientError> {
-        self.keeper.get(table, key).await
+        let read = self.keeper.get(table, key);
+        self.meter.time(StoreCall::Read, read).await
     }
 
     async fn put_if_version(
@@ -552,9 +563,8 @@ impl<C: ClickHouse> KeeperMap for ClickHouseWithZooKeeper<C> {
         row: serde_json::Value,
         expected_version: Option<i32>,
     ) -> Result<i32, ChClientError> {
-        self.keeper
-            .put_if_version(table, row, expected_version)
-            .await
+        let write = self.keeper.put_if_version(table, row, expected_version);
+        self.meter.time(StoreCall::Write, write).await
     }
 }
 

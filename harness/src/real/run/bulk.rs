@@ -1,22 +1,19 @@
 //! Issue 6's comparison of a sink with a bulk load, in the same run: after the pipeline,
 //! the rows the change events carried (each `c`/`u`/`r` event's `after`, and each
 //! flattened row, projected onto `col.names`) are loaded into two fresh tables of the
-//! same columns and no primary key (the versions of one key are separate rows there), once
-//! by `COPY ... FROM STDIN` (tokio-postgres `copy_in`, text format) and once by one
-//! multi-row `INSERT`. Each load's rows/s is its rows over its wall time; the sink's rate
+//! same columns and no primary key by `COPY` and by one multi-row `INSERT`
+//! ([`pg_bulk_loads`]). Each load's rows/s is its rows over its wall time; the sink's rate
 //! beside it is the rows its `put`s wrote over the time spent in them
 //! ([`Measured::sink_put_rows_per_s`](crate::report::Measured::sink_put_rows_per_s)).
 
 use super::cluster::LogRecord;
 use super::pipelines::{block_on, PgTarget};
-use crate::client::postgres::PostgresClient;
-use crate::client::real::RealPostgres;
 use crate::connect::debezium::{parse_change, Change, JsonRow};
+use crate::real::bulk::jdbc::pg_bulk_loads;
 use crate::report::BulkLoad;
 use eosim_sim::kafka::TopicPartition;
-use eosim_sim::postgres::{Column, CreateTable, Insert, OnConflict, Row, Statement, Value};
+use eosim_sim::postgres::{Column, Row, Value};
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// The rows the events of `log` carry, in partition then offset order, projected onto
 /// `columns`.
@@ -41,75 +38,6 @@ pub fn event_rows(log: &BTreeMap<TopicPartition, Vec<LogRecord>>, columns: &[Str
         }
     }
     rows
-}
-
-fn fresh_table(name: &str, columns: Vec<Column>) -> Statement {
-    Statement::CreateTable(CreateTable {
-        name: name.to_string(),
-        columns,
-        primary_key: Vec::new(),
-        if_not_exists: false,
-    })
-}
-
-fn load(method: &str, rows: u64, started: Instant) -> BulkLoad {
-    timed_load("postgres", method, rows, started.elapsed().as_secs_f64())
-}
-
-/// A bulk load of `rows` into `target` by `method` that took `time_s` s (its `sink_ratio`
-/// is filled in once the sink's rate is known).
-pub fn timed_load(target: &str, method: &str, rows: u64, time_s: f64) -> BulkLoad {
-    BulkLoad {
-        target: target.into(),
-        method: method.into(),
-        rows,
-        time_s,
-        rows_per_s: if time_s > 0.0 {
-            rows as f64 / time_s
-        } else {
-            0.0
-        },
-        sink_ratio: 0.0,
-    }
-}
-
-async fn run_loads(
-    client: &mut RealPostgres,
-    table: &str,
-    columns: Vec<Column>,
-    rows: Vec<Row>,
-) -> Result<Vec<BulkLoad>, String> {
-    let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
-    let (copy_table, insert_table) = (format!("{table}_bulk_copy"), format!("{table}_bulk_insert"));
-    for t in [&copy_table, &insert_table] {
-        let create = fresh_table(t, columns.clone());
-        client
-            .execute(create)
-            .await
-            .map_err(|e| format!("{t}: {e}"))?;
-    }
-    let started = Instant::now();
-    let copied = client
-        .copy_in(&copy_table, &names, &rows)
-        .await
-        .map_err(|e| format!("COPY into {copy_table}: {e}"))?;
-    let copy = load("COPY FROM STDIN", copied, started);
-    let insert = Statement::Insert(Insert {
-        table: insert_table.clone(),
-        columns: names,
-        rows,
-        on_conflict: OnConflict::None,
-    });
-    let started = Instant::now();
-    let inserted = client
-        .execute(insert)
-        .await
-        .map_err(|e| format!("INSERT into {insert_table}: {e}"))?;
-    let n = match inserted {
-        eosim_sim::postgres::Reply::Affected(n) => n,
-        eosim_sim::postgres::Reply::Rows { rows, .. } => rows.len() as u64,
-    };
-    Ok(vec![copy, load("one multi-row INSERT", n, started)])
 }
 
 /// The bulk loads of the rows of `log` into fresh tables next to the sink's (their
@@ -137,7 +65,7 @@ pub fn bulk_loads(
         return Err("bulk load: the events carry no rows".into());
     }
     let mut client = t.admin()?;
-    block_on(run_loads(&mut client, &s.table, columns, rows))?
+    block_on(pg_bulk_loads(&mut client, &s.table, columns, rows))?
 }
 
 #[cfg(test)]

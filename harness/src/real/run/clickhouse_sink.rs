@@ -31,18 +31,19 @@
 //! `non_replicated_deduplication_window` (21.x+), the simulation-only fault-point forms
 //! (`enumerate`, `pause`, `crash-clickhouse`) and `redelivery_batch_records_max`.
 
-use super::bulk::timed_load;
 use super::cluster::{self, LogRecord, Probe};
 use super::pipelines::{block_on, create_dlq_topic, dlq_state, task_states, Target};
 use super::Run;
 use crate::client::clickhouse::ClickHouse;
 use crate::client::real::clickhouse::RealClickHouseConfig;
+use crate::client::real::meter::StoreMeter;
 use crate::client::real::zookeeper::{ClickHouseWithZooKeeper, ZkKeeperMapConfig};
 use crate::client::ProducerRecord;
 use crate::connect::cdc_events::{id_of, ID_HEADER};
 use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
 use crate::history::{History, OpKind, RecordRef, Value};
+use crate::real::bulk::jdbc::timed_load;
 use crate::real::bulk::one_insert;
 use crate::real::net::proxy::{Identify, Proxy};
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
@@ -160,16 +161,18 @@ pub fn clients(raw: &BTreeMap<String, String>) -> Result<ClickHouseWithZooKeeper
 
 /// The sink task of `config` over the real clients, owner `<process>-<pid>` (unique per
 /// process, so a restarted worker is a new owner, as a new task instance is), its fault
-/// points answered by `hooks`.
+/// points answered by `hooks`, its state-store calls counted by `meter`.
 ///
 /// # Errors
 /// As [`clients`].
 pub fn real_sink_task(
     config: &ConnectorConfig,
     hooks: Arc<dyn SinkHooks>,
+    meter: Arc<StoreMeter>,
 ) -> Result<Box<dyn SinkTask>, String> {
     let sink = ClickHouseSinkConfig::from_props(&config.raw).map_err(|e| e.to_string())?;
-    let client = clients(&config.raw)?;
+    let mut client = clients(&config.raw)?;
+    client.meter = meter;
     let owner = format!("{}-{}", config.name, std::process::id());
     let task = ClickHouseSinkTask::new(sink, client, owner, hooks);
     Ok(Box::new(task))
@@ -429,7 +432,7 @@ mod tests {
         let sink = ClickHouseSinkConfig::from_props(&raw).unwrap();
         assert_eq!((sink.port, sink.max_insert_block_size), (8123, Some(10)));
         let hooks = Arc::new(crate::sinks::clickhouse::NoHooks);
-        assert!(real_sink_task(&config, hooks).is_ok());
+        assert!(real_sink_task(&config, hooks, Arc::default()).is_ok());
         assert_eq!(unsupported(&s), None);
     }
 

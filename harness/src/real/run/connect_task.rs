@@ -27,6 +27,7 @@
 
 use super::plugins;
 use super::worker::{unix_ns, Emit, WorkerSpec};
+use crate::client::real::meter::StoreMeter;
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::Consumer;
 use crate::connect::cdc_events::id_of;
@@ -44,11 +45,14 @@ use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// One successful `put`: when it started and ended (ns since the run's epoch) and the ids
-/// (header `eosim.id`) of the records it wrote, errant ones left out.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// One successful `put`: when it started and ended (ns since the run's epoch), the ids
+/// (header `eosim.id`) of the records it wrote, errant ones left out, and what its state
+/// store cost (the ClickHouse sink's state records; zero for the JDBC sink, which keeps
+/// none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PutMark {
     /// When `put` was called.
     pub start_ns: u64,
@@ -56,6 +60,19 @@ pub struct PutMark {
     pub end_ns: u64,
     /// Ids of the records written.
     pub ids: Vec<u64>,
+    /// State-store reads inside the put.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_reads: u64,
+    /// State-store writes inside the put.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_writes: u64,
+    /// Wall time of those calls, ns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The process as a [`TaskHost`]: the wall clock since the run's epoch, ops on stdout.
@@ -86,11 +103,13 @@ impl ErrantRecordReporter for Counting<'_> {
     }
 }
 
-/// A sink task whose successful `put`s are appended to a [`PutMark`] file.
+/// A sink task whose successful `put`s are appended to a [`PutMark`] file, with what its
+/// clients' [`StoreMeter`] counted during each.
 struct Metered {
     inner: Box<dyn SinkTask>,
     file: std::fs::File,
     epoch_ns: u64,
+    meter: Arc<StoreMeter>,
 }
 
 #[async_trait]
@@ -121,7 +140,9 @@ impl SinkTask for Metered {
             inner: reporter,
             reported: BTreeSet::new(),
         };
+        let before = self.meter.reading();
         self.inner.put(records, &mut counting).await?;
+        let state = self.meter.reading().since(before);
         let mark = PutMark {
             start_ns,
             end_ns: unix_ns().saturating_sub(self.epoch_ns),
@@ -130,6 +151,9 @@ impl SinkTask for Metered {
                 .filter(|(tp, o, _)| !counting.reported.contains(&(tp.clone(), *o)))
                 .map(|(_, _, id)| id)
                 .collect(),
+            state_reads: state.reads,
+            state_writes: state.writes,
+            state_ns: state.busy_ns,
         };
         let mut line = serde_json::to_string(&mark).expect("marks serialize");
         line.push('\n');
@@ -235,7 +259,8 @@ async fn start(
     emit: &Emit,
 ) -> Result<RealTaskLoop, String> {
     let hooks = std::sync::Arc::new(super::fault_point::RealHooks::new(spec));
-    let sink = plugins::real_sink_task(config, &spec.scenario, hooks)?;
+    let meter = Arc::new(StoreMeter::default());
+    let sink = plugins::real_sink_task(config, &spec.scenario, hooks, meter.clone())?;
     let path = puts_path(&spec.sink_dir, &spec.name);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -246,6 +271,7 @@ async fn start(
         inner: sink,
         file,
         epoch_ns: spec.epoch_ns,
+        meter,
     });
     let mut consumer = RealConsumer::new(&spec.bootstrap, task_consumer_config(config, wc))
         .map_err(|e| format!("task consumer: {e}"))?;

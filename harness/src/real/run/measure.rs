@@ -4,7 +4,7 @@
 
 use super::connect_task::PutMark;
 use crate::history::{History, OpKind, Value};
-use crate::report::{BulkLoad, Measured};
+use crate::report::{BulkLoad, Measured, StateStoreCost};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
@@ -63,6 +63,32 @@ fn writes(history: &History, marks: &[PutMark]) -> Vec<(u64, Vec<u64>)> {
     out.extend(streams_commits(history));
     out.sort();
     out
+}
+
+/// The puts' state-store calls and their share of the time spent inside `put`; `None`
+/// when the sink made none (the JDBC sink keeps no state store).
+fn state_store(marks: &[PutMark]) -> Option<StateStoreCost> {
+    let (reads, writes): (u64, u64) = marks
+        .iter()
+        .fold((0, 0), |(r, w), m| (r + m.state_reads, w + m.state_writes));
+    if reads + writes == 0 {
+        return None;
+    }
+    let state_ns: u64 = marks.iter().map(|m| m.state_ns).sum();
+    let busy_ns: u64 = marks
+        .iter()
+        .map(|m| m.end_ns.saturating_sub(m.start_ns))
+        .sum();
+    Some(StateStoreCost {
+        reads,
+        writes,
+        time_s: state_ns as f64 / 1e9,
+        put_share: if busy_ns > 0 {
+            state_ns as f64 / busy_ns as f64
+        } else {
+            0.0
+        },
+    })
 }
 
 /// Rows over the time spent inside `put`, rows/s; `None` without marks.
@@ -137,6 +163,7 @@ pub fn measure(history: &History, marks: &[PutMark], bulk: &[BulkLoad]) -> Optio
         records_acked: acked,
         rows_written: rows,
         sink_put_rows_per_s,
+        state_store: state_store(marks),
         bulk_loads,
     })
 }
@@ -226,11 +253,13 @@ mod tests {
                 start_ns: 5_000_000,
                 end_ns: 6_000_000,
                 ids: vec![0, 1],
+                ..PutMark::default()
             },
             PutMark {
                 start_ns: 7_000_000,
                 end_ns: 8_000_000,
                 ids: vec![2, 3],
+                ..PutMark::default()
             },
         ];
         let copy = BulkLoad {
@@ -249,6 +278,39 @@ mod tests {
         // Latency of id 0: invoked at 0, written at 6 ms; of id 3: 3 ms to 8 ms.
         assert_eq!(m.latency_ms_p50, 5.0);
         assert_eq!(m.latency_ms_p99, 6.0);
+        // A sink without a state store reports none.
+        assert_eq!(m.state_store, None);
+    }
+
+    #[test]
+    fn state_store_calls_are_summed_apart_with_their_share_of_put_time() {
+        let mut h = History::default();
+        let send = |id| Value::Send {
+            id,
+            key: None,
+            tp: None,
+            offset: None,
+        };
+        h.push(0, "producer-0", OpKind::Invoke, send(0), None);
+        h.push(1, "producer-0", OpKind::Ok, send(0), None);
+        let mark = |start_ns, reads, writes, state_ns| PutMark {
+            start_ns,
+            end_ns: start_ns + 4_000_000,
+            ids: vec![0],
+            state_reads: reads,
+            state_writes: writes,
+            state_ns,
+        };
+        let marks = [mark(0, 1, 2, 3_000_000), mark(10_000_000, 1, 2, 1_000_000)];
+        let cost = measure(&h, &marks, &[]).expect("measured").state_store;
+        // 4 ms of 8 ms of put time went to 2 reads and 4 writes.
+        let expected = StateStoreCost {
+            reads: 2,
+            writes: 4,
+            time_s: 0.004,
+            put_share: 0.5,
+        };
+        assert_eq!(cost, Some(expected));
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //! image, or the runner itself: [`doris`](super::doris)). Every other pipeline is reported
 //! as skipped, with the reason. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
-//! scenario's own URL is the simulated node's); the history records the configuration the
+//! scenario's own URL is the simulated node's), with pgJDBC's `reWriteBatchedInserts=true`
+//! unless the scenario's URL names its own properties ([`url_properties`]); the history
+//! records the configuration the
 //! tasks ran with, which the change-data checker reads as in simulation.
 
 use super::cluster::{self, LogRecord, Probe};
@@ -206,6 +208,17 @@ pub fn deviations(scenario: &Scenario) -> Vec<String> {
 /// the connector's role) and the dead-letter queue topic.
 ///
 /// # Errors
+/// pgJDBC's properties for the real run's `connection.url`: the scenario URL's own
+/// (`?a=b&...`) when it has any, else `reWriteBatchedInserts=true`, which deployments of
+/// the JDBC sink into PostgreSQL set for batch throughput (the simulation models no
+/// per-statement cost, so it needs none; see `client/real/postgres/rewrite.rs`).
+pub fn url_properties(scenario_url: &str) -> String {
+    match scenario_url.split_once('?') {
+        Some((_, query)) if !query.is_empty() => query.to_string(),
+        _ => "reWriteBatchedInserts=true".to_string(),
+    }
+}
+
 /// A service that does not come up (naming its log), a topic that cannot be created.
 pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Target, String> {
     if scenario.pipeline == Pipeline::ClickhouseSink {
@@ -223,7 +236,11 @@ pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Target, 
         Postgres::start(dir).map_err(|e| e.to_string())
     })?;
     let mut raw = scenario.connector.clone();
-    let url = format!("jdbc:postgresql://127.0.0.1:{}/postgres", pg.port());
+    let url = format!(
+        "jdbc:postgresql://127.0.0.1:{}/postgres?{}",
+        pg.port(),
+        url_properties(raw.get("connection.url").map_or("", String::as_str))
+    );
     raw.insert("connection.url".into(), url);
     let connector = parse_connector(&raw).map_err(|e| format!("[connector]: {e}"))?;
     let sink = JdbcSinkConfig::parse(&raw, &connector.topics).map_err(|e| e.to_string())?;
@@ -454,5 +471,18 @@ impl Run<'_> {
             Err(e) => self.notes.push(e),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_url_rewrites_batched_inserts_unless_the_scenario_names_properties() {
+        let sim = "jdbc:postgresql://10.0.5.1:5432/db";
+        assert_eq!(url_properties(sim), "reWriteBatchedInserts=true");
+        let own = "jdbc:postgresql://10.0.5.1:5432/db?reWriteBatchedInserts=false";
+        assert_eq!(url_properties(own), "reWriteBatchedInserts=false");
     }
 }

@@ -12,6 +12,7 @@
 //!
 //! Anything else is an error naming the class and the ones known.
 
+use crate::client::real::meter::StoreMeter;
 use crate::client::real::RealPostgres;
 use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
@@ -51,7 +52,9 @@ fn unknown_class(class: &str) -> String {
 
 /// The sink task `config` names, over real clients; `scenario` gives the client settings
 /// the connector keys do not (`[postgres] client_timeout_ms`); `hooks` are the ClickHouse
-/// sink's fault points ([`super::fault_point::RealHooks`]; other classes have none).
+/// sink's fault points ([`super::fault_point::RealHooks`]; other classes have none);
+/// `meter` counts the task's state-store calls (the ClickHouse sink's; the JDBC sink has
+/// no state store and leaves it at zero).
 ///
 /// # Errors
 /// An unknown or not yet wired class, or a sink configuration that does not parse.
@@ -59,6 +62,7 @@ pub fn real_sink_task(
     config: &ConnectorConfig,
     scenario: &Scenario,
     hooks: Arc<dyn SinkHooks>,
+    meter: Arc<StoreMeter>,
 ) -> Result<Box<dyn SinkTask>, String> {
     let class = config.connector_class.as_str();
     if jdbc::CONNECTOR_CLASSES.contains(&class) {
@@ -77,7 +81,7 @@ pub fn real_sink_task(
         return Ok(Box::new(JdbcSinkTask::new(sink, Box::new(client))));
     }
     if class == CLICKHOUSE_CONNECTOR_CLASS {
-        return super::clickhouse_sink::real_sink_task(config, hooks);
+        return super::clickhouse_sink::real_sink_task(config, hooks, meter);
     }
     Err(unknown_class(class))
 }
@@ -109,14 +113,14 @@ mod tests {
             .join("../scenarios/p2-upsert-worker-crash.toml");
         let scenario = Scenario::load(&path).expect("scenario parses");
         let config = connector_config(&raw(jdbc::CONNECTOR_CLASSES[1])).expect("jdbc parses");
-        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks)).is_ok());
+        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks), Arc::default()).is_ok());
         let mut ch = raw(CLICKHOUSE_CONNECTOR_CLASS);
         ch.remove("connection.url");
         ch.remove("pk.fields");
         ch.insert("exactlyOnce".into(), "true".into());
         ch.insert("eosim.zookeeper.connect".into(), "127.0.0.1:2181".into());
         let config = connector_config(&ch).expect("clickhouse parses");
-        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks)).is_ok());
+        assert!(real_sink_task(&config, &scenario, Arc::new(NoHooks), Arc::default()).is_ok());
         ch.insert("pk.fields".into(), "id".into());
         let e = connector_config(&ch).unwrap_err();
         assert!(e.contains("pk.fields"), "{e}");
