@@ -223,7 +223,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     AnomalyCanary {
         anomaly: Anomaly::AggregateSequence,
         file: "canary-aggregate-sequence-unsafe.toml",
-        seeds: 1,
+        seeds: 2,
     },
     AnomalyCanary {
         anomaly: Anomaly::RoutineLoadStatistic,
