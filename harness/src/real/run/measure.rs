@@ -180,6 +180,16 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A send of `id` without key or placement.
+    fn send(id: u64) -> Value {
+        Value::Send {
+            id,
+            key: None,
+            tp: None,
+            offset: None,
+        }
+    }
     use crate::history::RecordRef;
 
     #[test]
@@ -195,12 +205,6 @@ mod tests {
     fn latency_runs_from_send_invoke_to_first_sink_write() {
         let mut h = History::default();
         let tp = TopicPartition::new("events", 0);
-        let send = |id| Value::Send {
-            id,
-            key: None,
-            tp: None,
-            offset: None,
-        };
         let row = |id| RecordRef {
             id,
             key: None,
@@ -238,12 +242,6 @@ mod tests {
     #[test]
     fn put_marks_count_as_writes_and_give_the_sinks_rate_against_bulk_loads() {
         let mut h = History::default();
-        let send = |id| Value::Send {
-            id,
-            key: None,
-            tp: None,
-            offset: None,
-        };
         for id in 0..4u64 {
             h.push(id * 1_000_000, "producer-0", OpKind::Invoke, send(id), None);
             h.push(id * 1_000_000 + 1, "producer-0", OpKind::Ok, send(id), None);
@@ -285,12 +283,6 @@ mod tests {
     #[test]
     fn state_store_calls_are_summed_apart_with_their_share_of_put_time() {
         let mut h = History::default();
-        let send = |id| Value::Send {
-            id,
-            key: None,
-            tp: None,
-            offset: None,
-        };
         h.push(0, "producer-0", OpKind::Invoke, send(0), None);
         h.push(1, "producer-0", OpKind::Ok, send(0), None);
         let mark = |start_ns, reads, writes, state_ns| PutMark {
