@@ -70,7 +70,9 @@
 //! whose offsets a transaction has pending is positioned only once that transaction ended.
 //!
 //! # Not modelled
-//! Auto-commit (ConsumerConfig has no `enable.auto.commit`), static membership, fetch
+//! Auto-commit inside the client (ConsumerConfig has no `enable.auto.commit`: the
+//! kafka-consume workload commits from its poll loop as Java's
+//! `maybeAutoCommitOffsetsAsync` does, `workload::kafka_consume`), static membership, fetch
 //! sessions (KIP-227: every Fetch names its partitions) and the leader's
 //! `validateCooperativeAssignment`.
 
