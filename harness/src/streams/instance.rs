@@ -13,9 +13,7 @@ use super::processor::{
 };
 use super::restore::restore;
 use super::standby;
-use super::store::{Disk, KeyValueStore};
-use super::topology::Topology;
-use super::StreamsSpec;
+use super::store::KeyValueStore;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
@@ -32,44 +30,15 @@ use std::time::Duration;
 /// What an instance needs from the run.
 #[derive(Clone)]
 pub struct InstanceContext {
-    /// Instance number (`streams-<index>`).
-    pub index: u32,
-    /// The `[streams]` settings.
-    pub spec: StreamsSpec,
-    /// The topology.
-    pub topology: Topology,
+    /// The loop's settings (index, `[streams]`, topology, consumer and producer
+    /// settings, disks); its process id is drawn when the instance starts.
+    pub processor: ProcessorConfig,
     /// Number of brokers.
     pub brokers: u32,
-    /// Consumer `session.timeout.ms`.
-    pub session_timeout_ms: u64,
-    /// Producer settings (acks, timeouts); idempotence is forced on.
-    pub producer: ProducerConfig,
-    /// The disks of persistent stores.
-    pub disk: Disk,
     /// The group's Streams user data.
     pub board: Board,
     /// The history.
     pub recorder: Recorder,
-}
-
-impl InstanceContext {
-    /// `streams-<index>`.
-    pub fn name(&self) -> String {
-        format!("streams-{}", self.index)
-    }
-
-    fn processor_config(&self) -> ProcessorConfig {
-        ProcessorConfig {
-            index: self.index,
-            spec: self.spec.clone(),
-            topology: self.topology.clone(),
-            session_timeout_ms: self.session_timeout_ms,
-            producer: self.producer.clone(),
-            disk: self.disk.clone(),
-            process_id: String::new(),
-            cooperative: self.spec.cooperative(),
-        }
-    }
 }
 
 /// The simulated host of an instance.
@@ -153,16 +122,16 @@ pub async fn run(ctx: InstanceContext) {
     let Ok(conn) = Connection::open(ctx.brokers).await else {
         return;
     };
-    let mut cfg = ctx.processor_config();
+    let mut cfg = ctx.processor.clone();
     cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
-    let topics = vec![ctx.topology.source.clone()];
+    let topics = vec![cfg.topology.source.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
     let host = SimHost {
-        name: ctx.name(),
+        name: ctx.processor.name(),
         conn: conn.clone(),
         board: ctx.board.clone(),
         recorder: ctx.recorder.clone(),
@@ -188,10 +157,10 @@ fn new_consumer(
         board: ctx.board.clone(),
         report: report.clone(),
         process_id: cfg.process_id.clone(),
-        source: ctx.topology.source.clone(),
-        changelog: ctx.spec.changelog_topic(),
-        config: ctx.spec.assignor_config(),
-        cooperative: ctx.spec.cooperative(),
+        source: cfg.topology.source.clone(),
+        changelog: cfg.spec.changelog_topic(),
+        config: cfg.spec.assignor_config(),
+        cooperative: cfg.cooperative,
     };
     SimConsumer::with_assignor(conn.clone(), cfg.consumer_config(), Arc::new(assignor))
 }

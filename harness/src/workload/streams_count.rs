@@ -86,15 +86,9 @@ impl Context {
 
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
-        let cfg = ProcessorConfig::of_scenario(s, index, self.disk.clone());
         InstanceContext {
-            index,
-            spec: cfg.spec,
-            topology: cfg.topology,
+            processor: ProcessorConfig::of_scenario(s, index, self.disk.clone()),
             brokers: s.cluster.brokers,
-            session_timeout_ms: cfg.session_timeout_ms,
-            producer: cfg.producer,
-            disk: cfg.disk,
             board: self.board.clone(),
             recorder: self.recorder.clone(),
         }
@@ -200,7 +194,7 @@ impl Pipeline for StreamsCount {
         for i in 0..self.ctx.scenario.streams.instances {
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
             let instance = self.ctx.instance(i);
-            world.add_node(&instance.name(), ip, move || {
+            world.add_node(&instance.processor.name(), ip, move || {
                 instance::run(instance.clone())
             });
         }
