@@ -174,6 +174,18 @@ impl World {
         self.cluster.restart_broker(self.now, b);
         self.env.down.remove(&b);
     }
+
+    /// A correlated power loss: every broker of `1..=brokers` machine-crashes at once,
+    /// stays down `down_ms` and restarts.
+    fn power_loss(&mut self, brokers: u32, down_ms: u64) {
+        for b in 1..=brokers {
+            self.crash(b, CrashMode::MachineCrash);
+        }
+        self.tick_for(down_ms);
+        for b in 1..=brokers {
+            self.restart(b);
+        }
+    }
 }
 
 fn record(value: &str) -> Record {
@@ -1227,13 +1239,7 @@ fn a_correlated_machine_crash_loses_acks_all_writes_unless_logs_are_flushed() {
             assert!(matches!(w.produce_all(v), Response::Produce { .. }));
         }
         w.tick_for(2_000);
-        for b in 1..=3 {
-            w.crash(b, CrashMode::MachineCrash);
-        }
-        w.tick_for(10_000);
-        for b in 1..=3 {
-            w.restart(b);
-        }
+        w.power_loss(3, 10_000);
         w.tick_for(10_000);
         let expected: Vec<String> = if survives {
             vec!["a".into(), "b".into(), "c".into()]
@@ -2032,13 +2038,7 @@ fn a_power_loss_of_every_replica_rolls_a_committed_offset_back_unless_flushed() 
         w.tick_for(1_000);
         commit_offset(&mut w, "g", 7);
         w.tick_for(500);
-        for b in 1..=3 {
-            w.crash(b, CrashMode::MachineCrash);
-        }
-        w.tick_for(10_000);
-        for b in 1..=3 {
-            w.restart(b);
-        }
+        w.power_loss(3, 10_000);
         w.tick_for(20_000);
         assert!(w
             .cluster
