@@ -137,6 +137,18 @@ fn at_least_once_zombie_writes_a_stale_count_last_and_under_counts() {
     );
 }
 
+/// How many times instances other than `process` recovered (aborted and reopened their
+/// tasks).
+fn recoveries_outside(outcome: &SeedOutcome, process: &str) -> usize {
+    let ops = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| op.process != process);
+    ops.filter(|op| matches!(op.value, Value::StreamsRecover { .. }))
+        .count()
+}
+
 #[test]
 fn exactly_once_v2_commits_a_transaction_open_at_a_revocation_instead_of_aborting_it() {
     // TaskManager.handleRevocation: before rejoining, the open transaction is committed with
@@ -148,13 +160,7 @@ fn exactly_once_v2_commits_a_transaction_open_at_a_revocation_instead_of_abortin
     for seed in 1..=2 {
         let (outcome, result) = run(&s, seed);
         assert_valid(&result, &format!("seed {seed}"));
-        let survivors_recovered = outcome
-            .history
-            .ops
-            .iter()
-            .filter(|op| op.process != "streams-2")
-            .filter(|op| matches!(op.value, Value::StreamsRecover { .. }))
-            .count();
+        let survivors_recovered = recoveries_outside(&outcome, "streams-2");
         assert_eq!(survivors_recovered, 0, "seed {seed}: a survivor aborted");
         marks.extend(outcome.marks.into_keys());
     }
@@ -182,14 +188,7 @@ fn exactly_once_v2_cooperative_rebalances_keep_transactions_of_kept_tasks_open()
     for seed in 1..=2 {
         let (outcome, result) = run(&s, seed);
         assert_valid(&result, &format!("seed {seed}"));
-        let survivors_recovered = count(&outcome, |v| matches!(v, Value::StreamsRecover { .. }))
-            - outcome
-                .history
-                .ops
-                .iter()
-                .filter(|op| op.process == "streams-2")
-                .filter(|op| matches!(op.value, Value::StreamsRecover { .. }))
-                .count();
+        let survivors_recovered = recoveries_outside(&outcome, "streams-2");
         assert_eq!(survivors_recovered, 0, "seed {seed}: a survivor aborted");
         marks.extend(outcome.marks.into_keys());
     }
