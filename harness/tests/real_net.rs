@@ -88,6 +88,7 @@ fn probe_client(dir: &Path, log: &Path, port: u16) -> ServiceProcess {
         cwd: dir.to_path_buf(),
         log_path: log.to_path_buf(),
         user: None,
+        container: None,
     })
     .expect("the client starts in its cgroup")
 }

@@ -129,6 +129,13 @@ enum Task {
     /// the model-versus-real suites, then `eosim run --backend native` on every
     /// scenarios/real/*.toml.
     Real,
+    /// The images of `eosim run --backend testcontainers`, built from Debian's packages and
+    /// the Kafka jars (`eosim images`; the jars are fetched first).
+    Images {
+        /// Rebuild every image even when its recipe is current.
+        #[arg(long)]
+        force: bool,
+    },
     /// Sim/real agreement: the chosen catalogue files in simulation (release, `--seeds`)
     /// and `--runs` times on real services (`eosim run --backend native`, release), then
     /// `eosim report agreement` (reports/agreement/<id>/agreement.md).
@@ -267,6 +274,7 @@ fn run(task: Task) -> Result<u8> {
         Task::Speed(args) => speed::speed(&args),
         Task::Actionlint => actionlint(),
         Task::Real => real(),
+        Task::Images { force } => images(force),
         Task::RealCatalogue {
             runs,
             seeds,
@@ -376,6 +384,20 @@ fn real() -> Result<u8> {
     ]);
     let run_code = status(run.args(["--out", "reports/real"]))?;
     Ok(tests_code.max(run_code))
+}
+
+/// `eosim images` after `.ci/install-real-services` (the Kafka image copies its jars).
+fn images(force: bool) -> Result<u8> {
+    let code = status(Command::new("bash").arg(".ci/install-real-services"))?;
+    if code != 0 {
+        return Ok(code);
+    }
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "-p", "eosim", "--", "images"]);
+    if force {
+        cmd.arg("--force");
+    }
+    status(&mut cmd)
 }
 
 /// The default file list of `cargo xtask real-catalogue`.

@@ -90,9 +90,20 @@ pub enum Command {
     /// One process of a real run (started by `eosim run`, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Build the images of `eosim run --backend testcontainers` from Debian's packages
+    /// (debootstrap, docker import, docker build; root and a Docker daemon needed).
+    Images(ImagesArgs),
     /// Work on written reports.
     #[command(subcommand)]
     Report(ReportCommand),
+}
+
+/// `eosim images`'s arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ImagesArgs {
+    /// Rebuild every image, the base too, even when its recipe is current.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `eosim report` subcommands.
@@ -368,6 +379,7 @@ fn dispatch(cli: Cli) -> ExitClass {
     match cli.command {
         Command::Run(args) => real::run(&args),
         Command::Worker(args) => real::worker(&args),
+        Command::Images(args) => real::images(&args),
         Command::Report(report) => report.run(),
         _ => {
             eprintln!(

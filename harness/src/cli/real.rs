@@ -3,7 +3,7 @@
 
 use super::judge::{exit_class, expected_verdict};
 use super::rundir::run_scenarios;
-use super::{config_error, ExitClass, RunArgs, WorkerArgs};
+use super::{config_error, ExitClass, ImagesArgs, RunArgs, WorkerArgs};
 use crate::real::backend::Backend;
 use crate::real::run::result::scenario_result;
 use crate::real::run::worker::{run_worker, Role, WorkerSpec};
@@ -40,7 +40,7 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
             swept.len()
         );
     }
-    run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
+    let code = run_scenarios(&args.out, &scenarios, |path, scenario, run_dir, build| {
         let options = RunOptions {
             backend,
             bootstrap_servers: args.bootstrap_servers.clone(),
@@ -50,7 +50,9 @@ pub(super) fn run(args: &RunArgs) -> ExitClass {
             seed: args.seed,
         };
         run_one(path, scenario, &options, build)
-    })
+    });
+    crate::real::container::close_adapter();
+    code
 }
 
 fn load(given: &[PathBuf]) -> Result<Vec<(PathBuf, Scenario)>, String> {
@@ -171,6 +173,28 @@ pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
         Ok(()) => ExitClass::Expected,
         Err(e) => {
             eprintln!("eosim worker: {e}");
+            ExitClass::Crash
+        }
+    }
+}
+
+/// `eosim images`: builds the testcontainers backend's images, printing what each cost.
+pub(super) fn images(args: &ImagesArgs) -> ExitClass {
+    use crate::real::container::images;
+    if let Err(e) = Backend::Testcontainers.check_available() {
+        eprintln!("eosim images: {e}");
+        return ExitClass::Config;
+    }
+    match images::build_all(&images::kafka_lib_dir(), args.force) {
+        Ok(built) => {
+            for b in built {
+                let what = if b.built { "built" } else { "current" };
+                println!("eosim images: {} {what} ({:.1} s)", b.tag, b.seconds);
+            }
+            ExitClass::Expected
+        }
+        Err(e) => {
+            eprintln!("eosim images: {e}");
             ExitClass::Crash
         }
     }

@@ -29,6 +29,8 @@
 
 pub mod backend;
 pub mod bulk;
+pub mod container;
+pub mod launch;
 pub mod net;
 pub mod process;
 pub mod provision;

@@ -16,11 +16,13 @@
 //! polls this process once a second and SIGKILLs the group once this process is gone
 //! ([`watch_group`]); it is stopped whenever the group is killed or reaped here.
 
+use super::container::ContainerProcess;
+pub use super::launch::Launch;
 use super::ProvisionError;
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
@@ -39,12 +41,12 @@ pub const EXIT_CODE_SIGNALLED: i32 = 130;
 pub fn install_teardown_on_signal() {
     TEARDOWN.call_once(|| {
         let installed = ctrlc::set_handler(|| {
-            let killed = kill_all_live_groups();
+            let killed = kill_all_live_groups() + super::container::remove_all_live();
             let removed = super::scratch::remove_own().len();
             // After the kills: the cgroups must be empty to go.
             super::net::teardown_active();
             eprintln!(
-                "eosim: signal received, killed {killed} service process group(s), removed \
+                "eosim: signal received, killed {killed} service process group(s) and container(s), removed \
                  {removed} scratch directory(ies)"
             );
             std::process::exit(EXIT_CODE_SIGNALLED);
@@ -195,76 +197,59 @@ pub fn group_exists(pgid: i32) -> bool {
     pgid > 1 && unsafe { libc::killpg(pgid, 0) } == 0
 }
 
-/// How to start one service process; kept so that `restart` starts the same command again.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// Service name for messages ("kafka-1", "postgres", ...).
-    pub service: String,
-    /// Program to run.
-    pub program: PathBuf,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Extra environment.
-    pub env: Vec<(String, String)>,
-    /// Working directory.
-    pub cwd: PathBuf,
-    /// File that receives stdout and stderr (appended to across restarts).
-    pub log_path: PathBuf,
-    /// Run as this uid/gid (PostgreSQL refuses root); `None` keeps ours.
-    pub user: Option<(u32, u32)>,
-}
-
-impl Launch {
-    fn command(&self) -> Result<Command, ProvisionError> {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| ProvisionError::io(&self.service, &self.log_path, e))?;
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.cwd)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
-        // A network-faulted run places the process in its node's cgroup (taking its user
-        // there too); otherwise std drops to the user.
-        let placement =
-            super::net::placement(&self.service).map_err(|reason| ProvisionError::Spawn {
-                service: self.service.clone(),
-                program: self.program.clone(),
-                reason,
-            })?;
-        match placement {
-            Some(dir) => {
-                super::net::cgroup::join_in_child(&mut cmd, &dir, self.user).map_err(|reason| {
-                    ProvisionError::Spawn {
-                        service: self.service.clone(),
-                        program: self.program.clone(),
-                        reason,
-                    }
-                })?
-            }
-            None => {
-                if let Some((uid, gid)) = self.user {
-                    cmd.uid(uid).gid(gid);
+/// `launch` as a child process: its own process group, output appended to its log.
+fn native_command(launch: &Launch) -> Result<Command, ProvisionError> {
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(&launch.log_path)
+        .map_err(|e| ProvisionError::io(&launch.service, &launch.log_path, e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| ProvisionError::io(&launch.service, &launch.log_path, e))?;
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .process_group(0);
+    // A network-faulted run places the process in its node's cgroup (taking its user
+    // there too); otherwise std drops to the user.
+    let placement =
+        super::net::placement(&launch.service).map_err(|reason| ProvisionError::Spawn {
+            service: launch.service.clone(),
+            program: launch.program.clone(),
+            reason,
+        })?;
+    match placement {
+        Some(dir) => {
+            super::net::cgroup::join_in_child(&mut cmd, &dir, launch.user).map_err(|reason| {
+                ProvisionError::Spawn {
+                    service: launch.service.clone(),
+                    program: launch.program.clone(),
+                    reason,
                 }
+            })?
+        }
+        None => {
+            if let Some((uid, gid)) = launch.user {
+                cmd.uid(uid).gid(gid);
             }
         }
-        Ok(cmd)
     }
+    Ok(cmd)
 }
 
-/// One running service process, leader of its own process group.
+/// One running service process, leader of its own process group; or, for a [`Launch`]
+/// with a container spec, one container ([`ContainerProcess`]), which every method below
+/// drives instead.
 #[derive(Debug)]
 pub struct ServiceProcess {
     launch: Launch,
     child: Option<Child>,
+    container: Option<ContainerProcess>,
     paused: bool,
     watchdog: Option<Child>,
 }
@@ -279,6 +264,7 @@ impl ServiceProcess {
         let mut p = Self {
             launch,
             child: None,
+            container: None,
             paused: false,
             watchdog: None,
         };
@@ -287,9 +273,15 @@ impl ServiceProcess {
     }
 
     fn start(&mut self) -> Result<(), ProvisionError> {
-        let child = self
-            .launch
-            .command()?
+        if let Some(spec) = &self.launch.container {
+            match &mut self.container {
+                Some(c) => c.restart(&self.launch)?,
+                None => self.container = Some(ContainerProcess::start(&self.launch, spec)?),
+            }
+            self.paused = false;
+            return Ok(());
+        }
+        let child = native_command(&self.launch)?
             .spawn()
             .map_err(|e| ProvisionError::Spawn {
                 service: self.launch.service.clone(),
@@ -322,14 +314,25 @@ impl ServiceProcess {
         &self.launch.log_path
     }
 
-    /// Process id (= process group id) while running.
+    /// Process id (= process group id) while running; a container's first process.
     pub fn pid(&self) -> Option<i32> {
+        if let Some(c) = &self.container {
+            return c.pid();
+        }
         self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    /// The container, when the service runs in one.
+    pub fn container(&self) -> Option<&ContainerProcess> {
+        self.container.as_ref()
     }
 
     /// Whether the process is running (or stopped by [`pause`](Self::pause)); reaps it if
     /// it has exited.
     pub fn is_running(&mut self) -> bool {
+        if let Some(c) = &self.container {
+            return c.is_running();
+        }
         match self.child.as_mut().map(|c| c.try_wait()) {
             Some(Ok(None)) => true,
             Some(_) => {
@@ -342,6 +345,9 @@ impl ServiceProcess {
 
     /// The exit status text if the process has exited on its own (for error messages).
     pub fn exit_status(&mut self) -> Option<String> {
+        if let Some(c) = &self.container {
+            return c.exit_status();
+        }
         let status = self.child.as_mut()?.try_wait().ok()??;
         Some(status.to_string())
     }
@@ -360,6 +366,11 @@ impl ServiceProcess {
     /// SIGKILL to the whole process tree ([`signal_tree`]), then reaps it: a crash, nothing
     /// flushed.
     pub fn kill(&mut self) {
+        if let Some(c) = &mut self.container {
+            c.kill();
+            self.paused = false;
+            return;
+        }
         if let Some(mut child) = self.child.take() {
             let pgid = child.id() as i32;
             let strays = signal_tree(pgid, libc::SIGKILL);
@@ -383,6 +394,12 @@ impl ServiceProcess {
     /// that several services can shut down at once; [`finish_stop`](Self::finish_stop)
     /// waits.
     pub fn begin_stop(&mut self, signal: i32) {
+        if let Some(c) = &self.container {
+            c.resume();
+            c.signal(signal);
+            self.paused = false;
+            return;
+        }
         let Some(pgid) = self.pid() else { return };
         if self.paused {
             signal_group(pgid, libc::SIGCONT);
@@ -418,6 +435,11 @@ impl ServiceProcess {
     /// SIGSTOP to the process tree ([`signal_tree`]): the service stops answering but keeps
     /// its sockets open.
     pub fn pause(&mut self) {
+        if let Some(c) = &self.container {
+            c.pause();
+            self.paused = true;
+            return;
+        }
         if let Some(pgid) = self.pid() {
             signal_tree(pgid, libc::SIGSTOP);
             self.paused = group_exists(pgid);
@@ -429,6 +451,11 @@ impl ServiceProcess {
 
     /// SIGCONT to the process tree.
     pub fn resume(&mut self) {
+        if let Some(c) = &self.container {
+            c.resume();
+            self.paused = false;
+            return;
+        }
         if let Some(pgid) = self.pid() {
             signal_tree(pgid, libc::SIGCONT);
             self.paused = false;
@@ -531,6 +558,7 @@ pub fn free_ports(count: usize) -> Result<Vec<u16>, ProvisionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn launch(dir: &Path, script: &str) -> Launch {
         Launch {
@@ -541,6 +569,7 @@ mod tests {
             cwd: dir.to_path_buf(),
             log_path: dir.join("test-service.log"),
             user: None,
+            container: None,
         }
     }
 

@@ -4,6 +4,7 @@
 use super::{
     create_dir, render, require_program, single_service_faults, write_file, Probe, Single,
 };
+use crate::real::container::{Runtime, ServiceImage};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use std::io::{Read, Write};
@@ -73,8 +74,26 @@ impl ClickHouse {
         dir: &Path,
         zookeeper: Option<&str>,
     ) -> Result<ClickHouse, ProvisionError> {
-        let program = require_program("clickhouse", Path::new("clickhouse-server"))?;
+        ClickHouse::start_on(dir, zookeeper, Runtime::Native)
+    }
+
+    /// [`start_with_zookeeper`](Self::start_with_zookeeper) on `runtime`: natively, or in
+    /// a container of `eosim/clickhouse`.
+    ///
+    /// # Errors
+    /// As [`start_with_zookeeper`](Self::start_with_zookeeper);
+    /// [`ProvisionError::Missing`] when the image is not built.
+    pub fn start_on(
+        dir: &Path,
+        zookeeper: Option<&str>,
+        runtime: Runtime,
+    ) -> Result<ClickHouse, ProvisionError> {
         create_dir("clickhouse", dir)?;
+        let container = runtime.spec(ServiceImage::ClickHouse, &[dir.to_path_buf()])?;
+        let program = match container {
+            Some(_) => PathBuf::from("clickhouse-server"),
+            None => require_program("clickhouse", Path::new("clickhouse-server"))?,
+        };
         let ports = free_ports(2)?;
         let (http_port, tcp_port) = (ports[0], ports[1]);
         let zk = zookeeper.map(zookeeper_section).unwrap_or_default();
@@ -98,6 +117,7 @@ impl ClickHouse {
             cwd: dir.to_path_buf(),
             log_path: dir.join("clickhouse-server.log"),
             user: None,
+            container,
         };
         let process = ServiceProcess::spawn(launch)?;
         let single = Single::start(

@@ -1,7 +1,10 @@
 //! Apache Kafka 4.x in KRaft mode from Maven Central's jars, one or three combined
 //! broker+controller nodes.
 
-use super::{create_dir, java, render, require_program, run_step, write_file, INSTALL_HINT};
+use super::{create_dir, java, render, require_program, setup_step, write_file, INSTALL_HINT};
+pub use crate::real::container::images::kafka_lib_dir;
+use crate::real::container::images::KAFKA_LIBS;
+use crate::real::container::{ContainerSpec, Runtime, ServiceImage};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -34,6 +37,8 @@ pub struct KafkaOptions {
     pub transaction_state_log_num_partitions: u32,
     /// Extra `server.properties` lines (`key`, `value`), appended last so they win.
     pub extra_properties: Vec<(String, String)>,
+    /// Child processes, or containers of `eosim/kafka` (its JVM and jars).
+    pub runtime: Runtime,
 }
 
 impl KafkaOptions {
@@ -46,6 +51,7 @@ impl KafkaOptions {
             offsets_topic_num_partitions: 10,
             transaction_state_log_num_partitions: 10,
             extra_properties: Vec::new(),
+            runtime: Runtime::Native,
         }
     }
 }
@@ -64,13 +70,6 @@ pub struct Kafka {
     nodes: Vec<Node>,
     options: KafkaOptions,
     cluster_id: String,
-}
-
-/// The Kafka jars: `EOSIM_KAFKA_LIB`, else `real/kafka/lib` of this repository.
-pub fn kafka_lib_dir() -> PathBuf {
-    std::env::var_os("EOSIM_KAFKA_LIB")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../real/kafka/lib"))
 }
 
 fn check_jars(lib: &Path) -> Result<(), ProvisionError> {
@@ -189,6 +188,48 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
     Ok(nodes)
 }
 
+/// The JVM and jars the nodes run with: the host's (`JAVA`, [`kafka_lib_dir`]) or the
+/// `eosim/kafka` image's (`java`, [`KAFKA_LIBS`]).
+struct Jvm {
+    java: PathBuf,
+    lib: PathBuf,
+    container: Option<ContainerSpec>,
+}
+
+impl Jvm {
+    fn on(runtime: Runtime, dir: &Path) -> Result<Jvm, ProvisionError> {
+        let container = runtime.spec(ServiceImage::Kafka, &[dir.to_path_buf()])?;
+        if container.is_some() {
+            return Ok(Jvm {
+                java: PathBuf::from("java"),
+                lib: PathBuf::from(KAFKA_LIBS),
+                container,
+            });
+        }
+        let lib = kafka_lib_dir();
+        check_jars(&lib)?;
+        Ok(Jvm {
+            java: require_program("kafka", &java())?,
+            lib,
+            container,
+        })
+    }
+
+    /// Node `node`'s process running `args`, its output in `node.dir/log`.
+    fn launch(&self, node: &NodeLayout, args: Vec<String>, log: &str) -> Launch {
+        Launch {
+            service: format!("kafka-{}", node.node_id),
+            program: self.java.clone(),
+            args,
+            env: Vec::new(),
+            cwd: node.dir.clone(),
+            log_path: node.dir.join(log),
+            user: None,
+            container: self.container.clone(),
+        }
+    }
+}
+
 fn java_command(lib: &Path, log4j: &Path, heap_mb: u32, main: &str) -> Vec<String> {
     vec![
         format!("-Xmx{heap_mb}m"),
@@ -205,27 +246,22 @@ fn java_command(lib: &Path, log4j: &Path, heap_mb: u32, main: &str) -> Vec<Strin
 /// Formats every node's storage, in parallel (each is a JVM start of a few seconds).
 fn format_storage(
     nodes: &[NodeLayout],
-    lib: &Path,
+    jvm: &Jvm,
     log4j: &Path,
     cluster_id: &str,
 ) -> Result<(), ProvisionError> {
-    let java = &require_program("kafka", &java())?;
     let results: Vec<Result<(), ProvisionError>> = std::thread::scope(|s| {
         let handles: Vec<_> = nodes
             .iter()
             .map(|node| {
                 s.spawn(move || {
-                    let mut cmd = std::process::Command::new(java);
-                    cmd.args(java_command(lib, log4j, 256, "kafka.tools.StorageTool"))
-                        .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
-                        .arg(&node.properties);
-                    let log = node.dir.join("format.log");
-                    run_step(
-                        &format!("kafka-{}", node.node_id),
-                        "storage format",
-                        cmd,
-                        &log,
-                    )
+                    let mut args = java_command(&jvm.lib, log4j, 256, "kafka.tools.StorageTool");
+                    args.extend(
+                        ["format", "--ignore-formatted", "-t", cluster_id, "-c"].map(String::from),
+                    );
+                    args.push(node.properties.display().to_string());
+                    let launch = jvm.launch(node, args, "format.log");
+                    setup_step("storage format", &launch)
                 })
             })
             .collect();
@@ -262,29 +298,18 @@ impl Kafka {
                 reason: format!("broker_count must be 1 or 3, not {}", options.broker_count),
             });
         }
-        let lib = kafka_lib_dir();
-        check_jars(&lib)?;
-        let java = require_program("kafka", &java())?;
+        let jvm = Jvm::on(options.runtime, dir)?;
         create_dir("kafka", dir)?;
         let log4j = dir.join("kafka-log4j2.yaml");
         write_file("kafka", &log4j, LOG4J2_YAML)?;
         let layouts = layout(dir, &options)?;
         let cluster_id = random_cluster_id();
-        format_storage(&layouts, &lib, &log4j, &cluster_id)?;
+        format_storage(&layouts, &jvm, &log4j, &cluster_id)?;
         let mut nodes = Vec::with_capacity(layouts.len());
         for node in layouts {
-            let mut args = java_command(&lib, &log4j, options.heap_mb, "kafka.Kafka");
+            let mut args = java_command(&jvm.lib, &log4j, options.heap_mb, "kafka.Kafka");
             args.push(node.properties.display().to_string());
-            let launch = Launch {
-                service: format!("kafka-{}", node.node_id),
-                program: java.clone(),
-                args,
-                env: Vec::new(),
-                cwd: node.dir.clone(),
-                log_path: node.dir.join("kafka.log"),
-                user: None,
-            };
-            let process = ServiceProcess::spawn(launch)?;
+            let process = ServiceProcess::spawn(jvm.launch(&node, args, "kafka.log"))?;
             nodes.push(Node {
                 node_id: node.node_id,
                 port: node.port,

@@ -29,7 +29,7 @@ pub use kafka::{Kafka, KafkaOptions};
 pub use postgres::Postgres;
 pub use zookeeper::ZooKeeper;
 
-use super::process::{wait_healthy, ServiceProcess};
+use super::process::{wait_healthy, Launch, ServiceProcess};
 use super::ProvisionError;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -202,6 +202,36 @@ pub(crate) fn run_step(
         reason: format!("{status}: {tail}"),
         log_path: log_path.into(),
     })
+}
+
+/// Runs a setup step (`initdb`, `kafka-storage format`) described as a [`Launch`] to
+/// completion: a child process natively, a one-shot container with a container spec.
+pub(crate) fn setup_step(step: &str, launch: &Launch) -> Result<(), ProvisionError> {
+    if let Some(spec) = &launch.container {
+        let status = crate::real::container::run_to_completion(launch, spec)?;
+        if status.as_deref() == Some("exit code 0") {
+            return Ok(());
+        }
+        return Err(ProvisionError::Setup {
+            service: launch.service.clone(),
+            step: step.into(),
+            reason: format!(
+                "{}: {}",
+                status.as_deref().unwrap_or("still running after 300 s"),
+                last_lines(&launch.log_path, 5)
+            ),
+            log_path: launch.log_path.clone(),
+        });
+    }
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.cwd);
+    if let Some((uid, gid)) = launch.user {
+        std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, gid);
+    }
+    run_step(&launch.service, step, cmd, &launch.log_path)
 }
 
 /// The last `n` lines of a log, joined with " | " (for error messages).

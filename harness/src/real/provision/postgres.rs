@@ -5,7 +5,8 @@
 //! creates, else `nobody`) through `setuid` in the child; the data directory is chowned to
 //! that user and `dir` gets the search bit for others so that the user can reach it.
 
-use super::{create_dir, require_program, run_step, single_service_faults, Probe, Single};
+use super::{create_dir, require_program, setup_step, single_service_faults, Probe, Single};
+use crate::real::container::{ContainerSpec, Runtime, ServiceImage, CONTAINER_UID};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use std::ffi::CString;
@@ -83,53 +84,72 @@ fn allow_traverse(dir: &Path) -> Result<(), ProvisionError> {
 }
 
 fn initdb(
-    bin: &Path,
+    initdb: PathBuf,
+    dir: &Path,
     data_dir: &Path,
     user: Option<(u32, u32)>,
-    log: &Path,
+    container: Option<ContainerSpec>,
 ) -> Result<(), ProvisionError> {
-    let initdb = require_program("postgres", &bin.join("initdb"))?;
-    let mut cmd = Command::new(initdb);
-    cmd.arg("-D")
-        .arg(data_dir)
-        .args([
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ])
-        .env("LC_ALL", "C");
-    if let Some((uid, gid)) = user {
-        std::os::unix::process::CommandExt::uid(&mut cmd, uid);
-        std::os::unix::process::CommandExt::gid(&mut cmd, gid);
-    }
-    run_step("postgres", "initdb", cmd, log)
+    let launch = Launch {
+        service: "postgres".into(),
+        program: initdb,
+        args: vec![
+            "-D".into(),
+            data_dir.display().to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "-A".into(),
+            "trust".into(),
+            "-E".into(),
+            "UTF8".into(),
+            "--locale=C".into(),
+            "--no-sync".into(),
+        ],
+        env: vec![("LC_ALL".into(), "C".into())],
+        cwd: dir.to_path_buf(),
+        log_path: dir.join("initdb.log"),
+        user,
+        container,
+    };
+    setup_step("initdb", &launch)
 }
 
-fn pg_isready(bin: &Path, port: u16) -> Probe {
-    let program = bin.join("pg_isready");
+/// `pg_isready` against the server: natively the host's, in a container the image's
+/// (through `docker exec`).
+fn pg_isready(bin: &Path, port: u16, container: Option<String>) -> Probe {
+    let argv: Vec<String> = [
+        bin.join("pg_isready").display().to_string(),
+        "-h".into(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        port.to_string(),
+        "-t".into(),
+        "1".into(),
+        "-U".into(),
+        "postgres".into(),
+    ]
+    .into();
     Box::new(move || {
-        let out = Command::new(&program)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "1",
-                "-U",
-                "postgres",
-            ])
-            .output()
-            .map_err(|e| format!("cannot run pg_isready: {e}"))?;
-        if out.status.success() {
+        let (ok, text) = match &container {
+            Some(name) => {
+                let (code, text) = crate::real::container::exec(name, &argv)?;
+                (code == 0, text)
+            }
+            None => {
+                let out = Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .output()
+                    .map_err(|e| format!("cannot run pg_isready: {e}"))?;
+                (
+                    out.status.success(),
+                    String::from_utf8_lossy(&out.stdout).to_string(),
+                )
+            }
+        };
+        if ok {
             return Ok(());
         }
-        Err(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        Err(text.trim().to_string())
     })
 }
 
@@ -143,10 +163,33 @@ impl Postgres {
     /// [`ProvisionError::Setup`] when initdb fails, [`ProvisionError::NotReady`] when
     /// `pg_isready` does not answer within 60 s.
     pub fn start(dir: &Path) -> Result<Postgres, ProvisionError> {
-        let bin = pg_bin();
-        let postgres = require_program("postgres", &bin.join("postgres"))?;
-        require_program("postgres", &bin.join("pg_isready"))?;
-        let user = server_user()?;
+        Postgres::start_on(dir, Runtime::Native)
+    }
+
+    /// [`start`](Self::start) on `runtime`: in a container of `eosim/postgres` (as its
+    /// user `eosim`, uid [`CONTAINER_UID`], the image's binaries) or natively.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); [`ProvisionError::Missing`] when the image is not built.
+    pub fn start_on(dir: &Path, runtime: Runtime) -> Result<Postgres, ProvisionError> {
+        let container = runtime.spec(ServiceImage::Postgres, &[dir.to_path_buf()])?;
+        let (bin, user) = match container {
+            Some(_) => (
+                PathBuf::from("/usr/lib/postgresql/15/bin"),
+                Some((CONTAINER_UID, CONTAINER_UID)),
+            ),
+            None => (pg_bin(), server_user()?),
+        };
+        let (postgres, initdb_bin) = match container {
+            Some(_) => (bin.join("postgres"), bin.join("initdb")),
+            None => {
+                require_program("postgres", &bin.join("pg_isready"))?;
+                (
+                    require_program("postgres", &bin.join("postgres"))?,
+                    require_program("postgres", &bin.join("initdb"))?,
+                )
+            }
+        };
         let data_dir = dir.join("pgdata");
         let socket_dir = dir.join("pg-socket");
         create_dir("postgres", &data_dir)?;
@@ -156,7 +199,7 @@ impl Postgres {
             chown(&data_dir, u)?;
             chown(&socket_dir, u)?;
         }
-        initdb(&bin, &data_dir, user, &dir.join("initdb.log"))?;
+        initdb(initdb_bin, dir, &data_dir, user, container.clone())?;
         let port = free_ports(1)?[0];
         let args = vec![
             "-D".to_string(),
@@ -176,11 +219,13 @@ impl Postgres {
             cwd: dir.to_path_buf(),
             log_path: dir.join("postgres.log"),
             user,
+            container,
         };
         let process = ServiceProcess::spawn(launch)?;
+        let in_container = process.container().map(|c| c.name().to_string());
         let single = Single::start(
             process,
-            pg_isready(&bin, port),
+            pg_isready(&bin, port, in_container),
             START_TIMEOUT_MS,
             libc::SIGINT,
         )?;

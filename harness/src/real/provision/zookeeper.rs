@@ -5,6 +5,7 @@
 use super::{
     create_dir, java, render, require_program, single_service_faults, write_file, Probe, Single,
 };
+use crate::real::container::{Runtime, ServiceImage};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use std::io::{Read, Write};
@@ -68,9 +69,27 @@ impl ZooKeeper {
     /// [`ProvisionError::Missing`] without Java or Debian's zookeeper package,
     /// [`ProvisionError::NotReady`] when it does not serve within 60 s (`ruok`, `srvr`).
     pub fn start(dir: &Path) -> Result<ZooKeeper, ProvisionError> {
-        let java = require_program("zookeeper", &java())?;
-        require_program("zookeeper", Path::new(ZOOKEEPER_JAR))?;
+        ZooKeeper::start_on(dir, Runtime::Native)
+    }
+
+    /// [`start`](Self::start) on `runtime`: natively, or in a container of
+    /// `eosim/zookeeper` (which has slf4j-simple).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); [`ProvisionError::Missing`] when the image is not built.
+    pub fn start_on(dir: &Path, runtime: Runtime) -> Result<ZooKeeper, ProvisionError> {
         create_dir("zookeeper", &dir.join("data"))?;
+        let container = runtime.spec(ServiceImage::ZooKeeper, &[dir.to_path_buf()])?;
+        let (java, slf4j) = match container {
+            Some(_) => (PathBuf::from("java"), true),
+            None => {
+                require_program("zookeeper", Path::new(ZOOKEEPER_JAR))?;
+                (
+                    require_program("zookeeper", &java())?,
+                    Path::new(SLF4J_SIMPLE_JAR).exists(),
+                )
+            }
+        };
         let port = free_ports(1)?[0];
         let cfg = render(
             ZOO_CFG,
@@ -82,7 +101,7 @@ impl ZooKeeper {
         let cfg_path = dir.join("zoo.cfg");
         write_file("zookeeper", &cfg_path, &cfg)?;
         let mut classpath = ZOOKEEPER_JAR.to_string();
-        if Path::new(SLF4J_SIMPLE_JAR).exists() {
+        if slf4j {
             classpath = format!("{classpath}:{SLF4J_SIMPLE_JAR}");
         }
         let launch = Launch {
@@ -99,6 +118,7 @@ impl ZooKeeper {
             cwd: dir.to_path_buf(),
             log_path: dir.join("zookeeper.log"),
             user: None,
+            container,
         };
         let process = ServiceProcess::spawn(launch)?;
         let single = Single::start(

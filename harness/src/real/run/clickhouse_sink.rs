@@ -45,6 +45,7 @@ use crate::connect::task::SinkTask;
 use crate::history::{History, OpKind, RecordRef, Value};
 use crate::real::bulk::jdbc::timed_load;
 use crate::real::bulk::one_insert;
+use crate::real::container::Runtime;
 use crate::real::net::proxy::{Identify, Proxy};
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
 use crate::real::scratch::start_in;
@@ -232,12 +233,19 @@ impl ChServices {
     /// # Errors
     /// A service that does not come up (naming its log).
     pub fn start() -> Result<Self, String> {
+        ChServices::start_on(Runtime::Native)
+    }
+
+    /// [`start`](Self::start) on `runtime` (child processes or containers).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_on(runtime: Runtime) -> Result<Self, String> {
         let (zk, zk_dir) = start_in("zookeeper", |dir| {
-            ZooKeeper::start(dir).map_err(|e| e.to_string())
+            ZooKeeper::start_on(dir, runtime).map_err(|e| e.to_string())
         })?;
         let (ch, ch_dir) = start_in("clickhouse", |dir| {
-            ChServer::start_with_zookeeper(dir, Some(&zk.connect_string()))
-                .map_err(|e| e.to_string())
+            ChServer::start_on(dir, Some(&zk.connect_string()), runtime).map_err(|e| e.to_string())
         })?;
         Ok(Self {
             ch,
@@ -282,8 +290,13 @@ impl ChTarget {
     /// # Errors
     /// A service that does not come up (naming its log), a table or topic that cannot be
     /// created.
-    pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Self, String> {
-        let services = ChServices::start()?;
+    pub fn setup(
+        scenario: &Scenario,
+        bootstrap: &str,
+        seed: u64,
+        runtime: Runtime,
+    ) -> Result<Self, String> {
+        let services = ChServices::start_on(runtime)?;
         let http_port = services.ch.http_port();
         let proxy = super::faults::messages_on(scenario, "clickhouse")
             .then(|| {

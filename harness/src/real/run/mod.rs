@@ -3,8 +3,9 @@
 //!
 //! # Phases
 //! 1. Brokers: `native` starts `[cluster] brokers` (1 or 3) KRaft nodes in a temporary
-//!    directory; `external` uses `--bootstrap-servers`; `testcontainers` is reported as
-//!    skipped (no Docker daemon here, and not implemented yet either way).
+//!    directory; `testcontainers` starts the same nodes, and every other service, as
+//!    containers of the locally built images ([`crate::real::container`]; a file with
+//!    network faults is skipped there, naming them); `external` uses `--bootstrap-servers`.
 //! 2. The topic with the scenario's settings; the pipeline's processes as `eosim worker`
 //!    children ([`workers`]), each in its own process group.
 //! 3. Faults: the explicit `[[faults.schedule]]` and the swarm drawn from the run's seed,
@@ -52,6 +53,7 @@ pub mod workers;
 
 use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
+use crate::real::container::Runtime;
 use crate::real::provision::{Kafka, KafkaOptions};
 use crate::real::scratch::start_in;
 use crate::scenario::Scenario;
@@ -161,11 +163,30 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
                 .backend
                 .check_available()
                 .map_err(|e| e.to_string())?;
-            Err(
-                "skipped: the testcontainers backend is not implemented yet; run with \
-                 --backend native"
-                    .into(),
-            )
+            if faults::needs_network(scenario) {
+                return Err(
+                    "skipped: network faults (partition, clog, messages) are not \
+                     injected into containers yet; run this file with --backend native"
+                        .into(),
+                );
+            }
+            if !matches!(scenario.cluster.brokers, 1 | 3) {
+                return Err(format!(
+                    "skipped: the testcontainers backend runs 1 or 3 brokers, the scenario \
+                     asks for {}",
+                    scenario.cluster.brokers
+                ));
+            }
+            match crate::real::container::sweep_leftovers() {
+                Ok(gone) if !gone.is_empty() => eprintln!(
+                    "eosim: removed {} container(s) of runs that were killed: {}",
+                    gone.len(),
+                    gone.join(", ")
+                ),
+                Ok(_) => {}
+                Err(e) => return Err(format!("skipped: docker: {e}")),
+            }
+            pipelines::unsupported(scenario).map_or(Ok(()), Err)
         }
         Backend::External if options.bootstrap_servers.is_none() => {
             Err("skipped: --backend external needs --bootstrap-servers".into())
@@ -183,6 +204,10 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     // Before any process starts, so that each one starts in its node's cgroup.
     let native = options.backend != Backend::External || options.bootstrap_servers.is_none();
     let net = (native && faults::needs_network(scenario)).then(crate::real::net::Network::open);
+    let runtime = match options.backend {
+        Backend::Testcontainers => Runtime::Containers,
+        Backend::Native | Backend::External => Runtime::Native,
+    };
     let brokers = match &options.bootstrap_servers {
         Some(b) if options.backend == Backend::External => Brokers::External(b.clone()),
         _ => {
@@ -194,6 +219,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                 transaction_state_log_num_partitions: scenario
                     .cluster
                     .transaction_state_log_num_partitions,
+                runtime,
                 ..KafkaOptions::brokers(scenario.cluster.brokers)
             };
             let (kafka, dir) = start_in("kafka", |dir| {
@@ -209,7 +235,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     };
     let bootstrap = brokers.bootstrap();
     cluster::create_topic(&bootstrap, scenario)?;
-    let target = pipelines::setup(scenario, &bootstrap, options.seed)?;
+    let target = pipelines::setup(scenario, &bootstrap, options.seed, runtime)?;
     let (sink_dir, log_dir) = (options.dir.join("sink"), options.dir.join("logs"));
     for d in [&sink_dir, &log_dir] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -239,6 +265,14 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         seed: options.seed,
         net,
     };
+    if runtime == Runtime::Containers {
+        run.notes.push(format!(
+            "testcontainers backend: every service a container (host network) of the local \
+             images {}, built by `eosim images` from Debian 12's packages and the Maven jars \
+             (upstream images need a registry); the workers are eosim processes on the host",
+            crate::real::container::live_images().join(", ")
+        ));
+    }
     run.spawn_workers()?;
     run.create_connector_by(0);
     Ok(run)

@@ -36,6 +36,7 @@ use crate::client::real::RealPostgres;
 use crate::connect::cdc_events::{build_events, id_of};
 use crate::connect::config::ConnectorConfig;
 use crate::history::{DlqRecord, History, Op, OpKind, SourceRecord, Value};
+use crate::real::container::Runtime;
 use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
 use crate::scenario::{Pipeline, Scenario, TopicSpec};
@@ -220,9 +221,14 @@ pub fn url_properties(scenario_url: &str) -> String {
 }
 
 /// A service that does not come up (naming its log), a topic that cannot be created.
-pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Target, String> {
+pub fn setup(
+    scenario: &Scenario,
+    bootstrap: &str,
+    seed: u64,
+    runtime: Runtime,
+) -> Result<Target, String> {
     if scenario.pipeline == Pipeline::ClickhouseSink {
-        let target = super::clickhouse_sink::ChTarget::setup(scenario, bootstrap, seed)?;
+        let target = super::clickhouse_sink::ChTarget::setup(scenario, bootstrap, seed, runtime)?;
         return Ok(Target::ClickHouse(Box::new(target)));
     }
     if scenario.pipeline == Pipeline::StreamsCount {
@@ -233,7 +239,7 @@ pub fn setup(scenario: &Scenario, bootstrap: &str, seed: u64) -> Result<Target, 
         return Ok(Target::Files);
     }
     let (pg, dir) = start_in("postgres", |dir| {
-        Postgres::start(dir).map_err(|e| e.to_string())
+        Postgres::start_on(dir, runtime).map_err(|e| e.to_string())
     })?;
     let mut raw = scenario.connector.clone();
     let url = format!(
