@@ -190,11 +190,51 @@ fn a_swarm_is_drawn_from_the_seed_on_the_real_tier() {
     assert_short_and_clean(&result, 120.0);
 }
 
+/// A file the testcontainers backend cannot run as asked is skipped, never passed: with no
+/// daemon, for that; with one, because containers get no network faults yet.
 #[test]
-fn the_testcontainers_backend_is_reported_skipped_never_passed() {
-    let (path, scenario) = smoke_scenario();
+fn the_testcontainers_backend_skips_what_it_cannot_inject_never_passes() {
+    let (path, scenario) = scenario_at("../scenarios/real/streams-alo-partition-duplicates.toml");
     let notes = skipped(&path, &scenario, Backend::Testcontainers);
-    assert!(notes[0].starts_with("skipped:"), "{notes:?}");
+    assert!(
+        notes[0].starts_with("skipped: no Docker daemon")
+            || notes[0].starts_with("skipped: network faults (partition, clog, messages)"),
+        "{notes:?}"
+    );
+}
+
+/// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
+/// real tier cannot lose a page cache, so it is noted as not injected and nothing is
+/// killed.
+#[test]
+fn a_kill_leader_machine_crash_is_noted_not_injected_never_run_as_a_process_kill() {
+    if !real_enabled("a_kill_leader_machine_crash_is_noted_not_injected") {
+        return;
+    }
+    let (path, _) = smoke_scenario();
+    let text = std::fs::read_to_string(&path).expect("the smoke scenario reads");
+    let faults = text.find("[faults]").expect("a [faults] section");
+    let drain = text.find("[drain]").expect("a [drain] section");
+    let text = format!(
+        "{}[faults]\nuntil_ms = 4000\n\n[[faults.schedule]]\nat_ms = 2000\nfault = \
+         \"kill-leader\"\ntopic = \"events\"\npartition = 0\nmode = \"machine-crash\"\n\n{}",
+        &text[..faults],
+        &text[drain..]
+    )
+    .replace("records = 2000", "records = 300");
+    let scenario = Scenario::parse(&path, &text).expect("the scenario parses");
+    let dir = service_dir("real-run-machine-crash");
+    let (outcome, result) = run_native("a kill-leader machine crash", &path, &scenario, dir.path());
+    assert_eq!(fault_lines(&outcome.history), Vec::<String>::new());
+    assert!(
+        result
+            .notes
+            .iter()
+            .any(|n| n.contains("fault `kill-leader` not injected: a machine crash")),
+        "{:?}",
+        result.notes
+    );
+    assert_short_and_clean(&result, 120.0);
 }
 
 #[test]

@@ -14,7 +14,7 @@
 //! | `heal` | every cut link restored; each one's dropped packets recorded as its effect |
 //! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
 //! | `messages` on other servers | not injected, noted (their protocols pipeline requests) |
-//! | `kill`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
+//! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
@@ -161,6 +161,10 @@ impl Run<'_> {
         };
         match fault {
             Fault::Kill {
+                mode: CrashMode::MachineCrash,
+                ..
+            }
+            | Fault::KillLeader {
                 mode: CrashMode::MachineCrash,
                 ..
             } => self.unsupported(
