@@ -8,7 +8,7 @@
 //! (bollard PR #27), so every request is `/v1.53/...`. A daemon older than Docker 29
 //! answers each with `client version 1.53 is too new. Maximum supported API version is
 //! 1.41` (Debian 12's `docker.io` 20.10 serves 1.41; the check is moby's
-//! `api/server/middleware/version.go`). Where the daemon is older, [`docker`] starts a
+//! `api/server/middleware/version.go`). Where the daemon is older, the first connection starts a
 //! Unix-socket proxy in this process that forwards every byte and rewrites the version in
 //! each request path (`/v1.53/` to `/v1.41/`, the same length, so no body or
 //! `Content-Length` changes), and points `DOCKER_HOST` at it. The daemon ignores the

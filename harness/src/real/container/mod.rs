@@ -14,9 +14,10 @@
 //! | restart | the same command again | `docker start` of the same container |
 //! | pause | SIGSTOP to the tree | `docker pause` (cgroup freezer) |
 //! | graceful stop | the service's signal, SIGKILL after a grace | the same, through `docker kill -s` |
+//! | partition, clog, messages | nftables over the processes' cgroups | the same: the container joins its node's cgroup |
 //!
 //! A setup step (`initdb`, `kafka-storage format`) runs as a one-shot container of the
-//! same image ([`run_step`]).
+//! same image ([`run_to_completion`]).
 //!
 //! # Cleanup
 //! Every container is labelled `eosim.owner=<pid>` and named
@@ -25,9 +26,12 @@
 //! per container removes it when eosim is SIGKILLed; and the next run removes any whose
 //! owner is gone ([`sweep_leftovers`]).
 //!
-//! # What is not here yet
-//! Network faults (partitions, clogs, message faults) are not injected into containers:
-//! a run that asks for them is refused by name (`real::run`).
+//! # Network faults
+//! As natively ([`crate::real::net`]): in a network-faulted run each container's first
+//! process joins its node's cgroup v2 before it execs the service (the run's cgroup tree is
+//! bind-mounted at its own path), so nftables tells the containers apart by their sockets'
+//! cgroups as it tells child processes apart; the container starts as root for that and
+//! drops to the service's user with `setpriv`.
 
 pub mod docker_api;
 
@@ -113,12 +117,23 @@ fn spawn_error(launch: &Launch, reason: impl std::fmt::Display) -> ProvisionErro
 }
 
 /// The container's command: `launch`'s program and arguments, their output appended to
-/// `launch.log_path` (bind-mounted) as a native run's is.
+/// `launch.log_path` (bind-mounted) as a native run's is. The container starts as root;
+/// with `$EOSIM_CGROUP` set (a network-faulted run) its first process joins that cgroup
+/// before it execs the service, so every socket the service opens is in its node's cgroup
+/// as natively ([`crate::real::net::cgroup::join_in_child`]); then it drops to
+/// `launch.user` with `setpriv` (util-linux), as the native backend does after the join.
 fn command(launch: &Launch) -> Vec<String> {
+    let drop_to = match launch.user {
+        Some((uid, gid)) => format!("setpriv --reuid={uid} --regid={gid} --clear-groups "),
+        None => String::new(),
+    };
+    let script = format!(
+        r#"if [ -n "$EOSIM_CGROUP" ]; then echo 0 > "$EOSIM_CGROUP/cgroup.procs" || exit 111; fi; exec {drop_to}"$0" "$@" >>"$EOSIM_LOG" 2>&1"#
+    );
     let mut cmd = vec![
         "sh".to_string(),
         "-c".into(),
-        r#"exec "$0" "$@" >>"$EOSIM_LOG" 2>&1"#.into(),
+        script,
         launch.program.display().to_string(),
     ];
     cmd.extend(launch.args.iter().cloned());
@@ -184,8 +199,15 @@ impl ContainerProcess {
             let path = m.display().to_string();
             request = request.with_mount(Mount::bind_mount(path.clone(), path));
         }
-        if let Some((uid, gid)) = launch.user {
-            request = request.with_user(format!("{uid}:{gid}"));
+        // A network-faulted run: the node's cgroup, and the run's cgroup tree mounted at its
+        // own path so that the first process can join it.
+        let cgroup =
+            crate::real::net::placement(&launch.service).map_err(|e| spawn_error(launch, e))?;
+        if let Some(dir) = &cgroup {
+            let tree = dir.parent().unwrap_or(dir).display().to_string();
+            request = request
+                .with_mount(Mount::bind_mount(tree.clone(), tree))
+                .with_env_var("EOSIM_CGROUP", dir.display().to_string());
         }
         let container = request.start().map_err(|e| spawn_error(launch, e))?;
         if let Ok(mut live) = LIVE.lock() {
@@ -491,11 +513,24 @@ mod tests {
         };
         let cmd = command(&launch);
         assert_eq!(&cmd[..2], ["sh", "-c"]);
-        assert!(cmd[2].starts_with("exec \"$0\" \"$@\""));
+        assert!(
+            cmd[2].ends_with(r#"exec "$0" "$@" >>"$EOSIM_LOG" 2>&1"#),
+            "{}",
+            cmd[2]
+        );
         assert_eq!(
             &cmd[3..],
             ["/usr/lib/postgresql/15/bin/postgres", "-D", "/tmp/x y"],
             "arguments are passed as they are, never through a shell's word splitting"
+        );
+        let as_user = command(&Launch {
+            user: Some((2001, 2001)),
+            ..launch
+        });
+        assert!(
+            as_user[2].contains("exec setpriv --reuid=2001 --regid=2001 --clear-groups \"$0\""),
+            "the service drops to its user after joining its cgroup: {}",
+            as_user[2]
         );
     }
 }

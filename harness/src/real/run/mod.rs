@@ -4,8 +4,8 @@
 //! # Phases
 //! 1. Brokers: `native` starts `[cluster] brokers` (1 or 3) KRaft nodes in a temporary
 //!    directory; `testcontainers` starts the same nodes, and every other service, as
-//!    containers of the locally built images ([`crate::real::container`]; a file with
-//!    network faults is skipped there, naming them); `external` uses `--bootstrap-servers`.
+//!    containers of the locally built images ([`crate::real::container`]); `external`
+//!    uses `--bootstrap-servers`.
 //! 2. The topic with the scenario's settings; the pipeline's processes as `eosim worker`
 //!    children ([`workers`]), each in its own process group.
 //! 3. Faults: the explicit `[[faults.schedule]]` and the swarm drawn from the run's seed,
@@ -163,13 +163,6 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
                 .backend
                 .check_available()
                 .map_err(|e| e.to_string())?;
-            if faults::needs_network(scenario) {
-                return Err(
-                    "skipped: network faults (partition, clog, messages) are not \
-                     injected into containers yet; run this file with --backend native"
-                        .into(),
-                );
-            }
             if !matches!(scenario.cluster.brokers, 1 | 3) {
                 return Err(format!(
                     "skipped: the testcontainers backend runs 1 or 3 brokers, the scenario \
