@@ -39,6 +39,17 @@ pub mod scratch;
 
 use std::path::{Path, PathBuf};
 
+/// `; its last lines: a | b | ...` of the log at `path` when it has any, else nothing: a
+/// service's error carries what its log said, so the report keeps it after the scratch
+/// directory that held the log is gone (the next run sweeps it).
+fn log_tail(path: &Path) -> String {
+    let tail = provision::last_lines(path, 8);
+    if tail.is_empty() {
+        return String::new();
+    }
+    format!("; its last lines: {tail}")
+}
+
 /// Why a service could not be provisioned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProvisionError {
@@ -76,8 +87,9 @@ pub enum ProvisionError {
     },
     /// The health check did not pass in time.
     #[error(
-        "{service} did not come up within {waited_ms} ms: {last_error} (log: {log})",
-        log = log_path.display()
+        "{service} did not come up within {waited_ms} ms: {last_error} (log: {log}{tail})",
+        log = log_path.display(),
+        tail = log_tail(log_path)
     )]
     NotReady {
         /// The service.

@@ -705,5 +705,9 @@ mod tests {
         assert!(text.contains("test-service did not come up"), "{text}");
         assert!(text.contains("exit status: 3"), "{text}");
         assert!(text.contains("test-service.log"), "{text}");
+        assert!(
+            text.ends_with("; its last lines: no config)"),
+            "the error carries what the log said, so the report keeps it: {text}"
+        );
     }
 }
