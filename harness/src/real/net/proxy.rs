@@ -17,6 +17,17 @@
 //! request or response leaves the connection silent: the client waits, as for a packet
 //! the network lost, until its own timeout closes it.
 //!
+//! # Kafka's framing
+//! Kafka's clients pipeline requests (up to `max.in.flight.requests.per.connection` on one
+//! connection), so in front of a broker the proxy reads the protocol's framing instead
+//! ([`Framing::Kafka`]): every request and response is a frame, `int32` size then that
+//! many bytes, a request's correlation id at bytes 8..12 of its frame and a response's at
+//! bytes 4..8 (`RequestHeader` / `ResponseHeader` in Kafka's
+//! `clients/src/main/resources/common/message/`). Each request frame draws a drop and a
+//! delay; each response frame, matched to its request by correlation id, draws a lost
+//! response and a duplicate (the request sent again on a connection of its own, after the
+//! original was answered). A request the broker never answers (`acks=0`) is forgotten.
+//!
 //! Each time a fault acts, the proxy records an [`Event`] ([`Proxy::take_events`]): the
 //! runner turns them into the history's effects ([`eosim_sim::effects::kind`]'s
 //! `messages.*`). The client's node comes from `identify` (its socket's cgroup, see
@@ -70,6 +81,7 @@ pub struct Event {
 /// What the connections share: the faults per client node, the events, the dice.
 struct Shared {
     server: String,
+    framing: Framing,
     upstream: SocketAddr,
     faults: Mutex<BTreeMap<String, MessageFaults>>,
     events: Mutex<Vec<Event>>,
@@ -120,6 +132,17 @@ impl Shared {
     }
 }
 
+/// How the proxy tells requests and responses apart on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// One request in flight: the client's bytes after an answer are the next request
+    /// (HTTP/1.1 without pipelining, as ClickHouse's interface is used).
+    #[default]
+    Alternating,
+    /// Kafka's size-prefixed frames, pipelined, matched by correlation id.
+    Kafka,
+}
+
 /// One connection's state, shared by its two directions.
 #[derive(Default)]
 struct Conn {
@@ -127,9 +150,15 @@ struct Conn {
     answered: bool,
     /// The current request's bytes (for a duplicate), `None` once too large.
     request: Option<Vec<u8>>,
+    /// Kafka framing: the requests in flight by correlation id (for duplicates).
+    in_flight: BTreeMap<i32, Vec<u8>>,
     /// A fault silenced the connection: nothing is forwarded any more.
     silenced: bool,
 }
+
+/// The most requests kept in flight per Kafka connection (older ones, never answered,
+/// are forgotten).
+const IN_FLIGHT_MAX: usize = 64;
 
 /// A proxy on `127.0.0.1:<port>` in front of `upstream`, stopped on drop.
 pub struct Proxy {
@@ -159,6 +188,21 @@ impl Proxy {
         seed: u64,
         identify: Identify,
     ) -> Result<Self, String> {
+        Proxy::start_framed(server, upstream, seed, identify, Framing::Alternating)
+    }
+
+    /// [`start`](Self::start) with the protocol's `framing` ([`Framing::Kafka`] in front
+    /// of a broker).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_framed(
+        server: &str,
+        upstream: SocketAddr,
+        seed: u64,
+        identify: Identify,
+        framing: Framing,
+    ) -> Result<Self, String> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| format!("{server} proxy: bind: {e}"))?;
         let port = listener
@@ -170,6 +214,7 @@ impl Proxy {
             .map_err(|e| format!("{server} proxy: {e}"))?;
         let shared = Arc::new(Shared {
             server: server.to_string(),
+            framing,
             upstream,
             faults: Mutex::default(),
             events: Mutex::default(),
@@ -260,6 +305,21 @@ fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let (Ok(client_r), Ok(server_w)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
+    if shared.framing == Framing::Kafka {
+        let up = {
+            let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
+            std::thread::spawn(move || {
+                relay_frames(client_r, server_w, &conn, false, |c, frame| {
+                    on_kafka_request(&shared, node.as_deref(), c, frame)
+                })
+            })
+        };
+        relay_frames(server, client, &conn, true, |c, frame| {
+            on_kafka_response(shared, node.as_deref(), c, frame)
+        });
+        let _ = up.join();
+        return;
+    }
     let up = {
         let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
         std::thread::spawn(move || {
@@ -274,6 +334,48 @@ fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let _ = up.join();
 }
 
+/// [`relay`] frame by frame: bytes are held until a whole size-prefixed frame is there,
+/// and `decide` sees each frame whole (a partial frame at the end is forwarded as it is).
+fn relay_frames(
+    from: TcpStream,
+    to: TcpStream,
+    conn: &Mutex<Conn>,
+    to_client: bool,
+    mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
+) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut frames: Vec<u8> = Vec::new();
+    relay_with(from, to, conn, to_client, |c, chunk, out| {
+        pending.extend_from_slice(chunk);
+        frames.clear();
+        let mut delay_ms = 0;
+        loop {
+            let Some(size) = pending.get(..4) else { break };
+            let total =
+                4 + i32::from_be_bytes([size[0], size[1], size[2], size[3]]).max(0) as usize;
+            if pending.len() < total {
+                break;
+            }
+            let frame: Vec<u8> = pending.drain(..total).collect();
+            match decide(c, &frame) {
+                Pass::Forward { delay_ms: d } => {
+                    delay_ms = delay_ms.max(d);
+                    frames.extend_from_slice(&frame);
+                }
+                Pass::Swallow => {
+                    pending.clear();
+                    break;
+                }
+            }
+            if c.silenced {
+                break;
+            }
+        }
+        out.extend_from_slice(&frames);
+        delay_ms
+    });
+}
+
 /// What a direction of a connection does with the bytes it just read.
 enum Pass {
     /// Forward them after `delay_ms`.
@@ -286,33 +388,53 @@ enum Pass {
 /// connection is silenced); then ends `to`'s writing half, unless the connection was
 /// silenced and `to` is the client (which must hear nothing, not an end of stream).
 fn relay(
-    mut from: TcpStream,
-    mut to: TcpStream,
+    from: TcpStream,
+    to: TcpStream,
     conn: &Mutex<Conn>,
     to_client: bool,
     mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
 ) {
+    relay_with(from, to, conn, to_client, |c, chunk, out| {
+        match decide(c, chunk) {
+            Pass::Forward { delay_ms } => {
+                out.extend_from_slice(chunk);
+                delay_ms
+            }
+            Pass::Swallow => 0,
+        }
+    });
+}
+
+/// The loop under [`relay`] and [`relay_frames`]: `step` puts what to forward of each
+/// chunk read into its output and returns the delay before it leaves, in ms.
+fn relay_with(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    conn: &Mutex<Conn>,
+    to_client: bool,
+    mut step: impl FnMut(&mut Conn, &[u8], &mut Vec<u8>) -> u64,
+) {
     let mut buf = vec![0u8; 64 << 10];
+    let mut out = Vec::new();
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let pass = {
+        out.clear();
+        let delay_ms = {
             let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
             if c.silenced {
-                Pass::Swallow
+                0
             } else {
-                decide(&mut c, &buf[..n])
+                step(&mut c, &buf[..n], &mut out)
             }
         };
-        if let Pass::Forward { delay_ms } = pass {
-            if delay_ms > 0 {
-                std::thread::sleep(Duration::from_millis(delay_ms));
-            }
-            if to.write_all(&buf[..n]).is_err() {
-                break;
-            }
+        if delay_ms > 0 {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+        }
+        if !out.is_empty() && to.write_all(&out).is_err() {
+            break;
         }
     }
     let silenced = conn.lock().unwrap_or_else(|p| p.into_inner()).silenced;
@@ -363,6 +485,69 @@ fn on_response(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
     }
     c.answered = true;
     let request = c.request.take();
+    let Some(node) = node else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    let faults = shared.faults_of(node);
+    if let Some(request) = request.filter(|_| shared.draw(faults.duplicate_probability)) {
+        let detail = format!("a request from {node} to {} delivered twice", shared.server);
+        shared.record(kind::DUPLICATE, node, detail);
+        let upstream = shared.upstream;
+        std::thread::spawn(move || send_again(upstream, &request));
+    }
+    if shared.draw(faults.drop_response_probability) {
+        c.silenced = true;
+        let detail = format!(
+            "the response of {} to a request from {node} lost (the request was applied)",
+            shared.server
+        );
+        shared.record(kind::DROP_RESPONSE, node, detail);
+        return Pass::Swallow;
+    }
+    Pass::Forward { delay_ms: 0 }
+}
+
+/// The correlation id at `at` of a frame, if it is that long.
+fn correlation_id(frame: &[u8], at: usize) -> Option<i32> {
+    let b = frame.get(at..at + 4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Client → broker, one request frame: draws a drop and a delay; kept for a duplicate.
+fn on_kafka_request(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[u8]) -> Pass {
+    let Some(node) = node else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    let faults = shared.faults_of(node);
+    if shared.draw(faults.drop_request_probability) {
+        c.silenced = true;
+        let detail = format!("a request from {node} to {} dropped", shared.server);
+        shared.record(kind::DROP_REQUEST, node, detail);
+        return Pass::Swallow;
+    }
+    let delay_ms = shared.delay(faults.delay_ms_max);
+    if delay_ms > 0 {
+        let detail = format!(
+            "a request from {node} to {} delayed {delay_ms} ms",
+            shared.server
+        );
+        shared.record(kind::DELAY, node, detail);
+    }
+    if let Some(id) = correlation_id(frame, 8) {
+        if frame.len() <= DUPLICATE_MAX_BYTES {
+            if c.in_flight.len() >= IN_FLIGHT_MAX {
+                c.in_flight.pop_first();
+            }
+            c.in_flight.insert(id, frame.to_vec());
+        }
+    }
+    Pass::Forward { delay_ms }
+}
+
+/// Broker → client, one response frame: its request (by correlation id) draws a
+/// duplicate, and the response a loss.
+fn on_kafka_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[u8]) -> Pass {
+    let request = correlation_id(frame, 4).and_then(|id| c.in_flight.remove(&id));
     let Some(node) = node else {
         return Pass::Forward { delay_ms: 0 };
     };
@@ -556,5 +741,140 @@ mod tests {
         assert!(events
             .iter()
             .all(|e| e.kind == kind::DELAY && e.detail.contains(" ms")));
+    }
+
+    /// A broker stand-in speaking Kafka's framing: each request frame `[size][api_key
+    /// i16][api_version i16][correlation_id i32][payload]` is applied (its payload logged)
+    /// and answered `[size][correlation_id][payload]`, in order, several in flight.
+    fn frame_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&applied);
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || loop {
+                    let mut size = [0u8; 4];
+                    if stream.read_exact(&mut size).is_err() {
+                        return;
+                    }
+                    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+                    if stream.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    log.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&body[8..]).into_owned());
+                    let mut answer = body[4..8].to_vec();
+                    answer.extend_from_slice(&body[8..]);
+                    let mut frame = (answer.len() as i32).to_be_bytes().to_vec();
+                    frame.extend_from_slice(&answer);
+                    let _ = stream.write_all(&frame);
+                });
+            }
+        });
+        (addr, applied)
+    }
+
+    fn kafka_request(correlation_id: i32, payload: &str) -> Vec<u8> {
+        let mut body = vec![0, 0, 0, 9]; // api_key 0 (Produce), api_version 9
+        body.extend_from_slice(&correlation_id.to_be_bytes());
+        body.extend_from_slice(payload.as_bytes());
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    /// Sends the requests pipelined on one connection, each frame split across writes;
+    /// the (correlation id, payload) of the responses that came within `wait`.
+    fn kafka_calls(port: u16, requests: &[(i32, &str)], wait: Duration) -> Vec<(i32, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(wait)).unwrap();
+        let bytes: Vec<u8> = requests
+            .iter()
+            .flat_map(|(id, p)| kafka_request(*id, p))
+            .collect();
+        for piece in bytes.chunks(5) {
+            s.write_all(piece).unwrap();
+        }
+        let mut out = Vec::new();
+        for _ in requests {
+            let mut size = [0u8; 4];
+            if s.read_exact(&mut size).is_err() {
+                break;
+            }
+            let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+            s.read_exact(&mut body).unwrap();
+            let id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+            out.push((id, String::from_utf8_lossy(&body[4..]).into_owned()));
+        }
+        out
+    }
+
+    fn kafka_proxy(faults: MessageFaults) -> (Proxy, Arc<Mutex<Vec<String>>>) {
+        let (addr, applied) = frame_server();
+        let identify: Identify = Arc::new(|_, _| Some("producer-0".to_string()));
+        let p = Proxy::start_framed("broker-1", addr, 7, identify, Framing::Kafka).unwrap();
+        p.set_faults("producer-0", faults);
+        (p, applied)
+    }
+
+    /// Pipelined requests pass frame by frame; a duplicate is applied twice (its answer
+    /// once, to its correlation id); a dropped request is not applied (nor the one behind
+    /// it), a lost response's request is (and the one in flight behind it), and either
+    /// silences the connection as a lost packet would.
+    #[test]
+    fn kafka_frames_are_faulted_one_request_at_a_time_and_matched_by_correlation_id() {
+        let wait = Duration::from_secs(10);
+        let (p, applied) = kafka_proxy(MessageFaults::default());
+        let answers = kafka_calls(p.port(), &[(41, "a"), (42, "b")], wait);
+        assert_eq!(answers, [(41, "a".to_string()), (42, "b".to_string())]);
+        assert!(p.take_events().is_empty());
+        assert_eq!(*applied.lock().unwrap(), ["a", "b"]);
+
+        let (p, applied) = kafka_proxy(MessageFaults {
+            duplicate_probability: 1.0,
+            ..MessageFaults::default()
+        });
+        assert_eq!(
+            kafka_calls(p.port(), &[(7, "x")], wait),
+            [(7, "x".to_string())]
+        );
+        let deadline = std::time::Instant::now() + wait;
+        while applied.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(*applied.lock().unwrap(), ["x", "x"]);
+        assert_eq!(kinds(&p.take_events()), [kind::DUPLICATE]);
+
+        let short = Duration::from_millis(300);
+        for (faults, applied_after, effect) in [
+            (
+                MessageFaults {
+                    drop_request_probability: 1.0,
+                    ..MessageFaults::default()
+                },
+                0,
+                kind::DROP_REQUEST,
+            ),
+            (
+                MessageFaults {
+                    drop_response_probability: 1.0,
+                    ..MessageFaults::default()
+                },
+                // Both were on their way before the first answer was lost.
+                2,
+                kind::DROP_RESPONSE,
+            ),
+        ] {
+            let (p, applied) = kafka_proxy(faults);
+            assert!(
+                kafka_calls(p.port(), &[(1, "p"), (2, "q")], short).is_empty(),
+                "{effect}"
+            );
+            assert_eq!(applied.lock().unwrap().len(), applied_after, "{effect}");
+            assert_eq!(kinds(&p.take_events()), [effect]);
+        }
     }
 }
