@@ -206,6 +206,35 @@ fn the_testcontainers_backend_skips_what_it_cannot_run_never_passes() {
     );
 }
 
+/// Message faults on brokers act through the Kafka-framed proxies the brokers advertise:
+/// a non-idempotent producer whose Produce requests are delivered twice appends records
+/// twice on real Kafka, as in the simulation (`canary-duplicate-unsafe`).
+#[test]
+fn duplicated_produce_requests_through_the_broker_proxies_duplicate_records_on_real_kafka() {
+    if !real_enabled("duplicated_produce_requests_through_the_broker_proxies") {
+        return;
+    }
+    let (path, scenario) = scenario_at("../scenarios/canary-duplicate-unsafe.toml");
+    let dir = service_dir("real-run-broker-messages");
+    let (outcome, result) = run_native("duplicated produce requests", &path, &scenario, dir.path());
+    assert_eq!(
+        result.verdict,
+        Verdict::Violated,
+        "notes: {:?}",
+        result.notes
+    );
+    let duplicates = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| {
+            matches!(&op.value, Value::Effect { kind, .. } if kind == eosim_sim::effects::kind::DUPLICATE)
+        })
+        .count();
+    assert!(duplicates > 0, "no request was delivered twice");
+    assert_short_and_clean(&result, 120.0);
+}
+
 /// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
 /// real tier cannot lose a page cache, so it is noted as not injected and nothing is
 /// killed.

@@ -349,8 +349,7 @@ fn relay_frames(
         pending.extend_from_slice(chunk);
         frames.clear();
         let mut delay_ms = 0;
-        loop {
-            let Some(size) = pending.get(..4) else { break };
+        while let Some(size) = pending.get(..4) {
             let total =
                 4 + i32::from_be_bytes([size[0], size[1], size[2], size[3]]).max(0) as usize;
             if pending.len() < total {

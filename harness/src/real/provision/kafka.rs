@@ -39,6 +39,10 @@ pub struct KafkaOptions {
     pub extra_properties: Vec<(String, String)>,
     /// Child processes, or containers of `eosim/kafka` (its JVM and jars).
     pub runtime: Runtime,
+    /// Per node, in node-id order: the port its PLAINTEXT listener binds and the port it
+    /// advertises (a message-fault proxy's in front of it, `real::net::proxy`); empty: free
+    /// ports, each advertised as bound.
+    pub fronts: Vec<(u16, u16)>,
 }
 
 impl KafkaOptions {
@@ -52,6 +56,7 @@ impl KafkaOptions {
             transaction_state_log_num_partitions: 10,
             extra_properties: Vec::new(),
             runtime: Runtime::Native,
+            fronts: Vec::new(),
         }
     }
 }
@@ -60,7 +65,10 @@ impl KafkaOptions {
 #[derive(Debug)]
 struct Node {
     node_id: i32,
+    /// The listener's port (the health check's).
     port: u16,
+    /// The advertised port (the clients').
+    advertised_port: u16,
     process: ServiceProcess,
 }
 
@@ -134,14 +142,28 @@ fn random_base64_id() -> String {
 /// Where a node keeps its files.
 struct NodeLayout {
     node_id: i32,
+    /// The listener's port.
     port: u16,
+    /// The port it advertises (clients connect there).
+    advertised_port: u16,
     dir: PathBuf,
     properties: PathBuf,
 }
 
 fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, ProvisionError> {
     let n = options.broker_count as usize;
-    let ports = free_ports(2 * n)?;
+    if !(options.fronts.is_empty() || options.fronts.len() == n) {
+        return Err(ProvisionError::Invalid {
+            service: "kafka".into(),
+            reason: format!("{} fronts for {n} nodes", options.fronts.len()),
+        });
+    }
+    let mut ports = free_ports(2 * n)?;
+    let mut advertised: Vec<u16> = (0..n).map(|i| ports[2 * i]).collect();
+    for (i, (listen, front)) in options.fronts.iter().enumerate() {
+        ports[2 * i] = *listen;
+        advertised[i] = *front;
+    }
     let voters: Vec<String> = (0..n)
         .map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1]))
         .collect();
@@ -162,6 +184,7 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
                 ("node_id", (i + 1).to_string()),
                 ("voters", voters.join(",")),
                 ("port", ports[2 * i].to_string()),
+                ("advertised_port", advertised[i].to_string()),
                 ("controller_port", ports[2 * i + 1].to_string()),
                 ("log_dir", node_dir.join("data").display().to_string()),
                 ("replication_factor", rf.to_string()),
@@ -181,6 +204,7 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
         nodes.push(NodeLayout {
             node_id: i as i32 + 1,
             port: ports[2 * i],
+            advertised_port: advertised[i],
             dir: node_dir,
             properties,
         });
@@ -313,6 +337,7 @@ impl Kafka {
             nodes.push(Node {
                 node_id: node.node_id,
                 port: node.port,
+                advertised_port: node.advertised_port,
                 process,
             });
         }
@@ -341,12 +366,13 @@ fn fetch_metadata(bootstrap: &str, timeout: Duration) -> Result<Metadata, String
 }
 
 impl Kafka {
-    /// `bootstrap.servers` for clients: every node, `127.0.0.1:<port>,...`.
+    /// `bootstrap.servers` for clients: every node's advertised address, `127.0.0.1:<port>,...`
+    /// (a front's port where [`KafkaOptions::fronts`] put one before it).
     pub fn bootstrap_servers(&self) -> String {
         let addrs: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .map(|n| format!("127.0.0.1:{}", n.advertised_port))
             .collect();
         addrs.join(",")
     }

@@ -13,7 +13,8 @@
 //! | `partition` (full, `one_way`), `clog` | nftables drops between the processes' cgroups ([`crate::real::net`]) |
 //! | `heal` | every cut link restored; each one's dropped packets recorded as its effect |
 //! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
-//! | `messages` on other servers | not injected, noted (their protocols pipeline requests) |
+//! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
+//! | `messages` on PostgreSQL, ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
@@ -314,8 +315,12 @@ impl Run<'_> {
     }
 
     /// The message-fault proxy in front of `server`, if the run has one (ClickHouse's
-    /// HTTP listener when the scenario has `messages` faults on `clickhouse`).
+    /// HTTP listener when the scenario has `messages` faults on `clickhouse`; each
+    /// broker's listener when it has them on brokers, [`messages_on_brokers`]).
     fn proxy(&self, server: &str) -> Option<&Proxy> {
+        if let Some(p) = self.broker_proxies.get(server) {
+            return Some(p);
+        }
         match &self.target {
             super::pipelines::Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
             _ => None,
@@ -349,10 +354,9 @@ impl Run<'_> {
         }
         if !without.is_empty() {
             let why = format!(
-                "message faults act through the proxy in front of ClickHouse's HTTP listener \
-                 only; [{}] have none (Kafka's, PostgreSQL's and ZooKeeper's protocols have \
-                 several requests in flight on a connection, which a byte-stream proxy cannot \
-                 tell apart)",
+                "message faults act through the proxies in front of ClickHouse's HTTP listener \
+                 and the brokers' listeners only; [{}] have none (PostgreSQL's and \
+                 ZooKeeper's protocols are not framed by the proxy)",
                 without.join(",")
             );
             self.unsupported(fault, &why);
@@ -439,12 +443,16 @@ impl Run<'_> {
     /// Clears the proxy's message faults and records the faults that acted through it, at
     /// their times; whether any fault was set.
     fn heal_messages(&mut self) -> bool {
-        let Some(proxy) = self.proxy("clickhouse") else {
-            return false;
-        };
-        let was_set = proxy.is_faulted();
-        proxy.clear_faults();
-        let events = proxy.take_events();
+        let mut proxies: Vec<&Proxy> = self.broker_proxies.values().collect();
+        proxies.extend(self.proxy("clickhouse"));
+        let mut was_set = false;
+        let mut events = Vec::new();
+        for proxy in proxies {
+            was_set |= proxy.is_faulted();
+            proxy.clear_faults();
+            events.extend(proxy.take_events());
+        }
+        events.sort_by_key(|e| e.unix_ns);
         let epoch_ns = self.env.epoch_ns;
         for e in events {
             let value = Value::Effect {
@@ -759,6 +767,45 @@ pub(super) fn needs_network(scenario: &Scenario) -> bool {
 
 /// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
 /// then a proxy goes in front of it.
+/// Whether the scenario cuts a broker off (`partition` or `clog` naming `brokers`,
+/// `broker-N` or `all`, or a swarm of partitions).
+pub(crate) fn cuts_brokers(scenario: &Scenario) -> bool {
+    let names_broker = |names: &[String]| {
+        names
+            .iter()
+            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-"))
+    };
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Partition { source, target, .. } => names_broker(source) || names_broker(target),
+        Fault::Clog { target } => names_broker(target),
+        _ => false,
+    });
+    let swarmed = scenario
+        .faults
+        .swarm
+        .as_ref()
+        .is_some_and(|s| s.kinds.contains(&FaultKind::Partition));
+    scheduled || swarmed
+}
+
+/// Whether the scenario has `messages` faults whose targets take in a broker (`brokers`,
+/// `broker-N`, `all`), scheduled or in its swarm: the run puts a proxy in front of each
+/// broker's listener then.
+pub(crate) fn messages_on_brokers(scenario: &Scenario) -> bool {
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Messages { target, .. } => target
+            .iter()
+            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-")),
+        _ => false,
+    });
+    let swarmed = scenario
+        .faults
+        .swarm
+        .as_ref()
+        .is_some_and(|s| s.kinds.contains(&FaultKind::Messages));
+    scheduled || swarmed
+}
+
 pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
     scenario.faults.schedule.iter().any(|f| match &f.fault {
         Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),
@@ -814,5 +861,31 @@ mod tests {
         assert!(!needs_network(&scenario(
             "[faults.swarm]\nkinds = [\"pause\"]\n"
         )));
+    }
+
+    /// Brokers get message proxies for `messages` naming them, and a file that also cuts a
+    /// broker off is told apart (its cuts could not drop the proxied traffic).
+    #[test]
+    fn message_proxies_go_in_front_of_brokers_that_messages_name() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        let on = |target: &str| {
+            scenario(&at(&format!(
+                "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"{target}\"]\n\
+                 duplicate_probability = 1.0"
+            )))
+        };
+        assert!(messages_on_brokers(&on("brokers")));
+        assert!(messages_on_brokers(&on("broker-2")));
+        assert!(!messages_on_brokers(&on("consumer-0")));
+        assert!(!cuts_brokers(&on("brokers")));
+        let both = scenario(&format!(
+            "{}{}",
+            at(
+                "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"brokers\"]\n\
+                delay_ms_max = 50"
+            ),
+            at("fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"broker-1\"]")
+        ));
+        assert!(messages_on_brokers(&both) && cuts_brokers(&both));
     }
 }

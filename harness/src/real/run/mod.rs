@@ -13,10 +13,11 @@
 //!    SIGSTOP/SIGCONT of `broker-N`, `producer-i`, `consumer-i`; `kill-leader` through the
 //!    partition's current leader; a `clickhouse-sink`'s `[sink.fault_point]` crash
 //!    ([`fault_point`]); `partition` and `clog` as nftables drops between the processes'
-//!    cgroups ([`crate::real::net`]); `messages` on `clickhouse` through a proxy in front
-//!    of its HTTP listener ([`crate::real::net::proxy`]). Message faults on other servers,
-//!    clock jumps and machine crashes are not injected in this backend: each is named in
-//!    the result's notes.
+//!    cgroups ([`crate::real::net`]); `messages` on `clickhouse` and on brokers through
+//!    proxies in front of their listeners ([`crate::real::net::proxy`]; each broker
+//!    advertises its proxy's port). Message faults on PostgreSQL and ZooKeeper, clock jumps
+//!    and machine crashes are not injected in this backend: each is named in the result's
+//!    notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
@@ -128,6 +129,9 @@ pub struct Run<'a> {
     verbose: bool,
     /// The swarm's seed ([`RunOptions::seed`]).
     seed: u64,
+    /// The message-fault proxies in front of the brokers' listeners, by node name
+    /// (`broker-1`), when the scenario has `messages` on brokers.
+    broker_proxies: BTreeMap<String, crate::real::net::proxy::Proxy>,
     /// The network faults' rules and cgroups when the scenario has network faults
     /// ([`faults::needs_network`]; `Err`: why they cannot be injected here). Last, so that
     /// it drops after every process it placed.
@@ -157,6 +161,17 @@ pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealO
 
 /// Whether this backend and scenario can run here; `Err` is the skip reason.
 fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
+    if options.backend != Backend::External
+        && faults::messages_on_brokers(scenario)
+        && faults::cuts_brokers(scenario)
+    {
+        return Err(
+            "skipped: `messages` on brokers and a `partition` or `clog` of brokers in \
+             one file: the brokers' clients reach them through the message proxies, whose \
+             traffic the cuts (by the processes' cgroups) cannot drop"
+                .into(),
+        );
+    }
     match options.backend {
         Backend::Testcontainers => {
             options
@@ -197,6 +212,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     // Before any process starts, so that each one starts in its node's cgroup.
     let native = options.backend != Backend::External || options.bootstrap_servers.is_none();
     let net = (native && faults::needs_network(scenario)).then(crate::real::net::Network::open);
+    let mut broker_proxies = BTreeMap::new();
     let runtime = match options.backend {
         Backend::Testcontainers => Runtime::Containers,
         Backend::Native | Backend::External => Runtime::Native,
@@ -207,7 +223,10 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
             // The scenario's internal-topic partition counts (Kafka's 50 by default), so
             // that groups and transactional ids have the coordinators the simulation gives
             // them and a `kill-leader` of `__transaction_state` partition 33 finds it.
+            let fronts;
+            (fronts, broker_proxies) = broker_fronts(scenario, options.seed)?;
             let options = KafkaOptions {
+                fronts,
                 offsets_topic_num_partitions: scenario.cluster.offsets_topic_num_partitions,
                 transaction_state_log_num_partitions: scenario
                     .cluster
@@ -256,6 +275,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         failures: Vec::new(),
         verbose: options.verbose,
         seed: options.seed,
+        broker_proxies,
         net,
     };
     if runtime == Runtime::Containers {
@@ -269,6 +289,44 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     run.spawn_workers()?;
     run.create_connector_by(0);
     Ok(run)
+}
+
+/// With `messages` on brokers ([`faults::messages_on_brokers`]): a free listener port per
+/// broker and a Kafka-framed proxy in front of it, whose port the broker advertises, so
+/// every client reaches it through the proxy; else nothing.
+///
+/// # Errors
+/// No free port, a proxy that cannot bind.
+#[allow(clippy::type_complexity)]
+fn broker_fronts(
+    scenario: &Scenario,
+    seed: u64,
+) -> Result<
+    (
+        Vec<(u16, u16)>,
+        BTreeMap<String, crate::real::net::proxy::Proxy>,
+    ),
+    String,
+> {
+    use crate::real::net::proxy::{Framing, Identify, Proxy};
+    let mut proxies = BTreeMap::new();
+    if !faults::messages_on_brokers(scenario) {
+        return Ok((Vec::new(), proxies));
+    }
+    let n = scenario.cluster.brokers as usize;
+    let ports = crate::real::process::free_ports(n).map_err(|e| e.to_string())?;
+    let mut fronts = Vec::with_capacity(n);
+    for (i, port) in ports.into_iter().enumerate() {
+        let name = format!("broker-{}", i + 1);
+        let identify: Identify =
+            Arc::new(|peer, local| crate::real::net::node_of_connection(peer.port(), local.port()));
+        let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let proxy =
+            Proxy::start_framed(&name, upstream, seed + i as u64, identify, Framing::Kafka)?;
+        fronts.push((port, proxy.port()));
+        proxies.insert(name, proxy);
+    }
+    Ok((fronts, proxies))
 }
 
 impl Run<'_> {
