@@ -6,8 +6,9 @@
 //! beside it is the rows its `put`s wrote over the time spent in them
 //! ([`Measured::sink_put_rows_per_s`](crate::report::Measured::sink_put_rows_per_s)).
 
+use super::blocking::block_on;
 use super::cluster::LogRecord;
-use super::pipelines::{block_on, PgTarget};
+use super::postgres_target::PgTarget;
 use crate::connect::debezium::{parse_change, Change, JsonRow};
 use crate::real::bulk::jdbc::pg_bulk_loads;
 use crate::report::BulkLoad;

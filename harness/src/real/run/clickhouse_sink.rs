@@ -31,9 +31,9 @@
 //! `non_replicated_deduplication_window` (21.x+), the simulation-only fault-point forms
 //! (`enumerate`, `pause`, `crash-clickhouse`) and `redelivery_batch_records_max`.
 
+use super::blocking::block_on;
 use super::cluster::{self, LogRecord, Probe};
-use super::pipelines::{block_on, create_dlq_topic, dlq_state, task_states, Target};
-use super::Run;
+use super::connect_state::{create_dlq_topic, dlq_state, task_states, FinalState};
 use crate::client::clickhouse::ClickHouse;
 use crate::client::real::clickhouse::RealClickHouseConfig;
 use crate::client::real::meter::StoreMeter;
@@ -42,7 +42,7 @@ use crate::client::ProducerRecord;
 use crate::connect::cdc_events::{id_of, ID_HEADER};
 use crate::connect::config::ConnectorConfig;
 use crate::connect::task::SinkTask;
-use crate::history::{History, OpKind, RecordRef, Value};
+use crate::history::{History, RecordRef, Value};
 use crate::real::bulk::jdbc::timed_load;
 use crate::real::bulk::one_insert;
 use crate::real::container::Runtime;
@@ -298,7 +298,7 @@ impl ChTarget {
     ) -> Result<Self, String> {
         let services = ChServices::start_on(runtime)?;
         let http_port = services.ch.http_port();
-        let proxy = super::faults::messages_on(scenario, "clickhouse")
+        let proxy = super::needs::messages_on(scenario, "clickhouse")
             .then(|| {
                 let identify: Identify = Arc::new(|peer, local| {
                     crate::real::net::node_of_connection(peer.port(), local.port())
@@ -346,56 +346,53 @@ impl ChTarget {
     }
 }
 
-impl Run<'_> {
-    /// The final state of a `clickhouse-sink` run, as the simulated pipeline records it
-    /// (see the module docs), then the bulk load.
-    pub(super) fn record_final_clickhouse(&mut self, history: &mut History) -> Result<(), String> {
-        let Target::ClickHouse(t) = &self.target else {
-            return Err("clickhouse-sink without its ClickHouse".into());
-        };
-        let bootstrap = &self.env.bootstrap;
-        let probe = Probe::of_scenario(bootstrap, self.scenario, &t.connector.group_id())?;
-        let high = probe.high_watermarks()?;
-        let log = cluster::read_log(bootstrap, &high, 30_000)?;
-        let offsets = probe.committed()?;
-        let client = clients(&t.connector.raw)?;
-        let table = t.spec.target_table().name;
-        let rows = block_on(client.select(&table, false))?
-            .map_err(|e| format!("clickhouse: final read of {table}: {e}"))?;
-        let mut values = Vec::new();
-        let mut by_name = BTreeMap::new();
-        for (tp, records) in &log {
-            let refs: Vec<RecordRef> = records
-                .iter()
-                .map(|r| r.record_ref(tp, id_of(&r.headers)))
-                .collect();
-            for r in &refs {
-                by_name
-                    .entry(format!("r{}", r.id))
-                    .or_insert_with(|| r.clone());
-            }
-            values.push(Value::LogState {
-                tp: tp.clone(),
-                records: refs,
-            });
+/// The final state of a `clickhouse-sink` run, as the simulated pipeline records it (see
+/// the module docs), and the bulk load of the same rows (`Err`: why there is none, a note).
+///
+/// # Errors
+/// A final read that failed.
+pub fn final_state(
+    t: &ChTarget,
+    scenario: &Scenario,
+    bootstrap: &str,
+    history: &History,
+) -> Result<FinalState, String> {
+    let probe = Probe::of_scenario(bootstrap, scenario, &t.connector.group_id())?;
+    let high = probe.high_watermarks()?;
+    let log = cluster::read_log(bootstrap, &high, 30_000)?;
+    let offsets = probe.committed()?;
+    let client = clients(&t.connector.raw)?;
+    let table = t.spec.target_table().name;
+    let rows = block_on(client.select(&table, false))?
+        .map_err(|e| format!("clickhouse: final read of {table}: {e}"))?;
+    let mut values = Vec::new();
+    let mut by_name = BTreeMap::new();
+    for (tp, records) in &log {
+        let refs: Vec<RecordRef> = records
+            .iter()
+            .map(|r| r.record_ref(tp, id_of(&r.headers)))
+            .collect();
+        for r in &refs {
+            by_name
+                .entry(format!("r{}", r.id))
+                .or_insert_with(|| r.clone());
         }
-        let rows = sink_rows(&rows, &by_name, &self.scenario.topic.name);
-        values.push(Value::SinkState { rows });
-        if let Some(topic) = &t.connector.dlq_topic {
-            values.push(dlq_state(bootstrap, topic)?);
-        }
-        values.push(Value::CommittedOffsets { offsets });
-        values.extend(task_states(history).into_values());
-        let at = self.now_ns();
-        for value in values {
-            history.push(at, "final", OpKind::Ok, value, None);
-        }
-        match t.bulk_load(&log) {
-            Ok(load) => self.bulk_loads = vec![load],
-            Err(e) => self.notes.push(e),
-        }
-        Ok(())
+        values.push(Value::LogState {
+            tp: tp.clone(),
+            records: refs,
+        });
     }
+    let rows = sink_rows(&rows, &by_name, &scenario.topic.name);
+    values.push(Value::SinkState { rows });
+    if let Some(topic) = &t.connector.dlq_topic {
+        values.push(dlq_state(bootstrap, topic)?);
+    }
+    values.push(Value::CommittedOffsets { offsets });
+    values.extend(task_states(history).into_values());
+    Ok(FinalState {
+        values,
+        bulk_loads: t.bulk_load(&log).map(|load| vec![load]),
+    })
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! checkers (the target's contents are read from the database after the drain).
 
 use super::plugins;
-use super::worker::{unix_ns, Emit, WorkerSpec};
+use super::worker_spec::{unix_ns, Emit, WorkerSpec};
 use crate::client::real::meter::StoreMeter;
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::Consumer;

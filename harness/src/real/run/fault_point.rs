@@ -16,7 +16,7 @@
 //!   FAILED task's (which stays failed) and starts the worker again `restart_after_ms`
 //!   later, recording `restart target=[worker-0]`.
 
-use super::worker::{Emit, WorkerSpec};
+use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::clickhouse::ChClientError;
 use crate::history::{OpKind, Value};
 use crate::scenario::clickhouse::{FaultPointAction, FaultPointSpec};

@@ -36,20 +36,25 @@
 //! same seed injects the same faults at the same times again; the run itself is not
 //! reproducible, and its history carries wall-clock times since the run's start.
 
+pub mod blocking;
 pub mod bulk;
 pub mod clickhouse_sink;
 pub mod cluster;
+pub mod connect_state;
 pub mod connect_task;
 pub mod doris;
 pub mod fault_point;
 pub mod faults;
 pub mod measure;
+pub mod needs;
 pub mod pipelines;
 pub mod plugins;
+pub mod postgres_target;
 pub mod result;
 pub mod streams_count;
 pub mod streams_instance;
 pub mod worker;
+pub mod worker_spec;
 pub mod workers;
 
 use crate::history::{History, Op, OpKind, RecordRef, Value};
@@ -63,7 +68,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worker::{unix_ns, Role, SinkBatch, SINK_GROUP};
+use worker_spec::{unix_ns, Role, SinkBatch, SINK_GROUP};
 use workers::{Worker, WorkerEnv};
 
 /// How to run.
@@ -133,7 +138,7 @@ pub struct Run<'a> {
     /// (`broker-1`), when the scenario has `messages` on brokers.
     broker_proxies: BTreeMap<String, crate::real::net::proxy::Proxy>,
     /// The network faults' rules and cgroups when the scenario has network faults
-    /// ([`faults::needs_network`]; `Err`: why they cannot be injected here). Last, so that
+    /// ([`needs::needs_network`]; `Err`: why they cannot be injected here). Last, so that
     /// it drops after every process it placed.
     net: Option<Result<crate::real::net::Network, String>>,
 }
@@ -162,8 +167,8 @@ pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealO
 /// Whether this backend and scenario can run here; `Err` is the skip reason.
 fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
     if options.backend != Backend::External
-        && faults::messages_on_brokers(scenario)
-        && faults::cuts_brokers(scenario)
+        && needs::messages_on_brokers(scenario)
+        && needs::cuts_brokers(scenario)
     {
         return Err(
             "skipped: `messages` on brokers and a `partition` or `clog` of brokers in \
@@ -211,7 +216,7 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
 fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Result<Run<'a>, String> {
     // Before any process starts, so that each one starts in its node's cgroup.
     let native = options.backend != Backend::External || options.bootstrap_servers.is_none();
-    let net = (native && faults::needs_network(scenario)).then(crate::real::net::Network::open);
+    let net = (native && needs::needs_network(scenario)).then(crate::real::net::Network::open);
     let mut broker_proxies = BTreeMap::new();
     let runtime = match options.backend {
         Backend::Testcontainers => Runtime::Containers,
@@ -291,7 +296,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     Ok(run)
 }
 
-/// With `messages` on brokers ([`faults::messages_on_brokers`]): a free listener port per
+/// With `messages` on brokers ([`needs::messages_on_brokers`]): a free listener port per
 /// broker and a Kafka-framed proxy in front of it, whose port the broker advertises, so
 /// every client reaches it through the proxy; else nothing.
 ///
@@ -310,7 +315,7 @@ fn broker_fronts(
 > {
     use crate::real::net::proxy::{Framing, Identify, Proxy};
     let mut proxies = BTreeMap::new();
-    if !faults::messages_on_brokers(scenario) {
+    if !needs::messages_on_brokers(scenario) {
         return Ok((Vec::new(), proxies));
     }
     let n = scenario.cluster.brokers as usize;
@@ -383,13 +388,34 @@ impl Run<'_> {
             w.kill(&self.env);
         }
         let mut history = self.merged_history();
-        let crashed = match &self.target {
-            pipelines::Target::Files => self.record_final(&mut history),
-            pipelines::Target::Postgres(_) => self.record_final_cdc(&mut history),
-            pipelines::Target::ClickHouse(_) => self.record_final_clickhouse(&mut history),
-            pipelines::Target::Streams => self.record_final_streams(&mut history),
+        let bootstrap = self.env.bootstrap.clone();
+        let fin = match &self.target {
+            pipelines::Target::Files => self.record_final(&mut history).map(|()| None),
+            pipelines::Target::Postgres(t) => {
+                pipelines::final_state_cdc(t, self.scenario, &bootstrap, &history).map(Some)
+            }
+            pipelines::Target::ClickHouse(t) => {
+                clickhouse_sink::final_state(t, self.scenario, &bootstrap, &history).map(Some)
+            }
+            pipelines::Target::Streams => {
+                streams_count::final_state(self.scenario, &bootstrap).map(Some)
+            }
+        };
+        let crashed = match fin {
+            Ok(Some(state)) => {
+                let at = self.now_ns();
+                for value in state.values {
+                    history.push(at, "final", OpKind::Ok, value, None);
+                }
+                match state.bulk_loads {
+                    Ok(loads) => self.bulk_loads = loads,
+                    Err(e) => self.notes.push(e),
+                }
+                None
+            }
+            Ok(None) => None,
+            Err(e) => Some(e),
         }
-        .err()
         .or_else(|| self.failed_faults());
         self.note_bad_lines();
         RealOutcome {

@@ -27,24 +27,24 @@
 //! records the configuration the
 //! tasks ran with, which the change-data checker reads as in simulation.
 
+use super::blocking::block_on;
 use super::cluster::{self, LogRecord, Probe};
-use super::worker::{Role, REAL_EVENTS_SEED, SINK_GROUP};
+use super::connect_state::{create_dlq_topic, dlq_state, task_states, FinalState};
+use super::postgres_target::PgTarget;
+use super::worker_spec::{Role, REAL_EVENTS_SEED, SINK_GROUP};
 use super::workers::Worker;
-use super::Run;
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::real::RealPostgres;
 use crate::connect::cdc_events::{build_events, id_of};
-use crate::connect::config::ConnectorConfig;
-use crate::history::{DlqRecord, History, Op, OpKind, SourceRecord, Value};
+use crate::history::{History, Op, OpKind, SourceRecord, Value};
 use crate::real::container::Runtime;
 use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
-use crate::scenario::{Pipeline, Scenario, TopicSpec};
+use crate::scenario::{Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
 use eosim_sim::kafka::TopicPartition;
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
-use std::collections::BTreeMap;
 
 /// Where a pipeline's output goes in a real run.
 pub enum Target {
@@ -56,34 +56,6 @@ pub enum Target {
     ClickHouse(Box<super::clickhouse_sink::ChTarget>),
     /// `streams-count`: the output topic (and the changelog) in the run's Kafka.
     Streams,
-}
-
-/// The PostgreSQL server of a `connect-jdbc` run and the connector writing into it.
-pub struct PgTarget {
-    /// The server (dropped before its directory).
-    pub pg: Postgres,
-    /// Whether the nemesis killed it and it was not restarted yet.
-    pub down: bool,
-    /// Whether the nemesis paused it.
-    pub paused: bool,
-    /// The connector as the tasks run it (`connection.url` set to this server).
-    pub connector: ConnectorConfig,
-    /// The JDBC sink's part of it.
-    pub sink: JdbcSinkConfig,
-    /// `[postgres] client_timeout_ms`.
-    pub timeout_ms: u64,
-    _dir: tempfile::TempDir,
-}
-
-impl PgTarget {
-    /// A client of the server as superuser `postgres`.
-    ///
-    /// # Errors
-    /// A connection string tokio-postgres rejects (not expected).
-    pub fn admin(&self) -> Result<RealPostgres, String> {
-        RealPostgres::from_connection_string(&self.pg.connection_string(), self.timeout_ms)
-            .map_err(|e| e.to_string())
-    }
 }
 
 impl Target {
@@ -267,30 +239,6 @@ pub fn setup(
     Ok(Target::Postgres(Box::new(target)))
 }
 
-/// The connector's dead-letter queue topic, if it has one: one partition, its
-/// `errors.deadletterqueue.topic.replication.factor` capped at the scenario topic's, as the
-/// simulated cluster creates it.
-///
-/// # Errors
-/// The admin client's.
-pub(super) fn create_dlq_topic(
-    bootstrap: &str,
-    scenario: &Scenario,
-    connector: &ConnectorConfig,
-) -> Result<(), String> {
-    let Some(dlq) = &connector.dlq_topic else {
-        return Ok(());
-    };
-    let t = &scenario.topic;
-    let spec = TopicSpec {
-        name: dlq.clone(),
-        partitions: 1,
-        replication_factor: connector.dlq_replication_factor.min(t.replication_factor),
-        ..t.clone()
-    };
-    cluster::create_topic_spec(bootstrap, &spec)
-}
-
 /// `CREATE ROLE` for the connector's `connection.user` (login, superuser, its password),
 /// so the scenario's credentials work as written.
 fn create_role(target: &PgTarget) -> Result<(), String> {
@@ -327,15 +275,6 @@ fn create_table(target: &PgTarget, table: &crate::scenario::TableSpec) -> Result
     block_on(admin.execute(table.create_statement()))?
         .map(|_| ())
         .map_err(|e| format!("postgres: [postgres.table] {}: {e}", table.name))
-}
-
-/// Runs `f` on a fresh current-thread runtime.
-pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    Ok(runtime.block_on(f))
 }
 
 /// The final table as the history holds it (absent table: no columns, no rows).
@@ -376,108 +315,62 @@ fn source_log(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
     ]
 }
 
-/// The DLQ topic's records (one partition) with their headers as text.
-pub(super) fn dlq_state(bootstrap: &str, topic: &str) -> Result<Value, String> {
-    let probe = Probe::new(bootstrap, topic, 1, "eosim-final-dlq")?;
+/// The operator's creation of the connector as the simulation records it (its
+/// configuration, at `time_ns`), and a note when the scenario asks for table reads the real
+/// backend does not make.
+pub fn connector_op(t: &PgTarget, scenario: &Scenario, time_ns: u64) -> (Op, Option<String>) {
+    let note = (scenario.cdc.read_interval_ms > 0).then(|| {
+        "cdc.read_interval_ms: the real backend makes no table reads during the run (no \
+         cdc-regression can be seen)"
+            .to_string()
+    });
+    let op = Op {
+        index: 0,
+        time_ns,
+        process: "operator".into(),
+        kind: OpKind::Ok,
+        value: Value::ConnectorConfig {
+            connector: t.connector.name.clone(),
+            config: t.connector.raw.clone(),
+        },
+        error: None,
+    };
+    (op, note)
+}
+
+/// The final state of a `connect-jdbc` run, as the simulated pipeline records it, and the
+/// bulk loads of the same rows.
+///
+/// # Errors
+/// A final read that failed.
+pub fn final_state_cdc(
+    t: &PgTarget,
+    scenario: &Scenario,
+    bootstrap: &str,
+    history: &History,
+) -> Result<FinalState, String> {
+    let probe = Probe::of_scenario(bootstrap, scenario, &t.connector.group_id())?;
     let high = probe.high_watermarks()?;
     let log = cluster::read_log(bootstrap, &high, 30_000)?;
-    let records = log
-        .iter()
-        .flat_map(|(tp, records)| {
-            records.iter().map(move |r| DlqRecord {
-                id: id_of(&r.headers),
-                tp: tp.clone(),
-                offset: r.offset,
-                headers: r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
-                    .collect(),
-            })
-        })
-        .collect();
-    Ok(Value::DlqState {
-        topic: topic.to_string(),
-        records,
+    let offsets = probe.committed()?;
+    let mut client = t.admin()?;
+    let table = block_on(table_state(&mut client, &t.sink.table))??;
+    let dlq = match &t.connector.dlq_topic {
+        Some(topic) => Some(dlq_state(bootstrap, topic)?),
+        None => None,
+    };
+    let mut values: Vec<Value> = Vec::new();
+    for (tp, records) in &log {
+        values.extend(source_log(tp, records));
+    }
+    values.push(table);
+    values.extend(dlq);
+    values.push(Value::CommittedOffsets { offsets });
+    values.extend(task_states(history).into_values());
+    Ok(FinalState {
+        values,
+        bulk_loads: super::bulk::bulk_loads(t, &log),
     })
-}
-
-/// Each sink task's last `task-status`, as the workers printed it.
-pub(super) fn task_states(history: &History) -> BTreeMap<(String, u32), Value> {
-    let mut last = BTreeMap::new();
-    for op in &history.ops {
-        if let Value::TaskStatus {
-            connector, task, ..
-        } = &op.value
-        {
-            last.insert((connector.clone(), *task), op.value.clone());
-        }
-    }
-    last
-}
-
-impl Run<'_> {
-    /// Records the connector's configuration (as the operator's creation does in
-    /// simulation), at the start of the run.
-    pub(super) fn record_connector(&mut self) {
-        let Target::Postgres(t) = &self.target else {
-            return;
-        };
-        if self.scenario.cdc.read_interval_ms > 0 {
-            self.notes.push(
-                "cdc.read_interval_ms: the real backend makes no table reads during the run \
-                 (no cdc-regression can be seen)"
-                    .into(),
-            );
-        }
-        let op = Op {
-            index: 0,
-            time_ns: self.now_ns(),
-            process: "operator".into(),
-            kind: OpKind::Ok,
-            value: Value::ConnectorConfig {
-                connector: t.connector.name.clone(),
-                config: t.connector.raw.clone(),
-            },
-            error: None,
-        };
-        self.env.ops.lock().expect("ops lock").push(op);
-    }
-
-    /// The final state of a `connect-jdbc` run, as the simulated pipeline records it.
-    pub(super) fn record_final_cdc(&mut self, history: &mut History) -> Result<(), String> {
-        let Target::Postgres(t) = &self.target else {
-            return Err("connect-jdbc without its PostgreSQL".into());
-        };
-        let bootstrap = &self.env.bootstrap;
-        let probe = Probe::of_scenario(bootstrap, self.scenario, &t.connector.group_id())?;
-        let high = probe.high_watermarks()?;
-        let log = cluster::read_log(bootstrap, &high, 30_000)?;
-        let offsets = probe.committed()?;
-        let mut client = t.admin()?;
-        let table = block_on(table_state(&mut client, &t.sink.table))??;
-        let dlq = match &t.connector.dlq_topic {
-            Some(topic) => Some(dlq_state(bootstrap, topic)?),
-            None => None,
-        };
-        let mut values: Vec<Value> = Vec::new();
-        for (tp, records) in &log {
-            values.extend(source_log(tp, records));
-        }
-        values.push(table);
-        values.extend(dlq);
-        values.push(Value::CommittedOffsets { offsets });
-        values.extend(task_states(history).into_values());
-        let at = self.now_ns();
-        for value in values {
-            history.push(at, "final", OpKind::Ok, value, None);
-        }
-        match super::bulk::bulk_loads(t, &log) {
-            Ok(loads) => self.bulk_loads = loads,
-            Err(e) => self.notes.push(e),
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

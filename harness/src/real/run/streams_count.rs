@@ -13,10 +13,10 @@
 //! disk outside the instance processes).
 
 use super::cluster::{self, LogRecord, Probe};
-use super::worker::Role;
+use super::connect_state::FinalState;
+use super::worker_spec::Role;
 use super::workers::Worker;
-use super::Run;
-use crate::history::{History, OpKind, RecordRef, StreamsInputRecord, Value};
+use crate::history::{RecordRef, StreamsInputRecord, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::{input_id_and_time, output_update, StoreKind};
 use eosim_sim::kafka::{Isolation, TopicPartition};
@@ -121,42 +121,41 @@ fn input_values(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
     ]
 }
 
-impl Run<'_> {
-    /// The final state of a `streams-count` run, as the simulated pipeline records it.
-    pub(super) fn record_final_streams(&mut self, history: &mut History) -> Result<(), String> {
-        let bootstrap = &self.env.bootstrap;
-        let streams = &self.scenario.streams;
-        let probe = Probe::of_scenario(bootstrap, self.scenario, &streams.application_id)?;
-        let input = cluster::read_log(bootstrap, &probe.high_watermarks()?, FINAL_READ_MS)?;
-        let offsets = probe.committed()?;
-        let partitions = self.scenario.topic.partitions;
-        let output_probe = Probe::new(bootstrap, &streams.output_topic, partitions, "eosim")?;
-        let output = cluster::read_log_isolated(
-            bootstrap,
-            &output_probe.high_watermarks()?,
-            FINAL_READ_MS,
-            Isolation::ReadCommitted,
-        )?;
-        let mut values = vec![Value::StreamsWindow {
-            window_size_ms: streams.window_size_ms,
-        }];
-        for (tp, records) in &input {
-            values.extend(input_values(tp, records));
-        }
-        values.push(Value::CommittedOffsets { offsets });
-        for (tp, records) in output {
-            let records = records
-                .iter()
-                .filter_map(|r| output_update(r.key.as_deref(), r.value.as_deref(), r.offset))
-                .collect();
-            values.push(Value::StreamsOutput { tp, records });
-        }
-        let at = self.now_ns();
-        for value in values {
-            history.push(at, "final", OpKind::Ok, value, None);
-        }
-        Ok(())
+/// The final state of a `streams-count` run, as the simulated pipeline records it.
+///
+/// # Errors
+/// A final read that failed.
+pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, String> {
+    let streams = &scenario.streams;
+    let probe = Probe::of_scenario(bootstrap, scenario, &streams.application_id)?;
+    let input = cluster::read_log(bootstrap, &probe.high_watermarks()?, FINAL_READ_MS)?;
+    let offsets = probe.committed()?;
+    let partitions = scenario.topic.partitions;
+    let output_probe = Probe::new(bootstrap, &streams.output_topic, partitions, "eosim")?;
+    let output = cluster::read_log_isolated(
+        bootstrap,
+        &output_probe.high_watermarks()?,
+        FINAL_READ_MS,
+        Isolation::ReadCommitted,
+    )?;
+    let mut values = vec![Value::StreamsWindow {
+        window_size_ms: streams.window_size_ms,
+    }];
+    for (tp, records) in &input {
+        values.extend(input_values(tp, records));
     }
+    values.push(Value::CommittedOffsets { offsets });
+    for (tp, records) in output {
+        let records = records
+            .iter()
+            .filter_map(|r| output_update(r.key.as_deref(), r.value.as_deref(), r.offset))
+            .collect();
+        values.push(Value::StreamsOutput { tp, records });
+    }
+    Ok(FinalState {
+        values,
+        bulk_loads: Ok(Vec::new()),
+    })
 }
 
 #[cfg(test)]

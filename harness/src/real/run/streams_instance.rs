@@ -20,7 +20,7 @@
 //! Ops on stdout as the other roles print them (`streams-restore`, `streams-commit`,
 //! `streams-recover`), process name `streams-<i>`.
 
-use super::worker::{Emit, WorkerSpec};
+use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::{RealConsumer, RealProducer, RealTransactionalProducer, RealTxnConfig};
 use crate::client::{AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig};
 use crate::history::{OpKind, Value};

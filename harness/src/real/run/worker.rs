@@ -20,155 +20,24 @@
 //! them), `time_ns` since `--epoch-ns` (ns since the Unix epoch, shared by every process of
 //! the run). Diagnostics go to stderr, which the runner sends to the worker's log file.
 
+use super::worker_spec::{
+    unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED, SINK_GROUP,
+};
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord,
 };
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
-use crate::history::{Op, OpKind, RecordRef, Value};
-use crate::scenario::{CommitMode, Scenario};
+use crate::history::{OpKind, RecordRef, Value};
+use crate::scenario::CommitMode;
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// The consumer group the sink's consumers join (as in the simulation).
-pub const SINK_GROUP: &str = "sink";
-
-/// Which process of the pipeline a worker is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// `kafka-consume`: sends its id range, then exits 0.
-    Producer,
-    /// `kafka-consume`: polls, writes into the sink and commits, until killed.
-    Consumer,
-    /// `connect-jdbc`: sends its range of the scenario's change events
-    /// ([`crate::connect::cdc_events`]), then exits 0.
-    CdcProducer,
-    /// `connect-jdbc`: one Connect sink task ([`super::connect_task`]) until killed; exits
-    /// non-zero when the task fails.
-    SinkTask,
-    /// `streams-count`: one Streams instance ([`super::streams_instance`]) until killed.
-    Streams,
-}
-
-impl Role {
-    /// The name `eosim worker --role` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Producer => "producer",
-            Role::Consumer => "consumer",
-            Role::CdcProducer => "cdc-producer",
-            Role::SinkTask => "sink-task",
-            Role::Streams => "streams",
-        }
-    }
-
-    /// The role named `name`.
-    ///
-    /// # Errors
-    /// An unknown name, with the known ones.
-    pub fn parse(name: &str) -> Result<Self, String> {
-        [
-            Role::Producer,
-            Role::Consumer,
-            Role::CdcProducer,
-            Role::SinkTask,
-            Role::Streams,
-        ]
-        .into_iter()
-        .find(|r| r.name() == name)
-        .ok_or(format!(
-            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task or streams"
-        ))
-    }
-
-    /// Whether the role sends an id range and then ends.
-    pub fn is_producer(self) -> bool {
-        matches!(self, Role::Producer | Role::CdcProducer)
-    }
-}
-
-/// One line of a sink file: a batch, made durable at once.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SinkBatch {
-    /// When it was written, ns since the run's epoch: orders batches across files.
-    pub time_ns: u64,
-    /// Its rows, in order.
-    pub rows: Vec<RecordRef>,
-}
-
-/// Everything a worker process needs.
-#[derive(Debug, Clone)]
-pub struct WorkerSpec {
-    /// Producer or consumer.
-    pub role: Role,
-    /// The scenario (workload settings, topic).
-    pub scenario: Scenario,
-    /// Process name in the history (`producer-0`, `consumer-1`).
-    pub name: String,
-    /// `bootstrap.servers`.
-    pub bootstrap: String,
-    /// The sink's directory (consumers append to `<sink>/<name>.jsonl`).
-    pub sink_dir: PathBuf,
-    /// The run's epoch, ns since the Unix epoch.
-    pub epoch_ns: u64,
-    /// First id to send (producers).
-    pub id_from: u64,
-    /// One past the last id to send (producers).
-    pub id_to: u64,
-    /// Connector keys set over the scenario's `[connector]` (where the real services are,
-    /// such as `connection.url`).
-    pub connector_sets: Vec<(String, String)>,
-    /// Whether this process arms the scenario's `[sink.fault_point]` (sink tasks; the
-    /// runner sets it on the first incarnation of `worker-0` only, see
-    /// [`super::fault_point`]).
-    pub arm_fault_point: bool,
-}
-
-/// Nanoseconds since the Unix epoch.
-pub fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Prints ops as JSON lines on stdout, each flushed at once (a kill loses none printed).
-#[derive(Debug, Clone)]
-pub struct Emit {
-    /// The process name ops carry.
-    pub name: String,
-    /// The run's epoch, ns since the Unix epoch.
-    pub epoch_ns: u64,
-}
-
-impl Emit {
-    /// ns since the run's epoch.
-    pub fn now_ns(&self) -> u64 {
-        unix_ns().saturating_sub(self.epoch_ns)
-    }
-
-    /// Prints one op of this process, timed now.
-    pub fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
-        let op = Op {
-            index: 0,
-            time_ns: unix_ns().saturating_sub(self.epoch_ns),
-            process: self.name.clone(),
-            kind,
-            value,
-            error,
-        };
-        let line = serde_json::to_string(&op).expect("ops serialize");
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-    }
-}
+use std::time::Duration;
 
 /// Runs the worker to its end: a producer until its range is sent, a consumer forever.
 ///
@@ -200,10 +69,6 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         Role::Streams => runtime.block_on(super::streams_instance::run_streams(&spec)),
     }
 }
-
-/// The seed of the change events of a real run: every producer process (and each
-/// restart) draws the same list and sends its own range of it.
-pub const REAL_EVENTS_SEED: u64 = 1;
 
 /// `kafka-consume`'s record for `id`: key `k<id % keys>`, value the id.
 fn id_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {

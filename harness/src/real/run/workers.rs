@@ -6,7 +6,7 @@
 //! `restart` spawns the process again (a producer from the id after the last one it
 //! invoked).
 
-use super::worker::Role;
+use super::worker_spec::Role;
 use crate::history::{Op, OpKind, Value};
 use crate::real::process::{register, signal_group, unregister};
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,148 @@
+//! What a scenario's faults ask of a real run before anything starts: whether its
+//! processes go into cgroups for network faults, and which servers get a message-fault
+//! proxy in front of them. Read by the runner when it starts the services and by the fault
+//! injector ([`faults`](super::faults)); reads only the scenario.
+
+use crate::scenario::Scenario;
+use eosim_sim::nemesis::{Fault, FaultKind};
+
+/// Whether `scenario` schedules a network fault the real runner injects (`partition`,
+/// `clog`, `messages`, in its schedule or its swarm's kinds): then the run places its
+/// processes in cgroups (which also tell a proxy its clients) and opens its [`Network`](crate::real::net::Network).
+pub(crate) fn needs_network(scenario: &Scenario) -> bool {
+    let scheduled = scenario.faults.schedule.iter().any(|f| {
+        matches!(
+            f.fault,
+            Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. }
+        )
+    });
+    let swarmed = scenario.faults.swarm.as_ref().is_some_and(|s| {
+        s.kinds.contains(&FaultKind::Partition) || s.kinds.contains(&FaultKind::Messages)
+    });
+    scheduled || swarmed
+}
+
+/// Whether the scenario cuts a broker off (`partition` or `clog` naming `brokers`,
+/// `broker-N` or `all`, or a swarm of partitions).
+pub(crate) fn cuts_brokers(scenario: &Scenario) -> bool {
+    let names_broker = |names: &[String]| {
+        names
+            .iter()
+            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-"))
+    };
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Partition { source, target, .. } => names_broker(source) || names_broker(target),
+        Fault::Clog { target } => names_broker(target),
+        _ => false,
+    });
+    let swarmed = scenario
+        .faults
+        .swarm
+        .as_ref()
+        .is_some_and(|s| s.kinds.contains(&FaultKind::Partition));
+    scheduled || swarmed
+}
+
+/// Whether the scenario has `messages` faults whose targets take in a broker (`brokers`,
+/// `broker-N`, `all`), scheduled or in its swarm: the run puts a proxy in front of each
+/// broker's listener then.
+pub(crate) fn messages_on_brokers(scenario: &Scenario) -> bool {
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Messages { target, .. } => target
+            .iter()
+            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-")),
+        _ => false,
+    });
+    let swarmed = scenario
+        .faults
+        .swarm
+        .as_ref()
+        .is_some_and(|s| s.kinds.contains(&FaultKind::Messages));
+    scheduled || swarmed
+}
+
+/// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
+/// then a proxy goes in front of it.
+pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
+    scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scenario(faults: &str) -> Scenario {
+        scenario_of("pipeline = \"kafka-consume\"\n", faults)
+    }
+
+    /// A scenario of `head` (its pipeline and sections) with `faults`.
+    fn scenario_of(head: &str, faults: &str) -> Scenario {
+        let text = format!("claim = \"at-least-once\"\n{head}[faults]\nuntil_ms = 9000\n{faults}");
+        Scenario::parse(Path::new("scenarios/real/x.toml"), &text).unwrap()
+    }
+
+    /// Only a scheduled partition, clog or message fault, or a swarm that may draw one,
+    /// opens the network (root and nft are needed then, and only then); a proxy goes in
+    /// front of the servers a message fault names.
+    #[test]
+    fn the_network_is_opened_for_partitions_and_clogs_only() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        assert!(!needs_network(&scenario("")));
+        assert!(!needs_network(&scenario(&at(
+            "fault = \"kill\"\ntarget = [\"consumer-0\"]"
+        ))));
+        let messages = scenario_of(
+            "pipeline = \"clickhouse-sink\"\n[sink]\ntasks = 2\n",
+            &at(
+                "fault = \"messages\"\nsource = [\"consumer-0\"]\ntarget = [\"clickhouse\"]\n\
+             drop_request_probability = 0.5",
+            ),
+        );
+        assert!(needs_network(&messages));
+        assert!(messages_on(&messages, "clickhouse"));
+        assert!(!messages_on(&messages, "postgres"));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
+             one_way = true"
+        ))));
+        assert!(needs_network(&scenario(&at(
+            "fault = \"clog\"\ntarget = [\"broker-1\"]"
+        ))));
+        assert!(needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"kill\", \"partition\"]\n"
+        )));
+        assert!(!needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"pause\"]\n"
+        )));
+    }
+
+    /// Brokers get message proxies for `messages` naming them, and a file that also cuts a
+    /// broker off is told apart (its cuts could not drop the proxied traffic).
+    #[test]
+    fn message_proxies_go_in_front_of_brokers_that_messages_name() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        let on = |target: &str| {
+            scenario(&at(&format!(
+                "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"{target}\"]\n\
+                 duplicate_probability = 1.0"
+            )))
+        };
+        assert!(messages_on_brokers(&on("brokers")));
+        assert!(messages_on_brokers(&on("broker-2")));
+        assert!(!messages_on_brokers(&on("consumer-0")));
+        assert!(!cuts_brokers(&on("brokers")));
+        let both = scenario(&format!(
+            "{}{}",
+            at(
+                "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"brokers\"]\n\
+                delay_ms_max = 50"
+            ),
+            at("fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"broker-1\"]")
+        ));
+        assert!(messages_on_brokers(&both) && cuts_brokers(&both));
+    }
+}
