@@ -12,9 +12,8 @@ mod real_support;
 
 use eosim::real::container::{sweep_leftovers, Runtime};
 use eosim::real::provision::{ClickHouse, Kafka, KafkaOptions, Kill, Pause, Postgres, ZooKeeper};
-use real_support::{real_enabled, runtime, service_dir, timed};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use real_support::{http_query, real_enabled, runtime, service_dir, timed};
+use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
@@ -173,24 +172,6 @@ fn kafka_in_a_container_restarts_after_a_kill_and_stops_answering_when_paused() 
     assert_eq!(metadata_brokers(&kafka), 1);
     drop(kafka);
     assert!(containers("kafka").is_empty(), "{:?}", containers("kafka"));
-}
-
-fn http_query(port: u16, sql: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let head = format!(
-        "POST / HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
-        sql.len()
-    );
-    s.write_all(head.as_bytes())?;
-    s.write_all(sql.as_bytes())?;
-    let mut response = String::new();
-    s.read_to_string(&mut response)?;
-    Ok(response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string())
 }
 
 #[test]

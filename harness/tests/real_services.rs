@@ -7,7 +7,7 @@ mod real_support;
 
 use eosim::real::process::{group_exists, EXIT_CODE_SIGNALLED};
 use eosim::real::provision::{ClickHouse, Kill, Pause, Postgres, ZooKeeper};
-use real_support::{assert_group_gone, real_enabled, runtime, service_dir, timed};
+use real_support::{assert_group_gone, http_query, real_enabled, runtime, service_dir, timed};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -61,25 +61,6 @@ fn postgres_starts_answers_survives_kill_and_pause_and_leaves_nothing() {
     let pgid = pg.pid().expect("running");
     pg.stop();
     assert_group_gone("postgres", pgid);
-}
-
-fn http_query(port: u16, sql: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let body = sql.as_bytes();
-    let head = format!(
-        "POST / HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
-    let mut response = String::new();
-    s.read_to_string(&mut response)?;
-    Ok(response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string())
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! checks that no process was left behind.
 #![allow(dead_code)]
 
-use std::io::Write;
+use std::io::{Read, Write};
 
 /// Whether the real tier is enabled; prints a visible skip line (past libtest's output
 /// capture) when it is not.
@@ -238,4 +238,25 @@ pub fn report_agreement<K: std::fmt::Display>(
                 .write_all(format!("differential report {}: {e}\n", path.display()).as_bytes());
         }
     }
+}
+
+/// `sql` over ClickHouse's HTTP interface on `127.0.0.1:port` (HTTP/1.0, no client): the
+/// body of the answer.
+pub fn http_query(port: u16, sql: &str) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    let body = sql.as_bytes();
+    let head = format!(
+        "POST / HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    Ok(response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
 }

@@ -450,21 +450,10 @@ fn on_request(shared: &Shared, node: Option<&str>, c: &mut Conn, chunk: &[u8]) -
         c.answered = false;
         c.request = Some(Vec::new());
         if let Some(node) = node {
-            let faults = shared.faults_of(node);
-            if shared.draw(faults.drop_request_probability) {
-                c.silenced = true;
-                let detail = format!("a request from {node} to {} dropped", shared.server);
-                shared.record(kind::DROP_REQUEST, node, detail);
+            let Some(delay) = request_faults(shared, node, c) else {
                 return Pass::Swallow;
-            }
-            delay_ms = shared.delay(faults.delay_ms_max);
-            if delay_ms > 0 {
-                let detail = format!(
-                    "a request from {node} to {} delayed {delay_ms} ms",
-                    shared.server
-                );
-                shared.record(kind::DELAY, node, detail);
-            }
+            };
+            delay_ms = delay;
         }
     }
     if let Some(request) = &mut c.request {
@@ -487,6 +476,33 @@ fn on_response(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
     let Some(node) = node else {
         return Pass::Forward { delay_ms: 0 };
     };
+    answer_faults(shared, node, c, request)
+}
+
+/// The faults a request draws, in either framing: its drop (which silences the connection;
+/// `None`) or its delay in ms.
+fn request_faults(shared: &Shared, node: &str, c: &mut Conn) -> Option<u64> {
+    let faults = shared.faults_of(node);
+    if shared.draw(faults.drop_request_probability) {
+        c.silenced = true;
+        let detail = format!("a request from {node} to {} dropped", shared.server);
+        shared.record(kind::DROP_REQUEST, node, detail);
+        return None;
+    }
+    let delay_ms = shared.delay(faults.delay_ms_max);
+    if delay_ms > 0 {
+        let detail = format!(
+            "a request from {node} to {} delayed {delay_ms} ms",
+            shared.server
+        );
+        shared.record(kind::DELAY, node, detail);
+    }
+    Some(delay_ms)
+}
+
+/// The faults an answer draws, in either framing: a duplicate of its `request` (sent again
+/// on a connection of its own), then the answer's loss (which silences the connection).
+fn answer_faults(shared: &Shared, node: &str, c: &mut Conn, request: Option<Vec<u8>>) -> Pass {
     let faults = shared.faults_of(node);
     if let Some(request) = request.filter(|_| shared.draw(faults.duplicate_probability)) {
         let detail = format!("a request from {node} to {} delivered twice", shared.server);
@@ -517,21 +533,9 @@ fn on_kafka_request(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[
     let Some(node) = node else {
         return Pass::Forward { delay_ms: 0 };
     };
-    let faults = shared.faults_of(node);
-    if shared.draw(faults.drop_request_probability) {
-        c.silenced = true;
-        let detail = format!("a request from {node} to {} dropped", shared.server);
-        shared.record(kind::DROP_REQUEST, node, detail);
+    let Some(delay_ms) = request_faults(shared, node, c) else {
         return Pass::Swallow;
-    }
-    let delay_ms = shared.delay(faults.delay_ms_max);
-    if delay_ms > 0 {
-        let detail = format!(
-            "a request from {node} to {} delayed {delay_ms} ms",
-            shared.server
-        );
-        shared.record(kind::DELAY, node, detail);
-    }
+    };
     if let Some(id) = correlation_id(frame, 8) {
         if frame.len() <= DUPLICATE_MAX_BYTES {
             if c.in_flight.len() >= IN_FLIGHT_MAX {
@@ -550,23 +554,7 @@ fn on_kafka_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &
     let Some(node) = node else {
         return Pass::Forward { delay_ms: 0 };
     };
-    let faults = shared.faults_of(node);
-    if let Some(request) = request.filter(|_| shared.draw(faults.duplicate_probability)) {
-        let detail = format!("a request from {node} to {} delivered twice", shared.server);
-        shared.record(kind::DUPLICATE, node, detail);
-        let upstream = shared.upstream;
-        std::thread::spawn(move || send_again(upstream, &request));
-    }
-    if shared.draw(faults.drop_response_probability) {
-        c.silenced = true;
-        let detail = format!(
-            "the response of {} to a request from {node} lost (the request was applied)",
-            shared.server
-        );
-        shared.record(kind::DROP_RESPONSE, node, detail);
-        return Pass::Swallow;
-    }
-    Pass::Forward { delay_ms: 0 }
+    answer_faults(shared, node, c, request)
 }
 
 /// Sends `request` again on a connection of its own; its answer is read and discarded.

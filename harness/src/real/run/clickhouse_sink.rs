@@ -32,8 +32,10 @@
 //! (`enumerate`, `pause`, `crash-clickhouse`) and `redelivery_batch_records_max`.
 
 use super::blocking::block_on;
-use super::cluster::{self, LogRecord, Probe};
-use super::connect_state::{create_dlq_topic, dlq_state, task_states, FinalState};
+use super::cluster::LogRecord;
+use super::connect_state::{
+    create_dlq_topic, dlq_state, source_and_offsets, task_states, FinalState,
+};
 use crate::client::clickhouse::ClickHouse;
 use crate::client::real::clickhouse::RealClickHouseConfig;
 use crate::client::real::meter::StoreMeter;
@@ -357,10 +359,7 @@ pub fn final_state(
     bootstrap: &str,
     history: &History,
 ) -> Result<FinalState, String> {
-    let probe = Probe::of_scenario(bootstrap, scenario, &t.connector.group_id())?;
-    let high = probe.high_watermarks()?;
-    let log = cluster::read_log(bootstrap, &high, 30_000)?;
-    let offsets = probe.committed()?;
+    let (log, offsets) = source_and_offsets(bootstrap, scenario, &t.connector.group_id())?;
     let client = clients(&t.connector.raw)?;
     let table = t.spec.target_table().name;
     let rows = block_on(client.select(&table, false))?

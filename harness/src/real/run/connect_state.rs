@@ -2,12 +2,13 @@
 //! `clickhouse-sink`: its dead-letter queue topic (created at the start), its tasks' last
 //! states, and the [`FinalState`] each pipeline hands the runner.
 
-use super::cluster::{self, Probe};
+use super::cluster::{self, LogRecord, Probe};
 use crate::connect::cdc_events::id_of;
 use crate::connect::config::ConnectorConfig;
 use crate::history::{DlqRecord, History, Value};
 use crate::report::BulkLoad;
 use crate::scenario::{Scenario, TopicSpec};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
 /// A pipeline's final state, for the runner to record: the values (each a `final` op, in
@@ -19,6 +20,28 @@ pub struct FinalState {
     pub values: Vec<Value>,
     /// The bulk loads of the same rows, or why none was made.
     pub bulk_loads: Result<Vec<BulkLoad>, String>,
+}
+
+/// A source topic's records per partition, and a group's committed offsets.
+pub(super) type SourceAndOffsets = (
+    BTreeMap<TopicPartition, Vec<LogRecord>>,
+    Vec<(TopicPartition, Offset)>,
+);
+
+/// The source topic's log up to its high watermarks and the group's committed offsets,
+/// read at a Connect sink run's end.
+///
+/// # Errors
+/// A read that failed.
+pub(super) fn source_and_offsets(
+    bootstrap: &str,
+    scenario: &Scenario,
+    group: &str,
+) -> Result<SourceAndOffsets, String> {
+    let probe = Probe::of_scenario(bootstrap, scenario, group)?;
+    let high = probe.high_watermarks()?;
+    let log = cluster::read_log(bootstrap, &high, 30_000)?;
+    Ok((log, probe.committed()?))
 }
 
 /// The connector's dead-letter queue topic, if it has one: one partition, its

@@ -28,8 +28,10 @@
 //! tasks ran with, which the change-data checker reads as in simulation.
 
 use super::blocking::block_on;
-use super::cluster::{self, LogRecord, Probe};
-use super::connect_state::{create_dlq_topic, dlq_state, task_states, FinalState};
+use super::cluster::LogRecord;
+use super::connect_state::{
+    create_dlq_topic, dlq_state, source_and_offsets, task_states, FinalState,
+};
 use super::postgres_target::PgTarget;
 use super::worker_spec::{Role, REAL_EVENTS_SEED, SINK_GROUP};
 use super::workers::Worker;
@@ -349,10 +351,7 @@ pub fn final_state_cdc(
     bootstrap: &str,
     history: &History,
 ) -> Result<FinalState, String> {
-    let probe = Probe::of_scenario(bootstrap, scenario, &t.connector.group_id())?;
-    let high = probe.high_watermarks()?;
-    let log = cluster::read_log(bootstrap, &high, 30_000)?;
-    let offsets = probe.committed()?;
+    let (log, offsets) = source_and_offsets(bootstrap, scenario, &t.connector.group_id())?;
     let mut client = t.admin()?;
     let table = block_on(table_state(&mut client, &t.sink.table))??;
     let dlq = match &t.connector.dlq_topic {
