@@ -1,5 +1,6 @@
 //! Child processes of the native backend: one process group each, logs to a file, faults by
-//! signal, and nothing left behind.
+//! signal, and nothing left behind. A [`Launch`] with a container spec runs as a container
+//! instead ([`super::container`]), behind the same [`ServiceProcess`] methods.
 //!
 //! Every service process is spawned in a process group of its own (`setpgid(0, 0)`), so one
 //! `killpg` reaches the server and whatever it forked into that group. Descendants that left
@@ -46,8 +47,8 @@ pub fn install_teardown_on_signal() {
             // After the kills: the cgroups must be empty to go.
             super::net::teardown_active();
             eprintln!(
-                "eosim: signal received, killed {killed} service process group(s) and container(s), removed \
-                 {removed} scratch directory(ies)"
+                "eosim: signal received, killed {killed} service process group(s) and \
+                 container(s), removed {removed} scratch directory(ies)"
             );
             std::process::exit(EXIT_CODE_SIGNALLED);
         });

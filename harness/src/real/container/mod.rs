@@ -162,18 +162,13 @@ impl ContainerProcess {
     /// [`ProvisionError::Spawn`] with the daemon's reason.
     pub fn start(launch: &Launch, spec: &ContainerSpec) -> Result<Self, ProvisionError> {
         docker().map_err(|e| spawn_error(launch, e))?;
-        // The log is written by the container's user, which may not be ours.
-        let log = std::fs::File::options()
+        // The log exists before the first start, as natively (the container's root shell
+        // appends to it, before the service drops to its user).
+        std::fs::File::options()
             .create(true)
             .append(true)
             .open(&launch.log_path)
             .map_err(|e| ProvisionError::io(&launch.service, &launch.log_path, e))?;
-        drop(log);
-        std::fs::set_permissions(
-            &launch.log_path,
-            std::os::unix::fs::PermissionsExt::from_mode(0o666),
-        )
-        .map_err(|e| ProvisionError::io(&launch.service, &launch.log_path, e))?;
         let (image, tag) = spec
             .image
             .rsplit_once(':')
@@ -265,7 +260,9 @@ impl ContainerProcess {
     }
 
     /// SIGKILL to every process of the container; returns once it is stopped (at most
-    /// 10 s).
+    /// 10 s). A paused container is unpaused first (the daemon refuses to kill a paused
+    /// one), so it runs for the moment between the two calls, where a native kill of a
+    /// stopped process group acts at once.
     pub fn kill(&mut self) {
         self.resume();
         self.signal(libc::SIGKILL);

@@ -296,23 +296,20 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     Ok(run)
 }
 
+/// Per broker, its bound and advertised ports ([`KafkaOptions::fronts`]), and the proxies
+/// by node name.
+type BrokerFronts = (
+    Vec<(u16, u16)>,
+    BTreeMap<String, crate::real::net::proxy::Proxy>,
+);
+
 /// With `messages` on brokers ([`needs::messages_on_brokers`]): a free listener port per
 /// broker and a Kafka-framed proxy in front of it, whose port the broker advertises, so
 /// every client reaches it through the proxy; else nothing.
 ///
 /// # Errors
 /// No free port, a proxy that cannot bind.
-#[allow(clippy::type_complexity)]
-fn broker_fronts(
-    scenario: &Scenario,
-    seed: u64,
-) -> Result<
-    (
-        Vec<(u16, u16)>,
-        BTreeMap<String, crate::real::net::proxy::Proxy>,
-    ),
-    String,
-> {
+fn broker_fronts(scenario: &Scenario, seed: u64) -> Result<BrokerFronts, String> {
     use crate::real::net::proxy::{Framing, Identify, Proxy};
     let mut proxies = BTreeMap::new();
     if !needs::messages_on_brokers(scenario) {
@@ -390,19 +387,26 @@ impl Run<'_> {
         let mut history = self.merged_history();
         let bootstrap = self.env.bootstrap.clone();
         let fin = match &self.target {
-            pipelines::Target::Files => self.record_final(&mut history).map(|()| None),
-            pipelines::Target::Postgres(t) => {
-                pipelines::final_state_cdc(t, self.scenario, &bootstrap, &history).map(Some)
-            }
-            pipelines::Target::ClickHouse(t) => {
-                clickhouse_sink::final_state(t, self.scenario, &bootstrap, &history).map(Some)
-            }
+            pipelines::Target::Files => None,
+            pipelines::Target::Postgres(t) => Some(pipelines::final_state_cdc(
+                t,
+                self.scenario,
+                &bootstrap,
+                &history,
+            )),
+            pipelines::Target::ClickHouse(t) => Some(clickhouse_sink::final_state(
+                t,
+                self.scenario,
+                &bootstrap,
+                &history,
+            )),
             pipelines::Target::Streams => {
-                streams_count::final_state(self.scenario, &bootstrap).map(Some)
+                Some(streams_count::final_state(self.scenario, &bootstrap))
             }
-        };
+        }
+        .unwrap_or_else(|| self.final_state_files());
         let crashed = match fin {
-            Ok(Some(state)) => {
+            Ok(state) => {
                 let at = self.now_ns();
                 for value in state.values {
                     history.push(at, "final", OpKind::Ok, value, None);
@@ -413,7 +417,6 @@ impl Run<'_> {
                 }
                 None
             }
-            Ok(None) => None,
             Err(e) => Some(e),
         }
         .or_else(|| self.failed_faults());
@@ -601,39 +604,29 @@ impl Run<'_> {
         marks
     }
 
-    /// The final state, as `final` ops at the time the drain ended.
-    fn record_final(&mut self, history: &mut History) -> Result<(), String> {
-        let probe = Probe::of_scenario(&self.env.bootstrap, self.scenario, SINK_GROUP)?;
-        let high = probe.high_watermarks()?;
-        let log = cluster::read_log(&self.env.bootstrap, &high, 30_000)?;
-        let log = log.into_iter().map(|(tp, records)| {
-            let refs = records
-                .iter()
-                .map(|r| r.record_ref(&tp, r.value_id()))
-                .collect();
-            (tp, refs)
+    /// The final state of a `kafka-consume` run: the log, the sink files' rows, the
+    /// group's committed offsets.
+    fn final_state_files(&mut self) -> Result<connect_state::FinalState, String> {
+        let (log, offsets) =
+            connect_state::source_and_offsets(&self.env.bootstrap, self.scenario, SINK_GROUP)?;
+        let mut values: Vec<Value> = log
+            .into_iter()
+            .map(|(tp, records)| {
+                let records = records
+                    .iter()
+                    .map(|r| r.record_ref(&tp, r.value_id()))
+                    .collect();
+                Value::LogState { tp, records }
+            })
+            .collect();
+        values.push(Value::SinkState {
+            rows: self.read_sink()?,
         });
-        let offsets = probe.committed()?;
-        let rows = self.read_sink()?;
-        let t = self.now_ns();
-        for (tp, records) in log {
-            history.push(
-                t,
-                "final",
-                OpKind::Ok,
-                Value::LogState { tp, records },
-                None,
-            );
-        }
-        history.push(t, "final", OpKind::Ok, Value::SinkState { rows }, None);
-        history.push(
-            t,
-            "final",
-            OpKind::Ok,
-            Value::CommittedOffsets { offsets },
-            None,
-        );
-        Ok(())
+        values.push(Value::CommittedOffsets { offsets });
+        Ok(connect_state::FinalState {
+            values,
+            bulk_loads: Ok(Vec::new()),
+        })
     }
 
     /// Every durable batch of every consumer's sink file, in write order (the batches'
