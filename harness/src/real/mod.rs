@@ -53,6 +53,17 @@ fn log_tail(path: &Path) -> String {
 /// Why a service could not be provisioned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProvisionError {
+    /// The image a service's container runs from is missing or stale (the testcontainers
+    /// backend).
+    #[error("{service}: image {image} {reason}")]
+    Image {
+        /// The service.
+        service: String,
+        /// `name:tag`.
+        image: String,
+        /// What is wrong and what to run.
+        reason: String,
+    },
     /// Something the service needs is not installed.
     #[error("{service}: {what} not found; {hint}")]
     Missing {

@@ -163,30 +163,34 @@ fn recipe_label(tag: &str) -> Result<Option<String>, String> {
     }
 }
 
-/// Checks that the image `service` runs from is there and current.
+/// Checks that the image `service` runs from is there and current; returns its tag.
 ///
 /// # Errors
-/// Names the image and `eosim images` when it is missing or stale.
-pub fn check_image(service: ServiceImage, kafka_lib: &Path) -> Result<String, String> {
+/// `(tag, why)`: missing or stale, naming `eosim images`; or the daemon's error.
+pub fn check_image(service: ServiceImage, kafka_lib: &Path) -> Result<String, (String, String)> {
     let tag = service.tag();
+    let label = recipe_label(&tag).map_err(|e| (tag.clone(), e))?;
     if std::env::var_os(service.override_var()).is_some() {
-        return match recipe_label(&tag)? {
+        return match label {
             Some(_) => Ok(tag),
-            None => Err(format!(
-                "image {tag} (from {}) is not there",
-                service.override_var()
+            None => Err((
+                tag,
+                format!("(from {}) is not there", service.override_var()),
             )),
         };
     }
-    let wanted = service.recipe(kafka_lib)?;
-    match recipe_label(&tag)? {
+    let wanted = service.recipe(kafka_lib).map_err(|e| (tag.clone(), e))?;
+    match label {
         Some(have) if have == wanted => Ok(tag),
-        Some(_) => Err(format!(
-            "image {tag} is stale (its recipe changed): run `eosim images` (or `cargo xtask \
-             images`) to rebuild it"
+        Some(_) => Err((
+            tag,
+            "is stale (its recipe changed): run `eosim images` (or `cargo xtask images`) to \
+             rebuild it"
+                .into(),
         )),
-        None => Err(format!(
-            "image {tag} is not built: run `eosim images` (or `cargo xtask images`) first"
+        None => Err((
+            tag,
+            "is not built: run `eosim images` (or `cargo xtask images`) first".into(),
         )),
     }
 }

@@ -74,8 +74,8 @@ impl Runtime {
     /// `None` natively.
     ///
     /// # Errors
-    /// [`ProvisionError::Missing`] when the image is missing or stale, or the daemon is
-    /// not there.
+    /// [`ProvisionError::Image`] when the image is missing or stale, or the daemon does not
+    /// answer.
     pub fn spec(
         self,
         service: ServiceImage,
@@ -84,14 +84,13 @@ impl Runtime {
         match self {
             Runtime::Native => Ok(None),
             Runtime::Containers => {
-                let image =
-                    images::check_image(service, &images::kafka_lib_dir()).map_err(|reason| {
-                        ProvisionError::Missing {
-                            service: service.name().into(),
-                            what: reason,
-                            hint: "eosim images".into(),
-                        }
-                    })?;
+                let image = images::check_image(service, &images::kafka_lib_dir()).map_err(
+                    |(image, reason)| ProvisionError::Image {
+                        service: service.name().into(),
+                        image,
+                        reason,
+                    },
+                )?;
                 Ok(Some(ContainerSpec {
                     image,
                     mounts: mounts.to_vec(),

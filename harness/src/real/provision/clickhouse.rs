@@ -82,7 +82,7 @@ impl ClickHouse {
     ///
     /// # Errors
     /// As [`start_with_zookeeper`](Self::start_with_zookeeper);
-    /// [`ProvisionError::Missing`] when the image is not built.
+    /// [`ProvisionError::Image`] when the image is missing or stale.
     pub fn start_on(
         dir: &Path,
         zookeeper: Option<&str>,

@@ -170,7 +170,7 @@ impl Postgres {
     /// user `eosim`, uid [`CONTAINER_UID`], the image's binaries) or natively.
     ///
     /// # Errors
-    /// As [`start`](Self::start); [`ProvisionError::Missing`] when the image is not built.
+    /// As [`start`](Self::start); [`ProvisionError::Image`] when the image is missing or stale.
     pub fn start_on(dir: &Path, runtime: Runtime) -> Result<Postgres, ProvisionError> {
         let container = runtime.spec(ServiceImage::Postgres, &[dir.to_path_buf()])?;
         let (bin, user) = match container {

@@ -76,7 +76,7 @@ impl ZooKeeper {
     /// `eosim/zookeeper` (which has slf4j-simple).
     ///
     /// # Errors
-    /// As [`start`](Self::start); [`ProvisionError::Missing`] when the image is not built.
+    /// As [`start`](Self::start); [`ProvisionError::Image`] when the image is missing or stale.
     pub fn start_on(dir: &Path, runtime: Runtime) -> Result<ZooKeeper, ProvisionError> {
         create_dir("zookeeper", &dir.join("data"))?;
         let container = runtime.spec(ServiceImage::ZooKeeper, &[dir.to_path_buf()])?;
