@@ -1,6 +1,7 @@
-//! What a Connect sink run reads at its end, shared by `connect-jdbc` and
-//! `clickhouse-sink`: its dead-letter queue topic (created at the start), its tasks' last
-//! states, and the [`FinalState`] each pipeline hands the runner.
+//! What a run reads at its end: the [`FinalState`] every pipeline hands the runner, the
+//! source log with the group's committed offsets ([`source_and_offsets`]), and, for the
+//! Connect sinks (`connect-jdbc`, `clickhouse-sink`), their dead-letter queue topic
+//! (created at the start) and their tasks' last states.
 
 use super::cluster::{self, LogRecord, Probe};
 use crate::connect::cdc_events::id_of;
@@ -29,7 +30,7 @@ pub(super) type SourceAndOffsets = (
 );
 
 /// The source topic's log up to its high watermarks and the group's committed offsets,
-/// read at a Connect sink run's end.
+/// read at a run's end.
 ///
 /// # Errors
 /// A read that failed.
