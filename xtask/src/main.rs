@@ -472,8 +472,9 @@ fn real_catalogue(runs: u32, seeds: u64, scenarios: Vec<PathBuf>) -> Result<u8> 
     status(&mut agreement)
 }
 
-/// The model-versus-real suites, as `.ci/run` runs them.
-const REAL_SUITES: [&str; 7] = [
+/// The real tier's suites, as `.ci/run` runs them (`real_containers` says it skipped
+/// unless `EOSIM_CONTAINERS=1`, which `.ci/run` sets after starting dockerd).
+const REAL_SUITES: [&str; 9] = [
     "real_services",
     "real_kafka",
     "real_run",
@@ -481,6 +482,8 @@ const REAL_SUITES: [&str; 7] = [
     "real_clickhouse",
     "real_txn",
     "real_net",
+    "real_bulk",
+    "real_containers",
 ];
 
 /// The actionlint release `cargo xtask actionlint` installs.
