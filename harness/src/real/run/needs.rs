@@ -8,7 +8,8 @@ use eosim_sim::nemesis::{Fault, FaultKind};
 
 /// Whether `scenario` schedules a network fault the real runner injects (`partition`,
 /// `clog`, `messages`, in its schedule or its swarm's kinds): then the run places its
-/// processes in cgroups (which also tell a proxy its clients) and opens its [`Network`](crate::real::net::Network).
+/// processes in cgroups (which also tell a proxy its clients) and opens its
+/// [`Network`](crate::real::net::Network).
 pub(crate) fn needs_network(scenario: &Scenario) -> bool {
     let scheduled = scenario.faults.schedule.iter().any(|f| {
         matches!(
@@ -16,31 +17,18 @@ pub(crate) fn needs_network(scenario: &Scenario) -> bool {
             Fault::Partition { .. } | Fault::Clog { .. } | Fault::Messages { .. }
         )
     });
-    let swarmed = scenario.faults.swarm.as_ref().is_some_and(|s| {
-        s.kinds.contains(&FaultKind::Partition) || s.kinds.contains(&FaultKind::Messages)
-    });
-    scheduled || swarmed
+    scheduled || swarms(scenario, FaultKind::Partition) || swarms(scenario, FaultKind::Messages)
 }
 
 /// Whether the scenario cuts a broker off (`partition` or `clog` naming `brokers`,
 /// `broker-N` or `all`, or a swarm of partitions).
 pub(crate) fn cuts_brokers(scenario: &Scenario) -> bool {
-    let names_broker = |names: &[String]| {
-        names
-            .iter()
-            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-"))
-    };
     let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
-        Fault::Partition { source, target, .. } => names_broker(source) || names_broker(target),
-        Fault::Clog { target } => names_broker(target),
+        Fault::Partition { source, target, .. } => names_a_broker(source) || names_a_broker(target),
+        Fault::Clog { target } => names_a_broker(target),
         _ => false,
     });
-    let swarmed = scenario
-        .faults
-        .swarm
-        .as_ref()
-        .is_some_and(|s| s.kinds.contains(&FaultKind::Partition));
-    scheduled || swarmed
+    scheduled || swarms(scenario, FaultKind::Partition)
 }
 
 /// Whether the scenario has `messages` faults whose targets take in a broker (`brokers`,
@@ -48,17 +36,26 @@ pub(crate) fn cuts_brokers(scenario: &Scenario) -> bool {
 /// broker's listener then.
 pub(crate) fn messages_on_brokers(scenario: &Scenario) -> bool {
     let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
-        Fault::Messages { target, .. } => target
-            .iter()
-            .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-")),
+        Fault::Messages { target, .. } => names_a_broker(target),
         _ => false,
     });
-    let swarmed = scenario
+    scheduled || swarms(scenario, FaultKind::Messages)
+}
+
+/// Whether fault targets `names` take in a broker: `brokers`, `all` or a `broker-N`.
+fn names_a_broker(names: &[String]) -> bool {
+    names
+        .iter()
+        .any(|t| t == "brokers" || t == "all" || t.starts_with("broker-"))
+}
+
+/// Whether the scenario's swarm draws faults of `kind`.
+fn swarms(scenario: &Scenario, kind: FaultKind) -> bool {
+    scenario
         .faults
         .swarm
         .as_ref()
-        .is_some_and(|s| s.kinds.contains(&FaultKind::Messages));
-    scheduled || swarmed
+        .is_some_and(|s| s.kinds.contains(&kind))
 }
 
 /// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
