@@ -305,33 +305,40 @@ fn serve(client: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let (Ok(client_r), Ok(server_w)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
-    if shared.framing == Framing::Kafka {
-        let up = {
-            let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
-            std::thread::spawn(move || {
-                relay_frames(client_r, server_w, &conn, false, |c, frame| {
-                    on_kafka_request(&shared, node.as_deref(), c, frame)
-                })
-            })
-        };
-        relay_frames(server, client, &conn, true, |c, frame| {
-            on_kafka_response(shared, node.as_deref(), c, frame)
-        });
-        let _ = up.join();
-        return;
-    }
     let up = {
         let (shared, conn, node) = (Arc::clone(shared), Arc::clone(&conn), node.clone());
         std::thread::spawn(move || {
-            relay(client_r, server_w, &conn, false, |c, chunk| {
-                on_request(&shared, node.as_deref(), c, chunk)
-            })
+            relay_one_way(client_r, server_w, &conn, false, &shared, node.as_deref())
         })
     };
-    relay(server, client, &conn, true, |c, _| {
-        on_response(shared, node.as_deref(), c)
-    });
+    relay_one_way(server, client, &conn, true, shared, node.as_deref());
     let _ = up.join();
+}
+
+/// One direction of a connection (`to_client`: the server's answers), relayed as the
+/// proxy's framing reads it, its faults drawn for client `node`.
+fn relay_one_way(
+    from: TcpStream,
+    to: TcpStream,
+    conn: &Mutex<Conn>,
+    to_client: bool,
+    shared: &Shared,
+    node: Option<&str>,
+) {
+    match (shared.framing, to_client) {
+        (Framing::Kafka, false) => relay_frames(from, to, conn, false, |c, frame| {
+            on_kafka_request(shared, node, c, frame)
+        }),
+        (Framing::Kafka, true) => relay_frames(from, to, conn, true, |c, frame| {
+            on_kafka_response(shared, node, c, frame)
+        }),
+        (Framing::Alternating, false) => relay(from, to, conn, false, |c, chunk| {
+            on_request(shared, node, c, chunk)
+        }),
+        (Framing::Alternating, true) => {
+            relay(from, to, conn, true, |c, _| on_response(shared, node, c))
+        }
+    }
 }
 
 /// [`relay`] frame by frame: bytes are held until a whole size-prefixed frame is there,
