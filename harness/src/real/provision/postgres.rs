@@ -173,23 +173,23 @@ impl Postgres {
     /// As [`start`](Self::start); [`ProvisionError::Image`] when the image is missing or stale.
     pub fn start_on(dir: &Path, runtime: Runtime) -> Result<Postgres, ProvisionError> {
         let container = runtime.spec(ServiceImage::Postgres, &[dir.to_path_buf()])?;
+        // The image's binaries and user, or the host's (checked to be there).
         let (bin, user) = match container {
             Some(_) => (
                 PathBuf::from("/usr/lib/postgresql/15/bin"),
                 Some((CONTAINER_UID, CONTAINER_UID)),
             ),
-            None => (pg_bin(), server_user()?),
-        };
-        let (postgres, initdb_bin) = match container {
-            Some(_) => (bin.join("postgres"), bin.join("initdb")),
             None => {
-                require_program("postgres", &bin.join("pg_isready"))?;
-                (
-                    require_program("postgres", &bin.join("postgres"))?,
-                    require_program("postgres", &bin.join("initdb"))?,
-                )
+                let bin = pg_bin();
+                for program in ["postgres", "pg_isready"] {
+                    require_program("postgres", &bin.join(program))?;
+                }
+                let user = server_user()?;
+                require_program("postgres", &bin.join("initdb"))?;
+                (bin, user)
             }
         };
+        let (postgres, initdb_bin) = (bin.join("postgres"), bin.join("initdb"));
         let data_dir = dir.join("pgdata");
         let socket_dir = dir.join("pg-socket");
         create_dir("postgres", &data_dir)?;
