@@ -226,7 +226,10 @@ pub fn build_all(kafka_lib: &Path, force: bool) -> Result<Vec<Built>, String> {
         built: base_built,
         seconds: t0.elapsed().as_secs_f64(),
     });
-    let empty = tempfile::tempdir().map_err(|e| format!("build context: {e}"))?;
+    // The Dockerfiles go here, beside the empty context of the images that copy nothing.
+    let work = tempfile::tempdir().map_err(|e| format!("build context: {e}"))?;
+    let empty_context = work.path().join("context");
+    std::fs::create_dir_all(&empty_context).map_err(|e| format!("build context: {e}"))?;
     for service in ServiceImage::ALL {
         let t0 = Instant::now();
         let tag = service.own_tag();
@@ -240,14 +243,12 @@ pub fn build_all(kafka_lib: &Path, force: bool) -> Result<Vec<Built>, String> {
             for (k, v) in service.build_args() {
                 cmd.args(["--build-arg", &format!("{k}={v}")]);
             }
-            let dockerfile = empty.path().join(format!("{}.Dockerfile", service.name()));
+            let dockerfile = work.path().join(format!("{}.Dockerfile", service.name()));
             std::fs::write(&dockerfile, service.dockerfile())
                 .map_err(|e| format!("{}: {e}", dockerfile.display()))?;
             cmd.arg("-f")
                 .arg(&dockerfile)
-                .arg(service.context(kafka_lib, &empty.path().join("context")));
-            std::fs::create_dir_all(empty.path().join("context"))
-                .map_err(|e| format!("build context: {e}"))?;
+                .arg(service.context(kafka_lib, &empty_context));
             run(&format!("docker build {tag}"), &mut cmd)?;
         }
         out.push(Built {
