@@ -149,6 +149,20 @@ fn recoveries_outside(outcome: &SeedOutcome, process: &str) -> usize {
         .count()
 }
 
+/// Runs seeds 1 and 2 of `s`: each valid, no instance but `faulted` ever recovers (aborts
+/// and reopens its tasks); the marks both seeds reached.
+fn survivors_never_abort(s: &Scenario, faulted: &str) -> std::collections::BTreeSet<String> {
+    let mut marks = std::collections::BTreeSet::new();
+    for seed in 1..=2 {
+        let (outcome, result) = run(s, seed);
+        assert_valid(&result, &format!("seed {seed}"));
+        let survivors_recovered = recoveries_outside(&outcome, faulted);
+        assert_eq!(survivors_recovered, 0, "seed {seed}: a survivor aborted");
+        marks.extend(outcome.marks.into_keys());
+    }
+    marks
+}
+
 #[test]
 fn exactly_once_v2_commits_a_transaction_open_at_a_revocation_instead_of_aborting_it() {
     // TaskManager.handleRevocation: before rejoining, the open transaction is committed with
@@ -156,14 +170,7 @@ fn exactly_once_v2_commits_a_transaction_open_at_a_revocation_instead_of_abortin
     // around it with transactions open and must never abort (the old model's
     // TaskMigrated on every such rebalance), while the paused one loses its partitions.
     let s = scenario("p3-eos-rebalance-open-txn.toml");
-    let mut marks = std::collections::BTreeSet::new();
-    for seed in 1..=2 {
-        let (outcome, result) = run(&s, seed);
-        assert_valid(&result, &format!("seed {seed}"));
-        let survivors_recovered = recoveries_outside(&outcome, "streams-2");
-        assert_eq!(survivors_recovered, 0, "seed {seed}: a survivor aborted");
-        marks.extend(outcome.marks.into_keys());
-    }
+    let marks = survivors_never_abort(&s, "streams-2");
     for mark in [
         "streams:revocation-commits-open-txn",
         "streams:suspended-task-resumed",
@@ -184,14 +191,7 @@ fn exactly_once_v2_cooperative_rebalances_keep_transactions_of_kept_tasks_open()
     // during a rebalance.
     let s = scenario("p3-eos-cooperative-rebalance-open-txn.toml");
     assert!(s.streams.cooperative());
-    let mut marks = std::collections::BTreeSet::new();
-    for seed in 1..=2 {
-        let (outcome, result) = run(&s, seed);
-        assert_valid(&result, &format!("seed {seed}"));
-        let survivors_recovered = recoveries_outside(&outcome, "streams-2");
-        assert_eq!(survivors_recovered, 0, "seed {seed}: a survivor aborted");
-        marks.extend(outcome.marks.into_keys());
-    }
+    let marks = survivors_never_abort(&s, "streams-2");
     for mark in [
         "streams:cooperative-tasks-held-back",
         "client:cooperative-revoke-partial",
