@@ -342,7 +342,8 @@ fn relay_one_way(
 }
 
 /// [`relay`] frame by frame: bytes are held until a whole size-prefixed frame is there,
-/// and `decide` sees each frame whole (a partial frame at the end is forwarded as it is).
+/// and `decide` sees each frame whole (a frame the stream's end cuts short is not
+/// forwarded).
 fn relay_frames(
     from: TcpStream,
     to: TcpStream,
@@ -351,10 +352,8 @@ fn relay_frames(
     mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
 ) {
     let mut pending: Vec<u8> = Vec::new();
-    let mut frames: Vec<u8> = Vec::new();
     relay_with(from, to, conn, to_client, |c, chunk, out| {
         pending.extend_from_slice(chunk);
-        frames.clear();
         let mut delay_ms = 0;
         while let Some(size) = pending.get(..4) {
             let total =
@@ -362,11 +361,11 @@ fn relay_frames(
             if pending.len() < total {
                 break;
             }
-            let frame: Vec<u8> = pending.drain(..total).collect();
-            match decide(c, &frame) {
+            match decide(c, &pending[..total]) {
                 Pass::Forward { delay_ms: d } => {
                     delay_ms = delay_ms.max(d);
-                    frames.extend_from_slice(&frame);
+                    out.extend_from_slice(&pending[..total]);
+                    pending.drain(..total);
                 }
                 Pass::Swallow => {
                     pending.clear();
@@ -377,7 +376,6 @@ fn relay_frames(
                 break;
             }
         }
-        out.extend_from_slice(&frames);
         delay_ms
     });
 }
