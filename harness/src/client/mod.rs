@@ -14,6 +14,7 @@ pub mod clickhouse;
 pub mod postgres;
 #[cfg(not(madsim))]
 pub mod real;
+pub mod sends;
 #[cfg(madsim)]
 pub mod sim;
 

@@ -60,6 +60,42 @@ impl WorkloadSpec {
         }
     }
 
+    /// The input producer of `kafka-consume` and `connect-jdbc`, in simulation and on the
+    /// real tier: `[workload] acks`, `retries` and `request_timeout_ms`, not idempotent
+    /// unless `"enable.idempotence"` says so, `delivery.timeout.ms = request_timeout_ms ×
+    /// (retries + 1)`, and this module's batching keys.
+    pub fn retrying_producer_config(&self) -> ProducerConfig {
+        let mut config = ProducerConfig {
+            acks: self.acks,
+            enable_idempotence: false,
+            request_timeout_ms: self.request_timeout_ms,
+            delivery_timeout_ms: self.request_timeout_ms * (u64::from(self.retries) + 1),
+            retries: self.retries,
+            ..ProducerConfig::default()
+        };
+        self.apply_producer_keys(&mut config);
+        config
+    }
+
+    /// The input producer of the sink pipelines (clickhouse-sink, routine-load,
+    /// doris-sink), in simulation and on the real tier: `[workload] acks`, not idempotent,
+    /// one attempt per record (or batch) within `request_timeout_ms` after its linger (a
+    /// send that fails is recorded as failed or unknown, never retried into a duplicate the
+    /// checkers would blame on the sink); this module's batching keys.
+    /// `delivery.timeout.ms` is `linger.ms + request.timeout.ms`, the least Kafka accepts.
+    pub fn one_attempt_producer_config(&self) -> ProducerConfig {
+        let mut config = ProducerConfig {
+            acks: self.acks,
+            enable_idempotence: false,
+            request_timeout_ms: self.request_timeout_ms,
+            retries: 0,
+            ..ProducerConfig::default()
+        };
+        self.apply_producer_keys(&mut config);
+        config.delivery_timeout_ms = config.linger_ms + self.request_timeout_ms;
+        config
+    }
+
     /// The keys of this module that are set, by their `[workload]` names.
     fn producer_keys_set(&self) -> Vec<&'static str> {
         let keys = [
@@ -131,7 +167,7 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
     )?;
     if one_attempt {
         // `retries = 0` and `delivery.timeout.ms = linger.ms + request.timeout.ms`
-        // (`workload::one_attempt_producer_config`): any linger fits.
+        // (`WorkloadSpec::one_attempt_producer_config`): any linger fits.
         return ensure(
             !idempotent,
             "workload.enable.idempotence",
@@ -227,8 +263,7 @@ mod tests {
 
     /// The clickhouse-sink producer takes the batching keys with one attempt per batch:
     /// its delivery timeout grows by the linger, and idempotence (which needs retries) is
-    /// refused. (The workloads exist under `--cfg madsim` only.)
-    #[cfg(madsim)]
+    /// refused.
     #[test]
     fn the_clickhouse_sink_producer_batches_with_one_attempt() {
         let s = parse(
@@ -237,7 +272,7 @@ mod tests {
              \"max.in.flight.requests.per.connection\" = 5",
         )
         .expect("any linger fits one attempt");
-        let config = crate::workload::one_attempt_producer_config(&s.workload);
+        let config = s.workload.one_attempt_producer_config();
         assert_eq!(
             (config.retries, config.linger_ms, config.delivery_timeout_ms),
             (0, 50_000, 52_000)
@@ -251,7 +286,7 @@ mod tests {
             "workload.enable.idempotence"
         );
         let unset = parse("clickhouse-sink", "").expect("valid");
-        let config = crate::workload::one_attempt_producer_config(&unset.workload);
+        let config = unset.workload.one_attempt_producer_config();
         assert!(!config.batching());
         assert_eq!(config.delivery_timeout_ms, config.request_timeout_ms);
     }

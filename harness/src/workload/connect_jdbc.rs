@@ -24,10 +24,11 @@
 //! records per source partition `log-state` and `source-log`, then `table-state`,
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
-use super::records::{send_outcome, text, IdHandout, Sends};
+use super::records::{send_outcome, text, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
+use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::postgres::SimPostgres;
 use crate::client::sim::producer::SimProducer;
@@ -111,7 +112,7 @@ async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let config = super::retrying_producer_config(w);
+    let config = w.retrying_producer_config();
     let mut sends = Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
     while let Some(e) = ctx.take_event(&name, sends.queued()) {

@@ -16,10 +16,11 @@
 //! the sink and the committed offsets.
 
 use super::records::{
-    next_offsets, parse_id, record_ref, send_id, send_id_queued, text, IdHandout, Sends,
+    next_offsets, parse_id, record_ref, send_id, send_id_queued, text, IdHandout,
 };
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
+use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
@@ -149,7 +150,7 @@ pub async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
-    let config = super::retrying_producer_config(w);
+    let config = w.retrying_producer_config();
     if config.batching() {
         return queued_producer_process(&ctx, conn, config, name).await;
     }

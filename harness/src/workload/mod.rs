@@ -33,7 +33,7 @@ pub mod upstream_txn;
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{ProducerConfig, ProducerRecord};
+use crate::client::ProducerRecord;
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Pipeline as PipelineKind, Scenario, TopicSpec};
@@ -55,44 +55,8 @@ pub trait Pipeline {
     fn record_final(&self, world: &World);
 }
 
-/// The input producer of `kafka-consume` and `connect-jdbc`: `[workload] acks`, `retries`
-/// and `request_timeout_ms`, not idempotent unless `"enable.idempotence"` says so,
-/// `delivery.timeout.ms = request_timeout_ms × (retries + 1)`, and `[workload]`'s batching
-/// keys ([`crate::scenario::producer`]).
-pub(crate) fn retrying_producer_config(w: &crate::scenario::WorkloadSpec) -> ProducerConfig {
-    let mut config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-        retries: w.retries,
-        ..ProducerConfig::default()
-    };
-    w.apply_producer_keys(&mut config);
-    config
-}
-
-/// The input producer of the sink pipelines: `[workload] acks`, not idempotent, one attempt
-/// per record (or batch) within `request_timeout_ms` after its linger (a send that fails is
-/// recorded as failed or unknown, never retried into a duplicate the checkers would blame
-/// on the sink); `[workload]`'s batching keys where the pipeline reads them
-/// ([`crate::scenario::producer`]). `delivery.timeout.ms` is `linger.ms +
-/// request.timeout.ms`, the least Kafka accepts.
-pub(crate) fn one_attempt_producer_config(w: &crate::scenario::WorkloadSpec) -> ProducerConfig {
-    let mut config = ProducerConfig {
-        acks: w.acks,
-        enable_idempotence: false,
-        request_timeout_ms: w.request_timeout_ms,
-        retries: 0,
-        ..ProducerConfig::default()
-    };
-    w.apply_producer_keys(&mut config);
-    config.delivery_timeout_ms = config.linger_ms + w.request_timeout_ms;
-    config
-}
-
 /// The input producer loop of the sink pipelines that make one attempt per send
-/// (clickhouse-sink, routine-load, doris-sink; [`one_attempt_producer_config`]): takes ids
+/// (clickhouse-sink, routine-load, doris-sink; [`crate::scenario::WorkloadSpec::one_attempt_producer_config`]): takes ids
 /// with `take_id` until it returns `None`, sends `record_of(id)` (which names its partition)
 /// and records a `send` invoke and its outcome (ok with the offset, info when ambiguous,
 /// fail) through `record`, one id every `produce_interval_ms`.
@@ -110,8 +74,8 @@ pub(crate) async fn one_attempt_producer(
     record: impl Fn(OpKind, Value, Option<String>) + Clone + Send + 'static,
     done: impl FnOnce(),
 ) {
-    let config = one_attempt_producer_config(w);
-    let mut sends = records::Sends::new(&config, w.request_timeout_ms);
+    let config = w.one_attempt_producer_config();
+    let mut sends = crate::client::sends::Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
     while let Some(id) = take_id(!sends.queued()) {
         let produced = record_of(id);

@@ -3,13 +3,12 @@
 //! final read_committed view of a partition and the drain's wait for output LSOs
 //! ([`LsoGrace`]); and the sends of the input producers: one
 //! generated id recorded as invoke then ok / fail / info ([`send_outcome`]), awaited or
-//! queued in a batching producer ([`Sends`]).
+//! queued in a batching producer ([`crate::client::sends::Sends`]).
 
+use crate::client::sends::Sends;
 use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{
-    ClientError, ConsumedRecord, Delivery, Producer, ProducerConfig, ProducerRecord,
-};
+use crate::client::{ClientError, ConsumedRecord, Delivery, Producer, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
@@ -17,7 +16,6 @@ use eosim_sim::kafka::{
     FetchPartition, FetchedRecord, Isolation, Offset, Request, Response, TopicPartition,
 };
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
 pub fn text(bytes: &Option<Bytes>) -> Option<String> {
@@ -264,66 +262,6 @@ pub fn send_outcome(
         Ok(d) => (OpKind::Ok, Some(d), None),
         Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
         Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-    }
-}
-
-/// The sends of one input producer process: each awaited in turn, or, when the producer
-/// batches ([`ProducerConfig::batching`]), left queued in its accumulator
-/// ([`Producer::send_async`]) with the outcome handed on by a task of this node once the
-/// delivery report arrives; [`Sends::finish`] then flushes and waits for every report.
-pub struct Sends {
-    queued: bool,
-    flush_timeout: Duration,
-    reports: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Sends {
-    /// The sends of a producer built with `config`; a flush waits up to its
-    /// `delivery.timeout.ms` plus `request_timeout_ms`.
-    pub fn new(config: &ProducerConfig, request_timeout_ms: u64) -> Self {
-        Self {
-            queued: config.batching(),
-            flush_timeout: Duration::from_millis(config.delivery_timeout_ms + request_timeout_ms),
-            reports: Vec::new(),
-        }
-    }
-
-    /// Whether sends stay queued (the producer batches).
-    pub fn queued(&self) -> bool {
-        self.queued
-    }
-
-    /// Sends `produced` with `producer` and hands the outcome to `outcome`: at once, or
-    /// from a task once its delivery report arrives when queued.
-    pub async fn send(
-        &mut self,
-        producer: &SimProducer,
-        produced: ProducerRecord,
-        outcome: impl FnOnce(Result<Delivery, ClientError>) + Send + 'static,
-    ) {
-        if !self.queued {
-            outcome(producer.send(produced).await);
-            return;
-        }
-        let queued = producer.send_async(produced).await;
-        self.reports.push(tokio::spawn(async move {
-            outcome(match queued {
-                Ok(report) => report.await,
-                Err(e) => Err(e),
-            })
-        }));
-    }
-
-    /// When queued: flushes `producer` and waits for every report (a flush that times out
-    /// leaves reports to come; they end within the delivery timeout).
-    pub async fn finish(self, producer: &SimProducer) {
-        if !self.queued {
-            return;
-        }
-        let _ = producer.flush(self.flush_timeout).await;
-        for report in self.reports {
-            let _ = report.await;
-        }
     }
 }
 

@@ -37,6 +37,19 @@ fn acks_value(acks: Acks) -> &'static str {
 /// property is explicit) refuses idempotence with `acks` 0 or 1, and Java leaves it off
 /// then when it is not explicit, which is the behaviour kept here. `retries` is capped at
 /// librdkafka's maximum, 2147483647.
+///
+/// Java's `request.timeout.ms` is two things: the Produce request's ack timeout the broker
+/// enforces, and the time the client waits for any response before it closes the
+/// connection and retries the in-flight batches (`NetworkClient.handleTimedOutRequests`).
+/// librdkafka splits them: `request.timeout.ms` is the broker-side ack timeout only, and a
+/// Produce request waits client-side for the smaller of its first message's remaining
+/// `message.timeout.ms` and `socket.timeout.ms` (`rd_kafka_ProduceRequest`,
+/// `rdkafka_request.c`), after which the connection is taken down
+/// (`socket.max.fails` = 1, `rd_kafka_broker_timeout_scan`) and the messages retried. Both
+/// are set to `request.timeout.ms` here, as for the consumer: with `socket.timeout.ms` at
+/// librdkafka's 60 s default a lost Produce response is never retried within a short
+/// `delivery.timeout.ms`, its records time out instead, and a non-idempotent producer
+/// could not duplicate as Java's does.
 pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) -> ClientConfig {
     let idempotent = config.enable_idempotence && config.acks == Acks::All;
     let retries = config.retries.min(i32::MAX as u32);
@@ -46,6 +59,10 @@ pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) 
         .set("acks", acks_value(config.acks))
         .set("enable.idempotence", idempotent.to_string())
         .set("request.timeout.ms", config.request_timeout_ms.to_string())
+        .set(
+            "socket.timeout.ms",
+            config.request_timeout_ms.max(10).to_string(),
+        )
         .set(
             "delivery.timeout.ms",
             config.delivery_timeout_ms.to_string(),
@@ -631,5 +648,38 @@ impl Admin for RealAdmin {
                 "create topic {name}: no result"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Java's `request.timeout.ms` bounds the client's wait for a Produce response; in
+    /// librdkafka that is `socket.timeout.ms`, which must follow it, or a lost response is
+    /// never retried within a short delivery timeout. The batching keys reach librdkafka
+    /// under the same names.
+    #[test]
+    fn the_producers_request_timeout_bounds_its_wait_for_a_response() {
+        let config = ProducerConfig {
+            enable_idempotence: false,
+            request_timeout_ms: 500,
+            delivery_timeout_ms: 3_000,
+            retries: 5,
+            linger_ms: 10,
+            max_in_flight_requests_per_connection: 5,
+            ..ProducerConfig::default()
+        };
+        let c = producer_client_config("127.0.0.1:9092", &config);
+        let got = |key: &str| c.get(key).map(str::to_string);
+        assert_eq!(got("socket.timeout.ms").as_deref(), Some("500"));
+        assert_eq!(got("request.timeout.ms").as_deref(), Some("500"));
+        assert_eq!(got("delivery.timeout.ms").as_deref(), Some("3000"));
+        assert_eq!(got("linger.ms").as_deref(), Some("10"));
+        assert_eq!(
+            got("max.in.flight.requests.per.connection").as_deref(),
+            Some("5")
+        );
+        assert_eq!(got("enable.idempotence").as_deref(), Some("false"));
     }
 }

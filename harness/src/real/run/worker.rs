@@ -24,13 +24,13 @@ use super::worker_spec::{
     unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED, SINK_GROUP,
 };
 use crate::client::real::{RealConsumer, RealProducer};
+use crate::client::sends::Sends;
 use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
-    ProducerRecord,
+    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
 };
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
 use crate::history::{OpKind, RecordRef, Value};
-use crate::scenario::CommitMode;
+use crate::scenario::{CommitMode, Pipeline};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::rngs::StdRng;
@@ -50,12 +50,12 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         .build()
         .map_err(|e| format!("{}: tokio runtime: {e}", spec.name))?;
     match spec.role {
-        Role::Producer if spec.scenario.pipeline == crate::scenario::Pipeline::ClickhouseSink => {
+        Role::Producer if spec.scenario.pipeline == Pipeline::ClickhouseSink => {
             runtime.block_on(producer(&spec, |id| {
                 super::clickhouse_sink::row_record(&spec.scenario, id)
             }))
         }
-        Role::Producer if spec.scenario.pipeline == crate::scenario::Pipeline::StreamsCount => {
+        Role::Producer if spec.scenario.pipeline == Pipeline::StreamsCount => {
             runtime.block_on(producer(&spec, |id| streams_input_record(&spec, id)))
         }
         Role::Producer => runtime.block_on(producer(&spec, |id| id_record(&spec, id))),
@@ -107,29 +107,40 @@ fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>
     (e.key.clone(), record)
 }
 
+/// The input producer's configuration, as the simulated pipeline builds it: the Streams
+/// pipeline's input producers are idempotent ([`crate::scenario::WorkloadSpec::idempotent_producer_config`]),
+/// clickhouse-sink's make one attempt per batch
+/// ([`crate::scenario::WorkloadSpec::one_attempt_producer_config`]), kafka-consume's and
+/// connect-jdbc's retry ([`crate::scenario::WorkloadSpec::retrying_producer_config`]); each
+/// with `[workload]`'s batching keys, which librdkafka applies itself.
+fn producer_config(spec: &WorkerSpec) -> ProducerConfig {
+    let w = &spec.scenario.workload;
+    match spec.scenario.pipeline {
+        Pipeline::StreamsCount => w.idempotent_producer_config(),
+        Pipeline::ClickhouseSink => w.one_attempt_producer_config(),
+        _ => w.retrying_producer_config(),
+    }
+}
+
 /// Sends the ids `[id_from, id_to)`, each as `make(id)` gives it (its key for the
-/// history, and the record), one at a time.
+/// history, and the record), one every `produce_interval_ms`: each awaited in turn, or,
+/// with `[workload]`'s batching keys (`linger.ms`, `max.in.flight.requests.per.connection`),
+/// left queued in librdkafka, which batches and pipelines them, each completion recorded
+/// when its delivery report arrives ([`Sends`]). At the end it flushes and waits for every
+/// report.
 async fn producer(
     spec: &WorkerSpec,
     make: impl Fn(u64) -> (Option<String>, ProducerRecord),
 ) -> Result<(), String> {
     let w = &spec.scenario.workload;
-    let config = ProducerConfig {
-        acks: w.acks,
-        // As in simulation: the Streams pipeline's input producers are idempotent.
-        enable_idempotence: spec.scenario.pipeline == crate::scenario::Pipeline::StreamsCount,
-        request_timeout_ms: w.request_timeout_ms,
-        delivery_timeout_ms: w.request_timeout_ms * (u64::from(w.retries) + 1),
-        retries: w.retries,
-        ..ProducerConfig::default()
-    };
+    let config = producer_config(spec);
+    let mut sends = Sends::new(&config, w.request_timeout_ms);
     let producer = RealProducer::new(&spec.bootstrap, config)
         .map_err(|e| format!("{}: producer: {e}", spec.name))?;
     let emit = Emit {
         name: spec.name.clone(),
         epoch_ns: spec.epoch_ns,
     };
-    let topic = &spec.scenario.topic.name;
     for id in spec.id_from..spec.id_to {
         let (key, record) = make(id);
         let invoke = Value::Send {
@@ -139,28 +150,34 @@ async fn producer(
             offset: None,
         };
         emit.op(OpKind::Invoke, invoke, None);
-        let (kind, tp, offset, error) = match producer.send(record).await {
-            Ok(d) => {
-                let tp = TopicPartition::new(topic.clone(), d.partition);
-                (OpKind::Ok, Some(tp), Some(d.offset), None)
-            }
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
-        };
-        emit.op(
-            kind,
-            Value::Send {
-                id,
-                key,
-                tp,
-                offset,
-            },
-            error,
-        );
+        let (emit, topic) = (emit.clone(), spec.scenario.topic.name.clone());
+        sends
+            .send(&producer, record, move |result| {
+                let (kind, tp, offset, error) = match result {
+                    // acks=0 reports offset -1: written, offset unknown.
+                    Ok(d) => (
+                        OpKind::Ok,
+                        Some(TopicPartition::new(topic, d.partition)),
+                        Some(d.offset).filter(|o| *o >= 0),
+                        None,
+                    ),
+                    Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
+                    Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
+                };
+                let value = Value::Send {
+                    id,
+                    key,
+                    tp,
+                    offset,
+                };
+                emit.op(kind, value, error);
+            })
+            .await;
         if w.produce_interval_ms > 0 {
             tokio::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
         }
     }
+    sends.finish(&producer).await;
     Ok(())
 }
 

@@ -1,0 +1,69 @@
+//! The sends of one input producer process, on any [`Producer`]: the simulated workloads
+//! (`crate::workload`, under `--cfg madsim`) and the real tier's producer workers
+//! (`crate::real::run::worker`) both go through [`Sends`], so a scenario's batching keys
+//! (`linger.ms`, `max.in.flight.requests.per.connection`, [`crate::scenario::producer`])
+//! shape both the same way: Java's `KafkaProducer.send` returning a `Future` that the
+//! caller does not await before the next send.
+
+use super::{ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
+use std::time::Duration;
+
+/// The sends of one input producer process: each awaited in turn, or, when the producer
+/// batches ([`ProducerConfig::batching`]), left queued in its accumulator
+/// ([`Producer::send_async`]) with the outcome handed on by a task once the delivery
+/// report arrives; [`Sends::finish`] then flushes and waits for every report.
+pub struct Sends {
+    queued: bool,
+    flush_timeout: Duration,
+    reports: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sends {
+    /// The sends of a producer built with `config`; a flush waits up to its
+    /// `delivery.timeout.ms` plus `request_timeout_ms`.
+    pub fn new(config: &ProducerConfig, request_timeout_ms: u64) -> Self {
+        Self {
+            queued: config.batching(),
+            flush_timeout: Duration::from_millis(config.delivery_timeout_ms + request_timeout_ms),
+            reports: Vec::new(),
+        }
+    }
+
+    /// Whether sends stay queued (the producer batches).
+    pub fn queued(&self) -> bool {
+        self.queued
+    }
+
+    /// Sends `produced` with `producer` and hands the outcome to `outcome`: at once, or
+    /// from a task once its delivery report arrives when queued.
+    pub async fn send(
+        &mut self,
+        producer: &impl Producer,
+        produced: ProducerRecord,
+        outcome: impl FnOnce(Result<Delivery, ClientError>) + Send + 'static,
+    ) {
+        if !self.queued {
+            outcome(producer.send(produced).await);
+            return;
+        }
+        let queued = producer.send_async(produced).await;
+        self.reports.push(tokio::spawn(async move {
+            outcome(match queued {
+                Ok(report) => report.await,
+                Err(e) => Err(e),
+            })
+        }));
+    }
+
+    /// When queued: flushes `producer` and waits for every report (a flush that times out
+    /// leaves reports to come; they end within the delivery timeout).
+    pub async fn finish(self, producer: &impl Producer) {
+        if !self.queued {
+            return;
+        }
+        let _ = producer.flush(self.flush_timeout).await;
+        for report in self.reports {
+            let _ = report.await;
+        }
+    }
+}
