@@ -304,6 +304,33 @@ fn kill_leader_must_name_the_scenario_topic_and_an_existing_partition() {
 }
 
 #[test]
+fn delete_records_is_checked_for_its_offset_its_group_and_its_pipeline() {
+    let fault = "[[faults.schedule]]\nat_ms = 5\nfault = \"delete-records\"\ntopic = \"events\"\n";
+    let message = error_of(&format!("{fault}before = -3\n"));
+    assert_mentions(&message, &["`faults.schedule[0].before`", "found -3"]);
+    let message = error_of(&format!("{fault}before = \"committed\"\n"));
+    assert_mentions(&message, &["`faults.schedule[0].group`", "consumer group"]);
+    let message = error_of(&format!(
+        "{fault}before = \"high-watermark\"\ngroup = \"sink\"\n"
+    ));
+    assert_mentions(&message, &["`faults.schedule[0].group`", "read only with"]);
+    let message = error_of(&format!("{fault}before = 10\npartition = 3\n"));
+    assert_mentions(
+        &message,
+        &["`faults.schedule[0].partition`", "expected 0..3"],
+    );
+    let text = format!("{HEAD}{fault}before = 10\n").replace("kafka-consume", "streams-count");
+    let error = Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+        .expect_err("streams-count has no delete-records");
+    assert_mentions(
+        &error.to_string(),
+        &["`faults.schedule[0].fault`", "not `streams-count`"],
+    );
+    let ok = format!("{HEAD}{fault}before = \"committed\"\ngroup = \"sink\"\n");
+    Scenario::parse(Path::new("scenarios/ok.toml"), &ok).expect("a committed purge parses");
+}
+
+#[test]
 fn check_expect_accepts_only_holds_or_violated() {
     let message = error_of("[check]\nexpect = \"maybe\"\n");
     assert_mentions(

@@ -57,9 +57,11 @@ pub mod kind {
     pub const BUGGIFY: &str = "buggify";
     /// A workload produced a record built to be bad (poison, oversized, schema drift).
     pub const BAD_RECORD: &str = "bad-record";
+    /// DeleteRecords moved a partition's log start offset up (records were deleted).
+    pub const DELETE_RECORDS: &str = "delete-records";
 
     /// Every effect kind, in declaration order (what the canaries must cover).
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         KILL,
         KILL_LEADER,
         PAUSE,
@@ -73,6 +75,7 @@ pub mod kind {
         FAULT_POINT,
         BUGGIFY,
         BAD_RECORD,
+        DELETE_RECORDS,
     ];
 }
 

@@ -210,8 +210,11 @@ pub struct DorisFinal {
 pub struct Analysis {
     /// Acknowledged sends by id (the first ack if several).
     pub acked: BTreeMap<u64, AckedSend>,
-    /// Final logs by partition.
+    /// Final logs by partition, each with the records `delete-records` faults removed
+    /// before it ([`Value::RecordsDeleted`]) in front: what the log held over the run.
     pub logs: BTreeMap<TopicPartition, FinalLog>,
+    /// The records `delete-records` faults removed, by partition, in offset order.
+    pub deleted_records: BTreeMap<TopicPartition, Vec<RecordRef>>,
     /// Positions of each id in the final logs.
     pub log_positions: BTreeMap<u64, Vec<(TopicPartition, Offset)>>,
     /// Ok polls in history order.
@@ -418,12 +421,15 @@ impl Analysis {
                     offsets: offsets.clone(),
                 });
             }
+            Value::RecordsDeleted { tp, records, .. } => {
+                let deleted = self.deleted_records.entry(tp.clone()).or_default();
+                deleted.extend(records.iter().cloned());
+            }
             Value::LogState { tp, records } => {
-                self.observe_all(records, op, Source::Log);
-                let log = FinalLog {
-                    op,
-                    records: records.clone(),
-                };
+                let mut held = self.deleted_records.get(tp).cloned().unwrap_or_default();
+                held.extend(records.iter().cloned());
+                self.observe_all(&held, op, Source::Log);
+                let log = FinalLog { op, records: held };
                 self.logs.insert(tp.clone(), log);
             }
             Value::CommittedLogState { .. } | Value::PartitionState { .. } => {

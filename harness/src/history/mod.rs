@@ -117,6 +117,19 @@ pub enum Value {
         /// Records in offset order.
         records: Vec<RecordRef>,
     },
+    /// Records a `delete-records` fault removed from a partition's log (the nemesis
+    /// records it when the log start moved): below the new `log_start_offset`, in offset
+    /// order. They were in the log, so the checkers count them with the partition's final
+    /// `LogState` (acknowledged and written, not lost by Kafka); a sink that never read
+    /// them lost them.
+    RecordsDeleted {
+        /// Partition.
+        tp: TopicPartition,
+        /// The log start offset after the deletion.
+        log_start_offset: Offset,
+        /// The records deleted, in offset order.
+        records: Vec<RecordRef>,
+    },
     /// A transaction of a transactional producer (Jepsen's `:txn`): invoked when the
     /// producer calls `commit_transaction` (or aborts), with every record it sent and the
     /// input offsets it added; completed `ok` (committed), `fail` (certainly aborted) or

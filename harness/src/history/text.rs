@@ -70,6 +70,14 @@ fn format_value(value: &Value) -> String {
         Value::LogState { tp, records } => {
             format!("log-state tp={tp} {}", ids(records.iter().map(|r| r.id)))
         }
+        Value::RecordsDeleted {
+            tp,
+            log_start_offset,
+            records,
+        } => format!(
+            "records-deleted tp={tp} log_start_offset={log_start_offset} {}",
+            ids(records.iter().map(|r| r.id))
+        ),
         Value::Txn {
             id,
             transactional_id,
@@ -177,6 +185,7 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::SinkState { .. } => "sink-state",
         Value::CommittedOffsets { .. } => "committed-offsets",
         Value::LogState { .. } => "log-state",
+        Value::RecordsDeleted { .. } => "records-deleted",
         Value::Txn { .. } => "txn",
         Value::PartitionState { .. } => "partition-state",
         Value::CommittedLogState { .. } => "committed-log-state",

@@ -2,11 +2,14 @@
 //! the swarm's, [`eosim_sim::nemesis::swarm`]) turned into madsim kills, pauses, clogged
 //! links and message faults, recorded in the history.
 
-use super::world::{broker_name, World};
+use super::world::{broker_name, now_ns, World};
+use crate::connect::cdc_events::{id_of, ID_HEADER};
+use crate::history::{OpKind, RecordRef, Value};
+use crate::workload::records::{parse_id, text};
 use eosim_sim::effects::{self, kind};
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;
-use eosim_sim::nemesis::Fault;
+use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault};
 use eosim_sim::net::{clear_message_faults, set_message_faults, MessageFaults};
 use madsim::net::NetSim;
 use madsim::rand::Rng;
@@ -90,9 +93,105 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
                 effects::record(kind::CLOCK_JUMP, &name, effect);
             }
         }
+        Fault::DeleteRecords {
+            topic,
+            partition,
+            before,
+            group,
+        } => delete_records(world, topic, *partition, *before, group.as_deref(), verbose),
         Fault::Heal => heal(world, verbose),
     }
     Ok(())
+}
+
+/// `delete-records` on `topic`'s `partition` (every partition when `None`): each leader's
+/// log start rises to `before` ([`Cluster::delete_records`]); the records that went are
+/// recorded as a `records-deleted` op of the nemesis, and as a `delete-records` effect on
+/// the partition when at least one went. A refusal (past the HW, no leader, a group
+/// without a committed offset there) is recorded as the fault's detail, acting on nothing.
+///
+/// [`Cluster::delete_records`]: eosim_sim::kafka::model::Cluster::delete_records
+fn delete_records(
+    world: &World,
+    topic: &str,
+    partition: Option<u32>,
+    before: DeleteBefore,
+    group: Option<&str>,
+    verbose: bool,
+) {
+    let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
+    let partitions: Vec<u32> = match partition {
+        Some(p) => vec![p],
+        None => (0..cluster.partition_count(topic).unwrap_or(0)).collect(),
+    };
+    let committed = group
+        .map(|g| cluster.committed_offsets(g))
+        .unwrap_or_default();
+    for p in partitions {
+        let tp = TopicPartition::new(topic, p);
+        let offset = match before {
+            DeleteBefore::Offset(o) => Some(o),
+            DeleteBefore::Named(DeletePoint::HighWatermark) => None,
+            DeleteBefore::Named(DeletePoint::Committed) => {
+                match committed.iter().find(|(t, _)| *t == tp) {
+                    Some(&(_, o)) => Some(o),
+                    None => {
+                        let g = group.unwrap_or_default();
+                        let detail = format!("tp={tp} refused: group {g} has no committed offset");
+                        world.record_fault("delete-records", detail, verbose);
+                        continue;
+                    }
+                }
+            }
+        };
+        let held = cluster.records_with_headers(&tp);
+        let (old, new) = match cluster.delete_records(&tp, offset) {
+            Ok(moved) => moved,
+            Err(e) => {
+                let detail = format!("tp={tp} refused: {e:?}");
+                world.record_fault("delete-records", detail, verbose);
+                continue;
+            }
+        };
+        let detail = format!("tp={tp} log_start_offset {old} -> {new}");
+        world.record_fault("delete-records", detail, verbose);
+        let gone: Vec<RecordRef> = held
+            .iter()
+            .filter(|(offset, _, _)| *offset < new)
+            .map(|(offset, record, _)| RecordRef {
+                id: record_id(record),
+                key: text(&record.key),
+                tp: tp.clone(),
+                offset: *offset,
+            })
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let effect = format!(
+            "{} records of {tp} deleted (log start {old} -> {new})",
+            gone.len()
+        );
+        effects::record(kind::DELETE_RECORDS, &tp.to_string(), effect);
+        let value = Value::RecordsDeleted {
+            tp,
+            log_start_offset: new,
+            records: gone,
+        };
+        world
+            .recorder
+            .record(now_ns(), "nemesis", OpKind::Ok, value, None);
+    }
+}
+
+/// The id a record carries, as the pipelines that may delete records write it: in header
+/// `eosim.id` (connect-jdbc's change events), else as the value in decimal (kafka-consume).
+fn record_id(record: &eosim_sim::kafka::Record) -> u64 {
+    if record.headers.iter().any(|(k, _)| k == ID_HEADER) {
+        id_of(&record.headers)
+    } else {
+        parse_id(&record.value)
+    }
 }
 
 /// Kills `name` if it runs, and records what the kill lost as a `kind` effect: the calls

@@ -38,7 +38,7 @@ pub mod routine_load;
 use crate::checker::Claim;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
 use eosim_sim::kafka::{Acks, ClusterConfig, TxnProtocol};
-use eosim_sim::nemesis::{Fault, ScheduledFault, Swarm};
+use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1377,7 +1377,13 @@ impl Scenario {
             }
             Fault::KillLeader {
                 topic, partition, ..
-            } => return self.check_kill_leader(key, topic, *partition),
+            } => return self.check_topic_partition(key, topic, Some(*partition)),
+            Fault::DeleteRecords {
+                topic,
+                partition,
+                before,
+                group,
+            } => return self.check_delete_records(key, topic, *partition, *before, group),
             Fault::Heal => Vec::new(),
         };
         for (field, node) in nodes {
@@ -1477,11 +1483,59 @@ impl Scenario {
     /// `copy.output_topic` for `transactional-copy`) or of the internal topics
     /// `__consumer_offsets` / `__transaction_state` (50 partitions each): killing the leader
     /// of the latter moves a group or transaction coordinator.
-    fn check_kill_leader(
+    /// `delete-records`: a topic of the scenario (and a partition of it, when set), an
+    /// offset not below 0, and `group` exactly when `before = "committed"`.
+    fn check_delete_records(
         &self,
         key: &str,
         topic: &str,
-        partition: u32,
+        partition: Option<u32>,
+        before: DeleteBefore,
+        group: &Option<String>,
+    ) -> Result<(), (String, String)> {
+        ensure(
+            matches!(
+                self.pipeline,
+                Pipeline::KafkaConsume | Pipeline::ConnectJdbc
+            ),
+            &format!("{key}.fault"),
+            format!(
+                "delete-records runs in pipelines `kafka-consume` and `connect-jdbc` (whose \
+                 records carry their ids where the nemesis reads them), not `{}`",
+                self.pipeline.name()
+            ),
+        )?;
+        self.check_topic_partition(key, topic, partition)?;
+        if let DeleteBefore::Offset(offset) = before {
+            ensure(
+                offset >= 0,
+                &format!("{key}.before"),
+                format!(
+                    "expected an offset >= 0, \"high-watermark\" or \"committed\", found {offset}"
+                ),
+            )?;
+        }
+        let committed = before == DeleteBefore::Named(DeletePoint::Committed);
+        ensure(
+            committed == group.is_some(),
+            &format!("{key}.group"),
+            if committed {
+                "before = \"committed\" needs the consumer group whose committed offsets \
+                 bound the deletion (kafka-consume: \"sink\"; Connect: \"connect-<name>\")"
+                    .into()
+            } else {
+                "read only with before = \"committed\"".into()
+            },
+        )
+    }
+
+    /// A fault's `topic` (and `partition`, when set) name a partition of the scenario's
+    /// topics or of Kafka's internal ones.
+    fn check_topic_partition(
+        &self,
+        key: &str,
+        topic: &str,
+        partition: Option<u32>,
     ) -> Result<(), (String, String)> {
         let mut topics = vec![(self.topic.name.as_str(), self.topic.partitions)];
         if self.pipeline == Pipeline::TransactionalCopy {
@@ -1500,6 +1554,9 @@ impl Scenario {
                 format!("{key}.topic"),
                 format!("expected one of {}", names.join(", ")),
             ));
+        };
+        let Some(partition) = partition else {
+            return Ok(());
         };
         ensure(
             partition < partitions,

@@ -28,7 +28,7 @@ struct FaultCanary {
     seeds: u64,
 }
 
-const FAULT_CANARIES: [FaultCanary; 13] = [
+const FAULT_CANARIES: [FaultCanary; 14] = [
     FaultCanary {
         fault: kind::KILL,
         unsafe_file: "p1-clickhouse-restart-seed-duplicates.toml",
@@ -49,6 +49,13 @@ const FAULT_CANARIES: [FaultCanary; 13] = [
         caught_as: &[Anomaly::AggregateUnderCount],
         safe_file: "p3-eos-zombie-pause.toml",
         seeds: 2,
+    },
+    FaultCanary {
+        fault: kind::DELETE_RECORDS,
+        unsafe_file: "canary-delete-records-unsafe.toml",
+        caught_as: &[Anomaly::SinkLost],
+        safe_file: "canary-delete-records-safe.toml",
+        seeds: 1,
     },
     FaultCanary {
         fault: kind::PARTITION,
@@ -487,4 +494,9 @@ fn buggify_canary_pair() {
 #[test]
 fn bad_record_canary_pair() {
     a_canary_pair(kind::BAD_RECORD);
+}
+
+#[test]
+fn delete_records_canary_pair() {
+    a_canary_pair(kind::DELETE_RECORDS);
 }

@@ -349,6 +349,52 @@ impl PartitionLog {
         Some((self.epochs[idx - 1].0, next_start))
     }
 
+    /// `UnifiedLog.maybeIncrementLogStartOffset` (DeleteRecords, KIP-107): raises the log
+    /// start offset to `offset`, never lowers it. The batches that end below the new start
+    /// are dropped (`deleteOldSegments`, which removes whole segments; a batch straddling
+    /// the start stays, and nothing below the start is ever read again: a Fetch from there
+    /// is OFFSET_OUT_OF_RANGE). The epoch cache keeps its entries from the new start on
+    /// (`LeaderEpochFileCache.truncateFromStart`). The caller bounds `offset` by the HW at
+    /// the leader (`Partition.deleteRecordsOnLeader`); a follower whose log ends below the
+    /// leader's start starts again there ([`PartitionLog::truncate_fully_and_start_at`]).
+    /// The producer state is kept (Kafka drops producers whose last batch fell below the
+    /// start, `ProducerStateManager.truncateHead`; not modelled). Returns how many offsets
+    /// fell below the start.
+    pub fn increment_log_start_offset(&mut self, offset: Offset) -> u64 {
+        let new_start = offset.min(self.log_end_offset);
+        if new_start <= self.log_start_offset {
+            return 0;
+        }
+        let moved = (new_start - self.log_start_offset) as u64;
+        self.log_start_offset = new_start;
+        let gone = self.batch_index_from(new_start);
+        self.batches.drain(..gone);
+        if let Some(last_before) = self.epochs.iter().rposition(|&(_, s)| s <= new_start) {
+            self.epochs.drain(..last_before);
+            self.epochs[0].1 = new_start;
+        }
+        self.high_watermark = self.high_watermark.max(new_start);
+        let d = &mut self.durability;
+        d.recovery_point = d.recovery_point.max(new_start);
+        moved
+    }
+
+    /// `UnifiedLog.truncateFullyAndStartAt`: drops every batch and starts the log empty at
+    /// `offset` (a follower whose fetch offset fell below its leader's log start,
+    /// `AbstractFetcherThread.handleOutOfRangeError`).
+    pub fn truncate_fully_and_start_at(&mut self, offset: Offset) {
+        self.batches.clear();
+        self.epochs.clear();
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.high_watermark = offset;
+        self.producers = ProducerState::rebuild(&self.batches, offset);
+        let d = &mut self.durability;
+        d.recovery_point = offset;
+        d.written_back = offset;
+        d.samples.clear();
+    }
+
     /// Removes every batch at or after `offset` (a batch straddling `offset` goes whole, as
     /// `LogSegment.truncateTo` does), and the epoch-cache entries starting at or after the
     /// new end (`truncateFromEnd`). The HW follows the LEO down and the producer state is

@@ -782,6 +782,35 @@ impl Cluster {
         lost
     }
 
+    /// DeleteRecords (KIP-107, `Admin.deleteRecords`) of `tp` before `before` (`None`: its
+    /// HW), applied at once at the partition's leader (`Partition::delete_records`): an
+    /// operator's or a retention job's action, so no network link stands in its way.
+    /// Returns `(old log start, new log start)`.
+    ///
+    /// # Errors
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, and the leader's errors: `LEADER_NOT_AVAILABLE`,
+    /// `NOT_LEADER_OR_FOLLOWER`, `OFFSET_OUT_OF_RANGE` past the HW.
+    pub fn delete_records(
+        &mut self,
+        tp: &TopicPartition,
+        before: Option<Offset>,
+    ) -> Result<(Offset, Offset), KafkaError> {
+        let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
+        let p = self
+            .partition_mut(tp)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let moved = p.delete_records(before, &|b| alive[(b - 1) as usize])?;
+        if moved.1 > moved.0 {
+            crate::mark!("kafka:delete-records-moved-log-start");
+        }
+        Ok(moved)
+    }
+
+    /// The log start offset of the current leader's replica; `None` while offline.
+    pub fn log_start_offset(&self, tp: &TopicPartition) -> Option<Offset> {
+        Some(self.partition(tp)?.leader_replica()?.log.log_start_offset())
+    }
+
     /// Broker `broker` starts again and recovers from its log: it forgets what it knew of
     /// leaders and ISRs, re-registers with the controller at its next heartbeat (handled as
     /// an unclean shutdown of the previous incarnation) and rejoins as a follower. A no-op
@@ -1651,8 +1680,8 @@ impl Cluster {
             .collect()
     }
 
-    /// The current leader's data records below its HW, in offset order (control records
-    /// left out); empty while offline.
+    /// The current leader's data records from its log start to its HW, in offset order
+    /// (control records left out); empty while offline.
     pub fn records(&self, tp: &TopicPartition) -> Vec<(Offset, Record)> {
         self.records_with_headers(tp)
             .into_iter()
@@ -1668,18 +1697,17 @@ impl Cluster {
         let Some(r) = self.partition(tp).and_then(|p| p.leader_replica()) else {
             return Vec::new();
         };
-        let hw = r.log.high_watermark();
+        let (start, hw) = (r.log.log_start_offset(), r.log.high_watermark());
         let mut out = Vec::new();
         for batch in r.log.batches().iter().take_while(|b| b.last_offset < hw) {
             if batch.control {
                 continue;
             }
             for (k, record) in batch.records.iter().enumerate() {
-                out.push((
-                    batch.base_offset + k as Offset,
-                    record.clone(),
-                    batch.header,
-                ));
+                let offset = batch.base_offset + k as Offset;
+                if offset >= start {
+                    out.push((offset, record.clone(), batch.header));
+                }
             }
         }
         out

@@ -518,14 +518,75 @@ impl Partition {
         self.replicas[fi].truncated_for_epoch = Some(epoch);
     }
 
-    /// The follower at `fi` appends the leader's (at `li`) batches past its log end.
+    /// The follower at `fi` appends the leader's (at `li`) batches past its log end, and
+    /// first takes the leader's log start offset (the fetch response's `logStartOffset`,
+    /// `ReplicaFetcherThread.processPartitionData`).
     fn copy_from_leader(&mut self, fi: usize, li: usize) {
+        let leader_start = self.replicas[li].log.log_start_offset();
+        self.follow_log_start(fi, leader_start);
         let leader = &self.replicas[li].log;
         let from = leader.batch_index_from(self.replicas[fi].log.log_end_offset());
         let copied: Vec<Batch> = leader.batches()[from..].to_vec();
         for batch in copied {
             self.replicas[fi].log.append_batch(batch);
         }
+    }
+
+    /// The follower at `fi` takes its leader's log start offset `leader_start`: raised to
+    /// it, or, when its log ends below it, started again there (`handleOutOfRangeError`).
+    fn follow_log_start(&mut self, fi: usize, leader_start: Offset) {
+        let log = &mut self.replicas[fi].log;
+        if log.log_end_offset() < leader_start {
+            crate::mark!("kafka:follower-restarted-at-leader-log-start");
+            log.truncate_fully_and_start_at(leader_start);
+        } else {
+            log.increment_log_start_offset(leader_start);
+        }
+    }
+
+    /// DeleteRecords at the leader (KIP-107, `ReplicaManager.deleteRecords`,
+    /// `Partition.deleteRecordsOnLeader`): the leader's log start offset rises to `before`
+    /// (`None`: the HW, Java's `RecordsToDelete.beforeOffset(-1)`), and every live follower
+    /// of its ISR that follows it in its epoch takes the new start at once, as the
+    /// `DelayedDeleteRecords` the response waits for would see them do on their next fetch.
+    /// Returns `(old log start, new log start)`.
+    ///
+    /// # Errors
+    /// `LEADER_NOT_AVAILABLE` while offline, `NOT_LEADER_OR_FOLLOWER` when the controller's
+    /// leader is down or does not believe it leads, `OFFSET_OUT_OF_RANGE` for an offset
+    /// past the HW ("Cannot increment the log start offset ... larger than the high
+    /// watermark").
+    pub fn delete_records(
+        &mut self,
+        before: Option<Offset>,
+        alive: &dyn Fn(BrokerId) -> bool,
+    ) -> Result<(Offset, Offset), KafkaError> {
+        let leader = self.leader.ok_or(KafkaError::LeaderNotAvailable)?;
+        let li = self.index_of(leader).expect("the leader is a replica");
+        let l = &self.replicas[li];
+        if !alive(leader) || !l.believes_leader() {
+            return Err(KafkaError::NotLeaderOrFollower);
+        }
+        let hw = l.log.high_watermark();
+        let offset = before.unwrap_or(hw);
+        if offset > hw || offset < 0 {
+            return Err(KafkaError::OffsetOutOfRange);
+        }
+        self.touch();
+        let old = self.replicas[li].log.log_start_offset();
+        self.replicas[li].log.increment_log_start_offset(offset);
+        let (epoch, isr) = (
+            self.replicas[li].view_epoch,
+            self.replicas[li].view_isr.clone(),
+        );
+        for b in isr.into_iter().filter(|&b| b != leader && alive(b)) {
+            let Some(fi) = self.index_of(b) else { continue };
+            let f = &self.replicas[fi];
+            if f.view_leader == Some(leader) && f.view_epoch == epoch {
+                self.follow_log_start(fi, offset);
+            }
+        }
+        Ok((old, old.max(offset)))
     }
 
     /// Whether the believed leader at `li` may change the ISR: it must be the controller's

@@ -2052,3 +2052,85 @@ fn a_power_loss_of_every_replica_rolls_a_committed_offset_back_unless_flushed() 
         assert_eq!(w.cluster.committed_offsets("g"), expected, "{config:?}");
     }
 }
+
+/// DeleteRecords (KIP-107): the log start rises, reads below it are OFFSET_OUT_OF_RANGE,
+/// ListOffsets earliest answers the new start, records from it on are still read, an
+/// offset past the HW is refused, and the start never goes down.
+#[test]
+fn delete_records_moves_the_log_start_and_reads_below_it_are_out_of_range() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    for i in 0..6 {
+        w.produce_all(&format!("v{i}"));
+    }
+    assert_eq!(w.cluster.delete_records(&w.tp, Some(4)), Ok((0, 4)));
+    let leader = w.leader();
+    assert_eq!(
+        w.fetch_at(leader, Isolation::ReadUncommitted, 3).error,
+        Some(KafkaError::OffsetOutOfRange)
+    );
+    let from_start = w.fetch_at(leader, Isolation::ReadUncommitted, 4);
+    let offsets: Vec<Offset> = from_start.records.iter().map(|r| r.offset).collect();
+    assert_eq!((from_start.error, offsets), (None, vec![4, 5]));
+    assert_eq!(from_start.log_start_offset, 4);
+    let earliest = w.cluster.handle(
+        w.now,
+        leader,
+        Request::ListOffsets {
+            tp: w.tp.clone(),
+            spec: OffsetSpec::Earliest,
+        },
+    );
+    assert_eq!(earliest, Reply::Done(Response::ListOffsets { offset: 4 }));
+    assert_eq!(w.values(), vec!["v4", "v5"]);
+    assert_eq!(
+        w.cluster.delete_records(&w.tp, Some(7)),
+        Err(KafkaError::OffsetOutOfRange),
+        "past the HW"
+    );
+    assert_eq!(w.cluster.delete_records(&w.tp, Some(2)), Ok((4, 4)));
+    assert_eq!(
+        w.cluster.delete_records(&w.tp, None),
+        Ok((4, 6)),
+        "None: the HW"
+    );
+    assert_eq!(w.cluster.log_start_offset(&w.tp), Some(6));
+}
+
+/// A follower down while records were deleted takes its leader's log start when it
+/// fetches again, starting its log anew there when its own log ended below it; after a
+/// failover the new leader's log start is the deleted one (no deleted record comes back).
+#[test]
+fn followers_take_the_leaders_log_start_and_deleted_records_never_come_back() {
+    crate::marks::take();
+    let mut w = World::new(3, 3, TopicConfig::default());
+    w.produce_all("a0");
+    let leader = w.leader();
+    let behind = w
+        .cluster
+        .replicas(&w.tp)
+        .into_iter()
+        .find(|&b| b != leader)
+        .expect("a follower");
+    w.crash(behind, CrashMode::ProcessKill);
+    w.tick_for(10_000);
+    for i in 1..5 {
+        w.produce_all(&format!("a{i}"));
+    }
+    assert_eq!(w.cluster.delete_records(&w.tp, Some(3)), Ok((0, 3)));
+    w.restart(behind);
+    w.tick_for(10_000);
+    assert_eq!(
+        w.cluster.replica_batches(&w.tp, behind),
+        w.cluster.replica_batches(&w.tp, leader),
+        "the follower holds what the leader holds, from the new start"
+    );
+    w.crash(leader, CrashMode::ProcessKill);
+    w.tick_for(10_000);
+    assert_ne!(w.leader(), leader);
+    assert_eq!(w.cluster.log_start_offset(&w.tp), Some(3));
+    assert_eq!(w.values(), vec!["a3", "a4"]);
+    crate::marks::assert_hit(&[
+        "kafka:delete-records-moved-log-start",
+        "kafka:follower-restarted-at-leader-log-start",
+    ]);
+}

@@ -96,8 +96,49 @@ pub enum Fault {
         /// The step, ms.
         delta_ms: i64,
     },
+    /// DeleteRecords (KIP-107, `kafka-delete-records.sh`, `Admin.deleteRecords`): the log
+    /// start offset of `topic`'s `partition` (every partition when unset) rises to
+    /// `before`, as an operator's purge or a retention pass moves it. The records below it
+    /// are gone; a consumer whose position is below it gets OFFSET_OUT_OF_RANGE and resets
+    /// as its `auto.offset.reset` says. Applied at the partition's leader at once (no
+    /// network in the way); refused by the leader past its high watermark.
+    DeleteRecords {
+        /// Topic.
+        topic: String,
+        /// Partition; every partition of the topic when unset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partition: Option<u32>,
+        /// Where the new log start is.
+        before: DeleteBefore,
+        /// With `before = "committed"`: the consumer group whose committed offset bounds
+        /// the deletion (kafka-consume's group is `sink`, a Connect connector's
+        /// `connect-<name>`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
+    },
     /// Undo every partition, clog and message fault.
     Heal,
+}
+
+/// Where [`Fault::DeleteRecords`] puts the new log start offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DeleteBefore {
+    /// This offset (refused by the leader past its high watermark).
+    Offset(i64),
+    /// A named position.
+    Named(DeletePoint),
+}
+
+/// The named positions of [`DeleteBefore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeletePoint {
+    /// The partition's high watermark (`RecordsToDelete.beforeOffset(-1)`): every record.
+    HighWatermark,
+    /// The group's committed offset on the partition: only what the group has consumed,
+    /// as Kafka Streams purges its repartition topics (`TaskManager.maybePurgeCommittedRecords`).
+    Committed,
 }
 
 fn default_crash_mode() -> CrashMode {
@@ -117,6 +158,7 @@ impl Fault {
             Fault::Partition { .. } => vec![kind::PARTITION],
             Fault::Clog { .. } => vec![kind::CLOG],
             Fault::ClockJump { .. } => vec![kind::CLOCK_JUMP],
+            Fault::DeleteRecords { .. } => vec![kind::DELETE_RECORDS],
             Fault::Messages {
                 drop_request_probability,
                 drop_response_probability,
@@ -148,6 +190,7 @@ impl Fault {
             Fault::Messages { .. } => "messages",
             Fault::KillLeader { .. } => "kill-leader",
             Fault::ClockJump { .. } => "clock-jump",
+            Fault::DeleteRecords { .. } => "delete-records",
             Fault::Heal => "heal",
         }
     }

@@ -628,6 +628,9 @@ impl SimConsumer {
         }
         match result.error {
             Some(KafkaError::OffsetOutOfRange) => {
+                // Below the log start (deleted records) or past the log end (truncated):
+                // reset by `auto.offset.reset` (`Fetcher.handleOffsetOutOfRange`).
+                crate::mark!("client:consumer-fetch-offset-out-of-range");
                 self.positions.remove(&tp);
                 self.needs_reset.insert(tp);
             }

@@ -210,6 +210,10 @@ impl Run<'_> {
                 "a clock jump needs a per-process fake clock (libfaketime); stepping the \
                  machine's clock would move every service's at once",
             ),
+            Fault::DeleteRecords { .. } => self.unsupported(
+                fault,
+                "DeleteRecords is not wired to the real tier's admin client yet",
+            ),
             Fault::Heal => self.heal_network(),
         }
     }
