@@ -235,6 +235,43 @@ fn duplicated_produce_requests_through_the_broker_proxies_duplicate_records_on_r
     assert_short_and_clean(&result, 120.0);
 }
 
+/// `delete-records` on real Kafka (`Admin.deleteRecords` through librdkafka): a purge to the
+/// high watermark while the consumer is paused deletes records it never read, which the
+/// checker finds as `sink-lost` (`canary-delete-records-unsafe`); bounded by the group's
+/// committed offset it deletes only what the sink holds, and the claim holds
+/// (`canary-delete-records-safe`). Each run records the deleted records and the effect.
+#[test]
+fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_below_it() {
+    if !real_enabled("delete_records_on_real_kafka") {
+        return;
+    }
+    for (file, expected) in [
+        ("canary-delete-records-unsafe", Verdict::Violated),
+        ("canary-delete-records-safe", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+        let dir = service_dir("real-run-delete-records");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        let deleted: usize = outcome
+            .history
+            .ops
+            .iter()
+            .map(|op| match &op.value {
+                Value::RecordsDeleted { records, .. } => records.len(),
+                _ => 0,
+            })
+            .sum();
+        assert!(deleted > 0, "{file}: no record was deleted");
+        let acted = outcome.history.ops.iter().any(|op| {
+            matches!(&op.value, Value::Effect { kind, .. }
+                if kind == eosim_sim::effects::kind::DELETE_RECORDS)
+        });
+        assert!(acted, "{file}: no delete-records effect");
+        assert_short_and_clean(&result, 120.0);
+    }
+}
+
 /// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
 /// real tier cannot lose a page cache, so it is noted as not injected and nothing is
 /// killed.

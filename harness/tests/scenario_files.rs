@@ -314,6 +314,9 @@ fn delete_records_is_checked_for_its_offset_its_group_and_its_pipeline() {
         "{fault}before = \"high-watermark\"\ngroup = \"sink\"\n"
     ));
     assert_mentions(&message, &["`faults.schedule[0].group`", "read only with"]);
+    let internal = fault.replace("\"events\"", "\"__consumer_offsets\"");
+    let message = error_of(&format!("{internal}before = 10\n"));
+    assert_mentions(&message, &["`faults.schedule[0].topic`", "internal topic"]);
     let message = error_of(&format!("{fault}before = 10\npartition = 3\n"));
     assert_mentions(
         &message,
@@ -321,7 +324,7 @@ fn delete_records_is_checked_for_its_offset_its_group_and_its_pipeline() {
     );
     let text = format!("{HEAD}{fault}before = 10\n").replace("kafka-consume", "streams-count");
     let error = Scenario::parse(Path::new("scenarios/bad.toml"), &text)
-        .expect_err("streams-count has no delete-records");
+        .expect_err("only kafka-consume deletes records");
     assert_mentions(
         &error.to_string(),
         &["`faults.schedule[0].fault`", "not `streams-count`"],

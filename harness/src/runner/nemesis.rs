@@ -3,7 +3,6 @@
 //! links and message faults, recorded in the history.
 
 use super::world::{broker_name, now_ns, World};
-use crate::connect::cdc_events::{id_of, ID_HEADER};
 use crate::history::{OpKind, RecordRef, Value};
 use crate::workload::records::{parse_id, text};
 use eosim_sim::effects::{self, kind};
@@ -105,8 +104,9 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
 }
 
 /// `delete-records` on `topic`'s `partition` (every partition when `None`): each leader's
-/// log start rises to `before` ([`Cluster::delete_records`]); the records that went are
-/// recorded as a `records-deleted` op of the nemesis, and as a `delete-records` effect on
+/// log start rises to `before` ([`Cluster::delete_records`]); the records that went
+/// (kafka-consume's: the id is the value) are recorded as a `records-deleted` op of the
+/// nemesis, and as a `delete-records` effect on
 /// the partition when at least one went. A refusal (past the HW, no leader, a group
 /// without a committed offset there) is recorded as the fault's detail, acting on nothing.
 ///
@@ -144,7 +144,7 @@ fn delete_records(
                 }
             }
         };
-        let held = cluster.records_with_headers(&tp);
+        let held = cluster.records(&tp);
         let (old, new) = match cluster.delete_records(&tp, offset) {
             Ok(moved) => moved,
             Err(e) => {
@@ -157,9 +157,9 @@ fn delete_records(
         world.record_fault("delete-records", detail, verbose);
         let gone: Vec<RecordRef> = held
             .iter()
-            .filter(|(offset, _, _)| *offset < new)
-            .map(|(offset, record, _)| RecordRef {
-                id: record_id(record),
+            .filter(|(offset, _)| *offset < new)
+            .map(|(offset, record)| RecordRef {
+                id: parse_id(&record.value),
                 key: text(&record.key),
                 tp: tp.clone(),
                 offset: *offset,
@@ -181,16 +181,6 @@ fn delete_records(
         world
             .recorder
             .record(now_ns(), "nemesis", OpKind::Ok, value, None);
-    }
-}
-
-/// The id a record carries, as the pipelines that may delete records write it: in header
-/// `eosim.id` (connect-jdbc's change events), else as the value in decimal (kafka-consume).
-fn record_id(record: &eosim_sim::kafka::Record) -> u64 {
-    if record.headers.iter().any(|(k, _)| k == ID_HEADER) {
-        id_of(&record.headers)
-    } else {
-        parse_id(&record.value)
     }
 }
 

@@ -1483,8 +1483,9 @@ impl Scenario {
     /// `copy.output_topic` for `transactional-copy`) or of the internal topics
     /// `__consumer_offsets` / `__transaction_state` (50 partitions each): killing the leader
     /// of the latter moves a group or transaction coordinator.
-    /// `delete-records`: a topic of the scenario (and a partition of it, when set), an
-    /// offset not below 0, and `group` exactly when `before = "committed"`.
+    /// `delete-records`: in `kafka-consume`, on the scenario's topic (and a partition of
+    /// it, when set), an offset not below 0, and `group` exactly when
+    /// `before = "committed"`.
     fn check_delete_records(
         &self,
         key: &str,
@@ -1494,15 +1495,22 @@ impl Scenario {
         group: &Option<String>,
     ) -> Result<(), (String, String)> {
         ensure(
-            matches!(
-                self.pipeline,
-                Pipeline::KafkaConsume | Pipeline::ConnectJdbc
-            ),
+            self.pipeline == Pipeline::KafkaConsume,
             &format!("{key}.fault"),
             format!(
-                "delete-records runs in pipelines `kafka-consume` and `connect-jdbc` (whose \
-                 records carry their ids where the nemesis reads them), not `{}`",
+                "delete-records runs in pipeline `kafka-consume` only (its checker counts the \
+                 deleted records with the log; the change-data checker of `connect-jdbc` \
+                 would not see deleted change events), not `{}`",
                 self.pipeline.name()
+            ),
+        )?;
+        ensure(
+            topic == self.topic.name,
+            &format!("{key}.topic"),
+            format!(
+                "expected \"{}\" (Kafka refuses DeleteRecords on its internal topics: \
+                 \"Cannot delete records of internal topic\", ReplicaManager.deleteRecords)",
+                self.topic.name
             ),
         )?;
         self.check_topic_partition(key, topic, partition)?;
@@ -1521,7 +1529,7 @@ impl Scenario {
             &format!("{key}.group"),
             if committed {
                 "before = \"committed\" needs the consumer group whose committed offsets \
-                 bound the deletion (kafka-consume: \"sink\"; Connect: \"connect-<name>\")"
+                 bound the deletion (kafka-consume's is \"sink\")"
                     .into()
             } else {
                 "read only with before = \"committed\"".into()

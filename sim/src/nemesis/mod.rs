@@ -111,8 +111,7 @@ pub enum Fault {
         /// Where the new log start is.
         before: DeleteBefore,
         /// With `before = "committed"`: the consumer group whose committed offset bounds
-        /// the deletion (kafka-consume's group is `sink`, a Connect connector's
-        /// `connect-<name>`).
+        /// the deletion (kafka-consume's group is `sink`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
     },

@@ -612,6 +612,54 @@ impl RealAdmin {
     }
 }
 
+impl RealAdmin {
+    /// `Admin.deleteRecords` (KIP-107, librdkafka's `rd_kafka_DeleteRecords`): the
+    /// records of each partition before its offset go (`None`: before the high
+    /// watermark, librdkafka's `RD_KAFKA_OFFSET_END`). Each partition's result is its low
+    /// watermark (log start offset) after the deletion, or the broker's error
+    /// (OFFSET_OUT_OF_RANGE past the high watermark, NOT_LEADER_OR_FOLLOWER, ...).
+    ///
+    /// # Errors
+    /// When the request as a whole failed or timed out.
+    pub async fn delete_records(
+        &self,
+        offsets: &[(TopicPartition, Option<Offset>)],
+    ) -> Result<Vec<(TopicPartition, Result<Offset, ClientError>)>, ClientError> {
+        let timeout_ms = self.timeout.as_millis() as u64;
+        let mut tpl = TopicPartitionList::new();
+        for (tp, offset) in offsets {
+            let offset = offset.map_or(rdkafka::Offset::End, rdkafka::Offset::Offset);
+            tpl.add_partition_offset(&tp.topic, tp.partition as i32, offset)
+                .map_err(|e| from_rdkafka(&e, "delete records", timeout_ms))?;
+        }
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
+        let result = self
+            .admin
+            .delete_records(&tpl, &opts)
+            .await
+            .map_err(|e| from_rdkafka(&e, "delete records", timeout_ms))?;
+        Ok(result
+            .elements()
+            .iter()
+            .map(|e| {
+                let tp = TopicPartition::new(e.topic(), e.partition() as u32);
+                let outcome = match e.error() {
+                    Err(err) => Err(from_rdkafka(&err, "delete records", timeout_ms)),
+                    Ok(()) => match e.offset() {
+                        rdkafka::Offset::Offset(o) => Ok(o),
+                        other => Err(ClientError::Fatal(format!(
+                            "delete records {tp}: low watermark {other:?}"
+                        ))),
+                    },
+                };
+                (tp, outcome)
+            })
+            .collect())
+    }
+}
+
 #[async_trait]
 impl Admin for RealAdmin {
     async fn create_topic(

@@ -76,6 +76,29 @@ pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Res
         .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
 }
 
+/// DeleteRecords (KIP-107) through the admin client ([`RealAdmin::delete_records`]), from
+/// the synchronous runner: each partition's low watermark after the deletion, or its error.
+///
+/// # Errors
+/// When the request as a whole failed.
+pub fn delete_records(
+    bootstrap: &str,
+    offsets: &[(TopicPartition, Option<Offset>)],
+) -> Result<Vec<(TopicPartition, Result<Offset, String>)>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let results = runtime
+        .block_on(admin.delete_records(offsets))
+        .map_err(|e| format!("kafka ({bootstrap}): delete records: {e}"))?;
+    Ok(results
+        .into_iter()
+        .map(|(tp, r)| (tp, r.map_err(|e| e.to_string())))
+        .collect())
+}
+
 /// A consumer of the pipeline's group that never joins it: it reads committed offsets and
 /// watermarks only.
 pub struct Probe {
@@ -127,14 +150,26 @@ impl Probe {
     /// # Errors
     /// The first partition whose watermarks could not be fetched.
     pub fn high_watermarks(&self) -> Result<BTreeMap<TopicPartition, Offset>, String> {
+        let watermarks = self.watermarks()?;
+        Ok(watermarks
+            .into_iter()
+            .map(|(tp, (_, high))| (tp, high))
+            .collect())
+    }
+
+    /// The low watermark (log start offset) and high watermark of every partition.
+    ///
+    /// # Errors
+    /// The first partition whose watermarks could not be fetched.
+    pub fn watermarks(&self) -> Result<BTreeMap<TopicPartition, (Offset, Offset)>, String> {
         let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
         let mut out = BTreeMap::new();
         for tp in &self.tps {
-            let (_, high) = self
+            let marks = self
                 .consumer
                 .fetch_watermarks(&tp.topic, tp.partition as i32, timeout)
                 .map_err(|e| format!("{tp}: watermarks: {e}"))?;
-            out.insert(tp.clone(), high);
+            out.insert(tp.clone(), marks);
         }
         Ok(out)
     }

@@ -16,6 +16,7 @@
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
 //! | `messages` on PostgreSQL, ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
+//! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
@@ -29,18 +30,21 @@
 //! the report counts it as scheduled and never acted, and a `holds` under it is *not
 //! exercised* (exit 5), never a plain pass.
 
+use super::cluster;
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
 use super::Run;
-use crate::history::Value;
+use crate::history::{RecordRef, Value};
 use crate::real::net::proxy::{MessageFaults, Proxy};
 use crate::real::net::rules::Cut;
 use crate::real::net::Network;
 use crate::real::provision::{Kafka, Kill, Pause};
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
-use eosim_sim::nemesis::{swarm, Fault, ScheduledFault};
+use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::nemesis::{swarm, DeleteBefore, DeletePoint, Fault, ScheduledFault};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 impl Run<'_> {
@@ -210,10 +214,12 @@ impl Run<'_> {
                 "a clock jump needs a per-process fake clock (libfaketime); stepping the \
                  machine's clock would move every service's at once",
             ),
-            Fault::DeleteRecords { .. } => self.unsupported(
-                fault,
-                "DeleteRecords is not wired to the real tier's admin client yet",
-            ),
+            Fault::DeleteRecords {
+                topic,
+                partition,
+                before,
+                group,
+            } => self.delete_records(topic, *partition, *before, group.as_deref()),
             Fault::Heal => self.heal_network(),
         }
     }
@@ -722,6 +728,127 @@ impl Run<'_> {
             Err(e) => self
                 .notes
                 .push(format!("kill-leader {topic}-{partition}: {e}")),
+        }
+    }
+
+    /// `delete-records` on the real brokers, recorded as the simulation's nemesis records
+    /// it (`runner::nemesis`): each partition's target (the offset, the high watermark, or
+    /// `group`'s committed offset) is found first, and the records below it read
+    /// (read_uncommitted, from the log start) before `Admin.deleteRecords` removes them;
+    /// then the fault with the old and new log start, the deleted records as
+    /// `records-deleted` (kafka-consume's ids: the value), and a `delete-records` effect on the partition when any went. A refusal is
+    /// the fault's detail and acts on nothing.
+    fn delete_records(
+        &mut self,
+        topic: &str,
+        partition: Option<u32>,
+        before: DeleteBefore,
+        group: Option<&str>,
+    ) {
+        let bootstrap = self.env.bootstrap.clone();
+        let partitions = self.scenario.topic.partitions;
+        let probe_group = group.unwrap_or("eosim-delete-records");
+        let read = cluster::Probe::new(&bootstrap, topic, partitions, probe_group).and_then(|p| {
+            // The group's coordinator may be moving (NOT_COORDINATOR): a few tries, 0.5 s
+            // apart, as an admin tool retries.
+            let mut committed = Ok(Vec::new());
+            for _ in 0..10 {
+                if group.is_none() {
+                    break;
+                }
+                committed = p.committed();
+                if committed.is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Ok((p.watermarks()?, committed?))
+        });
+        let (marks, committed) = match read {
+            Ok(read) => read,
+            Err(e) => return self.record_fault("delete-records", format!("refused: {e}")),
+        };
+        let mut targets: Vec<(TopicPartition, Offset)> = Vec::new();
+        for (tp, _) in marks
+            .iter()
+            .filter(|(tp, _)| partition.is_none_or(|p| tp.partition == p))
+        {
+            let (_, high) = marks[tp];
+            let target = match before {
+                DeleteBefore::Offset(o) => o,
+                DeleteBefore::Named(DeletePoint::HighWatermark) => high,
+                DeleteBefore::Named(DeletePoint::Committed) => {
+                    match committed.iter().find(|(t, _)| t == tp) {
+                        Some(&(_, o)) => o,
+                        None => {
+                            let g = probe_group;
+                            let detail =
+                                format!("tp={tp} refused: group {g} has no committed offset");
+                            self.record_fault("delete-records", detail);
+                            continue;
+                        }
+                    }
+                }
+            };
+            targets.push((tp.clone(), target));
+        }
+        if targets.is_empty() {
+            return;
+        }
+        // What goes, read while it is still there: from the log start up to each target
+        // (bounded by the high watermark; nothing to read where the target is at or below
+        // the log start).
+        let reads: BTreeMap<TopicPartition, Offset> = targets
+            .iter()
+            .filter(|(tp, target)| *target > marks[tp].0)
+            .map(|(tp, target)| (tp.clone(), (*target).min(marks[tp].1)))
+            .collect();
+        let held = match cluster::read_log(&bootstrap, &reads, 30_000) {
+            Ok(held) => held,
+            Err(e) => return self.record_fault("delete-records", format!("refused: {e}")),
+        };
+        let request: Vec<(TopicPartition, Option<Offset>)> = targets
+            .iter()
+            .map(|(tp, o)| (tp.clone(), Some(*o)))
+            .collect();
+        let results = match cluster::delete_records(&bootstrap, &request) {
+            Ok(results) => results,
+            Err(e) => return self.record_fault("delete-records", format!("refused: {e}")),
+        };
+        for (tp, result) in results {
+            let old = marks.get(&tp).map_or(0, |m| m.0);
+            let new = match result {
+                Ok(low) => low,
+                Err(e) => {
+                    self.record_fault("delete-records", format!("tp={tp} refused: {e}"));
+                    continue;
+                }
+            };
+            self.record_fault(
+                "delete-records",
+                format!("tp={tp} log_start_offset {old} -> {new}"),
+            );
+            let gone: Vec<RecordRef> = held
+                .get(&tp)
+                .into_iter()
+                .flatten()
+                .filter(|r| r.offset < new)
+                .map(|r| r.record_ref(&tp, r.value_id()))
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let detail = format!(
+                "{} records of {tp} deleted (log start {old} -> {new})",
+                gone.len()
+            );
+            self.effect(kind::DELETE_RECORDS, &tp.to_string(), detail);
+            let value = Value::RecordsDeleted {
+                tp,
+                log_start_offset: new,
+                records: gone,
+            };
+            self.push_ok(self.now_ns(), "nemesis", value);
         }
     }
 

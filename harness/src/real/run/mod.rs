@@ -362,12 +362,23 @@ impl Run<'_> {
         self.push(t, "nemesis", value);
     }
 
+    /// Records `value` as an `info` op of `process` (faults, effects).
     fn push(&self, time_ns: u64, process: &str, value: Value) {
+        self.push_kind(time_ns, process, OpKind::Info, value);
+    }
+
+    /// Records `value` as an `ok` op of `process` (what a fault certainly did, such as the
+    /// records a `delete-records` removed).
+    fn push_ok(&self, time_ns: u64, process: &str, value: Value) {
+        self.push_kind(time_ns, process, OpKind::Ok, value);
+    }
+
+    fn push_kind(&self, time_ns: u64, process: &str, kind: OpKind, value: Value) {
         let op = Op {
             index: 0,
             time_ns,
             process: process.into(),
-            kind: OpKind::Info,
+            kind,
             value,
             error: None,
         };
