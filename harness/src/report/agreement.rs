@@ -11,8 +11,8 @@
 //!   note names what it cannot do), or a `holds` with faults that never acted there (its
 //!   `not_exercised` lines, e.g. a message fault the native backend does not inject).
 //!   Neither agreement nor disagreement: the file was not tested on real.
-//! - [`RunClass::Timing`]: the simulation found a violation (over its seeds) and the real
-//!   run, with its faults acting, held: one wall-clock run did not hit the window the
+//! - [`RunClass::Timing`]: the simulation found a violation (over its seeds; a stall, its
+//!   liveness violation, too) and the real run, with its faults acting, held: one wall-clock run did not hit the window the
 //!   simulation's schedule hit. Expected for narrow windows; a disagreement all the same.
 //! - [`RunClass::Disagrees`]: anything else, above all a real violation the simulation
 //!   never found: a model to fix or a real-tier bug, to be explained by hand.
@@ -179,7 +179,9 @@ fn real_run(run_id: &str, sim: &ScenarioResult, real: &ScenarioResult) -> RealRu
             (RunClass::RealGap, real.not_exercised.clone())
         }
         (s, r) if s == r => (RunClass::Agrees, forbidden()),
-        (Verdict::Violated, Verdict::Holds) => {
+        // A stall is the simulation's liveness violation (a task that stays failed, a
+        // drain that never converges): the same window question as a safety violation.
+        (Verdict::Violated | Verdict::Stalled, Verdict::Holds) => {
             let seed = sim.counterexample.as_ref().map_or(String::new(), |c| {
                 format!(" (the simulation's seed {})", c.seed)
             });
@@ -309,6 +311,7 @@ mod tests {
                 result("partition-only", Verdict::Violated),
                 result("skipped", Verdict::Holds),
                 result("never-run", Verdict::Holds),
+                result("stall-window", Verdict::Stalled),
             ],
         );
         let mut acted = result("window", Verdict::Holds);
@@ -339,6 +342,7 @@ mod tests {
                 gap,
                 skipped,
                 result("extra", Verdict::Holds),
+                result("stall-window", Verdict::Holds),
             ],
         );
         let a = agreement(&sim, &[real]);
@@ -348,15 +352,16 @@ mod tests {
         };
         assert_eq!(class("agree"), [RunClass::Agrees]);
         assert_eq!(class("window"), [RunClass::Timing]);
+        assert_eq!(class("stall-window"), [RunClass::Timing]);
         assert_eq!(class("model-bug"), [RunClass::Disagrees]);
         assert_eq!(class("partition-only"), [RunClass::RealGap]);
         assert_eq!(class("skipped"), [RunClass::RealGap]);
         assert_eq!(class("never-run"), []);
         assert_eq!(a.real_only, ["extra"]);
-        // 1 agrees of 3 tested (agrees, timing, disagrees); gaps do not count.
-        assert!((a.rate().unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        // 1 agrees of 4 tested (agrees, 2 timing, disagrees); gaps do not count.
+        assert!((a.rate().unwrap() - 1.0 / 4.0).abs() < 1e-12);
         let md = agreement_markdown(&a);
-        assert!(md.contains("Agreement 33 %"), "{md}");
+        assert!(md.contains("Agreement 25 %"), "{md}");
         assert!(
             md.contains(
                 "| model-bug | connect-jdbc | holds (5 seeds) | real-1 | violated | disagrees |"

@@ -54,6 +54,12 @@ pub trait Pause {
     fn resume(&mut self);
 }
 
+/// A service the nemesis kills, restarts, pauses and resumes (PostgreSQL, ClickHouse,
+/// ZooKeeper): [`Kill`] and [`Pause`] together, so one table of services serves every fault.
+pub trait ServiceFaults: Kill + Pause {}
+
+impl<T: Kill + Pause> ServiceFaults for T {}
+
 /// A health check: `Ok` once the service answers, else why not.
 pub(crate) type Probe = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 

@@ -226,6 +226,10 @@ pub struct ChServices {
     pub ch: ChServer,
     /// ZooKeeper.
     pub zk: ZooKeeper,
+    /// What the nemesis did to ClickHouse (`clickhouse`).
+    pub ch_state: super::pipelines::ServiceState,
+    /// What the nemesis did to ZooKeeper (`keeper`).
+    pub zk_state: super::pipelines::ServiceState,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
@@ -252,6 +256,8 @@ impl ChServices {
         Ok(Self {
             ch,
             zk,
+            ch_state: Default::default(),
+            zk_state: Default::default(),
             _dirs: (zk_dir, ch_dir),
         })
     }

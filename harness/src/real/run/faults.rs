@@ -7,6 +7,7 @@
 //! | `kill` of `broker-N` (process-kill) | SIGKILL to the broker's JVM (its page cache survives) |
 //! | `kill` of `producer-i` / `consumer-i` / `connect-i` | SIGKILL to the worker process |
 //! | `kill` of `postgres` (`connect-jdbc`) | SIGKILL to the postmaster and its backends |
+//! | `kill` / `pause` of `clickhouse`, `keeper` (`clickhouse-sink`) | SIGKILL / SIGSTOP to ClickHouse, to its ZooKeeper |
 //! | `restart` | the process started again (a broker waits until it is registered) |
 //! | `pause` / `resume` | SIGSTOP / SIGCONT |
 //! | `kill-leader` | SIGKILL to the partition's current leader, from metadata |
@@ -32,12 +33,13 @@
 
 use super::cluster;
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
+use super::pipelines::{ServiceState, Target};
 use super::Run;
 use crate::history::{RecordRef, Value};
 use crate::real::net::proxy::{MessageFaults, Proxy};
 use crate::real::net::rules::Cut;
 use crate::real::net::Network;
-use crate::real::provision::{Kafka, Kill, Pause};
+use crate::real::provision::{Kafka, ServiceFaults};
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -537,6 +539,12 @@ impl Run<'_> {
                 "brokers" => out.extend(brokers.clone()),
                 "producers" => out.extend(of_role(true)),
                 "consumers" => out.extend(of_role(false)),
+                "streams" => out.extend(
+                    self.workers
+                        .iter()
+                        .filter(|w| w.name.starts_with("streams-"))
+                        .map(|w| w.name.clone()),
+                ),
                 "clients" => {
                     out.extend(of_role(true));
                     out.extend(of_role(false));
@@ -578,11 +586,29 @@ impl Run<'_> {
         }
     }
 
-    /// The run's PostgreSQL server when `name` is `postgres` and there is one.
-    fn postgres(&mut self, name: &str) -> Option<&mut super::postgres_target::PgTarget> {
-        match &mut self.target {
-            super::pipelines::Target::Postgres(t) if name == "postgres" => Some(t),
+    /// The database service named `name` (`postgres`; `clickhouse` and its ZooKeeper,
+    /// `keeper`) with what the nemesis did to it; `None` for any other name.
+    fn service(&mut self, name: &str) -> Option<(&mut dyn ServiceFaults, &mut ServiceState)> {
+        match (&mut self.target, name) {
+            (Target::Postgres(t), "postgres") => Some((&mut t.pg, &mut t.state)),
+            (Target::ClickHouse(t), "clickhouse") => {
+                let s = &mut t.services;
+                Some((&mut s.ch, &mut s.ch_state))
+            }
+            (Target::ClickHouse(t), "keeper") => {
+                let s = &mut t.services;
+                Some((&mut s.zk, &mut s.zk_state))
+            }
             _ => None,
+        }
+    }
+
+    /// The names [`Run::service`] knows in this run.
+    fn service_names(&self) -> Vec<String> {
+        match &self.target {
+            Target::Postgres(_) => vec!["postgres".into()],
+            Target::ClickHouse(_) => vec!["clickhouse".into(), "keeper".into()],
+            _ => Vec::new(),
         }
     }
 
@@ -598,12 +624,12 @@ impl Run<'_> {
     /// SIGKILLs `name` if it runs, recording the kill and its effect (of `kind`: a plain
     /// kill or the kill of a partition's leader).
     fn kill(&mut self, name: &str, kind: &'static str) {
-        if let Some(t) = self.postgres(name) {
-            if t.down {
+        if let Some((service, state)) = self.service(name) {
+            if state.down {
                 return;
             }
-            (t.down, t.paused) = (true, false);
-            Kill::kill(&mut t.pg);
+            (state.down, state.paused) = (true, false);
+            service.kill();
         } else if let Some(b) = Self::broker_id(name) {
             let Some((kafka, down, paused)) = self.kafka() else {
                 return self.note_external(name);
@@ -638,12 +664,12 @@ impl Run<'_> {
     }
 
     fn restart(&mut self, name: &str) {
-        if let Some(t) = self.postgres(name) {
-            if !t.down {
+        if let Some((service, state)) = self.service(name) {
+            if !state.down {
                 return;
             }
-            t.down = false;
-            if let Err(e) = Kill::restart(&mut t.pg) {
+            state.down = false;
+            if let Err(e) = service.restart() {
                 return self.fail(format!("restart {name}: {e}"));
             }
         } else if let Some(b) = Self::broker_id(name) {
@@ -672,14 +698,14 @@ impl Run<'_> {
     }
 
     fn pause(&mut self, name: &str, pause: bool) {
-        let changed = if let Some(t) = self.postgres(name) {
-            let changed = !t.down && t.paused != pause;
+        let changed = if let Some((service, state)) = self.service(name) {
+            let changed = !state.down && state.paused != pause;
             if changed {
-                t.paused = pause;
+                state.paused = pause;
                 if pause {
-                    Pause::pause(&mut t.pg);
+                    service.pause();
                 } else {
-                    Pause::resume(&mut t.pg);
+                    service.resume();
                 }
             }
             changed
@@ -867,9 +893,7 @@ impl Run<'_> {
         let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
             .collect();
-        if matches!(self.target, super::pipelines::Target::Postgres(_)) {
-            names.push("postgres".into());
-        }
+        names.extend(self.service_names());
         names.extend(self.workers.iter().map(|w| w.name.clone()));
         // A fault point's crash is restarted when its own `restart_after_ms` is up.
         names.retain(|n| !self.fault_point_restarts.contains_key(n));

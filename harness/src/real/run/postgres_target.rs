@@ -11,10 +11,8 @@ use crate::sinks::jdbc::JdbcSinkConfig;
 pub struct PgTarget {
     /// The server (dropped before its directory).
     pub pg: Postgres,
-    /// Whether the nemesis killed it and it was not restarted yet.
-    pub down: bool,
-    /// Whether the nemesis paused it.
-    pub paused: bool,
+    /// What the nemesis did to it.
+    pub state: super::pipelines::ServiceState,
     /// The connector as the tasks run it (`connection.url` set to this server).
     pub connector: ConnectorConfig,
     /// The JDBC sink's part of it.
