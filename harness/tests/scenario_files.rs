@@ -334,6 +334,71 @@ fn delete_records_is_checked_for_its_offset_its_group_and_its_pipeline() {
 }
 
 #[test]
+fn add_partitions_is_checked_for_its_topic_its_count_and_its_pipeline() {
+    let fault = "[[faults.schedule]]\nat_ms = 5\nfault = \"add-partitions\"\n";
+    let message = error_of(&format!("{fault}topic = \"events\"\ncount = 3\n"));
+    assert_mentions(
+        &message,
+        &[
+            "`faults.schedule[0].count`",
+            "more than the topic's 3",
+            "found 3",
+        ],
+    );
+    let message = error_of(&format!("{fault}topic = \"other\"\ncount = 6\n"));
+    assert_mentions(&message, &["`faults.schedule[0].topic`", "\"events\""]);
+    let message = error_of(&format!("{fault}topic = \"events\"\n"));
+    assert_mentions(&message, &["faults.schedule[0]", "count"]);
+    let text = format!("{HEAD}{fault}topic = \"events\"\ncount = 6\n")
+        .replace("kafka-consume", "streams-count");
+    let error = Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+        .expect_err("only kafka-consume adds partitions");
+    assert_mentions(
+        &error.to_string(),
+        &["`faults.schedule[0].fault`", "not `streams-count`"],
+    );
+    let ok = format!("{HEAD}{fault}topic = \"events\"\ncount = 6\n");
+    let s = Scenario::parse(Path::new("scenarios/ok.toml"), &ok).expect("parses");
+    assert_eq!(s.faults.schedule[0].fault.name(), "add-partitions");
+}
+
+#[test]
+fn metadata_max_age_and_produce_start_take_kafka_defaults_and_are_read_where_they_apply() {
+    let s = Scenario::parse(Path::new("scenarios/ok.toml"), HEAD).expect("parses");
+    let mut consumer = eosim::client::ConsumerConfig::new("sink");
+    s.consumer.apply(&mut consumer);
+    assert_eq!(consumer.metadata_max_age_ms, 300_000);
+    assert_eq!(
+        s.workload.retrying_producer_config().metadata_max_age_ms,
+        300_000
+    );
+    assert_eq!(s.workload.produce_start_ms, 0);
+    let body = "[workload]\nproduce_start_ms = 1000\n\"metadata.max.age.ms\" = 1000\n\
+                [consumer]\n\"metadata.max.age.ms\" = 5000\n";
+    let s =
+        Scenario::parse(Path::new("scenarios/ok.toml"), &format!("{HEAD}{body}")).expect("parses");
+    s.consumer.apply(&mut consumer);
+    assert_eq!(consumer.metadata_max_age_ms, 5_000);
+    assert_eq!(
+        s.workload.retrying_producer_config().metadata_max_age_ms,
+        1_000
+    );
+    assert_eq!(s.workload.produce_start_ms, 1_000);
+    let text = format!("{HEAD}[workload]\nproduce_start_ms = 1000\n")
+        .replace("kafka-consume", "streams-count");
+    let error = Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+        .expect_err("produce_start_ms is kafka-consume's");
+    assert_mentions(
+        &error.to_string(),
+        &["`workload.produce_start_ms`", "not `streams-count`"],
+    );
+    let text = format!("{HEAD}[workload]\n\"metadata.max.age.ms\" = 1000\n")
+        .replace("kafka-consume", "streams-count");
+    Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+        .expect_err("streams-count's producers do not read the producer keys");
+}
+
+#[test]
 fn check_expect_accepts_only_holds_or_violated() {
     let message = error_of("[check]\nexpect = \"maybe\"\n");
     assert_mentions(

@@ -59,9 +59,11 @@ pub mod kind {
     pub const BAD_RECORD: &str = "bad-record";
     /// DeleteRecords moved a partition's log start offset up (records were deleted).
     pub const DELETE_RECORDS: &str = "delete-records";
+    /// CreatePartitions added partitions to a topic (with the counts before and after).
+    pub const ADD_PARTITIONS: &str = "add-partitions";
 
     /// Every effect kind, in declaration order (what the canaries must cover).
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         KILL,
         KILL_LEADER,
         PAUSE,
@@ -76,6 +78,7 @@ pub mod kind {
         BUGGIFY,
         BAD_RECORD,
         DELETE_RECORDS,
+        ADD_PARTITIONS,
     ];
 }
 

@@ -111,6 +111,11 @@ pub struct ProducerConfig {
     /// `max.in.flight.requests.per.connection`: Produce requests in flight per broker.
     /// Default here 1; Kafka's is 5 (at most 5 with `enable.idempotence`).
     pub max_in_flight_requests_per_connection: u32,
+    /// `metadata.max.age.ms`: the age after which a topic's cached metadata (its partition
+    /// count above all) is fetched again before the next record is partitioned, ms.
+    /// Default 300000 (Java's). A partition added to the topic is written to only after
+    /// such a refresh (or one forced by an error).
+    pub metadata_max_age_ms: u64,
 }
 
 impl ProducerConfig {
@@ -137,6 +142,7 @@ impl Default for ProducerConfig {
             linger_ms: 0,
             batch_size: 16_384,
             max_in_flight_requests_per_connection: 1,
+            metadata_max_age_ms: METADATA_MAX_AGE_MS,
         }
     }
 }
@@ -260,7 +266,16 @@ pub struct ConsumerConfig {
     /// every member lists it first; the consumer follows the cooperative protocol only when
     /// every listed assignor supports it ([`ConsumerConfig::cooperative`]).
     pub partition_assignment_strategy: Vec<AssignmentStrategy>,
+    /// `metadata.max.age.ms`: the age after which the subscribed topics' metadata is
+    /// fetched again, ms. Default 300000 (Java's). The group leader that finds a topic's
+    /// partition count changed since its last assignment rejoins, so the added partitions
+    /// get owners (`ConsumerCoordinator.rejoinNeededOrPending`).
+    pub metadata_max_age_ms: u64,
 }
+
+/// Java's `metadata.max.age.ms` default (`CommonClientConfigs.DEFAULT_METADATA_MAX_AGE_MS`
+/// is 5 minutes), for producers and consumers alike, ms.
+pub const METADATA_MAX_AGE_MS: u64 = 300_000;
 
 /// One assignor of `partition.assignment.strategy` (Java's `ConsumerPartitionAssignor`
 /// classes in `org.apache.kafka.clients.consumer`).
@@ -333,6 +348,7 @@ impl ConsumerConfig {
                 AssignmentStrategy::Range,
                 AssignmentStrategy::CooperativeSticky,
             ],
+            metadata_max_age_ms: METADATA_MAX_AGE_MS,
         }
     }
 

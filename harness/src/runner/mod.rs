@@ -250,7 +250,10 @@ fn fault_targets(fault: &eosim_sim::nemesis::Fault) -> Vec<String> {
         Fault::Partition { source, target, .. } | Fault::Messages { source, target, .. } => {
             source.iter().chain(target).cloned().collect()
         }
-        Fault::KillLeader { .. } | Fault::DeleteRecords { .. } | Fault::Heal => Vec::new(),
+        Fault::KillLeader { .. }
+        | Fault::DeleteRecords { .. }
+        | Fault::AddPartitions { .. }
+        | Fault::Heal => Vec::new(),
     }
 }
 

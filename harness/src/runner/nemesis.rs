@@ -98,9 +98,34 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
             before,
             group,
         } => delete_records(world, topic, *partition, *before, group.as_deref(), verbose),
+        Fault::AddPartitions { topic, count } => add_partitions(world, topic, *count, verbose),
         Fault::Heal => heal(world, verbose),
     }
     Ok(())
+}
+
+/// `add-partitions`: `topic` grows to `count` partitions at the controller
+/// ([`Cluster::create_partitions`]), recorded as the fault's detail and as an
+/// `add-partitions` effect on the topic; a refusal (not an increase, too few brokers) is
+/// the detail alone, acting on nothing.
+///
+/// [`Cluster::create_partitions`]: eosim_sim::kafka::model::Cluster::create_partitions
+fn add_partitions(world: &World, topic: &str, count: u32, verbose: bool) {
+    let now_ms = world.kafka.now_ms();
+    let added =
+        (world.kafka.cluster.lock().expect("cluster lock")).create_partitions(now_ms, topic, count);
+    match added {
+        Ok((old, new)) => {
+            let detail = format!("topic={topic} partitions {old} -> {new}");
+            world.record_fault("add-partitions", detail, verbose);
+            let effect = format!("{topic}: {old} -> {new} partitions (new: {old}..{new})");
+            effects::record(kind::ADD_PARTITIONS, topic, effect);
+        }
+        Err(e) => {
+            let detail = format!("topic={topic} count={count} refused: {e:?}");
+            world.record_fault("add-partitions", detail, verbose);
+        }
+    }
 }
 
 /// `delete-records` on `topic`'s `partition` (every partition when `None`): each leader's

@@ -14,6 +14,7 @@
 //! # is Kafka 3.x/4.x's "RangeAssignor,CooperativeStickyAssignor" (range, eager);
 //! # "cooperative-sticky" alone makes the consumers cooperative (KIP-429).
 //! "partition.assignment.strategy" = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+//! "metadata.max.age.ms" = 300000          # ms: the group leader sees added partitions then
 //! ```
 //!
 //! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
@@ -59,7 +60,8 @@ impl IsolationLevel {
 /// (this pipeline's own setting, made before the consumers start; Kafka's default is
 /// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
 /// Kafka's default is true), `auto.commit.interval.ms = 5000`, `max.poll.interval.ms =
-/// 300000`, `fetch.min.bytes = 1` and `fetch.max.wait.ms = 500` (Kafka's).
+/// 300000`, `fetch.min.bytes = 1`, `fetch.max.wait.ms = 500` and `metadata.max.age.ms =
+/// 300000` (Kafka's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsumerSpec {
@@ -101,6 +103,11 @@ pub struct ConsumerSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub partition_assignment_strategy: Option<String>,
+    /// `metadata.max.age.ms`, ms: how old the subscribed topic's metadata may get before
+    /// the consumer fetches it again; the group's leader rejoins when the partition count
+    /// changed, so partitions added to the topic are assigned only then.
+    #[serde(rename = "metadata.max.age.ms")]
+    pub metadata_max_age_ms: u64,
 }
 
 impl Default for ConsumerSpec {
@@ -114,6 +121,7 @@ impl Default for ConsumerSpec {
             fetch_min_bytes: 1,
             fetch_max_wait_ms: 500,
             partition_assignment_strategy: None,
+            metadata_max_age_ms: crate::client::METADATA_MAX_AGE_MS,
         }
     }
 }
@@ -126,6 +134,7 @@ impl ConsumerSpec {
         config.max_poll_interval_ms = self.max_poll_interval_ms;
         config.fetch_min_bytes = self.fetch_min_bytes;
         config.fetch_max_wait_ms = self.fetch_max_wait_ms;
+        config.metadata_max_age_ms = self.metadata_max_age_ms;
         if let Some(list) = self.assignment_strategy() {
             config.partition_assignment_strategy = list;
         }

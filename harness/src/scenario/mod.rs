@@ -540,6 +540,10 @@ pub struct WorkloadSpec {
     /// Pause between two sends of one producer, ms. Default 20.
     #[serde(default = "default_produce_interval")]
     pub produce_interval_ms: u64,
+    /// When the producers send their first record, ms of simulated time after the start
+    /// (`kafka-consume` only: its consumers can join and position first). Default 0.
+    #[serde(default)]
+    pub produce_start_ms: u64,
     /// Producer `acks`: `"all"`, `"1"` or `"0"`. Default all.
     #[serde(default = "default_acks", with = "acks_serde")]
     pub acks: Acks,
@@ -605,6 +609,15 @@ pub struct WorkloadSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_in_flight_requests_per_connection: Option<u32>,
+    /// The input producer's `metadata.max.age.ms`, ms ([`producer`]): how old the topic's
+    /// metadata may get before it is fetched again, so that partitions added to the topic
+    /// are written to. Default unset: 300000 (Kafka's).
+    #[serde(
+        default,
+        rename = "metadata.max.age.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub metadata_max_age_ms: Option<u64>,
     /// The input producer's `enable.idempotence` ([`producer`]). Default unset: the
     /// pipeline's own (false for `kafka-consume`).
     #[serde(
@@ -1236,6 +1249,14 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         ensure(
+            w.produce_start_ms == 0 || self.pipeline == Pipeline::KafkaConsume,
+            "workload.produce_start_ms",
+            format!(
+                "read only by pipeline `kafka-consume`, not `{}`",
+                self.pipeline.name()
+            ),
+        )?;
+        ensure(
             w.producers >= 1,
             "workload.producers",
             "expected at least 1, found 0".into(),
@@ -1384,6 +1405,9 @@ impl Scenario {
                 before,
                 group,
             } => return self.check_delete_records(key, topic, *partition, *before, group),
+            Fault::AddPartitions { topic, count } => {
+                return self.check_add_partitions(key, topic, *count)
+            }
             Fault::Heal => Vec::new(),
         };
         for (field, node) in nodes {
@@ -1534,6 +1558,43 @@ impl Scenario {
             } else {
                 "read only with before = \"committed\"".into()
             },
+        )
+    }
+
+    /// `add-partitions`: the pipeline is `kafka-consume` (the others' drains and final
+    /// reads cover the partitions the file declares), `topic` is the scenario's topic and
+    /// `count` is above `[topic] partitions`.
+    fn check_add_partitions(
+        &self,
+        key: &str,
+        topic: &str,
+        count: u32,
+    ) -> Result<(), (String, String)> {
+        ensure(
+            self.pipeline == Pipeline::KafkaConsume,
+            &format!("{key}.fault"),
+            format!(
+                "add-partitions runs in pipeline `kafka-consume` (whose drain and final \
+                 read follow the topic's partitions as the cluster has them), not `{}`",
+                self.pipeline.name()
+            ),
+        )?;
+        ensure(
+            topic == self.topic.name,
+            &format!("{key}.topic"),
+            format!(
+                "expected the scenario's topic {:?}, found {topic:?}",
+                self.topic.name
+            ),
+        )?;
+        ensure(
+            count > self.topic.partitions,
+            &format!("{key}.count"),
+            format!(
+                "expected more than the topic's {} partitions (Kafka only adds partitions), \
+                 found {count}",
+                self.topic.partitions
+            ),
         )
     }
 

@@ -8,6 +8,7 @@
 //! "batch.size" = 16384                          # bytes; default 16384 (Kafka's)
 //! "max.in.flight.requests.per.connection" = 5   # default 1 here; Kafka: 5
 //! "enable.idempotence" = false                  # default false in kafka-consume
+//! "metadata.max.age.ms" = 300000                # ms; Kafka's default
 //! ```
 //!
 //! ## Default values
@@ -58,6 +59,9 @@ impl WorkloadSpec {
         if let Some(idempotent) = self.enable_idempotence {
             config.enable_idempotence = idempotent;
         }
+        if let Some(max_age_ms) = self.metadata_max_age_ms {
+            config.metadata_max_age_ms = max_age_ms;
+        }
     }
 
     /// The input producer of `kafka-consume` and `connect-jdbc`, in simulation and on the
@@ -106,6 +110,7 @@ impl WorkloadSpec {
                 self.max_in_flight_requests_per_connection.is_some(),
             ),
             ("enable.idempotence", self.enable_idempotence.is_some()),
+            ("metadata.max.age.ms", self.metadata_max_age_ms.is_some()),
         ];
         keys.iter()
             .filter(|(_, set)| *set)

@@ -32,6 +32,7 @@ use crate::runner::world::now_ns;
 use crate::runner::world::World;
 use crate::scenario::{CommitMode, Scenario, TopicSpec};
 use bytes::Bytes;
+use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -147,6 +148,9 @@ pub async fn producer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if w.produce_start_ms > 0 {
+        madsim::time::sleep(Duration::from_millis(w.produce_start_ms)).await;
+    }
     if let Some(upstream) = &ctx.upstream {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
@@ -324,6 +328,13 @@ async fn commit(
     result.is_ok()
 }
 
+/// `topic`'s partitions as the cluster has them now: those the scenario declares, and any
+/// an `add-partitions` fault added.
+fn topic_partitions(cluster: &Cluster, topic: &str) -> Vec<TopicPartition> {
+    let count = cluster.partition_count(topic).unwrap_or(0);
+    (0..count).map(|p| TopicPartition::new(topic, p)).collect()
+}
+
 /// The `kafka-consume` pipeline.
 pub struct KafkaConsume {
     ctx: Context,
@@ -377,10 +388,11 @@ impl Pipeline for KafkaConsume {
         let isolation = self.ctx.scenario.consumer.isolation_level.to_isolation();
         let now_ms = world.kafka.now_ms();
         let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
+        let partitions = topic_partitions(&cluster, &self.ctx.scenario.topic.name);
         lag.extend(upstream_txn::committed_lag(
             &mut cluster,
             now_ms,
-            self.ctx.scenario.topic.topic_partitions(),
+            partitions,
             &committed,
             transactional,
         ));
@@ -408,7 +420,7 @@ impl Pipeline for KafkaConsume {
     fn record_final(&self, world: &World) {
         let t = now_ns();
         let cluster = world.kafka.cluster.lock().expect("cluster lock");
-        for tp in self.ctx.scenario.topic.topic_partitions() {
+        for tp in topic_partitions(&cluster, &self.ctx.scenario.topic.name) {
             let records = cluster
                 .records(&tp)
                 .into_iter()

@@ -13,7 +13,7 @@ use eosim::checker::{Anomaly, Validity};
 use eosim_sim::effects::kind;
 use std::collections::BTreeSet;
 
-/// One fault kind's canary pair, both files in `scenarios/`.
+/// One fault kind's canary pair, both files in `scenarios/` (or its `field/` library).
 struct FaultCanary {
     /// The effect kind ([`kind`]) the pair is about.
     fault: &'static str,
@@ -28,7 +28,7 @@ struct FaultCanary {
     seeds: u64,
 }
 
-const FAULT_CANARIES: [FaultCanary; 14] = [
+const FAULT_CANARIES: [FaultCanary; 15] = [
     FaultCanary {
         fault: kind::KILL,
         unsafe_file: "p1-clickhouse-restart-seed-duplicates.toml",
@@ -55,6 +55,13 @@ const FAULT_CANARIES: [FaultCanary; 14] = [
         unsafe_file: "canary-delete-records-unsafe.toml",
         caught_as: &[Anomaly::SinkLost],
         safe_file: "canary-delete-records-safe.toml",
+        seeds: 1,
+    },
+    FaultCanary {
+        fault: kind::ADD_PARTITIONS,
+        unsafe_file: "field/kafka-add-partitions-latest-loses.toml",
+        caught_as: &[Anomaly::SinkLost],
+        safe_file: "field/kafka-add-partitions-earliest.toml",
         seeds: 1,
     },
     FaultCanary {
@@ -499,4 +506,9 @@ fn bad_record_canary_pair() {
 #[test]
 fn delete_records_canary_pair() {
     a_canary_pair(kind::DELETE_RECORDS);
+}
+
+#[test]
+fn add_partitions_canary_pair() {
+    a_canary_pair(kind::ADD_PARTITIONS);
 }

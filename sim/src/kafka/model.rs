@@ -872,17 +872,7 @@ impl Cluster {
         let brokers = self.unfenced_brokers();
         let partitions = assign_replicas(&brokers, partitions, replication_factor)
             .iter()
-            .map(|assignment| {
-                let mut p = Partition::new(assignment, config.min_insync_replicas, now);
-                p.keep_producer_state = self.config.producer_state_survives_failover;
-                let scheme = self.config.flavour.offset_scheme();
-                for r in &mut p.replicas {
-                    let messages = self.config.log_flush_interval_messages;
-                    r.log.set_flush_interval_messages(messages);
-                    r.log.set_offset_scheme(scheme);
-                }
-                p
-            })
+            .map(|assignment| self.new_partition(assignment, &config, now))
             .collect();
         self.topics.insert(
             name.to_string(),
@@ -892,6 +882,72 @@ impl Cluster {
                 partitions,
             },
         );
+    }
+
+    /// A new, empty partition on `assignment` (its first replica leads), with the
+    /// cluster's log settings.
+    fn new_partition(
+        &self,
+        assignment: &[BrokerId],
+        config: &TopicConfig,
+        now: TimeMs,
+    ) -> Partition {
+        let mut p = Partition::new(assignment, config.min_insync_replicas, now);
+        p.keep_producer_state = self.config.producer_state_survives_failover;
+        let scheme = self.config.flavour.offset_scheme();
+        for r in &mut p.replicas {
+            let messages = self.config.log_flush_interval_messages;
+            r.log.set_flush_interval_messages(messages);
+            r.log.set_offset_scheme(scheme);
+        }
+        p
+    }
+
+    /// `CreatePartitions` at the controller (KIP-195; `Admin.createPartitions` with
+    /// `NewPartitions.increaseTo(count)`, `kafka-topics.sh --alter --partitions`; KRaft's
+    /// `ReplicationControlManager.createPartitions`): `topic` grows to `count` partitions.
+    /// The new ones are placed on the unfenced brokers as a new topic's are
+    /// ([`assign_replicas`], continuing its layout), with the topic's replication factor and
+    /// configuration, and start empty with their whole replica set in sync. The existing
+    /// partitions, their logs and leaders are untouched; what changes is what clients see
+    /// once they fetch metadata again: keys map to `murmur2 % count`, and a group's leader
+    /// assigns the new partitions (which, without a committed offset, start where
+    /// `auto.offset.reset` says). Returns the partition counts before and after.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_OR_PARTITION for an unknown topic; INVALID_PARTITIONS when `count` is
+    /// not above the current count (Kafka: "Topic already has N partition(s)." / "The topic
+    /// T currently has N partition(s); M would not be an increase."); INVALID_REPLICATION_FACTOR
+    /// when fewer brokers are unfenced than the topic has replicas per partition.
+    pub fn create_partitions(
+        &mut self,
+        now: TimeMs,
+        topic: &str,
+        count: u32,
+    ) -> Result<(u32, u32), KafkaError> {
+        let t = self
+            .topics
+            .get(topic)
+            .ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let old = t.partitions.len() as u32;
+        if count <= old {
+            return Err(KafkaError::InvalidPartitions);
+        }
+        let replication_factor = t.partitions.first().map_or(1, |p| p.replicas.len()) as u32;
+        let config = t.config.clone();
+        let brokers = self.unfenced_brokers();
+        if replication_factor as usize > brokers.len() {
+            return Err(KafkaError::InvalidReplicationFactor);
+        }
+        let added: Vec<Partition> = assign_replicas(&brokers, count, replication_factor)
+            [old as usize..]
+            .iter()
+            .map(|assignment| self.new_partition(assignment, &config, now))
+            .collect();
+        let t = self.topics.get_mut(topic).expect("looked up above");
+        t.partitions.extend(added);
+        crate::mark!("kafka:partitions-added");
+        Ok((old, count))
     }
 
     fn unfenced_brokers(&self) -> Vec<BrokerId> {

@@ -2134,3 +2134,61 @@ fn followers_take_the_leaders_log_start_and_deleted_records_never_come_back() {
         "kafka:follower-restarted-at-leader-log-start",
     ]);
 }
+
+/// CreatePartitions (KIP-195): "t" grows from 1 to 3 partitions laid out as a new topic's,
+/// with its replication factor, the existing partition and its records untouched; the new
+/// ones take acks=all writes at once and show in Metadata. Not an increase is
+/// INVALID_PARTITIONS, an unknown topic UNKNOWN_TOPIC_OR_PARTITION, and fewer unfenced
+/// brokers than replicas per partition INVALID_REPLICATION_FACTOR, each changing nothing.
+#[test]
+fn create_partitions_adds_empty_replicated_partitions_and_refuses_what_kafka_refuses() {
+    let mut w = World::new(3, 2, TopicConfig::default());
+    w.produce_all("before");
+    assert_eq!(w.cluster.create_partitions(w.now, "t", 3), Ok((1, 3)));
+    assert_eq!(w.cluster.partition_count("t"), Some(3));
+    let brokers = [1, 2, 3];
+    for (p, expected) in super::model::assign_replicas(&brokers, 3, 2)
+        .into_iter()
+        .enumerate()
+    {
+        let tp = TopicPartition::new("t", p as u32);
+        assert_eq!(w.cluster.replicas(&tp), expected, "{tp}");
+    }
+    assert_eq!(w.values(), vec!["before"], "partition 0 keeps its log");
+    w.tp = TopicPartition::new("t", 2);
+    assert!(
+        matches!(w.produce_all("added"), Response::Produce { .. }),
+        "the new partition takes acks=all writes"
+    );
+    assert_eq!(w.values(), vec!["added"]);
+    let Reply::Done(Response::Metadata { topics, .. }) =
+        w.cluster
+            .handle(w.now, 3, Request::Metadata { topics: None })
+    else {
+        panic!("metadata")
+    };
+    assert_eq!(topics["t"].len(), 3);
+    assert_eq!(
+        w.cluster.create_partitions(w.now, "t", 3),
+        Err(KafkaError::InvalidPartitions),
+        "already 3"
+    );
+    assert_eq!(
+        w.cluster.create_partitions(w.now, "t", 2),
+        Err(KafkaError::InvalidPartitions),
+        "not an increase"
+    );
+    assert_eq!(
+        w.cluster.create_partitions(w.now, "nope", 4),
+        Err(KafkaError::UnknownTopicOrPartition)
+    );
+    w.crash(2, CrashMode::ProcessKill);
+    w.crash(3, CrashMode::ProcessKill);
+    w.tick_for(30_000);
+    assert_eq!(
+        w.cluster.create_partitions(w.now, "t", 4),
+        Err(KafkaError::InvalidReplicationFactor),
+        "one unfenced broker, two replicas per partition"
+    );
+    assert_eq!(w.cluster.partition_count("t"), Some(3));
+}

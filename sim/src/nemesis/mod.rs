@@ -115,6 +115,20 @@ pub enum Fault {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
     },
+    /// CreatePartitions (KIP-195, `kafka-topics.sh --alter --partitions`,
+    /// `Admin.createPartitions` with `NewPartitions.increaseTo(count)`): `topic` grows to
+    /// `count` partitions, applied at the controller at once
+    /// ([`crate::kafka::model::Cluster::create_partitions`]). Clients see the new
+    /// partitions when they next fetch metadata (`metadata.max.age.ms`, or an error):
+    /// producers start writing to them, a group's leader rejoins and assigns them, and a
+    /// consumer positions each by `auto.offset.reset` (nothing is committed there), so
+    /// with `latest` the records written before that are never read (KAFKA-12478).
+    AddPartitions {
+        /// Topic.
+        topic: String,
+        /// The partition count afterwards (more than the topic has).
+        count: u32,
+    },
     /// Undo every partition, clog and message fault.
     Heal,
 }
@@ -158,6 +172,7 @@ impl Fault {
             Fault::Clog { .. } => vec![kind::CLOG],
             Fault::ClockJump { .. } => vec![kind::CLOCK_JUMP],
             Fault::DeleteRecords { .. } => vec![kind::DELETE_RECORDS],
+            Fault::AddPartitions { .. } => vec![kind::ADD_PARTITIONS],
             Fault::Messages {
                 drop_request_probability,
                 drop_response_probability,
@@ -190,6 +205,7 @@ impl Fault {
             Fault::KillLeader { .. } => "kill-leader",
             Fault::ClockJump { .. } => "clock-jump",
             Fault::DeleteRecords { .. } => "delete-records",
+            Fault::AddPartitions { .. } => "add-partitions",
             Fault::Heal => "heal",
         }
     }

@@ -75,6 +75,11 @@ pub fn producer_client_config(bootstrap_servers: &str, config: &ProducerConfig) 
             "max.in.flight.requests.per.connection",
             config.max_in_flight_requests_per_connection.to_string(),
         )
+        // Java's metadata.max.age.ms is librdkafka's periodic refresh.
+        .set(
+            "topic.metadata.refresh.interval.ms",
+            config.metadata_max_age_ms.to_string(),
+        )
         .set("log_level", "3");
     c
 }
@@ -209,8 +214,8 @@ impl Producer for RealProducer {
 
 /// The librdkafka configuration of a [`RealConsumer`]: the range assignor, no auto commit,
 /// no automatic offset store, Java's names mapped to librdkafka's (`fetch.max.wait.ms` is
-/// `fetch.wait.max.ms`, `request.timeout.ms` is `socket.timeout.ms`, `auto.offset.reset`
-/// none is `error`). `max.poll.records` has no librdkafka counterpart: [`RealConsumer::poll`]
+/// `fetch.wait.max.ms`, `request.timeout.ms` is `socket.timeout.ms`, `metadata.max.age.ms`
+/// is `topic.metadata.refresh.interval.ms`, `auto.offset.reset` none is `error`). `max.poll.records` has no librdkafka counterpart: [`RealConsumer::poll`]
 /// applies it.
 pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) -> ClientConfig {
     let isolation = match config.isolation_level {
@@ -248,6 +253,10 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
         .set("socket.timeout.ms", config.request_timeout_ms.to_string())
         .set("isolation.level", isolation)
         .set("auto.offset.reset", reset)
+        .set(
+            "topic.metadata.refresh.interval.ms",
+            config.metadata_max_age_ms.to_string(),
+        )
         .set("log_level", "3");
     c
 }

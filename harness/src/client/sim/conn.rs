@@ -8,6 +8,7 @@ use eosim_sim::kafka::{
 };
 use eosim_sim::net::RpcError;
 use madsim::net::Endpoint;
+use madsim::time::Instant;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,9 +18,15 @@ use std::time::Duration;
 pub struct Connection {
     endpoint: Arc<Endpoint>,
     brokers: Vec<BrokerId>,
-    metadata: Arc<Mutex<BTreeMap<String, Vec<PartitionMetadata>>>>,
+    metadata: Arc<Mutex<BTreeMap<String, CachedTopic>>>,
     /// Round-robin cursor over the bootstrap list for requests any broker can answer.
     cursor: Arc<Mutex<usize>>,
+}
+
+/// One topic's metadata as the client cached it, and when it was fetched.
+struct CachedTopic {
+    partitions: Vec<PartitionMetadata>,
+    fetched_at: Instant,
 }
 
 impl Connection {
@@ -114,6 +121,14 @@ impl Connection {
         };
         match self.request_any(request, timeout).await? {
             Response::Metadata { topics, .. } => {
+                let fetched_at = Instant::now();
+                let topics = topics.into_iter().map(|(name, partitions)| {
+                    let cached = CachedTopic {
+                        partitions,
+                        fetched_at,
+                    };
+                    (name, cached)
+                });
                 self.metadata.lock().expect("metadata lock").extend(topics);
                 Ok(())
             }
@@ -129,6 +144,7 @@ impl Connection {
         let metadata = self.metadata.lock().expect("metadata lock");
         metadata
             .get(&tp.topic)?
+            .partitions
             .iter()
             .find(|p| p.partition == tp.partition)?
             .leader
@@ -139,6 +155,7 @@ impl Connection {
         let metadata = self.metadata.lock().expect("metadata lock");
         let p = metadata
             .get(&tp.topic)?
+            .partitions
             .iter()
             .find(|p| p.partition == tp.partition)?;
         p.leader.map(|_| p.leader_epoch)
@@ -150,7 +167,19 @@ impl Connection {
             .lock()
             .expect("metadata lock")
             .get(topic)
-            .map(|p| p.len() as u32)
+            .map(|t| t.partitions.len() as u32)
+    }
+
+    /// Whether `topic`'s cached metadata is missing or older than `max_age` (Java's
+    /// `metadata.max.age.ms`: `Metadata.timeToNextUpdate` is 0 once the last full update
+    /// is that old, and the next `NetworkClient.poll` asks for it again). Any refresh
+    /// (after an error, before an assignment) restarts the age.
+    pub fn metadata_expired(&self, topic: &str, max_age: Duration) -> bool {
+        self.metadata
+            .lock()
+            .expect("metadata lock")
+            .get(topic)
+            .is_none_or(|t| t.fetched_at.elapsed() >= max_age)
     }
 
     /// Forgets the leader of every partition (after NOT_LEADER_OR_FOLLOWER, say).

@@ -23,6 +23,10 @@
 //!   rebalance progresses between polls and a poll's timeout does not abandon a JoinGroup
 //!   (Java's heartbeat thread drives the network client the same way). A poll waits for it
 //!   at most until its own timeout and then returns empty (eager).
+//! - Each poll first fetches the subscribed topics' metadata again once it is older than
+//!   `metadata.max.age.ms`; the group's leader rejoins when a topic's partition count
+//!   changed since its last assignment (`SimConsumer::maybe_refresh_metadata`), and the
+//!   added partitions are positioned by `auto.offset.reset` like any without a commit.
 //! - A heartbeat task sends Heartbeat every `heartbeat.interval.ms` while the member is in
 //!   a stable group, like Java's heartbeat thread. Both tasks run on the consumer's madsim
 //!   node: a paused node stops heartbeating and is removed after `session.timeout.ms`, as
@@ -261,6 +265,35 @@ impl SimConsumer {
     fn generation_lost(&self) -> bool {
         let m = self.group.membership();
         m.generation < 0 || m.member_id.is_empty()
+    }
+
+    /// Java's periodic metadata update and the leader's check in
+    /// `ConsumerCoordinator.rejoinNeededOrPending`: once the subscribed topics' cached
+    /// metadata is older than `metadata.max.age.ms` it is fetched again, and the member
+    /// that made the group's last assignment rejoins when a topic's partition count
+    /// differs from the one it assigned with (`assignmentSnapshot` against
+    /// `metadataSnapshot`), so partitions added to the topic (KIP-195) get owners. Only
+    /// the leader watches; until it looks, nobody reads the added partitions. Topics not
+    /// cached yet are left to the fetch path, which asks for them itself.
+    async fn maybe_refresh_metadata(&self, deadline: &Deadline) {
+        let conn = &self.group.conn;
+        let max_age = Duration::from_millis(self.group.config.metadata_max_age_ms);
+        let aged =
+            |t: &String| conn.partition_count(t).is_some() && conn.metadata_expired(t, max_age);
+        if !self.topics.iter().any(aged) {
+            return;
+        }
+        let timeout = self.group.request_timeout().min(deadline.remaining());
+        let _ = conn.refresh_metadata(&self.topics, timeout).await;
+        let mut m = self.group.membership();
+        let changed = m.assignment_snapshot.as_ref().is_some_and(|snapshot| {
+            (snapshot.iter()).any(|(t, &n)| conn.partition_count(t).is_some_and(|c| c != n))
+        });
+        if changed {
+            crate::mark!("client:consumer-leader-rejoins-on-partition-count-change");
+            m.assignment_snapshot = None;
+            m.rejoin_needed = true;
+        }
     }
 
     /// Whether the group wants this member to (re)join and no join loop runs yet.
@@ -727,6 +760,7 @@ impl Consumer for SimConsumer {
         let mut failed = false;
         loop {
             if !self.topics.is_empty() {
+                self.maybe_refresh_metadata(&deadline).await;
                 if self.hand_out_revocation() {
                     return Ok(Vec::new());
                 }

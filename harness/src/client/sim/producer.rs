@@ -161,7 +161,10 @@ pub async fn produce_once(
 
 /// The partition of `record`: explicit, murmur2 of the key, or random for a null key.
 /// Without the topic's metadata it asks for it again every `retry.backoff.ms` for up to
-/// `max.block.ms` (Java's `KafkaProducer.waitOnMetadata`).
+/// `max.block.ms` (Java's `KafkaProducer.waitOnMetadata`); metadata older than
+/// `metadata.max.age.ms` is fetched again first, so partitions added to the topic
+/// (CreatePartitions, KIP-195) are written to from then on, and keys move to
+/// `murmur2 % new count`.
 ///
 /// # Errors
 /// When the topic's metadata cannot be had within `max.block.ms`.
@@ -172,6 +175,17 @@ pub async fn partition_of(
 ) -> Result<u32, ClientError> {
     if let Some(p) = record.partition {
         return Ok(p);
+    }
+    let max_age = Duration::from_millis(config.metadata_max_age_ms);
+    let cached = conn.partition_count(&record.topic);
+    if cached.is_some() && conn.metadata_expired(&record.topic, max_age) {
+        // Java's sender thread refreshes aged metadata in the background; here the send
+        // waits for that one request. A failure keeps the cached metadata.
+        let timeout = Duration::from_millis(config.request_timeout_ms);
+        let _ = (conn.refresh_metadata(std::slice::from_ref(&record.topic), timeout)).await;
+        if conn.partition_count(&record.topic) > cached {
+            crate::mark!("client:producer-sees-added-partitions");
+        }
     }
     let deadline = madsim::time::Instant::now() + Duration::from_millis(config.max_block_ms);
     let mut waited = false;

@@ -18,6 +18,7 @@
 //! | `messages` on PostgreSQL, ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
+//! | `add-partitions` | not injected: noted (the real drain and final read do not follow added partitions yet) |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
@@ -222,6 +223,11 @@ impl Run<'_> {
                 before,
                 group,
             } => self.delete_records(topic, *partition, *before, group.as_deref()),
+            Fault::AddPartitions { .. } => self.unsupported(
+                fault,
+                "the real kafka-consume run's drain and final read cover the partitions the \
+                 file declares, so records on added partitions would go unchecked",
+            ),
             Fault::Heal => self.heal_network(),
         }
     }

@@ -106,6 +106,10 @@ pub(super) struct Membership {
     pub rejoin_needed: bool,
     /// When `poll` was last called (for `max.poll.interval.ms`).
     pub last_poll: Instant,
+    /// The partition counts this member's last assignment was made with, while it is the
+    /// group's leader (Java's `ConsumerCoordinator.assignmentSnapshot`; `None` for every
+    /// other member, `onJoinComplete`). See `SimConsumer::maybe_refresh_metadata`.
+    pub assignment_snapshot: Option<BTreeMap<String, u32>>,
 }
 
 impl Membership {
@@ -178,6 +182,7 @@ impl GroupClient {
             stable: false,
             rejoin_needed: false,
             last_poll: Instant::now(),
+            assignment_snapshot: None,
         };
         Self {
             conn,
@@ -360,10 +365,11 @@ impl GroupClient {
         coordinator: BrokerId,
         join: JoinResult,
     ) -> Result<Option<Joined>, ClientError> {
-        let assignments = if join.leader == join.member_id {
-            self.leader_assignment(&join).await
+        let (assignments, snapshot) = if join.leader == join.member_id {
+            let (assignments, counts) = self.leader_assignment(&join).await;
+            (assignments, Some(counts))
         } else {
-            BTreeMap::new()
+            (BTreeMap::new(), None)
         };
         let request = Request::SyncGroup {
             group_id: self.config.group_id.clone(),
@@ -382,6 +388,7 @@ impl GroupClient {
                 m.generation = join.generation;
                 m.stable = true;
                 m.rejoin_needed = false;
+                m.assignment_snapshot = snapshot;
                 Ok(Some(Joined {
                     generation: join.generation,
                     assignment,
@@ -413,8 +420,11 @@ impl GroupClient {
     /// The leader's assignment by the selected protocol ([`range_assign`],
     /// [`cooperative_sticky_assign`] or the [`GroupAssignor`]'s) over the members'
     /// subscriptions, with partition counts from fresh metadata (topics whose metadata
-    /// cannot be had are skipped).
-    async fn leader_assignment(&self, join: &JoinResult) -> BTreeMap<String, Vec<TopicPartition>> {
+    /// cannot be had are skipped); and those counts, the leader's `assignmentSnapshot`.
+    async fn leader_assignment(
+        &self,
+        join: &JoinResult,
+    ) -> (BTreeMap<String, Vec<TopicPartition>>, BTreeMap<String, u32>) {
         let members = &join.members;
         let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
         let topics: Vec<String> = topics.into_iter().collect();
@@ -422,11 +432,11 @@ impl GroupClient {
             .conn
             .refresh_metadata(&topics, self.request_timeout())
             .await;
-        let partition_counts = topics
+        let partition_counts: BTreeMap<String, u32> = topics
             .iter()
             .filter_map(|t| self.conn.partition_count(t).map(|n| (t.clone(), n)))
             .collect();
-        match &self.assignor {
+        let assignments = match &self.assignor {
             Some(a) => {
                 let owned = &join.owned;
                 a.assign(
@@ -442,7 +452,8 @@ impl GroupClient {
                 cooperative_sticky_assign(members, &join.owned, &partition_counts)
             }
             None => range_assign(members, &partition_counts),
-        }
+        };
+        (assignments, partition_counts)
     }
 
     /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat
