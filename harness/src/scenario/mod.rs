@@ -1518,15 +1518,11 @@ impl Scenario {
         before: DeleteBefore,
         group: &Option<String>,
     ) -> Result<(), (String, String)> {
-        ensure(
-            self.pipeline == Pipeline::KafkaConsume,
-            &format!("{key}.fault"),
-            format!(
-                "delete-records runs in pipeline `kafka-consume` only (its checker counts the \
-                 deleted records with the log; the change-data checker of `connect-jdbc` \
-                 would not see deleted change events), not `{}`",
-                self.pipeline.name()
-            ),
+        self.ensure_kafka_consume_fault(
+            key,
+            "delete-records",
+            "its checker counts the deleted records with the log; the change-data checker of \
+             `connect-jdbc` would not see deleted change events",
         )?;
         ensure(
             topic == self.topic.name,
@@ -1561,6 +1557,24 @@ impl Scenario {
         )
     }
 
+    /// `Err` at `<key>.fault` unless the pipeline is `kafka-consume`, the only one that
+    /// runs `fault`, for the reason `why`.
+    fn ensure_kafka_consume_fault(
+        &self,
+        key: &str,
+        fault: &str,
+        why: &str,
+    ) -> Result<(), (String, String)> {
+        ensure(
+            self.pipeline == Pipeline::KafkaConsume,
+            &format!("{key}.fault"),
+            format!(
+                "{fault} runs in pipeline `kafka-consume` only ({why}), not `{}`",
+                self.pipeline.name()
+            ),
+        )
+    }
+
     /// `add-partitions`: the pipeline is `kafka-consume` (the others' drains and final
     /// reads cover the partitions the file declares), `topic` is the scenario's topic and
     /// `count` is above `[topic] partitions`.
@@ -1570,14 +1584,10 @@ impl Scenario {
         topic: &str,
         count: u32,
     ) -> Result<(), (String, String)> {
-        ensure(
-            self.pipeline == Pipeline::KafkaConsume,
-            &format!("{key}.fault"),
-            format!(
-                "add-partitions runs in pipeline `kafka-consume` (whose drain and final \
-                 read follow the topic's partitions as the cluster has them), not `{}`",
-                self.pipeline.name()
-            ),
+        self.ensure_kafka_consume_fault(
+            key,
+            "add-partitions",
+            "its drain and final read follow the topic's partitions as the cluster has them",
         )?;
         ensure(
             topic == self.topic.name,

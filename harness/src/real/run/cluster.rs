@@ -76,6 +76,9 @@ pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Res
         .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
 }
 
+/// Each partition's low watermark after a DeleteRecords, or the broker's error for it.
+pub type LowWatermarks = Vec<(TopicPartition, Result<Offset, String>)>;
+
 /// DeleteRecords (KIP-107) through the admin client ([`RealAdmin::delete_records`]), from
 /// the synchronous runner: each partition's low watermark after the deletion, or its error.
 ///
@@ -84,7 +87,7 @@ pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Res
 pub fn delete_records(
     bootstrap: &str,
     offsets: &[(TopicPartition, Option<Offset>)],
-) -> Result<Vec<(TopicPartition, Result<Offset, String>)>, String> {
+) -> Result<LowWatermarks, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
