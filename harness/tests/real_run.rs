@@ -272,6 +272,44 @@ fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_bel
     }
 }
 
+/// `add-partitions` on real Kafka (`Admin.createPartitions` through librdkafka): the
+/// topic grows from 2 to 4 partitions under a group reading with
+/// `auto.offset.reset=latest`, and what the producer writes to the new partitions before
+/// the group's leader notices is never read (`sink-lost`, KAFKA-12478); with `earliest`
+/// the claim holds. Each run records the effect, and the final read covers all 4
+/// partitions.
+#[test]
+fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earliest() {
+    if !real_enabled("add_partitions_on_real_kafka") {
+        return;
+    }
+    for (file, expected) in [
+        ("kafka-add-partitions-latest-loses", Verdict::Violated),
+        ("kafka-add-partitions-earliest", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+        let dir = service_dir("real-run-add-partitions");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        let acted = outcome.history.ops.iter().any(|op| {
+            matches!(&op.value, Value::Effect { kind, .. }
+                if kind == eosim_sim::effects::kind::ADD_PARTITIONS)
+        });
+        assert!(acted, "{file}: no add-partitions effect");
+        let partitions_read = outcome
+            .history
+            .ops
+            .iter()
+            .filter(|op| matches!(&op.value, Value::LogState { .. }))
+            .count();
+        assert_eq!(
+            partitions_read, 4,
+            "{file}: the final read missed added partitions"
+        );
+        assert_short_and_clean(&result, 120.0);
+    }
+}
+
 /// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
 /// real tier cannot lose a page cache, so it is noted as not injected and nothing is
 /// killed.

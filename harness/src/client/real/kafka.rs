@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Acks, Isolation, KafkaError, Offset, TopicConfig, TopicPartition};
 use futures::FutureExt;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
 use rdkafka::error::RDKafkaErrorCode;
@@ -622,6 +622,33 @@ impl RealAdmin {
 }
 
 impl RealAdmin {
+    /// `Admin.createPartitions` (KIP-195, librdkafka's `rd_kafka_CreatePartitions`):
+    /// `topic` grows to `count` partitions, placed by the controller.
+    ///
+    /// # Errors
+    /// The broker's error (INVALID_PARTITIONS when `count` is not an increase,
+    /// UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICATION_FACTOR), or a failed or timed-out
+    /// request.
+    pub async fn create_partitions(&self, topic: &str, count: u32) -> Result<(), ClientError> {
+        let timeout_ms = self.timeout.as_millis() as u64;
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
+        let grow = NewPartitions::new(topic, count as usize);
+        let results = self
+            .admin
+            .create_partitions([&grow], &opts)
+            .await
+            .map_err(|e| from_rdkafka(&e, "create partitions", timeout_ms))?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err((_, code))) => Err(from_code(code, "create partitions", timeout_ms)),
+            None => Err(ClientError::Fatal(format!(
+                "create partitions {topic}: no result"
+            ))),
+        }
+    }
+
     /// `Admin.deleteRecords` (KIP-107, librdkafka's `rd_kafka_DeleteRecords`): the
     /// records of each partition before its offset go (`None`: before the high
     /// watermark, librdkafka's `RD_KAFKA_OFFSET_END`). Each partition's result is its low

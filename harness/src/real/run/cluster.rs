@@ -76,6 +76,22 @@ pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Res
         .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
 }
 
+/// CreatePartitions (KIP-195) through the admin client ([`RealAdmin::create_partitions`]),
+/// from the synchronous runner: `topic` grows to `count` partitions.
+///
+/// # Errors
+/// The broker's refusal, or a failed request.
+pub fn create_partitions(bootstrap: &str, topic: &str, count: u32) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    runtime
+        .block_on(admin.create_partitions(topic, count))
+        .map_err(|e| e.to_string())
+}
+
 /// Each partition's low watermark after a DeleteRecords, or the broker's error for it.
 pub type LowWatermarks = Vec<(TopicPartition, Result<Offset, String>)>;
 
@@ -138,9 +154,33 @@ impl Probe {
     ///
     /// # Errors
     /// As [`Probe::new`].
+    /// Its partitions are those the cluster has when it is made (an `add-partitions`
+    /// fault may have grown the topic past `[topic] partitions`), or the declared ones
+    /// when the metadata cannot be had (the watermark reads then say why).
     pub fn of_scenario(bootstrap: &str, scenario: &Scenario, group: &str) -> Result<Self, String> {
         let t = &scenario.topic;
-        Self::new(bootstrap, &t.name, t.partitions, group)
+        let mut probe = Self::new(bootstrap, &t.name, t.partitions, group)?;
+        let count = probe.partition_count(&t.name).unwrap_or(t.partitions);
+        if count > t.partitions {
+            probe.tps = (0..count)
+                .map(|p| TopicPartition::new(&t.name, p))
+                .collect();
+        }
+        Ok(probe)
+    }
+
+    /// `topic`'s partition count as the cluster's metadata has it.
+    ///
+    /// # Errors
+    /// Metadata that could not be fetched, or a topic it does not list.
+    pub fn partition_count(&self, topic: &str) -> Result<u32, String> {
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let metadata = (self.consumer.fetch_metadata(Some(topic), timeout))
+            .map_err(|e| format!("{topic}: metadata: {e}"))?;
+        let listed = metadata.topics().iter().find(|m| m.name() == topic);
+        listed
+            .map(|m| m.partitions().len() as u32)
+            .ok_or_else(|| format!("{topic}: not in the cluster's metadata"))
     }
 
     /// The partitions of the topic.

@@ -18,7 +18,7 @@
 //! | `messages` on PostgreSQL, ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
-//! | `add-partitions` | not injected: noted (the real drain and final read do not follow added partitions yet) |
+//! | `add-partitions` | `Admin.createPartitions` through librdkafka; the drain and final read follow the cluster's partition count |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
 //!
 //! Histories record faults as the simulation does: `kill target=[consumer-0]
@@ -223,11 +223,7 @@ impl Run<'_> {
                 before,
                 group,
             } => self.delete_records(topic, *partition, *before, group.as_deref()),
-            Fault::AddPartitions { .. } => self.unsupported(
-                fault,
-                "the real kafka-consume run's drain and final read cover the partitions the \
-                 file declares, so records on added partitions would go unchecked",
-            ),
+            Fault::AddPartitions { topic, count } => self.add_partitions(topic, *count),
             Fault::Heal => self.heal_network(),
         }
     }
@@ -881,6 +877,30 @@ impl Run<'_> {
                 records: gone,
             };
             self.push_ok(self.now_ns(), "nemesis", value);
+        }
+    }
+
+    /// `add-partitions`: `topic` grows to `count` partitions through the admin client,
+    /// recorded as the fault's detail and as an `add-partitions` effect on the topic (the
+    /// count before it read from metadata); a refusal is the detail alone, acting on
+    /// nothing, as in simulation.
+    fn add_partitions(&mut self, topic: &str, count: u32) {
+        let bootstrap = self.env.bootstrap.clone();
+        let before = cluster::Probe::of_scenario(&bootstrap, self.scenario, "eosim-add-partitions")
+            .and_then(|p| p.partition_count(topic));
+        let result = before
+            .and_then(|old| cluster::create_partitions(&bootstrap, topic, count).map(|()| old));
+        match result {
+            Ok(old) => {
+                let detail = format!("topic={topic} partitions {old} -> {count}");
+                self.record_fault("add-partitions", detail);
+                let effect = format!("{topic}: {old} -> {count} partitions (new: {old}..{count})");
+                self.effect(kind::ADD_PARTITIONS, topic, effect);
+            }
+            Err(e) => {
+                let detail = format!("topic={topic} count={count} refused: {e}");
+                self.record_fault("add-partitions", detail);
+            }
         }
     }
 

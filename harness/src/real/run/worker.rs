@@ -141,6 +141,10 @@ async fn producer(
         name: spec.name.clone(),
         epoch_ns: spec.epoch_ns,
     };
+    // `[workload] produce_start_ms` (kafka-consume): the consumers join and position first.
+    if w.produce_start_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(w.produce_start_ms)).await;
+    }
     for id in spec.id_from..spec.id_to {
         let (key, record) = make(id);
         let invoke = Value::Send {
