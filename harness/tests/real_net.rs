@@ -7,7 +7,7 @@
 
 mod real_support;
 
-use eosim::real::net::proxy::{Identify, MessageFaults, Proxy};
+use eosim::real::net::proxy::{Framing, Identify, MessageFaults, Proxy};
 use eosim::real::net::rules::Cut;
 use eosim::real::net::{node_of_connection, Network};
 use eosim::real::process::{Launch, ServiceProcess};
@@ -259,4 +259,89 @@ fn the_proxy_names_each_client_by_its_cgroup_and_faults_only_that_node() {
     drop(proxy);
     drop(pg);
     drop(net);
+}
+
+/// The proxy reading PostgreSQL's messages ([`Framing::Postgres`]) in front of a real
+/// server, a tokio-postgres client as node `worker-0`: authentication goes through
+/// unfaulted; a COMMIT whose answer is lost leaves the client waiting while the row is
+/// committed (what the JDBC sink's ambiguous commit is); a dropped INSERT is never
+/// applied; each is one event of its kind, and after the heal a new connection is served.
+#[test]
+fn the_postgres_framed_proxy_loses_a_commit_answer_after_the_commit_and_drops_requests_whole() {
+    if !real_enabled("the_postgres_framed_proxy") {
+        return;
+    }
+    let dir = service_dir("net-proxy-postgres");
+    let pg = Postgres::start(&dir.path().join("pg")).expect("postgres starts");
+    let identify: Identify = Arc::new(|_, _| Some("worker-0".to_string()));
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], pg.port()));
+    let proxy =
+        Proxy::start_framed("postgres", upstream, 3, identify, Framing::Postgres).expect("proxy");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect = |port: u16| {
+        let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+        let (client, connection) = runtime
+            .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+            .expect("authentication through the proxy is never faulted");
+        runtime.spawn(connection);
+        client
+    };
+    let wait = Duration::from_secs(3);
+    let direct = connect(pg.port());
+    runtime
+        .block_on(direct.batch_execute("CREATE TABLE t (id int PRIMARY KEY)"))
+        .unwrap();
+    let count = |id: i32| -> i64 {
+        let row = runtime
+            .block_on(direct.query_one("SELECT count(*) FROM t WHERE id = $1", &[&id]))
+            .unwrap();
+        row.get(0)
+    };
+    // A lost COMMIT answer: committed, unheard.
+    let client = connect(proxy.port());
+    runtime
+        .block_on(client.batch_execute("BEGIN; INSERT INTO t VALUES (1)"))
+        .unwrap();
+    let lost = MessageFaults {
+        drop_response_probability: 1.0,
+        ..MessageFaults::default()
+    };
+    proxy.set_faults("worker-0", lost);
+    let commit = runtime
+        .block_on(async { tokio::time::timeout(wait, client.batch_execute("COMMIT")).await });
+    assert!(commit.is_err(), "the COMMIT's answer was lost: {commit:?}");
+    assert_eq!(count(1), 1, "the lost answer's COMMIT was applied");
+    let events = proxy.take_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind, kind::DROP_RESPONSE);
+    // A dropped INSERT: never applied.
+    proxy.clear_faults();
+    let client = connect(proxy.port());
+    let dropped = MessageFaults {
+        drop_request_probability: 1.0,
+        ..MessageFaults::default()
+    };
+    proxy.set_faults("worker-0", dropped);
+    let insert = runtime.block_on(async {
+        tokio::time::timeout(wait, client.execute("INSERT INTO t VALUES (2)", &[])).await
+    });
+    assert!(insert.is_err(), "the INSERT was dropped: {insert:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(2), 0, "a dropped request is never applied");
+    let events = proxy.take_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind, kind::DROP_REQUEST);
+    // Healed: served again on a new connection, pipelined statements included.
+    proxy.clear_faults();
+    let client = connect(proxy.port());
+    runtime
+        .block_on(client.batch_execute("INSERT INTO t VALUES (3); INSERT INTO t VALUES (4)"))
+        .unwrap();
+    assert_eq!(count(3) + count(4), 2);
+    assert!(proxy.take_events().is_empty());
+    drop(proxy);
+    drop(pg);
 }

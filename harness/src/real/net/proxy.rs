@@ -28,11 +28,20 @@
 //! response and a duplicate (the request sent again on a connection of its own, after the
 //! original was answered). A request the broker never answers (`acks=0`) is forgotten.
 //!
+//! # PostgreSQL's framing
+//! In front of PostgreSQL the proxy reads the frontend/backend protocol's messages
+//! ([`Framing::Postgres`], [`postgres`]): a request is the client's messages up to a
+//! `Sync` or a `Query`, its answer the server's up to the `ReadyForQuery` that ends it,
+//! matched in order; startup and authentication are never faulted, and no request is
+//! duplicated (a statement belongs to its session).
+//!
 //! Each time a fault acts, the proxy records an [`Event`] ([`Proxy::take_events`]): the
 //! runner turns them into the history's effects ([`eosim_sim::effects::kind`]'s
 //! `messages.*`). The client's node comes from `identify` (its socket's cgroup, see
 //! [`super::node_of_connection`]); a connection whose client is no node (eosim's own) is
 //! never faulted.
+
+mod postgres;
 
 use eosim_sim::effects::kind;
 use madsim::rand::rngs::StdRng;
@@ -141,6 +150,9 @@ pub enum Framing {
     Alternating,
     /// Kafka's size-prefixed frames, pipelined, matched by correlation id.
     Kafka,
+    /// PostgreSQL's typed messages, requests up to each `Sync` / `Query` matched in order to
+    /// their `ReadyForQuery` ([`postgres`]).
+    Postgres,
 }
 
 /// One connection's state, shared by its two directions.
@@ -154,6 +166,8 @@ struct Conn {
     in_flight: BTreeMap<i32, Vec<u8>>,
     /// A fault silenced the connection: nothing is forwarded any more.
     silenced: bool,
+    /// PostgreSQL framing: where the conversation is.
+    pg: postgres::PgFlow,
 }
 
 /// The most requests kept in flight per Kafka connection (older ones, never answered,
@@ -229,6 +243,24 @@ impl Proxy {
             shared,
             accept: Some(accept),
         })
+    }
+
+    /// A proxy for `server` in front of its listener on loopback `port`, with `framing`,
+    /// telling its clients apart by their cgroups ([`super::node_of_connection`]): what
+    /// the real runner puts in front of a server its scenario sends message faults to.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn in_front_of(
+        server: &str,
+        port: u16,
+        seed: u64,
+        framing: Framing,
+    ) -> Result<Self, String> {
+        let identify: Identify =
+            Arc::new(|peer, local| super::node_of_connection(peer.port(), local.port()));
+        let upstream = SocketAddr::from(([127, 0, 0, 1], port));
+        Proxy::start_framed(server, upstream, seed, identify, framing)
     }
 
     /// The port clients connect to.
@@ -326,12 +358,24 @@ fn relay_one_way(
     node: Option<&str>,
 ) {
     match (shared.framing, to_client) {
-        (Framing::Kafka, false) => relay_frames(from, to, conn, false, |c, frame| {
+        (Framing::Kafka, false) => relay_frames(from, to, conn, false, kafka_len, |c, frame| {
             on_kafka_request(shared, node, c, frame)
         }),
-        (Framing::Kafka, true) => relay_frames(from, to, conn, true, |c, frame| {
+        (Framing::Kafka, true) => relay_frames(from, to, conn, true, kafka_len, |c, frame| {
             on_kafka_response(shared, node, c, frame)
         }),
+        (Framing::Postgres, false) => {
+            let len = |c: &Conn, buf: &[u8]| c.pg.client_len(buf);
+            relay_frames(from, to, conn, false, len, |c, message| {
+                on_pg_request(shared, node, c, message)
+            })
+        }
+        (Framing::Postgres, true) => {
+            let len = |c: &Conn, buf: &[u8]| c.pg.server_len(buf);
+            relay_frames(from, to, conn, true, len, |c, message| {
+                on_pg_response(shared, node, c, message)
+            })
+        }
         (Framing::Alternating, false) => relay(from, to, conn, false, |c, chunk| {
             on_request(shared, node, c, chunk)
         }),
@@ -341,23 +385,29 @@ fn relay_one_way(
     }
 }
 
-/// [`relay`] frame by frame: bytes are held until a whole size-prefixed frame is there,
-/// and `decide` sees each frame whole (a frame the stream's end cuts short is not
-/// forwarded).
+/// A Kafka frame's whole length (its `int32` size, then that many bytes), once the size
+/// is there.
+fn kafka_len(_: &Conn, buf: &[u8]) -> Option<usize> {
+    let size = buf.get(..4)?;
+    Some(4 + i32::from_be_bytes([size[0], size[1], size[2], size[3]]).max(0) as usize)
+}
+
+/// [`relay`] frame by frame: bytes are held until a whole frame is there (`len` reads a
+/// frame's whole length from its first bytes, `None` until enough are there), and
+/// `decide` sees each frame whole (a frame the stream's end cuts short is not forwarded).
 fn relay_frames(
     from: TcpStream,
     to: TcpStream,
     conn: &Mutex<Conn>,
     to_client: bool,
+    len: impl Fn(&Conn, &[u8]) -> Option<usize>,
     mut decide: impl FnMut(&mut Conn, &[u8]) -> Pass,
 ) {
     let mut pending: Vec<u8> = Vec::new();
     relay_with(from, to, conn, to_client, |c, chunk, out| {
         pending.extend_from_slice(chunk);
         let mut delay_ms = 0;
-        while let Some(size) = pending.get(..4) {
-            let total =
-                4 + i32::from_be_bytes([size[0], size[1], size[2], size[3]]).max(0) as usize;
+        while let Some(total) = len(c, &pending) {
             if pending.len() < total {
                 break;
             }
@@ -560,6 +610,28 @@ fn on_kafka_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &
         return Pass::Forward { delay_ms: 0 };
     };
     answer_faults(shared, node, c, request)
+}
+
+/// Client → PostgreSQL, one message: the first of a request draws a drop and a delay.
+fn on_pg_request(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u8]) -> Pass {
+    let begins = c.pg.on_client(message);
+    let Some(node) = node.filter(|_| begins) else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    match request_faults(shared, node, c) {
+        Some(delay_ms) => Pass::Forward { delay_ms },
+        None => Pass::Swallow,
+    }
+}
+
+/// PostgreSQL → client, one message: the first of an answer draws its loss (no duplicate:
+/// see [`postgres`]).
+fn on_pg_response(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u8]) -> Pass {
+    let begins = c.pg.on_server(message);
+    let Some(node) = node.filter(|_| begins) else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    answer_faults(shared, node, c, None)
 }
 
 /// Sends `request` again on a connection of its own; its answer is read and discarded.

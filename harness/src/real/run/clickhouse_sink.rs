@@ -48,7 +48,7 @@ use crate::history::{History, RecordRef, Value};
 use crate::real::bulk::jdbc::timed_load;
 use crate::real::bulk::one_insert;
 use crate::real::container::Runtime;
-use crate::real::net::proxy::{Identify, Proxy};
+use crate::real::net::proxy::{Framing, Proxy};
 use crate::real::provision::{ClickHouse as ChServer, ZooKeeper};
 use crate::real::scratch::start_in;
 use crate::report::BulkLoad;
@@ -307,13 +307,7 @@ impl ChTarget {
         let services = ChServices::start_on(runtime)?;
         let http_port = services.ch.http_port();
         let proxy = super::needs::messages_on(scenario, "clickhouse")
-            .then(|| {
-                let identify: Identify = Arc::new(|peer, local| {
-                    crate::real::net::node_of_connection(peer.port(), local.port())
-                });
-                let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], http_port));
-                Proxy::start("clickhouse", upstream, seed, identify)
-            })
+            .then(|| Proxy::in_front_of("clickhouse", http_port, seed, Framing::Alternating))
             .transpose()?;
         let port = proxy.as_ref().map_or(http_port, Proxy::port);
         let raw = connector_raw(scenario, port, &services.zk.connect_string());

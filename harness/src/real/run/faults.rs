@@ -15,7 +15,8 @@
 //! | `heal` | every cut link restored; each one's dropped packets recorded as its effect |
 //! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
-//! | `messages` on PostgreSQL, ZooKeeper | not injected, noted |
+//! | `messages` on `postgres` | the same through a proxy reading PostgreSQL's messages in front of its listener (no duplicates: noted) |
+//! | `messages` on ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
 //! | `add-partitions` | `Admin.createPartitions` through librdkafka; the drain and final read follow the cluster's partition count |
@@ -332,14 +333,16 @@ impl Run<'_> {
     }
 
     /// The message-fault proxy in front of `server`, if the run has one (ClickHouse's
-    /// HTTP listener when the scenario has `messages` faults on `clickhouse`; each
+    /// HTTP listener when the scenario has `messages` faults on `clickhouse`, PostgreSQL's
+    /// when it has them on `postgres`; each
     /// broker's listener when it has them on brokers, [`super::needs::messages_on_brokers`]).
     fn proxy(&self, server: &str) -> Option<&Proxy> {
         if let Some(p) = self.broker_proxies.get(server) {
             return Some(p);
         }
         match &self.target {
-            super::pipelines::Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
+            Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
+            Target::Postgres(t) if server == "postgres" => t.proxy.as_ref(),
             _ => None,
         }
     }
@@ -371,12 +374,19 @@ impl Run<'_> {
         }
         if !without.is_empty() {
             let why = format!(
-                "message faults act through the proxies in front of ClickHouse's HTTP listener \
-                 and the brokers' listeners only; [{}] have none (PostgreSQL's and \
-                 ZooKeeper's protocols are not framed by the proxy)",
+                "message faults act through the proxies in front of ClickHouse's HTTP \
+                 listener, PostgreSQL's and the brokers' listeners only; [{}] have none \
+                 (ZooKeeper's protocol is not framed by the proxy)",
                 without.join(",")
             );
             self.unsupported(fault, &why);
+        }
+        if settings.duplicate_probability > 0.0 && faulted.iter().any(|t| t == "postgres") {
+            self.unsupported(
+                fault,
+                "duplicates to postgres: a statement belongs to its session (its open \
+                 transaction, its prepared statements), so the proxy sends none again",
+            );
         }
         if faulted.is_empty() {
             return;
@@ -398,12 +408,15 @@ impl Run<'_> {
     fn cut(&mut self, fault: &Fault, cuts: Vec<Cut>) -> bool {
         let nodes = self.net_nodes();
         // A proxy listens for its server: its port is the server's in the rules.
-        let proxy_port = self.proxy("clickhouse").map(Proxy::port);
+        let proxy_ports: Vec<(&str, u16)> = ["clickhouse", "postgres"]
+            .into_iter()
+            .filter_map(|s| Some((s, self.proxy(s)?.port())))
+            .collect();
         let Some(net) = self.network_for(fault) else {
             return false;
         };
-        if let Some(port) = proxy_port {
-            net.add_ports("clickhouse", &[port]);
+        for (server, port) in proxy_ports {
+            net.add_ports(server, &[port]);
         }
         match net.cut(&nodes, cuts) {
             Ok(()) => true,
@@ -462,6 +475,7 @@ impl Run<'_> {
     fn heal_messages(&mut self) -> bool {
         let mut proxies: Vec<&Proxy> = self.broker_proxies.values().collect();
         proxies.extend(self.proxy("clickhouse"));
+        proxies.extend(self.proxy("postgres"));
         let mut was_set = false;
         let mut events = Vec::new();
         for proxy in proxies {

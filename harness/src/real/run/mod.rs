@@ -310,7 +310,7 @@ type BrokerFronts = (
 /// # Errors
 /// No free port, a proxy that cannot bind.
 fn broker_fronts(scenario: &Scenario, seed: u64) -> Result<BrokerFronts, String> {
-    use crate::real::net::proxy::{Framing, Identify, Proxy};
+    use crate::real::net::proxy::{Framing, Proxy};
     let mut proxies = BTreeMap::new();
     if !needs::messages_on_brokers(scenario) {
         return Ok((Vec::new(), proxies));
@@ -320,11 +320,7 @@ fn broker_fronts(scenario: &Scenario, seed: u64) -> Result<BrokerFronts, String>
     let mut fronts = Vec::with_capacity(n);
     for (i, port) in ports.into_iter().enumerate() {
         let name = format!("broker-{}", i + 1);
-        let identify: Identify =
-            Arc::new(|peer, local| crate::real::net::node_of_connection(peer.port(), local.port()));
-        let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let proxy =
-            Proxy::start_framed(&name, upstream, seed + i as u64, identify, Framing::Kafka)?;
+        let proxy = Proxy::in_front_of(&name, port, seed + i as u64, Framing::Kafka)?;
         fronts.push((port, proxy.port()));
         proxies.insert(name, proxy);
     }

@@ -40,6 +40,7 @@ use crate::client::real::RealPostgres;
 use crate::connect::cdc_events::{build_events, id_of};
 use crate::history::{History, Op, OpKind, SourceRecord, Value};
 use crate::real::container::Runtime;
+use crate::real::net::proxy::{Framing, Proxy};
 use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
 use crate::scenario::{Pipeline, Scenario};
@@ -225,10 +226,13 @@ pub fn setup(
     let (pg, dir) = start_in("postgres", |dir| {
         Postgres::start_on(dir, runtime).map_err(|e| e.to_string())
     })?;
+    let proxy = super::needs::messages_on(scenario, "postgres")
+        .then(|| Proxy::in_front_of("postgres", pg.port(), seed, Framing::Postgres))
+        .transpose()?;
     let mut raw = scenario.connector.clone();
     let url = format!(
         "jdbc:postgresql://127.0.0.1:{}/postgres?{}",
-        pg.port(),
+        proxy.as_ref().map_or(pg.port(), Proxy::port),
         url_properties(raw.get("connection.url").map_or("", String::as_str))
     );
     raw.insert("connection.url".into(), url);
@@ -240,6 +244,7 @@ pub fn setup(
         connector,
         sink,
         timeout_ms: scenario.postgres.client_timeout_ms,
+        proxy,
         _dir: dir,
     };
     create_role(&target)?;

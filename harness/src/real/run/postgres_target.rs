@@ -19,6 +19,10 @@ pub struct PgTarget {
     pub sink: JdbcSinkConfig,
     /// `[postgres] client_timeout_ms`.
     pub timeout_ms: u64,
+    /// The message-fault proxy the connector's `connection.url` points at, when the
+    /// scenario has `messages` faults on `postgres` ([`crate::real::net::proxy`],
+    /// PostgreSQL's framing); eosim's own connections go to the server directly.
+    pub proxy: Option<crate::real::net::proxy::Proxy>,
     /// Its scratch directory (dropped after the server).
     pub(super) _dir: tempfile::TempDir,
 }
