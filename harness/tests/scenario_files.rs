@@ -647,7 +647,15 @@ fn consumer_keys_take_kafka_names_and_defaults() {
             c.fetch_min_bytes,
             c.fetch_max_wait_ms
         ),
-        (false, 5_000, 300_000, 1, 500)
+        (false, 5_000, 300_000, 1, None)
+    );
+    let mut config = eosim::client::ConsumerConfig::new("g");
+    scenario.consumer.apply(&mut config);
+    assert_eq!(config.fetch_max_wait_ms, 500, "unset: Kafka's default");
+    let sink = scenario.sink_consumer_config();
+    assert_eq!(
+        (sink.group_id.as_str(), sink.auto_offset_reset),
+        ("sink", eosim::client::AutoOffsetReset::Earliest)
     );
     let text = format!(
         "{HEAD}[consumer]\n\"isolation.level\" = \"read_committed\"\n\

@@ -26,9 +26,36 @@
 //! `routine-load` in `[routine_load.properties]` (`property.isolation.level`,
 //! `property.kafka_default_offsets`).
 
+use super::Scenario;
 use crate::client::{AssignmentStrategy, AutoOffsetReset, ConsumerConfig};
 use eosim_sim::kafka::Isolation;
 use serde::{Deserialize, Serialize};
+
+/// The consumer group of `kafka-consume`'s sink consumers.
+pub const SINK_GROUP: &str = "sink";
+
+/// The real tier's `kafka-consume` consumers' `fetch.max.wait.ms` where `[consumer]` sets
+/// none, ms: shorter than Kafka's 500, so the end-to-end latency a real run measures is the
+/// pipeline's, not the broker's wait for more bytes.
+pub const REAL_FETCH_MAX_WAIT_MS: u64 = 100;
+
+impl Scenario {
+    /// The `kafka-consume` sink consumers' configuration, in simulation and on the real
+    /// tier alike: group [`SINK_GROUP`], this pipeline's `auto.offset.reset = earliest`,
+    /// `[workload]`'s `session_timeout_ms` (heartbeats a third of it), `max_poll_records`
+    /// and `request_timeout_ms`, then every key of `[consumer]` ([`ConsumerSpec::apply`]).
+    pub fn sink_consumer_config(&self) -> ConsumerConfig {
+        let w = &self.workload;
+        let mut config = ConsumerConfig::new(SINK_GROUP);
+        config.auto_offset_reset = AutoOffsetReset::Earliest;
+        config.session_timeout_ms = w.session_timeout_ms;
+        config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
+        config.max_poll_records = w.max_poll_records;
+        config.request_timeout_ms = w.request_timeout_ms;
+        self.consumer.apply(&mut config);
+        config
+    }
+}
 
 /// `isolation.level`, as Kafka spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -93,9 +120,10 @@ pub struct ConsumerSpec {
     #[serde(rename = "fetch.min.bytes")]
     pub fetch_min_bytes: u32,
     /// `fetch.max.wait.ms`, ms: the longest the broker holds a Fetch. 0 answers at once
-    /// (the consumer then fetches in a tight loop, as Java's does).
-    #[serde(rename = "fetch.max.wait.ms")]
-    pub fetch_max_wait_ms: u64,
+    /// (the consumer then fetches in a tight loop, as Java's does). `None`: Kafka's 500 in
+    /// simulation; the real tier's workers then use [`REAL_FETCH_MAX_WAIT_MS`].
+    #[serde(rename = "fetch.max.wait.ms", skip_serializing_if = "Option::is_none")]
+    pub fetch_max_wait_ms: Option<u64>,
     /// `partition.assignment.strategy` as written (see [`AssignmentStrategy::parse_list`]);
     /// `None`: Kafka's default, `RangeAssignor` then `CooperativeStickyAssignor`.
     #[serde(
@@ -119,7 +147,7 @@ impl Default for ConsumerSpec {
             auto_commit_interval_ms: 5_000,
             max_poll_interval_ms: 300_000,
             fetch_min_bytes: 1,
-            fetch_max_wait_ms: 500,
+            fetch_max_wait_ms: None,
             partition_assignment_strategy: None,
             metadata_max_age_ms: crate::client::METADATA_MAX_AGE_MS,
         }
@@ -133,7 +161,9 @@ impl ConsumerSpec {
         config.auto_offset_reset = self.auto_offset_reset;
         config.max_poll_interval_ms = self.max_poll_interval_ms;
         config.fetch_min_bytes = self.fetch_min_bytes;
-        config.fetch_max_wait_ms = self.fetch_max_wait_ms;
+        if let Some(ms) = self.fetch_max_wait_ms {
+            config.fetch_max_wait_ms = ms;
+        }
         config.metadata_max_age_ms = self.metadata_max_age_ms;
         if let Some(list) = self.assignment_strategy() {
             config.partition_assignment_strategy = list;

@@ -24,9 +24,7 @@ use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{
-    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
-};
+use crate::client::{ClientError, Consumer, ProducerConfig, ProducerRecord};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use crate::runner::world::World;
@@ -39,8 +37,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The consumer group the sink's consumers join.
-pub const SINK_GROUP: &str = "sink";
+pub use crate::scenario::consumer::SINK_GROUP;
 
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
@@ -231,14 +228,7 @@ pub async fn consumer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let mut config = ConsumerConfig::new(SINK_GROUP);
-    config.auto_offset_reset = AutoOffsetReset::Earliest;
-    config.session_timeout_ms = w.session_timeout_ms;
-    config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
-    config.max_poll_records = w.max_poll_records;
-    config.request_timeout_ms = w.request_timeout_ms;
-    ctx.scenario.consumer.apply(&mut config);
-    let mut consumer = SimConsumer::new(conn, config);
+    let mut consumer = SimConsumer::new(conn, ctx.scenario.sink_consumer_config());
     let topics = vec![ctx.scenario.topic.name.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;

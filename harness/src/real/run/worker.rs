@@ -20,14 +20,10 @@
 //! them), `time_ns` since `--epoch-ns` (ns since the Unix epoch, shared by every process of
 //! the run). Diagnostics go to stderr, which the runner sends to the worker's log file.
 
-use super::worker_spec::{
-    unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED, SINK_GROUP,
-};
+use super::worker_spec::{unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
-use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
-};
+use crate::client::{ConsumedRecord, Consumer, ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
 use crate::history::{OpKind, RecordRef, Value};
 use crate::scenario::{CommitMode, Pipeline};
@@ -195,23 +191,21 @@ fn open_sink(spec: &WorkerSpec) -> Result<std::fs::File, String> {
         .map_err(|e| format!("{}: sink {}: {e}", spec.name, path.display()))
 }
 
-fn consumer_config(spec: &WorkerSpec) -> ConsumerConfig {
-    let w = &spec.scenario.workload;
-    let mut config = ConsumerConfig::new(SINK_GROUP);
-    config.auto_offset_reset = AutoOffsetReset::Earliest;
-    config.session_timeout_ms = w.session_timeout_ms;
-    config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
-    config.max_poll_records = w.max_poll_records;
-    config.request_timeout_ms = w.request_timeout_ms;
-    // Fetch answers come back as soon as a record is there, for the latency measured.
-    config.fetch_max_wait_ms = 100;
+/// The sink consumers' configuration as the simulation builds it
+/// ([`crate::scenario::Scenario::sink_consumer_config`]), with the real tier's
+/// `fetch.max.wait.ms` where `[consumer]` sets none.
+fn real_consumer_config(spec: &WorkerSpec) -> crate::client::ConsumerConfig {
+    let mut config = spec.scenario.sink_consumer_config();
+    if spec.scenario.consumer.fetch_max_wait_ms.is_none() {
+        config.fetch_max_wait_ms = crate::scenario::consumer::REAL_FETCH_MAX_WAIT_MS;
+    }
     config
 }
 
 async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
     let w = &spec.scenario.workload;
     let mut sink = open_sink(spec)?;
-    let mut consumer = RealConsumer::new(&spec.bootstrap, consumer_config(spec))
+    let mut consumer = RealConsumer::new(&spec.bootstrap, real_consumer_config(spec))
         .map_err(|e| format!("{}: consumer: {e}", spec.name))?;
     let emit = Emit {
         name: spec.name.clone(),

@@ -9,8 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The consumer group the sink's consumers join (as in the simulation).
-pub const SINK_GROUP: &str = "sink";
+pub use crate::scenario::consumer::SINK_GROUP;
 
 /// Which process of the pipeline a worker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
