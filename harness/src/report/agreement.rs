@@ -185,10 +185,17 @@ fn real_run(run_id: &str, sim: &ScenarioResult, real: &ScenarioResult) -> RealRu
             let seed = sim.counterexample.as_ref().map_or(String::new(), |c| {
                 format!(" (the simulation's seed {})", c.seed)
             });
-            let why = format!(
-                "the faults acted on real but the run did not hit the window the \
-                 simulation found{seed}"
-            );
+            let why = if real.faults_injected == 0 {
+                format!(
+                    "the file injects no fault: the violation the simulation found{seed} \
+                     comes from the run's own timing, which the real run did not hit"
+                )
+            } else {
+                format!(
+                    "the faults acted on real but the run did not hit the window the \
+                     simulation found{seed}"
+                )
+            };
             (RunClass::Timing, vec![why])
         }
         (s, r) => {
@@ -315,6 +322,7 @@ mod tests {
             ],
         );
         let mut acted = result("window", Verdict::Holds);
+        acted.faults_injected = 1;
         acted.fault_effects.insert(
             "kill".into(),
             EffectCount {
@@ -353,6 +361,20 @@ mod tests {
         assert_eq!(class("agree"), [RunClass::Agrees]);
         assert_eq!(class("window"), [RunClass::Timing]);
         assert_eq!(class("stall-window"), [RunClass::Timing]);
+        let why = |name: &str| {
+            let row = a.rows.iter().find(|r| r.scenario == name).unwrap();
+            row.real[0].why.join("; ")
+        };
+        assert!(
+            why("window").starts_with("the faults acted on real"),
+            "{}",
+            why("window")
+        );
+        assert!(
+            why("stall-window").starts_with("the file injects no fault"),
+            "{}",
+            why("stall-window")
+        );
         assert_eq!(class("model-bug"), [RunClass::Disagrees]);
         assert_eq!(class("partition-only"), [RunClass::RealGap]);
         assert_eq!(class("skipped"), [RunClass::RealGap]);
