@@ -399,6 +399,38 @@ fn metadata_max_age_and_produce_start_take_kafka_defaults_and_are_read_where_the
 }
 
 #[test]
+fn delivery_timeout_is_kafkas_key_and_must_cover_linger_and_one_request() {
+    let s = Scenario::parse(Path::new("scenarios/ok.toml"), HEAD).expect("parses");
+    let w = &s.workload;
+    let retrying = w.retrying_producer_config().delivery_timeout_ms;
+    assert_eq!(retrying, w.request_timeout_ms * (u64::from(w.retries) + 1));
+    let body = "[workload]\n\"linger.ms\" = 20\n\"delivery.timeout.ms\" = 9000\n";
+    let s =
+        Scenario::parse(Path::new("scenarios/ok.toml"), &format!("{HEAD}{body}")).expect("parses");
+    assert_eq!(
+        s.workload.retrying_producer_config().delivery_timeout_ms,
+        9_000
+    );
+    assert_eq!(
+        s.workload.one_attempt_producer_config().delivery_timeout_ms,
+        9_000
+    );
+    let message = error_of(
+        "[workload]\nrequest_timeout_ms = 5000\n\"linger.ms\" = 20\n\
+                            \"delivery.timeout.ms\" = 5000\n",
+    );
+    assert_mentions(
+        &message,
+        &[
+            "`workload.delivery.timeout.ms`",
+            "at least",
+            "5020",
+            "found 5000",
+        ],
+    );
+}
+
+#[test]
 fn check_expect_accepts_only_holds_or_violated() {
     let message = error_of("[check]\nexpect = \"maybe\"\n");
     assert_mentions(

@@ -609,6 +609,16 @@ pub struct WorkloadSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_in_flight_requests_per_connection: Option<u32>,
+    /// The input producer's `delivery.timeout.ms`, ms ([`producer`]): how long a record
+    /// may take, its retries included, before its send fails. Default unset:
+    /// `request_timeout_ms × (retries + 1)` for the retrying producers (`kafka-consume`,
+    /// `connect-jdbc`), `linger.ms + request_timeout_ms` for the one-attempt ones.
+    #[serde(
+        default,
+        rename = "delivery.timeout.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delivery_timeout_ms: Option<u64>,
     /// The input producer's `metadata.max.age.ms`, ms ([`producer`]): how old the topic's
     /// metadata may get before it is fetched again, so that partitions added to the topic
     /// are written to. Default unset: 300000 (Kafka's).

@@ -8,6 +8,7 @@
 //! "batch.size" = 16384                          # bytes; default 16384 (Kafka's)
 //! "max.in.flight.requests.per.connection" = 5   # default 1 here; Kafka: 5
 //! "enable.idempotence" = false                  # default false in kafka-consume
+//! "delivery.timeout.ms" = 120000               # ms; default here: see below
 //! "metadata.max.age.ms" = 300000                # ms; Kafka's default
 //! ```
 //!
@@ -28,7 +29,8 @@
 //!   `enable.idempotence` (`ProducerConfig.postProcessAndValidateIdempotenceConfigs`).
 //! - `enable.idempotence = true` only with `acks = "all"` (same place).
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
-//!   (`KafkaProducer.configureDeliveryTimeout`), where `kafka-consume`'s and
+//!   (`KafkaProducer.configureDeliveryTimeout`), where, unless `"delivery.timeout.ms"` is
+//!   set, `kafka-consume`'s and
 //!   `connect-jdbc`'s delivery timeout is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
 //!   retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
 //!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
@@ -59,6 +61,9 @@ impl WorkloadSpec {
         if let Some(idempotent) = self.enable_idempotence {
             config.enable_idempotence = idempotent;
         }
+        if let Some(ms) = self.delivery_timeout_ms {
+            config.delivery_timeout_ms = ms;
+        }
         if let Some(max_age_ms) = self.metadata_max_age_ms {
             config.metadata_max_age_ms = max_age_ms;
         }
@@ -67,7 +72,7 @@ impl WorkloadSpec {
     /// The input producer of `kafka-consume` and `connect-jdbc`, in simulation and on the
     /// real tier: `[workload] acks`, `retries` and `request_timeout_ms`, not idempotent
     /// unless `"enable.idempotence"` says so, `delivery.timeout.ms = request_timeout_ms ×
-    /// (retries + 1)`, and this module's batching keys.
+    /// (retries + 1)` unless `"delivery.timeout.ms"` is set, and this module's keys.
     pub fn retrying_producer_config(&self) -> ProducerConfig {
         let mut config = ProducerConfig {
             acks: self.acks,
@@ -86,7 +91,8 @@ impl WorkloadSpec {
     /// one attempt per record (or batch) within `request_timeout_ms` after its linger (a
     /// send that fails is recorded as failed or unknown, never retried into a duplicate the
     /// checkers would blame on the sink); this module's batching keys.
-    /// `delivery.timeout.ms` is `linger.ms + request.timeout.ms`, the least Kafka accepts.
+    /// `delivery.timeout.ms` is `linger.ms + request.timeout.ms`, the least Kafka accepts,
+    /// unless `"delivery.timeout.ms"` is set.
     pub fn one_attempt_producer_config(&self) -> ProducerConfig {
         let mut config = ProducerConfig {
             acks: self.acks,
@@ -95,8 +101,8 @@ impl WorkloadSpec {
             retries: 0,
             ..ProducerConfig::default()
         };
+        config.delivery_timeout_ms = self.linger_ms.unwrap_or(0) + self.request_timeout_ms;
         self.apply_producer_keys(&mut config);
-        config.delivery_timeout_ms = config.linger_ms + self.request_timeout_ms;
         config
     }
 
@@ -110,6 +116,7 @@ impl WorkloadSpec {
                 self.max_in_flight_requests_per_connection.is_some(),
             ),
             ("enable.idempotence", self.enable_idempotence.is_some()),
+            ("delivery.timeout.ms", self.delivery_timeout_ms.is_some()),
             ("metadata.max.age.ms", self.metadata_max_age_ms.is_some()),
         ];
         keys.iter()
@@ -170,9 +177,21 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
         "workload.enable.idempotence",
         "the idempotent producer needs acks = \"all\"".into(),
     )?;
+    let linger_ms = w.linger_ms.unwrap_or(0);
+    if let Some(delivery_ms) = w.delivery_timeout_ms {
+        let least = linger_ms + w.request_timeout_ms;
+        ensure(
+            delivery_ms >= least,
+            "workload.delivery.timeout.ms",
+            format!(
+                "expected at least linger.ms + request.timeout.ms = {least} (Kafka's \
+                 KafkaProducer.configureDeliveryTimeout), found {delivery_ms}"
+            ),
+        )?;
+    }
     if one_attempt {
-        // `retries = 0` and `delivery.timeout.ms = linger.ms + request.timeout.ms`
-        // (`WorkloadSpec::one_attempt_producer_config`): any linger fits.
+        // `retries = 0` and `delivery.timeout.ms = linger.ms + request.timeout.ms` unless
+        // set (`WorkloadSpec::one_attempt_producer_config`): any linger fits.
         return ensure(
             !idempotent,
             "workload.enable.idempotence",
@@ -182,8 +201,10 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
                 .into(),
         );
     }
+    if w.delivery_timeout_ms.is_some() {
+        return Ok(());
+    }
     let linger_max = w.request_timeout_ms * u64::from(w.retries);
-    let linger_ms = w.linger_ms.unwrap_or(0);
     ensure(
         linger_ms <= linger_max,
         "workload.linger.ms",
