@@ -52,6 +52,20 @@ impl Brokers {
     }
 }
 
+/// An admin client of `bootstrap` (30 s per call) and a runtime to drive it from the
+/// synchronous runner.
+///
+/// # Errors
+/// A runtime that cannot be built, a configuration librdkafka refuses.
+fn admin_on(bootstrap: &str) -> Result<(tokio::runtime::Runtime, RealAdmin), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    Ok((runtime, admin))
+}
+
 /// Creates the scenario's topic with its settings.
 ///
 /// # Errors
@@ -66,11 +80,7 @@ pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> 
 /// The admin client's error, naming the topic and the bootstrap servers.
 pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Result<(), String> {
     let config = t.to_config();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let (runtime, admin) = admin_on(bootstrap)?;
     runtime
         .block_on(admin.create_topic(&t.name, t.partitions, t.replication_factor, config))
         .map_err(|e| format!("kafka ({bootstrap}): create topic {}: {e}", t.name))
@@ -82,11 +92,7 @@ pub fn create_topic_spec(bootstrap: &str, t: &crate::scenario::TopicSpec) -> Res
 /// # Errors
 /// The broker's refusal, or a failed request.
 pub fn create_partitions(bootstrap: &str, topic: &str, count: u32) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let (runtime, admin) = admin_on(bootstrap)?;
     runtime
         .block_on(admin.create_partitions(topic, count))
         .map_err(|e| e.to_string())
@@ -104,11 +110,7 @@ pub fn delete_records(
     bootstrap: &str,
     offsets: &[(TopicPartition, Option<Offset>)],
 ) -> Result<LowWatermarks, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    let admin = RealAdmin::new(bootstrap, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let (runtime, admin) = admin_on(bootstrap)?;
     let results = runtime
         .block_on(admin.delete_records(offsets))
         .map_err(|e| format!("kafka ({bootstrap}): delete records: {e}"))?;
