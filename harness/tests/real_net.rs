@@ -345,3 +345,91 @@ fn the_postgres_framed_proxy_loses_a_commit_answer_after_the_commit_and_drops_re
     drop(proxy);
     drop(pg);
 }
+
+/// The real JDBC client ([`RealPostgres`]) through the PostgreSQL proxy: a batch whose
+/// first answer is lost times out, and the client closes that session at once, as pgJDBC
+/// closes a connection whose socket timed out, so the server ends the backend and rolls
+/// back the transaction the batch had opened. Before, tokio-postgres kept the silenced
+/// connection up while its requests waited for answers: the backend stayed idle in
+/// transaction holding its row locks, and every later batch on those rows timed out (the
+/// real P2 stall under lost answers). The same client's next batch on the same row is
+/// served.
+#[test]
+fn a_batch_whose_answer_is_lost_ends_its_session_and_the_next_batch_is_served() {
+    use eosim::client::postgres::PostgresClient;
+    use eosim::client::real::RealPostgres;
+    use eosim_sim::postgres::{Statement, Value};
+    if !real_enabled("a_batch_whose_answer_is_lost_ends_its_session") {
+        return;
+    }
+    let dir = service_dir("net-proxy-postgres-session");
+    let pg = Postgres::start(&dir.path().join("pg")).expect("postgres starts");
+    let identify: Identify = Arc::new(|_, _| Some("connect-1".to_string()));
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], pg.port()));
+    let proxy =
+        Proxy::start_framed("postgres", upstream, 5, identify, Framing::Postgres).expect("proxy");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        pg.port()
+    );
+    let (direct, connection) = runtime
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    runtime.spawn(connection);
+    runtime
+        .block_on(direct.batch_execute(
+            "CREATE TABLE t (id bigint PRIMARY KEY, v bigint); INSERT INTO t VALUES (1, 0)",
+        ))
+        .unwrap();
+    let in_transaction = || -> i64 {
+        let q = "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'";
+        runtime.block_on(direct.query_one(q, &[])).unwrap().get(0)
+    };
+    let proxied = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.port()
+    );
+    let mut client = RealPostgres::from_connection_string(&proxied, 2_000).expect("client");
+    let update = |v: i64| {
+        vec![Statement::Update {
+            table: "t".into(),
+            set: vec![("v".into(), Value::Int(v))],
+            where_pk: vec![Value::Int(1)],
+        }]
+    };
+    runtime
+        .block_on(client.execute_batch(update(1)))
+        .expect("served before the fault");
+    proxy.set_faults(
+        "connect-1",
+        MessageFaults {
+            drop_response_probability: 1.0,
+            ..MessageFaults::default()
+        },
+    );
+    let lost = runtime.block_on(client.execute_batch(update(2)));
+    assert!(lost.is_err(), "the batch's answer was lost: {lost:?}");
+    proxy.clear_faults();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while in_transaction() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the timed-out session still holds its transaction open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runtime
+        .block_on(client.execute_batch(update(3)))
+        .expect("the next batch on the same row is served");
+    let v: i64 = runtime
+        .block_on(direct.query_one("SELECT v FROM t WHERE id = 1", &[]))
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 3);
+    drop(proxy);
+    drop(pg);
+}

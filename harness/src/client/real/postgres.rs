@@ -41,7 +41,7 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 pub struct RealPostgres {
     config: tokio_postgres::Config,
     timeout: Duration,
-    client: Option<Client>,
+    client: Option<Session>,
     keys: BTreeMap<String, Vec<String>>,
     rewrite_batched_inserts: bool,
 }
@@ -53,6 +53,30 @@ impl std::fmt::Debug for RealPostgres {
             .field("ports", &self.config.get_ports())
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
+    }
+}
+
+/// An open session: the client and the task driving its connection. Dropping it closes
+/// the socket at once, as pgJDBC closes a connection whose socket timed out, so the server
+/// ends the backend and rolls back what it had open (its row locks with it). Dropping the
+/// client alone would not: tokio-postgres keeps the connection up while a request is still
+/// waiting for its answer, and a lost answer never comes.
+struct Session {
+    client: Client,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.connection.abort();
     }
 }
 
@@ -179,14 +203,14 @@ impl RealPostgres {
 
     /// The session, connected (and set up) if it is not.
     async fn connect(&mut self) -> Result<&Client, PgClientError> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
+        if self.client.as_ref().is_some_and(|s| s.is_closed()) {
             self.client = None;
         }
         if self.client.is_none() {
             let client = open(&self.config, self.timeout).await?;
             self.client = Some(client);
         }
-        Ok(self.client.as_ref().expect("connected above"))
+        Ok(&self.client.as_ref().expect("connected above").client)
     }
 
     /// Runs one query text in autocommit mode or inside the current transaction.
@@ -360,17 +384,21 @@ impl RealPostgres {
 }
 
 /// Opens a session and applies [`sql::SESSION_SETTINGS`].
-async fn open(config: &tokio_postgres::Config, timeout: Duration) -> Result<Client, PgClientError> {
+async fn open(
+    config: &tokio_postgres::Config,
+    timeout: Duration,
+) -> Result<Session, PgClientError> {
     let (client, connection) = match tokio::time::timeout(timeout, config.connect(NoTls)).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => return Err(PgClientError::Connection(format!("connect: {e}"))),
         Err(_) => return Err(PgClientError::Connection("connect: timed out".into())),
     };
-    tokio::spawn(async move {
+    let connection = tokio::spawn(async move {
         let _ = connection.await;
     });
-    match tokio::time::timeout(timeout, client.batch_execute(sql::SESSION_SETTINGS)).await {
-        Ok(Ok(())) => Ok(client),
+    let session = Session { client, connection };
+    match tokio::time::timeout(timeout, session.batch_execute(sql::SESSION_SETTINGS)).await {
+        Ok(Ok(())) => Ok(session),
         Ok(Err(e)) => Err(PgClientError::Connection(format!("session setup: {e}"))),
         Err(_) => Err(PgClientError::Connection("session setup: timed out".into())),
     }
