@@ -157,7 +157,7 @@ async fn simulate(
     }
     let outcome = SeedOutcome {
         seed,
-        history: world.recorder.snapshot(),
+        history: world.recorder.take(),
         stalled,
         crashed: None,
         sim_time_ms: now_ns() / 1_000_000,
@@ -168,7 +168,7 @@ async fn simulate(
         schedule,
     };
     // Every node and task of the run goes with it (see `World::shutdown`); nothing is
-    // recorded after the snapshot above, so the outcome does not depend on this.
+    // recorded after the history is taken above, so the outcome does not depend on this.
     world.shutdown();
     (outcome, Arc::downgrade(&world.kafka.cluster))
 }

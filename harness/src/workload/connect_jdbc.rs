@@ -65,8 +65,9 @@ struct Context {
     shared: Arc<Mutex<Shared>>,
     herder: Herder,
     pg: PostgresWorld,
-    connector: ConnectorConfig,
-    sink: JdbcSinkConfig,
+    /// Shared: every record's delivery callback holds a clone of the context.
+    connector: Arc<ConnectorConfig>,
+    sink: Arc<JdbcSinkConfig>,
     /// The transactional upstream, with `[workload] "transactional.id"`.
     upstream: Option<UpstreamTxn>,
 }
@@ -291,8 +292,8 @@ impl ConnectJdbc {
             shared: Arc::default(),
             herder: Herder::new(worker, parser),
             pg: PostgresWorld::new(Database::new(DbConfig::default())),
-            connector,
-            sink,
+            connector: Arc::new(connector),
+            sink: Arc::new(sink),
             upstream,
         };
         Self { ctx }
