@@ -1,7 +1,7 @@
 //! The rdkafka clients against Apache Kafka 4.x started natively (KRaft): produce,
-//! consume with a group, commit, re-read committed offsets, murmur2 placement, pause and
-//! leader failover, and a differential test against the Kafka model. Runs only with
-//! `EOSIM_REAL=1`.
+//! consume with a group, commit, re-read committed offsets, murmur2 placement, pause (and
+//! its end at a rebalance) and leader failover, and a differential test against the Kafka
+//! model. Runs only with `EOSIM_REAL=1`.
 #![cfg(not(madsim))]
 
 #[path = "real_support/differential.rs"]
@@ -474,4 +474,87 @@ fn a_differential_failure_is_kept_in_the_corpus_and_replayed_first() {
     std::env::remove_var("EOSIM_DIFF_SEED");
     let seen = seen.into_inner().expect("seen");
     assert_eq!(seen.first(), Some(&failing), "replayed: {seen:?}");
+}
+
+/// Java's `KafkaConsumer.pause`: the pause of a partition revoked from the consumer is not
+/// kept, so a paused partition that a rebalance revokes and gives back is consumed again
+/// (apache/kafka#22538 documents it; `SubscriptionState.assignFromSubscribed` builds fresh
+/// partition states). librdkafka keeps the pause on the partition object across the
+/// unassign and the assign (confluentinc/librdkafka#1849, confluent-kafka-go#193): the
+/// real consumer resumes what it is assigned, or a Connect task whose `put` failed before
+/// a rebalance never reads its partitions again (the real P2 stall under lost answers).
+#[test]
+fn a_paused_partition_revoked_and_assigned_again_is_consumed() {
+    if !real_enabled("a_paused_partition_revoked_and_assigned_again_is_consumed") {
+        return;
+    }
+    let dir = service_dir("kafka-pause-rebalance");
+    let kafka =
+        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
+        admin
+            .create_topic("paused", 2, 1, TopicConfig::default())
+            .await
+            .unwrap();
+        let topics = ["paused".to_string()];
+        let mut a = RealConsumer::new(&bootstrap, consumer_config("g-paused")).unwrap();
+        assert!(a.listen_for_revocations());
+        a.subscribe(&topics).await.unwrap();
+        let started = Instant::now();
+        while a.assignment().len() < 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "a never assigned"
+            );
+            a.poll(Duration::from_millis(200)).await.expect("poll");
+        }
+        a.pause(&a.assignment()).unwrap();
+        let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        let deliveries = produce_all(&producer, "paused", &keys).await;
+        let produced_to: std::collections::BTreeSet<u32> =
+            deliveries.iter().map(|d| d.partition).collect();
+        assert_eq!(produced_to.len(), 2, "both partitions get records");
+        let paused = poll_until(&mut a, 1, Duration::from_secs(3)).await;
+        assert!(paused.is_empty(), "paused partitions returned {paused:?}");
+
+        // `b` joins (eager: every partition is revoked from `a`), then leaves (revoked
+        // again, both given back to `a`).
+        let mut b = RealConsumer::new(&bootstrap, consumer_config("g-paused")).unwrap();
+        b.subscribe(&topics).await.unwrap();
+        let started = Instant::now();
+        while b.assignment().is_empty() || a.assignment().len() != 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "b never joined"
+            );
+            let (pa, pb) = tokio::join!(
+                a.poll(Duration::from_millis(200)),
+                b.poll(Duration::from_millis(200))
+            );
+            pa.expect("a polls");
+            pb.expect("b polls");
+            let _ = a.take_revocation();
+        }
+        b.close().await;
+
+        // Nothing was committed: `a` reads both partitions from the start.
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        while seen.len() < keys.len() && started.elapsed() < Duration::from_secs(60) {
+            seen.extend(a.poll(Duration::from_millis(200)).await.expect("poll"));
+            let _ = a.take_revocation();
+        }
+        let read_from: std::collections::BTreeSet<u32> =
+            seen.iter().map(|r| r.tp.partition).collect();
+        assert_eq!(
+            (seen.len(), read_from.len()),
+            (keys.len(), 2),
+            "after the rebalances `a` (assigned {:?}) read {seen:?}",
+            a.assignment()
+        );
+        a.close().await;
+    });
 }

@@ -330,6 +330,26 @@ fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
     }
 }
 
+/// Lets a closing consumer's revocation through ([`RebalanceContext::stop_listening`]) and
+/// unassigns what a held revocation kept assigned, so that `rd_kafka_consumer_close` does
+/// not wait for an unassign nobody will call.
+fn stop_listening(consumer: &Inner) {
+    if consumer.context().stop_listening() {
+        let _ = consumer.unassign();
+    }
+}
+
+/// A consumer dropped without [`Consumer::close`] (a panicking test, an aborted task) closes
+/// in its drop: without this, a revocation held for the application blocked that drop for
+/// ever.
+impl Drop for RealConsumer {
+    fn drop(&mut self) {
+        if let Some(consumer) = &self.consumer {
+            stop_listening(consumer);
+        }
+    }
+}
+
 impl RealConsumer {
     /// A consumer of group `config.group_id` on `bootstrap_servers`. Call it inside a tokio
     /// runtime (rdkafka's `StreamConsumer` spawns its wake-up task there): within `async`
@@ -584,6 +604,7 @@ impl Consumer for RealConsumer {
 
     async fn close(&mut self) {
         if let Some(consumer) = self.consumer.take() {
+            stop_listening(&consumer);
             // Dropping the last handle runs rd_kafka_consumer_close (LeaveGroup), which
             // blocks: do it on the blocking pool.
             consumer.unsubscribe();

@@ -13,7 +13,10 @@
 //!
 //! Without listening, and for assignments, the callback does what rdkafka's default does
 //! for the eager protocol (the range assignor): `assign` the new partitions, unassign on
-//! revoke or error.
+//! revoke or error. An assignment is also resumed: Java forgets the pause of a revoked
+//! partition (`KafkaConsumer.pause`: apache/kafka#22538), librdkafka keeps it on the
+//! partition object, so a partition paused before a rebalance and assigned again would
+//! never be fetched (confluentinc/librdkafka#1849, confluent-kafka-go#193).
 //!
 //! [`Consumer::listen_for_revocations`]: crate::client::Consumer::listen_for_revocations
 
@@ -53,6 +56,16 @@ impl RebalanceContext {
         self.lock().listening = true;
     }
 
+    /// Stops holding revocations back: the consumer is closing. librdkafka's close revokes
+    /// the assignment through this callback and waits for the unassign, so a listening
+    /// context would hold that revocation and the close would never end. Returns whether a
+    /// revocation was held or handed out and not unassigned yet (the caller unassigns).
+    pub fn stop_listening(&self) -> bool {
+        let mut state = self.lock();
+        state.listening = false;
+        state.held.take().is_some() | std::mem::take(&mut state.handed_out)
+    }
+
     /// A held revocation not handed out yet, now handed out.
     pub fn hand_out(&self) -> Option<Revocation> {
         let mut state = self.lock();
@@ -79,6 +92,10 @@ impl ConsumerContext for RebalanceContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let _ = base_consumer.assign(tpl);
+                // A fresh assignment is not paused, as in Java (`SubscriptionState.
+                // assignFromSubscribed` builds new partition states); librdkafka keeps a
+                // partition's pause across the unassign and the assign (librdkafka#1849).
+                let _ = base_consumer.resume(tpl);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
                 if self.lock().listening && tpl.count() > 0 =>
