@@ -240,8 +240,6 @@ pub fn nonmonotonic_send_cases(history: &History, a: &Analysis) -> Vec<Case> {
     cases
 }
 
-type Position = (TopicPartition, Offset);
-
 /// `inconsistent-offsets`: observations (acks, polls, final logs, sink writes and sink state)
 /// disagree on where a record is. Two inferences:
 /// 1. one (partition, offset) was seen holding different ids (e.g. an acknowledged offset
@@ -251,69 +249,80 @@ type Position = (TopicPartition, Offset);
 ///
 /// An id the final log holds at several offsets is a `duplicate`, not this.
 pub fn inconsistent_offsets_cases(a: &Analysis) -> Vec<Case> {
-    let mut by_position: BTreeMap<Position, BTreeMap<u64, BTreeSet<usize>>> = BTreeMap::new();
-    let mut by_id: BTreeMap<u64, BTreeMap<Position, BTreeSet<usize>>> = BTreeMap::new();
-    for o in &a.observations {
-        let position = (o.tp.clone(), o.offset);
-        let ids = by_position.entry(position.clone()).or_default();
-        ids.entry(o.id).or_default().insert(o.op);
-        by_id
-            .entry(o.id)
-            .or_default()
-            .entry(position)
-            .or_default()
-            .insert(o.op);
-    }
+    // Every observation as (partition, offset, id, op), borrowed and sorted once by
+    // position, then again by id: no map per observation (this ran on every history, and
+    // its two maps of cloned partitions were the checker's largest cost).
+    let mut seen: Vec<Seen<'_>> = a
+        .observations
+        .iter()
+        .map(|o| (&o.tp, o.offset, o.id, o.op))
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
     let mut cases = Vec::new();
-    for ((tp, offset), ids) in by_position.iter().filter(|(_, ids)| ids.len() > 1) {
-        let listed: Vec<String> = ids.keys().map(u64::to_string).collect();
-        let ops: BTreeSet<usize> = ids.values().flatten().copied().collect();
+    for at in seen.chunk_by(|x, y| (x.0, x.1) == (y.0, y.1)) {
+        let mut ids: Vec<u64> = at.iter().map(|s| s.2).collect();
+        ids.dedup();
+        if ids.len() < 2 {
+            continue;
+        }
+        let (tp, offset) = (at[0].0, at[0].1);
+        let listed: Vec<String> = ids.iter().map(u64::to_string).collect();
         cases.push(Case {
-            ids: ids.keys().copied().collect(),
-            tp: Some(tp.clone()),
-            offsets: vec![*offset],
-            ops: ops.into_iter().collect(),
             text: format!("{tp}@{offset} was seen holding ids {}", listed.join(", ")),
+            ids,
+            tp: Some(tp.clone()),
+            offsets: vec![offset],
+            ops: sorted_ops(at),
         });
     }
-    for (id, positions) in &by_id {
-        cases.extend(stray_positions_case(a, *id, positions));
+    seen.sort_unstable_by_key(|&(tp, offset, id, op)| (id, tp, offset, op));
+    for of_id in seen.chunk_by(|x, y| x.2 == y.2) {
+        cases.extend(stray_positions_case(a, of_id));
     }
     cases
 }
 
-/// Inference 2 of [`inconsistent_offsets_cases`] for one id.
-fn stray_positions_case(
-    a: &Analysis,
-    id: u64,
-    positions: &BTreeMap<Position, BTreeSet<usize>>,
-) -> Option<Case> {
-    let in_log: BTreeSet<&Position> = a.log_positions.get(&id).into_iter().flatten().collect();
-    let stray: Vec<(&Position, &BTreeSet<usize>)> = if in_log.is_empty() {
-        positions.iter().filter(|_| positions.len() > 1).collect()
-    } else {
-        positions
-            .iter()
-            .filter(|(p, _)| !in_log.contains(p))
-            .collect()
-    };
-    let ((tp, _), _) = stray.first()?;
-    let places: Vec<String> = stray
+/// An observation of [`inconsistent_offsets_cases`]: (partition, offset, id, op index).
+type Seen<'a> = (&'a TopicPartition, Offset, u64, usize);
+
+/// The op indices of `seen`, sorted, each once.
+fn sorted_ops(seen: &[Seen<'_>]) -> Vec<usize> {
+    let mut ops: Vec<usize> = seen.iter().map(|s| s.3).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    ops
+}
+
+/// Inference 2 of [`inconsistent_offsets_cases`] for the observations of one id, sorted by
+/// position.
+fn stray_positions_case(a: &Analysis, of_id: &[Seen<'_>]) -> Option<Case> {
+    let id = of_id.first()?.2;
+    let in_log: &[(TopicPartition, Offset)] = a.log_positions.get(&id).map_or(&[], Vec::as_slice);
+    let positions = of_id.chunk_by(|x, y| (x.0, x.1) == (y.0, y.1)).count();
+    let stray: Vec<Seen<'_>> = of_id
         .iter()
-        .map(|((tp, o), _)| format!("{tp}@{o}"))
+        .copied()
+        .filter(|&(tp, offset, _, _)| {
+            if in_log.is_empty() {
+                positions > 1
+            } else {
+                !in_log.iter().any(|(t, o)| t == tp && *o == offset)
+            }
+        })
         .collect();
-    let ops: BTreeSet<usize> = stray
-        .iter()
-        .flat_map(|(_, ops)| ops.iter().copied())
-        .collect();
+    let tp = stray.first()?.0;
+    let mut places: Vec<(&TopicPartition, Offset)> = stray.iter().map(|s| (s.0, s.1)).collect();
+    places.dedup();
+    let listed: Vec<String> = places.iter().map(|(tp, o)| format!("{tp}@{o}")).collect();
     Some(Case {
         ids: vec![id],
         tp: Some(tp.clone()),
-        offsets: stray.iter().map(|((_, o), _)| *o).collect(),
-        ops: ops.into_iter().collect(),
+        offsets: places.iter().map(|(_, o)| *o).collect(),
+        ops: sorted_ops(&stray),
         text: format!(
             "record {id} was seen at {}, not where the final log has it",
-            places.join(", ")
+            listed.join(", ")
         ),
     })
 }
