@@ -91,10 +91,19 @@ impl RealTransactionalProducer {
             ..config.producer.clone()
         };
         let mut c = producer_client_config(bootstrap_servers, &producer_config);
-        c.set("transactional.id", &config.transactional_id).set(
-            "transaction.timeout.ms",
-            config.transaction_timeout_ms.to_string(),
-        );
+        // librdkafka refuses a transactional producer whose `socket.timeout.ms` (here
+        // `request.timeout.ms`, see `producer_client_config`) exceeds
+        // `transaction.timeout.ms` + 100 (`rd_kafka_conf_finalize`); Java has no such rule.
+        let socket_timeout_ms = producer_config
+            .request_timeout_ms
+            .max(10)
+            .min(config.transaction_timeout_ms + 100);
+        c.set("transactional.id", &config.transactional_id)
+            .set(
+                "transaction.timeout.ms",
+                config.transaction_timeout_ms.to_string(),
+            )
+            .set("socket.timeout.ms", socket_timeout_ms.to_string());
         let producer = c.create().map_err(|e| {
             ClientError::Fatal(format!("transactional producer configuration: {e}"))
         })?;
