@@ -23,7 +23,7 @@ use eosim::client::{
 };
 use eosim::real::provision::Kafka;
 use eosim_sim::kafka::{KafkaError, Offset, TopicConfig, TopicPartition};
-use real_support::{real_enabled, runtime, service_dir, timed};
+use real_support::{one_broker, real_enabled, runtime, service_dir, timed};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,15 @@ fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
     next.into_iter().collect()
 }
 
+/// Creates `topic` with `partitions` partitions, replication factor 1.
+async fn create_topic(bootstrap: &str, topic: &str, partitions: u32) {
+    RealAdmin::new(bootstrap, ADMIN_TIMEOUT)
+        .unwrap()
+        .create_topic(topic, partitions, 1, TopicConfig::default())
+        .await
+        .unwrap();
+}
+
 async fn produce_all(producer: &RealProducer, topic: &str, keys: &[String]) -> Vec<Delivery> {
     let mut deliveries = Vec::new();
     for (i, key) in keys.iter().enumerate() {
@@ -93,9 +102,7 @@ fn one_broker_produce_consume_commit_and_reread_committed_offsets() {
     if !real_enabled("one_broker_produce_consume_commit_and_reread_committed_offsets") {
         return;
     }
-    let dir = service_dir("kafka-1");
-    let mut kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (mut kafka, _dir) = one_broker("kafka-1");
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
         let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
@@ -218,16 +225,10 @@ fn keyed_records_land_on_the_murmur2_partition() {
     if !real_enabled("keyed_records_land_on_the_murmur2_partition") {
         return;
     }
-    let dir = service_dir("kafka-murmur2");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (kafka, _dir) = one_broker("kafka-murmur2");
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
-        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
-        admin
-            .create_topic("keyed", 3, 1, TopicConfig::default())
-            .await
-            .unwrap();
+        create_topic(&bootstrap, "keyed", 3).await;
         let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
         let mut keys: Vec<String> = vec!["0".into(), "1".into(), "key-1".into()];
         keys.extend((0..20).map(|i| format!("user-{i}")));
@@ -313,9 +314,7 @@ fn model_and_real_kafka_agree_on_offsets_commits_and_fetches() {
     if !real_enabled("model_and_real_kafka_agree_on_offsets_commits_and_fetches") {
         return;
     }
-    let dir = service_dir("kafka-differential");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (kafka, _dir) = one_broker("kafka-differential");
     let cases = real_support::diff_cases(8);
     let (agreed, ran, tally) = timed(&format!("differential, {cases} cases"), || {
         differential::run(&kafka.bootstrap_servers(), cases)
@@ -408,16 +407,10 @@ fn commit_after_max_poll_interval_is_commit_failed() {
     if !real_enabled("commit_after_max_poll_interval_is_commit_failed") {
         return;
     }
-    let dir = service_dir("kafka-poll-interval");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (kafka, _dir) = one_broker("kafka-poll-interval");
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
-        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
-        admin
-            .create_topic("slow", 2, 1, TopicConfig::default())
-            .await
-            .unwrap();
+        create_topic(&bootstrap, "slow", 2).await;
         let producer = RealProducer::new(&bootstrap, ProducerConfig::default()).unwrap();
         let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
         produce_all(&producer, "slow", &keys).await;
@@ -488,16 +481,10 @@ fn a_paused_partition_revoked_and_assigned_again_is_consumed() {
     if !real_enabled("a_paused_partition_revoked_and_assigned_again_is_consumed") {
         return;
     }
-    let dir = service_dir("kafka-pause-rebalance");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (kafka, _dir) = one_broker("kafka-pause-rebalance");
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
-        let admin = RealAdmin::new(&bootstrap, ADMIN_TIMEOUT).unwrap();
-        admin
-            .create_topic("paused", 2, 1, TopicConfig::default())
-            .await
-            .unwrap();
+        create_topic(&bootstrap, "paused", 2).await;
         let topics = ["paused".to_string()];
         let mut a = RealConsumer::new(&bootstrap, consumer_config("g-paused")).unwrap();
         assert!(a.listen_for_revocations());

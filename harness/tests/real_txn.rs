@@ -23,9 +23,8 @@ use eosim::client::{
     Admin, AutoOffsetReset, ConsumerConfig, ConsumerGroupMetadata, ProducerRecord,
     TransactionalProducer, TxnErrorClass,
 };
-use eosim::real::provision::Kafka;
 use eosim_sim::kafka::{Isolation, TopicConfig, TopicPartition};
-use real_support::{real_enabled, runtime, service_dir, timed};
+use real_support::{one_broker, real_enabled, runtime, service_dir, timed};
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -108,9 +107,7 @@ fn real_transactions_commit_abort_fence_and_carry_offsets() {
     if !real_enabled("real_transactions_commit_abort_fence_and_carry_offsets") {
         return;
     }
-    let dir = service_dir("kafka-txn");
-    let kafka =
-        timed("kafka (1 broker) start", || Kafka::start(dir.path(), 1)).expect("kafka starts");
+    let (kafka, _dir) = one_broker("kafka-txn");
     let bootstrap = kafka.bootstrap_servers();
     runtime().block_on(async {
         let admin = RealAdmin::new(&bootstrap, TIMEOUT).unwrap();

@@ -29,6 +29,20 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// One native Kafka broker (KRaft) in a fresh [`service_dir`] named `name`, its start
+/// timed. The directory comes second so that it outlives the broker when the pair drops.
+///
+/// # Panics
+/// When the broker does not start.
+pub fn one_broker(name: &str) -> (eosim::real::provision::Kafka, tempfile::TempDir) {
+    let dir = service_dir(name);
+    let kafka = timed("kafka (1 broker) start", || {
+        eosim::real::provision::Kafka::start(dir.path(), 1)
+    })
+    .expect("kafka starts");
+    (kafka, dir)
+}
+
 /// A temporary directory for one service; kept (not deleted) when `EOSIM_KEEP_DIRS=1`.
 pub fn service_dir(name: &str) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
