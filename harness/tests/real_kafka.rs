@@ -22,7 +22,12 @@ use eosim::client::{
     Producer, ProducerConfig, ProducerRecord,
 };
 use eosim::real::provision::Kafka;
-use eosim_sim::kafka::{KafkaError, Offset, TopicConfig, TopicPartition};
+use eosim_sim::kafka::group::GroupCoordinator;
+use eosim_sim::kafka::model::Reply;
+use eosim_sim::kafka::{
+    ClusterConfig, GroupProtocols, KafkaError, Offset, Request, Response, StaticMemberRejoin,
+    TopicConfig, TopicPartition,
+};
 use real_support::{one_broker, real_enabled, runtime, service_dir, timed};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -242,6 +247,127 @@ fn keyed_records_land_on_the_murmur2_partition() {
             );
         }
     });
+}
+
+/// What a static member (`group.instance.id`) that restarts is told, from the first
+/// JoinGroup to the SyncGroup after the restart: (generation after the restart, whether it
+/// is told it leads, whether the leader named is its replaced id, `skip_assignment`,
+/// members listed, the assignment its SyncGroup gets), in group `group`. `call` answers
+/// one request.
+fn static_restart(
+    group: &str,
+    call: &mut dyn FnMut(Request) -> Response,
+) -> (i32, bool, bool, bool, usize, Vec<TopicPartition>) {
+    let join = |member_id: &str| Request::JoinGroup {
+        group_id: group.into(),
+        member_id: member_id.into(),
+        group_instance_id: Some("instance-0".into()),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        topics: vec!["t".into()],
+        protocols: GroupProtocols::offering(&["range"]),
+    };
+    let sync = |member_id: &str, generation: i32, to: &[TopicPartition]| Request::SyncGroup {
+        group_id: group.into(),
+        generation,
+        member_id: member_id.into(),
+        assignments: BTreeMap::from([(member_id.to_string(), to.to_vec())]),
+    };
+    let Response::JoinGroup {
+        member_id: first,
+        generation,
+        ..
+    } = call(join(""))
+    else {
+        panic!("the first JoinGroup of a static member is answered with a generation");
+    };
+    let owned = vec![TopicPartition::new("t", 0)];
+    assert!(matches!(
+        call(sync(&first, generation, &owned)),
+        Response::SyncGroup { .. }
+    ));
+    // The restart: the same instance id, no member id.
+    let Response::JoinGroup {
+        member_id,
+        generation,
+        leader,
+        skip_assignment,
+        members,
+        ..
+    } = call(join(""))
+    else {
+        panic!("the restarted member's JoinGroup is answered with a generation");
+    };
+    let Response::SyncGroup { assignment } = call(sync(&member_id, generation, &[])) else {
+        panic!("the restarted member's SyncGroup is answered with its assignment");
+    };
+    let told_leads = leader == member_id;
+    (
+        generation,
+        told_leads,
+        leader == first,
+        skip_assignment,
+        members.len(),
+        assignment,
+    )
+}
+
+/// KAFKA-13435 / KIP-814 on real Kafka: a static member restarted in a Stable group
+/// keeps its generation and partitions; through JoinGroup v5 it is told its replaced id
+/// leads, through v9 that it leads and must skip the assignment. The model gives the same
+/// answers under `pre-kip814` and `kip814`.
+#[test]
+fn a_restarted_static_leader_is_answered_as_the_model_answers_before_and_after_kip_814() {
+    if !real_enabled(
+        "a_restarted_static_leader_is_answered_as_the_model_answers_before_and_after_kip_814",
+    ) {
+        return;
+    }
+    let (kafka, _dir) = one_broker("kafka-static");
+    let address = kafka.bootstrap_servers();
+    let cases = [
+        (5, StaticMemberRejoin::PreKip814),
+        (9, StaticMemberRejoin::Kip814),
+    ];
+    let mut answers = Vec::new();
+    for (version, rejoin) in cases {
+        let group = format!("g-static-v{version}");
+        group_differential::prepare_real(&address, &group).expect("coordinator ready");
+        let mut conn = wire::WireConn::connect(&address).expect("connects");
+        conn.join_group_version = version;
+        let real = static_restart(&group, &mut |r| conn.call(&r).expect("answered"));
+        let mut model = GroupCoordinator::new(ClusterConfig {
+            group_initial_rebalance_delay_ms: 0,
+            static_member_rejoin: rejoin,
+            ..ClusterConfig::default()
+        });
+        let mut now = 0;
+        let simulated = static_restart(&group, &mut |r| {
+            now += 1;
+            match model.handle(now, r) {
+                Reply::Done(response) => response,
+                Reply::Parked(token) => panic!("the model parked {token:?}"),
+            }
+        });
+        assert_eq!(real, simulated, "JoinGroup v{version} against {rejoin:?}");
+        assert_eq!(real.0, 1, "no rebalance: the generation stays");
+        assert_eq!(
+            real.5,
+            vec![TopicPartition::new("t", 0)],
+            "the partitions stay"
+        );
+        answers.push(real);
+    }
+    assert_eq!(
+        (answers[0].1, answers[0].2),
+        (false, true),
+        "v5: the old id leads"
+    );
+    assert_eq!(
+        (answers[1].1, answers[1].3),
+        (true, true),
+        "v9: it leads, skips"
+    );
 }
 
 #[test]

@@ -684,11 +684,12 @@ fn consumer_keys_take_kafka_names_and_defaults() {
     let mut config = eosim::client::ConsumerConfig::new("g");
     scenario.consumer.apply(&mut config);
     assert_eq!(config.fetch_max_wait_ms, 500, "unset: Kafka's default");
-    let sink = scenario.sink_consumer_config();
+    let sink = scenario.sink_consumer_config("consumer-1");
     assert_eq!(
         (sink.group_id.as_str(), sink.auto_offset_reset),
         ("sink", eosim::client::AutoOffsetReset::Earliest)
     );
+    assert_eq!(sink.group_instance_id, None, "dynamic members unless set");
     let text = format!(
         "{HEAD}[consumer]\n\"isolation.level\" = \"read_committed\"\n\
          \"auto.offset.reset\" = \"none\"\n\"enable.auto.commit\" = true\n\
@@ -705,6 +706,23 @@ fn consumer_keys_take_kafka_names_and_defaults() {
         (config.fetch_min_bytes, config.fetch_max_wait_ms),
         (4096, 100)
     );
+    let text = format!("{HEAD}[consumer]\n\"group.instance.id\" = \"sink-app\"\n");
+    let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
+    let sink = scenario.sink_consumer_config("consumer-1");
+    assert_eq!(
+        sink.group_instance_id.as_deref(),
+        Some("sink-app-consumer-1")
+    );
+}
+
+#[test]
+fn a_group_instance_id_kafka_refuses_is_refused_by_name() {
+    for bad in ["", "..", "has space", "slash/no"] {
+        let message = error_of(&format!("[consumer]\n\"group.instance.id\" = {bad:?}\n"));
+        assert_mentions(&message, &["consumer.group.instance.id", "[a-zA-Z0-9._-]"]);
+    }
+    let message = error_of("[cluster]\nstatic_member_rejoin = \"kip-999\"\n");
+    assert_mentions(&message, &["static_member_rejoin", "pre-kip814"]);
 }
 
 #[test]

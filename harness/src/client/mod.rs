@@ -238,6 +238,10 @@ pub enum AutoOffsetReset {
 pub struct ConsumerConfig {
     /// `group.id`.
     pub group_id: String,
+    /// `group.instance.id` (KIP-345): `Some` makes the consumer a static member, which
+    /// sends no LeaveGroup on close and takes its old place in the group when it restarts
+    /// within `session.timeout.ms`. Default `None` (dynamic).
+    pub group_instance_id: Option<String>,
     /// `session.timeout.ms`. Default 45000 (KIP-735).
     pub session_timeout_ms: u64,
     /// `heartbeat.interval.ms`. Default 3000.
@@ -333,6 +337,7 @@ impl ConsumerConfig {
     pub fn new(group_id: impl Into<String>) -> Self {
         Self {
             group_id: group_id.into(),
+            group_instance_id: None,
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 3_000,
             max_poll_interval_ms: 300_000,

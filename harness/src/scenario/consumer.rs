@@ -15,6 +15,7 @@
 //! # "cooperative-sticky" alone makes the consumers cooperative (KIP-429).
 //! "partition.assignment.strategy" = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 //! "metadata.max.age.ms" = 300000          # ms: the group leader sees added partitions then
+//! "group.instance.id" = "sink"           # static members (KIP-345): consumer-0 is "sink-consumer-0"
 //! ```
 //!
 //! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
@@ -44,7 +45,9 @@ impl Scenario {
     /// tier alike: group [`SINK_GROUP`], this pipeline's `auto.offset.reset = earliest`,
     /// `[workload]`'s `session_timeout_ms` (heartbeats a third of it), `max_poll_records`
     /// and `request_timeout_ms`, then every key of `[consumer]` ([`ConsumerSpec::apply`]).
-    pub fn sink_consumer_config(&self) -> ConsumerConfig {
+    /// `process` is the consumer's process name (`consumer-<n>`), which its
+    /// `group.instance.id` ends with.
+    pub fn sink_consumer_config(&self, process: &str) -> ConsumerConfig {
         let w = &self.workload;
         let mut config = ConsumerConfig::new(SINK_GROUP);
         config.auto_offset_reset = AutoOffsetReset::Earliest;
@@ -53,6 +56,7 @@ impl Scenario {
         config.max_poll_records = w.max_poll_records;
         config.request_timeout_ms = w.request_timeout_ms;
         self.consumer.apply(&mut config);
+        config.group_instance_id = self.consumer.instance_id(process);
         config
     }
 }
@@ -136,6 +140,15 @@ pub struct ConsumerSpec {
     /// changed, so partitions added to the topic are assigned only then.
     #[serde(rename = "metadata.max.age.ms")]
     pub metadata_max_age_ms: u64,
+    /// `group.instance.id` (KIP-345): the consumers become static members, process
+    /// `consumer-<n>` with instance id `<this>-consumer-<n>` (each member needs its own, as
+    /// Kafka Streams suffixes its threads' consumers, `StreamThread.create`). A static member
+    /// sends no LeaveGroup when it stops, and one restarted within `session.timeout.ms`
+    /// takes its old place and partitions without a rebalance; what the coordinator tells
+    /// a restarted leader is `[cluster] static_member_rejoin` (KIP-814). `None`: dynamic
+    /// members (Kafka's default).
+    #[serde(rename = "group.instance.id", skip_serializing_if = "Option::is_none")]
+    pub group_instance_id: Option<String>,
 }
 
 impl Default for ConsumerSpec {
@@ -150,6 +163,7 @@ impl Default for ConsumerSpec {
             fetch_max_wait_ms: None,
             partition_assignment_strategy: None,
             metadata_max_age_ms: crate::client::METADATA_MAX_AGE_MS,
+            group_instance_id: None,
         }
     }
 }
@@ -168,6 +182,12 @@ impl ConsumerSpec {
         if let Some(list) = self.assignment_strategy() {
             config.partition_assignment_strategy = list;
         }
+    }
+
+    /// Consumer process `process`'s `group.instance.id`, if the consumers are static.
+    pub fn instance_id(&self, process: &str) -> Option<String> {
+        let prefix = self.group_instance_id.as_deref()?;
+        Some(format!("{prefix}-{process}"))
     }
 
     /// `partition.assignment.strategy` parsed; `None` when unset or invalid ([`Self::check`]
@@ -189,6 +209,22 @@ impl ConsumerSpec {
             "consumer.max.poll.interval.ms",
             "expected at least 1 ms, found 0".into(),
         )?;
+        if let Some(id) = &self.group_instance_id {
+            // Kafka's `JoinGroupRequest.validateGroupInstanceId` (the topic-name rules).
+            let valid = !id.is_empty()
+                && id.len() <= 249
+                && id != "."
+                && id != ".."
+                && (id.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            super::ensure(
+                valid,
+                "consumer.group.instance.id",
+                format!(
+                    "expected 1 to 249 characters of [a-zA-Z0-9._-], not \".\" or \"..\" \
+                     (Kafka's JoinGroupRequest.validateGroupInstanceId), found {id:?}"
+                ),
+            )?;
+        }
         if let Some(value) = &self.partition_assignment_strategy {
             let key = "consumer.partition.assignment.strategy";
             AssignmentStrategy::parse_list(value).map_err(|e| (key.to_string(), e))?;

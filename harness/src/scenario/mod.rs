@@ -37,7 +37,7 @@ pub mod routine_load;
 
 use crate::checker::Claim;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
-use eosim_sim::kafka::{Acks, ClusterConfig, TxnProtocol};
+use eosim_sim::kafka::{Acks, ClusterConfig, StaticMemberRejoin, TxnProtocol};
 use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -206,6 +206,13 @@ pub struct ClusterSpec {
     /// joins the next transaction.
     #[serde(default)]
     pub transaction_protocol: TxnProtocol,
+    /// What the group coordinator tells a static member (`[consumer] "group.instance.id"`)
+    /// that restarted: `"kip814"` (default; Kafka 3.2+: a restarted leader is told it
+    /// leads, skips the assignment and keeps watching partition counts) or `"pre-kip814"`,
+    /// the KAFKA-13435 switch: it is told the old member id leads, follows, and partitions
+    /// added later are never assigned.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub static_member_rejoin: StaticMemberRejoin,
     /// Whether a new leader knows the producer state of what it replicated (every real
     /// Kafka). Default true; false is the F10 switch: a retried batch is appended twice.
     #[serde(default = "default_true")]
@@ -324,6 +331,10 @@ fn default_true() -> bool {
     true
 }
 
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
 impl Default for ClusterSpec {
     fn default() -> Self {
         Self {
@@ -332,6 +343,7 @@ impl Default for ClusterSpec {
             broker_session_timeout_ms: default_broker_session(),
             group_initial_rebalance_delay_ms: 0,
             transaction_protocol: TxnProtocol::default(),
+            static_member_rejoin: StaticMemberRejoin::default(),
             producer_state_survives_failover: true,
             producer_id_expiration_ms: default_producer_id_expiration(),
             producer_id_expiration_check_interval_ms: default_producer_id_expiration_check(),
@@ -358,6 +370,7 @@ impl ClusterSpec {
             group_initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms,
             offsets_topic_replication_factor: self.brokers.min(3),
             transaction_protocol: self.transaction_protocol,
+            static_member_rejoin: self.static_member_rejoin,
             producer_state_survives_failover: self.producer_state_survives_failover,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             producer_id_expiration_check_interval_ms: self.producer_id_expiration_check_interval_ms,

@@ -228,7 +228,7 @@ pub async fn consumer_process(ctx: Context, name: String) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let mut consumer = SimConsumer::new(conn, ctx.scenario.sink_consumer_config());
+    let mut consumer = SimConsumer::new(conn, ctx.scenario.sink_consumer_config(&name));
     let topics = vec![ctx.scenario.topic.name.clone()];
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;

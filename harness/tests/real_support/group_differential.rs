@@ -425,6 +425,7 @@ impl<T: Transport> Driver<T> {
         Request::JoinGroup {
             group_id: self.group.clone(),
             member_id: self.members[m].id.clone(),
+            group_instance_id: None,
             session_timeout_ms: TIMEOUT_MS,
             rebalance_timeout_ms: TIMEOUT_MS,
             topics: vec!["t".into()],
@@ -689,7 +690,7 @@ fn run_real(
 /// Waits until the group coordinator of `group` at `address` answers and has loaded the
 /// group's `__consumer_offsets` partition (an OffsetFetch answered without
 /// COORDINATOR_LOAD_IN_PROGRESS): the model's coordinator is loaded from the start.
-fn prepare_real(address: &str, group: &str) -> Result<(), String> {
+pub fn prepare_real(address: &str, group: &str) -> Result<(), String> {
     let mut conn = WireConn::connect(address)?;
     let started = std::time::Instant::now();
     let requests = [

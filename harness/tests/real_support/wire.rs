@@ -151,6 +151,10 @@ pub struct WireConn {
     correlation: i32,
     /// API key and version of the requests written and not yet answered, in order.
     waiting: Vec<(ApiKey, i16)>,
+    /// The JoinGroup version sent: 5 (default; `group.instance.id`, before KIP-814) or 9
+    /// (KIP-814's `SkipAssignment`: a broker 3.2+ answers a restarted static leader with
+    /// it).
+    pub join_group_version: i16,
 }
 
 impl WireConn {
@@ -165,6 +169,7 @@ impl WireConn {
             stream,
             correlation: 0,
             waiting: Vec::new(),
+            join_group_version: 5,
         })
     }
 
@@ -178,7 +183,7 @@ impl WireConn {
     /// # Panics
     /// For a request this module does not speak.
     pub fn send(&mut self, request: &Request) -> Result<(), String> {
-        let (key, version, body) = encode(request);
+        let (key, version, body) = encode(request, self.join_group_version);
         self.correlation += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -249,7 +254,7 @@ impl WireConn {
     }
 }
 
-fn encode(request: &Request) -> (ApiKey, i16, BytesMut) {
+fn encode(request: &Request, join_group_version: i16) -> (ApiKey, i16, BytesMut) {
     let mut body = BytesMut::new();
     let (key, version) = match request {
         Request::FindCoordinator { key, kind } => {
@@ -268,12 +273,13 @@ fn encode(request: &Request) -> (ApiKey, i16, BytesMut) {
         Request::JoinGroup {
             group_id,
             member_id,
+            group_instance_id,
             session_timeout_ms,
             rebalance_timeout_ms,
             topics,
             protocols,
         } => {
-            let v = 5;
+            let v = join_group_version;
             let offered = protocols.names.iter().map(|name| {
                 JoinGroupRequestProtocol::default()
                     .with_name(s(name))
@@ -284,6 +290,7 @@ fn encode(request: &Request) -> (ApiKey, i16, BytesMut) {
                 .with_session_timeout_ms(*session_timeout_ms as i32)
                 .with_rebalance_timeout_ms(*rebalance_timeout_ms as i32)
                 .with_member_id(s(member_id))
+                .with_group_instance_id(group_instance_id.as_deref().map(s))
                 .with_protocol_type(s("consumer"))
                 .with_protocols(offered.collect())
                 .encode(&mut body, v)
@@ -455,6 +462,7 @@ fn decode(key: ApiKey, version: i16, mut buf: Bytes) -> Response {
                         .unwrap_or_default(),
                     members,
                     owned,
+                    skip_assignment: r.skip_assignment,
                 },
             )
         }

@@ -31,8 +31,21 @@
 //! re-asks with [`GroupCoordinator::poll_parked`] after each tick.
 //!
 //! # Deliberate simplifications
-//! - Member ids are `consumer-<n>`, numbered per coordinator (no UUIDs: determinism).
-//! - No static membership (`group.instance.id`), no `group.max.size`, no offset retention.
+//! - Member ids are `consumer-<n>` (static members: `<group.instance.id>-<n>`), numbered
+//!   per coordinator (no UUIDs: determinism).
+//! - Static membership (KIP-345) as `GroupMetadataManager.classicGroupJoinNewStaticMember`
+//!   and `updateStaticMemberThenRebalanceOrCompleteJoin` do it: a static member joins
+//!   without `MEMBER_ID_REQUIRED`; one that comes back with an unknown member id (a
+//!   restart) takes its old member id's place, assignment and leadership, in a Stable group
+//!   without a rebalance (what the response says then is
+//!   [`ClusterConfig::static_member_rejoin`], KIP-814), in CompletingRebalance by starting
+//!   one; its old id's parked requests get `FENCED_INSTANCE_ID`. A JoinGroup whose member
+//!   id is not the instance's current one gets `FENCED_INSTANCE_ID`. Only JoinGroup carries
+//!   the instance id here: a replaced member's SyncGroup, Heartbeat and OffsetCommit get
+//!   `UNKNOWN_MEMBER_ID` (Kafka's `FENCED_INSTANCE_ID`), which cannot matter while a
+//!   process's old incarnation is always dead when it restarts, as in every fault here.
+//!   Static members expire by session timeout as others do and never send LeaveGroup.
+//! - No `group.max.size`, no offset retention.
 //!   Protocol negotiation is Kafka's (`ClassicGroup.supportsProtocols`, `selectProtocol`);
 //!   a member's subscription metadata (owned partitions, generation) is relayed, not read.
 //! - OffsetCommit does not count as a heartbeat.
@@ -80,6 +93,8 @@ pub struct CommittedOffset {
 
 #[derive(Debug, Clone)]
 struct Member {
+    /// `group.instance.id` of a static member (KIP-345); `None` for a dynamic one.
+    instance_id: Option<String>,
     session_timeout_ms: u64,
     rebalance_timeout_ms: u64,
     /// Subscribed topics, sorted and deduplicated.
@@ -290,13 +305,20 @@ impl GroupCoordinator {
             Request::JoinGroup {
                 group_id,
                 member_id,
+                group_instance_id,
                 session_timeout_ms,
                 rebalance_timeout_ms,
                 topics,
                 protocols,
             } => {
-                let timeouts = (session_timeout_ms, rebalance_timeout_ms);
-                return self.join(now, group_id, member_id, timeouts, (topics, protocols));
+                let meta = rebalance::JoinMetadata {
+                    instance_id: group_instance_id,
+                    session_timeout_ms,
+                    rebalance_timeout_ms,
+                    topics,
+                    protocols,
+                };
+                return self.join(now, group_id, member_id, meta);
             }
             Request::SyncGroup {
                 group_id,

@@ -1126,6 +1126,7 @@ fn a_moved_group_coordinator_knows_only_what_the_groups_records_say() {
     let join = |member_id: &str| Request::JoinGroup {
         group_id: "abc".into(),
         member_id: member_id.into(),
+        group_instance_id: None,
         session_timeout_ms: 300_000,
         rebalance_timeout_ms: 300_000,
         topics: vec!["t".into()],
@@ -1948,6 +1949,7 @@ fn group_requests_reach_the_group_coordinator_only_at_the_coordinator_broker() {
     let join = || Request::JoinGroup {
         group_id: "g".into(),
         member_id: String::new(),
+        group_instance_id: None,
         session_timeout_ms: 10_000,
         rebalance_timeout_ms: 10_000,
         topics: vec!["t".into()],

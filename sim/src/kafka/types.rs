@@ -176,6 +176,9 @@ pub struct ClusterConfig {
     /// [`TxnProtocol::Kip890Part1`] (Kafka 3.6–3.9 with
     /// `transaction.partition.verification.enable=true`).
     pub transaction_protocol: TxnProtocol,
+    /// How the group coordinator answers a restarted static member. Default
+    /// [`StaticMemberRejoin::Kip814`] (Kafka 3.2+).
+    pub static_member_rejoin: StaticMemberRejoin,
     /// `transaction.max.timeout.ms`: InitProducerId with a larger timeout gets
     /// `INVALID_TRANSACTION_TIMEOUT`. Default 900000.
     pub transaction_max_timeout_ms: u64,
@@ -234,6 +237,28 @@ pub enum TxnProtocol {
     Tv2,
 }
 
+/// What the coordinator answers a static member (`group.instance.id`) that rejoins with an
+/// unknown member id, i.e. after a restart, while the group is Stable (KIP-814,
+/// KAFKA-13435).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum StaticMemberRejoin {
+    /// Before KIP-814 (brokers before 3.2, or clients sending JoinGroup v8 or older):
+    /// the member takes its old member id's place and assignment without a rebalance, and
+    /// the response names the *old* member id as leader (`GroupCoordinator.
+    /// doUnknownJoinGroup`: "always returning the old leader id so that the current leader
+    /// won't assume itself as a leader"). A restarted leader so believes it follows, and no
+    /// member watches the topics' partition counts any more: partitions added later are
+    /// never assigned (KAFKA-13435).
+    PreKip814,
+    /// KIP-814 (Kafka 3.2+, JoinGroup v9): the response names the new member id as leader,
+    /// carries the members and `skip_assignment = true`; the client skips the assignment
+    /// but keeps its leader's metadata snapshot (`ConsumerCoordinator.onLeaderElected`), so
+    /// it rejoins when a partition count changes.
+    #[default]
+    Kip814,
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
@@ -249,6 +274,7 @@ impl Default for ClusterConfig {
             auto_create_topics_enable: false,
             producer_state_survives_failover: true,
             transaction_protocol: TxnProtocol::default(),
+            static_member_rejoin: StaticMemberRejoin::default(),
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 604_800_000,
@@ -618,6 +644,8 @@ pub enum Request {
     JoinGroup {
         group_id: String,
         member_id: String,
+        /// `group.instance.id` (KIP-345, JoinGroup v5+): `Some` makes the member static.
+        group_instance_id: Option<String>,
         session_timeout_ms: u64,
         rebalance_timeout_ms: u64,
         topics: Vec<String>,
@@ -777,6 +805,10 @@ pub enum Response {
         members: BTreeMap<String, Vec<String>>,
         /// Members' owned partitions as their JoinGroup carried them; leader only.
         owned: BTreeMap<String, OwnedPartitions>,
+        /// `SkipAssignment` (KIP-814, JoinGroup v9): a static leader that rejoined a Stable
+        /// group is told it leads, gets the members, and must not assign (the group keeps
+        /// its assignment), but watches metadata as a leader does.
+        skip_assignment: bool,
     },
     /// `JoinGroup` answered with `MEMBER_ID_REQUIRED` (79, KIP-394): the client rejoins with
     /// the member id the coordinator assigned.

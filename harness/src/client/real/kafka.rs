@@ -258,6 +258,9 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
             config.metadata_max_age_ms.to_string(),
         )
         .set("log_level", "3");
+    if let Some(instance) = &config.group_instance_id {
+        c.set("group.instance.id", instance);
+    }
     c
 }
 

@@ -937,17 +937,8 @@ impl Consumer for SimConsumer {
             m.rejoin_needed = false;
             left
         };
-        if let (Some(coordinator), false) = (coordinator, member_id.is_empty()) {
-            let group_id = self.group.config.group_id.clone();
-            let request = Request::LeaveGroup {
-                group_id,
-                member_id,
-            };
-            let _ = self
-                .group
-                .conn
-                .request(coordinator, request, self.group.request_timeout())
-                .await;
+        if let Some(coordinator) = coordinator {
+            self.group.leave_group(coordinator, member_id).await;
         }
     }
 }

@@ -195,7 +195,7 @@ fn open_sink(spec: &WorkerSpec) -> Result<std::fs::File, String> {
 /// ([`crate::scenario::Scenario::sink_consumer_config`]), with the real tier's
 /// `fetch.max.wait.ms` where `[consumer]` sets none.
 fn real_consumer_config(spec: &WorkerSpec) -> crate::client::ConsumerConfig {
-    let mut config = spec.scenario.sink_consumer_config();
+    let mut config = spec.scenario.sink_consumer_config(&spec.name);
     if spec.scenario.consumer.fetch_max_wait_ms.is_none() {
         config.fetch_max_wait_ms = crate::scenario::consumer::REAL_FETCH_MAX_WAIT_MS;
     }

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// What a JoinGroup carries about the member.
 pub(super) struct JoinMetadata {
+    /// `group.instance.id`: `Some` for a static member.
+    pub instance_id: Option<String>,
     pub session_timeout_ms: u64,
     pub rebalance_timeout_ms: u64,
     /// Sorted and deduplicated.
@@ -103,6 +105,7 @@ impl Group {
     ) -> u64 {
         let token = parked.park();
         let member = Member {
+            instance_id: meta.instance_id,
             session_timeout_ms: meta.session_timeout_ms,
             rebalance_timeout_ms: meta.rebalance_timeout_ms,
             topics: meta.topics,
@@ -161,18 +164,112 @@ impl Group {
             }
         };
         if self.state != GroupState::PreparingRebalance && !rebalance {
-            return Err(self.join_response(member_id));
+            return Err(self.join_response(member_id, false));
         }
-        let token = parked.park();
-        let member = self.members.get_mut(member_id).expect("known member");
-        if let Some(old) = member.join_token.replace(token) {
-            // The client gave up on its earlier JoinGroup and sent a new one.
-            parked.answer(old, Response::Error(KafkaError::RebalanceInProgress), now);
-        }
+        let token = self.park_join(now, member_id, parked);
         if rebalance {
             self.prepare_rebalance(now, parked, config);
         }
         Ok(token)
+    }
+
+    /// The member id of static member `instance_id`, if it is in the group.
+    pub(super) fn static_member(&self, instance_id: &str) -> Option<&str> {
+        let mut members = self.members.iter();
+        let found = members.find(|(_, m)| m.instance_id.as_deref() == Some(instance_id));
+        found.map(|(id, _)| id.as_str())
+    }
+
+    /// Kafka's `ClassicGroup.isStaticMemberFenced`: `instance_id` belongs to another member
+    /// id than `member_id`.
+    pub(super) fn is_fenced(&self, member_id: &str, instance_id: Option<&str>) -> bool {
+        let current = instance_id.and_then(|i| self.static_member(i));
+        current.is_some_and(|id| id != member_id)
+    }
+
+    /// A static member rejoined with an unknown member id (Kafka's
+    /// `updateStaticMemberThenRebalanceOrCompleteJoin`): `new_id` takes `old_id`'s place,
+    /// assignment and leadership, with `meta`'s protocols and timeouts; `old_id`'s parked
+    /// requests get `FENCED_INSTANCE_ID` (`ClassicGroup.replaceStaticMember`). Stable with
+    /// the selected protocol unchanged: answered at once in the current generation,
+    /// `Err(response)` as [`ClusterConfig::static_member_rejoin`] says. CompletingRebalance:
+    /// a rebalance (the leader may be assigning to the old id). PreparingRebalance: parked
+    /// with the others. `Ok(token)` is the parked JoinGroup.
+    pub(super) fn replace_static_member(
+        &mut self,
+        now: TimeMs,
+        old_id: &str,
+        new_id: &str,
+        meta: JoinMetadata,
+        parked: &mut Parked,
+        config: &ClusterConfig,
+    ) -> Result<u64, Response> {
+        crate::mark!("kafka:static-member-replaced");
+        let old_leader = self.leader.clone();
+        let mut member = self.members.remove(old_id).expect("a static member's id");
+        for token in [member.join_token.take(), member.sync_token.take()] {
+            if let Some(token) = token {
+                parked.answer(token, Response::Error(KafkaError::FencedInstanceId), now);
+            }
+        }
+        member.session_timeout_ms = meta.session_timeout_ms;
+        member.rebalance_timeout_ms = meta.rebalance_timeout_ms;
+        member.topics = meta.topics;
+        member.protocols = meta.protocols;
+        member.last_heartbeat_ms = now;
+        self.members.insert(new_id.to_string(), member);
+        if let Some(assignment) = self.assignments.remove(old_id) {
+            self.assignments.insert(new_id.to_string(), assignment);
+        }
+        if self.pending_sync.remove(old_id) {
+            self.pending_sync.insert(new_id.to_string());
+        }
+        if self.leader.as_deref() == Some(old_id) {
+            self.leader = Some(new_id.to_string());
+        }
+        match self.state {
+            GroupState::Stable if self.select_protocol() == self.protocol => {
+                self.write_record();
+                let is_leader = self.leader.as_deref() == Some(new_id);
+                Err(match config.static_member_rejoin {
+                    StaticMemberRejoin::Kip814 => self.join_response(new_id, is_leader),
+                    StaticMemberRejoin::PreKip814 => {
+                        if is_leader {
+                            crate::mark!("kafka:static-leader-answered-as-follower");
+                        }
+                        Response::JoinGroup {
+                            generation: self.generation,
+                            member_id: new_id.to_string(),
+                            leader: old_leader.expect("a Stable group has a leader"),
+                            protocol: self.protocol.clone(),
+                            members: BTreeMap::new(),
+                            owned: BTreeMap::new(),
+                            skip_assignment: false,
+                        }
+                    }
+                })
+            }
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                let token = self.park_join(now, new_id, parked);
+                self.prepare_rebalance(now, parked, config);
+                Ok(token)
+            }
+            GroupState::PreparingRebalance => Ok(self.park_join(now, new_id, parked)),
+            GroupState::Empty | GroupState::Dead => {
+                unreachable!("a group with a static member is neither Empty nor Dead")
+            }
+        }
+    }
+
+    /// Parks `member_id`'s JoinGroup; an earlier parked one gets REBALANCE_IN_PROGRESS (the
+    /// client gave up on it and sent a new one).
+    fn park_join(&mut self, now: TimeMs, member_id: &str, parked: &mut Parked) -> u64 {
+        let token = parked.park();
+        let member = self.members.get_mut(member_id).expect("known member");
+        if let Some(old) = member.join_token.replace(token) {
+            parked.answer(old, Response::Error(KafkaError::RebalanceInProgress), now);
+        }
+        token
     }
 
     /// Whether a member offering `names` may join (Kafka's `supportsProtocols`): an empty
@@ -220,8 +317,9 @@ impl Group {
     }
 
     /// The JoinGroup response of the current generation for `member_id`; only the leader
-    /// gets the members, their topics and what they own.
-    fn join_response(&self, member_id: &str) -> Response {
+    /// gets the members, their topics and what they own. `skip_assignment`: KIP-814's flag
+    /// for a returning static leader.
+    fn join_response(&self, member_id: &str, skip_assignment: bool) -> Response {
         let leader = self
             .leader
             .clone()
@@ -240,6 +338,7 @@ impl Group {
             owned: members
                 .map(|(id, m)| (id.clone(), m.protocols.owned.clone()))
                 .collect(),
+            skip_assignment,
         }
     }
 
@@ -339,7 +438,7 @@ impl Group {
         self.protocol = self.select_protocol();
         let ids: Vec<String> = self.members.keys().cloned().collect();
         for member_id in &ids {
-            let response = self.join_response(member_id);
+            let response = self.join_response(member_id, false);
             let member = self.members.get_mut(member_id).expect("listed member");
             let token = member
                 .join_token

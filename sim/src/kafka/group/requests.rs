@@ -7,20 +7,19 @@ use crate::kafka::types::*;
 use std::collections::BTreeMap;
 
 impl GroupCoordinator {
-    /// JoinGroup (Kafka's `classicGroupJoin`). `timeouts` = (session, rebalance) in ms.
+    /// JoinGroup (Kafka's `classicGroupJoin`): a dynamic member without an id is handed
+    /// one (`MEMBER_ID_REQUIRED`, KIP-394); a static one without an id joins at once, or
+    /// replaces its instance's old member ([`Group::replace_static_member`]).
     pub(super) fn join(
         &mut self,
         now: TimeMs,
         group_id: String,
         member_id: String,
-        timeouts: (u64, u64),
-        subscription: (Vec<String>, GroupProtocols),
+        mut meta: JoinMetadata,
     ) -> Reply {
-        let (session_timeout_ms, rebalance_timeout_ms) = timeouts;
-        let (mut topics, protocols) = subscription;
         let config = &self.config;
-        if session_timeout_ms < config.group_min_session_timeout_ms
-            || session_timeout_ms > config.group_max_session_timeout_ms
+        if meta.session_timeout_ms < config.group_min_session_timeout_ms
+            || meta.session_timeout_ms > config.group_max_session_timeout_ms
         {
             return error(KafkaError::InvalidSessionTimeout);
         }
@@ -34,37 +33,52 @@ impl GroupCoordinator {
         if group.state == GroupState::Dead {
             return error(KafkaError::UnknownMemberId);
         }
-        if !group.supports_protocols(&protocols.names) {
+        if !group.supports_protocols(&meta.protocols.names) {
             return error(KafkaError::InconsistentGroupProtocol);
         }
-        if member_id.is_empty() {
-            // KIP-394: hand out an id; the member counts as pending until it rejoins.
-            let member_id = format!("{MEMBER_ID_PREFIX}{}", self.next_member_number);
+        meta.topics.sort();
+        meta.topics.dedup();
+        let token = if member_id.is_empty() {
+            let prefix = meta.instance_id.as_deref().map(|i| format!("{i}-"));
+            let new_id = format!(
+                "{}{}",
+                prefix.as_deref().unwrap_or(MEMBER_ID_PREFIX),
+                self.next_member_number
+            );
             self.next_member_number += 1;
-            group
-                .pending_members
-                .insert(member_id.clone(), now + session_timeout_ms);
-            return Reply::Done(Response::MemberIdRequired { member_id });
-        }
-        topics.sort();
-        topics.dedup();
-        let meta = JoinMetadata {
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            topics,
-            protocols,
-        };
-        let token = if group.pending_members.remove(&member_id).is_some() {
-            group.add_member(now, &member_id, meta, &mut self.parked, &self.config)
+            let instance = meta.instance_id.clone();
+            match instance.and_then(|i| group.static_member(&i).map(str::to_string)) {
+                Some(old_id) => {
+                    let parked = &mut self.parked;
+                    match group.replace_static_member(now, &old_id, &new_id, meta, parked, config) {
+                        Ok(token) => token,
+                        Err(response) => return Reply::Done(response),
+                    }
+                }
+                None if meta.instance_id.is_some() => {
+                    group.add_member(now, &new_id, meta, &mut self.parked, config)
+                }
+                None => {
+                    // KIP-394: hand out an id; the member counts as pending until it rejoins.
+                    let expiry_ms = now + meta.session_timeout_ms;
+                    group.pending_members.insert(new_id.clone(), expiry_ms);
+                    return Reply::Done(Response::MemberIdRequired { member_id: new_id });
+                }
+            }
+        } else if group.pending_members.remove(&member_id).is_some() {
+            group.add_member(now, &member_id, meta, &mut self.parked, config)
+        } else if group.is_fenced(&member_id, meta.instance_id.as_deref()) {
+            crate::mark!("kafka:static-member-fenced");
+            return error(KafkaError::FencedInstanceId);
         } else if group.members.contains_key(&member_id) {
-            match group.rejoin(now, &member_id, meta, &mut self.parked, &self.config) {
+            match group.rejoin(now, &member_id, meta, &mut self.parked, config) {
                 Ok(token) => token,
                 Err(response) => return Reply::Done(response),
             }
         } else {
             return error(KafkaError::UnknownMemberId);
         };
-        group.try_complete_join(now, &mut self.parked, &self.config);
+        group.try_complete_join(now, &mut self.parked, config);
         self.parked.reply(token)
     }
 

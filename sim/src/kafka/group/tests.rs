@@ -4,6 +4,7 @@
 use super::*;
 
 mod property;
+mod static_membership;
 
 const G: &str = "g";
 const TOPIC: &str = "t";
@@ -28,6 +29,7 @@ fn offering(member_id: &str, names: &[&str], owned: &[u32]) -> Request {
     Request::JoinGroup {
         group_id: G.into(),
         member_id: member_id.into(),
+        group_instance_id: None,
         session_timeout_ms: SESSION_MS,
         rebalance_timeout_ms: REBALANCE_MS,
         topics: vec![TOPIC.into()],
@@ -218,6 +220,7 @@ fn session_timeout_outside_the_broker_bounds_is_rejected() {
         let request = Request::JoinGroup {
             group_id: G.into(),
             member_id: String::new(),
+            group_instance_id: None,
             session_timeout_ms,
             rebalance_timeout_ms: REBALANCE_MS,
             topics: vec![TOPIC.into()],
@@ -243,6 +246,7 @@ fn a_single_member_leads_generation_one_and_gets_the_assignment_it_sent() {
         protocol: "range".into(),
         members,
         owned: BTreeMap::from([(a.clone(), GroupProtocols::offering(&[]).owned)]),
+        skip_assignment: false,
     };
     assert_eq!(done(reply), expected);
     assert_eq!(c.state(G), Some(GroupState::CompletingRebalance));
@@ -572,6 +576,7 @@ fn a_follower_rejoining_a_stable_group_unchanged_gets_the_current_generation() {
         protocol: "range".into(),
         members: BTreeMap::new(),
         owned: BTreeMap::new(),
+        skip_assignment: false,
     };
     assert_eq!(response, expected);
     assert_eq!(c.state(G), Some(GroupState::Stable));

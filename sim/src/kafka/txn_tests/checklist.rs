@@ -612,6 +612,7 @@ fn join(w: &mut World, group: &str) -> (String, i32) {
         let req = Request::JoinGroup {
             group_id: group.into(),
             member_id: member.clone(),
+            group_instance_id: None,
             session_timeout_ms: 30_000,
             rebalance_timeout_ms: 30_000,
             topics: vec!["t".into()],
@@ -952,6 +953,7 @@ fn a_partitioned_ex_group_coordinator_that_still_believes_it_leads_changes_nothi
     let join_new = Request::JoinGroup {
         group_id: "g".into(),
         member_id: String::new(),
+        group_instance_id: None,
         session_timeout_ms: 30_000,
         rebalance_timeout_ms: 30_000,
         topics: vec!["t".into()],

@@ -161,6 +161,8 @@ struct JoinResult {
     protocol: String,
     members: BTreeMap<String, Vec<String>>,
     owned: BTreeMap<String, OwnedPartitions>,
+    /// KIP-814: a returning static leader keeps the group's assignment.
+    skip_assignment: bool,
 }
 
 /// What the consumer, its join loop and its heartbeat task share. Cloning shares it.
@@ -322,6 +324,7 @@ impl GroupClient {
         let request = Request::JoinGroup {
             group_id: self.config.group_id.clone(),
             member_id: self.membership().member_id.clone(),
+            group_instance_id: self.config.group_instance_id.clone(),
             session_timeout_ms: self.config.session_timeout_ms,
             rebalance_timeout_ms: self.config.max_poll_interval_ms,
             topics: topics.to_vec(),
@@ -340,6 +343,7 @@ impl GroupClient {
                 protocol,
                 members,
                 owned,
+                skip_assignment,
             }) => Ok(Some(JoinResult {
                 generation,
                 member_id,
@@ -347,6 +351,7 @@ impl GroupClient {
                 protocol,
                 members,
                 owned,
+                skip_assignment,
             })),
             Ok(Response::Error(e)) => self.on_rebalance_error(e).await.map(|()| None),
             Ok(other) => Err(unexpected("JoinGroup", &other)),
@@ -365,11 +370,19 @@ impl GroupClient {
         coordinator: BrokerId,
         join: JoinResult,
     ) -> Result<Option<Joined>, ClientError> {
-        let (assignments, snapshot) = if join.leader == join.member_id {
+        let (assignments, snapshot) = if join.leader != join.member_id {
+            (BTreeMap::new(), None)
+        } else if join.skip_assignment {
+            // Java's `onLeaderElected` with `skipAssignment`: no assignment, but the
+            // leader's `assignmentSnapshot` is taken, so it rejoins on a partition change.
+            crate::mark!("client:consumer-static-leader-skips-assignment");
+            (
+                BTreeMap::new(),
+                Some(self.partition_counts(&join.members).await),
+            )
+        } else {
             let (assignments, counts) = self.leader_assignment(&join).await;
             (assignments, Some(counts))
-        } else {
-            (BTreeMap::new(), None)
         };
         let request = Request::SyncGroup {
             group_id: self.config.group_id.clone(),
@@ -426,16 +439,7 @@ impl GroupClient {
         join: &JoinResult,
     ) -> (BTreeMap<String, Vec<TopicPartition>>, BTreeMap<String, u32>) {
         let members = &join.members;
-        let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
-        let topics: Vec<String> = topics.into_iter().collect();
-        let _ = self
-            .conn
-            .refresh_metadata(&topics, self.request_timeout())
-            .await;
-        let partition_counts: BTreeMap<String, u32> = topics
-            .iter()
-            .filter_map(|t| self.conn.partition_count(t).map(|n| (t.clone(), n)))
-            .collect();
+        let partition_counts = self.partition_counts(members).await;
         let assignments = match &self.assignor {
             Some(a) => {
                 let owned = &join.owned;
@@ -454,6 +458,24 @@ impl GroupClient {
             None => range_assign(members, &partition_counts),
         };
         (assignments, partition_counts)
+    }
+
+    /// The partition count of every topic `members` subscribe to, from fresh metadata
+    /// (topics whose metadata cannot be had are left out).
+    async fn partition_counts(
+        &self,
+        members: &BTreeMap<String, Vec<String>>,
+    ) -> BTreeMap<String, u32> {
+        let topics: BTreeSet<String> = members.values().flatten().cloned().collect();
+        let topics: Vec<String> = topics.into_iter().collect();
+        let _ = self
+            .conn
+            .refresh_metadata(&topics, self.request_timeout())
+            .await;
+        topics
+            .iter()
+            .filter_map(|t| self.conn.partition_count(t).map(|n| (t.clone(), n)))
+            .collect()
     }
 
     /// Java's heartbeat thread: every `heartbeat.interval.ms` while stable, a Heartbeat
@@ -485,14 +507,7 @@ impl GroupClient {
             if poll_overdue {
                 crate::mark!("client:consumer-max-poll-interval-exceeded");
                 self.membership().reset();
-                let request = Request::LeaveGroup {
-                    group_id,
-                    member_id,
-                };
-                let _ = self
-                    .conn
-                    .request(coordinator, request, self.request_timeout())
-                    .await;
+                self.leave_group(coordinator, member_id).await;
                 continue;
             }
             let request = Request::Heartbeat {
@@ -514,6 +529,30 @@ impl GroupClient {
                 Err(_) => m.coordinator = None,
             }
         }
+    }
+}
+
+impl GroupClient {
+    /// LeaveGroup for `member_id` (Java's `AbstractCoordinator.maybeLeaveGroup` on close
+    /// or an expired poll timer), answer ignored. A static member (`group.instance.id`)
+    /// sends none: only its session timeout removes it (KIP-345), so a restart within it
+    /// keeps its partitions without a rebalance. Nothing for an empty `member_id`.
+    pub async fn leave_group(&self, coordinator: BrokerId, member_id: String) {
+        if member_id.is_empty() {
+            return;
+        }
+        if self.config.group_instance_id.is_some() {
+            crate::mark!("client:consumer-static-member-leaves-no-group");
+            return;
+        }
+        let request = Request::LeaveGroup {
+            group_id: self.config.group_id.clone(),
+            member_id,
+        };
+        let _ = self
+            .conn
+            .request(coordinator, request, self.request_timeout())
+            .await;
     }
 }
 
