@@ -43,9 +43,9 @@ use crate::real::container::Runtime;
 use crate::real::net::proxy::{Framing, Proxy};
 use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
-use crate::scenario::{Pipeline, Scenario};
+use crate::scenario::{FlavourName, Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
-use eosim_sim::kafka::TopicPartition;
+use eosim_sim::kafka::{StaticMemberRejoin, TopicPartition, TxnProtocol};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 
@@ -87,6 +87,9 @@ impl Target {
 
 /// Why the real backend cannot run `scenario` (a skip reason), if it cannot.
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    if let Some(why) = model_only_switch(scenario) {
+        return Some(why);
+    }
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
         Pipeline::ConnectJdbc => None,
@@ -101,6 +104,28 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
             other.name()
         )),
     }
+}
+
+/// A `[cluster]` switch that selects a broker behaviour the real tier's brokers (Kafka
+/// 4.1, `real/kafka/pom.xml`) do not have: running the file anyway would test today's
+/// Kafka under the old behaviour's name, a silent downgrade.
+fn model_only_switch(scenario: &Scenario) -> Option<String> {
+    let c = &scenario.cluster;
+    let switch = if c.static_member_rejoin == StaticMemberRejoin::PreKip814 {
+        "cluster.static_member_rejoin = \"pre-kip814\" (KAFKA-13435: brokers before 3.2)"
+    } else if c.transaction_protocol == TxnProtocol::PreKip890 {
+        "cluster.transaction_protocol = \"pre-kip890\" (brokers before 3.6)"
+    } else if !c.producer_state_survives_failover {
+        "cluster.producer_state_survives_failover = false (F10: no Kafka release forgets it)"
+    } else if c.flavour == FlavourName::Kop {
+        "cluster.flavour = \"kop\" (Kafka-on-Pulsar)"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "skipped: {switch} is a simulation switch: the real brokers are Apache Kafka 4.1, \
+         which behave otherwise"
+    ))
 }
 
 /// The consumer group whose committed offsets the drain waits for.
@@ -396,5 +421,21 @@ mod tests {
         assert_eq!(url_properties(sim), "reWriteBatchedInserts=true");
         let own = "jdbc:postgresql://10.0.5.1:5432/db?reWriteBatchedInserts=false";
         assert_eq!(url_properties(own), "reWriteBatchedInserts=false");
+    }
+
+    #[test]
+    fn simulation_only_broker_switches_are_skipped_by_name() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let read = |file: &str| {
+            let path = dir.join(file);
+            Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let pre = read("field/kafka-static-leader-restart-pre-kip814-stalls.toml");
+        let why = unsupported(&pre).expect("refused");
+        assert!(why.contains("static_member_rejoin") && why.contains("pre-kip814"), "{why}");
+        let kop = read("field/kop-idempotent-producer-coordinator-enabled.toml");
+        assert!(unsupported(&kop).expect("refused").contains("kop"));
+        let fixed = read("field/kafka-static-leader-restart-kip814.toml");
+        assert_eq!(unsupported(&fixed), None);
     }
 }
