@@ -432,7 +432,10 @@ mod tests {
         };
         let pre = read("field/kafka-static-leader-restart-pre-kip814-stalls.toml");
         let why = unsupported(&pre).expect("refused");
-        assert!(why.contains("static_member_rejoin") && why.contains("pre-kip814"), "{why}");
+        assert!(
+            why.contains("static_member_rejoin") && why.contains("pre-kip814"),
+            "{why}"
+        );
         let kop = read("field/kop-idempotent-producer-coordinator-enabled.toml");
         assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
