@@ -310,6 +310,37 @@ fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earlies
     }
 }
 
+/// The `clog` canary pair on real services: streams-0's cgroup is cut off from every
+/// process for 14 s, past the session timeout. Under at_least_once the zombie's stale
+/// counts land after its successor's (`aggregate-under-count`), under exactly_once_v2 its
+/// transaction is fenced and the counts hold; the clog acts in both. By hand before this
+/// test: unsafe violated in 3 of 3 runs (2026-12-04, 2026-12-06), safe held.
+#[test]
+fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on_real_kafka() {
+    if !real_enabled("a_clogged_streams_instance_under_counts_at_least_once") {
+        return;
+    }
+    for (file, expected) in [
+        ("canary-clog-unsafe", Verdict::Violated),
+        ("canary-clog-safe", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+        let dir = service_dir("real-run-clog");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        if expected == Verdict::Violated {
+            let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+            assert_eq!(caught, ["aggregate-under-count"], "{file}");
+        }
+        let acted = outcome.history.ops.iter().any(|op| {
+            matches!(&op.value, Value::Effect { kind, .. }
+                if kind == eosim_sim::effects::kind::CLOG)
+        });
+        assert!(acted, "{file}: no clog effect");
+        assert_short_and_clean(&result, 120.0);
+    }
+}
+
 /// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
 /// real tier cannot lose a page cache, so it is noted as not injected and nothing is
 /// killed.
