@@ -1175,6 +1175,7 @@ impl Scenario {
             self.check_cluster(),
             self.check_workload(),
             self.check_connect(),
+            self.streams.check(),
             self.check_faults(),
         ];
         let first = checks
