@@ -866,7 +866,10 @@ pub struct Scenario {
     /// The transactional copy (pipeline `transactional-copy` only).
     #[serde(default)]
     pub copy: CopySpec,
-    /// The Streams processor (pipeline `streams-count` only).
+    /// The Streams processor (pipeline `streams-count` only): its keys in
+    /// [`StreamsSpec`](crate::streams::StreamsSpec), Kafka's names where Kafka has one
+    /// (`"statestore.cache.max.bytes"`, or its deprecated `"cache.max.bytes.buffering"` but
+    /// not both: refused naming the file and `streams.cache.max.bytes.buffering`).
     #[serde(default)]
     pub streams: crate::streams::StreamsSpec,
     /// Checker overrides.
