@@ -180,10 +180,13 @@ pub fn extra_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
 pub fn aggregate_sequence_cases(a: &StreamsAnalysis) -> Vec<Case> {
     let mut cases = Vec::new();
     for (k, updates) in &a.updates {
-        let bad = updates.iter().enumerate().find(|(i, (c, _))| match a.cached {
-            false => *c != *i as u64 + 1,
-            true => *c == 0 || (*i > 0 && *c <= updates[i - 1].0),
-        });
+        let bad = updates
+            .iter()
+            .enumerate()
+            .find(|(i, (c, _))| match a.cached {
+                false => *c != *i as u64 + 1,
+                true => *c == 0 || (*i > 0 && *c <= updates[i - 1].0),
+            });
         if let Some((i, (c, offset))) = bad {
             let expected = match a.cached {
                 false => format!("{}", i + 1),
@@ -270,7 +273,12 @@ mod tests {
         // 3) is exact; without one the same output is out of sequence.
         let cache = Some(10_485_760);
         let cached = check(&history_cached(3, &[1, 3], cache), Claim::ExactlyOnce);
-        assert_eq!(cached.validity, Validity::Valid, "{:?}", cached.case_texts(8));
+        assert_eq!(
+            cached.validity,
+            Validity::Valid,
+            "{:?}",
+            cached.case_texts(8)
+        );
         let uncached = check(&history(3, &[1, 3]), Claim::ExactlyOnce);
         assert_eq!(uncached.forbidden, vec![Anomaly::AggregateSequence]);
         // A crash replay under at_least_once: 2 flushed, the input replayed, 2 again.

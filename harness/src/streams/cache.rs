@@ -332,10 +332,17 @@ mod tests {
         for (key, count) in [("a@0", 1), ("b@0", 1), ("a@0", 2), ("a@0", 3)] {
             assert!(budget.put(&mut cache, 0, key.into(), count, 10).is_empty());
         }
-        assert_eq!((cache.len(), cache.dirty_len(), cache.size_bytes()), (2, 2, 20));
+        assert_eq!(
+            (cache.len(), cache.dirty_len(), cache.size_bytes()),
+            (2, 2, 20)
+        );
         // Arrival order of each key's latest update: b before a.
         assert_eq!(texts(&cache.flush()), ["b@0=1", "a@0=3"]);
-        assert_eq!((cache.len(), cache.dirty_len()), (2, 0), "flushed entries stay, clean");
+        assert_eq!(
+            (cache.len(), cache.dirty_len()),
+            (2, 0),
+            "flushed entries stay, clean"
+        );
         assert!(cache.flush().is_empty());
     }
 
@@ -350,7 +357,10 @@ mod tests {
         let flushed = budget.put(&mut cache, 0, "d@0".into(), 1, 10);
         // b is the LRU entry: it goes first, then the other dirty keys in update order.
         assert_eq!(texts(&flushed), ["b@0=1", "a@0=1", "c@0=1", "d@0=1"]);
-        assert_eq!((cache.len(), cache.dirty_len(), cache.size_bytes()), (3, 0, 30));
+        assert_eq!(
+            (cache.len(), cache.dirty_len(), cache.size_bytes()),
+            (3, 0, 30)
+        );
         // A clean LRU entry is evicted silently.
         let flushed = budget.put(&mut cache, 0, "e@0".into(), 1, 10);
         assert!(flushed.is_empty(), "{flushed:?}");

@@ -306,9 +306,10 @@ impl StreamsSpec {
     /// # Errors
     /// The key path and what was wrong.
     pub fn check(&self) -> Result<(), (String, String)> {
-        if let (Some(new), Some(old)) =
-            (self.statestore_cache_max_bytes, self.cache_max_bytes_buffering)
-        {
+        if let (Some(new), Some(old)) = (
+            self.statestore_cache_max_bytes,
+            self.cache_max_bytes_buffering,
+        ) {
             return Err((
                 "streams.cache.max.bytes.buffering".into(),
                 format!(
@@ -386,7 +387,9 @@ mod tests {
         let (key, message) = spec(both).unwrap().check().unwrap_err();
         assert_eq!(key, "streams.cache.max.bytes.buffering");
         assert!(message.contains("set one, not both"), "{message}");
-        let e = spec("\"statestore.cache.max.bytes\" = -1").unwrap_err().to_string();
+        let e = spec("\"statestore.cache.max.bytes\" = -1")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("statestore.cache.max.bytes"), "{e}");
     }
 

@@ -90,7 +90,9 @@ fn a_large_cache_forwards_each_key_once_per_commit_under_both_guarantees() {
             updates(&result),
             per_commit.len()
         );
-        assert!(outcome.marks.contains_key("streams:cache-flushed-on-commit"));
+        assert!(outcome
+            .marks
+            .contains_key("streams:cache-flushed-on-commit"));
         assert!(!outcome.marks.contains_key("streams:cache-evicted-dirty"));
     }
 }
@@ -111,13 +113,15 @@ fn a_zero_cache_forwards_every_update_as_it_happens_and_records_no_cache() {
     assert_eq!(window, Some(None), "the history reads as before the cache");
     let jsonl = outcome.history.to_jsonl();
     assert!(!jsonl.contains("cache_max_bytes"), "no cache field at 0");
-    assert!(!outcome.marks.contains_key("streams:cache-flushed-on-commit"));
+    assert!(!outcome
+        .marks
+        .contains_key("streams:cache-flushed-on-commit"));
 }
 
 #[test]
 fn a_cache_smaller_than_the_keys_evicts_and_forwards_between_commits() {
-    // 40 windowed keys of about 89 bytes each against 1 KiB: the LRU entry is evicted on
-    // most puts, and a dirty eviction flushes the whole cache.
+    // 40 windowed keys of about 90 bytes each against 1 KiB (11 entries): the LRU entry is
+    // evicted on most puts, and a dirty eviction flushes the whole cache.
     let mut s = single_instance("exactly_once_v2", 1_024);
     s.workload.keys = 40;
     s.streams.window_size_ms = 5_000;
@@ -128,7 +132,13 @@ fn a_cache_smaller_than_the_keys_evicts_and_forwards_between_commits() {
         per_commit.iter().any(|r| *r > 2 * 40),
         "evictions send between commits: {per_commit:?}"
     );
-    assert!(updates(&result) < RECORDS as u64, "still fewer than the inputs");
+    // Evicting a dirty entry flushes the whole task cache (NamedCache.flush(evicted)), so
+    // a cache thrashing over 40 keys forwards almost every update, as without a cache.
+    let n = updates(&result);
+    assert!(
+        n > (RECORDS / 2) as u64 && n <= RECORDS as u64,
+        "{n} updates"
+    );
 }
 
 #[test]
@@ -137,8 +147,12 @@ fn exactly_once_v2_with_the_default_cache_counts_exactly_despite_crashes() {
     assert_eq!(s.streams.cache_max_bytes(), 10_485_760, "Kafka's default");
     for seed in 1..=2 {
         let (outcome, _) = run_valid(&s, seed);
-        assert!(outcome.marks.contains_key("streams:cache-flushed-on-commit"));
-        assert!(outcome.marks.contains_key("streams:restore-replayed-records"));
+        assert!(outcome
+            .marks
+            .contains_key("streams:cache-flushed-on-commit"));
+        assert!(outcome
+            .marks
+            .contains_key("streams:restore-replayed-records"));
     }
 }
 
