@@ -25,6 +25,8 @@ mod bench {
         ("exactly_once_v2+standby", "exactly_once_v2", 1),
     ];
 
+    /// The case's scenario; the record cache off, so the figures stay comparable with the
+    /// baseline measured before it (every update forwarded).
     fn scenario(guarantee: &str, standbys: u32) -> Scenario {
         let text = format!(
             r#"
@@ -36,6 +38,7 @@ mod bench {
             [streams]
             processing_guarantee = "{guarantee}"
             num_standby_replicas = {standbys}
+            "statestore.cache.max.bytes" = 0
             [faults]
             until_ms = 1000
             "#

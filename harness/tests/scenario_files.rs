@@ -885,3 +885,27 @@ fn a_transactional_upstream_takes_kafkas_names_and_its_keys_need_the_id() {
         ],
     );
 }
+
+#[test]
+fn the_record_cache_size_is_refused_under_both_names_or_below_zero_naming_file_and_key() {
+    let both = "[streams]\n\"statestore.cache.max.bytes\" = 1024\n\
+                \"cache.max.bytes.buffering\" = 2048\n";
+    let error = parse_for(Pipeline::StreamsCount, both).expect_err("both names");
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "scenarios/bad.toml",
+            "streams.cache.max.bytes.buffering",
+            "set one, not both (found 2048 here and 1024 there)",
+        ],
+    );
+    let negative = "[streams]\n\"statestore.cache.max.bytes\" = -1\n";
+    let error = parse_for(Pipeline::StreamsCount, negative).expect_err("negative");
+    assert_mentions(
+        &error.to_string(),
+        &["scenarios/bad.toml", "streams.statestore.cache.max.bytes"],
+    );
+    let alias = "[streams]\n\"cache.max.bytes.buffering\" = 0\n";
+    let s = parse_for(Pipeline::StreamsCount, alias).expect("the deprecated name alone");
+    assert_eq!(s.streams.cache_max_bytes(), 0);
+}

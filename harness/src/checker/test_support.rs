@@ -144,8 +144,17 @@ pub fn partition_state(high_watermark: Offset, last_stable_offset: Offset) -> Va
 }
 
 /// A Streams history. Input: `k0` three times in window 0 (offsets 0..3), committed up to
-/// `committed`; output: the given counts for `k0@0`.
+/// `committed`; output: the given counts for `k0@0`; no record cache.
 pub fn streams_history(committed: Offset, counts: &[u64]) -> History {
+    streams_history_cached(committed, counts, None)
+}
+
+/// [`streams_history`] of a topology whose record cache holds `cache_max_bytes`.
+pub fn streams_history_cached(
+    committed: Offset,
+    counts: &[u64],
+    cache_max_bytes: Option<u64>,
+) -> History {
     let (input_tp, output_tp) = (
         TopicPartition::new("input", 0),
         TopicPartition::new("output", 0),
@@ -171,6 +180,7 @@ pub fn streams_history(committed: Offset, counts: &[u64]) -> History {
         .collect();
     let window = Value::StreamsWindow {
         window_size_ms: 5000,
+        cache_max_bytes,
     };
     let offsets = vec![(input_tp.clone(), committed)];
     let finals = [

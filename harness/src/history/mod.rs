@@ -180,11 +180,16 @@ pub enum Value {
         /// Updates in offset order.
         records: Vec<StreamsUpdate>,
     },
-    /// The window size of a Streams topology (0 = unwindowed), recorded once at the end so
-    /// that the checker maps input to windows as the processor does.
+    /// The window size of a Streams topology (0 = unwindowed) and its record cache,
+    /// recorded once at the end so that the checker maps input to windows and judges the
+    /// sequence of updates as the processor produces them.
     StreamsWindow {
         /// Tumbling window size, ms.
         window_size_ms: i64,
+        /// The record cache of a stream thread (`statestore.cache.max.bytes`), bytes;
+        /// absent when 0 (every update forwarded), so such histories read as before it.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        cache_max_bytes: Option<u64>,
     },
     /// A commit of a Streams instance: under `at_least_once` the offsets it committed after
     /// flushing; under `exactly_once_v2` one transaction (output, changelog, offsets).

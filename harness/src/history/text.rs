@@ -113,9 +113,13 @@ fn format_value(value: &Value) -> String {
         Value::StreamsRecover { reason, tasks } => {
             format!("streams-recover tasks={tasks:?} reason={reason}")
         }
-        Value::StreamsWindow { window_size_ms } => {
-            format!("streams-window window_size_ms={window_size_ms}")
-        }
+        Value::StreamsWindow {
+            window_size_ms,
+            cache_max_bytes,
+        } => match cache_max_bytes {
+            None => format!("streams-window window_size_ms={window_size_ms}"),
+            Some(c) => format!("streams-window window_size_ms={window_size_ms} cache={c}"),
+        },
         Value::StreamsCommit {
             guarantee,
             records,
@@ -218,7 +222,10 @@ mod tests {
     fn value_names_are_the_jsonl_f_tags() {
         let values = [
             Value::Drain,
-            Value::StreamsWindow { window_size_ms: 5 },
+            Value::StreamsWindow {
+                window_size_ms: 5,
+                cache_max_bytes: None,
+            },
             Value::Fault {
                 name: "kill".into(),
                 detail: String::new(),

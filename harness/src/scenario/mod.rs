@@ -879,7 +879,10 @@ pub struct Scenario {
     /// The transactional copy (pipeline `transactional-copy` only).
     #[serde(default)]
     pub copy: CopySpec,
-    /// The Streams processor (pipeline `streams-count` only).
+    /// The Streams processor (pipeline `streams-count` only): its keys in
+    /// [`StreamsSpec`](crate::streams::StreamsSpec), Kafka's names where Kafka has one
+    /// (`"statestore.cache.max.bytes"`, or its deprecated `"cache.max.bytes.buffering"` but
+    /// not both: refused naming the file and `streams.cache.max.bytes.buffering`).
     #[serde(default)]
     pub streams: crate::streams::StreamsSpec,
     /// Checker overrides.
@@ -1188,6 +1191,7 @@ impl Scenario {
             self.check_cluster(),
             self.check_workload(),
             self.check_connect(),
+            self.streams.check(),
             self.check_faults(),
         ];
         let first = checks

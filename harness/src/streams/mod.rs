@@ -8,6 +8,8 @@
 //!   5-second tumbling windows as [`topology::windowed_count`].
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
+//! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):
+//!   updates of a key collapse until an eviction or a commit flushes them downstream.
 //! - [`processor`]: the processing and commit loop of one instance over the client traits
 //!   and a host (clock, history, producers, changelog restore): tasks, restore, commit
 //!   under each guarantee.
@@ -38,6 +40,7 @@
 //! ```
 
 pub mod assignor;
+pub mod cache;
 pub mod processor;
 pub mod store;
 pub mod topology;
@@ -130,7 +133,8 @@ pub enum StoreKind {
 /// `workload.session_timeout_ms`, `max_poll_records = 50`, `max_poll_interval_ms = 300000`,
 /// `process_ms = 0`,
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
-/// no `upgrade_from` (the cooperative protocol).
+/// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
+/// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]).
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -179,6 +183,25 @@ pub struct StreamsSpec {
     /// rebalances with the cooperative protocol (KIP-429); 2.3 and older force the eager
     /// one ([`UpgradeFrom::forces_eager`]).
     pub upgrade_from: Option<UpgradeFrom>,
+    /// `statestore.cache.max.bytes` (KIP-770), bytes, at least 0: the record cache of an
+    /// instance's stream thread ([`cache`]). `None` = Kafka's default, 10485760 (10 MiB);
+    /// 0 forwards every update of the aggregate as it happens (the behaviour of every
+    /// catalogue file written before the cache, which set 0). Read with
+    /// [`StreamsSpec::cache_max_bytes`].
+    #[serde(
+        rename = "statestore.cache.max.bytes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub statestore_cache_max_bytes: Option<u64>,
+    /// `cache.max.bytes.buffering`, the name before Kafka 3.4 (deprecated by KIP-770), as
+    /// an alias of `statestore.cache.max.bytes`. Setting both is refused
+    /// ([`StreamsSpec::check`]): Kafka would warn and take the new one
+    /// (`StreamsConfig.getTotalCacheSize`), a silent choice a scenario should not rely on.
+    #[serde(
+        rename = "cache.max.bytes.buffering",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_max_bytes_buffering: Option<u64>,
 }
 
 /// The values `upgrade.from` accepts (apache/kafka `streams/.../internals/
@@ -244,6 +267,8 @@ impl Default for StreamsSpec {
             acceptable_recovery_lag: 10_000,
             max_warmup_replicas: 2,
             upgrade_from: None,
+            statestore_cache_max_bytes: None,
+            cache_max_bytes_buffering: None,
         }
     }
 }
@@ -253,6 +278,47 @@ impl StreamsSpec {
     pub fn commit_interval_ms(&self) -> u64 {
         self.commit_interval_ms
             .unwrap_or_else(|| self.processing_guarantee.default_commit_interval_ms())
+    }
+
+    /// The record cache of the application, bytes: `statestore.cache.max.bytes`, else
+    /// `cache.max.bytes.buffering`, else Kafka's default 10485760.
+    pub fn cache_max_bytes(&self) -> u64 {
+        (self.statestore_cache_max_bytes)
+            .or(self.cache_max_bytes_buffering)
+            .unwrap_or(cache::DEFAULT_CACHE_MAX_BYTES)
+    }
+
+    /// The cache size as the history records it (`Value::StreamsWindow`): `None` for 0.
+    pub fn recorded_cache_max_bytes(&self) -> Option<u64> {
+        Some(self.cache_max_bytes()).filter(|c| *c > 0)
+    }
+
+    /// The cache budget of one stream thread: [`cache_max_bytes`](Self::cache_max_bytes)
+    /// divided among [`cache::STREAM_THREADS`] (`KafkaStreams.getCacheSizePerThread`).
+    pub fn thread_cache(&self) -> cache::ThreadCache {
+        cache::ThreadCache {
+            max_bytes: self.cache_max_bytes() / cache::STREAM_THREADS,
+        }
+    }
+
+    /// What serde cannot check: the cache size given under one name only.
+    ///
+    /// # Errors
+    /// The key path and what was wrong.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if let (Some(new), Some(old)) = (
+            self.statestore_cache_max_bytes,
+            self.cache_max_bytes_buffering,
+        ) {
+            return Err((
+                "streams.cache.max.bytes.buffering".into(),
+                format!(
+                    "the deprecated name of `statestore.cache.max.bytes` (KIP-770): set one, \
+                     not both (found {old} here and {new} there)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the group rebalances with the cooperative protocol: Streams' assignor lists
@@ -307,6 +373,24 @@ mod tests {
             assert_eq!(s.cooperative(), cooperative, "upgrade_from = {version}");
         }
         assert!(spec("upgrade_from = \"3.8\"").unwrap().cooperative());
+    }
+
+    #[test]
+    fn the_cache_defaults_to_kafka_s_10_mib_and_accepts_the_deprecated_name() {
+        assert_eq!(StreamsSpec::default().cache_max_bytes(), 10_485_760);
+        let s = spec("\"statestore.cache.max.bytes\" = 0").unwrap();
+        assert_eq!((s.cache_max_bytes(), s.thread_cache().max_bytes), (0, 0));
+        let s = spec("\"cache.max.bytes.buffering\" = 4096").unwrap();
+        assert_eq!(s.cache_max_bytes(), 4_096);
+        assert_eq!(s.check(), Ok(()));
+        let both = "\"statestore.cache.max.bytes\" = 1\n\"cache.max.bytes.buffering\" = 2";
+        let (key, message) = spec(both).unwrap().check().unwrap_err();
+        assert_eq!(key, "streams.cache.max.bytes.buffering");
+        assert!(message.contains("set one, not both"), "{message}");
+        let e = spec("\"statestore.cache.max.bytes\" = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("statestore.cache.max.bytes"), "{e}");
     }
 
     #[test]

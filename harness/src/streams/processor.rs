@@ -10,8 +10,9 @@
 //! # Loop ([`Processor::step`])
 //! poll → open tasks for newly assigned partitions (stable committed offset first, then
 //! seek, then restore the store from its changelog) and drop revoked ones → process each
-//! record (store update, output record, changelog record) → every `commit.interval.ms`
-//! commit.
+//! record (the update into the store's record cache; output and changelog records for
+//! what the cache forwards: every update with `statestore.cache.max.bytes = 0`, else what
+//! an eviction flushes, `streams::cache`) → every `commit.interval.ms` commit.
 //!
 //! # Rebalances
 //! The instance listens for revocations, as `StreamsRebalanceListener` does, under either
@@ -41,6 +42,11 @@
 //! generation they are closed dirty.
 //!
 //! # Commit
+//! Every commit first flushes the record caches of all tasks (`StreamTask.prepareCommit`:
+//! `stateMgr.flushCache()` before the record collector): each dirty entry is written to its
+//! store and sent as output and changelog records, under exactly_once_v2 inside the
+//! transaction being committed. A task closed without a commit drops its cache, dirty
+//! entries included.
 //! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
 //!   checkpoint; then the offsets are committed. A crash in between replays input whose
 //!   effect the changelog already holds: an over-count.
@@ -52,8 +58,9 @@
 //!   committed offsets (models-reference E.5: TaskMigrated → close dirty, wipe, rejoin).
 
 use super::assignor::TaskOffset;
+use super::cache::{self, CachingStore, EntrySizer, NamedCache, ThreadCache};
 use super::store::{Disk, Flushed, KeyValueStore};
-use super::topology::{StreamRecord, Topology};
+use super::topology::{StreamRecord, Topology, Update};
 use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
 use crate::client::{
     AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata, Producer,
@@ -352,9 +359,12 @@ pub async fn new_writer<H: StreamsHost>(
     }
 }
 
-/// A task: one input partition, its store and progress.
+/// A task: one input partition, its store, the store's record cache and progress.
 struct Task {
     store: KeyValueStore,
+    /// The record cache of the store: dropped with the task, so a task closed without a
+    /// commit loses its dirty entries (`ThreadCache.close`).
+    cache: NamedCache,
     /// Changelog offset the store is complete up to (next offset after the last write).
     changelog_end: Offset,
     /// Next input offset to process, once a record was processed since the task opened.
@@ -383,6 +393,10 @@ pub struct Processor<C, R, H: StreamsHost> {
     /// task kept resumes, a task that moved is closed clean (see
     /// [`on_revocation`](Self::on_revocation)).
     suspended: BTreeSet<u32>,
+    /// The record cache budget of this stream thread (`statestore.cache.max.bytes`).
+    thread_cache: ThreadCache,
+    /// Kafka's size estimate of the store's cache entries.
+    sizer: EntrySizer,
     sent: usize,
     last_commit_ns: u64,
 }
@@ -406,6 +420,8 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             crate::mark!("streams:revocations-seen-after-rejoin");
         }
         let last_commit_ns = host.now_ns();
+        let thread_cache = cfg.spec.thread_cache();
+        let sizer = EntrySizer::of(&cfg.topology);
         Self {
             cfg,
             host,
@@ -418,6 +434,8 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             txn_group: None,
             last_group: None,
             suspended: BTreeSet::new(),
+            thread_cache,
+            sizer,
             sent: 0,
             last_commit_ns,
         }
@@ -730,6 +748,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         self.record(OpKind::Ok, value, None);
         let task = Task {
             store,
+            cache: NamedCache::default(),
             changelog_end: restored.end_offset,
             position: None,
         };
@@ -765,19 +784,49 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
     }
 
-    /// Processes one record: store update, then output and changelog records.
+    /// Processes one record: the aggregate's update into the store's record cache, then
+    /// the output and changelog records of what the cache forwarded (every update when
+    /// the cache budget is 0; see `streams::cache`).
     async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let p = r.tp.partition;
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        let other_caches_bytes = self.cache_bytes_except(p);
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.position = Some(r.offset + 1);
-        let Some(update) = parsed.and_then(|rec| self.cfg.topology.process(rec, &mut task.store))
-        else {
+        let (budget, sizer) = (self.thread_cache, self.sizer);
+        let mut store = CachingStore::new(
+            &mut task.store,
+            &mut task.cache,
+            budget,
+            other_caches_bytes,
+            sizer,
+        );
+        let applied = parsed.and_then(|rec| self.cfg.topology.process(rec, &mut store));
+        let forwarded = store.forwarded();
+        if applied.is_none() {
             return Ok(());
-        };
+        }
+        if budget.max_bytes > 0 && !forwarded.is_empty() {
+            crate::mark!("streams:cache-evicted-dirty");
+        }
         if self.cfg.spec.process_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
         }
+        for update in forwarded {
+            self.forward(p, update).await?;
+        }
+        Ok(())
+    }
+
+    /// Bytes the record caches of every task but `p` hold.
+    fn cache_bytes_except(&self, p: u32) -> u64 {
+        let others = self.tasks.iter().filter(|(q, _)| **q != p);
+        others.map(|(_, t)| t.cache.size_bytes()).sum()
+    }
+
+    /// Sends one update of task `p` downstream: the output record, then the changelog
+    /// record (the store already holds it).
+    async fn forward(&mut self, p: u32, update: Update) -> Result<(), (String, bool)> {
         let key = Bytes::from(update.store_key);
         let value = Bytes::from(update.count.to_string());
         let output = record(&self.cfg.topology.sink, None, &key, &value);
@@ -786,6 +835,25 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let offset = self.send(changelog).await?;
         if let Some(task) = self.tasks.get_mut(&p) {
             task.changelog_end = task.changelog_end.max(offset + 1);
+        }
+        Ok(())
+    }
+
+    /// Flushes every task's record cache, in task order (`StreamTask.prepareCommit` →
+    /// `stateMgr.flushCache()`): the dirty entries into the store and downstream.
+    async fn flush_caches(&mut self) -> Result<(), (String, bool)> {
+        let partitions: Vec<u32> = self.tasks.keys().copied().collect();
+        for p in partitions {
+            let Some(task) = self.tasks.get_mut(&p) else {
+                continue;
+            };
+            let updates = cache::flush_into(&mut task.cache, &mut task.store);
+            if !updates.is_empty() {
+                crate::mark!("streams:cache-flushed-on-commit");
+            }
+            for update in updates {
+                self.forward(p, update).await?;
+            }
         }
         Ok(())
     }
@@ -837,6 +905,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// been recovered from).
     async fn commit(&mut self) -> bool {
         self.last_commit_ns = self.host.now_ns();
+        if let Err((e, fatal)) = self.flush_caches().await {
+            if fatal {
+                crate::mark!("streams:producer-fenced");
+            }
+            self.recover(e, fatal).await;
+            return false;
+        }
         let offsets = self.offsets();
         if offsets.is_empty() && self.txn_group.is_none() {
             return true;

@@ -47,6 +47,25 @@ impl KeyValueStore {
     }
 }
 
+/// What the aggregate reads and writes: a task's store directly ([`KeyValueStore`]) or
+/// through its record cache (`streams::cache::CachingStore`).
+pub trait CountStore {
+    /// The current count of `key` (`key@windowStart`).
+    fn get(&mut self, key: &str) -> Option<u64>;
+    /// Sets `key` to `count`.
+    fn put(&mut self, key: String, count: u64);
+}
+
+impl CountStore for KeyValueStore {
+    fn get(&mut self, key: &str) -> Option<u64> {
+        KeyValueStore::get(self, key)
+    }
+
+    fn put(&mut self, key: String, count: u64) {
+        KeyValueStore::put(self, key, count);
+    }
+}
+
 /// What one persistent store left on disk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Flushed {

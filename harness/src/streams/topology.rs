@@ -1,9 +1,12 @@
 //! The topology API: source topic → stateless `filter` / `map_values` → `group_by_key` →
 //! an aggregate over tumbling windows (or unwindowed) in a named state store → sink topic.
 //!
-//! The aggregate is Kafka Streams' `count()`: a KTable whose every update is forwarded
-//! downstream (no record cache, as `cache.max.bytes.buffering=0`), so the output topic is
-//! a changelog of `key@windowStart → count` in which later updates supersede earlier ones.
+//! The aggregate is Kafka Streams' `count()`: a KTable whose updates are forwarded
+//! downstream, so the output topic is a changelog of `key@windowStart → count` in which
+//! later updates supersede earlier ones. With a record cache (`statestore.cache.max.bytes`
+//! above 0, `streams::cache`) an update is forwarded when its cache entry is evicted or
+//! flushed at a commit, so consecutive updates of a key collapse into the last one; with 0
+//! every update is forwarded as it happens.
 //!
 //! A key-changing `map` would need a repartition topic and is not offered: grouping is by
 //! the input key, which the input partitioner already co-located in one task.
@@ -215,11 +218,12 @@ impl Topology {
         Some(format!("{}@{start}", record.key))
     }
 
-    /// Processes one record against the task's store: the update to forward, if any.
+    /// Processes one record against the task's store (directly, or through its record
+    /// cache, `streams::cache`): the update applied, if any.
     pub fn process(
         &self,
         record: StreamRecord,
-        store: &mut super::store::KeyValueStore,
+        store: &mut impl super::store::CountStore,
     ) -> Option<Update> {
         let store_key = self.store_key(record)?;
         let count = store.get(&store_key).unwrap_or(0) + 1;

@@ -233,6 +233,7 @@ impl Pipeline for StreamsCount {
         let streams = &self.ctx.scenario.streams;
         self.record(Value::StreamsWindow {
             window_size_ms: streams.window_size_ms,
+            cache_max_bytes: streams.recorded_cache_max_bytes(),
         });
         for tp in self.ctx.scenario.topic.topic_partitions() {
             self.record_input(&cluster, tp);

@@ -17,6 +17,7 @@ mod memory;
 mod message_faults;
 mod parallel;
 mod routine_load;
+mod streams_cache;
 mod streams_count;
 mod support;
 mod transactional_copy;

@@ -140,6 +140,7 @@ pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, S
     )?;
     let mut values = vec![Value::StreamsWindow {
         window_size_ms: streams.window_size_ms,
+        cache_max_bytes: streams.recorded_cache_max_bytes(),
     }];
     for (tp, records) in &input {
         values.extend(input_values(tp, records));
