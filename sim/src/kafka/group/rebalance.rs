@@ -207,10 +207,9 @@ impl Group {
         crate::mark!("kafka:static-member-replaced");
         let old_leader = self.leader.clone();
         let mut member = self.members.remove(old_id).expect("a static member's id");
-        for token in [member.join_token.take(), member.sync_token.take()] {
-            if let Some(token) = token {
-                parked.answer(token, Response::Error(KafkaError::FencedInstanceId), now);
-            }
+        let held = [member.join_token.take(), member.sync_token.take()];
+        for token in held.into_iter().flatten() {
+            parked.answer(token, Response::Error(KafkaError::FencedInstanceId), now);
         }
         member.session_timeout_ms = meta.session_timeout_ms;
         member.rebalance_timeout_ms = meta.rebalance_timeout_ms;
