@@ -168,7 +168,7 @@ pub struct SimConsumer {
     topics: Vec<String>,
     heartbeat_task: Option<JoinHandle<()>>,
     /// The join loop of a rebalance in progress.
-    rebalance_task: Option<JoinHandle<Result<Joined, ClientError>>>,
+    rebalance_task: Option<JoinHandle<Result<Option<Joined>, ClientError>>>,
     assignment: Vec<TopicPartition>,
     /// Next offset to fetch of each positioned partition.
     positions: BTreeMap<TopicPartition, Offset>,
@@ -263,8 +263,7 @@ impl SimConsumer {
 
     /// Whether the generation or member id was reset: owned partitions are lost.
     fn generation_lost(&self) -> bool {
-        let m = self.group.membership();
-        m.generation < 0 || m.member_id.is_empty()
+        self.group.membership().generation_lost()
     }
 
     /// Java's periodic metadata update and the leader's check in
@@ -365,6 +364,12 @@ impl SimConsumer {
         };
         self.rebalance_task = None;
         let joined = finished.map_err(|e| ClientError::Fatal(format!("join loop: {e}")))??;
+        let Some(joined) = joined else {
+            // The generation was lost mid-rebalance: the next poll gives the partitions up
+            // as lost (`hand_out_revocation`) or revokes them before it rejoins
+            // (`start_rebalance`), as Java's `onJoinPrepare` does.
+            return Err(deadline.timeout("rebalance"));
+        };
         let mut assignment = joined.assignment;
         assignment.sort();
         tracing::debug!(generation = joined.generation, ?assignment, "assigned");

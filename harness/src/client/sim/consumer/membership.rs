@@ -137,6 +137,12 @@ impl Membership {
         }
     }
 
+    /// Whether the generation or the member id was reset (Java's `Generation.NO_GENERATION`
+    /// test in `ConsumerCoordinator.onJoinPrepare`): whatever the member owns is lost.
+    pub fn generation_lost(&self) -> bool {
+        self.generation < 0 || self.member_id.is_empty()
+    }
+
     /// Forgets the member id and generation (UNKNOWN_MEMBER_ID, leaving, poll timeout).
     pub fn reset(&mut self) {
         self.member_id.clear();
@@ -264,13 +270,24 @@ impl GroupClient {
     /// SyncGroup with the leader's assignment, until the member is stable in a generation
     /// or a fatal error. It keeps trying while the coordinator cannot be reached, as Java
     /// does; the polls waiting for it have their own deadlines. `owned` is what the member
-    /// keeps while it rejoins (empty under the eager protocol).
+    /// keeps while it rejoins (cooperative; empty under the eager protocol).
+    ///
+    /// `Ok(None)`: a JoinGroup, SyncGroup or heartbeat answer reset the generation or the
+    /// member id while the member still owned partitions. Java's `resetStateAndRejoin` then
+    /// sets `needsJoinPrepare`, and the next turn of `joinGroupIfNeeded` runs
+    /// `onJoinPrepare` again, which gives every owned partition up as lost
+    /// (`invokePartitionsLost`) before the next JoinGroup; the consumer does that and starts
+    /// a new join loop owning nothing.
     pub async fn rebalance(
         self,
         topics: Vec<String>,
         owned: Vec<TopicPartition>,
-    ) -> Result<Joined, ClientError> {
+    ) -> Result<Option<Joined>, ClientError> {
         loop {
+            if !owned.is_empty() && self.membership().generation_lost() {
+                crate::mark!("client:consumer-generation-lost-mid-rebalance");
+                return Ok(None);
+            }
             let deadline = Deadline::after(self.request_timeout());
             let coordinator = match self.ensure_coordinator(&deadline).await {
                 Ok(coordinator) => coordinator,
@@ -281,7 +298,7 @@ impl GroupClient {
                 continue;
             };
             if let Some(joined) = self.sync(coordinator, join).await? {
-                return Ok(joined);
+                return Ok(Some(joined));
             }
         }
     }
