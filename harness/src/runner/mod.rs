@@ -16,6 +16,7 @@ use crate::history::{History, OpKind, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
+use eosim_sim::kafka::TopicPartition;
 use eosim_sim::nemesis::{swarm, ScheduledFault};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -284,8 +285,10 @@ async fn drain(
         .recorder
         .record(now_ns(), "nemesis", OpKind::Info, Value::Drain, None);
     let deadline = now_ns() + scenario.drain.time_s_max * 1_000_000_000;
+    let topics: Vec<String> = pipeline.topics().into_iter().map(|t| t.name).collect();
     loop {
-        let lag = pipeline.lag(world);
+        let mut lag = offline_partitions(world, &topics);
+        lag.extend(pipeline.lag(world));
         if lag.is_empty() {
             return None;
         }
@@ -313,6 +316,27 @@ async fn drain(
         }
         madsim::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The partitions of `topics` that have no leader, one line each. The drain waits for them
+/// as for any lag: a partition without a leader cannot be read, and a final read taken
+/// then would record its log as empty, every acknowledged write on it as lost
+/// (`Cluster::records` reads the leader's replica). Right after the heal the controller
+/// may not have unfenced a broker and elected a leader yet; a partition that never gets
+/// one again (its ISR gone with unclean election disabled) stalls the run with this
+/// reason, which is what a real cluster shows: unavailable, not known to be lost.
+fn offline_partitions(world: &World, topics: &[String]) -> Vec<String> {
+    let cluster = world.kafka.cluster.lock().expect("cluster lock");
+    let mut offline = Vec::new();
+    for topic in topics {
+        for p in 0..cluster.partition_count(topic).unwrap_or(0) {
+            let tp = TopicPartition::new(topic.as_str(), p);
+            if cluster.leader(&tp).is_none() {
+                offline.push(format!("{tp}: offline (no leader), its log cannot be read"));
+            }
+        }
+    }
+    offline
 }
 
 /// This process's resident memory in KiB (`VmRSS` of `/proc/self/status`); `None` where
