@@ -394,7 +394,10 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
     final_state_cases(a).0
 }
 
-/// Whether some admissible prefix of `applied` (see the module docs) gives `actual`.
+/// Whether some admissible prefix of `applied` (see the module docs) gives `actual`: the
+/// whole of it when the committed offset reached `end`, else any prefix that covers every
+/// record below `committed`. The reference is applied once, forward, and compared at each
+/// admissible length (no copy of the rows per record).
 fn matches_prefix(
     a: &CdcAnalysis,
     applied: &[SourceRecord],
@@ -402,15 +405,19 @@ fn matches_prefix(
     committed: Offset,
     actual: &Rows,
 ) -> bool {
-    let (states, _) = prefix_states(a, applied);
     let min_k = if committed >= end {
         applied.len()
     } else {
         applied.partition_point(|r| r.offset < committed)
     };
-    (min_k..=applied.len())
-        .rev()
-        .any(|k| rows_equal(&states[k], actual))
+    let mut rows = Rows::new();
+    for (k, r) in applied.iter().enumerate() {
+        if k >= min_k && rows_equal(&rows, actual) {
+            return true;
+        }
+        apply_record(a, &mut rows, r);
+    }
+    rows_equal(&rows, actual)
 }
 
 /// `aborted-in-sink` of change data: `tp`'s table matches its events only with the
@@ -445,7 +452,7 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
             let kept = all.iter().filter(|r| a.admitted(tp, r, undecided, aborted));
             kept.cloned().collect()
         };
-        let (_, keys) = prefix_states(a, &all);
+        let keys = named_keys(a, &all);
         named.extend(keys.iter().cloned());
         let actual: Rows = table
             .iter()
@@ -467,8 +474,7 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
             aborted_cases.push(aborted_case(tp, vec![*op, *table_op], aborted));
             continue;
         }
-        let (states, _) = prefix_states(a, &applied);
-        let full = &states[applied.len()];
+        let full = &reference_rows(a, &applied);
         cases.push(Case {
             ids: Vec::new(),
             tp: Some(tp.clone()),
@@ -493,39 +499,47 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
     (cases, aborted_cases)
 }
 
-/// The reference after each prefix (`states[k]` = first `k` records applied), and every
-/// key the records name. A record the reference cannot interpret changes nothing.
-fn prefix_states(a: &CdcAnalysis, applied: &[SourceRecord]) -> (Vec<Rows>, BTreeSet<String>) {
-    let mut rows = Rows::new();
-    let mut states = vec![rows.clone()];
-    let mut keys = BTreeSet::new();
-    for r in applied {
-        if let Ok(change) = a.change(r) {
-            keys.extend(change_keys(a, change));
-            let _ = a.apply(&mut rows, change);
-        }
-        states.push(rows.clone());
+/// Applies source record `r` to `rows` as the reference does; a record the reference
+/// cannot interpret changes nothing.
+fn apply_record(a: &CdcAnalysis, rows: &mut Rows, r: &SourceRecord) {
+    if let Ok(change) = a.change(r) {
+        let _ = a.apply(rows, change);
     }
-    (states, keys)
 }
 
-fn change_keys(a: &CdcAnalysis, change: &Change) -> Vec<String> {
-    let rows: Vec<JsonRow> = match change {
-        Change::Create { after } | Change::Read { after } | Change::Row { row: after } => {
-            vec![after.clone()]
+/// The reference with every record of `applied` applied.
+fn reference_rows(a: &CdcAnalysis, applied: &[SourceRecord]) -> Rows {
+    let mut rows = Rows::new();
+    for r in applied {
+        apply_record(a, &mut rows, r);
+    }
+    rows
+}
+
+/// Every key the records of `applied` name (a record the reference cannot interpret names
+/// none).
+fn named_keys(a: &CdcAnalysis, applied: &[SourceRecord]) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for change in applied.iter().filter_map(|r| a.change(r).ok()) {
+        let mut name = |row: &JsonRow| keys.extend(canonical_key(row, &a.pk));
+        match change {
+            Change::Create { after } | Change::Read { after } | Change::Row { row: after } => {
+                name(after)
+            }
+            Change::Update { before, after } => {
+                before.iter().for_each(&mut name);
+                name(after);
+            }
+            Change::Delete { before } => name(before),
+            Change::Tombstone { key } => {
+                if let Some(row) = key.as_ref().and_then(|k| key_row(k, &a.pk)) {
+                    name(&row);
+                }
+            }
+            Change::Truncate => {}
         }
-        Change::Update { before, after } => before.iter().cloned().chain([after.clone()]).collect(),
-        Change::Delete { before } => vec![before.clone()],
-        Change::Tombstone { key } => key
-            .as_ref()
-            .and_then(|k| key_row(k, &a.pk))
-            .into_iter()
-            .collect(),
-        Change::Truncate => Vec::new(),
-    };
-    rows.iter()
-        .filter_map(|r| canonical_key(r, &a.pk))
-        .collect()
+    }
+    keys
 }
 
 fn rows_equal(expected: &Rows, actual: &Rows) -> bool {
