@@ -86,8 +86,11 @@ pub struct WorkerRuntime {
     /// Sink plugins.
     pub factory: SinkFactory,
     /// Fault point: probability that a task throws right after a successful `put` (a task
-    /// crash); 0 outside fault scenarios.
+    /// crash), or right after a source task's batch was sent; 0 outside fault scenarios.
     pub task_crash_probability: f64,
+    /// Source plugins: with them every connector's tasks run as source tasks
+    /// ([`super::source_worker`]); `None` for the sink pipelines.
+    pub source: Option<super::source_worker::SourceRuntime>,
 }
 
 fn now_ms() -> u64 {
@@ -172,6 +175,13 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment, stop: St
         task: a.task,
         run: a.run,
     };
+    if let Some(source) = rt.source.clone() {
+        let task = super::source_worker::run_source_task(&rt, &source, &worker, &a, &run, stop);
+        if let Err(trace) = task.await {
+            fail(&rt, &worker, &a, trace);
+        }
+        return;
+    }
     let sink = match (rt.factory)(&config, &run).await {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
@@ -188,7 +198,7 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment, stop: St
     }
 }
 
-fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
+pub(super) fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
     Value::TaskStatus {
         connector: a.connector.clone(),
         task: a.task,
@@ -197,7 +207,7 @@ fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
     }
 }
 
-fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
+pub(super) fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
     let applied = rt.herder.set_state(
         &a.connector,
         a.task,
@@ -261,10 +271,10 @@ pub fn dlq_state(
 
 /// The simulated worker as a [`TaskHost`]: madsim's clock, the shared recorder, and the
 /// `task-crash` fault point drawn from madsim's RNG.
-struct SimHost {
-    rt: WorkerRuntime,
-    worker: String,
-    a: Assignment,
+pub(super) struct SimHost {
+    pub(super) rt: WorkerRuntime,
+    pub(super) worker: String,
+    pub(super) a: Assignment,
 }
 
 impl TaskHost for SimHost {

@@ -321,6 +321,7 @@ impl ConnectJdbc {
             recorder: self.ctx.recorder.clone(),
             factory,
             task_crash_probability: self.ctx.scenario.connect.task_crash_probability,
+            source: None,
         }
     }
 }
