@@ -9,7 +9,7 @@
 //! `connect-source` sets under KIP-618, else the whole log (`LogState`). A history without
 //! a final `ChangeLog` is not a source connector's: the checker says nothing about it.
 
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker, Validity};
+use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
 use crate::history::{History, OpKind, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use eosim_sim::source_db::ChangeEvent;
@@ -116,6 +116,10 @@ impl Checker for SourceChecker {
         let Some(a) = SourceAnalysis::new(history, options.read_committed) else {
             return CheckResult::default();
         };
+        if a.view_ops.is_empty() {
+            // Without the topic's final state no event can be called lost or duplicated.
+            return CheckResult::unknown("no final state of the source connector's topic");
+        }
         let lost = change_event_lost_cases(&a);
         let duplicates = change_event_duplicate_cases(&a);
         let mut counts = BTreeMap::new();
@@ -129,11 +133,122 @@ impl Checker for SourceChecker {
             (Anomaly::SinkLost, lost),
             (Anomaly::SinkDuplicate, duplicates),
         ];
-        let mut result = CheckResult::from_cases(found, counts, options);
-        if a.view_ops.is_empty() {
-            result.validity = result.validity.merge(Validity::Unknown);
-            result.error = Some("no final state of the source connector's topic".into());
+        CheckResult::from_cases(found, counts, options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::test_support::{history, rec};
+    use crate::checker::{Claim, Validity};
+    use eosim_sim::source_db::{ChangeLog, ChangeLogConfig};
+
+    /// A change log of two transactions of two rows: ids 0..4.
+    fn change_log() -> Value {
+        let log = ChangeLog::generate(ChangeLogConfig {
+            transactions: 2,
+            rows_per_transaction: 2,
+            transaction_interval_ms: 10,
+            first_commit_ms: 0,
+        });
+        Value::ChangeLog {
+            events: log.events().to_vec(),
         }
-        result
+    }
+
+    fn log(ids: &[u64]) -> Value {
+        let records = ids.iter().enumerate().map(|(o, &id)| rec(id, o as i64));
+        Value::LogState {
+            tp: crate::checker::test_support::tp(),
+            records: records.collect(),
+        }
+    }
+
+    fn committed(ids: &[(u64, i64)]) -> Value {
+        Value::CommittedLogState {
+            tp: crate::checker::test_support::tp(),
+            records: ids.iter().map(|&(id, o)| rec(id, o)).collect(),
+        }
+    }
+
+    fn options(claim: Claim, read_committed: bool) -> CheckOptions {
+        CheckOptions {
+            read_committed,
+            sink: false,
+            ..CheckOptions::for_claim(claim)
+        }
+    }
+
+    #[test]
+    fn sink_duplicate_a_restarted_task_emitted_events_again() {
+        // The task sent 0..4, crashed after flushing the offset of event 1, and emitted
+        // 2 and 3 again after its restart.
+        let h = history(vec![
+            ("final", OpKind::Ok, change_log()),
+            ("final", OpKind::Ok, log(&[0, 1, 2, 3, 2, 3])),
+        ]);
+        let r = SourceChecker.check(&h, &options(Claim::ExactlyOnce, false));
+        assert_eq!(r.validity, Validity::Invalid);
+        assert_eq!(r.forbidden, vec![Anomaly::SinkDuplicate]);
+        let ids: Vec<u64> = r.anomalies[&Anomaly::SinkDuplicate]
+            .iter()
+            .flat_map(|c| c.ids.clone())
+            .collect();
+        assert_eq!(ids, [2, 3]);
+        assert_eq!(r.counts["source-duplicate-records"], 2);
+        let alo = SourceChecker.check(&h, &options(Claim::AtLeastOnce, false));
+        assert_eq!(alo.validity, Validity::Valid, "at least once allows them");
+    }
+
+    #[test]
+    fn sink_lost_an_event_never_reached_the_topic() {
+        let h = history(vec![
+            ("final", OpKind::Ok, change_log()),
+            ("final", OpKind::Ok, log(&[0, 1, 3])),
+        ]);
+        let r = SourceChecker.check(&h, &options(Claim::AtLeastOnce, false));
+        assert_eq!(r.forbidden, vec![Anomaly::SinkLost]);
+        assert_eq!(r.anomalies[&Anomaly::SinkLost][0].ids, [2]);
+        assert!(r.anomalies[&Anomaly::SinkLost][0].text.contains("serial 0"));
+    }
+
+    #[test]
+    fn a_read_committed_view_without_the_aborted_copies_is_valid() {
+        // A killed task's open transaction held 2 and 3 (offsets 2, 3, later aborted);
+        // the restarted task committed them again at offsets 5 and 6.
+        let h = history(vec![
+            ("final", OpKind::Ok, change_log()),
+            ("final", OpKind::Ok, log(&[0, 1, 2, 3, 2, 3])),
+            (
+                "final",
+                OpKind::Ok,
+                committed(&[(0, 0), (1, 1), (2, 5), (3, 6)]),
+            ),
+        ]);
+        let r = SourceChecker.check(&h, &options(Claim::ExactlyOnce, true));
+        assert_eq!(r.validity, Validity::Valid, "{r:?}");
+        assert_eq!(r.counts["source-topic-records"], 4);
+        let uncommitted = SourceChecker.check(&h, &options(Claim::ExactlyOnce, false));
+        assert_eq!(
+            uncommitted.validity,
+            Validity::Invalid,
+            "the whole log has them twice"
+        );
+    }
+
+    #[test]
+    fn a_history_without_a_change_log_is_not_judged_and_one_without_a_topic_is_unknown() {
+        let plain = history(vec![("final", OpKind::Ok, log(&[0]))]);
+        let options = options(Claim::ExactlyOnce, false);
+        assert_eq!(
+            SourceChecker.check(&plain, &options),
+            CheckResult::default()
+        );
+        let no_topic = history(vec![("final", OpKind::Ok, change_log())]);
+        assert_eq!(
+            SourceChecker.check(&no_topic, &options).validity,
+            Validity::Unknown
+        );
     }
 }
