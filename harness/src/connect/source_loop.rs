@@ -16,7 +16,9 @@
 //! `offset.flush.timeout.ms`; a failed flush keeps them for the next one
 //! (`OffsetStorageWriter.cancelFlush`). A graceful stop flushes once more
 //! (`WorkerSourceTask.finalOffsetCommit`). A crash loses what was sent since the last
-//! flush from the stored offsets: the next run emits it again (duplicates).
+//! flush from the stored offsets: the next run emits it again (duplicates). A task that
+//! fails (an exception, the `task-crash` fault point) still flushes what was acknowledged
+//! (`WorkerSourceTask.finalOffsetCommit`): only a crash of the process re-emits.
 //!
 //! # Exactly-once (`exactly.once.source.support=enabled`, KIP-618)
 //! The task's producer is transactional (`transactional.id = <group.id>-<connector>-<task>`,
@@ -151,12 +153,31 @@ where
                 break TaskExit::Failed(e);
             }
         };
-        if exit == TaskExit::Stopped {
-            if let Err(e) = self.commit().await {
-                return TaskExit::Failed(e);
+        self.final_offset_commit(exit).await
+    }
+
+    /// `finalOffsetCommit`: at least once, the acknowledged offsets are flushed whether the
+    /// task stopped or failed (`WorkerSourceTask`: only dispatched records are tracked);
+    /// exactly once, a stopped task commits its open transaction and a failed one aborts it
+    /// (`ExactlyOnceWorkerSourceTask`).
+    async fn final_offset_commit(&mut self, exit: TaskExit) -> TaskExit {
+        let exactly_once = matches!(self.delivery, SourceDelivery::ExactlyOnce { .. });
+        match &exit {
+            TaskExit::Failed(trace) if exactly_once => {
+                if self.txn.is_some() {
+                    self.abort(trace.clone()).await;
+                }
+                exit
             }
+            TaskExit::Failed(_) => {
+                let _ = self.commit().await;
+                exit
+            }
+            TaskExit::Stopped => match self.commit().await {
+                Ok(()) => exit,
+                Err(e) => TaskExit::Failed(e),
+            },
         }
-        exit
     }
 
     async fn iteration(&mut self) -> Result<(), String> {

@@ -25,6 +25,12 @@
 //! point after `put`. A task whose loop ends closes its consumer (its partitions move to
 //! the connector's other tasks); one that failed stays FAILED.
 //!
+//! # A source task
+//! With a [`super::source_worker::SourceRuntime`] in the [`WorkerRuntime`] every task is a
+//! source task instead: [`super::source_worker::run_source_task`] starts it (KIP-618's
+//! producer initialization, the offsets topic read to its end) and runs
+//! [`super::source_loop`]; the same herder, heartbeats, stops and kills apply.
+//!
 //! Not modelled: `errors.retry.timeout` (the JsonConverter raises no retriable errors; the
 //! key is validated and kept).
 
@@ -198,7 +204,7 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment, stop: St
     }
 }
 
-pub(super) fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
+fn status_value(a: &Assignment, state: &str, trace: Option<String>) -> Value {
     Value::TaskStatus {
         connector: a.connector.clone(),
         task: a.task,
@@ -207,7 +213,7 @@ pub(super) fn status_value(a: &Assignment, state: &str, trace: Option<String>) -
     }
 }
 
-pub(super) fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
+fn fail(rt: &WorkerRuntime, worker: &str, a: &Assignment, trace: String) {
     let applied = rt.herder.set_state(
         &a.connector,
         a.task,

@@ -165,3 +165,26 @@ fn at_least_once_without_a_crash_emits_each_event_once() {
     assert_eq!(result.validity, Validity::Valid, "{result:?}");
     assert_eq!(result.counts["source-topic-records"], 300);
 }
+
+/// A task that fails (the `task-crash` fault point after a batch) is not a process crash:
+/// at least once it still flushes what was acknowledged (`finalOffsetCommit`), so the
+/// operator's restart re-emits nothing; under KIP-618 its open transaction is aborted.
+#[test]
+fn injected_task_failures_restarted_by_the_operator_lose_and_duplicate_nothing() {
+    for file in [ALO, EOS] {
+        let mut s: Scenario = catalogue(file);
+        s.faults.schedule.clear();
+        s.check.expect = None;
+        s.connect.task_crash_probability = 0.3;
+        s.connect.restart_failed_after_ms = 1_000;
+        let (outcome, result) = run_checked(&s, 1);
+        assert_eq!(result.validity, Validity::Valid, "{file}: {result:?}");
+        assert_eq!(outcome.stalled, None, "{file}");
+        assert_eq!(result.counts["source-duplicate-records"], 0, "{file}");
+        assert!(outcome.marks.contains_key("connect:task-failed"), "{file}");
+        assert!(
+            outcome.marks.contains_key("connect:task-restarted"),
+            "{file}"
+        );
+    }
+}
