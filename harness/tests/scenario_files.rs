@@ -501,13 +501,14 @@ fn every_real_tier_scenario_parses() {
     }
 }
 
-const PIPELINES: [Pipeline; 6] = [
+const PIPELINES: [Pipeline; 7] = [
     Pipeline::KafkaConsume,
     Pipeline::ConnectJdbc,
     Pipeline::ClickhouseSink,
     Pipeline::TransactionalCopy,
     Pipeline::StreamsCount,
     Pipeline::DorisSink,
+    Pipeline::ConnectSource,
 ];
 
 /// Parses a scenario of `pipeline` whose body is `body`.
@@ -855,6 +856,62 @@ fn a_doris_connector_with_contradictory_or_unknown_keys_is_refused_naming_them()
     for (extra, named) in cases {
         let error = parse_for(Pipeline::DorisSink, &connector(extra)).expect_err(extra);
         assert_mentions(&error.to_string(), &[named]);
+    }
+}
+
+/// A source connector's keys are checked as a sink's: KIP-618's `exactly.once.support`
+/// against the worker, `transaction.boundary = "connector"` (Debezium cannot define
+/// transactions), `tasks.max` above one, a topic other than the scenario's, an unknown
+/// worker value and an empty `[source]` are refused naming the file and the key.
+#[test]
+fn a_source_connector_with_unsupported_or_contradictory_keys_is_refused_naming_them() {
+    let scenario = |worker: &str, extra: &str, source: &str| {
+        format!(
+            "[topic]\nname = \"db1.public.orders\"\n[connect.worker]\n{worker}\n\
+             [connector]\nname = \"inventory\"\n\
+             \"connector.class\" = \"io.debezium.connector.postgresql.PostgresConnector\"\n\
+             \"topic.prefix\" = \"db1\"\n{extra}\n[source]\n{source}"
+        )
+    };
+    let ok = parse_for(Pipeline::ConnectSource, &scenario("", "", "")).expect("minimal");
+    assert_eq!(ok.source.transactions, 100);
+    let enabled = "\"exactly.once.source.support\" = \"enabled\"";
+    let required = "\"exactly.once.support\" = \"required\"";
+    parse_for(Pipeline::ConnectSource, &scenario(enabled, required, "")).expect("KIP-618");
+    let cases = [
+        ("", required, "", "exactly.once.support"),
+        (
+            enabled,
+            "\"transaction.boundary\" = \"connector\"",
+            "",
+            "transaction.boundary",
+        ),
+        ("", "\"tasks.max\" = \"2\"", "", "tasks.max"),
+        (
+            "",
+            "\"table.include.list\" = \"public.items\"",
+            "",
+            "connector.topic.prefix",
+        ),
+        (
+            "\"exactly.once.source.support\" = \"on\"",
+            "",
+            "",
+            "exactly.once.source.support",
+        ),
+        ("", "\"topic.prefixx\" = \"x\"", "", "topic.prefixx"),
+        (
+            "",
+            "",
+            "rows_per_transaction = 0",
+            "source.rows_per_transaction",
+        ),
+        ("", "", "rate = 5", "rate"),
+    ];
+    for (worker, extra, source, named) in cases {
+        let error =
+            parse_for(Pipeline::ConnectSource, &scenario(worker, extra, source)).expect_err(named);
+        assert_mentions(&error.to_string(), &["scenarios/bad.toml", named]);
     }
 }
 

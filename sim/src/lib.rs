@@ -10,6 +10,8 @@
 //!   KeeperMap) and the Keeper model, with their nodes under `--cfg madsim`.
 //! - [`doris`]: the Doris model (FE, BE, load transactions and labels, Stream Load,
 //!   Routine Load jobs).
+//! - [`source_db`]: a source database's change log (transactions of row events at LSN
+//!   positions), read by the `connect-source` pipeline's CDC source task.
 //! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
 //!   duplicate, lose a response after the request was applied).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
@@ -31,3 +33,4 @@ pub mod nemesis;
 #[cfg(madsim)]
 pub mod net;
 pub mod postgres;
+pub mod source_db;

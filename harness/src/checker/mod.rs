@@ -30,8 +30,8 @@
 //! | `uncommitted-read` | F | F | F | only with `read_committed` |
 //! | `stuck-lso` | F | F | F | only with `read_committed` |
 //! | `offsets-for-aborted-output` | F | F | F | only with `read_committed` |
-//! | `sink-lost` | F | F | - | |
-//! | `sink-duplicate` | F | - | F | |
+//! | `sink-lost` | F | F | - | also a source connector's lost change event ([`source`]) |
+//! | `sink-duplicate` | F | - | F | also a change event twice in a source connector's topic |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
 //! | `progress-ahead-of-data` | - | F | - | |
 //! | `aborted-in-sink` | F | F | F | always (5) |
@@ -88,6 +88,7 @@ mod kafka;
 #[cfg(test)]
 mod mutation_tests;
 mod sink;
+mod source;
 mod streams;
 #[cfg(test)]
 mod test_support;
@@ -109,6 +110,9 @@ pub use kafka::{
 pub use sink::{
     aborted_in_sink_cases, progress_ahead_of_data_cases, sink_duplicate_cases, sink_lost_cases,
     sink_reorder_cases, SinkChecker,
+};
+pub use source::{
+    change_event_duplicate_cases, change_event_lost_cases, SourceAnalysis, SourceChecker,
 };
 pub use streams::{
     aggregate_over_count_cases, aggregate_sequence_cases, aggregate_under_count_cases,
@@ -192,9 +196,12 @@ pub enum Anomaly {
     /// A consume-transform-produce group committed input offsets past input whose output
     /// was aborted and never written again.
     OffsetsForAbortedOutput,
-    /// A record committed to Kafka (in the final log) is absent from the final sink state.
+    /// A record committed upstream is absent from the pipeline's target: a record of the
+    /// final log absent from the final sink state, or (source connectors, [`source`]) a
+    /// change event of the source database absent from the topic.
     SinkLost,
-    /// An id is held more than once in the final sink state.
+    /// An id is held more than once in the pipeline's target: the final sink state, or
+    /// (source connectors) the topic a source connector writes.
     SinkDuplicate,
     /// Within one key, the sink's order differs from the log's offset order.
     SinkReorder,
@@ -715,7 +722,8 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// The standard composition: [`KafkaChecker`], [`SinkChecker`], [`cdc::CdcChecker`] (which
 /// only speaks for change-data histories), [`TxnChecker`] (which finds nothing in a
 /// history without transactions), [`StreamsChecker`] and [`DorisChecker`] (which finds
-/// nothing without a final `DorisState`).
+/// nothing without a final `DorisState`) and [`SourceChecker`] (which finds nothing without a
+/// final `ChangeLog`).
 pub fn standard() -> Compose {
     Compose::new()
         .with(KafkaChecker)
@@ -724,6 +732,7 @@ pub fn standard() -> Compose {
         .with(TxnChecker)
         .with(StreamsChecker)
         .with(DorisChecker)
+        .with(SourceChecker)
 }
 
 /// Runs [`standard`] over `history`.

@@ -18,7 +18,13 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
     // streams-count: idempotent input producers; no sink of ids (the Streams checker judges
     // the output's aggregates instead).
     let streams = scenario.pipeline == crate::scenario::Pipeline::StreamsCount;
-    let idempotent = transactional || streams || scenario.workload.enable_idempotence == Some(true);
+    // connect-source: a change event a restarted task emits again is a new send of the
+    // same id, not a producer retry, so the log-level `duplicate` stays informational and
+    // the source checker judges the topic by the claim (`sink-duplicate`); the topic's
+    // aborted copies (KIP-618) are in the read_uncommitted log too.
+    let source = scenario.pipeline == crate::scenario::Pipeline::ConnectSource;
+    let idempotent =
+        !source && (transactional || streams || scenario.workload.enable_idempotence == Some(true));
     let one_in_flight = scenario
         .workload
         .max_in_flight_requests_per_connection
@@ -37,7 +43,9 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
         // `[workload] "enable.idempotence" = true` makes kafka-consume's idempotent.
         idempotent_producer: idempotent,
         // Order is kept with idempotence or one request in flight (kafka-consume's default).
-        producer_order: idempotent || one_in_flight,
+        // connect-source re-sends the ids a restarted task emits again, so a process's
+        // send order of one id is not unique: `nonmonotonic-send` cannot be judged there.
+        producer_order: !source && (idempotent || one_in_flight),
         read_committed: transactional || sink_reads_committed(scenario),
         sink_topics: if transactional {
             vec![scenario.topic.name.clone()]
@@ -53,7 +61,8 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
 
 /// Whether the sink's consumers read with `isolation.level=read_committed`: `[consumer]`
 /// of `kafka-consume`, `[sink] consumer.override.isolation.level` of `clickhouse-sink`,
-/// `[connector] consumer.override.isolation.level` of `connect-jdbc`.
+/// `[connector] consumer.override.isolation.level` of `connect-jdbc`; the topic's readers of
+/// `connect-source` when its workers run `exactly.once.source.support=enabled`.
 fn sink_reads_committed(scenario: &Scenario) -> bool {
     use eosim_sim::kafka::Isolation;
     match scenario.pipeline {
@@ -68,6 +77,12 @@ fn sink_reads_committed(scenario: &Scenario) -> bool {
             .connector
             .get("consumer.override.isolation.level")
             .is_some_and(|v| v == "read_committed"),
+        // Under KIP-618 the topic's readers read committed records only.
+        crate::scenario::Pipeline::ConnectSource => scenario
+            .connect
+            .worker
+            .get("exactly.once.source.support")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("enabled")),
         _ => false,
     }
 }

@@ -375,6 +375,8 @@ pub const WORKER_KEYS: &[&str] = &[
     "heartbeat.interval.ms",
     "scheduled.rebalance.max.delay.ms",
     "task.shutdown.graceful.timeout.ms",
+    "exactly.once.source.support",
+    "offset.storage.topic",
 ];
 
 /// A worker's configuration.
@@ -395,6 +397,12 @@ pub struct WorkerConfig {
     /// `task.shutdown.graceful.timeout.ms`: how long a stopped task may take to commit and
     /// close before it is cancelled (`Worker.awaitStopTask`). Default 5000.
     pub task_shutdown_graceful_timeout_ms: u64,
+    /// `exactly.once.source.support` (KIP-618): whether source tasks run transactionally.
+    /// Default disabled.
+    pub exactly_once_source_support: super::source_config::ExactlyOnceSourceSupport,
+    /// `offset.storage.topic`: where source tasks store their offsets. Default
+    /// `connect-offsets`.
+    pub offset_storage_topic: String,
 }
 
 impl WorkerConfig {
@@ -420,6 +428,10 @@ impl WorkerConfig {
                 "task.shutdown.graceful.timeout.ms",
                 "5000",
             )?,
+            exactly_once_source_support: super::source_config::ExactlyOnceSourceSupport::parse(
+                get(raw, "exactly.once.source.support", "disabled"),
+            )?,
+            offset_storage_topic: get(raw, "offset.storage.topic", "connect-offsets").to_string(),
         })
     }
 }

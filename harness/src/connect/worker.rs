@@ -25,6 +25,12 @@
 //! point after `put`. A task whose loop ends closes its consumer (its partitions move to
 //! the connector's other tasks); one that failed stays FAILED.
 //!
+//! # A source task
+//! With a [`super::source_worker::SourceRuntime`] in the [`WorkerRuntime`] every task is a
+//! source task instead: [`super::source_worker::run_source_task`] starts it (KIP-618's
+//! producer initialization, the offsets topic read to its end) and runs
+//! [`super::source_loop`]; the same herder, heartbeats, stops and kills apply.
+//!
 //! Not modelled: `errors.retry.timeout` (the JsonConverter raises no retriable errors; the
 //! key is validated and kept).
 
@@ -86,8 +92,11 @@ pub struct WorkerRuntime {
     /// Sink plugins.
     pub factory: SinkFactory,
     /// Fault point: probability that a task throws right after a successful `put` (a task
-    /// crash); 0 outside fault scenarios.
+    /// crash), or right after a source task's batch was sent; 0 outside fault scenarios.
     pub task_crash_probability: f64,
+    /// Source plugins: with them every connector's tasks run as source tasks
+    /// ([`super::source_worker`]); `None` for the sink pipelines.
+    pub source: Option<super::source_worker::SourceRuntime>,
 }
 
 fn now_ms() -> u64 {
@@ -172,6 +181,13 @@ pub async fn run_task(rt: WorkerRuntime, worker: String, a: Assignment, stop: St
         task: a.task,
         run: a.run,
     };
+    if let Some(source) = rt.source.clone() {
+        let task = super::source_worker::run_source_task(&rt, &source, &worker, &a, &run, stop);
+        if let Err(trace) = task.await {
+            fail(&rt, &worker, &a, trace);
+        }
+        return;
+    }
     let sink = match (rt.factory)(&config, &run).await {
         Ok(sink) => sink,
         Err(e) => return fail(&rt, &worker, &a, e),
@@ -261,10 +277,10 @@ pub fn dlq_state(
 
 /// The simulated worker as a [`TaskHost`]: madsim's clock, the shared recorder, and the
 /// `task-crash` fault point drawn from madsim's RNG.
-struct SimHost {
-    rt: WorkerRuntime,
-    worker: String,
-    a: Assignment,
+pub(super) struct SimHost {
+    pub(super) rt: WorkerRuntime,
+    pub(super) worker: String,
+    pub(super) a: Assignment,
 }
 
 impl TaskHost for SimHost {

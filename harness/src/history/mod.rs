@@ -294,6 +294,24 @@ pub enum Value {
         /// Records in offset order.
         records: Vec<SourceRecord>,
     },
+    /// A source task stored offsets in the offsets topic outside a transaction (Connect's
+    /// offset flush, `OffsetStorageWriter`; at-least-once source tasks): invoked with the
+    /// offsets, then ok (all written) or info (the flush failed or timed out; they stay
+    /// pending for the next flush).
+    SourceOffsets {
+        /// Connector name.
+        connector: String,
+        /// Task id.
+        task: u32,
+        /// Source partition → offset, both as JSON text.
+        offsets: Vec<(String, String)>,
+    },
+    /// The final change log of the source database a source connector reads
+    /// (`connect-source`), every event in log order: what the topic must hold.
+    ChangeLog {
+        /// The events.
+        events: Vec<eosim_sim::source_db::ChangeEvent>,
+    },
     /// A reader's `SELECT * ... ORDER BY pk` of a target table during the run.
     TableRead {
         /// Table name.
@@ -435,6 +453,16 @@ impl Value {
             }
             Value::RestartTask { connector, task } => format!("restart-task {connector}-{task}"),
             Value::SourceLog { tp, records } => format!("source-log tp={tp} n={}", records.len()),
+            Value::SourceOffsets {
+                connector,
+                task,
+                offsets,
+            } => {
+                let offsets: Vec<String> =
+                    offsets.iter().map(|(p, o)| format!("{p}={o}")).collect();
+                format!("source-offsets {connector}-{task} {}", offsets.join(" "))
+            }
+            Value::ChangeLog { events } => format!("change-log n={}", events.len()),
             Value::TableRead { table, rows, .. } => {
                 format!("table-read {table} rows={}", rows.len())
             }

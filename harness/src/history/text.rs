@@ -211,6 +211,8 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::DlqState { .. } => "dlq-state",
         Value::LoadErrors { .. } => "load-errors",
         Value::DorisState { .. } => "doris-state",
+        Value::SourceOffsets { .. } => "source-offsets",
+        Value::ChangeLog { .. } => "change-log",
     }
 }
 

@@ -95,6 +95,11 @@ pub enum Pipeline {
     /// the Doris Kafka connector into `db.clicklog` on `doris-fe` / `doris-be`
     /// (`[connect]`, `[connector]`, `[doris]`, see [`crate::sinks::doris`]).
     DorisSink,
+    /// A source database's change log (`[source]`) read by Kafka Connect workers running
+    /// a Debezium PostgreSQL source connector into the scenario's topic, at least once or
+    /// under KIP-618's exactly-once source support (`[connect]`, `[connector]`, see
+    /// [`crate::connect::source_config`]).
+    ConnectSource,
 }
 
 impl Pipeline {
@@ -108,6 +113,7 @@ impl Pipeline {
             Pipeline::StreamsCount => "streams-count",
             Pipeline::RoutineLoad => "routine-load",
             Pipeline::DorisSink => "doris-sink",
+            Pipeline::ConnectSource => "connect-source",
         }
     }
 
@@ -115,7 +121,10 @@ impl Pipeline {
     /// `SinkState`); change-data pipelines are judged by `CdcChecker` and Streams
     /// aggregates by `StreamsChecker` instead.
     pub fn has_record_sink(self) -> bool {
-        !matches!(self, Pipeline::ConnectJdbc | Pipeline::StreamsCount)
+        !matches!(
+            self,
+            Pipeline::ConnectJdbc | Pipeline::StreamsCount | Pipeline::ConnectSource
+        )
     }
 }
 
@@ -915,6 +924,57 @@ pub struct Scenario {
     /// `[doris]` of a `doris-sink` scenario: the FE's configuration.
     #[serde(default)]
     pub doris: doris_sink::DorisSpec,
+    /// `[source]` of a `connect-source` scenario: the source database's change log.
+    #[serde(default)]
+    pub source: SourceSpec,
+}
+
+/// `[source]`: the change log of the source database a `connect-source` pipeline reads
+/// ([`eosim_sim::source_db`]): transaction `t` commits at `t * transaction_interval_ms`
+/// and writes `rows_per_transaction` rows, one change event each.
+///
+/// ## Default values
+/// `transactions = 100`, `rows_per_transaction = 3`, `transaction_interval_ms = 50`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// Committed transactions (at least 1).
+    #[serde(default = "default_source_transactions")]
+    pub transactions: u64,
+    /// Rows each transaction writes (at least 1).
+    #[serde(default = "default_rows_per_transaction")]
+    pub rows_per_transaction: u32,
+    /// Time between two commits, ms (the database's write rate).
+    #[serde(default = "default_transaction_interval_ms")]
+    pub transaction_interval_ms: u64,
+}
+
+impl Default for SourceSpec {
+    fn default() -> Self {
+        toml::from_str("").expect("every source key has a default")
+    }
+}
+
+impl SourceSpec {
+    /// The change log's shape.
+    pub fn log_config(&self) -> eosim_sim::source_db::ChangeLogConfig {
+        eosim_sim::source_db::ChangeLogConfig {
+            transactions: self.transactions,
+            rows_per_transaction: self.rows_per_transaction,
+            transaction_interval_ms: self.transaction_interval_ms,
+            first_commit_ms: 0,
+        }
+    }
+}
+
+fn default_source_transactions() -> u64 {
+    100
+}
+fn default_rows_per_transaction() -> u32 {
+    3
+}
+fn default_transaction_interval_ms() -> u64 {
+    50
 }
 
 /// `[connect]`: the worker group.
@@ -1449,6 +1509,9 @@ impl Scenario {
         if self.pipeline == Pipeline::DorisSink {
             return self.check_doris_sink();
         }
+        if self.pipeline == Pipeline::ConnectSource {
+            return self.check_connect_source();
+        }
         if self.pipeline != Pipeline::ConnectJdbc {
             return Ok(());
         }
@@ -1486,6 +1549,49 @@ impl Scenario {
             config.topics == [self.topic.name.clone()],
             "connector.topics",
             format!("expected the scenario's topic \"{}\"", self.topic.name),
+        )
+    }
+
+    /// The `connect-source` sections: the workers (their `exactly.once.source.support`
+    /// among their keys), the connector ([`crate::connect::source_config`]: its unknown
+    /// keys, `required` exactly-once on a worker without it, `transaction.boundary =
+    /// "connector"`) writing to the scenario's topic, and a non-empty `[source]` log.
+    fn check_connect_source(&self) -> Result<(), (String, String)> {
+        let worker = crate::connect::config::WorkerConfig::parse(&self.connect.worker)
+            .map_err(|e| ("connect.worker".to_string(), e.to_string()))?;
+        let parse = |raw: &BTreeMap<String, String>| {
+            crate::connect::source_config::parse_connector(raw, &worker)
+        };
+        ensure(
+            (1..=9).contains(&self.connect.workers),
+            "connect.workers",
+            format!("expected 1..=9 workers, found {}", self.connect.workers),
+        )?;
+        let config =
+            parse(&self.connector).map_err(|e| ("connector".to_string(), e.to_string()))?;
+        ensure(
+            config.topics == [self.topic.name.clone()],
+            "connector.topic.prefix",
+            format!(
+                "expected `topic.prefix` and `table.include.list` to name the scenario's topic \
+                 \"{}\" (the connector writes `<topic.prefix>.<table>`, here \"{}\")",
+                self.topic.name, config.topics[0]
+            ),
+        )?;
+        let s = &self.source;
+        for (key, n) in [
+            ("source.transactions", s.transactions),
+            (
+                "source.rows_per_transaction",
+                u64::from(s.rows_per_transaction),
+            ),
+        ] {
+            ensure(n >= 1, key, "expected at least 1, found 0".into())?;
+        }
+        ensure(
+            self.topic.name != worker.offset_storage_topic,
+            "topic.name",
+            "expected a topic other than the worker's offset.storage.topic".into(),
         )
     }
 
@@ -1691,6 +1797,16 @@ impl Scenario {
                 return Ok(());
             }
         }
+        if self.pipeline == Pipeline::ConnectSource {
+            let workers = self.connect.workers;
+            let known = match node.strip_prefix("connect-").map(str::parse::<u32>) {
+                Some(Ok(n)) => (1..=workers).contains(&n),
+                _ => node == "operator",
+            };
+            if known {
+                return Ok(());
+            }
+        }
         if self.pipeline == Pipeline::ConnectJdbc {
             let workers = self.connect.workers;
             let known = match node.strip_prefix("connect-").map(str::parse::<u32>) {
@@ -1788,7 +1904,7 @@ impl Scenario {
 /// `restart_failed_after_ms`) and `[connector]` (the base its connector keys are set over)
 /// only in the real runner's sink tasks; in the simulation its workers run with Connect's
 /// defaults and a connector built from `[sink]` alone.
-pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
+pub const SECTION_READERS: [(&str, &[Pipeline]); 11] = [
     ("copy", &[Pipeline::TransactionalCopy]),
     ("streams", &[Pipeline::StreamsCount]),
     (
@@ -1797,6 +1913,7 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
             Pipeline::ConnectJdbc,
             Pipeline::ClickhouseSink,
             Pipeline::DorisSink,
+            Pipeline::ConnectSource,
         ],
     ),
     (
@@ -1805,8 +1922,10 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 10] = [
             Pipeline::ConnectJdbc,
             Pipeline::ClickhouseSink,
             Pipeline::DorisSink,
+            Pipeline::ConnectSource,
         ],
     ),
+    ("source", &[Pipeline::ConnectSource]),
     ("doris", &[Pipeline::DorisSink]),
     ("postgres", &[Pipeline::ConnectJdbc]),
     ("cdc", &[Pipeline::ConnectJdbc]),

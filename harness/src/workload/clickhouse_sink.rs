@@ -225,6 +225,7 @@ impl ClickhouseSink {
             recorder: self.ctx.recorder.clone(),
             factory: connector::factory(self.ctx.clone()),
             task_crash_probability: 0.0,
+            source: None,
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::ProducerRecord;
 use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, ID_HEADER};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
-use crate::connect::herder::{ConfigParser, Herder, TaskState};
+use crate::connect::herder::{ConfigParser, Herder};
 use crate::connect::worker::{dlq_state, final_task_status, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
@@ -217,31 +217,8 @@ async fn operator_process(ctx: Context) {
         ctx.record(name, OpKind::Ok, value, None);
     }
     let after_ms = ctx.scenario.connect.restart_failed_after_ms;
-    if after_ms == 0 {
-        return;
-    }
-    let mut failed_since: BTreeMap<u32, u64> = BTreeMap::new();
-    loop {
-        madsim::time::sleep(Duration::from_millis(1_000)).await;
-        let now_ms = now_ns() / 1_000_000;
-        for t in ctx.herder.status(&ctx.connector.name).unwrap_or_default() {
-            if t.state != TaskState::Failed {
-                failed_since.remove(&t.id);
-                continue;
-            }
-            let since = *failed_since.entry(t.id).or_insert(now_ms);
-            if now_ms - since >= after_ms
-                && ctx.herder.restart_task(&ctx.connector.name, t.id).is_ok()
-            {
-                failed_since.remove(&t.id);
-                let value = Value::RestartTask {
-                    connector: ctx.connector.name.clone(),
-                    task: t.id,
-                };
-                ctx.record(name, OpKind::Ok, value, None);
-            }
-        }
-    }
+    let record = |value| ctx.record(name, OpKind::Ok, value, None);
+    super::restart_failed_tasks(&ctx.herder, &ctx.connector.name, after_ms, record).await;
 }
 
 /// The reader: selects the table every `cdc.read_interval_ms`, recording changes.
@@ -321,6 +298,7 @@ impl ConnectJdbc {
             recorder: self.ctx.recorder.clone(),
             factory,
             task_crash_probability: self.ctx.scenario.connect.task_crash_probability,
+            source: None,
         }
     }
 }

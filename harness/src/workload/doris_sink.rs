@@ -158,6 +158,7 @@ impl DorisSink {
             recorder: self.ctx.recorder.clone(),
             factory,
             task_crash_probability: self.ctx.scenario.connect.task_crash_probability,
+            source: None,
         }
     }
 }

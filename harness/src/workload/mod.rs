@@ -14,6 +14,9 @@
 //!
 //! [`doris_sink`]: the Doris Kafka connector on Connect workers into the same table (P4).
 //!
+//! [`connect_source`]: a source database's change log through Kafka Connect workers
+//! running a Debezium source connector into a topic, at least once or under KIP-618.
+//!
 //! [`transactional_copy`]: producers write ids into an input topic; copiers consume them
 //! read_committed and copy them to an output topic in transactions with their offsets.
 //!
@@ -23,6 +26,7 @@
 
 pub mod clickhouse_sink;
 pub mod connect_jdbc;
+pub mod connect_source;
 pub mod doris_sink;
 pub mod kafka_consume;
 pub mod records;
@@ -123,6 +127,40 @@ pub(crate) fn add_connect_workers(
     }
 }
 
+/// The operator's watch over `connector` (`[connect] restart_failed_after_ms`): every
+/// second, restarts each task FAILED for `after_ms` through the control API and records a
+/// `restart-task` op with `record`; returns at once when `after_ms` is 0 (nobody acts,
+/// Connect's behaviour).
+pub(crate) async fn restart_failed_tasks(
+    herder: &crate::connect::herder::Herder,
+    connector: &str,
+    after_ms: u64,
+    record: impl Fn(Value),
+) {
+    if after_ms == 0 {
+        return;
+    }
+    let mut failed_since: std::collections::BTreeMap<u32, u64> = Default::default();
+    loop {
+        madsim::time::sleep(Duration::from_millis(1_000)).await;
+        let now_ms = now_ns() / 1_000_000;
+        for t in herder.status(connector).unwrap_or_default() {
+            if t.state != crate::connect::herder::TaskState::Failed {
+                failed_since.remove(&t.id);
+                continue;
+            }
+            let since = *failed_since.entry(t.id).or_insert(now_ms);
+            if now_ms - since >= after_ms && herder.restart_task(connector, t.id).is_ok() {
+                failed_since.remove(&t.id);
+                record(Value::RestartTask {
+                    connector: connector.to_string(),
+                    task: t.id,
+                });
+            }
+        }
+    }
+}
+
 /// The pipeline a scenario names.
 pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipeline> {
     match scenario.pipeline {
@@ -141,6 +179,9 @@ pub fn pipeline_for(scenario: Arc<Scenario>, recorder: Recorder) -> Box<dyn Pipe
         }
         PipelineKind::RoutineLoad => Box::new(routine_load::RoutineLoad::new(scenario, recorder)),
         PipelineKind::DorisSink => Box::new(doris_sink::DorisSink::new(scenario, recorder)),
+        PipelineKind::ConnectSource => {
+            Box::new(connect_source::ConnectSource::new(scenario, recorder))
+        }
     }
 }
 

@@ -126,6 +126,7 @@ fn worker_runtime(world: &World, seen: Seen) -> WorkerRuntime {
         recorder: world.recorder.clone(),
         factory,
         task_crash_probability: 0.0,
+        source: None,
     }
 }
 
@@ -346,6 +347,7 @@ fn run_scripted(
             recorder: world.recorder.clone(),
             factory,
             task_crash_probability: 0.0,
+            source: None,
         };
         world.add_node("producer", ip(2, 1), produce);
         let mut raw: BTreeMap<String, String> = [

@@ -6,6 +6,7 @@ mod batching_producer;
 mod canaries;
 mod clickhouse_sink;
 mod connect_jdbc;
+mod connect_source;
 mod connect_worker;
 mod consumer_truncation;
 mod doris_connector;

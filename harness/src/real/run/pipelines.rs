@@ -95,6 +95,12 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         Pipeline::ConnectJdbc => None,
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
+        Pipeline::ConnectSource => Some(
+            "skipped: pipeline connect-source (a Debezium source connector on Connect, \
+             KIP-618) runs in simulation only: the real tier has no source database nor \
+             source task worker yet"
+                .to_string(),
+        ),
         Pipeline::RoutineLoad | Pipeline::DorisSink => Some(super::doris::skip_reason(
             scenario.pipeline.name(),
             &super::doris::probe(),
@@ -440,5 +446,11 @@ mod tests {
         assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
         assert_eq!(unsupported(&fixed), None);
+        let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
+        let why = unsupported(&source).expect("simulation only");
+        assert!(
+            why.contains("connect-source") && why.contains("simulation only"),
+            "{why}"
+        );
     }
 }
