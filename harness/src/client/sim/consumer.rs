@@ -166,6 +166,9 @@ pub struct SimConsumer {
     group: GroupClient,
     /// Subscribed topics, sorted; empty before `subscribe`.
     topics: Vec<String>,
+    /// When the leader may next ask again for a topic its assignment found no metadata for
+    /// (`retry.backoff.ms` after the last ask; see `maybe_refresh_metadata`).
+    metadata_retry_at: Option<Instant>,
     heartbeat_task: Option<JoinHandle<()>>,
     /// The join loop of a rebalance in progress.
     rebalance_task: Option<JoinHandle<Result<Option<Joined>, ClientError>>>,
@@ -207,6 +210,7 @@ impl SimConsumer {
         Self {
             group: GroupClient::new(conn, config),
             topics: Vec::new(),
+            metadata_retry_at: None,
             heartbeat_task: None,
             rebalance_task: None,
             assignment: Vec::new(),
@@ -269,24 +273,47 @@ impl SimConsumer {
     /// Java's periodic metadata update and the leader's check in
     /// `ConsumerCoordinator.rejoinNeededOrPending`: once the subscribed topics' cached
     /// metadata is older than `metadata.max.age.ms` it is fetched again, and the member
-    /// that made the group's last assignment rejoins when a topic's partition count
-    /// differs from the one it assigned with (`assignmentSnapshot` against
-    /// `metadataSnapshot`), so partitions added to the topic (KIP-195) get owners. Only
-    /// the leader watches; until it looks, nobody reads the added partitions. Topics not
-    /// cached yet are left to the fetch path, which asks for them itself.
-    async fn maybe_refresh_metadata(&self, deadline: &Deadline) {
-        let conn = &self.group.conn;
+    /// that made the group's last assignment rejoins when its `assignmentSnapshot` differs
+    /// from the metadata now (`MetadataSnapshot.matches`): a topic's partition count
+    /// changed, so partitions added to it (KIP-195) get owners, or a topic its assignment
+    /// found no metadata for has some now, so its partitions get owners at all. A leader
+    /// whose snapshot misses a topic asks for it every `retry.backoff.ms`, as Java's
+    /// `Metadata` retries a topic that came back with an error. Only the leader watches;
+    /// until it looks, nobody reads the added partitions. Other topics not cached yet are
+    /// left to the fetch path, which asks for them itself.
+    async fn maybe_refresh_metadata(&mut self, deadline: &Deadline) {
+        let conn = self.group.conn.clone();
         let max_age = Duration::from_millis(self.group.config.metadata_max_age_ms);
         let aged =
             |t: &String| conn.partition_count(t).is_some() && conn.metadata_expired(t, max_age);
-        if !self.topics.iter().any(aged) {
-            return;
+        let mut watched = self.topics.clone();
+        let mut missing = false;
+        if let Some(snapshot) = &self.group.membership().assignment_snapshot {
+            missing = snapshot.values().any(Option::is_none);
+            watched.extend(
+                snapshot
+                    .keys()
+                    .filter(|t| !self.topics.contains(t))
+                    .cloned(),
+            );
         }
-        let timeout = self.group.request_timeout().min(deadline.remaining());
-        let _ = conn.refresh_metadata(&self.topics, timeout).await;
+        if watched.iter().any(aged) {
+            let timeout = self.group.request_timeout().min(deadline.remaining());
+            let _ = conn.refresh_metadata(&watched, timeout).await;
+        } else if !missing {
+            return;
+        } else if self.metadata_retry_at.is_none_or(|at| Instant::now() >= at) {
+            // Java's `Metadata` asks again in the background (`NetworkClient`), not within
+            // this poll's time: the answer lands in the shared cache for a later poll.
+            self.metadata_retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
+            let (conn, timeout) = (conn.clone(), self.group.request_timeout());
+            tokio::spawn(async move {
+                let _ = conn.refresh_metadata(&watched, timeout).await;
+            });
+        }
         let mut m = self.group.membership();
         let changed = m.assignment_snapshot.as_ref().is_some_and(|snapshot| {
-            (snapshot.iter()).any(|(t, &n)| conn.partition_count(t).is_some_and(|c| c != n))
+            (snapshot.iter()).any(|(t, &n)| conn.partition_count(t).is_some_and(|c| Some(c) != n))
         });
         if changed {
             crate::mark!("client:consumer-leader-rejoins-on-partition-count-change");

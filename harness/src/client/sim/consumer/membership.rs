@@ -106,10 +106,12 @@ pub(super) struct Membership {
     pub rejoin_needed: bool,
     /// When `poll` was last called (for `max.poll.interval.ms`).
     pub last_poll: Instant,
-    /// The partition counts this member's last assignment was made with, while it is the
-    /// group's leader (Java's `ConsumerCoordinator.assignmentSnapshot`; `None` for every
-    /// other member, `onJoinComplete`). See `SimConsumer::maybe_refresh_metadata`.
-    pub assignment_snapshot: Option<BTreeMap<String, u32>>,
+    /// The partition count of every topic the group subscribes to as this member's last
+    /// assignment saw it, `None` for a topic its metadata did not have, while it is the
+    /// group's leader (Java's `ConsumerCoordinator.assignmentSnapshot`, compared whole with
+    /// each new `metadataSnapshot`; `None` for every other member, `onJoinComplete`). See
+    /// `SimConsumer::maybe_refresh_metadata`.
+    pub assignment_snapshot: Option<BTreeMap<String, Option<u32>>>,
 }
 
 impl Membership {
@@ -393,13 +395,11 @@ impl GroupClient {
             // Java's `onLeaderElected` with `skipAssignment`: no assignment, but the
             // leader's `assignmentSnapshot` is taken, so it rejoins on a partition change.
             crate::mark!("client:consumer-static-leader-skips-assignment");
-            (
-                BTreeMap::new(),
-                Some(self.partition_counts(&join.members).await),
-            )
+            let counts = self.partition_counts(&join.members).await;
+            (BTreeMap::new(), Some(snapshot_of(&join.members, &counts)))
         } else {
             let (assignments, counts) = self.leader_assignment(&join).await;
-            (assignments, Some(counts))
+            (assignments, Some(snapshot_of(&join.members, &counts)))
         };
         let request = Request::SyncGroup {
             group_id: self.config.group_id.clone(),
@@ -571,6 +571,19 @@ impl GroupClient {
             .request(coordinator, request, self.request_timeout())
             .await;
     }
+}
+
+/// The leader's `assignmentSnapshot`: every topic `members` subscribe to, with its count
+/// from `counts` or `None` where the metadata had none (Java's `MetadataSnapshot` leaves
+/// such a topic out, so its later appearance makes the snapshots differ).
+fn snapshot_of(
+    members: &BTreeMap<String, Vec<String>>,
+    counts: &BTreeMap<String, u32>,
+) -> BTreeMap<String, Option<u32>> {
+    let topics: BTreeSet<&String> = members.values().flatten().collect();
+    (topics.into_iter())
+        .map(|t| (t.clone(), counts.get(t).copied()))
+        .collect()
 }
 
 fn is_coordinator_error(e: KafkaError) -> bool {
