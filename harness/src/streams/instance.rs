@@ -126,7 +126,8 @@ pub async fn run(ctx: InstanceContext) {
     cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
-    let topics = vec![cfg.topology.source.clone()];
+    let mut topics = vec![cfg.topology.source.clone()];
+    topics.extend(cfg.topology.repartition_topic(&cfg.spec.application_id));
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
@@ -158,6 +159,7 @@ fn new_consumer(
         report: report.clone(),
         process_id: cfg.process_id.clone(),
         source: cfg.topology.source.clone(),
+        repartition: cfg.topology.repartition_topic(&cfg.spec.application_id),
         changelog: cfg.spec.changelog_topic(),
         config: cfg.spec.assignor_config(),
         cooperative: cfg.cooperative,

@@ -181,7 +181,13 @@ impl Pipeline for StreamsCount {
             name: streams.changelog_topic(),
             ..input.clone()
         };
-        vec![input, output, changelog]
+        let repartition = streams.repartition_topic().map(|name| TopicSpec {
+            name,
+            ..input.clone()
+        });
+        let mut topics = vec![input, output, changelog];
+        topics.extend(repartition);
+        topics
     }
 
     fn start(&mut self, world: &mut World) {
@@ -201,7 +207,8 @@ impl Pipeline for StreamsCount {
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset is behind
-    /// the HW; output partitions not readable, or with LSO below HW ([`LsoGrace`]).
+    /// the HW; repartition partitions whose committed offset is below their last committed
+    /// record; output partitions not readable, or with LSO below HW ([`LsoGrace`]).
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.producers_done() {
@@ -216,6 +223,21 @@ impl Pipeline for StreamsCount {
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        if let Some(topic) = self.ctx.scenario.streams.repartition_topic() {
+            let now_ms = world.kafka.now_ms();
+            for tp in self.ctx.scenario.topic.partitions_of(&topic) {
+                let c = committed.get(&tp).copied().unwrap_or(0);
+                match read_committed(&mut cluster, now_ms, &tp) {
+                    Ok(fetched) => match fetched.last().map(|r| r.offset + 1) {
+                        Some(end) if c < end => {
+                            lag.push(format!("{tp}: committed {c} < last record + 1 {end}"))
+                        }
+                        _ => {}
+                    },
+                    Err(e) => lag.push(format!("{tp}: not readable: {e:?}")),
+                }
             }
         }
         let outputs =
@@ -252,7 +274,8 @@ impl Pipeline for StreamsCount {
 
 impl StreamsCount {
     /// Records an input partition as `log-state` (for the Kafka checker) and
-    /// `streams-input` (keys and event times for the Streams checker).
+    /// `streams-input` (grouping keys and event times for the Streams checker: the input
+    /// key, or under `streams.group_by = "id-mod"` the new key the topology counts).
     fn record_input(&self, cluster: &Cluster, tp: TopicPartition) {
         let mut refs = Vec::new();
         let mut inputs = Vec::new();
@@ -266,7 +289,7 @@ impl StreamsCount {
                 tp: tp.clone(),
                 offset,
             });
-            let key = key.unwrap_or_default();
+            let key = (self.ctx.scenario.streams).grouping_key(&key.unwrap_or_default(), &value);
             inputs.push(StreamsInputRecord {
                 id,
                 key,
