@@ -262,6 +262,15 @@ impl Pipeline for StreamsCount {
         }
         let offsets = cluster.committed_offsets(&streams.application_id);
         self.record(Value::CommittedOffsets { offsets });
+        if let Some(topic) = streams.repartition_topic() {
+            for tp in self.ctx.scenario.topic.partitions_of(&topic) {
+                let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
+                    continue; // the drain waits for readability
+                };
+                let records = fetched.iter().map(|r| repartitioned(&tp, r)).collect();
+                self.record(Value::StreamsRepartition { tp, records });
+            }
+        }
         for tp in self.ctx.scenario.topic.partitions_of(&streams.output_topic) {
             let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
                 continue; // the drain waits for readability; the checker judges without
@@ -305,6 +314,17 @@ impl StreamsCount {
             tp,
             records: inputs,
         });
+    }
+}
+
+/// A repartition record as its input id, new key and place.
+fn repartitioned(tp: &TopicPartition, r: &FetchedRecord) -> RecordRef {
+    let value = text(&r.record.value).unwrap_or_default();
+    RecordRef {
+        id: input_id_and_time(&value).0,
+        key: text(&r.record.key),
+        tp: tp.clone(),
+        offset: r.offset,
     }
 }
 
