@@ -3,9 +3,10 @@
 //! `processing.guarantee` = `at_least_once` or `exactly_once_v2` (models-reference E.5).
 //!
 //! # Sections
-//! - [`topology`]: `StreamsBuilder::stream(topic) → filter / map_values → group_by_key →
-//!   windowed_by → count(store) → to_stream().to(topic)`, the seed's per-key count in
-//!   5-second tumbling windows as [`topology::windowed_count`].
+//! - [`topology`]: `StreamsBuilder::stream(topic) → filter / map_values → group_by_key |
+//!   group_by(selector) → windowed_by → count(store) → to_stream().to(topic)`, the seed's
+//!   per-key count in 5-second tumbling windows as [`topology::windowed_count`]; `group_by`
+//!   adds a repartition topic (`[streams] group_by = "id-mod"`, [`GroupBy`]).
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):

@@ -33,6 +33,20 @@
 //! Lost partitions (`onPartitionsLost`: fenced, expired) close every task dirty and
 //! re-initialize the producer (`handleLostAll`).
 //!
+//! # Repartitioning (`group_by`, `topology` module docs)
+//! The consumer reads the source and the repartition topic. A source record is task
+//! `0_p`'s: run through the stateless steps, re-keyed and sent to the repartition topic
+//! (the default partitioner on the new key; under exactly_once_v2 in the open
+//! transaction); a repartition record is task `1_p`'s, counted as above. A commit carries
+//! both tasks' offsets: under exactly_once_v2 in the one transaction with the repartition,
+//! output and changelog records (`StreamTask.prepareCommit` of every task, then
+//! `TaskExecutor.commitOffsetsOrTransaction`), and the repartition topic is read
+//! read_committed like any input; under at_least_once a crash between a repartition send
+//! and the commit re-sends the record after the source is re-read, and the count takes it
+//! twice. The purge of the repartition topic below committed offsets
+//! (`TaskManager.maybePurgeCommittedRecords`, `repartition.purge.interval.ms`) is not
+//! modelled: the simulated client has no DeleteRecords.
+//!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
 //! task with a standby here starts from the standby's store and position (history:

@@ -9,14 +9,18 @@
 //!   `streams.application_id`; one task per input partition, one state store per task
 //!   (`streams.store`), its changelog `<application_id>-<store_name>-changelog` with the
 //!   input's partition count, output `key@windowStart → count` to `streams.output_topic`.
+//!   Under `streams.group_by = "id-mod"` the key counted is `g<id % group_by_keys>`, through
+//!   the repartition topic `<application_id>-<store_name>-repartition` (the input's
+//!   partition count), whose committed offsets the drain also waits for.
 //! - Persistent stores live on a [`Disk`] outside the processes, keyed by instance.
 //!
 //! # Ops recorded
 //! `send` per input id; per instance `streams-restore` per task opened and
 //! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
 //! records `streams-window`, each input partition's `log-state` and `streams-input`, the
-//! group's `committed-offsets`, and each output partition's `streams-output`
-//! (read_committed from offset 0).
+//! group's `committed-offsets`, each repartition partition's `streams-repartition` (under
+//! `group_by = "id-mod"`) and each output partition's `streams-output` (read_committed
+//! from offset 0). `streams-input` carries each record's grouping key.
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates).

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::support::{catalogue, run_checked};
 
-const ALO: &str = "p3-repartition-alo-crash-over-counts.toml";
+const ALO: &str = "p3-repartition-alo-crash-duplicates-increments.toml";
 const EOS: &str = "p3-repartition-eos-crash.toml";
 
 /// Every repartition record the drain read, with its partition.
