@@ -22,7 +22,10 @@ use crate::client::{Consumer, ConsumerGroupMetadata, ProducerConfig};
 use crate::history::{OpKind, Recorder, Value};
 use crate::runner::world::now_ns;
 use async_trait::async_trait;
-use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
+use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
+
+/// Bound on one DeleteRecords of a repartition partition, ms.
+const DELETE_RECORDS_TIMEOUT_MS: u64 = 5_000;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,6 +95,20 @@ impl StreamsHost for SimHost {
         standbys: &mut BTreeMap<u32, StandbyTask>,
     ) {
         standby::update(&self.conn, topic, isolation, standbys).await;
+    }
+
+    async fn delete_records(&self, tp: &TopicPartition, before: Offset) -> Result<Offset, String> {
+        let timeout = Duration::from_millis(DELETE_RECORDS_TIMEOUT_MS);
+        let leader = self.conn.leader(tp).ok_or("no leader known")?;
+        let request = Request::DeleteRecords {
+            tp: tp.clone(),
+            before,
+        };
+        match self.conn.request(leader, request, timeout).await {
+            Ok(Response::DeleteRecords { low_watermark }) => Ok(low_watermark),
+            Ok(other) => Err(format!("{other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn publish_report(&self, report: BTreeMap<u32, TaskOffset>) {

@@ -151,7 +151,7 @@ pub enum StoreKind {
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
 /// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
 /// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
-/// `group_by_keys = 3`.
+/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000.
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -229,6 +229,15 @@ pub struct StreamsSpec {
     /// [`StreamsSpec::check`]); unused under `"input-key"`.
     #[serde(skip_serializing_if = "is_default_group_by_keys")]
     pub group_by_keys: u32,
+    /// `repartition.purge.interval.ms`, ms: how often, at the earliest, an instance purges
+    /// the repartition topic below its committed offsets with DeleteRecords after a commit
+    /// (`TaskManager.maybePurgeCommittedRecords`). `None` = Kafka's default 30000 (read
+    /// with [`StreamsSpec::repartition_purge_interval_ms`]); unused without repartition.
+    #[serde(
+        rename = "repartition.purge.interval.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub repartition_purge_interval_ms: Option<u64>,
 }
 
 fn is_default(g: &GroupBy) -> bool {
@@ -309,6 +318,7 @@ impl Default for StreamsSpec {
             cache_max_bytes_buffering: None,
             group_by: GroupBy::InputKey,
             group_by_keys: DEFAULT_GROUP_BY_KEYS,
+            repartition_purge_interval_ms: None,
         }
     }
 }
@@ -326,6 +336,12 @@ impl StreamsSpec {
         (self.statestore_cache_max_bytes)
             .or(self.cache_max_bytes_buffering)
             .unwrap_or(cache::DEFAULT_CACHE_MAX_BYTES)
+    }
+
+    /// `repartition.purge.interval.ms` in effect: the scenario's, else Kafka's 30000
+    /// (`StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG`).
+    pub fn repartition_purge_interval_ms(&self) -> u64 {
+        self.repartition_purge_interval_ms.unwrap_or(30_000)
     }
 
     /// The cache size as the history records it (`Value::StreamsWindow`): `None` for 0.

@@ -43,9 +43,9 @@
 //! `TaskExecutor.commitOffsetsOrTransaction`), and the repartition topic is read
 //! read_committed like any input; under at_least_once a crash between a repartition send
 //! and the commit re-sends the record after the source is re-read, and the count takes it
-//! twice. The purge of the repartition topic below committed offsets
-//! (`TaskManager.maybePurgeCommittedRecords`, `repartition.purge.interval.ms`) is not
-//! modelled: the simulated client has no DeleteRecords.
+//! twice. After a commit, every `repartition.purge.interval.ms`, the repartition topic is
+//! purged below the offsets just committed (DeleteRecords,
+//! [`StreamsHost::delete_records`]).
 //!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
@@ -184,6 +184,17 @@ pub trait StreamsHost: Send + Sync {
         standbys: &mut BTreeMap<u32, StandbyTask>,
     ) {
         let _ = (topic, isolation, standbys);
+    }
+
+    /// DeleteRecords (KIP-107) of `tp` below `before` through the instance's admin client
+    /// (`Admin.deleteRecords`); the partition's low watermark after it.
+    ///
+    /// # Errors
+    /// A text when the request failed; the default refuses (the real instances do not
+    /// repartition, `real::run::streams_count::unsupported`).
+    async fn delete_records(&self, tp: &TopicPartition, before: Offset) -> Result<Offset, String> {
+        let _ = (tp, before);
+        Err("DeleteRecords is not offered by this host".into())
     }
 
     /// What the next JoinGroup reports to the Streams assignor (the default drops it).
@@ -422,6 +433,8 @@ pub struct Processor<C, R, H: StreamsHost> {
     sizer: EntrySizer,
     sent: usize,
     last_commit_ns: u64,
+    /// When the repartition topic was last purged (or the instance started), ns.
+    last_purge_ns: u64,
 }
 
 impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
@@ -461,6 +474,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             sizer,
             sent: 0,
             last_commit_ns,
+            last_purge_ns: last_commit_ns,
         }
     }
 
@@ -997,6 +1011,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         match result {
             Ok(()) => {
                 self.record(OpKind::Ok, value, None);
+                self.maybe_purge_committed_records(&offsets).await;
                 true
             }
             Err((e, ambiguous, fatal)) => {
@@ -1011,6 +1026,34 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 self.record(kind, value, Some(e.clone()));
                 self.recover(e, fatal || ambiguous).await;
                 false
+            }
+        }
+    }
+
+    /// `TaskManager.maybePurgeCommittedRecords` (apache/kafka trunk 4.0), called by
+    /// `StreamThread.maybeCommit` after a commit once `repartition.purge.interval.ms` passed
+    /// since the last purge: DeleteRecords of each repartition partition below the offset
+    /// just committed for it, which no task will read again. Java sends them without
+    /// waiting (and skips a purge while the previous one is in flight); here they are
+    /// awaited one by one, and a failure is only logged, as Java logs it.
+    async fn maybe_purge_committed_records(&mut self, committed: &[(TopicPartition, Offset)]) {
+        let Some(topic) = self
+            .cfg
+            .topology
+            .repartition_topic(&self.cfg.spec.application_id)
+        else {
+            return;
+        };
+        let interval_ns = self.cfg.spec.repartition_purge_interval_ms() * 1_000_000;
+        let now = self.host.now_ns();
+        if now < self.last_purge_ns + interval_ns {
+            return;
+        }
+        self.last_purge_ns = now;
+        for (tp, before) in committed.iter().filter(|(tp, _)| tp.topic == topic) {
+            match self.host.delete_records(tp, *before).await {
+                Ok(_) => crate::mark!("streams:repartition-purged"),
+                Err(e) => tracing::debug!(%tp, %e, "purge of the repartition topic"),
             }
         }
     }

@@ -19,7 +19,7 @@
 //! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
 //! records `streams-window`, each input partition's `log-state` and `streams-input`, the
 //! group's `committed-offsets`, each repartition partition's `streams-repartition` (under
-//! `group_by = "id-mod"`) and each output partition's `streams-output` (read_committed
+//! `group_by = "id-mod"`, read from its log start: the instances purge it) and each output partition's `streams-output` (read_committed
 //! from offset 0). `streams-input` carries each record's grouping key.
 //!
 //! # Analyses
@@ -28,7 +28,9 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::{read_committed, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
+use super::records::{
+    read_committed, read_committed_from, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
+};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -233,7 +235,7 @@ impl Pipeline for StreamsCount {
             let now_ms = world.kafka.now_ms();
             for tp in self.ctx.scenario.topic.partitions_of(&topic) {
                 let c = committed.get(&tp).copied().unwrap_or(0);
-                match read_committed(&mut cluster, now_ms, &tp) {
+                match read_repartition(&mut cluster, now_ms, &tp) {
                     Ok(fetched) => match fetched.last().map(|r| r.offset + 1) {
                         Some(end) if c < end => {
                             lag.push(format!("{tp}: committed {c} < last record + 1 {end}"))
@@ -268,7 +270,7 @@ impl Pipeline for StreamsCount {
         self.record(Value::CommittedOffsets { offsets });
         if let Some(topic) = streams.repartition_topic() {
             for tp in self.ctx.scenario.topic.partitions_of(&topic) {
-                let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
+                let Ok(fetched) = read_repartition(&mut cluster, now_ms, &tp) else {
                     continue; // the drain waits for readability
                 };
                 let records = fetched.iter().map(|r| repartitioned(&tp, r)).collect();
@@ -319,6 +321,17 @@ impl StreamsCount {
             records: inputs,
         });
     }
+}
+
+/// A repartition partition read_committed from its log start (the instances purge it
+/// below their committed offsets).
+fn read_repartition(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+) -> Result<Vec<FetchedRecord>, String> {
+    let from = cluster.log_start_offset(tp).unwrap_or(0);
+    read_committed_from(cluster, now_ms, tp, from)
 }
 
 /// A repartition record as its input id, new key and place.
