@@ -966,3 +966,32 @@ fn the_record_cache_size_is_refused_under_both_names_or_below_zero_naming_file_a
     let s = parse_for(Pipeline::StreamsCount, alias).expect("the deprecated name alone");
     assert_eq!(s.streams.cache_max_bytes(), 0);
 }
+
+#[test]
+fn a_repartition_without_new_keys_or_an_unknown_group_by_names_the_file_and_the_key() {
+    let parse = |streams: &str| {
+        let text = format!("{HEAD}[streams]\n{streams}").replace("kafka-consume", "streams-count");
+        Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+            .expect_err("refused")
+            .to_string()
+    };
+    let message = parse("group_by = \"id-mod\"\ngroup_by_keys = 0\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`streams.group_by_keys`",
+            "at least 1",
+        ],
+    );
+    let message = parse("group_by = \"value\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`streams.group_by`",
+            "input-key",
+            "id-mod",
+        ],
+    );
+}

@@ -172,6 +172,16 @@ pub enum Value {
         /// Records in offset order.
         records: Vec<StreamsInputRecord>,
     },
+    /// The final repartition topic of a Streams application grouping by a new key
+    /// (`streams.group_by = "id-mod"`) after the drain, read read_committed from offset 0 of
+    /// one partition: each record's input id and its new key, so that a reader can see
+    /// that records sit in the partition of their new key.
+    StreamsRepartition {
+        /// Repartition topic partition.
+        tp: TopicPartition,
+        /// Records in offset order (`key` = the new key).
+        records: Vec<RecordRef>,
+    },
     /// The final output of a Streams application after the drain, read read_committed from
     /// offset 0 of one output partition: KTable changelog updates `key@windowStart → count`.
     StreamsOutput {

@@ -102,6 +102,12 @@ fn format_value(value: &Value) -> String {
                 ids(records.iter().map(|r| r.id))
             )
         }
+        Value::StreamsRepartition { tp, records } => {
+            format!(
+                "streams-repartition tp={tp} {}",
+                ids(records.iter().map(|r| r.id))
+            )
+        }
         Value::StreamsOutput { tp, records } => format!(
             "streams-output tp={tp} updates={} last={}",
             records.len(),
@@ -194,6 +200,7 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::PartitionState { .. } => "partition-state",
         Value::CommittedLogState { .. } => "committed-log-state",
         Value::StreamsInput { .. } => "streams-input",
+        Value::StreamsRepartition { .. } => "streams-repartition",
         Value::StreamsOutput { .. } => "streams-output",
         Value::StreamsWindow { .. } => "streams-window",
         Value::StreamsCommit { .. } => "streams-commit",
@@ -233,6 +240,10 @@ mod tests {
                 detail: String::new(),
             },
             Value::CommittedOffsets { offsets: vec![] },
+            Value::StreamsRepartition {
+                tp: TopicPartition::new("t", 0),
+                records: vec![],
+            },
         ];
         for value in values {
             let json = serde_json::to_value(&value).unwrap();

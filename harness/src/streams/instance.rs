@@ -22,7 +22,10 @@ use crate::client::{Consumer, ConsumerGroupMetadata, ProducerConfig};
 use crate::history::{OpKind, Recorder, Value};
 use crate::runner::world::now_ns;
 use async_trait::async_trait;
-use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
+use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
+
+/// Bound on one DeleteRecords of a repartition partition, ms.
+const DELETE_RECORDS_TIMEOUT_MS: u64 = 5_000;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,6 +97,20 @@ impl StreamsHost for SimHost {
         standby::update(&self.conn, topic, isolation, standbys).await;
     }
 
+    async fn delete_records(&self, tp: &TopicPartition, before: Offset) -> Result<Offset, String> {
+        let timeout = Duration::from_millis(DELETE_RECORDS_TIMEOUT_MS);
+        let leader = self.conn.leader(tp).ok_or("no leader known")?;
+        let request = Request::DeleteRecords {
+            tp: tp.clone(),
+            before,
+        };
+        match self.conn.request(leader, request, timeout).await {
+            Ok(Response::DeleteRecords { low_watermark }) => Ok(low_watermark),
+            Ok(other) => Err(format!("{other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     fn publish_report(&self, report: BTreeMap<u32, TaskOffset>) {
         *self.report.lock().expect("report lock") = report;
     }
@@ -126,7 +143,8 @@ pub async fn run(ctx: InstanceContext) {
     cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
-    let topics = vec![cfg.topology.source.clone()];
+    let mut topics = vec![cfg.topology.source.clone()];
+    topics.extend(cfg.topology.repartition_topic(&cfg.spec.application_id));
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
@@ -158,6 +176,7 @@ fn new_consumer(
         report: report.clone(),
         process_id: cfg.process_id.clone(),
         source: cfg.topology.source.clone(),
+        repartition: cfg.topology.repartition_topic(&cfg.spec.application_id),
         changelog: cfg.spec.changelog_topic(),
         config: cfg.spec.assignor_config(),
         cooperative: cfg.cooperative,

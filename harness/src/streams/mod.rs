@@ -3,9 +3,10 @@
 //! `processing.guarantee` = `at_least_once` or `exactly_once_v2` (models-reference E.5).
 //!
 //! # Sections
-//! - [`topology`]: `StreamsBuilder::stream(topic) → filter / map_values → group_by_key →
-//!   windowed_by → count(store) → to_stream().to(topic)`, the seed's per-key count in
-//!   5-second tumbling windows as [`topology::windowed_count`].
+//! - [`topology`]: `StreamsBuilder::stream(topic) → filter / map_values → group_by_key |
+//!   group_by(selector) → windowed_by → count(store) → to_stream().to(topic)`, the seed's
+//!   per-key count in 5-second tumbling windows as [`topology::windowed_count`]; `group_by`
+//!   adds a repartition topic (`[streams] group_by = "id-mod"`, [`GroupBy`]).
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):
@@ -110,6 +111,21 @@ impl ProcessingGuarantee {
     }
 }
 
+/// `group_by`: how the topology groups the input before counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupBy {
+    /// `groupByKey()` on the input key `k<id % keys>`: one sub-topology, no repartition.
+    #[default]
+    InputKey,
+    /// `groupBy((key, value) -> "g" + id % group_by_keys)`: the new key is `g<n>` with `n`
+    /// the id field of the value `<id>,<timestamp_ms>` modulo
+    /// [`StreamsSpec::group_by_keys`]. Records of one input key spread over several new
+    /// keys and so over several partitions: the topology repartitions through
+    /// `<application_id>-<store_name>-repartition` (`topology` module docs).
+    IdMod,
+}
+
 /// Where a task's state store lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -134,7 +150,8 @@ pub enum StoreKind {
 /// `process_ms = 0`,
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
 /// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
-/// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]).
+/// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
+/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000.
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -202,7 +219,37 @@ pub struct StreamsSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub cache_max_bytes_buffering: Option<u64>,
+    /// How records are grouped for the count ([`GroupBy`]): `"input-key"` (no repartition)
+    /// or `"id-mod"` (re-keyed to `g<id % group_by_keys>` through a repartition topic with
+    /// the input's partition count, as Streams sizes it after its source,
+    /// `RepartitionTopics.setRepartitionTopicMetadataNumberOfPartitions`).
+    #[serde(skip_serializing_if = "is_default")]
+    pub group_by: GroupBy,
+    /// The number of new keys under `group_by = "id-mod"`, at least 1 (refused otherwise by
+    /// [`StreamsSpec::check`]); unused under `"input-key"`.
+    #[serde(skip_serializing_if = "is_default_group_by_keys")]
+    pub group_by_keys: u32,
+    /// `repartition.purge.interval.ms`, ms: how often, at the earliest, an instance purges
+    /// the repartition topic below its committed offsets with DeleteRecords after a commit
+    /// (`TaskManager.maybePurgeCommittedRecords`). `None` = Kafka's default 30000 (read
+    /// with [`StreamsSpec::repartition_purge_interval_ms`]); unused without repartition.
+    #[serde(
+        rename = "repartition.purge.interval.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub repartition_purge_interval_ms: Option<u64>,
 }
+
+fn is_default(g: &GroupBy) -> bool {
+    *g == GroupBy::InputKey
+}
+
+fn is_default_group_by_keys(n: &u32) -> bool {
+    *n == DEFAULT_GROUP_BY_KEYS
+}
+
+/// `group_by_keys`' default.
+const DEFAULT_GROUP_BY_KEYS: u32 = 3;
 
 /// The values `upgrade.from` accepts (apache/kafka `streams/.../internals/
 /// UpgradeFromValues.java`, trunk 4.0 `1eb7644`), oldest first.
@@ -269,6 +316,9 @@ impl Default for StreamsSpec {
             upgrade_from: None,
             statestore_cache_max_bytes: None,
             cache_max_bytes_buffering: None,
+            group_by: GroupBy::InputKey,
+            group_by_keys: DEFAULT_GROUP_BY_KEYS,
+            repartition_purge_interval_ms: None,
         }
     }
 }
@@ -288,6 +338,12 @@ impl StreamsSpec {
             .unwrap_or(cache::DEFAULT_CACHE_MAX_BYTES)
     }
 
+    /// `repartition.purge.interval.ms` in effect: the scenario's, else Kafka's 30000
+    /// (`StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG`).
+    pub fn repartition_purge_interval_ms(&self) -> u64 {
+        self.repartition_purge_interval_ms.unwrap_or(30_000)
+    }
+
     /// The cache size as the history records it (`Value::StreamsWindow`): `None` for 0.
     pub fn recorded_cache_max_bytes(&self) -> Option<u64> {
         Some(self.cache_max_bytes()).filter(|c| *c > 0)
@@ -301,11 +357,20 @@ impl StreamsSpec {
         }
     }
 
-    /// What serde cannot check: the cache size given under one name only.
+    /// What serde cannot check: the cache size given under one name only, at least one
+    /// new key under `group_by = "id-mod"`.
     ///
     /// # Errors
     /// The key path and what was wrong.
     pub fn check(&self) -> Result<(), (String, String)> {
+        if self.group_by == GroupBy::IdMod && self.group_by_keys == 0 {
+            return Err((
+                "streams.group_by_keys".into(),
+                "expected at least 1 under group_by = \"id-mod\" (the new key is \
+                 g<id % group_by_keys>)"
+                    .into(),
+            ));
+        }
         if let (Some(new), Some(old)) = (
             self.statestore_cache_max_bytes,
             self.cache_max_bytes_buffering,
@@ -345,15 +410,40 @@ impl StreamsSpec {
         format!("{}-{}-changelog", self.application_id, self.store_name)
     }
 
-    /// The topology the scenario runs: count per key in tumbling windows of
-    /// `window_size_ms` (unwindowed when 0), from `input` to `output_topic`.
+    /// The repartition topic `<application_id>-<store_name>-repartition` under
+    /// `group_by = "id-mod"`, else `None`.
+    pub fn repartition_topic(&self) -> Option<String> {
+        (self.group_by != GroupBy::InputKey)
+            .then(|| format!("{}-{}-repartition", self.application_id, self.store_name))
+    }
+
+    /// The grouping key of an input record with `key` and value `<id>,<timestamp_ms>`
+    /// under [`group_by`](Self::group_by): the input key, or `g<id % group_by_keys>` (an
+    /// unreadable id groups as `g?`).
+    pub fn grouping_key(&self, key: &str, value: &str) -> String {
+        match self.group_by {
+            GroupBy::InputKey => key.to_string(),
+            GroupBy::IdMod => match input_id_and_time(value).0 {
+                u64::MAX => "g?".to_string(),
+                id => format!("g{}", id % u64::from(self.group_by_keys.max(1))),
+            },
+        }
+    }
+
+    /// The topology the scenario runs: count per grouping key ([`group_by`](Self::group_by))
+    /// in tumbling windows of `window_size_ms` (unwindowed when 0), from `input` to
+    /// `output_topic`.
     pub fn topology(&self, input: &str) -> topology::Topology {
-        topology::windowed_count(
-            input,
-            &self.store_name,
-            self.window_size_ms,
-            &self.output_topic,
-        )
+        let (store, size, output) = (&self.store_name, self.window_size_ms, &self.output_topic);
+        match self.group_by {
+            GroupBy::InputKey => topology::windowed_count(input, store, size, output),
+            GroupBy::IdMod => {
+                let spec = self.clone();
+                let selector =
+                    move |r: &topology::StreamRecord| spec.grouping_key(&r.key, &r.value);
+                topology::windowed_count_by(input, selector, store, size, output)
+            }
+        }
     }
 }
 
@@ -391,6 +481,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("statestore.cache.max.bytes"), "{e}");
+    }
+
+    #[test]
+    fn group_by_id_mod_re_keys_through_a_repartition_topic_and_needs_a_key() {
+        let s = StreamsSpec::default();
+        assert_eq!(
+            (s.repartition_topic(), s.grouping_key("k1", "4,0")),
+            (None, "k1".into())
+        );
+        let s = spec("group_by = \"id-mod\"\ngroup_by_keys = 3").unwrap();
+        let topic = "counts-windowed-counts-store-repartition";
+        assert_eq!(s.repartition_topic().as_deref(), Some(topic));
+        assert_eq!(
+            s.topology("in").repartition_topic("counts").as_deref(),
+            Some(topic)
+        );
+        assert_eq!(s.grouping_key("k1", "4,0"), "g1");
+        assert_eq!(s.grouping_key("k1", "x"), "g?");
+        let (key, _) = spec("group_by = \"id-mod\"\ngroup_by_keys = 0")
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert_eq!(key, "streams.group_by_keys");
+        let e = spec("group_by = \"value\"").unwrap_err().to_string();
+        assert!(e.contains("input-key") && e.contains("id-mod"), "{e}");
     }
 
     #[test]

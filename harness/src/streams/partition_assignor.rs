@@ -85,6 +85,16 @@ pub struct StreamsAssignor {
     pub process_id: String,
     /// The input topic (one task per partition).
     pub source: String,
+    /// The repartition topic under `group_by` (see `topology`): task `p` then stands for
+    /// the stateless source task `0_p` and the aggregating task `1_p` (repartition
+    /// partition `p`), handed to one client together.
+    ///
+    /// Java assigns stateless tasks apart (`HighAvailabilityTaskAssignor
+    /// .assignStatelessActiveTasks`: round robin over the least-loaded clients, after the
+    /// stateful ones); with one thread per client and balanced stateful loads that round
+    /// robin mostly lands `0_p` where `1_p` is, and keeping them together keeps the
+    /// cooperative hand-over ([`assignor::hold_back_owned_tasks`]) one decision per task.
+    pub repartition: Option<String>,
     /// The changelog topic (partition = task).
     pub changelog: String,
     /// The assignor settings.
@@ -151,7 +161,9 @@ impl GroupAssignor for StreamsAssignor {
                 state
                     .standbys
                     .insert((generation, member.clone()), a.standby);
-                let tps = (a.active.iter()).map(|p| TopicPartition::new(&self.source, *p));
+                let topics = std::iter::once(&self.source).chain(&self.repartition);
+                let tps =
+                    topics.flat_map(|t| a.active.iter().map(move |p| TopicPartition::new(t, *p)));
                 actives.insert(member, tps.collect());
             }
             actives

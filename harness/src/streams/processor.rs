@@ -33,6 +33,20 @@
 //! Lost partitions (`onPartitionsLost`: fenced, expired) close every task dirty and
 //! re-initialize the producer (`handleLostAll`).
 //!
+//! # Repartitioning (`group_by`, `topology` module docs)
+//! The consumer reads the source and the repartition topic. A source record is task
+//! `0_p`'s: run through the stateless steps, re-keyed and sent to the repartition topic
+//! (the default partitioner on the new key; under exactly_once_v2 in the open
+//! transaction); a repartition record is task `1_p`'s, counted as above. A commit carries
+//! both tasks' offsets: under exactly_once_v2 in the one transaction with the repartition,
+//! output and changelog records (`StreamTask.prepareCommit` of every task, then
+//! `TaskExecutor.commitOffsetsOrTransaction`), and the repartition topic is read
+//! read_committed like any input; under at_least_once a crash between a repartition send
+//! and the commit re-sends the record after the source is re-read, and the count takes it
+//! twice. After a commit, every `repartition.purge.interval.ms`, the repartition topic is
+//! purged below the offsets just committed (DeleteRecords,
+//! [`StreamsHost::delete_records`]).
+//!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
 //! task with a standby here starts from the standby's store and position (history:
@@ -170,6 +184,17 @@ pub trait StreamsHost: Send + Sync {
         standbys: &mut BTreeMap<u32, StandbyTask>,
     ) {
         let _ = (topic, isolation, standbys);
+    }
+
+    /// DeleteRecords (KIP-107) of `tp` below `before` through the instance's admin client
+    /// (`Admin.deleteRecords`); the partition's low watermark after it.
+    ///
+    /// # Errors
+    /// A text when the request failed; the default refuses (the real instances do not
+    /// repartition, `real::run::streams_count::unsupported`).
+    async fn delete_records(&self, tp: &TopicPartition, before: Offset) -> Result<Offset, String> {
+        let _ = (tp, before);
+        Err("DeleteRecords is not offered by this host".into())
     }
 
     /// What the next JoinGroup reports to the Streams assignor (the default drops it).
@@ -360,6 +385,12 @@ pub async fn new_writer<H: StreamsHost>(
 }
 
 /// A task: one input partition, its store, the store's record cache and progress.
+///
+/// Under repartitioning (`group_by`, see `topology`) the entry for partition `p` holds
+/// both tasks of that partition: the aggregating task `1_p` (reading repartition partition
+/// `p`: store, cache, `position`) and the stateless source task `0_p` (reading source
+/// partition `p`: `source_position` only). The Streams assignor here hands both to one
+/// client (`streams::partition_assignor`), so they open and close together.
 struct Task {
     store: KeyValueStore,
     /// The record cache of the store: dropped with the task, so a task closed without a
@@ -369,6 +400,9 @@ struct Task {
     changelog_end: Offset,
     /// Next input offset to process, once a record was processed since the task opened.
     position: Option<Offset>,
+    /// Next source offset of the stateless task `0_p` under repartitioning, once it
+    /// processed a record since it opened; always `None` without repartitioning.
+    source_position: Option<Offset>,
 }
 
 /// A running instance: its consumer, producer, tasks and standbys.
@@ -399,6 +433,8 @@ pub struct Processor<C, R, H: StreamsHost> {
     sizer: EntrySizer,
     sent: usize,
     last_commit_ns: u64,
+    /// When the repartition topic was last purged (or the instance started), ns.
+    last_purge_ns: u64,
 }
 
 impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
@@ -438,6 +474,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             sizer,
             sent: 0,
             last_commit_ns,
+            last_purge_ns: last_commit_ns,
         }
     }
 
@@ -515,7 +552,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// Drops tasks of revoked partitions (recycling them into standbys where assigned) and
     /// opens tasks of new ones; returns the new ones. Nothing changes during a rebalance.
     async fn sync_tasks(&mut self) -> Result<BTreeSet<u32>, String> {
-        let source = self.cfg.topology.source.clone();
+        let source = self.aggregate_source();
         let assigned: BTreeSet<u32> = self
             .consumer
             .assignment()
@@ -649,7 +686,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             let eos = self.cfg.eos();
             return self.recover("partitions lost".to_string(), eos).await;
         }
-        let source = &self.cfg.topology.source;
+        let source = &self.aggregate_source();
         let revoked: BTreeSet<u32> = revocation
             .partitions
             .iter()
@@ -712,18 +749,31 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
     }
 
-    /// Opens the task of input partition `p`: stable committed offset, seek, restore.
-    async fn open_task(&mut self, p: u32) -> Result<(), String> {
-        let input = TopicPartition::new(self.cfg.topology.source.clone(), p);
+    /// The topic the aggregating tasks read (`Topology::aggregate_source`).
+    fn aggregate_source(&self) -> String {
+        (self.cfg.topology).aggregate_source(&self.cfg.spec.application_id)
+    }
+
+    /// Seeks `tp` to its stable committed offset (0 without one).
+    async fn seek_to_committed(&mut self, tp: TopicPartition) -> Result<(), String> {
         let committed = self
             .consumer
-            .committed(std::slice::from_ref(&input))
+            .committed(std::slice::from_ref(&tp))
             .await
-            .map_err(|e| format!("committed offset of {input}: {e}"))?;
+            .map_err(|e| format!("committed offset of {tp}: {e}"))?;
         let offset = committed.first().map_or(0, |(_, o)| (*o).max(0));
-        self.consumer
-            .seek(&input, offset)
-            .map_err(|e| e.to_string())?;
+        self.consumer.seek(&tp, offset).map_err(|e| e.to_string())
+    }
+
+    /// Opens the task of input partition `p` (with its source task `0_p` under
+    /// repartitioning): stable committed offsets, seek, restore.
+    async fn open_task(&mut self, p: u32) -> Result<(), String> {
+        let input = TopicPartition::new(self.aggregate_source(), p);
+        self.seek_to_committed(input.clone()).await?;
+        if self.cfg.topology.repartitions() {
+            let source = TopicPartition::new(self.cfg.topology.source.clone(), p);
+            self.seek_to_committed(source).await?;
+        }
         let (mut store, from, label) = match self.standbys.remove(&p) {
             Some(s) => {
                 crate::mark!("streams:standby-promoted");
@@ -751,6 +801,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             cache: NamedCache::default(),
             changelog_end: restored.end_offset,
             position: None,
+            source_position: None,
         };
         self.tasks.insert(p, task);
         Ok(())
@@ -790,6 +841,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let p = r.tp.partition;
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        if r.tp.topic != self.aggregate_source() {
+            return self.repartition(p, r.offset, parsed).await;
+        }
         let other_caches_bytes = self.cache_bytes_except(p);
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.position = Some(r.offset + 1);
@@ -815,6 +869,28 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         for update in forwarded {
             self.forward(p, update).await?;
         }
+        Ok(())
+    }
+
+    /// Sub-topology 0 (stateless task `0_p`): re-keys a source record and writes it to the
+    /// repartition topic, partitioned by the new key with the default partitioner
+    /// (`RecordCollectorImpl.send` with no `StreamPartitioner`: the producer's murmur2 on
+    /// the serialized key), under exactly_once_v2 inside the thread's transaction.
+    async fn repartition(
+        &mut self,
+        p: u32,
+        offset: Offset,
+        parsed: Option<StreamRecord>,
+    ) -> Result<(), (String, bool)> {
+        let task = self.tasks.get_mut(&p).expect("the task exists");
+        task.source_position = Some(offset + 1);
+        let Some(rec) = parsed.and_then(|rec| self.cfg.topology.repartition(rec)) else {
+            return Ok(());
+        };
+        let topic = self.aggregate_source();
+        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
+        self.send(record(&topic, None, &key, &value)).await?;
+        crate::mark!("streams:repartition-write");
         Ok(())
     }
 
@@ -890,15 +966,21 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     }
 
     /// The next input offsets of every task that processed something since it opened.
+    /// Under repartitioning: the source tasks' offsets and the repartition topic's, which
+    /// sub-topology 1 consumed (committed together: in one transaction under
+    /// exactly_once_v2).
     fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
-        let source = &self.cfg.topology.source;
-        self.tasks
-            .iter()
-            .filter_map(|(p, t)| {
-                t.position
-                    .map(|o| (TopicPartition::new(source.clone(), *p), o))
-            })
-            .collect()
+        let (source, aggregated) = (&self.cfg.topology.source, self.aggregate_source());
+        let mut offsets = Vec::new();
+        for (p, t) in &self.tasks {
+            if let Some(o) = t.source_position {
+                offsets.push((TopicPartition::new(source.clone(), *p), o));
+            }
+            if let Some(o) = t.position {
+                offsets.push((TopicPartition::new(aggregated.clone(), *p), o));
+            }
+        }
+        offsets
     }
 
     /// Commits every task (see the module docs); whether it succeeded (a failure has
@@ -929,6 +1011,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         match result {
             Ok(()) => {
                 self.record(OpKind::Ok, value, None);
+                self.maybe_purge_committed_records(&offsets).await;
                 true
             }
             Err((e, ambiguous, fatal)) => {
@@ -943,6 +1026,34 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 self.record(kind, value, Some(e.clone()));
                 self.recover(e, fatal || ambiguous).await;
                 false
+            }
+        }
+    }
+
+    /// `TaskManager.maybePurgeCommittedRecords` (apache/kafka trunk 4.0), called by
+    /// `StreamThread.maybeCommit` after a commit once `repartition.purge.interval.ms` passed
+    /// since the last purge: DeleteRecords of each repartition partition below the offset
+    /// just committed for it, which no task will read again. Java sends them without
+    /// waiting (and skips a purge while the previous one is in flight); here they are
+    /// awaited one by one, and a failure is only logged, as Java logs it.
+    async fn maybe_purge_committed_records(&mut self, committed: &[(TopicPartition, Offset)]) {
+        let Some(topic) = self
+            .cfg
+            .topology
+            .repartition_topic(&self.cfg.spec.application_id)
+        else {
+            return;
+        };
+        let interval_ns = self.cfg.spec.repartition_purge_interval_ms() * 1_000_000;
+        let now = self.host.now_ns();
+        if now < self.last_purge_ns + interval_ns {
+            return;
+        }
+        self.last_purge_ns = now;
+        for (tp, before) in committed.iter().filter(|(tp, _)| tp.topic == topic) {
+            match self.host.delete_records(tp, *before).await {
+                Ok(_) => crate::mark!("streams:repartition-purged"),
+                Err(e) => tracing::debug!(%tp, %e, "purge of the repartition topic"),
             }
         }
     }

@@ -8,8 +8,17 @@
 //! flushed at a commit, so consecutive updates of a key collapse into the last one; with 0
 //! every update is forwarded as it happens.
 //!
-//! A key-changing `map` would need a repartition topic and is not offered: grouping is by
-//! the input key, which the input partitioner already co-located in one task.
+//! `group_by_key()` groups by the input key, which the input partitioner already co-located
+//! in one task: one sub-topology. `group_by(selector)` groups by a key the selector derives
+//! (Kafka's `KStream.groupBy(KeyValueMapper)`, as `selectKey(...).groupByKey()`): records
+//! with one new key may sit in any input partition, so Streams splits the topology in two
+//! at a repartition topic (apache/kafka `KGroupedStreamImpl` with `repartitionRequired`,
+//! `GroupedStreamAggregateBuilder.build` → `KStreamImpl.createRepartitionedSource`,
+//! `RepartitionNode`): sub-topology 0 reads the source, runs the stateless steps, re-keys
+//! and writes to `<application.id>-<store>-repartition` (the store's name as the
+//! repartition name when the user gives none; `InternalTopologyBuilder.decorateTopic`
+//! prefixes the application id) with the default partitioner on the new key; sub-topology
+//! 1 reads that topic and aggregates ([`Topology::repartition`], [`Topology::process`]).
 
 use std::sync::Arc;
 
@@ -43,6 +52,8 @@ impl StreamRecord {
 
 type Predicate = Arc<dyn Fn(&StreamRecord) -> bool + Send + Sync>;
 type ValueMapper = Arc<dyn Fn(&str) -> String + Send + Sync>;
+/// A `KeyValueMapper` of `groupBy`: the grouping key of a record.
+type KeySelector = Arc<dyn Fn(&StreamRecord) -> String + Send + Sync>;
 
 /// A stateless step.
 #[derive(Clone)]
@@ -113,6 +124,20 @@ impl KStream {
         KGroupedStream {
             stream: self,
             window: None,
+            selector: None,
+        }
+    }
+
+    /// Groups by `selector(record)` (`KStream.groupBy`): the topology gets a repartition
+    /// topic between the stateless steps and the aggregate (see the module docs).
+    pub fn group_by(
+        self,
+        selector: impl Fn(&StreamRecord) -> String + Send + Sync + 'static,
+    ) -> KGroupedStream {
+        KGroupedStream {
+            stream: self,
+            window: None,
+            selector: Some(Arc::new(selector)),
         }
     }
 }
@@ -122,6 +147,8 @@ impl KStream {
 pub struct KGroupedStream {
     stream: KStream,
     window: Option<TimeWindows>,
+    /// The `groupBy` key selector; `None` for `groupByKey`.
+    selector: Option<KeySelector>,
 }
 
 impl KGroupedStream {
@@ -167,6 +194,7 @@ impl KTableStream {
         Topology {
             source: grouped.stream.source,
             steps: grouped.stream.steps,
+            selector: grouped.selector,
             window: grouped.window,
             store,
             sink: topic.to_string(),
@@ -174,12 +202,15 @@ impl KTableStream {
     }
 }
 
-/// A built topology: one sub-topology, one state store.
+/// A built topology: one sub-topology, or two split at a repartition topic when grouped
+/// with `group_by`; one state store.
 #[derive(Clone)]
 pub struct Topology {
     /// Source topic.
     pub source: String,
     steps: Vec<Step>,
+    /// The `groupBy` key selector; `None` without repartition.
+    selector: Option<KeySelector>,
     /// Windowing, `None` for an unwindowed count.
     pub window: Option<TimeWindows>,
     /// State store name.
@@ -204,9 +235,39 @@ impl Topology {
         format!("{application_id}-{}-changelog", self.store)
     }
 
-    /// Runs `record` through the stateless steps; the grouping key@window if it survives.
-    pub fn store_key(&self, record: StreamRecord) -> Option<String> {
-        let mut record = record;
+    /// Whether the topology has a repartition topic (grouped with `group_by`).
+    pub fn repartitions(&self) -> bool {
+        self.selector.is_some()
+    }
+
+    /// The repartition topic under `application_id`, `<application_id>-<store>-repartition`;
+    /// `None` without one.
+    pub fn repartition_topic(&self, application_id: &str) -> Option<String> {
+        self.repartitions()
+            .then(|| format!("{application_id}-{}-repartition", self.store))
+    }
+
+    /// The topic the aggregating tasks read: the repartition topic, else the source.
+    pub fn aggregate_source(&self, application_id: &str) -> String {
+        self.repartition_topic(application_id)
+            .unwrap_or_else(|| self.source.clone())
+    }
+
+    /// Sub-topology 0 of a repartitioning topology: `record` through the stateless steps,
+    /// then re-keyed by the selector: what goes to the repartition topic (`None` when
+    /// filtered out).
+    ///
+    /// # Panics
+    /// When the topology does not repartition.
+    pub fn repartition(&self, record: StreamRecord) -> Option<StreamRecord> {
+        let selector = self.selector.as_ref().expect("a repartitioning topology");
+        let mut record = self.stateless(record)?;
+        record.key = selector(&record);
+        Some(record)
+    }
+
+    /// `record` through the stateless steps; `None` when a filter drops it.
+    fn stateless(&self, mut record: StreamRecord) -> Option<StreamRecord> {
         for step in &self.steps {
             match step {
                 Step::Filter(p) if !p(&record) => return None,
@@ -214,12 +275,24 @@ impl Topology {
                 Step::MapValues(m) => record.value = m(&record.value),
             }
         }
+        Some(record)
+    }
+
+    /// The store key `key@window` of a record the aggregate reads: a source record run
+    /// through the stateless steps first, or a repartition record as it is (sub-topology 0
+    /// ran them); `None` when filtered out.
+    pub fn store_key(&self, record: StreamRecord) -> Option<String> {
+        let record = match self.repartitions() {
+            true => record,
+            false => self.stateless(record)?,
+        };
         let start = self.window.map_or(0, |w| w.start_of(record.timestamp_ms));
         Some(format!("{}@{start}", record.key))
     }
 
-    /// Processes one record against the task's store (directly, or through its record
-    /// cache, `streams::cache`): the update applied, if any.
+    /// Processes one record of [`aggregate_source`](Self::aggregate_source) against the
+    /// task's store (directly, or through its record cache, `streams::cache`): the update
+    /// applied, if any.
     pub fn process(
         &self,
         record: StreamRecord,
@@ -242,6 +315,23 @@ pub fn split_store_key(store_key: &str) -> Option<(String, i64)> {
 /// when 0), in store `store`, written to `output`.
 pub fn windowed_count(input: &str, store: &str, window_size_ms: i64, output: &str) -> Topology {
     let grouped = StreamsBuilder::stream(input).group_by_key();
+    let grouped = match window_size_ms {
+        0 => grouped,
+        size => grouped.windowed_by(TimeWindows::of_size_ms(size)),
+    };
+    grouped.count(store).to_stream().to(output)
+}
+
+/// [`windowed_count`] grouped by `selector` instead of the input key: with a repartition
+/// topic.
+pub fn windowed_count_by(
+    input: &str,
+    selector: impl Fn(&StreamRecord) -> String + Send + Sync + 'static,
+    store: &str,
+    window_size_ms: i64,
+    output: &str,
+) -> Topology {
+    let grouped = StreamsBuilder::stream(input).group_by(selector);
     let grouped = match window_size_ms {
         0 => grouped,
         size => grouped.windowed_by(TimeWindows::of_size_ms(size)),
@@ -292,6 +382,29 @@ mod tests {
             t.process(record("a", 9_999), &mut store)
                 .map(|u| u.store_key),
             Some("a@0".into())
+        );
+    }
+
+    #[test]
+    fn group_by_re_keys_in_sub_topology_0_and_counts_the_new_key_in_sub_topology_1() {
+        let t = windowed_count_by("in", |r| format!("g{}", r.value.len()), "s", 0, "out");
+        assert_eq!(
+            t.repartition_topic("app").as_deref(),
+            Some("app-s-repartition")
+        );
+        assert_eq!(t.aggregate_source("app"), "app-s-repartition");
+        let moved = t.repartition(record("k1", 7)).expect("no filter");
+        assert_eq!((moved.key.as_str(), moved.value.as_str()), ("g3", "0,7"));
+        let mut store = KeyValueStore::default();
+        let update = t.process(moved, &mut store).expect("counted");
+        assert_eq!((update.store_key.as_str(), update.count), ("g3@0", 1));
+        let plain = windowed_count("in", "s", 0, "out");
+        assert_eq!(
+            (
+                plain.repartition_topic("app"),
+                plain.aggregate_source("app")
+            ),
+            (None, "in".into())
         );
     }
 

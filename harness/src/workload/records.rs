@@ -59,8 +59,22 @@ pub fn read_committed(
     now_ms: u64,
     tp: &TopicPartition,
 ) -> Result<Vec<FetchedRecord>, String> {
+    read_committed_from(cluster, now_ms, tp, 0)
+}
+
+/// [`read_committed`] from offset `from` (a log start offset raised by DeleteRecords:
+/// reading below it is OFFSET_OUT_OF_RANGE).
+///
+/// # Errors
+/// As [`read_committed`].
+pub fn read_committed_from(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+    from: Offset,
+) -> Result<Vec<FetchedRecord>, String> {
     let mut out = Vec::new();
-    let mut offset = 0;
+    let mut offset = from;
     loop {
         let part = fetch_committed(cluster, now_ms, tp, offset, FETCH_MAX_BYTES)?;
         if part.next_fetch_offset <= offset {

@@ -9,14 +9,18 @@
 //!   `streams.application_id`; one task per input partition, one state store per task
 //!   (`streams.store`), its changelog `<application_id>-<store_name>-changelog` with the
 //!   input's partition count, output `key@windowStart → count` to `streams.output_topic`.
+//!   Under `streams.group_by = "id-mod"` the key counted is `g<id % group_by_keys>`, through
+//!   the repartition topic `<application_id>-<store_name>-repartition` (the input's
+//!   partition count), whose committed offsets the drain also waits for.
 //! - Persistent stores live on a [`Disk`] outside the processes, keyed by instance.
 //!
 //! # Ops recorded
 //! `send` per input id; per instance `streams-restore` per task opened and
 //! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
 //! records `streams-window`, each input partition's `log-state` and `streams-input`, the
-//! group's `committed-offsets`, and each output partition's `streams-output`
-//! (read_committed from offset 0).
+//! group's `committed-offsets`, each repartition partition's `streams-repartition` (under
+//! `group_by = "id-mod"`, read from its log start: the instances purge it) and each output partition's `streams-output` (read_committed
+//! from offset 0). `streams-input` carries each record's grouping key.
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates).
@@ -24,7 +28,9 @@
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
-use super::records::{read_committed, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
+use super::records::{
+    read_committed, read_committed_from, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
+};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -181,7 +187,13 @@ impl Pipeline for StreamsCount {
             name: streams.changelog_topic(),
             ..input.clone()
         };
-        vec![input, output, changelog]
+        let repartition = streams.repartition_topic().map(|name| TopicSpec {
+            name,
+            ..input.clone()
+        });
+        let mut topics = vec![input, output, changelog];
+        topics.extend(repartition);
+        topics
     }
 
     fn start(&mut self, world: &mut World) {
@@ -201,7 +213,8 @@ impl Pipeline for StreamsCount {
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset is behind
-    /// the HW; output partitions not readable, or with LSO below HW ([`LsoGrace`]).
+    /// the HW; repartition partitions whose committed offset is below their last committed
+    /// record; output partitions not readable, or with LSO below HW ([`LsoGrace`]).
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.producers_done() {
@@ -216,6 +229,21 @@ impl Pipeline for StreamsCount {
             let c = committed.get(&tp).copied().unwrap_or(0);
             if c < hw {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
+            }
+        }
+        if let Some(topic) = self.ctx.scenario.streams.repartition_topic() {
+            let now_ms = world.kafka.now_ms();
+            for tp in self.ctx.scenario.topic.partitions_of(&topic) {
+                let c = committed.get(&tp).copied().unwrap_or(0);
+                match read_repartition(&mut cluster, now_ms, &tp) {
+                    Ok(fetched) => match fetched.last().map(|r| r.offset + 1) {
+                        Some(end) if c < end => {
+                            lag.push(format!("{tp}: committed {c} < last record + 1 {end}"))
+                        }
+                        _ => {}
+                    },
+                    Err(e) => lag.push(format!("{tp}: not readable: {e:?}")),
+                }
             }
         }
         let outputs =
@@ -240,6 +268,15 @@ impl Pipeline for StreamsCount {
         }
         let offsets = cluster.committed_offsets(&streams.application_id);
         self.record(Value::CommittedOffsets { offsets });
+        if let Some(topic) = streams.repartition_topic() {
+            for tp in self.ctx.scenario.topic.partitions_of(&topic) {
+                let Ok(fetched) = read_repartition(&mut cluster, now_ms, &tp) else {
+                    continue; // the drain waits for readability
+                };
+                let records = fetched.iter().map(|r| repartitioned(&tp, r)).collect();
+                self.record(Value::StreamsRepartition { tp, records });
+            }
+        }
         for tp in self.ctx.scenario.topic.partitions_of(&streams.output_topic) {
             let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
                 continue; // the drain waits for readability; the checker judges without
@@ -252,7 +289,8 @@ impl Pipeline for StreamsCount {
 
 impl StreamsCount {
     /// Records an input partition as `log-state` (for the Kafka checker) and
-    /// `streams-input` (keys and event times for the Streams checker).
+    /// `streams-input` (grouping keys and event times for the Streams checker: the input
+    /// key, or under `streams.group_by = "id-mod"` the new key the topology counts).
     fn record_input(&self, cluster: &Cluster, tp: TopicPartition) {
         let mut refs = Vec::new();
         let mut inputs = Vec::new();
@@ -266,7 +304,7 @@ impl StreamsCount {
                 tp: tp.clone(),
                 offset,
             });
-            let key = key.unwrap_or_default();
+            let key = (self.ctx.scenario.streams).grouping_key(&key.unwrap_or_default(), &value);
             inputs.push(StreamsInputRecord {
                 id,
                 key,
@@ -282,6 +320,28 @@ impl StreamsCount {
             tp,
             records: inputs,
         });
+    }
+}
+
+/// A repartition partition read_committed from its log start (the instances purge it
+/// below their committed offsets).
+fn read_repartition(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    tp: &TopicPartition,
+) -> Result<Vec<FetchedRecord>, String> {
+    let from = cluster.log_start_offset(tp).unwrap_or(0);
+    read_committed_from(cluster, now_ms, tp, from)
+}
+
+/// A repartition record as its input id, new key and place.
+fn repartitioned(tp: &TopicPartition, r: &FetchedRecord) -> RecordRef {
+    let value = text(&r.record.value).unwrap_or_default();
+    RecordRef {
+        id: input_id_and_time(&value).0,
+        key: text(&r.record.key),
+        tp: tp.clone(),
+        offset: r.offset,
     }
 }
 

@@ -20,6 +20,7 @@ mod parallel;
 mod routine_load;
 mod streams_cache;
 mod streams_count;
+mod streams_repartition;
 mod support;
 mod transactional_copy;
 mod txn_client;

@@ -400,6 +400,9 @@ impl Cluster {
                 },
             ),
             Request::ListOffsets { tp, spec } => Reply::Done(self.list_offsets(broker, &tp, spec)),
+            Request::DeleteRecords { tp, before } => {
+                Reply::Done(self.delete_records_at(broker, &tp, before))
+            }
             Request::OffsetsForLeaderEpoch {
                 tp,
                 current_leader_epoch,
@@ -1338,6 +1341,27 @@ impl Cluster {
             OffsetSpec::Latest(Isolation::ReadCommitted) => r.log.last_stable_offset(),
         };
         Response::ListOffsets { offset }
+    }
+
+    /// `DeleteRecords` sent to `broker` (KIP-107, `ReplicaManager.deleteRecords`): refused
+    /// with `NOT_LEADER_OR_FOLLOWER` unless `broker` believes it leads `tp`, else
+    /// [`Cluster::delete_records`] up to `before`.
+    fn delete_records_at(
+        &mut self,
+        broker: BrokerId,
+        tp: &TopicPartition,
+        before: Offset,
+    ) -> Response {
+        let Some(p) = self.partition(tp) else {
+            return Response::Error(KafkaError::UnknownTopicOrPartition);
+        };
+        if !p.replica(broker).is_some_and(|r| r.believes_leader()) {
+            return Response::Error(KafkaError::NotLeaderOrFollower);
+        }
+        match self.delete_records(tp, Some(before)) {
+            Ok((_, low_watermark)) => Response::DeleteRecords { low_watermark },
+            Err(e) => Response::Error(e),
+        }
     }
 
     /// `OffsetsForLeaderEpoch` from a consumer (`Partition.fetchOffsetForLeaderEpoch` with

@@ -2098,6 +2098,32 @@ fn delete_records_moves_the_log_start_and_reads_below_it_are_out_of_range() {
     assert_eq!(w.cluster.log_start_offset(&w.tp), Some(6));
 }
 
+/// A client's DeleteRecords request (Kafka Streams purging a repartition topic) is
+/// answered only by the leader, with the new low watermark.
+#[test]
+fn a_delete_records_request_is_refused_by_a_follower_and_moves_the_leaders_log_start() {
+    let mut w = World::new(3, 3, TopicConfig::default());
+    for i in 0..4 {
+        w.produce_all(&format!("v{i}"));
+    }
+    let leader = w.leader();
+    let follower = (1..=3).find(|b| *b != leader).expect("a follower");
+    let request = |before| Request::DeleteRecords {
+        tp: w.tp.clone(),
+        before,
+    };
+    let refused = w.cluster.handle(w.now, follower, request(3));
+    let refused_error = Reply::Done(Response::Error(KafkaError::NotLeaderOrFollower));
+    assert_eq!(refused, refused_error);
+    assert_eq!(w.cluster.log_start_offset(&w.tp), Some(0));
+    let done = w.cluster.handle(w.now, leader, request(3));
+    assert_eq!(
+        done,
+        Reply::Done(Response::DeleteRecords { low_watermark: 3 })
+    );
+    assert_eq!(w.values(), vec!["v3"]);
+}
+
 /// A follower down while records were deleted takes its leader's log start when it
 /// fetches again, starting its log anew there when its own log ended below it; after a
 /// failover the new leader's log start is the deleted one (no deleted record comes back).

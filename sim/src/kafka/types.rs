@@ -637,6 +637,10 @@ pub enum Request {
         tp: TopicPartition,
         spec: OffsetSpec,
     },
+    /// `DeleteRecords` (KIP-107) from a client's admin (Kafka Streams purging a repartition
+    /// topic, `TaskManager.maybePurgeCommittedRecords`), asked of the leader of `tp`: its
+    /// log start offset rises to `before`.
+    DeleteRecords { tp: TopicPartition, before: Offset },
     /// `FindCoordinator`.
     FindCoordinator { key: String, kind: CoordinatorKind },
     /// `JoinGroup` (classic protocol; the leader client computes the assignment with the
@@ -784,6 +788,10 @@ pub enum Response {
     },
     ListOffsets {
         offset: Offset,
+    },
+    /// `DeleteRecords`: the partition's low watermark (log start offset) after it.
+    DeleteRecords {
+        low_watermark: Offset,
     },
     /// `OffsetsForLeaderEpoch`: the largest epoch ≤ the requested one the leader knows and
     /// where it ends; both -1 (`UNDEFINED_EPOCH`, `UNDEFINED_EPOCH_OFFSET`) when the leader

@@ -228,6 +228,7 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::Produce { .. } => "Produce",
         Request::Fetch { .. } => "Fetch",
         Request::ListOffsets { .. } => "ListOffsets",
+        Request::DeleteRecords { .. } => "DeleteRecords",
         Request::OffsetsForLeaderEpoch { .. } => "OffsetsForLeaderEpoch",
         Request::FindCoordinator { .. } => "FindCoordinator",
         Request::JoinGroup { .. } => "JoinGroup",

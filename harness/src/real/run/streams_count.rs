@@ -35,6 +35,15 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
                 .into(),
         );
     }
+    if s.repartition_topic().is_some() {
+        return Some(
+            "skipped: streams.group_by = \"id-mod\" repartitions: its source task 0_p and \
+             aggregating task 1_p must land on one instance, which Kafka Streams' assignor \
+             (simulation only) ensures and librdkafka's range assignor over two topics does \
+             not; nor does the real backend create the repartition topic"
+                .into(),
+        );
+    }
     if s.store == StoreKind::Persistent {
         return Some(
             "skipped: streams.store = \"persistent\" needs a disk that outlives the instance \
@@ -181,5 +190,13 @@ mod tests {
             "one sentence, no runs of spaces: {notes:?}"
         );
         assert!(deviations(&scenario("upgrade_from = \"2.3\"")).is_empty());
+    }
+
+    #[test]
+    fn a_repartitioning_scenario_is_skipped_on_the_real_tier_with_its_reason() {
+        let reason = unsupported(&scenario("group_by = \"id-mod\"")).expect("skipped");
+        assert!(reason.contains("streams.group_by"), "{reason}");
+        assert!(reason.contains("repartition"), "{reason}");
+        assert_eq!(unsupported(&scenario("group_by = \"input-key\"")), None);
     }
 }
