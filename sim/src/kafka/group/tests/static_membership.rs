@@ -75,6 +75,16 @@ fn stable_static_pair(c: &mut GroupCoordinator) -> (String, String) {
     (a, b)
 }
 
+/// `member_id`'s SyncGroup at `now` in generation 1 answers its old partition
+/// `partition` (no rebalance, the assignment kept).
+fn assert_synced_to(c: &mut GroupCoordinator, now: TimeMs, member_id: &str, partition: u32) {
+    let assignment = done(sync(c, now, 1, member_id));
+    let expected = Response::SyncGroup {
+        assignment: vec![tp(partition)],
+    };
+    assert_eq!(assignment, expected);
+}
+
 #[test]
 fn a_static_member_joins_at_once_under_an_id_made_from_its_instance_id() {
     let mut c = GroupCoordinator::new(config());
@@ -100,13 +110,7 @@ fn a_restarted_static_leader_is_told_it_leads_and_skips_the_assignment_under_kip
     );
     // No rebalance: the generation stays, the new id syncs to the old assignment.
     assert_eq!(c.state(G), Some(GroupState::Stable));
-    let assignment = done(sync(&mut c, 10, 1, &new_a));
-    assert_eq!(
-        assignment,
-        Response::SyncGroup {
-            assignment: vec![tp(0)]
-        }
-    );
+    assert_synced_to(&mut c, 10, &new_a, 0);
     assert_eq!(heartbeat(&mut c, 10, 1, &b), Response::Heartbeat);
     assert_eq!(
         heartbeat(&mut c, 10, 1, &a),
@@ -123,13 +127,7 @@ fn before_kip_814_a_restarted_static_leader_is_told_the_old_member_id_leads() {
     // KAFKA-13435: the leader field names the replaced id, so the client thinks it follows.
     assert_eq!((leader, generation, skip, members), (a, 1, false, 0));
     assert_eq!(c.state(G), Some(GroupState::Stable));
-    let assignment = done(sync(&mut c, 10, 1, &new_a));
-    assert_eq!(
-        assignment,
-        Response::SyncGroup {
-            assignment: vec![tp(0)]
-        }
-    );
+    assert_synced_to(&mut c, 10, &new_a, 0);
 }
 
 #[test]
@@ -140,13 +138,7 @@ fn a_restarted_static_follower_keeps_its_partitions_and_is_not_told_to_lead() {
         joined(done(c.handle(10, static_join("", "b"))));
     assert_ne!(new_b, b);
     assert_eq!((leader, generation, skip, members), (a, 1, false, 0));
-    let assignment = done(sync(&mut c, 10, 1, &new_b));
-    assert_eq!(
-        assignment,
-        Response::SyncGroup {
-            assignment: vec![tp(1)]
-        }
-    );
+    assert_synced_to(&mut c, 10, &new_b, 1);
 }
 
 #[test]
