@@ -1,30 +1,16 @@
 //! Pipeline `connect-jdbc` (P2) and the field cases F3–F6: the exact final tables, DLQ
 //! contents and task states each case must end with.
 
-use super::support::{catalogue, run_checked as run};
-use eosim::checker::{check_all, Anomaly, CheckOptions, CheckResult, Claim, Validity};
+use super::support::{catalogue, run_checked as run, run_valid};
+use eosim::checker::{check_all, Anomaly, CheckOptions, Claim, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::history::{DlqRecord, History, Value};
-use eosim::runner::SeedOutcome;
 use eosim::scenario::Scenario;
 use std::path::Path;
 
 /// Loads `scenarios/<name>.toml` from the workspace root.
 pub fn load(name: &str) -> Scenario {
     catalogue(&format!("{name}.toml"))
-}
-
-/// Runs one seed that must finish (no stall) with a valid check.
-pub fn run_valid(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
-    let (outcome, result) = run(s, seed);
-    assert_eq!(outcome.stalled, None, "seed {seed} stalled");
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
-    (outcome, result)
 }
 
 /// The final table's rows as compact JSON arrays, in primary-key order.
@@ -84,14 +70,7 @@ pub fn committed(h: &History) -> Vec<(u32, i64)> {
 fn upsert_under_worker_kills_and_pauses_ends_with_the_exact_table() {
     let s = load("p2-upsert-worker-crash");
     for seed in 1..=3 {
-        let (outcome, result) = run(&s, seed);
-        assert_eq!(outcome.stalled, None, "seed {seed}");
-        assert_eq!(
-            result.validity,
-            Validity::Valid,
-            "seed {seed}: {:?}",
-            result.case_texts(8)
-        );
+        let (_, result) = run_valid(&s, seed);
         assert!(result.counts["cdc-events"] >= 300, "{:?}", result.counts);
         assert!(result.counts["cdc-table-rows"] > 0);
         assert!(!result.anomalies.contains_key(&Anomaly::CdcFinalState));

@@ -1,13 +1,13 @@
 //! The Streams record cache (`statestore.cache.max.bytes`, `eosim::streams::cache`): what it
 //! forwards, when, and that the checkers still judge each guarantee correctly with it.
 
-use eosim::checker::{Anomaly, CheckResult, Validity};
+use eosim::checker::{Anomaly, CheckResult};
 use eosim::history::Value;
 use eosim::runner::{run_seed, SeedOutcome};
 use eosim::scenario::Scenario;
 use std::path::Path;
 
-use super::support::{catalogue, run_checked};
+use super::support::{catalogue, run_checked, run_valid};
 
 /// Input records of [`single_instance`].
 const RECORDS: usize = 300;
@@ -37,19 +37,6 @@ fn single_instance(guarantee: &str, cache_max_bytes: u64) -> Scenario {
         "#
     );
     Scenario::parse(Path::new("inline.toml"), &text).expect("test scenario parses")
-}
-
-/// Runs seed `seed`; it must hold.
-fn run_valid(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
-    let (outcome, result) = run_checked(s, seed);
-    assert_eq!(outcome.stalled, None, "seed {seed} stalled");
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "seed {seed}: {:?}",
-        result.case_texts(8)
-    );
-    (outcome, result)
 }
 
 /// The committed output updates of the run (`streams-updates`).

@@ -8,7 +8,7 @@ use eosim::runner::SeedOutcome;
 use eosim_sim::kafka::murmur2::partition_for_key;
 use std::collections::BTreeMap;
 
-use super::support::{catalogue, run_checked};
+use super::support::{catalogue, run_checked, run_valid};
 
 const ALO: &str = "p3-repartition-alo-crash-duplicates-increments.toml";
 const EOS: &str = "p3-repartition-eos-crash.toml";
@@ -57,13 +57,7 @@ fn final_counts(outcome: &SeedOutcome) -> BTreeMap<(String, i64), u64> {
 #[test]
 fn repartition_records_sit_in_the_partition_of_their_new_key_and_move_between_partitions() {
     let s = catalogue(EOS);
-    let (outcome, result) = run_checked(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert!(outcome.marks.contains_key("streams:repartition-write"));
     let records = repartitioned(&outcome);
     let inputs = input_partitions(&outcome);
@@ -103,13 +97,7 @@ fn repartition_records_sit_in_the_partition_of_their_new_key_and_move_between_pa
 fn without_a_purge_every_input_record_sits_once_in_the_repartition_topic() {
     let mut s = catalogue(EOS);
     s.streams.repartition_purge_interval_ms = Some(600_000);
-    let (outcome, result) = run_checked(&s, 1);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(8)
-    );
+    let (outcome, _) = run_valid(&s, 1);
     assert!(!outcome.marks.contains_key("streams:repartition-purged"));
     let records = repartitioned(&outcome);
     let mut ids: Vec<u64> = records.iter().map(|r| r.id).collect();
@@ -122,14 +110,7 @@ fn without_a_purge_every_input_record_sits_once_in_the_repartition_topic() {
 fn exactly_once_v2_counts_each_new_key_exactly_through_the_repartition_topic_despite_crashes() {
     let s = catalogue(EOS);
     for seed in 1..=2 {
-        let (outcome, result) = run_checked(&s, seed);
-        assert_eq!(outcome.stalled, None, "seed {seed} stalled");
-        assert_eq!(
-            result.validity,
-            Validity::Valid,
-            "seed {seed}: {:?}",
-            result.case_texts(8)
-        );
+        let (outcome, _) = run_valid(&s, seed);
         assert!(
             outcome.marks.contains_key("kafka:txn-timed-out-aborted"),
             "seed {seed}"

@@ -70,16 +70,21 @@ pub fn run_checked(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
     (outcome, result)
 }
 
-/// Runs the catalogue's `file` at `seed` and checks it; it must hold (valid, not stalled).
-pub fn run_holding(file: &str, seed: u64) -> (SeedOutcome, CheckResult) {
-    let s = catalogue(file);
-    let (outcome, result) = run_checked(&s, seed);
+/// Runs `seed` of `s` and checks it; it must hold: not stalled, valid.
+pub fn run_valid(s: &Scenario, seed: u64) -> (SeedOutcome, CheckResult) {
+    let (outcome, result) = run_checked(s, seed);
+    assert_eq!(outcome.stalled, None, "{} seed {seed} stalled", s.name);
     assert_eq!(
         result.validity,
         Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
+        "{} seed {seed}: {:?}",
+        s.name,
+        result.case_texts(8)
     );
-    assert_eq!(outcome.stalled, None);
     (outcome, result)
+}
+
+/// Runs the catalogue's `file` at `seed` and checks it; it must hold (valid, not stalled).
+pub fn run_holding(file: &str, seed: u64) -> (SeedOutcome, CheckResult) {
+    run_valid(&catalogue(file), seed)
 }
