@@ -63,6 +63,14 @@ fn skipped(path: &std::path::Path, scenario: &Scenario, backend: Backend) -> Vec
     result.notes
 }
 
+/// How many effects of `kind` (`eosim_sim::effects::kind`) the run recorded: what shows a
+/// fault took effect on real services.
+fn effects_of(history: &eosim::history::History, kind: &str) -> usize {
+    let of_kind =
+        |op: &&eosim::history::Op| matches!(&op.value, Value::Effect { kind: k, .. } if k == kind);
+    history.ops.iter().filter(of_kind).count()
+}
+
 /// Runs `scenario` natively in `dir` and judges it.
 fn run_native(
     what: &str,
@@ -223,14 +231,7 @@ fn duplicated_produce_requests_through_the_broker_proxies_duplicate_records_on_r
         "notes: {:?}",
         result.notes
     );
-    let duplicates = outcome
-        .history
-        .ops
-        .iter()
-        .filter(|op| {
-            matches!(&op.value, Value::Effect { kind, .. } if kind == eosim_sim::effects::kind::DUPLICATE)
-        })
-        .count();
+    let duplicates = effects_of(&outcome.history, eosim_sim::effects::kind::DUPLICATE);
     assert!(duplicates > 0, "no request was delivered twice");
     assert_short_and_clean(&result, 120.0);
 }
@@ -263,10 +264,7 @@ fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_bel
             })
             .sum();
         assert!(deleted > 0, "{file}: no record was deleted");
-        let acted = outcome.history.ops.iter().any(|op| {
-            matches!(&op.value, Value::Effect { kind, .. }
-                if kind == eosim_sim::effects::kind::DELETE_RECORDS)
-        });
+        let acted = effects_of(&outcome.history, eosim_sim::effects::kind::DELETE_RECORDS) > 0;
         assert!(acted, "{file}: no delete-records effect");
         assert_short_and_clean(&result, 120.0);
     }
@@ -291,10 +289,7 @@ fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earlies
         let dir = service_dir("real-run-add-partitions");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
         assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
-        let acted = outcome.history.ops.iter().any(|op| {
-            matches!(&op.value, Value::Effect { kind, .. }
-                if kind == eosim_sim::effects::kind::ADD_PARTITIONS)
-        });
+        let acted = effects_of(&outcome.history, eosim_sim::effects::kind::ADD_PARTITIONS) > 0;
         assert!(acted, "{file}: no add-partitions effect");
         let partitions_read = outcome
             .history
@@ -332,10 +327,7 @@ fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on
             let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
             assert_eq!(caught, ["aggregate-under-count"], "{file}");
         }
-        let acted = outcome.history.ops.iter().any(|op| {
-            matches!(&op.value, Value::Effect { kind, .. }
-                if kind == eosim_sim::effects::kind::CLOG)
-        });
+        let acted = effects_of(&outcome.history, eosim_sim::effects::kind::CLOG) > 0;
         assert!(acted, "{file}: no clog effect");
         assert_short_and_clean(&result, 120.0);
     }
