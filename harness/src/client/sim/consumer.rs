@@ -282,33 +282,36 @@ impl SimConsumer {
     /// until it looks, nobody reads the added partitions. Other topics not cached yet are
     /// left to the fetch path, which asks for them itself.
     async fn maybe_refresh_metadata(&mut self, deadline: &Deadline) {
-        let conn = self.group.conn.clone();
+        let conn = &self.group.conn;
         let max_age = Duration::from_millis(self.group.config.metadata_max_age_ms);
         let aged =
             |t: &String| conn.partition_count(t).is_some() && conn.metadata_expired(t, max_age);
-        let mut watched = self.topics.clone();
-        let mut missing = false;
-        if let Some(snapshot) = &self.group.membership().assignment_snapshot {
-            missing = snapshot.values().any(Option::is_none);
-            watched.extend(
-                snapshot
-                    .keys()
-                    .filter(|t| !self.topics.contains(t))
-                    .cloned(),
-            );
-        }
-        if watched.iter().any(aged) {
+        // The topics the leader's snapshot names beyond this member's subscription (other
+        // members'), and whether it lacks the metadata of one; nothing for a follower.
+        let (others, missing): (Vec<String>, bool) =
+            match &self.group.membership().assignment_snapshot {
+                Some(snapshot) => (
+                    (snapshot.keys())
+                        .filter(|t| !self.topics.contains(t))
+                        .cloned()
+                        .collect(),
+                    snapshot.values().any(Option::is_none),
+                ),
+                None => (Vec::new(), false),
+            };
+        let watched = || -> Vec<String> { self.topics.iter().chain(&others).cloned().collect() };
+        if self.topics.iter().chain(&others).any(aged) {
             let timeout = self.group.request_timeout().min(deadline.remaining());
-            let _ = conn.refresh_metadata(&watched, timeout).await;
+            let _ = conn.refresh_metadata(&watched(), timeout).await;
         } else if !missing {
             return;
         } else if self.metadata_retry_at.is_none_or(|at| Instant::now() >= at) {
             // Java's `Metadata` asks again in the background (`NetworkClient`), not within
             // this poll's time: the answer lands in the shared cache for a later poll.
             self.metadata_retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
-            let (conn, timeout) = (conn.clone(), self.group.request_timeout());
+            let (conn, topics, timeout) = (conn.clone(), watched(), self.group.request_timeout());
             tokio::spawn(async move {
-                let _ = conn.refresh_metadata(&watched, timeout).await;
+                let _ = conn.refresh_metadata(&topics, timeout).await;
             });
         }
         let mut m = self.group.membership();
