@@ -9,6 +9,8 @@
 //!   simulated implementation (under `--cfg madsim`).
 //! - [`connect`]: the Kafka Connect sink task contract and worker.
 //! - [`sinks`]: sink connectors under test.
+//! - [`copier`]: the consume-transform-produce copier of `transactional-copy` (Kafka
+//!   transactions, KIP-447), shared by the simulation and the real tier.
 //! - [`streams`]: a Kafka Streams-style processor: topology, tasks, state stores,
 //!   changelogs, `processing.guarantee`.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
@@ -25,6 +27,7 @@ pub mod checker;
 pub mod cli;
 pub mod client;
 pub mod connect;
+pub mod copier;
 pub mod history;
 pub mod marks;
 pub use eosim_sim::mark;

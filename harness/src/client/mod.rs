@@ -384,6 +384,17 @@ pub struct ConsumedRecord {
     pub headers: Vec<(String, Bytes)>,
 }
 
+/// The next offset to read per partition after `records` (what a commit of the batch
+/// sends: Kafka's committed offset is the next record to read), sorted by partition.
+pub fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
+    let mut next: std::collections::BTreeMap<TopicPartition, Offset> = Default::default();
+    for r in records {
+        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
+        *entry = (*entry).max(r.offset + 1);
+    }
+    next.into_iter().collect()
+}
+
 /// Partitions a group consumer is about to give up, handed to the application before the
 /// consumer rejoins (what Java's `ConsumerRebalanceListener` is told from
 /// `ConsumerCoordinator.onJoinPrepare`): while it is pending the partitions are still

@@ -6,6 +6,7 @@
 //! is the run's `history-hash`, which a replay of the same (scenario, seed, build) must
 //! reproduce.
 
+pub mod refs;
 pub mod text;
 
 use eosim_sim::kafka::{Offset, TopicPartition};

@@ -3,8 +3,8 @@
 //! links and message faults, recorded in the history.
 
 use super::world::{broker_name, now_ns, World};
+use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Value};
-use crate::workload::records::{parse_id, text};
 use eosim_sim::effects::{self, kind};
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;

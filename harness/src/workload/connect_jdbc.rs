@@ -24,7 +24,7 @@
 //! records per source partition `log-state` and `source-log`, then `table-state`,
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
-use super::records::{send_outcome, text, IdHandout};
+use super::records::{send_outcome, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
@@ -37,6 +37,7 @@ use crate::connect::cdc_events::{bad_record_reason, build_events, id_of, Event, 
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
 use crate::connect::worker::{dlq_state, final_task_status, SinkFactory, TaskRun, WorkerRuntime};
+use crate::history::refs::text;
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};

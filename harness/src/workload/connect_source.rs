@@ -34,7 +34,7 @@
 //! event of the log and, under KIP-618, every LSO reached its HW; a FAILED task is named in
 //! the lag.
 
-use super::records::{read_committed, text, LsoGrace, LSO_GRACE_EXTRA_MS};
+use super::records::{read_committed, LsoGrace, LSO_GRACE_EXTRA_MS};
 use super::{add_connect_workers, restart_failed_tasks, Pipeline};
 use crate::connect::cdc_events::ID_HEADER;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
@@ -44,6 +44,7 @@ use crate::connect::source_config::{parse_connector, SourceConnectorConfig};
 use crate::connect::source_task::{parse_offset_key, SourceTask};
 use crate::connect::source_worker::{SourceFactory, SourceRuntime};
 use crate::connect::worker::{final_task_status, TaskRun, WorkerRuntime};
+use crate::history::refs::text;
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};

@@ -15,16 +15,16 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{
-    next_offsets, parse_id, record_ref, send_id, send_id_queued, text, IdHandout,
-};
+use super::records::{send_id, send_id_queued, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
+use crate::client::next_offsets;
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{ClientError, Consumer, ProducerConfig, ProducerRecord};
+use crate::history::refs::{parse_id, record_ref, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use crate::runner::world::World;

@@ -1,53 +1,20 @@
-//! Small conversions every pipeline shares: record bytes as text, the id a value carries,
-//! a consumed record as the history names it, the offsets to commit after a batch, and the
-//! final read_committed view of a partition and the drain's wait for output LSOs
-//! ([`LsoGrace`]); and the sends of the input producers: one
-//! generated id recorded as invoke then ok / fail / info ([`send_outcome`]), awaited or
-//! queued in a batching producer ([`crate::client::sends::Sends`]).
+//! What the simulated pipelines share (the conversions of consumed records are
+//! `history::refs`, shared with the real tier): the final read_committed view of a
+//! partition and the drain's wait for output LSOs ([`LsoGrace`]); and the sends of the
+//! input producers: one generated id recorded as invoke then ok / fail / info
+//! ([`send_outcome`]), awaited or queued in a batching producer ([`crate::client::sends::Sends`]).
 
 use crate::client::sends::Sends;
 use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{ClientError, ConsumedRecord, Delivery, Producer, ProducerRecord};
-use crate::history::{OpKind, RecordRef, Value};
+use crate::client::{ClientError, Delivery, Producer, ProducerRecord};
+use crate::history::{OpKind, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
 use eosim_sim::kafka::{
     FetchPartition, FetchedRecord, Isolation, Offset, Request, Response, TopicPartition,
 };
-use std::collections::{BTreeMap, BTreeSet};
-
-/// Bytes as (lossy) UTF-8 text; `None` stays `None`.
-pub fn text(bytes: &Option<Bytes>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
-/// The id a record's value carries; `u64::MAX` for a value that is not one.
-pub fn parse_id(value: &Option<Bytes>) -> u64 {
-    text(value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
-}
-
-/// A consumed record as the history refers to it.
-pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    RecordRef {
-        id: parse_id(&r.value),
-        key: text(&r.key),
-        tp: r.tp.clone(),
-        offset: r.offset,
-    }
-}
-
-/// The next offset to read per partition after `records` (what a commit sends).
-pub fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
-    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-    for r in records {
-        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
-        *entry = (*entry).max(r.offset + 1);
-    }
-    next.into_iter().collect()
-}
+use std::collections::BTreeSet;
 
 /// Reads `tp` from offset 0 as a read_committed consumer would, through the model's Fetch
 /// at the partition's leader, with the client's aborted-transaction filter.

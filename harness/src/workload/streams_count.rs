@@ -29,12 +29,13 @@
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 
 use super::records::{
-    read_committed, read_committed_from, text, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
+    read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::history::refs::text;
 use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpdate, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};

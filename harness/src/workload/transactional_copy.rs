@@ -4,22 +4,13 @@
 //! # Model
 //! - Producers (`producer-i`, idempotent) write ids `0..records` into the input topic
 //!   (`[topic]`): key `k{id % keys}`, value the id in decimal.
-//! - Copiers (`consumer-i`, group `copier`, read_committed, `auto.offset.reset=earliest`)
-//!   each own a transactional producer with `transactional.id = copier-i` (stable across
-//!   restarts, so a restarted copier fences its zombie by epoch). Per poll of at most
-//!   `copy.records_per_transaction_max` records: begin, send each record unchanged to the
-//!   output topic (the transform is the identity on key and value, so output ids are input
-//!   ids), `send_offsets_to_transaction` with the group's generation, commit.
-//! - On any error before the commit request the transaction is aborted (and the producer
-//!   recreated when the error is fatal); on a commit error the producer is recreated,
-//!   since the outcome is unknown and only a new epoch settles it. Then, with
-//!   `copy.rewind_on_abort` (the default), the consumer seeks back to the group's committed
-//!   offsets; without it (the F9 bug) it reads on past the aborted input.
+//! - Copiers (`consumer-i`, group `copier`): the loop of [`crate::copier`], shared with
+//!   the real tier, on a simulated consumer and transactional producer (whose BUGGIFY
+//!   points, `copy.buggify_*`, hold Produce or EndTxn requests in the network).
 //!
 //! # Ops recorded
-//! `send` invoke/ok/fail/info per input id; `poll` ok per copier poll; `txn` invoke (at the
-//! commit or abort request, with every record sent and the offsets) then ok (committed),
-//! fail (certainly aborted: no commit was requested, or the abort succeeded) or info.
+//! `send` invoke/ok/fail/info per input id; the copiers' `poll` and `txn` ops
+//! ([`crate::copier`]).
 //! After the drain, process `final` records: each input partition's `LogState`, the group's
 //! `CommittedOffsets`, each output partition's `PartitionState` (HW, LSO) and
 //! `CommittedLogState` (a read_committed read from offset 0), and the output's committed
@@ -31,33 +22,24 @@
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
-use super::records::{
-    next_offsets, parse_id, read_committed, record_ref, send_id, text, IdHandout, LsoGrace,
-    LSO_GRACE_EXTRA_MS,
-};
+use super::records::{read_committed, send_id, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnBuggify, TxnProducerConfig};
-use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord,
-    TransactionalProducer, TxnError,
-};
+use crate::client::ProducerConfig;
+use crate::copier::{self, CopierConfig, CopierHost, TxnSettings, COPY_GROUP};
+use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::model::Cluster;
-use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The consumer group of the copiers.
-pub const COPY_GROUP: &str = "copier";
-/// The copiers' `max.poll.interval.ms` (and rebalance timeout), ms.
-const COPIER_MAX_POLL_INTERVAL_MS: u64 = 20_000;
 
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
@@ -101,11 +83,6 @@ impl Context {
         self.shared().ids.done(self.scenario.workload.records)
     }
 
-    /// Bound on one transactional call (init, offsets, commit, abort).
-    fn call_timeout(&self) -> Duration {
-        Duration::from_millis(self.scenario.workload.request_timeout_ms * 3)
-    }
-
     fn producer_config(&self) -> ProducerConfig {
         self.scenario.workload.idempotent_producer_config()
     }
@@ -128,241 +105,50 @@ async fn producer_process(ctx: Context, name: String) {
     }
 }
 
-/// A transactional producer for copier `index`, initialized (retried until it is).
-async fn new_txn_producer(
-    ctx: &Context,
-    conn: &Connection,
-    index: u32,
-) -> SimTransactionalProducer {
-    let mut config = TxnProducerConfig::new(format!("copier-{index}"));
-    config.transaction_timeout_ms = ctx.scenario.copy.transaction_timeout_ms;
-    config.producer = ctx.producer_config();
-    let copy = &ctx.scenario.copy;
-    config.buggify = TxnBuggify {
-        produce_delay_probability: copy.buggify_produce_delay_probability,
-        end_txn_delay_probability: copy.buggify_end_txn_delay_probability,
-        delay_ms: copy.buggify_delay_ms,
-    };
-    loop {
-        let producer = SimTransactionalProducer::new(conn.clone(), config.clone());
-        match producer.init_transactions(ctx.call_timeout()).await {
-            Ok(()) => return producer,
-            Err(e) => tracing::debug!(%e, "init_transactions"),
-        }
-        madsim::time::sleep(Duration::from_millis(500)).await;
+/// A copier's simulated host: ops into the run's history, transactions numbered by the
+/// run, producers on the copier's connection with the scenario's BUGGIFY points.
+struct SimCopierHost {
+    ctx: Context,
+    name: String,
+    conn: Connection,
+}
+
+impl CopierHost for SimCopierHost {
+    type Txn = SimTransactionalProducer;
+
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
+        self.ctx.record(&self.name, kind, value, error);
+    }
+
+    fn next_txn(&self) -> u64 {
+        self.ctx.next_txn()
+    }
+
+    fn txn_producer(&self, settings: &TxnSettings) -> Result<SimTransactionalProducer, String> {
+        let copy = &self.ctx.scenario.copy;
+        let config = TxnProducerConfig {
+            transactional_id: settings.transactional_id.clone(),
+            transaction_timeout_ms: settings.transaction_timeout_ms,
+            producer: settings.producer.clone(),
+            buggify: TxnBuggify {
+                produce_delay_probability: copy.buggify_produce_delay_probability,
+                end_txn_delay_probability: copy.buggify_end_txn_delay_probability,
+                delay_ms: copy.buggify_delay_ms,
+            },
+        };
+        Ok(SimTransactionalProducer::new(self.conn.clone(), config))
     }
 }
 
-fn consumer_config(ctx: &Context) -> ConsumerConfig {
-    let w = &ctx.scenario.workload;
-    let mut config = ConsumerConfig::new(COPY_GROUP);
-    config.auto_offset_reset = AutoOffsetReset::Earliest;
-    config.isolation_level = Isolation::ReadCommitted;
-    config.session_timeout_ms = w.session_timeout_ms;
-    config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
-    config.max_poll_records = ctx.scenario.copy.records_per_transaction_max;
-    config.request_timeout_ms = w.request_timeout_ms;
-    // The rebalance timeout, which also bounds a JoinGroup: a lost JoinGroup (message
-    // faults drop requests outright, where TCP would retransmit) is retried after 25 s
-    // instead of Java's default 305 s, within the drain's bound.
-    config.max_poll_interval_ms = COPIER_MAX_POLL_INTERVAL_MS;
-    config
-}
-
-/// A copier: poll, copy in a transaction with the offsets, commit; forever.
+/// Copier `index` (`consumer-<index>`), on the shared loop.
 async fn copier_process(ctx: Context, name: String, index: u32) {
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let mut consumer = SimConsumer::new(conn.clone(), consumer_config(&ctx));
-    let topics = vec![ctx.scenario.topic.name.clone()];
-    while consumer.subscribe(&topics).await.is_err() {
-        madsim::time::sleep(Duration::from_millis(500)).await;
-    }
-    let mut producer = new_txn_producer(&ctx, &conn, index).await;
-    let mut local_txn = 0u64;
-    loop {
-        let records = match consumer.poll(Duration::from_millis(200)).await {
-            Ok(records) if !records.is_empty() => records,
-            _ => continue,
-        };
-        let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        ctx.record(&name, OpKind::Ok, Value::Poll { records: rows }, None);
-        let inject = ctx.scenario.copy.abort_transactions.contains(&local_txn);
-        local_txn += 1;
-        let outcome = copy_batch(&ctx, &name, &producer, &consumer, &records, inject).await;
-        if outcome == Outcome::Committed {
-            continue;
-        }
-        if outcome == Outcome::Recreate {
-            crate::mark!("copy:producer-recreated");
-            producer = new_txn_producer(&ctx, &conn, index).await;
-        }
-        if ctx.scenario.copy.rewind_on_abort {
-            crate::mark!("copy:rewind-after-abort");
-            rewind(&mut consumer).await;
-        }
-    }
-}
-
-/// How a copied batch ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Committed,
-    /// Aborted; the producer is usable.
-    Aborted,
-    /// The producer must be recreated (fatal error, or an EndTxn of unknown outcome).
-    Recreate,
-}
-
-/// One transaction: begin, send every record, add the offsets, commit; records the `txn`
-/// op. An error before the commit request aborts.
-async fn copy_batch(
-    ctx: &Context,
-    name: &str,
-    producer: &SimTransactionalProducer,
-    consumer: &SimConsumer,
-    records: &[ConsumedRecord],
-    inject_abort: bool,
-) -> Outcome {
-    let id = ctx.next_txn();
-    let transactional_id = name.replace("consumer", "copier");
-    let offsets = next_offsets(records);
-    let (sends, mut failed) = match producer.begin_transaction() {
-        Ok(()) => send_records(ctx, producer, records).await,
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    let mut error = failed.as_ref().map(ToString::to_string);
-    if error.is_none() && inject_abort {
-        error = Some("injected produce error".to_string());
-    }
-    if error.is_none() {
-        match consumer.group_metadata() {
-            Some(group) => {
-                let result = producer
-                    .send_offsets_to_transaction(&offsets, &group, ctx.call_timeout())
-                    .await;
-                if let Err(e) = result {
-                    error = Some(e.to_string());
-                    failed = Some(e);
-                }
-            }
-            None => error = Some("no stable group generation".to_string()),
-        }
-    }
-    let value = Value::Txn {
-        id,
-        transactional_id,
-        sends,
-        offsets,
-    };
-    ctx.record(name, OpKind::Invoke, value.clone(), None);
-    if let Some(error) = error {
-        let fatal = failed.as_ref().is_some_and(TxnError::is_fatal);
-        return abort(ctx, name, producer, value, error, fatal).await;
-    }
-    match producer.commit_transaction(ctx.call_timeout()).await {
-        Ok(()) => {
-            ctx.record(name, OpKind::Ok, value, None);
-            Outcome::Committed
-        }
-        Err(e) => {
-            ctx.record(name, OpKind::Info, value, Some(e.to_string()));
-            Outcome::Recreate
-        }
-    }
-}
-
-/// Aborts the transaction `value` after `error` and records it `fail`: no commit was
-/// requested, so it can only abort. A fenced producer is not asked to abort.
-async fn abort(
-    ctx: &Context,
-    name: &str,
-    producer: &SimTransactionalProducer,
-    value: Value,
-    error: String,
-    fatal: bool,
-) -> Outcome {
-    let abort = match fatal {
-        true => Err("not aborted: the producer is fenced".to_string()),
-        false => producer
-            .abort_transaction(ctx.call_timeout())
-            .await
-            .map_err(|e| e.to_string()),
-    };
-    let error = match &abort {
-        Ok(()) => error,
-        Err(why) => format!("{error}; abort: {why}"),
-    };
-    ctx.record(name, OpKind::Fail, value, Some(error));
-    if abort.is_ok() {
-        Outcome::Aborted
-    } else {
-        Outcome::Recreate
-    }
-}
-
-/// Sends each record unchanged to the output topic until one fails; returns what was
-/// sent (offset -1 where unacknowledged) and the error.
-async fn send_records(
-    ctx: &Context,
-    producer: &SimTransactionalProducer,
-    records: &[ConsumedRecord],
-) -> (Vec<RecordRef>, Option<TxnError>) {
-    let topic = ctx.scenario.copy.output_topic.clone();
-    let mut sends = Vec::new();
-    for r in records {
-        madsim::time::sleep(Duration::from_millis(ctx.scenario.copy.process_ms)).await;
-        let record = ProducerRecord {
-            topic: topic.clone(),
-            partition: None,
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: Vec::new(),
-        };
-        let (id, key) = (parse_id(&r.value), text(&r.key));
-        match producer.send(record).await {
-            Ok(d) => {
-                let tp = TopicPartition::new(topic.clone(), d.partition);
-                sends.push(RecordRef {
-                    id,
-                    key,
-                    tp,
-                    offset: d.offset,
-                });
-            }
-            Err(e) => {
-                let tp = TopicPartition::new(topic.clone(), 0);
-                sends.push(RecordRef {
-                    id,
-                    key,
-                    tp,
-                    offset: -1,
-                });
-                return (sends, Some(e));
-            }
-        }
-    }
-    (sends, None)
-}
-
-/// Seeks every assigned partition back to the group's committed offset (0 where none).
-async fn rewind(consumer: &mut SimConsumer) {
-    let assignment = consumer.assignment();
-    if assignment.is_empty() {
-        return;
-    }
-    let Ok(committed) = consumer.committed(&assignment).await else {
-        // The next poll after a rejoin positions from the committed offsets anyway; until
-        // then, drop what is buffered by seeking every partition to its start.
-        for tp in &assignment {
-            let _ = consumer.seek(tp, 0);
-        }
-        return;
-    };
-    for (tp, offset) in committed {
-        let _ = consumer.seek(&tp, offset.max(0));
-    }
+    let config = CopierConfig::of_scenario(&ctx.scenario, index);
+    let consumer = SimConsumer::new(conn.clone(), config.consumer.clone());
+    let host = SimCopierHost { ctx, name, conn };
+    copier::run(&host, consumer, &config).await;
 }
 
 /// The `transactional-copy` pipeline.

@@ -352,6 +352,25 @@ impl StabilityProbe {
         })
     }
 
+    /// Each partition's last stable offset and high watermark, `(lso, hw)`.
+    ///
+    /// # Errors
+    /// Watermarks that could not be fetched.
+    pub fn stable_offsets(&self) -> Result<BTreeMap<TopicPartition, (Offset, Offset)>, String> {
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let mut out = BTreeMap::new();
+        for tp in &self.tps {
+            let watermark = |c: &BaseConsumer| {
+                c.fetch_watermarks(&tp.topic, tp.partition as i32, timeout)
+                    .map(|(_, high)| high)
+                    .map_err(|e| format!("{tp}: watermarks: {e}"))
+            };
+            let marks = (watermark(&self.committed)?, watermark(&self.uncommitted)?);
+            out.insert(tp.clone(), marks);
+        }
+        Ok(out)
+    }
+
     /// The partitions whose last stable offset is below their high watermark (an open
     /// transaction holds read_committed readers back), one line each, `<tp>: last stable
     /// offset <lso> < high watermark <hw> (an open transaction)`.
@@ -359,22 +378,17 @@ impl StabilityProbe {
     /// # Errors
     /// Watermarks that could not be fetched.
     pub fn open_transactions(&self) -> Result<Vec<String>, String> {
-        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
-        let mut open = Vec::new();
-        for tp in &self.tps {
-            let watermark = |c: &BaseConsumer| {
-                c.fetch_watermarks(&tp.topic, tp.partition as i32, timeout)
-                    .map(|(_, high)| high)
-                    .map_err(|e| format!("{tp}: watermarks: {e}"))
-            };
-            let (lso, hw) = (watermark(&self.committed)?, watermark(&self.uncommitted)?);
-            if lso < hw {
-                open.push(format!(
+        let open = self
+            .stable_offsets()?
+            .into_iter()
+            .filter(|(_, (lso, hw))| lso < hw);
+        Ok(open
+            .map(|(tp, (lso, hw))| {
+                format!(
                     "{tp}: last stable offset {lso} < high watermark {hw} (an open transaction)"
-                ));
-            }
-        }
-        Ok(open)
+                )
+            })
+            .collect())
     }
 }
 

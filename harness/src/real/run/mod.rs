@@ -29,7 +29,10 @@
 //! ([`connect_task`]), drained on group `connect-<name>`, its final state the table read
 //! back, and a bulk load of the same rows for comparison ([`bulk`]); `streams-count` (P3)
 //! with `streams-i` Streams instances ([`streams_instance`], [`streams_count`]), drained
-//! on group `streams.application_id`, its final state the output read_committed.
+//! on group `streams.application_id`, its final state the output read_committed;
+//! `transactional-copy` with `consumer-i` copiers ([`copier_instance`],
+//! [`transactional_copy`]), drained on group `copier` and on a stable output, its final
+//! state the output's watermarks and read_committed view.
 //!
 //! A real run is one run of one seed (`eosim run --seed`, default 0): the seed draws the
 //! swarm's fault schedule as the simulation does ([`eosim_sim::nemesis::swarm`]), so the
@@ -42,6 +45,7 @@ pub mod clickhouse_sink;
 pub mod cluster;
 pub mod connect_state;
 pub mod connect_task;
+pub mod copier_instance;
 pub mod doris;
 pub mod fault_point;
 pub mod faults;
@@ -53,6 +57,7 @@ pub mod postgres_target;
 pub mod result;
 pub mod streams_count;
 pub mod streams_instance;
+pub mod transactional_copy;
 pub mod worker;
 pub mod worker_spec;
 pub mod workers;
@@ -407,6 +412,9 @@ impl Run<'_> {
                 &bootstrap,
                 &history,
             )),
+            pipelines::Target::Copy => {
+                Some(transactional_copy::final_state(self.scenario, &bootstrap))
+            }
             pipelines::Target::Streams => {
                 Some(streams_count::final_state(self.scenario, &bootstrap))
             }

@@ -18,9 +18,14 @@
 //!   each in group `streams.application_id`; final state: the input log, the committed
 //!   offsets, the output read_committed.
 //!
+//! - `transactional-copy` ([`transactional_copy`](super::transactional_copy)): the output
+//!   topic; producers send the ids, copiers `consumer-i` (the loop of [`crate::copier`])
+//!   form group `copier`; final state: the input log, the committed offsets, the output's
+//!   watermarks and read_committed view.
+//!
 //! `routine-load` and `doris-sink` are skipped naming what is missing (Docker, the Doris
-//! image, or the runner itself: [`doris`](super::doris)). Every other pipeline is reported
-//! as skipped, with the reason. For `connect-jdbc` the
+//! image, or the runner itself: [`doris`](super::doris)), `connect-source` as simulation
+//! only. For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
 //! scenario's own URL is the simulated node's), with pgJDBC's `reWriteBatchedInserts=true`
 //! unless the scenario's URL names its own properties ([`url_properties`]); the history
@@ -69,13 +74,15 @@ pub enum Target {
     ClickHouse(Box<super::clickhouse_sink::ChTarget>),
     /// `streams-count`: the output topic (and the changelog) in the run's Kafka.
     Streams,
+    /// `transactional-copy`: the output topic in the run's Kafka.
+    Copy,
 }
 
 impl Target {
     /// Connector keys every sink task sets over the scenario's.
     pub fn connector_sets(&self) -> Vec<(String, String)> {
         match self {
-            Target::Files | Target::Streams => Vec::new(),
+            Target::Files | Target::Streams | Target::Copy => Vec::new(),
             Target::ClickHouse(t) => t.connector.raw.clone().into_iter().collect(),
             Target::Postgres(t) => vec![(
                 "connection.url".to_string(),
@@ -95,6 +102,7 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         Pipeline::ConnectJdbc => None,
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
+        Pipeline::TransactionalCopy => super::transactional_copy::unsupported(scenario),
         Pipeline::ConnectSource => Some(
             "skipped: pipeline connect-source (a Debezium source connector on Connect, \
              KIP-618) runs in simulation only: the real tier has no source database nor \
@@ -104,10 +112,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         Pipeline::RoutineLoad | Pipeline::DorisSink => Some(super::doris::skip_reason(
             scenario.pipeline.name(),
             &super::doris::probe(),
-        )),
-        other => Some(format!(
-            "skipped: pipeline {} is not supported by the real backend yet",
-            other.name()
         )),
     }
 }
@@ -121,6 +125,14 @@ fn model_only_switch(scenario: &Scenario) -> Option<String> {
         "cluster.static_member_rejoin = \"pre-kip814\" (KAFKA-13435: brokers before 3.2)"
     } else if c.transaction_protocol == TxnProtocol::PreKip890 {
         "cluster.transaction_protocol = \"pre-kip890\" (brokers before 3.6)"
+    } else if c.transaction_protocol == TxnProtocol::Tv2 {
+        return Some(
+            "skipped: cluster.transaction_protocol = \"tv2\" (KIP-890 part 2) needs a client \
+             that speaks it; the real tier's librdkafka 2.12 sends transaction version 1 \
+             (confluentinc/librdkafka#5423), so the brokers would run the part-1 protocol \
+             under the tv2 name"
+                .to_string(),
+        );
     } else if !c.producer_state_survives_failover {
         "cluster.producer_state_survives_failover = false (F10: no Kafka release forgets it)"
     } else if c.flavour == FlavourName::Kop {
@@ -141,13 +153,14 @@ pub fn group(scenario: &Scenario) -> String {
             .map_or_else(|_| SINK_GROUP.to_string(), |c| c.group_id()),
         Pipeline::ClickhouseSink => super::clickhouse_sink::group(scenario),
         Pipeline::StreamsCount => scenario.streams.application_id.clone(),
+        Pipeline::TransactionalCopy => crate::copier::COPY_GROUP.to_string(),
         _ => SINK_GROUP.to_string(),
     }
 }
 
 /// The topics the pipeline writes in transactions, which the drain waits to see stable
-/// (no open transaction): under `exactly_once_v2` Streams' output topic and changelog; none
-/// otherwise. A crashed instance's transaction stays open until the coordinator aborts it
+/// (no open transaction): under `exactly_once_v2` Streams' output topic and changelog;
+/// `transactional-copy`'s output topic; none otherwise. A crashed instance's transaction stays open until the coordinator aborts it
 /// (`transaction.timeout.ms`), and a final read_committed read before that would miss every
 /// later committed write.
 pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
@@ -163,6 +176,7 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
                 scenario.streams.changelog_topic(),
             ]
         }
+        Pipeline::TransactionalCopy => vec![scenario.copy.output_topic.clone()],
         _ => Vec::new(),
     }
 }
@@ -203,6 +217,7 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
             }
         }
         Pipeline::StreamsCount => out.extend(super::streams_count::instances(scenario)),
+        Pipeline::TransactionalCopy => out.extend(super::transactional_copy::copiers(scenario)),
         _ => {
             for i in 0..w.consumers {
                 out.push(Worker::new(&format!("consumer-{i}"), Role::Consumer, 0..0));
@@ -250,6 +265,10 @@ pub fn setup(
     if scenario.pipeline == Pipeline::StreamsCount {
         super::streams_count::setup(scenario, bootstrap)?;
         return Ok(Target::Streams);
+    }
+    if scenario.pipeline == Pipeline::TransactionalCopy {
+        super::transactional_copy::setup(scenario, bootstrap)?;
+        return Ok(Target::Copy);
     }
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);
@@ -446,6 +465,10 @@ mod tests {
         assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
         assert_eq!(unsupported(&fixed), None);
+        let tv2 = read("txn-copy-messages.toml");
+        let why = unsupported(&tv2).expect("refused");
+        assert!(why.contains("tv2") && why.contains("librdkafka"), "{why}");
+        assert_eq!(unsupported(&read("txn-copy-no-faults.toml")), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
         let why = unsupported(&source).expect("simulation only");
         assert!(

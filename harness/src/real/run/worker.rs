@@ -23,15 +23,15 @@
 use super::worker_spec::{unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
-use crate::client::{ConsumedRecord, Consumer, ProducerConfig, ProducerRecord};
+use crate::client::{next_offsets, Consumer, ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
+use crate::history::refs::record_ref;
 use crate::history::{OpKind, RecordRef, Value};
 use crate::scenario::{CommitMode, Pipeline};
 use bytes::Bytes;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
@@ -63,6 +63,7 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         Role::Consumer => runtime.block_on(consumer(&spec)),
         Role::SinkTask => runtime.block_on(super::connect_task::run_sink_task(&spec)),
         Role::Streams => runtime.block_on(super::streams_instance::run_streams(&spec)),
+        Role::Copier => runtime.block_on(super::copier_instance::run_copier(&spec)),
     }
 }
 
@@ -104,7 +105,7 @@ fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>
 }
 
 /// The input producer's configuration, as the simulated pipeline builds it: the Streams
-/// pipeline's input producers are idempotent ([`crate::scenario::WorkloadSpec::idempotent_producer_config`]),
+/// and transactional-copy pipelines' input producers are idempotent ([`crate::scenario::WorkloadSpec::idempotent_producer_config`]),
 /// clickhouse-sink's make one attempt per batch
 /// ([`crate::scenario::WorkloadSpec::one_attempt_producer_config`]), kafka-consume's and
 /// connect-jdbc's retry ([`crate::scenario::WorkloadSpec::retrying_producer_config`]); each
@@ -112,7 +113,7 @@ fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>
 fn producer_config(spec: &WorkerSpec) -> ProducerConfig {
     let w = &spec.scenario.workload;
     match spec.scenario.pipeline {
-        Pipeline::StreamsCount => w.idempotent_producer_config(),
+        Pipeline::StreamsCount | Pipeline::TransactionalCopy => w.idempotent_producer_config(),
         Pipeline::ClickhouseSink => w.one_attempt_producer_config(),
         _ => w.retrying_producer_config(),
     }
@@ -298,27 +299,4 @@ async fn commit(
     };
     emit.op(kind, Value::Commit { offsets }, error);
     result.is_ok()
-}
-
-/// A consumed record as the history knows it.
-pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
-    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-    RecordRef {
-        id: text(&r.value)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u64::MAX),
-        key: text(&r.key),
-        tp: r.tp.clone(),
-        offset: r.offset,
-    }
-}
-
-/// The next offset to read per partition after `records`.
-fn next_offsets(records: &[ConsumedRecord]) -> Vec<(TopicPartition, Offset)> {
-    let mut next: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-    for r in records {
-        let entry = next.entry(r.tp.clone()).or_insert(r.offset + 1);
-        *entry = (*entry).max(r.offset + 1);
-    }
-    next.into_iter().collect()
 }

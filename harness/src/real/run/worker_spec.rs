@@ -1,7 +1,7 @@
 //! What every process of a real run shares with the runner: its role, its arguments
 //! ([`WorkerSpec`]), the op lines it prints ([`Emit`]) and the clock they are timed by. The
-//! per-role loops (`worker`, `connect_task`, `streams_instance`, `fault_point`) build on it;
-//! it builds on none of them.
+//! per-role loops (`worker`, `connect_task`, `streams_instance`, `copier_instance`,
+//! `fault_point`) build on it; it builds on none of them.
 
 use crate::history::{Op, OpKind, RecordRef, Value};
 use crate::scenario::Scenario;
@@ -26,6 +26,8 @@ pub enum Role {
     SinkTask,
     /// `streams-count`: one Streams instance ([`super::streams_instance`]) until killed.
     Streams,
+    /// `transactional-copy`: one copier ([`super::copier_instance`]) until killed.
+    Copier,
 }
 
 impl Role {
@@ -37,6 +39,7 @@ impl Role {
             Role::CdcProducer => "cdc-producer",
             Role::SinkTask => "sink-task",
             Role::Streams => "streams",
+            Role::Copier => "copier",
         }
     }
 
@@ -51,11 +54,13 @@ impl Role {
             Role::CdcProducer,
             Role::SinkTask,
             Role::Streams,
+            Role::Copier,
         ]
         .into_iter()
         .find(|r| r.name() == name)
         .ok_or(format!(
-            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task or streams"
+            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task, streams or \
+             copier"
         ))
     }
 
