@@ -4,14 +4,14 @@
 //! Connect worker SIGKILLed and restarted mid-run) against real Kafka and PostgreSQL, with
 //! the bulk-load comparison; `clickhouse-sink` (P1, seed: a sink worker crashed at a fault
 //! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown;
-//! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted).
-//! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
+//! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted);
+//! `transactional-copy` (F9: an aborted transaction with and without the rewind). Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
 //! pipelines) need no services.
 #![cfg(not(madsim))]
 
 mod real_support;
 
-use eosim::history::Value;
+use eosim::history::{OpKind, Value};
 use eosim::real::backend::Backend;
 use eosim::real::process::live_groups;
 use eosim::real::run::result::scenario_result;
@@ -459,12 +459,53 @@ fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
 
 #[test]
 fn a_pipeline_the_real_backend_does_not_run_is_reported_skipped() {
-    let (path, scenario) = scenario_at("../scenarios/clock-jump-within-expiration.toml");
+    let (path, scenario) =
+        scenario_at("../scenarios/field/connect-source-at-least-once-worker-crash-duplicates.toml");
     let notes = skipped(&path, &scenario, Backend::Native);
     assert!(
-        notes[0].contains("transactional-copy is not supported by the real backend yet"),
+        notes[0].contains("connect-source") && notes[0].contains("runs in simulation only"),
         "{notes:?}"
     );
+}
+
+/// F9 on real Kafka: a copier whose second transaction aborts (an injected produce error)
+/// and which reads on past the aborted input loses it from the output while its offsets
+/// commit past it; the copier that seeks back to the committed offsets copies every record
+/// once. The same loop (`eosim::copier`) runs in simulation, where the pair has the same
+/// verdicts.
+#[test]
+fn a_copier_that_does_not_rewind_after_an_abort_loses_input_on_real_kafka() {
+    if !real_enabled("a_copier_that_does_not_rewind_after_an_abort_loses_input") {
+        return;
+    }
+    for (file, expected) in [
+        ("f9-no-rewind-loses-input", Verdict::Violated),
+        ("f9-rewind-on-abort", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+        let dir = service_dir("real-run-copy");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        if expected == Verdict::Violated {
+            let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+            assert_eq!(
+                caught,
+                ["offsets-for-aborted-output", "sink-lost"],
+                "{file}"
+            );
+        }
+        let txns = |kind: OpKind| {
+            let ops = outcome.history.ops.iter();
+            ops.filter(|op| op.kind == kind && matches!(op.value, Value::Txn { .. }))
+                .count()
+        };
+        assert!(txns(OpKind::Ok) > 0, "{file}: no transaction committed");
+        assert!(
+            txns(OpKind::Fail) > 0,
+            "{file}: the injected abort is not in the history"
+        );
+        assert_short_and_clean(&result, 120.0);
+    }
 }
 
 #[test]
