@@ -9,6 +9,8 @@
 //!   simulated implementation (under `--cfg madsim`).
 //! - [`connect`]: the Kafka Connect sink task contract and worker.
 //! - [`sinks`]: sink connectors under test.
+//! - [`sink_consumer`]: the consumer of `kafka-consume` (poll, write into a sink, commit),
+//!   shared by the simulation and the real tier.
 //! - [`copier`]: the consume-transform-produce copier of `transactional-copy` (Kafka
 //!   transactions, KIP-447), shared by the simulation and the real tier.
 //! - [`streams`]: a Kafka Streams-style processor: topology, tasks, state stores,
@@ -37,6 +39,7 @@ pub mod report;
 #[cfg(madsim)]
 pub mod runner;
 pub mod scenario;
+pub mod sink_consumer;
 pub mod sinks;
 pub mod streams;
 #[cfg(madsim)]

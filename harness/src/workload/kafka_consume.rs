@@ -5,9 +5,11 @@
 //!   (Jepsen's generator lives outside the processes: a restarted producer takes the next
 //!   id, and an id whose send was cut short by a kill stays an `invoke` with no completion).
 //! - Record: key `k{id % keys}`, value the id in decimal. Partition: murmur2 of the key.
-//! - Consumers of group `sink` (`auto.offset.reset=earliest`) poll, and per batch either
-//!   write then commit (`after-processing`) or commit then write (`before-processing`).
-//!   The sink is a store outside the consumer processes, so it survives their crashes.
+//! - Consumers of group `sink` (`auto.offset.reset=earliest`) run the loop of
+//!   [`crate::sink_consumer`], shared with the real tier: per batch write then commit
+//!   (`after-processing`), commit then write (`before-processing`), or write and let a
+//!   later poll auto-commit (`enable.auto.commit`). The sink is a store outside the
+//!   consumer processes, so it survives their crashes.
 //!
 //! # Ops recorded
 //! `send` invoke/ok/fail/info per id (and `txn` ops with a transactional upstream,
@@ -18,17 +20,18 @@
 use super::records::{send_id, send_id_queued, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
-use crate::client::next_offsets;
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{ClientError, Consumer, ProducerConfig, ProducerRecord};
-use crate::history::refs::{parse_id, record_ref, text};
+use crate::client::{ProducerConfig, ProducerRecord};
+use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
 use crate::runner::world::World;
-use crate::scenario::{CommitMode, Scenario, TopicSpec};
+use crate::scenario::{Scenario, TopicSpec};
+use crate::sink_consumer::{self, SinkHost};
+use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -50,50 +53,6 @@ pub struct Shared {
     pub poll_error: Option<String>,
     /// The last error a commit returned (a stall's reason).
     pub commit_error: Option<String>,
-}
-
-/// `enable.auto.commit`: the positions of everything polls returned, committed from the
-/// next poll once `auto.commit.interval.ms` has passed since the last auto commit (Java's
-/// `ConsumerCoordinator.maybeAutoCommitOffsetsAsync`, called at the top of `poll`).
-struct AutoCommit {
-    interval: Option<Duration>,
-    last: madsim::time::Instant,
-    consumed: BTreeMap<TopicPartition, Offset>,
-}
-
-impl AutoCommit {
-    fn new(spec: &crate::scenario::consumer::ConsumerSpec) -> Self {
-        Self {
-            interval: spec
-                .enable_auto_commit
-                .then(|| Duration::from_millis(spec.auto_commit_interval_ms)),
-            last: madsim::time::Instant::now(),
-            consumed: BTreeMap::new(),
-        }
-    }
-
-    fn enabled(&self) -> bool {
-        self.interval.is_some()
-    }
-
-    /// Positions after a poll's records.
-    fn consumed(&mut self, offsets: Vec<(TopicPartition, Offset)>) {
-        for (tp, next) in offsets {
-            let entry = self.consumed.entry(tp).or_insert(next);
-            *entry = (*entry).max(next);
-        }
-    }
-
-    /// The offsets to auto-commit now, if the interval has passed and there are any.
-    fn due(&mut self) -> Option<Vec<(TopicPartition, Offset)>> {
-        let interval = self.interval?;
-        if self.consumed.is_empty() || self.last.elapsed() < interval {
-            return None;
-        }
-        self.last = madsim::time::Instant::now();
-        crate::mark!("consumer:auto-commit");
-        Some(std::mem::take(&mut self.consumed).into_iter().collect())
-    }
 }
 
 /// Everything a process needs.
@@ -222,100 +181,44 @@ async fn txn_producer_process(
     session.end().await;
 }
 
-/// A consumer process: polls, writes into the sink and commits, forever.
+/// A consumer's simulated host: ops into the run's history, the sink a store outside the
+/// nodes (it survives their crashes), errors kept as a stall's reason.
+struct SimSinkHost {
+    ctx: Context,
+    name: String,
+}
+
+#[async_trait]
+impl SinkHost for SimSinkHost {
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
+        self.ctx.record(&self.name, kind, value, error);
+    }
+
+    async fn write(&mut self, rows: &[RecordRef]) -> Result<(), String> {
+        let mut shared = self.ctx.shared.lock().expect("shared lock");
+        shared.sink.extend(rows.iter().cloned());
+        Ok(())
+    }
+
+    fn poll_failed(&self, error: &str) {
+        self.ctx.shared.lock().expect("shared lock").poll_error = Some(error.to_string());
+    }
+
+    fn commit_failed(&self, error: &str) {
+        self.ctx.shared.lock().expect("shared lock").commit_error = Some(error.to_string());
+    }
+}
+
+/// A consumer process: the loop of [`crate::sink_consumer`], forever.
 pub async fn consumer_process(ctx: Context, name: String) {
-    let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
-    let mut consumer = SimConsumer::new(conn, ctx.scenario.sink_consumer_config(&name));
-    let topics = vec![ctx.scenario.topic.name.clone()];
-    while consumer.subscribe(&topics).await.is_err() {
-        madsim::time::sleep(Duration::from_millis(500)).await;
-    }
-    let mut auto = AutoCommit::new(&ctx.scenario.consumer);
-    loop {
-        if let Some(offsets) = auto.due() {
-            commit(&ctx, &name, &mut consumer, offsets).await;
-        }
-        let records = match consumer.poll(Duration::from_millis(200)).await {
-            Ok(records) => records,
-            Err(e) => {
-                ctx.shared.lock().expect("shared lock").poll_error = Some(e.to_string());
-                madsim::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        if records.is_empty() {
-            continue;
-        }
-        let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        ctx.record(
-            &name,
-            OpKind::Ok,
-            Value::Poll {
-                records: rows.clone(),
-            },
-            None,
-        );
-        let offsets = next_offsets(&records);
-        if auto.enabled() {
-            write_sink(&ctx, &name, rows).await;
-            auto.consumed(offsets);
-            continue;
-        }
-        match w.commit {
-            CommitMode::AfterProcessing => {
-                write_sink(&ctx, &name, rows).await;
-                commit(&ctx, &name, &mut consumer, offsets).await;
-            }
-            CommitMode::BeforeProcessing => {
-                if commit(&ctx, &name, &mut consumer, offsets).await {
-                    write_sink(&ctx, &name, rows).await;
-                }
-            }
-        }
-    }
-}
-
-/// Writes rows into the sink: durable only after `sink_write_ms` (a kill before then
-/// loses the write, as a crash before a database commit would).
-async fn write_sink(ctx: &Context, name: &str, rows: Vec<RecordRef>) {
-    madsim::time::sleep(Duration::from_millis(ctx.scenario.workload.sink_write_ms)).await;
-    ctx.shared
-        .lock()
-        .expect("shared lock")
-        .sink
-        .extend(rows.iter().cloned());
-    ctx.record(name, OpKind::Ok, Value::Write { rows }, None);
-}
-
-/// Commits and records it; true when the commit certainly took effect.
-async fn commit(
-    ctx: &Context,
-    name: &str,
-    consumer: &mut SimConsumer,
-    offsets: Vec<(TopicPartition, Offset)>,
-) -> bool {
-    ctx.record(
-        name,
-        OpKind::Invoke,
-        Value::Commit {
-            offsets: offsets.clone(),
-        },
-        None,
-    );
-    let result: Result<(), ClientError> = consumer.commit(&offsets).await;
-    let (kind, error) = match &result {
-        Ok(()) => (OpKind::Ok, None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, Some(e.to_string())),
-    };
-    if let Some(e) = &error {
-        ctx.shared.lock().expect("shared lock").commit_error = Some(e.clone());
-    }
-    ctx.record(name, kind, Value::Commit { offsets }, error);
-    result.is_ok()
+    let consumer = SimConsumer::new(conn, ctx.scenario.sink_consumer_config(&name));
+    let scenario = Arc::clone(&ctx.scenario);
+    let mut host = SimSinkHost { ctx, name };
+    let result = sink_consumer::run(&mut host, consumer, &scenario).await;
+    result.expect("the simulated sink takes every write");
 }
 
 /// `topic`'s partitions as the cluster has them now: those the scenario declares, and any

@@ -2,10 +2,10 @@
 //! runs, as a child of the real runner, so that a kill is a real SIGKILL.
 //!
 //! # Model
-//! The loop is the simulated one's (`workload::kafka_consume`, built only under
-//! `--cfg madsim`), written again here over [`RealProducer`] and [`RealConsumer`] with the
-//! same op shapes: sharing it would mean making the simulated workload generic over the
-//! client traits and a clock, left for later. Differences, on purpose:
+//! The consumer runs the loop the simulated one runs ([`crate::sink_consumer`]) over
+//! [`RealConsumer`]; the producers send as the simulated ones do (`workload::kafka_consume`,
+//! built only under `--cfg madsim`) over [`RealProducer`], with the same op shapes.
+//! Differences, on purpose:
 //! - Ids: producer `i` owns the range `[id_from, id_to)` instead of asking a shared
 //!   generator; the runner restarts a killed producer from the id after the last one it
 //!   invoked (an id cut short by the kill stays an `invoke` with no completion, as in the
@@ -23,13 +23,14 @@
 use super::worker_spec::{unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
-use crate::client::{next_offsets, Consumer, ProducerConfig, ProducerRecord};
+use crate::client::{ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
-use crate::history::refs::record_ref;
 use crate::history::{OpKind, RecordRef, Value};
-use crate::scenario::{CommitMode, Pipeline};
+use crate::scenario::Pipeline;
+use crate::sink_consumer::{self, SinkHost};
+use async_trait::async_trait;
 use bytes::Bytes;
-use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::kafka::TopicPartition;
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::io::Write;
@@ -203,100 +204,51 @@ fn real_consumer_config(spec: &WorkerSpec) -> crate::client::ConsumerConfig {
     config
 }
 
-async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
-    let w = &spec.scenario.workload;
-    let mut sink = open_sink(spec)?;
-    let mut consumer = RealConsumer::new(&spec.bootstrap, real_consumer_config(spec))
-        .map_err(|e| format!("{}: consumer: {e}", spec.name))?;
-    let emit = Emit {
-        name: spec.name.clone(),
-        epoch_ns: spec.epoch_ns,
-    };
-    let topics = vec![spec.scenario.topic.name.clone()];
-    while let Err(e) = consumer.subscribe(&topics).await {
-        eprintln!("{}: subscribe: {e}; retrying", spec.name);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+/// A consumer process's host: ops on stdout, the sink an append-only file `fsync`ed per
+/// batch ([`SinkBatch`] lines), errors to stderr (the worker's log).
+struct RealSinkHost {
+    emit: Emit,
+    sink: std::fs::File,
+}
+
+#[async_trait]
+impl SinkHost for RealSinkHost {
+    fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
+        self.emit.op(kind, value, error);
     }
-    loop {
-        let records = match consumer.poll(Duration::from_millis(200)).await {
-            Ok(records) => records,
-            Err(e) => {
-                eprintln!("{}: poll: {e}", spec.name);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+
+    async fn write(&mut self, rows: &[RecordRef]) -> Result<(), String> {
+        let batch = SinkBatch {
+            time_ns: self.emit.now_ns(),
+            rows: rows.to_vec(),
         };
-        if records.is_empty() {
-            continue;
-        }
-        let rows: Vec<RecordRef> = records.iter().map(record_ref).collect();
-        emit.op(
-            OpKind::Ok,
-            Value::Poll {
-                records: rows.clone(),
-            },
-            None,
-        );
-        let offsets = next_offsets(&records);
-        match w.commit {
-            CommitMode::AfterProcessing => {
-                write_sink(spec, &emit, &mut sink, rows).await?;
-                commit(&emit, &mut consumer, offsets).await;
-            }
-            CommitMode::BeforeProcessing => {
-                if commit(&emit, &mut consumer, offsets).await {
-                    write_sink(spec, &emit, &mut sink, rows).await?;
-                }
-            }
-        }
+        let mut line = serde_json::to_string(&batch).expect("rows serialize");
+        line.push('\n');
+        (self.sink.write_all(line.as_bytes()))
+            .and_then(|()| self.sink.sync_data())
+            .map_err(|e| format!("{}: sink write: {e}", self.emit.name))
+    }
+
+    fn poll_failed(&self, error: &str) {
+        eprintln!("{}: poll: {error}", self.emit.name);
+    }
+
+    fn commit_failed(&self, error: &str) {
+        eprintln!("{}: commit: {error}", self.emit.name);
     }
 }
 
-/// Appends one batch to the sink and makes it durable (`fsync`), then records the `write`.
-/// `sink_write_ms` is waited first, as the simulated sink does: the window in which a kill
-/// loses the batch.
-async fn write_sink(
-    spec: &WorkerSpec,
-    emit: &Emit,
-    sink: &mut std::fs::File,
-    rows: Vec<RecordRef>,
-) -> Result<(), String> {
-    let wait_ms = spec.scenario.workload.sink_write_ms;
-    if wait_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    }
-    let batch = SinkBatch {
-        time_ns: unix_ns().saturating_sub(spec.epoch_ns),
-        rows,
-    };
-    let mut line = serde_json::to_string(&batch).expect("rows serialize");
-    line.push('\n');
-    sink.write_all(line.as_bytes())
-        .and_then(|()| sink.sync_data())
-        .map_err(|e| format!("{}: sink write: {e}", spec.name))?;
-    emit.op(OpKind::Ok, Value::Write { rows: batch.rows }, None);
-    Ok(())
-}
-
-/// Commits and records it; true when the commit certainly took effect.
-async fn commit(
-    emit: &Emit,
-    consumer: &mut RealConsumer,
-    offsets: Vec<(TopicPartition, Offset)>,
-) -> bool {
-    emit.op(
-        OpKind::Invoke,
-        Value::Commit {
-            offsets: offsets.clone(),
+/// A consumer process: the loop of [`crate::sink_consumer`] (shared with the simulation)
+/// over rdkafka, writing into its sink file.
+async fn consumer(spec: &WorkerSpec) -> Result<(), String> {
+    let consumer = RealConsumer::new(&spec.bootstrap, real_consumer_config(spec))
+        .map_err(|e| format!("{}: consumer: {e}", spec.name))?;
+    let mut host = RealSinkHost {
+        emit: Emit {
+            name: spec.name.clone(),
+            epoch_ns: spec.epoch_ns,
         },
-        None,
-    );
-    let result = consumer.commit(&offsets).await;
-    let (kind, error) = match &result {
-        Ok(()) => (OpKind::Ok, None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, Some(e.to_string())),
+        sink: open_sink(spec)?,
     };
-    emit.op(kind, Value::Commit { offsets }, error);
-    result.is_ok()
+    sink_consumer::run(&mut host, consumer, &spec.scenario).await
 }
