@@ -97,6 +97,14 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
     }
+    if let Some(id) = &scenario.workload.transactional_id {
+        return Some(format!(
+            "skipped: workload.\"transactional.id\" = {id:?}: the transactional upstream \
+             producer (transactions numbered over the run, some aborted on purpose) runs in \
+             simulation only; the real producers would send the same records outside any \
+             transaction"
+        ));
+    }
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
         Pipeline::ConnectJdbc => None,
@@ -469,6 +477,9 @@ mod tests {
         let why = unsupported(&tv2).expect("refused");
         assert!(why.contains("tv2") && why.contains("librdkafka"), "{why}");
         assert_eq!(unsupported(&read("txn-copy-no-faults.toml")), None);
+        let upstream = read("field/kafka-read-committed-skips-aborted-txn.toml");
+        let why = unsupported(&upstream).expect("refused");
+        assert!(why.contains("transactional.id"), "{why}");
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
         let why = unsupported(&source).expect("simulation only");
         assert!(
