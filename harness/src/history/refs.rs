@@ -5,6 +5,8 @@
 use super::RecordRef;
 use crate::client::ConsumedRecord;
 use bytes::Bytes;
+use eosim_sim::kafka::{Offset, TopicPartition};
+use std::collections::BTreeMap;
 
 /// Bytes as (lossy) UTF-8 text; `None` stays `None`.
 pub fn text(bytes: &Option<Bytes>) -> Option<String> {
@@ -29,6 +31,27 @@ pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
     }
 }
 
+/// Output records as sink rows, each named by where its id first is in the input
+/// (`input`: id → partition and offset), or by its own position when the input does not
+/// hold the id: the sink checker then compares the output with the input record by record.
+pub fn named_by_input(
+    records: &[RecordRef],
+    input: &BTreeMap<u64, (TopicPartition, Offset)>,
+) -> Vec<RecordRef> {
+    records
+        .iter()
+        .map(|r| {
+            let (tp, offset) = (input.get(&r.id).cloned()).unwrap_or((r.tp.clone(), r.offset));
+            RecordRef {
+                id: r.id,
+                key: r.key.clone(),
+                tp,
+                offset,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +73,32 @@ mod tests {
         );
         assert_eq!(parse_id(&Some(Bytes::from_static(b"x"))), u64::MAX);
         assert_eq!(parse_id(&None), u64::MAX);
+    }
+
+    #[test]
+    fn an_output_row_is_named_by_its_input_position_when_the_input_holds_its_id() {
+        let at = |topic: &str, offset| RecordRef {
+            id: 0,
+            key: None,
+            tp: TopicPartition::new(topic, 0),
+            offset,
+        };
+        let out = [
+            RecordRef {
+                id: 5,
+                ..at("out", 3)
+            },
+            RecordRef {
+                id: 6,
+                ..at("out", 4)
+            },
+        ];
+        let input = BTreeMap::from([(5, (TopicPartition::new("in", 2), 9))]);
+        let named = named_by_input(&out, &input);
+        let places: Vec<(&str, Offset)> = named
+            .iter()
+            .map(|r| (r.tp.topic.as_str(), r.offset))
+            .collect();
+        assert_eq!(places, [("in", 9), ("out", 4)]);
     }
 }

@@ -30,7 +30,7 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnBuggify, TxnProducerConfig};
 use crate::client::ProducerConfig;
 use crate::copier::{self, CopierConfig, CopierHost, TxnSettings, COPY_GROUP};
-use crate::history::refs::{parse_id, text};
+use crate::history::refs::{named_by_input, parse_id, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
@@ -267,18 +267,7 @@ impl Pipeline for TransactionalCopy {
                     offset: r.offset,
                 })
                 .collect();
-            for r in &records {
-                let (tp, offset) = input_position
-                    .get(&r.id)
-                    .cloned()
-                    .unwrap_or((r.tp.clone(), r.offset));
-                sink.push(RecordRef {
-                    id: r.id,
-                    key: r.key.clone(),
-                    tp,
-                    offset,
-                });
-            }
+            sink.extend(named_by_input(&records, &input_position));
             self.record(Value::CommittedLogState { tp, records });
         }
         self.record(Value::SinkState { rows: sink });

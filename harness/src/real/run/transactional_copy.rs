@@ -18,6 +18,7 @@ use super::connect_state::FinalState;
 use super::worker_spec::Role;
 use super::workers::Worker;
 use crate::copier::COPY_GROUP;
+use crate::history::refs::named_by_input;
 use crate::history::{RecordRef, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
@@ -113,16 +114,7 @@ pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, S
         let records: Vec<RecordRef> = (committed.remove(&tp).unwrap_or_default().iter())
             .map(|r| r.record_ref(&tp, r.value_id()))
             .collect();
-        for r in &records {
-            let (tp, offset) =
-                (input_position.get(&r.id).cloned()).unwrap_or((r.tp.clone(), r.offset));
-            sink.push(RecordRef {
-                id: r.id,
-                key: r.key.clone(),
-                tp,
-                offset,
-            });
-        }
+        sink.extend(named_by_input(&records, &input_position));
         values.push(Value::CommittedLogState { tp, records });
     }
     values.push(Value::SinkState { rows: sink });
