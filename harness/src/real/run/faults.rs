@@ -407,16 +407,23 @@ impl Run<'_> {
     /// Puts `cuts` in force; whether they are (a failure to load them fails the run).
     fn cut(&mut self, fault: &Fault, cuts: Vec<Cut>) -> bool {
         let nodes = self.net_nodes();
-        // A proxy listens for its server: its port is the server's in the rules.
-        let proxy_ports: Vec<(&str, u16)> = ["clickhouse", "postgres"]
-            .into_iter()
-            .filter_map(|s| Some((s, self.proxy(s)?.port())))
+        // A proxy listens for its server: its port is the server's in the rules. Clients
+        // (brokers among them: each advertises its proxy) reach a proxied server through
+        // its proxy, so cutting the client's leg cuts the link; the proxy's own leg to the
+        // server comes from eosim, no node, and is never cut.
+        let servers = ["clickhouse", "postgres"].into_iter().map(String::from);
+        let proxy_ports: Vec<(String, u16)> = (self.broker_proxies.keys().cloned())
+            .chain(servers)
+            .filter_map(|s| {
+                let port = self.proxy(&s)?.port();
+                Some((s, port))
+            })
             .collect();
         let Some(net) = self.network_for(fault) else {
             return false;
         };
         for (server, port) in proxy_ports {
-            net.add_ports(server, &[port]);
+            net.add_ports(&server, &[port]);
         }
         match net.cut(&nodes, cuts) {
             Ok(()) => true,

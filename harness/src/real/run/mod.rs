@@ -171,17 +171,6 @@ pub fn run_real(scenario: &Scenario, path: &Path, options: &RunOptions) -> RealO
 
 /// Whether this backend and scenario can run here; `Err` is the skip reason.
 fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
-    if options.backend != Backend::External
-        && needs::messages_on_brokers(scenario)
-        && needs::cuts_brokers(scenario)
-    {
-        return Err(
-            "skipped: `messages` on brokers and a `partition` or `clog` of brokers in \
-             one file: the brokers' clients reach them through the message proxies, whose \
-             traffic the cuts (by the processes' cgroups) cannot drop"
-                .into(),
-        );
-    }
     match options.backend {
         Backend::Testcontainers => {
             options

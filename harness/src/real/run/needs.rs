@@ -20,17 +20,6 @@ pub(crate) fn needs_network(scenario: &Scenario) -> bool {
     scheduled || swarms(scenario, FaultKind::Partition) || swarms(scenario, FaultKind::Messages)
 }
 
-/// Whether the scenario cuts a broker off (`partition` or `clog` naming `brokers`,
-/// `broker-N` or `all`, or a swarm of partitions).
-pub(crate) fn cuts_brokers(scenario: &Scenario) -> bool {
-    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
-        Fault::Partition { source, target, .. } => names_a_broker(source) || names_a_broker(target),
-        Fault::Clog { target } => names_a_broker(target),
-        _ => false,
-    });
-    scheduled || swarms(scenario, FaultKind::Partition)
-}
-
 /// Whether the scenario has `messages` faults whose targets take in a broker (`brokers`,
 /// `broker-N`, `all`), scheduled or in its swarm: the run puts a proxy in front of each
 /// broker's listener then.
@@ -117,8 +106,7 @@ mod tests {
         )));
     }
 
-    /// Brokers get message proxies for `messages` naming them, and a file that also cuts a
-    /// broker off is told apart (its cuts could not drop the proxied traffic).
+    /// Brokers get message proxies for `messages` naming them, and only then.
     #[test]
     fn message_proxies_go_in_front_of_brokers_that_messages_name() {
         let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
@@ -131,15 +119,9 @@ mod tests {
         assert!(messages_on_brokers(&on("brokers")));
         assert!(messages_on_brokers(&on("broker-2")));
         assert!(!messages_on_brokers(&on("consumer-0")));
-        assert!(!cuts_brokers(&on("brokers")));
-        let both = scenario(&format!(
-            "{}{}",
-            at(
-                "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"brokers\"]\n\
-                delay_ms_max = 50"
-            ),
-            at("fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"broker-1\"]")
+        let cut = scenario(&at(
+            "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"broker-1\"]",
         ));
-        assert!(messages_on_brokers(&both) && cuts_brokers(&both));
+        assert!(!messages_on_brokers(&cut));
     }
 }
