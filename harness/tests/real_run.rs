@@ -333,6 +333,54 @@ fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on
     }
 }
 
+/// A broker with a message proxy in front of it (each client, and each broker, reaches it
+/// through the proxy's port) is still cut off by a `partition`: the proxy's port counts as
+/// the broker's in the nftables rules, so the consumers' packets to it are dropped.
+#[test]
+fn a_partition_cuts_the_clients_of_a_broker_behind_its_message_proxy() {
+    if !real_enabled("a_partition_cuts_the_clients_of_a_broker_behind_its_message_proxy") {
+        return;
+    }
+    let (path, _) = smoke_scenario();
+    let text = std::fs::read_to_string(&path).expect("the smoke scenario reads");
+    let faults = text.find("[faults]").expect("a [faults] section");
+    let drain = text.find("[drain]").expect("a [drain] section");
+    let at = |ms: u32, fault: &str| format!("[[faults.schedule]]\nat_ms = {ms}\n{fault}\n\n");
+    let text = format!(
+        "{}[faults]\nuntil_ms = 7000\n\n{}{}{}{}",
+        &text[..faults],
+        at(
+            1000,
+            "fault = \"messages\"\nsource = [\"producer-0\"]\ntarget = [\"broker-1\"]\n\
+             delay_ms_max = 5"
+        ),
+        at(
+            2000,
+            "fault = \"partition\"\nsource = [\"consumer-0\", \"consumer-1\"]\n\
+             target = [\"broker-1\"]\none_way = true"
+        ),
+        at(5000, "fault = \"heal\""),
+        &text[drain..]
+    );
+    let scenario = Scenario::parse(&path, &text).expect("the scenario parses");
+    let dir = service_dir("real-run-proxied-partition");
+    let (outcome, result) = run_native("a proxied broker cut off", &path, &scenario, dir.path());
+    assert_eq!(result.verdict, Verdict::Holds, "notes {:?}", result.notes);
+    let dropped: Vec<String> = (outcome.history.ops.iter())
+        .filter_map(|op| match &op.value {
+            Value::Effect { kind, detail } if kind == eosim_sim::effects::kind::PARTITION => {
+                Some(detail.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        dropped.iter().any(|d| d.contains("to broker-1")),
+        "no consumer packet to the proxied broker dropped: {dropped:?}"
+    );
+    assert_short_and_clean(&result, 120.0);
+}
+
 /// A `kill-leader` asking for a machine crash is not carried out as a process kill: the
 /// real tier cannot lose a page cache, so it is noted as not injected and nothing is
 /// killed.
