@@ -304,3 +304,128 @@ impl Checker for StreamsRecordsChecker {
         CheckResult::from_cases(found, counts, options)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! One test per anomaly with a literal history, and valid histories beside them.
+    use super::*;
+    use crate::checker::test_support::streams_records_history as history;
+    use crate::checker::{Claim, Validity};
+
+    fn check(h: &History, claim: Claim) -> CheckResult {
+        StreamsRecordsChecker.check(h, &CheckOptions::for_claim(claim))
+    }
+
+    const INPUTS: [(u64, &str); 3] = [(1, "k1"), (2, "k2"), (3, "k0")];
+
+    #[test]
+    fn kept_records_once_and_mapped_are_valid_under_exactly_once() {
+        let h = history(
+            "filter-map-values",
+            3,
+            &INPUTS,
+            &[("k1", "1,100,1"), ("k2", "2,200,4")],
+        );
+        let r = check(&h, Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+        assert_eq!(r.counts["streams-output-records"], 2);
+    }
+
+    #[test]
+    fn a_consumed_kept_record_absent_is_sink_lost_and_past_the_offsets_is_not() {
+        // Id 2 passes the filter and its offset (1) is below the committed offset 3.
+        let h = history("filter-map-values", 3, &INPUTS, &[("k1", "1,100,1")]);
+        assert_eq!(
+            check(&h, Claim::AtLeastOnce).forbidden,
+            vec![Anomaly::SinkLost]
+        );
+        let h = history("filter-map-values", 1, &INPUTS, &[("k1", "1,100,1")]);
+        assert_eq!(check(&h, Claim::ExactlyOnce).validity, Validity::Valid);
+    }
+
+    #[test]
+    fn a_kept_record_twice_is_sink_duplicate_allowed_at_least_once() {
+        // An at_least_once replay: id 1 sent, not committed, sent again by the new owner.
+        let out = [("k1", "1,100,1"), ("k2", "2,200,4"), ("k1", "1,100,1")];
+        let h = history("filter-map-values", 3, &INPUTS, &out);
+        assert_eq!(
+            check(&h, Claim::ExactlyOnce).forbidden,
+            vec![Anomaly::SinkDuplicate]
+        );
+        assert_eq!(check(&h, Claim::AtLeastOnce).validity, Validity::Valid);
+    }
+
+    #[test]
+    fn a_dropped_record_or_a_wrong_mapping_is_unexpected_output_under_every_claim() {
+        let dropped = [("k1", "1,100,1"), ("k2", "2,200,4"), ("k0", "3,300,9")];
+        let unmapped = [("k1", "1,100,2"), ("k2", "2,200,4")];
+        let rekeyed = [("k9", "1,100,1"), ("k2", "2,200,4")];
+        for out in [&dropped[..], &unmapped, &rekeyed] {
+            let h = history("filter-map-values", 3, &INPUTS, out);
+            let r = check(&h, Claim::AtMostOnce);
+            assert_eq!(r.forbidden, vec![Anomaly::UnexpectedOutput], "{out:?}");
+        }
+    }
+
+    const KEYS: [(u64, &str); 3] = [(1, "k0"), (2, "k1"), (3, "k0")];
+
+    #[test]
+    fn one_id_per_key_and_one_key_per_id_is_valid() {
+        let h = history(
+            "aggregate-ids",
+            3,
+            &KEYS,
+            &[("k0", "0"), ("k1", "3"), ("k0", "0")],
+        );
+        let r = check(&h, Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+    }
+
+    #[test]
+    fn a_key_with_two_ids_is_id_reassigned_forbidden_under_exactly_once() {
+        // The changelog kept the sequence past k0's id 0 but not k0: the replay gave it 6.
+        let h = history(
+            "aggregate-ids",
+            3,
+            &KEYS,
+            &[("k0", "0"), ("k1", "3"), ("k0", "6")],
+        );
+        assert_eq!(
+            check(&h, Claim::ExactlyOnce).forbidden,
+            vec![Anomaly::IdReassigned]
+        );
+        let alo = check(&h, Claim::AtLeastOnce);
+        assert_eq!(alo.validity, Validity::Valid);
+        assert!(alo.anomalies.contains_key(&Anomaly::IdReassigned));
+    }
+
+    #[test]
+    fn an_id_of_two_keys_is_id_reused() {
+        // The changelog kept k0's id 0 but not the sequence past it: k1 got 0 again.
+        let h = history("aggregate-ids", 3, &KEYS, &[("k0", "0"), ("k1", "0")]);
+        assert_eq!(
+            check(&h, Claim::ExactlyOnce).forbidden,
+            vec![Anomaly::IdReused]
+        );
+    }
+
+    #[test]
+    fn keys_without_ids_and_ids_without_keys_are_missing_and_extra_aggregates() {
+        let h = history("aggregate-ids", 3, &KEYS, &[("k0", "0"), ("k9", "3")]);
+        let r = check(&h, Claim::AtLeastOnce);
+        assert_eq!(
+            r.forbidden,
+            vec![Anomaly::MissingAggregate, Anomaly::ExtraAggregate]
+        );
+        let h = history("aggregate-ids", 3, &KEYS, &[("k0", "0"), ("k1", "x")]);
+        let r = check(&h, Claim::AtMostOnce);
+        assert!(r.forbidden.contains(&Anomaly::UnexpectedOutput));
+    }
+
+    #[test]
+    fn a_count_history_is_left_to_the_count_checker() {
+        let h = crate::checker::test_support::streams_history(3, &[1]);
+        let r = check(&h, Claim::ExactlyOnce);
+        assert!(r.anomalies.is_empty() && r.counts.is_empty());
+    }
+}
