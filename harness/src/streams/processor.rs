@@ -876,7 +876,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             return self.repartition(p, r.offset, parsed).await;
         }
         if !self.cfg.topology.stateful() {
-            return self.pass_through(p, r.offset, parsed).await;
+            let task = self.tasks.get_mut(&p).expect("the task exists");
+            task.position = Some(r.offset + 1);
+            return self.pass_through(parsed).await;
         }
         let other_caches_bytes = self.cache_bytes_except(p);
         let task = self.tasks.get_mut(&p).expect("the task exists");
@@ -921,9 +923,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let Some(rec) = parsed.and_then(|rec| self.cfg.topology.repartition(rec)) else {
             return Ok(());
         };
-        let topic = self.aggregate_source();
-        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
-        self.send(record(&topic, None, &key, &value)).await?;
+        self.send_keyed(&self.aggregate_source(), rec).await?;
         crate::mark!("streams:repartition-write");
         Ok(())
     }
@@ -932,14 +932,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// through the stateless steps and, if kept, to the sink, keyed as it came, with the
     /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); under
     /// exactly_once_v2 inside the thread's transaction, so it commits with the offsets.
-    async fn pass_through(
-        &mut self,
-        p: u32,
-        offset: Offset,
-        parsed: Option<StreamRecord>,
-    ) -> Result<(), (String, bool)> {
-        let task = self.tasks.get_mut(&p).expect("the task exists");
-        task.position = Some(offset + 1);
+    async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), (String, bool)> {
         let Some(rec) = parsed.and_then(|rec| self.cfg.topology.stateless(rec)) else {
             crate::mark!("streams:filter-dropped");
             self.consumed_unsent |= self.txn_group.is_none();
@@ -948,10 +941,17 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if self.cfg.spec.process_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
         }
-        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
-        self.send(record(&self.cfg.topology.sink, None, &key, &value))
+        self.send_keyed(&self.cfg.topology.sink.clone(), rec)
             .await?;
         crate::mark!("streams:stateless-forwarded");
+        Ok(())
+    }
+
+    /// Sends `rec` to `topic` with its key and value, the partition left to the default
+    /// partitioner on the key.
+    async fn send_keyed(&mut self, topic: &str, rec: StreamRecord) -> Result<(), (String, bool)> {
+        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
+        self.send(record(topic, None, &key, &value)).await?;
         Ok(())
     }
 
