@@ -995,3 +995,31 @@ fn a_repartition_without_new_keys_or_an_unknown_group_by_names_the_file_and_the_
         ],
     );
 }
+
+#[test]
+fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
+    let parse = |streams: &str| {
+        let text = format!("{HEAD}[streams]\n{streams}").replace("kafka-consume", "streams-count");
+        Scenario::parse(Path::new("scenarios/bad.toml"), &text)
+            .expect_err("refused")
+            .to_string()
+    };
+    let message = parse("topology = \"join\"\n");
+    assert_mentions(
+        &message,
+        &[
+            "scenarios/bad.toml",
+            "`streams.topology`",
+            "count",
+            "filter-map-values",
+            "aggregate-ids",
+        ],
+    );
+    let message = parse("topology = \"aggregate-ids\"\ngroup_by = \"id-mod\"\n");
+    assert_mentions(
+        &message,
+        &["scenarios/bad.toml", "`streams.group_by`", "aggregate-ids"],
+    );
+    let message = parse("topology = \"filter-map-values\"\nnum_standby_replicas = 1\n");
+    assert_mentions(&message, &["`streams.num_standby_replicas`", "no store"]);
+}

@@ -44,6 +44,8 @@
 //! | `missing-aggregate` | F | F | - | Streams |
 //! | `extra-aggregate` | F | F | F | Streams |
 //! | `aggregate-sequence` | F | - | - | Streams |
+//! | `id-reassigned`, `id-reused` | F | - | - | Streams `aggregate-ids` ([`streams_records`]) |
+//! | `unexpected-output` | F | F | F | Streams `filter-map-values`, `aggregate-ids` |
 //! | `routine-load-statistic` | F | F | F | Doris ([`DorisChecker`]) |
 //! | `label-loaded-twice` | F | F | F | Doris |
 //!
@@ -90,6 +92,7 @@ mod mutation_tests;
 mod sink;
 mod source;
 mod streams;
+pub mod streams_records;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]
@@ -239,6 +242,16 @@ pub enum Anomaly {
     /// Streams: the committed updates of one `key@window` are not 1, 2, ..., n (a count
     /// repeated, gone back or skipped: an input's effect seen twice or lost on the way).
     AggregateSequence,
+    /// Streams `aggregate-ids`: one key's output carries two ids (its first id was lost from
+    /// the restored store and a replay gave it another; [`streams_records`]).
+    IdReassigned,
+    /// Streams `aggregate-ids`: one id was given to two keys (the restored id sequence was
+    /// behind an id already handed out).
+    IdReused,
+    /// Streams `filter-map-values` / `aggregate-ids`: an output record no input explains
+    /// as the topology writes it (a record the filter drops, a value other than the
+    /// mapping's, an id that is not one).
+    UnexpectedOutput,
     /// Doris: a Routine Load job's `SHOW ROUTINE LOAD` statistics disagree with the rows
     /// it loaded and the error rows its loads filtered (see [`doris`]).
     RoutineLoadStatistic,
@@ -248,7 +261,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 30] = [
+    pub const ALL: [Anomaly; 33] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -277,6 +290,9 @@ impl Anomaly {
         Anomaly::MissingAggregate,
         Anomaly::ExtraAggregate,
         Anomaly::AggregateSequence,
+        Anomaly::IdReassigned,
+        Anomaly::IdReused,
+        Anomaly::UnexpectedOutput,
         Anomaly::RoutineLoadStatistic,
         Anomaly::LabelLoadedTwice,
     ];
@@ -312,6 +328,9 @@ impl Anomaly {
             Anomaly::MissingAggregate => "missing-aggregate",
             Anomaly::ExtraAggregate => "extra-aggregate",
             Anomaly::AggregateSequence => "aggregate-sequence",
+            Anomaly::IdReassigned => "id-reassigned",
+            Anomaly::IdReused => "id-reused",
+            Anomaly::UnexpectedOutput => "unexpected-output",
             Anomaly::RoutineLoadStatistic => "routine-load-statistic",
             Anomaly::LabelLoadedTwice => "label-loaded-twice",
         }
@@ -469,6 +488,9 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::MissingAggregate, claim != Claim::AtMostOnce);
     forbid(Anomaly::ExtraAggregate, true);
     forbid(Anomaly::AggregateSequence, claim == Claim::ExactlyOnce);
+    forbid(Anomaly::IdReassigned, claim == Claim::ExactlyOnce);
+    forbid(Anomaly::IdReused, claim == Claim::ExactlyOnce);
+    forbid(Anomaly::UnexpectedOutput, true);
     forbid(Anomaly::RoutineLoadStatistic, true);
     forbid(Anomaly::LabelLoadedTwice, true);
     for anomaly in &options.allowed {
@@ -721,7 +743,8 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The standard composition: [`KafkaChecker`], [`SinkChecker`], [`cdc::CdcChecker`] (which
 /// only speaks for change-data histories), [`TxnChecker`] (which finds nothing in a
-/// history without transactions), [`StreamsChecker`] and [`DorisChecker`] (which finds
+/// history without transactions), [`StreamsChecker`] (the count) and
+/// [`streams_records::StreamsRecordsChecker`] (the other Streams topologies), [`DorisChecker`] (which finds
 /// nothing without a final `DorisState`) and [`SourceChecker`] (which finds nothing without a
 /// final `ChangeLog`).
 pub fn standard() -> Compose {
@@ -731,6 +754,7 @@ pub fn standard() -> Compose {
         .with(cdc::CdcChecker)
         .with(TxnChecker)
         .with(StreamsChecker)
+        .with(streams_records::StreamsRecordsChecker)
         .with(DorisChecker)
         .with(SourceChecker)
 }

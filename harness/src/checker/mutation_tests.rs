@@ -38,6 +38,10 @@ enum Family {
     ReadCommitted,
     /// A Streams count of one key over three inputs.
     StreamsAggregate,
+    /// The stateless Streams topology: ids 1, 2 kept and mapped, 3 dropped by the filter.
+    StreamsFilterMapValues,
+    /// The id-assigning Streams aggregate: k0 (twice) gets id 0, k1 id 3.
+    StreamsAggregateIds,
     /// A JDBC sink applying Debezium change events, with a poison record in the DLQ.
     ChangeData,
     /// A Doris Routine Load job: two loaded rows, one error row, its final statistics.
@@ -48,12 +52,14 @@ enum Family {
 }
 
 impl Family {
-    const ALL: [Family; 8] = [
+    const ALL: [Family; 10] = [
         Family::KafkaConsume,
         Family::RecordSink,
         Family::TransactionalCopy,
         Family::ReadCommitted,
         Family::StreamsAggregate,
+        Family::StreamsFilterMapValues,
+        Family::StreamsAggregateIds,
         Family::ChangeData,
         Family::RoutineLoad,
         Family::TransactionalSink,
@@ -66,6 +72,8 @@ impl Family {
             Family::TransactionalCopy => txn_baseline(),
             Family::ReadCommitted => read_committed_baseline(),
             Family::StreamsAggregate => streams_history(3, &[1, 2, 3]),
+            Family::StreamsFilterMapValues => filter_map_values_baseline(),
+            Family::StreamsAggregateIds => aggregate_ids_baseline(),
             Family::ChangeData => cdc_baseline(),
             Family::RoutineLoad => routine_load_baseline(),
             Family::TransactionalSink => txn_sink_baseline(),
@@ -92,7 +100,10 @@ impl Family {
                 read_committed: true,
                 ..CheckOptions::for_claim(claim)
             },
-            Family::StreamsAggregate | Family::ChangeData => base,
+            Family::StreamsAggregate
+            | Family::StreamsFilterMapValues
+            | Family::StreamsAggregateIds
+            | Family::ChangeData => base,
         }
     }
 }
@@ -124,6 +135,7 @@ fn mutations() -> Vec<Mutation> {
     all.extend(txn_mutations());
     all.extend(read_committed_mutations());
     all.extend(streams_mutations());
+    all.extend(streams_records_mutations());
     all.extend(cdc_mutations());
     all.extend(routine_load_mutations());
     all.extend(txn_sink_mutations());
@@ -688,6 +700,94 @@ fn streams_mutations() -> Vec<Mutation> {
                 offsets[0].1 = 2
             },
             AggregateOverCount,
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams topologies other than the count: the output records as text.
+
+fn filter_map_values_baseline() -> History {
+    let inputs = [(1, "k1"), (2, "k2"), (3, "k0")];
+    let output = [("k1", "1,100,1"), ("k2", "2,200,4")];
+    streams_records_history("filter-map-values", 3, &inputs, &output)
+}
+
+fn aggregate_ids_baseline() -> History {
+    let inputs = [(1, "k0"), (2, "k1"), (3, "k0")];
+    let output = [("k0", "0"), ("k1", "3"), ("k0", "0")];
+    streams_records_history("aggregate-ids", 3, &inputs, &output)
+}
+
+/// Edits the output records, then renumbers their offsets.
+fn edit_records(h: &mut History, edit: impl FnOnce(&mut Vec<crate::history::StreamsRecord>)) {
+    let i = index_of(h, |op| matches!(op.value, Value::StreamsRecords { .. }));
+    let Value::StreamsRecords { records, .. } = &mut h.ops[i].value else {
+        unreachable!("index_of found a StreamsRecords");
+    };
+    edit(records);
+    for (offset, r) in records.iter_mut().enumerate() {
+        r.offset = offset as Offset;
+    }
+}
+
+fn streams_records_mutations() -> Vec<Mutation> {
+    use Anomaly::*;
+    let (f, ids) = (Family::StreamsFilterMapValues, Family::StreamsAggregateIds);
+    vec![
+        m(
+            "drop a kept record",
+            f,
+            |h| edit_records(h, |r| drop(r.remove(1))),
+            SinkLost,
+        ),
+        m(
+            "write a kept record twice",
+            f,
+            |h| edit_records(h, |r| r.push(r[0].clone())),
+            SinkDuplicate,
+        ),
+        m(
+            "write a record the filter drops",
+            f,
+            |h| {
+                edit_records(h, |r| {
+                    let mut dropped = r[0].clone();
+                    (dropped.key, dropped.value) = ("k0".into(), "3,300,9".into());
+                    r.push(dropped)
+                })
+            },
+            UnexpectedOutput,
+        ),
+        m(
+            "give a key a second id",
+            ids,
+            |h| edit_records(h, |r| r[2].value = "6".into()),
+            IdReassigned,
+        ),
+        m(
+            "give an id to a second key",
+            ids,
+            |h| edit_records(h, |r| r[1].value = "0".into()),
+            IdReused,
+        ),
+        m(
+            "drop every id of a key",
+            ids,
+            |h| edit_records(h, |r| drop(r.remove(1))),
+            MissingAggregate,
+        ),
+        m(
+            "give an id to a key without input",
+            ids,
+            |h| {
+                edit_records(h, |r| {
+                    let mut other = r[1].clone();
+                    (other.key, other.value) = ("k9".into(), "9".into());
+                    r.push(other)
+                })
+            },
+            ExtraAggregate,
         ),
     ]
 }

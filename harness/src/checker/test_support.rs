@@ -143,6 +143,58 @@ pub fn partition_state(high_watermark: Offset, last_stable_offset: Offset) -> Va
     }
 }
 
+/// A history of a Streams topology other than the count (`topology`, as
+/// `streams-topology` names it): input records `(id, key)` at offsets 0.. of partition 0
+/// with event time `100 × id`, committed up to `committed`; output records `(key, value)`
+/// at offsets 0.. of output partition 0.
+pub fn streams_records_history(
+    topology: &str,
+    committed: Offset,
+    inputs: &[(u64, &str)],
+    output: &[(&str, &str)],
+) -> History {
+    let (input_tp, output_tp) = (
+        TopicPartition::new("input", 0),
+        TopicPartition::new("output", 0),
+    );
+    let input = (inputs.iter().enumerate())
+        .map(|(offset, (id, key))| StreamsInputRecord {
+            id: *id,
+            key: key.to_string(),
+            timestamp_ms: 100 * *id as i64,
+            offset: offset as Offset,
+        })
+        .collect();
+    let records = (output.iter().enumerate())
+        .map(|(offset, (key, value))| crate::history::StreamsRecord {
+            key: key.to_string(),
+            value: value.to_string(),
+            offset: offset as Offset,
+        })
+        .collect();
+    let finals = [
+        Value::StreamsTopology {
+            topology: topology.into(),
+        },
+        Value::StreamsInput {
+            tp: input_tp.clone(),
+            records: input,
+        },
+        Value::CommittedOffsets {
+            offsets: vec![(input_tp, committed)],
+        },
+        Value::StreamsRecords {
+            tp: output_tp,
+            records,
+        },
+    ];
+    let mut h = History::default();
+    for value in finals {
+        h.push(0, "final", OpKind::Ok, value, None);
+    }
+    h
+}
+
 /// A Streams history. Input: `k0` three times in window 0 (offsets 0..3), committed up to
 /// `committed`; output: the given counts for `k0@0`; no record cache.
 pub fn streams_history(committed: Offset, counts: &[u64]) -> History {

@@ -116,6 +116,14 @@ fn format_value(value: &Value) -> String {
                 u.key, u.window_start_ms, u.count
             ))
         ),
+        Value::StreamsTopology { topology } => format!("streams-topology {topology}"),
+        Value::StreamsRecords { tp, records } => format!(
+            "streams-records tp={tp} n={} last={}",
+            records.len(),
+            records
+                .last()
+                .map_or(String::new(), |r| format!("{}->{}", r.key, r.value))
+        ),
         Value::StreamsRecover { reason, tasks } => {
             format!("streams-recover tasks={tasks:?} reason={reason}")
         }
@@ -203,6 +211,8 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::StreamsRepartition { .. } => "streams-repartition",
         Value::StreamsOutput { .. } => "streams-output",
         Value::StreamsWindow { .. } => "streams-window",
+        Value::StreamsTopology { .. } => "streams-topology",
+        Value::StreamsRecords { .. } => "streams-records",
         Value::StreamsCommit { .. } => "streams-commit",
         Value::StreamsRecover { .. } => "streams-recover",
         Value::StreamsRestore { .. } => "streams-restore",
@@ -241,6 +251,13 @@ mod tests {
             },
             Value::CommittedOffsets { offsets: vec![] },
             Value::StreamsRepartition {
+                tp: TopicPartition::new("t", 0),
+                records: vec![],
+            },
+            Value::StreamsTopology {
+                topology: "aggregate-ids".into(),
+            },
+            Value::StreamsRecords {
                 tp: TopicPartition::new("t", 0),
                 records: vec![],
             },

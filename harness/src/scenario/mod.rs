@@ -891,7 +891,10 @@ pub struct Scenario {
     /// The Streams processor (pipeline `streams-count` only): its keys in
     /// [`StreamsSpec`](crate::streams::StreamsSpec), Kafka's names where Kafka has one
     /// (`"statestore.cache.max.bytes"`, or its deprecated `"cache.max.bytes.buffering"` but
-    /// not both: refused naming the file and `streams.cache.max.bytes.buffering`).
+    /// not both: refused naming the file and `streams.cache.max.bytes.buffering`), and
+    /// `topology` ([`TopologyKind`](crate::streams::TopologyKind): `"count"`,
+    /// `"filter-map-values"`, `"aggregate-ids"`; a value it cannot combine with, such as
+    /// `group_by = "id-mod"` beside `"aggregate-ids"`, refused naming the file and the key).
     #[serde(default)]
     pub streams: crate::streams::StreamsSpec,
     /// Checker overrides.
@@ -1756,7 +1759,9 @@ impl Scenario {
         let changelog = self.streams.changelog_topic();
         if self.pipeline == Pipeline::StreamsCount {
             topics.push((self.streams.output_topic.as_str(), self.topic.partitions));
-            topics.push((changelog.as_str(), self.topic.partitions));
+            if self.streams.stateful() {
+                topics.push((changelog.as_str(), self.topic.partitions));
+            }
         }
         topics.push(("__consumer_offsets", 50));
         topics.push(("__transaction_state", 50));

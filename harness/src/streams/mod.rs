@@ -7,6 +7,9 @@
 //!   group_by(selector) → windowed_by → count(store) → to_stream().to(topic)`, the seed's
 //!   per-key count in 5-second tumbling windows as [`topology::windowed_count`]; `group_by`
 //!   adds a repartition topic (`[streams] group_by = "id-mod"`, [`GroupBy`]).
+//! - [`stateless`], [`ids`]: the functions of the other topologies (`[streams] topology`,
+//!   [`TopologyKind`]): the stateless `filter` → `mapValues` → `to`, and the `aggregate`
+//!   that assigns each key an id from a sequence kept in its store.
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):
@@ -42,7 +45,9 @@
 
 pub mod assignor;
 pub mod cache;
+pub mod ids;
 pub mod processor;
+pub mod stateless;
 pub mod store;
 pub mod topology;
 
@@ -111,6 +116,38 @@ impl ProcessingGuarantee {
     }
 }
 
+/// `topology`: which topology family the application runs, named after the Kafka Streams
+/// DSL calls that build it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyKind {
+    /// `groupByKey() | groupBy(..)` → `windowedBy(..)` → `count()` → `toStream().to(..)`:
+    /// the count per key (and window) in a state store with a changelog
+    /// ([`topology::windowed_count`]). Every catalogue file written before this key.
+    #[default]
+    Count,
+    /// `filter(..)` → `mapValues(..)` → `to(..)`: stateless, no store and no changelog
+    /// ([`topology::filter_map_values`]; the predicate and mapper are
+    /// [`stateless::passes_filter`] and [`stateless::mapped_value`]). Under
+    /// exactly_once_v2 every input record the filter keeps reaches the output once.
+    FilterMapValues,
+    /// `groupByKey()` → `aggregate(..)` whose aggregator gives each key seen for the first
+    /// time the next id of a sequence kept in the same store, then `toStream().to(..)`:
+    /// `key → id` ([`topology::aggregate_ids`], [`ids`]).
+    AggregateIds,
+}
+
+impl TopologyKind {
+    /// The scenario spelling (`"count"`, `"filter-map-values"`, `"aggregate-ids"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TopologyKind::Count => "count",
+            TopologyKind::FilterMapValues => "filter-map-values",
+            TopologyKind::AggregateIds => "aggregate-ids",
+        }
+    }
+}
+
 /// `group_by`: how the topology groups the input before counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -151,7 +188,7 @@ pub enum StoreKind {
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
 /// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
 /// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
-/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000.
+/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`.
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -159,6 +196,12 @@ pub enum StoreKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamsSpec {
+    /// The topology family ([`TopologyKind`]): `"count"` (the default), `"filter-map-values"`
+    /// or `"aggregate-ids"`. The latter two take no `group_by` (refused by
+    /// [`StreamsSpec::check`]); `"filter-map-values"` has no store, so no changelog, no
+    /// standbys (`num_standby_replicas` above 0 is refused) and no record cache.
+    #[serde(skip_serializing_if = "is_default_topology")]
+    pub topology: TopologyKind,
     /// `application.id`: the consumer group, the prefix of internal topics and of
     /// `transactional.id`s.
     pub application_id: String,
@@ -240,6 +283,10 @@ pub struct StreamsSpec {
     pub repartition_purge_interval_ms: Option<u64>,
 }
 
+fn is_default_topology(t: &TopologyKind) -> bool {
+    *t == TopologyKind::Count
+}
+
 fn is_default(g: &GroupBy) -> bool {
     *g == GroupBy::InputKey
 }
@@ -297,6 +344,7 @@ impl UpgradeFrom {
 impl Default for StreamsSpec {
     fn default() -> Self {
         Self {
+            topology: TopologyKind::Count,
             application_id: "counts".into(),
             instances: 2,
             processing_guarantee: ProcessingGuarantee::AtLeastOnce,
@@ -363,6 +411,7 @@ impl StreamsSpec {
     /// # Errors
     /// The key path and what was wrong.
     pub fn check(&self) -> Result<(), (String, String)> {
+        self.check_topology()?;
         if self.group_by == GroupBy::IdMod && self.group_by_keys == 0 {
             return Err((
                 "streams.group_by_keys".into(),
@@ -384,6 +433,36 @@ impl StreamsSpec {
             ));
         }
         Ok(())
+    }
+
+    /// The keys a topology other than the count refuses: `group_by` (only the count
+    /// groups by a new key) and, for the stateless one, standbys (no store to copy).
+    fn check_topology(&self) -> Result<(), (String, String)> {
+        let name = self.topology.name();
+        if self.topology != TopologyKind::Count && self.group_by != GroupBy::InputKey {
+            return Err((
+                "streams.group_by".into(),
+                format!(
+                    "only topology = \"count\" groups by a new key; topology = \"{name}\" \
+                     reads the input key (leave group_by out or set \"input-key\")"
+                ),
+            ));
+        }
+        if self.topology == TopologyKind::FilterMapValues && self.num_standby_replicas > 0 {
+            return Err((
+                "streams.num_standby_replicas".into(),
+                "expected 0 under topology = \"filter-map-values\": a stateless topology has \
+                 no store, so no standby task to keep"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the topology has a state store and its changelog (not the stateless
+    /// `"filter-map-values"`).
+    pub fn stateful(&self) -> bool {
+        self.topology != TopologyKind::FilterMapValues
     }
 
     /// Whether the group rebalances with the cooperative protocol: Streams' assignor lists
@@ -430,14 +509,21 @@ impl StreamsSpec {
         }
     }
 
-    /// The topology the scenario runs: count per grouping key ([`group_by`](Self::group_by))
-    /// in tumbling windows of `window_size_ms` (unwindowed when 0), from `input` to
-    /// `output_topic`.
-    pub fn topology(&self, input: &str) -> topology::Topology {
+    /// The topology the scenario runs from `input` (of `partitions` partitions) to
+    /// `output_topic` ([`topology`](Self::topology)): by default the count per grouping key
+    /// ([`group_by`](Self::group_by)) in tumbling windows of `window_size_ms` (unwindowed
+    /// when 0).
+    pub fn topology(&self, input: &str, partitions: u32) -> topology::Topology {
         let (store, size, output) = (&self.store_name, self.window_size_ms, &self.output_topic);
-        match self.group_by {
-            GroupBy::InputKey => topology::windowed_count(input, store, size, output),
-            GroupBy::IdMod => {
+        match (self.topology, self.group_by) {
+            (TopologyKind::FilterMapValues, _) => topology::filter_map_values(input, output),
+            (TopologyKind::AggregateIds, _) => {
+                topology::aggregate_ids(input, store, partitions, output)
+            }
+            (TopologyKind::Count, GroupBy::InputKey) => {
+                topology::windowed_count(input, store, size, output)
+            }
+            (TopologyKind::Count, GroupBy::IdMod) => {
                 let spec = self.clone();
                 let selector =
                     move |r: &topology::StreamRecord| spec.grouping_key(&r.key, &r.value);
@@ -494,7 +580,7 @@ mod tests {
         let topic = "counts-windowed-counts-store-repartition";
         assert_eq!(s.repartition_topic().as_deref(), Some(topic));
         assert_eq!(
-            s.topology("in").repartition_topic("counts").as_deref(),
+            s.topology("in", 3).repartition_topic("counts").as_deref(),
             Some(topic)
         );
         assert_eq!(s.grouping_key("k1", "4,0"), "g1");
@@ -506,6 +592,30 @@ mod tests {
         assert_eq!(key, "streams.group_by_keys");
         let e = spec("group_by = \"value\"").unwrap_err().to_string();
         assert!(e.contains("input-key") && e.contains("id-mod"), "{e}");
+    }
+
+    #[test]
+    fn the_topology_key_picks_the_family_and_refuses_what_it_cannot_run() {
+        assert_eq!(StreamsSpec::default().topology, TopologyKind::Count);
+        let s = spec("topology = \"filter-map-values\"").unwrap();
+        assert_eq!(s.check(), Ok(()));
+        assert!(!s.stateful() && !s.topology("in", 3).stateful());
+        let s = spec("topology = \"aggregate-ids\"").unwrap();
+        assert!(s.stateful() && s.topology("in", 3).stateful());
+        let (key, why) = spec("topology = \"aggregate-ids\"\ngroup_by = \"id-mod\"")
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert_eq!(key, "streams.group_by");
+        assert!(why.contains("aggregate-ids"), "{why}");
+        let standbys = "topology = \"filter-map-values\"\nnum_standby_replicas = 1";
+        let (key, _) = spec(standbys).unwrap().check().unwrap_err();
+        assert_eq!(key, "streams.num_standby_replicas");
+        let e = spec("topology = \"join\"").unwrap_err().to_string();
+        assert!(
+            e.contains("filter-map-values") && e.contains("aggregate-ids"),
+            "{e}"
+        );
     }
 
     #[test]

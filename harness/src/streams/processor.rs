@@ -237,7 +237,7 @@ impl ProcessorConfig {
         Self {
             index,
             spec: s.clone(),
-            topology: s.topology(&scenario.topic.name),
+            topology: s.topology(&scenario.topic.name, scenario.topic.partitions),
             session_timeout_ms: s
                 .session_timeout_ms
                 .unwrap_or(scenario.workload.session_timeout_ms),
@@ -405,6 +405,20 @@ struct Task {
     source_position: Option<Offset>,
 }
 
+impl Task {
+    /// A task just opened with `store`, complete up to changelog offset `changelog_end`:
+    /// an empty cache, nothing processed yet.
+    fn opened(store: KeyValueStore, changelog_end: Offset) -> Self {
+        Self {
+            store,
+            cache: NamedCache::default(),
+            changelog_end,
+            position: None,
+            source_position: None,
+        }
+    }
+}
+
 /// A running instance: its consumer, producer, tasks and standbys.
 pub struct Processor<C, R, H: StreamsHost> {
     cfg: ProcessorConfig,
@@ -432,6 +446,9 @@ pub struct Processor<C, R, H: StreamsHost> {
     /// Kafka's size estimate of the store's cache entries.
     sizer: EntrySizer,
     sent: usize,
+    /// Whether a stateless task consumed input since the last commit that sent nothing:
+    /// under exactly_once_v2 the commit then needs a transaction of its own.
+    consumed_unsent: bool,
     last_commit_ns: u64,
     /// When the repartition topic was last purged (or the instance started), ns.
     last_purge_ns: u64,
@@ -473,6 +490,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             thread_cache,
             sizer,
             sent: 0,
+            consumed_unsent: false,
             last_commit_ns,
             last_purge_ns: last_commit_ns,
         }
@@ -774,6 +792,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             let source = TopicPartition::new(self.cfg.topology.source.clone(), p);
             self.seek_to_committed(source).await?;
         }
+        if !self.cfg.topology.stateful() {
+            return self.open_stateless_task(input);
+        }
         let (mut store, from, label) = match self.standbys.remove(&p) {
             Some(s) => {
                 crate::mark!("streams:standby-promoted");
@@ -796,14 +817,24 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             restored: restored.records,
         };
         self.record(OpKind::Ok, value, None);
-        let task = Task {
-            store,
-            cache: NamedCache::default(),
-            changelog_end: restored.end_offset,
-            position: None,
-            source_position: None,
+        self.tasks
+            .insert(p, Task::opened(store, restored.end_offset));
+        Ok(())
+    }
+
+    /// Opens a stateless task: nothing to restore (history: `streams-restore` with
+    /// `store = "stateless"`, 0 records).
+    fn open_stateless_task(&mut self, input: TopicPartition) -> Result<(), String> {
+        let p = input.partition;
+        let value = Value::StreamsRestore {
+            tp: input,
+            store: "stateless".into(),
+            from_offset: 0,
+            restored: 0,
         };
-        self.tasks.insert(p, task);
+        self.record(OpKind::Ok, value, None);
+        self.tasks
+            .insert(p, Task::opened(KeyValueStore::default(), 0));
         Ok(())
     }
 
@@ -844,6 +875,11 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
         }
+        if !self.cfg.topology.stateful() {
+            let task = self.tasks.get_mut(&p).expect("the task exists");
+            task.position = Some(r.offset + 1);
+            return self.pass_through(parsed).await;
+        }
         let other_caches_bytes = self.cache_bytes_except(p);
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.position = Some(r.offset + 1);
@@ -855,7 +891,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             other_caches_bytes,
             sizer,
         );
-        let applied = parsed.and_then(|rec| self.cfg.topology.process(rec, &mut store));
+        let applied = parsed.and_then(|rec| self.cfg.topology.process(p, rec, &mut store));
         let forwarded = store.forwarded();
         if applied.is_none() {
             return Ok(());
@@ -887,10 +923,35 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let Some(rec) = parsed.and_then(|rec| self.cfg.topology.repartition(rec)) else {
             return Ok(());
         };
-        let topic = self.aggregate_source();
-        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
-        self.send(record(&topic, None, &key, &value)).await?;
+        self.send_keyed(&self.aggregate_source(), rec).await?;
         crate::mark!("streams:repartition-write");
+        Ok(())
+    }
+
+    /// A stateless task (`KStream.to` after `filter` / `mapValues`, no store): the record
+    /// through the stateless steps and, if kept, to the sink, keyed as it came, with the
+    /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); under
+    /// exactly_once_v2 inside the thread's transaction, so it commits with the offsets.
+    async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), (String, bool)> {
+        let Some(rec) = parsed.and_then(|rec| self.cfg.topology.stateless(rec)) else {
+            crate::mark!("streams:filter-dropped");
+            self.consumed_unsent |= self.txn_group.is_none();
+            return Ok(());
+        };
+        if self.cfg.spec.process_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
+        }
+        self.send_keyed(&self.cfg.topology.sink.clone(), rec)
+            .await?;
+        crate::mark!("streams:stateless-forwarded");
+        Ok(())
+    }
+
+    /// Sends `rec` to `topic` with its key and value, the partition left to the default
+    /// partitioner on the key.
+    async fn send_keyed(&mut self, topic: &str, rec: StreamRecord) -> Result<(), (String, bool)> {
+        let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
+        self.send(record(topic, None, &key, &value)).await?;
         Ok(())
     }
 
@@ -900,13 +961,17 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         others.map(|(_, t)| t.cache.size_bytes()).sum()
     }
 
-    /// Sends one update of task `p` downstream: the output record, then the changelog
-    /// record (the store already holds it).
+    /// Sends one update of task `p` downstream: the output record (unless the entry is
+    /// not forwarded: the id sequence, `Topology::forwards`), then the changelog record
+    /// (the store already holds it).
     async fn forward(&mut self, p: u32, update: Update) -> Result<(), (String, bool)> {
+        let forwards = self.cfg.topology.forwards(&update.store_key);
         let key = Bytes::from(update.store_key);
         let value = Bytes::from(update.count.to_string());
-        let output = record(&self.cfg.topology.sink, None, &key, &value);
-        self.send(output).await?;
+        if forwards {
+            let output = record(&self.cfg.topology.sink, None, &key, &value);
+            self.send(output).await?;
+        }
         let changelog = record(&self.cfg.spec.changelog_topic(), Some(p), &key, &value);
         let offset = self.send(changelog).await?;
         if let Some(task) = self.tasks.get_mut(&p) {
@@ -938,31 +1003,42 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// error and whether the producer is unusable.
     async fn send(&mut self, rec: ProducerRecord) -> Result<Offset, (String, bool)> {
         self.sent += 1;
+        self.maybe_begin_transaction()?;
         match &self.writer {
             Writer::Alo(p) => p
                 .send(rec)
                 .await
                 .map(|d| d.offset)
                 .map_err(|e| (e.to_string(), false)),
-            Writer::Eos(p) => {
-                if self.txn_group.is_none() {
-                    let rebalancing = self.cfg.cooperative.then(|| self.last_group.clone());
-                    let group = (self.consumer.group_metadata())
-                        .or(rebalancing.flatten())
-                        .ok_or_else(|| {
-                            let e = "no stable group generation to begin a transaction";
-                            (e.to_string(), false)
-                        })?;
-                    p.begin_transaction()
-                        .map_err(|e| (e.to_string(), e.is_fatal()))?;
-                    self.txn_group = Some(group);
-                }
-                p.send(rec)
-                    .await
-                    .map(|d| d.offset)
-                    .map_err(|e| (e.to_string(), e.is_fatal()))
-            }
+            Writer::Eos(p) => p
+                .send(rec)
+                .await
+                .map(|d| d.offset)
+                .map_err(|e| (e.to_string(), e.is_fatal())),
         }
+    }
+
+    /// Under exactly_once_v2, begins a transaction unless one is open, with the group
+    /// metadata of this moment (`StreamsProducer.maybeBeginTransaction`); nothing under
+    /// at_least_once.
+    fn maybe_begin_transaction(&mut self) -> Result<(), (String, bool)> {
+        let Writer::Eos(p) = &self.writer else {
+            return Ok(());
+        };
+        if self.txn_group.is_some() {
+            return Ok(());
+        }
+        let rebalancing = self.cfg.cooperative.then(|| self.last_group.clone());
+        let group = (self.consumer.group_metadata())
+            .or(rebalancing.flatten())
+            .ok_or_else(|| {
+                let e = "no stable group generation to begin a transaction";
+                (e.to_string(), false)
+            })?;
+        p.begin_transaction()
+            .map_err(|e| (e.to_string(), e.is_fatal()))?;
+        self.txn_group = Some(group);
+        Ok(())
     }
 
     /// The next input offsets of every task that processed something since it opened.
@@ -1008,6 +1084,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             false => self.commit_alo(&offsets).await,
             true => self.commit_eos(&offsets).await,
         };
+        self.consumed_unsent = false;
         match result {
             Ok(()) => {
                 self.record(OpKind::Ok, value, None);
@@ -1069,11 +1146,19 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// The offsets into the open transaction with its group metadata, then commit.
     async fn commit_eos(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
+        if self.txn_group.is_none() && self.consumed_unsent {
+            // Input consumed and nothing sent (a stateless filter dropped it all): the
+            // offsets alone make the transaction (`TaskExecutor.commitOffsetsOrTransaction`
+            // commits the tasks that need it; `StreamsProducer.commitTransaction` begins one).
+            crate::mark!("streams:offsets-only-transaction");
+            self.maybe_begin_transaction()
+                .map_err(|(e, fatal)| (e, false, fatal))?;
+        }
         let Writer::Eos(p) = &self.writer else {
             unreachable!("EOS has a transactional producer")
         };
         let Some(began) = self.txn_group.clone() else {
-            return Ok(()); // nothing sent since the last commit: nothing to commit
+            return Ok(()); // nothing consumed since the last commit: nothing to commit
         };
         // The consumer's metadata now (Java's `commitOffsetsOrTransaction`), which is the
         // one the transaction began with unless it spans a cooperative rebalance.
@@ -1139,6 +1224,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         self.tasks.clear();
         self.suspended.clear();
         self.sent = 0;
+        self.consumed_unsent = false;
         self.publish_report();
     }
 }

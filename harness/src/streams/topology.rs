@@ -19,6 +19,21 @@
 //! repartition name when the user gives none; `InternalTopologyBuilder.decorateTopic`
 //! prefixes the application id) with the default partitioner on the new key; sub-topology
 //! 1 reads that topic and aggregates ([`Topology::repartition`], [`Topology::process`]).
+//!
+//! # Other shapes (`[streams] topology`, `streams::TopologyKind`)
+//! - Stateless, [`filter_map_values`]: `stream(..).filter(..).mapValues(..).to(..)`
+//!   ([`KStream::to`]): each record the filter keeps goes to the sink with its mapped value
+//!   (apache/kafka `KStreamImpl.filter` / `mapValues` / `to`, processors `KStreamFilter`,
+//!   `KStreamMapValues`, `SinkNode`). No store, no changelog, no record cache: a task's
+//!   only state is its input position.
+//! - Id assignment, [`aggregate_ids`]: `groupByKey().aggregate(..)` whose aggregator
+//!   (`streams::ids::assign`) gives a key seen for the first time the next id of a
+//!   sequence held in the same store (`KStreamAggregate.KStreamAggregateProcessor.process`:
+//!   read the old aggregate, apply the aggregator, put, forward through the cache's flush
+//!   listener). Kafka's `Aggregator` sees only its own key's aggregate; an application
+//!   reaching a second entry of the store from it does so through the processor context
+//!   (`KStream.process` with the store connected), which is the store this aggregate
+//!   writes: one store, one changelog, one record cache.
 
 use std::sync::Arc;
 
@@ -119,6 +134,20 @@ impl KStream {
         self
     }
 
+    /// Writes each record that passed the stateless steps to `topic` (`KStream.to`): a
+    /// stateless topology, without store ([`Topology::stateful`] is false).
+    pub fn to(self, topic: &str) -> Topology {
+        Topology {
+            source: self.source,
+            steps: self.steps,
+            selector: None,
+            window: None,
+            store: String::new(),
+            aggregate: None,
+            sink: topic.to_string(),
+        }
+    }
+
     /// Groups by the record key (no repartition needed).
     pub fn group_by_key(self) -> KGroupedStream {
         KGroupedStream {
@@ -142,6 +171,16 @@ impl KStream {
     }
 }
 
+/// What a stateful topology's store holds and how a record updates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aggregate {
+    /// `count()`: `key@windowStart → count`.
+    Count,
+    /// `aggregate(..)` assigning ids: `key → id` plus the sequence entry
+    /// (`streams::ids`); the tasks' ids are interleaved over `partitions` input partitions.
+    AssignIds { partitions: u32 },
+}
+
 /// A grouped stream, optionally windowed.
 #[derive(Clone)]
 pub struct KGroupedStream {
@@ -163,6 +202,22 @@ impl KGroupedStream {
         KTable {
             grouped: self,
             store: store.to_string(),
+            aggregate: Aggregate::Count,
+        }
+    }
+
+    /// `aggregate(..)` in state store `store` with the id-assigning aggregator
+    /// (`streams::ids::assign`): each key's aggregate is its id, unique over the
+    /// `partitions` tasks of the input (at least 1). Unwindowed: a window set before is
+    /// ignored.
+    pub fn aggregate_ids(mut self, store: &str, partitions: u32) -> KTable {
+        self.window = None;
+        KTable {
+            grouped: self,
+            store: store.to_string(),
+            aggregate: Aggregate::AssignIds {
+                partitions: partitions.max(1),
+            },
         }
     }
 }
@@ -172,6 +227,7 @@ impl KGroupedStream {
 pub struct KTable {
     grouped: KGroupedStream,
     store: String,
+    aggregate: Aggregate,
 }
 
 impl KTable {
@@ -188,22 +244,28 @@ pub struct KTableStream {
 }
 
 impl KTableStream {
-    /// Writes every update to `topic` as `key@windowStart → count`.
+    /// Writes every update to `topic`: `key@windowStart → count` for a count, `key → id`
+    /// for [`KGroupedStream::aggregate_ids`].
     pub fn to(self, topic: &str) -> Topology {
-        let KTable { grouped, store } = self.table;
+        let KTable {
+            grouped,
+            store,
+            aggregate,
+        } = self.table;
         Topology {
             source: grouped.stream.source,
             steps: grouped.stream.steps,
             selector: grouped.selector,
             window: grouped.window,
             store,
+            aggregate: Some(aggregate),
             sink: topic.to_string(),
         }
     }
 }
 
 /// A built topology: one sub-topology, or two split at a repartition topic when grouped
-/// with `group_by`; one state store.
+/// with `group_by`; one state store, or none when stateless ([`KStream::to`]).
 #[derive(Clone)]
 pub struct Topology {
     /// Source topic.
@@ -213,8 +275,10 @@ pub struct Topology {
     selector: Option<KeySelector>,
     /// Windowing, `None` for an unwindowed count.
     pub window: Option<TimeWindows>,
-    /// State store name.
+    /// State store name; empty for a stateless topology.
     pub store: String,
+    /// The store's aggregate; `None` for a stateless topology.
+    aggregate: Option<Aggregate>,
     /// Sink topic.
     pub sink: String,
 }
@@ -233,6 +297,19 @@ impl Topology {
     /// The changelog topic of the store under `application_id`.
     pub fn changelog_topic(&self, application_id: &str) -> String {
         format!("{application_id}-{}-changelog", self.store)
+    }
+
+    /// Whether the topology has a state store (and so a changelog and a record cache):
+    /// false for [`KStream::to`]'s stateless topology.
+    pub fn stateful(&self) -> bool {
+        self.aggregate.is_some()
+    }
+
+    /// Whether the store entry `store_key` goes downstream when flushed: every entry but
+    /// the id sequence of [`KGroupedStream::aggregate_ids`] (changelog only).
+    pub fn forwards(&self, store_key: &str) -> bool {
+        !matches!(self.aggregate, Some(Aggregate::AssignIds { .. }))
+            || !super::ids::is_sequence(store_key)
     }
 
     /// Whether the topology has a repartition topic (grouped with `group_by`).
@@ -266,8 +343,10 @@ impl Topology {
         Some(record)
     }
 
-    /// `record` through the stateless steps; `None` when a filter drops it.
-    fn stateless(&self, mut record: StreamRecord) -> Option<StreamRecord> {
+    /// `record` through the stateless steps (`KStreamFilter`, `KStreamMapValues`, in the
+    /// order they were added); `None` when a filter drops it. For a stateless topology,
+    /// what goes to the sink.
+    pub fn stateless(&self, mut record: StreamRecord) -> Option<StreamRecord> {
         for step in &self.steps {
             match step {
                 Step::Filter(p) if !p(&record) => return None,
@@ -290,18 +369,34 @@ impl Topology {
         Some(format!("{}@{start}", record.key))
     }
 
-    /// Processes one record of [`aggregate_source`](Self::aggregate_source) against the
-    /// task's store (directly, or through its record cache, `streams::cache`): the update
-    /// applied, if any.
+    /// Processes one record of [`aggregate_source`](Self::aggregate_source) in task
+    /// `partition` against the task's store (directly, or through its record cache,
+    /// `streams::cache`): the update of the record's key applied, if any.
+    ///
+    /// # Panics
+    /// On a stateless topology (it has no store).
     pub fn process(
         &self,
+        partition: u32,
         record: StreamRecord,
         store: &mut impl super::store::CountStore,
     ) -> Option<Update> {
-        let store_key = self.store_key(record)?;
-        let count = store.get(&store_key).unwrap_or(0) + 1;
-        store.put(store_key.clone(), count);
-        Some(Update { store_key, count })
+        match self.aggregate.expect("a stateful topology") {
+            Aggregate::Count => {
+                let store_key = self.store_key(record)?;
+                let count = store.get(&store_key).unwrap_or(0) + 1;
+                store.put(store_key.clone(), count);
+                Some(Update { store_key, count })
+            }
+            Aggregate::AssignIds { partitions } => {
+                let record = self.stateless(record)?;
+                let id = super::ids::assign(store, &record.key, partition, partitions);
+                Some(Update {
+                    store_key: record.key,
+                    count: id,
+                })
+            }
+        }
     }
 }
 
@@ -320,6 +415,28 @@ pub fn windowed_count(input: &str, store: &str, window_size_ms: i64, output: &st
         size => grouped.windowed_by(TimeWindows::of_size_ms(size)),
     };
     grouped.count(store).to_stream().to(output)
+}
+
+/// The stateless topology of `[streams] topology = "filter-map-values"`:
+/// `stream(input).filter(passes_filter).mapValues(map_value).to(output)` (the functions of
+/// `streams::stateless`).
+pub fn filter_map_values(input: &str, output: &str) -> Topology {
+    use super::stateless::{map_value, passes_filter};
+    StreamsBuilder::stream(input)
+        .filter(|r| passes_filter(&r.value))
+        .map_values(map_value)
+        .to(output)
+}
+
+/// The id-assigning topology of `[streams] topology = "aggregate-ids"`:
+/// `stream(input).groupByKey().aggregate(assign ids, store).toStream().to(output)` over an
+/// input of `partitions` partitions (`streams::ids`).
+pub fn aggregate_ids(input: &str, store: &str, partitions: u32, output: &str) -> Topology {
+    StreamsBuilder::stream(input)
+        .group_by_key()
+        .aggregate_ids(store, partitions)
+        .to_stream()
+        .to(output)
 }
 
 /// [`windowed_count`] grouped by `selector` instead of the input key: with a repartition
@@ -358,7 +475,7 @@ mod tests {
         let mut store = KeyValueStore::default();
         let updates: Vec<Update> = [("a", 0), ("a", 4_999), ("a", 5_000), ("b", 1)]
             .into_iter()
-            .filter_map(|(k, ts)| t.process(record(k, ts), &mut store))
+            .filter_map(|(k, ts)| t.process(0, record(k, ts), &mut store))
             .collect();
         let text: Vec<String> = updates
             .iter()
@@ -377,9 +494,9 @@ mod tests {
             .to_stream()
             .to("out");
         let mut store = KeyValueStore::default();
-        assert_eq!(t.process(record("skip", 1), &mut store), None);
+        assert_eq!(t.process(0, record("skip", 1), &mut store), None);
         assert_eq!(
-            t.process(record("a", 9_999), &mut store)
+            t.process(0, record("a", 9_999), &mut store)
                 .map(|u| u.store_key),
             Some("a@0".into())
         );
@@ -396,7 +513,7 @@ mod tests {
         let moved = t.repartition(record("k1", 7)).expect("no filter");
         assert_eq!((moved.key.as_str(), moved.value.as_str()), ("g3", "0,7"));
         let mut store = KeyValueStore::default();
-        let update = t.process(moved, &mut store).expect("counted");
+        let update = t.process(0, moved, &mut store).expect("counted");
         assert_eq!((update.store_key.as_str(), update.count), ("g3@0", 1));
         let plain = windowed_count("in", "s", 0, "out");
         assert_eq!(
@@ -406,6 +523,39 @@ mod tests {
             ),
             (None, "in".into())
         );
+    }
+
+    #[test]
+    fn filter_map_values_sends_kept_records_mapped_and_has_no_store() {
+        let t = filter_map_values("in", "out");
+        assert!(!t.stateful());
+        assert_eq!(
+            t.stateless(record("k1", 5)),
+            None,
+            "id 0 is a multiple of 3"
+        );
+        let kept = StreamRecord {
+            value: "4,5".into(),
+            ..record("k1", 5)
+        };
+        let out = t.stateless(kept).expect("id 4 passes");
+        assert_eq!((out.key.as_str(), out.value.as_str()), ("k1", "4,5,16"));
+    }
+
+    #[test]
+    fn aggregate_ids_gives_each_key_one_id_and_keeps_the_sequence_from_the_output() {
+        let t = aggregate_ids("in", "ids", 3, "out");
+        assert!(t.stateful());
+        let mut store = KeyValueStore::default();
+        let ids: Vec<u64> = ["a", "b", "a", "c"]
+            .into_iter()
+            .filter_map(|k| t.process(2, record(k, 0), &mut store))
+            .map(|u| u.count)
+            .collect();
+        assert_eq!(ids, [2, 5, 2, 8]);
+        assert!(t.forwards("a"));
+        assert!(!t.forwards(crate::streams::ids::SEQUENCE_KEY));
+        assert!(windowed_count("in", "s", 0, "out").forwards("#next-id"));
     }
 
     #[test]

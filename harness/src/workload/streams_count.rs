@@ -19,14 +19,20 @@
 //! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
 //! records `streams-window`, each input partition's `log-state` and `streams-input`, the
 //! group's `committed-offsets`, each repartition partition's `streams-repartition` (under
-//! `group_by = "id-mod"`, read from its log start: the instances purge it) and each output partition's `streams-output` (read_committed
-//! from offset 0). `streams-input` carries each record's grouping key.
+//! `group_by = "id-mod"`, read from its log start: the instances purge it) and each output
+//! partition's `streams-output` (read_committed from offset 0). `streams-input` carries
+//! each record's grouping key. Under `streams.topology` other than `"count"`, the final
+//! state has `streams-topology` instead of `streams-window` and `streams-records` (keys and
+//! values as text) instead of `streams-output`.
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates).
 //! 2. Streams checker: final value per `key@window` against the true count of the input
 //!    below the committed offsets (under-count, over-count, missing, extra), and under
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
+//! 3. Under `topology = "filter-map-values"` or `"aggregate-ids"`, the records checker
+//!    (`checker::streams_records`) instead: each kept input once and mapped, or one id per
+//!    key and one key per id.
 
 use super::records::{
     read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
@@ -36,14 +42,16 @@ use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
 use crate::history::refs::text;
-use crate::history::{OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsUpdate, Value};
+use crate::history::{
+    OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsRecord, StreamsUpdate, Value,
+};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
 use crate::streams::partition_assignor::Board;
 use crate::streams::processor::ProcessorConfig;
 use crate::streams::store::Disk;
-use crate::streams::{input_id_and_time, output_update};
+use crate::streams::{input_id_and_time, output_update, StreamsSpec, TopologyKind};
 use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
@@ -192,7 +200,8 @@ impl Pipeline for StreamsCount {
             name,
             ..input.clone()
         });
-        let mut topics = vec![input, output, changelog];
+        let mut topics = vec![input, output];
+        topics.extend(streams.stateful().then_some(changelog));
         topics.extend(repartition);
         topics
     }
@@ -260,10 +269,7 @@ impl Pipeline for StreamsCount {
         let now_ms = world.kafka.now_ms();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let streams = &self.ctx.scenario.streams;
-        self.record(Value::StreamsWindow {
-            window_size_ms: streams.window_size_ms,
-            cache_max_bytes: streams.recorded_cache_max_bytes(),
-        });
+        self.record(topology_value(streams));
         for tp in self.ctx.scenario.topic.topic_partitions() {
             self.record_input(&cluster, tp);
         }
@@ -282,8 +288,7 @@ impl Pipeline for StreamsCount {
             let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
                 continue; // the drain waits for readability; the checker judges without
             };
-            let records = fetched.iter().filter_map(update).collect();
-            self.record(Value::StreamsOutput { tp, records });
+            self.record(output_value(streams, tp, &fetched));
         }
     }
 }
@@ -349,4 +354,41 @@ fn repartitioned(tp: &TopicPartition, r: &FetchedRecord) -> RecordRef {
 fn update(r: &FetchedRecord) -> Option<StreamsUpdate> {
     let (key, value) = (text(&r.record.key), text(&r.record.value));
     output_update(key.as_deref(), value.as_deref(), r.offset)
+}
+
+/// What the final state says of the topology: `streams-window` (window size, cache) for
+/// the count, as before the other families; `streams-topology` for the others.
+fn topology_value(streams: &StreamsSpec) -> Value {
+    match streams.topology {
+        TopologyKind::Count => Value::StreamsWindow {
+            window_size_ms: streams.window_size_ms,
+            cache_max_bytes: streams.recorded_cache_max_bytes(),
+        },
+        other => Value::StreamsTopology {
+            topology: other.name().to_string(),
+        },
+    }
+}
+
+/// An output partition as its topology writes it: `streams-output` (`key@window → count`
+/// updates) for the count, `streams-records` (keys and values as text) for the others.
+fn output_value(streams: &StreamsSpec, tp: TopicPartition, fetched: &[FetchedRecord]) -> Value {
+    match streams.topology {
+        TopologyKind::Count => Value::StreamsOutput {
+            tp,
+            records: fetched.iter().filter_map(update).collect(),
+        },
+        _ => Value::StreamsRecords {
+            tp,
+            records: fetched.iter().map(output_record).collect(),
+        },
+    }
+}
+
+fn output_record(r: &FetchedRecord) -> StreamsRecord {
+    StreamsRecord {
+        key: text(&r.record.key).unwrap_or_default(),
+        value: text(&r.record.value).unwrap_or_default(),
+        offset: r.offset,
+    }
 }

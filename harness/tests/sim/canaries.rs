@@ -249,6 +249,21 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         file: "canary-nonmonotonic-poll-unsafe.toml",
         seeds: 1,
     },
+    AnomalyCanary {
+        anomaly: Anomaly::SinkDuplicate,
+        file: "canary-filter-map-values-duplicate-unsafe.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
+        anomaly: Anomaly::IdReused,
+        file: "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
+        anomaly: Anomaly::IdReassigned,
+        file: "canary-id-reassigned-unsafe.toml",
+        seeds: 4,
+    },
 ];
 
 /// Anomalies no whole-scenario canary catches yet, each with the reason; the coverage test
@@ -297,6 +312,11 @@ const ANOMALIES_WITHOUT_CANARY: &[(Anomaly, &str)] = &[
         "the Doris model refuses a label a transaction that is not ABORTED holds \
          (LabelAlreadyExists), and no switch turns that check off; the checker's mutation \
          tests produce it",
+    ),
+    (
+        Anomaly::UnexpectedOutput,
+        "no Streams knob makes a topology write a record its filter drops or a value its \
+         mapper or aggregator does not compute; the checker's mutation tests produce it",
     ),
     (
         Anomaly::ExtraAggregate,

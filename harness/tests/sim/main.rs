@@ -21,6 +21,7 @@ mod routine_load;
 mod streams_cache;
 mod streams_count;
 mod streams_repartition;
+mod streams_topologies;
 mod support;
 mod transactional_copy;
 mod txn_client;

@@ -10,7 +10,8 @@
 //!
 //! Not run on the real backend (skipped with the reason): standby replicas (Streams' own
 //! assignor cannot be plugged into librdkafka's group) and persistent stores (they need a
-//! disk outside the instance processes).
+//! disk outside the instance processes), and the topologies other than the count
+//! (`streams.topology`: their final state is not recorded here).
 
 use super::cluster::{self, LogRecord, Probe};
 use super::connect_state::FinalState;
@@ -18,7 +19,7 @@ use super::worker_spec::Role;
 use super::workers::Worker;
 use crate::history::{RecordRef, StreamsInputRecord, Value};
 use crate::scenario::{Scenario, TopicSpec};
-use crate::streams::{input_id_and_time, output_update, StoreKind};
+use crate::streams::{input_id_and_time, output_update, StoreKind, TopologyKind};
 use eosim_sim::kafka::{Isolation, TopicPartition};
 
 /// Bound on each final read of a topic, ms.
@@ -27,6 +28,14 @@ const FINAL_READ_MS: u64 = 30_000;
 /// Why the real backend cannot run `scenario` (a skip reason), if it cannot.
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
     let s = &scenario.streams;
+    if s.topology != TopologyKind::Count {
+        return Some(format!(
+            "skipped: streams.topology = \"{}\": the real backend records and checks the \
+             count's output only (streams-output of key@window -> count); the other \
+             topologies run in simulation",
+            s.topology.name()
+        ));
+    }
     if s.num_standby_replicas > 0 {
         return Some(
             "skipped: streams.num_standby_replicas > 0: standby tasks need Kafka Streams' \
@@ -198,5 +207,17 @@ mod tests {
         assert!(reason.contains("streams.group_by"), "{reason}");
         assert!(reason.contains("repartition"), "{reason}");
         assert_eq!(unsupported(&scenario("group_by = \"input-key\"")), None);
+    }
+
+    #[test]
+    fn a_topology_other_than_the_count_is_skipped_on_the_real_tier_by_name() {
+        for name in ["filter-map-values", "aggregate-ids"] {
+            let why = unsupported(&scenario(&format!("topology = \"{name}\""))).expect("skip");
+            assert!(
+                why.contains(&format!("streams.topology = \"{name}\"")),
+                "{why}"
+            );
+        }
+        assert_eq!(unsupported(&scenario("topology = \"count\"")), None);
     }
 }

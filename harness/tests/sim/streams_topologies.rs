@@ -1,0 +1,172 @@
+//! The Streams topologies other than the count (`streams.topology`): the stateless
+//! `filter-map-values` and the id-assigning `aggregate-ids`, each under exactly_once_v2
+//! (holds) and at_least_once (the anomalies its replays cause) with instance crashes.
+
+use eosim::checker::{check_all, Anomaly, CheckOptions, Claim, Validity};
+use eosim::cli::aggregate::check_options;
+use eosim::history::{StreamsRecord, Value};
+use eosim::runner::SeedOutcome;
+use eosim::streams::stateless::{map_value, output_id, passes_filter};
+use eosim_sim::effects::kind;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::support::{catalogue, run_checked, run_valid};
+
+const STATELESS_EOS: &str = "p3-filter-map-values-eos-crash.toml";
+const STATELESS_ALO: &str = "p3-filter-map-values-alo-crash-duplicates.toml";
+const IDS_EOS: &str = "p3-aggregate-ids-eos-kill-swarm.toml";
+const IDS_ALO: &str = "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml";
+
+/// Every output record the drain read (`streams-records`).
+fn output(outcome: &SeedOutcome) -> Vec<StreamsRecord> {
+    let ops = outcome.history.ops.iter();
+    ops.filter_map(|op| match &op.value {
+        Value::StreamsRecords { records, .. } => Some(records.clone()),
+        _ => None,
+    })
+    .flatten()
+    .collect()
+}
+
+/// The input values by id (`streams-input`, rebuilt as the producers wrote them).
+fn input_values(outcome: &SeedOutcome) -> BTreeMap<u64, String> {
+    let mut values = BTreeMap::new();
+    for op in &outcome.history.ops {
+        if let Value::StreamsInput { records, .. } = &op.value {
+            for r in records {
+                values.insert(r.id, format!("{},{}", r.id, r.timestamp_ms));
+            }
+        }
+    }
+    values
+}
+
+#[test]
+fn exactly_once_v2_writes_each_kept_record_once_mapped_despite_crashes() {
+    let s = catalogue(STATELESS_EOS);
+    let (outcome, result) = run_valid(&s, 1);
+    assert_eq!(
+        outcome.acted.get(kind::KILL),
+        Some(&2),
+        "both instances were killed"
+    );
+    assert!(outcome
+        .marks
+        .contains_key("streams:offsets-only-transaction"));
+    let inputs = input_values(&outcome);
+    assert_eq!(inputs.len(), 400);
+    let kept: BTreeSet<u64> = (inputs.iter())
+        .filter(|(_, v)| passes_filter(v))
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(kept.len(), 266, "ids 0..400 not multiples of 3");
+    let records = output(&outcome);
+    let ids: Vec<u64> = records.iter().filter_map(|r| output_id(&r.value)).collect();
+    assert_eq!(ids.len(), records.len(), "every output value names its id");
+    assert_eq!(ids.iter().copied().collect::<BTreeSet<_>>(), kept);
+    assert_eq!(ids.len(), kept.len(), "no kept record twice");
+    for r in &records {
+        let id = output_id(&r.value).expect("parsed above");
+        assert_eq!(r.value, map_value(&inputs[&id]), "mapped as mapValues says");
+    }
+    assert_eq!(result.counts["streams-output-records"], 266);
+}
+
+#[test]
+fn at_least_once_writes_kept_records_twice_after_a_crash_and_never_a_dropped_one() {
+    let s = catalogue(STATELESS_ALO);
+    let (outcome, result) = run_checked(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.validity, Validity::Invalid);
+    assert_eq!(result.forbidden, vec![Anomaly::SinkDuplicate]);
+    let records = output(&outcome);
+    let mut copies: BTreeMap<u64, u32> = BTreeMap::new();
+    for r in &records {
+        *copies
+            .entry(output_id(&r.value).expect("an id"))
+            .or_default() += 1;
+    }
+    assert_eq!(copies.len(), 266, "every kept id is there, none dropped");
+    assert!(copies.keys().all(|id| id % 3 != 0));
+    assert!(
+        copies.values().any(|n| *n > 1),
+        "a crash re-sent kept records"
+    );
+    // The same history judged at least once: the duplicates are allowed.
+    let options = CheckOptions {
+        claim: Claim::AtLeastOnce,
+        ..check_options(&s)
+    };
+    let result = check_all(&outcome.history, &options);
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(4)
+    );
+    assert!(result.anomalies.contains_key(&Anomaly::SinkDuplicate));
+}
+
+/// Each output key's ids and each id's keys.
+fn ids_and_keys(
+    records: &[StreamsRecord],
+) -> (
+    BTreeMap<String, BTreeSet<u64>>,
+    BTreeMap<u64, BTreeSet<String>>,
+) {
+    let (mut by_key, mut by_id) = (BTreeMap::new(), BTreeMap::new());
+    for r in records {
+        let id: u64 = r.value.parse().expect("an id");
+        by_key
+            .entry(r.key.clone())
+            .or_insert_with(BTreeSet::new)
+            .insert(id);
+        by_id
+            .entry(id)
+            .or_insert_with(BTreeSet::new)
+            .insert(r.key.clone());
+    }
+    (by_key, by_id)
+}
+
+#[test]
+fn exactly_once_v2_gives_each_key_one_id_of_its_task_under_a_kill_swarm() {
+    let s = catalogue(IDS_EOS);
+    for seed in 1..=2 {
+        let (outcome, _) = run_valid(&s, seed);
+        assert!(outcome
+            .marks
+            .contains_key("streams:restore-replayed-records"));
+        let (by_key, by_id) = ids_and_keys(&output(&outcome));
+        assert_eq!(by_key.len(), 200, "seed {seed}: every key has an id");
+        assert!(by_key.values().all(|ids| ids.len() == 1), "seed {seed}");
+        assert!(by_id.values().all(|keys| keys.len() == 1), "seed {seed}");
+        // Task p of 3 hands out p, p + 3, ...: the ids of one task share a residue.
+        let residues: BTreeSet<u64> = by_id.keys().map(|id| id % 3).collect();
+        assert_eq!(residues.len(), 3, "seed {seed}: every task handed out ids");
+    }
+}
+
+#[test]
+fn at_least_once_reuses_ids_and_re_assigns_keys_after_a_torn_flush() {
+    let s = catalogue(IDS_ALO);
+    let (outcome, result) = run_checked(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(
+        result.forbidden,
+        vec![Anomaly::IdReassigned, Anomaly::IdReused]
+    );
+    let (by_key, by_id) = ids_and_keys(&output(&outcome));
+    assert!(
+        by_key.values().any(|ids| ids.len() > 1),
+        "a key with two ids"
+    );
+    assert!(
+        by_id.values().any(|keys| keys.len() > 1),
+        "an id of two keys"
+    );
+    assert!(
+        !result.anomalies.contains_key(&Anomaly::MissingAggregate),
+        "at least once loses no key"
+    );
+}
