@@ -261,6 +261,15 @@ pub struct ClusterSpec {
     /// time Kafka's load takes grows with the partition. Default 0 (instant).
     #[serde(default)]
     pub coordinator_load_ms: u64,
+    /// `group.consumer.session.timeout.ms` (KIP-848): a consumer-protocol member
+    /// (`[consumer] "group.protocol" = "consumer"`) silent this long is fenced, ms.
+    /// Default 45000 (Kafka's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_consumer_session_timeout_ms: Option<u64>,
+    /// `group.consumer.heartbeat.interval.ms` (KIP-848): the heartbeat interval the
+    /// coordinator gives consumer-protocol members, ms. Default 5000 (Kafka's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_consumer_heartbeat_interval_ms: Option<u64>,
     /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
     /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
     /// transaction-coordinator switch; everything else as Kafka).
@@ -362,6 +371,8 @@ impl Default for ClusterSpec {
             offsets_topic_num_partitions: default_offsets_topic_num_partitions(),
             transaction_state_log_num_partitions: default_transaction_state_log_num_partitions(),
             coordinator_load_ms: 0,
+            group_consumer_session_timeout_ms: None,
+            group_consumer_heartbeat_interval_ms: None,
             flavour: FlavourName::Kafka,
             kafka_transaction_coordinator_enabled: None,
             broker_entry_metadata_interceptors: None,
@@ -373,6 +384,7 @@ impl Default for ClusterSpec {
 impl ClusterSpec {
     /// The model's configuration.
     pub fn to_config(&self) -> ClusterConfig {
+        let defaults = ClusterConfig::default();
         ClusterConfig {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,
             broker_session_timeout_ms: self.broker_session_timeout_ms,
@@ -390,7 +402,11 @@ impl ClusterSpec {
             transaction_state_log_num_partitions: self.transaction_state_log_num_partitions,
             coordinator_load_ms: self.coordinator_load_ms,
             flavour: self.flavour(),
-            ..ClusterConfig::default()
+            group_consumer_session_timeout_ms: (self.group_consumer_session_timeout_ms)
+                .unwrap_or(defaults.group_consumer_session_timeout_ms),
+            group_consumer_heartbeat_interval_ms: (self.group_consumer_heartbeat_interval_ms)
+                .unwrap_or(defaults.group_consumer_heartbeat_interval_ms),
+            ..defaults
         }
     }
 
@@ -1359,6 +1375,7 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         self.consumer.check()?;
+        (self.consumer).check_group_protocol(w.session_timeout_ms, default_session_timeout())?;
         producer::check(self)?;
         self.check_upstream_txn()?;
         self.check_sink_consumer()

@@ -44,7 +44,8 @@
 //!   as `__consumer_offsets` records, so a new coordinator loads it entirely and restarts
 //!   the timers ([`super::GroupCoordinator::reload`]).
 
-use super::server_assignor::{self, Target, SERVER_ASSIGNORS};
+pub use super::server_assignor::SERVER_ASSIGNORS;
+use super::server_assignor::{self, Target};
 use super::{GroupCoordinator, GroupState, MEMBER_ID_PREFIX};
 use crate::kafka::types::*;
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,6 +7,8 @@ use eosim_sim::kafka::service::broker_ip;
 use eosim_sim::kafka::AbortedTxn;
 use std::sync::{Arc, Mutex};
 
+mod kip848;
+
 fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
     list.iter()
         .map(|(m, topics)| {
@@ -140,6 +142,11 @@ mod fake_broker {
                 },
             },
             Request::Fetch { partitions, .. } => fetch(partitions),
+            Request::ConsumerGroupHeartbeat(r) => {
+                let count = |t: &str| (t == TOPIC).then_some(PARTITIONS);
+                let mut coordinator = coordinator.lock().expect("lock");
+                coordinator.consumer_group_heartbeat(now(), r, &count)
+            }
             group_request => {
                 let reply = coordinator
                     .lock()
