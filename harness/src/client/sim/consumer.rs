@@ -64,6 +64,13 @@
 //!   records and pauses; if any were revoked the member rejoins (`requestRejoin`), and that
 //!   second rebalance gives the partitions to their new owners.
 //!
+//! # Consumer protocol (KIP-848)
+//! With `group.protocol = consumer` ([`ConsumerConfig::group_protocol`]) the join loop, the
+//! assignors and the classic heartbeat task are not used: a `ConsumerGroupHeartbeat` task
+//! brings the assignment the coordinator computed and each poll reconciles it, revoking
+//! before assigning (module `kip848`, after Java's `AsyncKafkaConsumer` and
+//! `ConsumerMembershipManager`); commits carry the member epoch.
+//!
 //! # read_committed
 //! The model hides control records, so the client cannot see ABORT markers the way Java's
 //! `CompletedFetch` does; instead each aborted-transaction entry of the fetch response
