@@ -90,6 +90,9 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
     }
+    if let Some(why) = consumer_protocol(scenario) {
+        return Some(why);
+    }
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
         Pipeline::ConnectJdbc => None,
@@ -110,6 +113,23 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
             other.name()
         )),
     }
+}
+
+/// KIP-848's consumer protocol (`[consumer] "group.protocol" = "consumer"`): simulation
+/// only for now. librdkafka 2.12 speaks it, but the real tier's consumer
+/// (`client::real::rebalance`) drives the classic protocol's eager assign/unassign
+/// callback, not the consumer protocol's incremental one, and the brokers'
+/// `group.consumer.*` settings are not provisioned from `[cluster]` (Kafka's
+/// `group.consumer.min.session.timeout.ms` of 45000 would refuse the catalogue's shorter
+/// session timeouts anyway).
+fn consumer_protocol(scenario: &Scenario) -> Option<String> {
+    use crate::client::GroupProtocol;
+    (scenario.consumer.group_protocol == GroupProtocol::Consumer).then(|| {
+        "skipped: [consumer] \"group.protocol\" = \"consumer\" (KIP-848) runs in simulation \
+         only: the real tier's rdkafka consumer drives the classic protocol's eager rebalance \
+         callback, and the brokers' group.consumer.* settings are not provisioned"
+            .to_string()
+    })
 }
 
 /// A `[cluster]` switch that selects a broker behaviour the real tier's brokers (Kafka
@@ -446,6 +466,11 @@ mod tests {
         assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
         assert_eq!(unsupported(&fixed), None);
+        let kip848 = read("alo-kip848-consumer-restarts.toml");
+        let why = unsupported(&kip848).expect("simulation only");
+        assert!(why.contains("group.protocol") && why.contains("KIP-848"), "{why}");
+        let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
+        assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
         let why = unsupported(&source).expect("simulation only");
         assert!(
