@@ -1005,7 +1005,10 @@ fn group_protocol_consumer_reaches_the_consumer_config_and_the_cluster_timeouts_
     );
     let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
     let config = scenario.sink_consumer_config("consumer-0");
-    assert_eq!(config.group_protocol, eosim::client::GroupProtocol::Consumer);
+    assert_eq!(
+        config.group_protocol,
+        eosim::client::GroupProtocol::Consumer
+    );
     assert_eq!(config.group_remote_assignor.as_deref(), Some("range"));
     let cluster = scenario.cluster.to_config();
     assert_eq!(
@@ -1021,7 +1024,10 @@ fn group_protocol_consumer_reaches_the_consumer_config_and_the_cluster_timeouts_
     let cluster = defaults.cluster.to_config();
     assert_eq!(cluster.group_consumer_session_timeout_ms, 45_000);
     let json = serde_json::to_value(&defaults.consumer).expect("serializes");
-    assert!(json.get("group.protocol").is_none(), "classic is not written out");
+    assert!(
+        json.get("group.protocol").is_none(),
+        "classic is not written out"
+    );
 }
 
 /// Java's `ConsumerConfig.checkUnsupportedConfigsPostProcess`: the classic protocol's keys
@@ -1052,8 +1058,13 @@ fn keys_the_group_protocol_rules_out_are_refused_by_name() {
         let message = error_of(&body);
         assert_mentions(&message, &[key, "is not supported when group.protocol is"]);
     }
-    let message = error_of(&format!("{consumer}\"group.remote.assignor\" = \"sticky\"\n"));
-    assert_mentions(&message, &["consumer.group.remote.assignor", "uniform", "range"]);
+    let message = error_of(&format!(
+        "{consumer}\"group.remote.assignor\" = \"sticky\"\n"
+    ));
+    assert_mentions(
+        &message,
+        &["consumer.group.remote.assignor", "uniform", "range"],
+    );
     let message = error_of("[consumer]\n\"group.protocol\" = \"streams\"\n");
     assert_mentions(&message, &["group.protocol", "classic", "consumer"]);
 }

@@ -124,12 +124,22 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 /// session timeouts anyway).
 fn consumer_protocol(scenario: &Scenario) -> Option<String> {
     use crate::client::GroupProtocol;
-    (scenario.consumer.group_protocol == GroupProtocol::Consumer).then(|| {
-        "skipped: [consumer] \"group.protocol\" = \"consumer\" (KIP-848) runs in simulation \
-         only: the real tier's rdkafka consumer drives the classic protocol's eager rebalance \
-         callback, and the brokers' group.consumer.* settings are not provisioned"
-            .to_string()
-    })
+    let key = if scenario.consumer.group_protocol == GroupProtocol::Consumer {
+        "[consumer] \"group.protocol\""
+    } else if scenario
+        .connector
+        .get("consumer.override.group.protocol")
+        .is_some_and(|v| v == "consumer")
+    {
+        "[connector] \"consumer.override.group.protocol\""
+    } else {
+        return None;
+    };
+    Some(format!(
+        "skipped: {key} = \"consumer\" (KIP-848) runs in simulation only: the real tier's \
+         rdkafka consumer drives the classic protocol's eager rebalance callback, and the \
+         brokers' group.consumer.* settings are not provisioned"
+    ))
 }
 
 /// A `[cluster]` switch that selects a broker behaviour the real tier's brokers (Kafka
@@ -468,7 +478,13 @@ mod tests {
         assert_eq!(unsupported(&fixed), None);
         let kip848 = read("alo-kip848-consumer-restarts.toml");
         let why = unsupported(&kip848).expect("simulation only");
-        assert!(why.contains("group.protocol") && why.contains("KIP-848"), "{why}");
+        assert!(
+            why.contains("group.protocol") && why.contains("KIP-848"),
+            "{why}"
+        );
+        let connect = read("p2-upsert-worker-crash-kip848.toml");
+        let why = unsupported(&connect).expect("simulation only");
+        assert!(why.contains("consumer.override.group.protocol"), "{why}");
         let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
         assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
