@@ -37,7 +37,9 @@ pub mod routine_load;
 
 use crate::checker::Claim;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
-use eosim_sim::kafka::{Acks, ClusterConfig, StaticMemberRejoin, TxnProtocol};
+use eosim_sim::kafka::{
+    Acks, ClusterConfig, PartitionEpochBookkeeping, StaticMemberRejoin, TxnProtocol,
+};
 use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -270,6 +272,13 @@ pub struct ClusterSpec {
     /// coordinator gives consumer-protocol members, ms. Default 5000 (Kafka's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_consumer_heartbeat_interval_ms: Option<u64>,
+    /// How the KIP-848 coordinator tracks which member owns a partition: `"kafka-16147"`
+    /// (default; every release with KIP-848 GA) or `"pre-kafka-16147"`, the KAFKA-16147
+    /// switch (Kafka 3.7 before the fix): a partition pending revocation that is given
+    /// back to its member loses its owner epoch, and the next member whose target holds
+    /// it gets it while the first still consumes it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub kip848_partition_epochs: PartitionEpochBookkeeping,
     /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
     /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
     /// transaction-coordinator switch; everything else as Kafka).
@@ -373,6 +382,7 @@ impl Default for ClusterSpec {
             coordinator_load_ms: 0,
             group_consumer_session_timeout_ms: None,
             group_consumer_heartbeat_interval_ms: None,
+            kip848_partition_epochs: PartitionEpochBookkeeping::default(),
             flavour: FlavourName::Kafka,
             kafka_transaction_coordinator_enabled: None,
             broker_entry_metadata_interceptors: None,
@@ -406,6 +416,7 @@ impl ClusterSpec {
                 .unwrap_or(defaults.group_consumer_session_timeout_ms),
             group_consumer_heartbeat_interval_ms: (self.group_consumer_heartbeat_interval_ms)
                 .unwrap_or(defaults.group_consumer_heartbeat_interval_ms),
+            kip848_partition_epochs: self.kip848_partition_epochs,
             ..defaults
         }
     }

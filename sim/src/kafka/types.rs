@@ -214,6 +214,8 @@ pub struct ClusterConfig {
     /// `group.consumer.heartbeat.interval.ms` (KIP-848): the interval the coordinator
     /// tells consumer-protocol members to heartbeat at. Default 5000.
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// KIP-848 partition-epoch bookkeeping. Default [`PartitionEpochBookkeeping::Kafka16147`].
+    pub kip848_partition_epochs: PartitionEpochBookkeeping,
 }
 
 /// Kafka's `Long.MAX_VALUE`, the "never" of the `log.flush.*` settings.
@@ -265,6 +267,26 @@ pub enum StaticMemberRejoin {
     Kip814,
 }
 
+/// How the KIP-848 coordinator keeps each partition's owner epoch (`ConsumerGroup.
+/// currentPartitionEpoch`, which decides whether a target partition is free to assign)
+/// when a member's current assignment changes (KAFKA-16147).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionEpochBookkeeping {
+    /// Before KAFKA-16147 (Kafka 3.7 before January 2024, apache/kafka PR #15212):
+    /// `maybeUpdatePartitionEpoch` replaced the assigned partitions' epochs, then the
+    /// pending-revocation partitions' epochs, each only if that set changed. A member
+    /// whose partition pending revocation is given back to it (assigned {}, pending {p} →
+    /// assigned {p}, pending {}) first records p as assigned, then removes p with the old
+    /// pending set: p looks free while the member owns it, and the next member whose target
+    /// holds p gets it at once, so two members own p at the same time.
+    PreKafka16147,
+    /// The fix (every Kafka release with KIP-848 GA): the old member's assigned and
+    /// pending partitions are removed first, then the new member's added.
+    #[default]
+    Kafka16147,
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
@@ -293,6 +315,7 @@ impl Default for ClusterConfig {
             flavour: super::kop::Flavour::Kafka,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
+            kip848_partition_epochs: PartitionEpochBookkeeping::Kafka16147,
         }
     }
 }

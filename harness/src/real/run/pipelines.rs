@@ -45,7 +45,9 @@ use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
 use crate::scenario::{FlavourName, Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
-use eosim_sim::kafka::{StaticMemberRejoin, TopicPartition, TxnProtocol};
+use eosim_sim::kafka::{
+    PartitionEpochBookkeeping, StaticMemberRejoin, TopicPartition, TxnProtocol,
+};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 
@@ -147,7 +149,9 @@ fn consumer_protocol(scenario: &Scenario) -> Option<String> {
 /// Kafka under the old behaviour's name, a silent downgrade.
 fn model_only_switch(scenario: &Scenario) -> Option<String> {
     let c = &scenario.cluster;
-    let switch = if c.static_member_rejoin == StaticMemberRejoin::PreKip814 {
+    let switch = if c.kip848_partition_epochs == PartitionEpochBookkeeping::PreKafka16147 {
+        "cluster.kip848_partition_epochs = \"pre-kafka-16147\" (KAFKA-16147: Kafka 3.7 before the fix)"
+    } else if c.static_member_rejoin == StaticMemberRejoin::PreKip814 {
         "cluster.static_member_rejoin = \"pre-kip814\" (KAFKA-13435: brokers before 3.2)"
     } else if c.transaction_protocol == TxnProtocol::PreKip890 {
         "cluster.transaction_protocol = \"pre-kip890\" (brokers before 3.6)"

@@ -98,6 +98,11 @@ pub(super) struct ConsumerMember {
 /// same id, which stays Empty.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ConsumerGroup {
+    /// `currentPartitionEpoch`: the epoch of the member owning each partition (assigned or
+    /// pending revocation); a target partition absent here is free to assign.
+    partition_epochs: BTreeMap<TopicPartition, i32>,
+    /// How `partition_epochs` is kept ([`ClusterConfig::kip848_partition_epochs`]).
+    bookkeeping: PartitionEpochBookkeeping,
     group_epoch: i32,
     assignment_epoch: i32,
     members: BTreeMap<String, ConsumerMember>,
@@ -139,8 +144,11 @@ impl GroupCoordinator {
             return error(KafkaError::GroupIdNotFound);
         }
         if r.member_epoch == 0 && !self.consumer_groups.contains_key(&r.group_id) {
-            self.consumer_groups
-                .insert(r.group_id.clone(), ConsumerGroup::default());
+            let group = ConsumerGroup {
+                bookkeeping: self.config.kip848_partition_epochs,
+                ..ConsumerGroup::default()
+            };
+            self.consumer_groups.insert(r.group_id.clone(), group);
         }
         let Some(group) = self.consumer_groups.get_mut(&r.group_id) else {
             return error(KafkaError::GroupIdNotFound);
@@ -261,11 +269,11 @@ impl GroupCoordinator {
 impl ConsumerGroup {
     /// A leave (epoch -1): the member goes, the group epoch moves.
     fn leave(&mut self, member_id: &str) -> Response {
-        if self.members.remove(member_id).is_none() {
+        if !self.members.contains_key(member_id) {
             return error(KafkaError::UnknownMemberId);
         }
         crate::mark!("kafka:kip848-member-left");
-        self.remove_bookkeeping(member_id);
+        self.remove_member(member_id);
         Response::ConsumerGroupHeartbeat {
             member_id: member_id.to_string(),
             member_epoch: LEAVE_MEMBER_EPOCH,
@@ -274,9 +282,50 @@ impl ConsumerGroup {
         }
     }
 
-    fn remove_bookkeeping(&mut self, member_id: &str) {
+    /// Removes a member (left or fenced): its partitions' epochs go, the group epoch moves.
+    fn remove_member(&mut self, member_id: &str) {
+        let member = self.members.remove(member_id).expect("a member");
+        for tp in member.assigned.iter().chain(&member.pending_revocation) {
+            self.partition_epochs.remove(tp);
+        }
         self.target.remove(member_id);
         self.group_epoch += 1;
+    }
+
+    /// `ConsumerGroup.maybeUpdatePartitionEpoch` for a member whose current assignment went
+    /// from `old` (assigned, pending revocation) to its present one, by
+    /// [`PartitionEpochBookkeeping`].
+    fn update_partition_epochs(&mut self, member_id: &str, old: [&BTreeSet<TopicPartition>; 2]) {
+        let member = &self.members[member_id];
+        let new = [&member.assigned, &member.pending_revocation];
+        let epoch = member.member_epoch;
+        let epochs = &mut self.partition_epochs;
+        match self.bookkeeping {
+            PartitionEpochBookkeeping::Kafka16147 => {
+                for tp in old.into_iter().flatten() {
+                    epochs.remove(tp);
+                }
+                for tp in new.into_iter().flatten() {
+                    epochs.insert(tp.clone(), epoch);
+                }
+            }
+            PartitionEpochBookkeeping::PreKafka16147 => {
+                for (before, after) in old.into_iter().zip(new) {
+                    if before == after {
+                        continue;
+                    }
+                    for tp in before {
+                        epochs.remove(tp);
+                    }
+                    for tp in after {
+                        epochs.insert(tp.clone(), epoch);
+                    }
+                }
+                if new.into_iter().flatten().any(|tp| !epochs.contains_key(tp)) {
+                    crate::mark!("kafka:kip848-partition-epoch-lost");
+                }
+            }
+        }
     }
 
     /// Creates the member (epoch 0) or checks its epoch
@@ -362,12 +411,17 @@ impl ConsumerGroup {
         self.assignment_epoch = self.group_epoch;
     }
 
-    /// The member that holds `tp` (assigned or pending revocation), other than `except`.
-    fn owner_other_than(&self, tp: &TopicPartition, except: &str) -> Option<&str> {
-        let mut members = self.members.iter().filter(|(id, _)| id.as_str() != except);
-        let found =
-            members.find(|(_, m)| m.assigned.contains(tp) || m.pending_revocation.contains(tp));
-        found.map(|(id, _)| id.as_str())
+    /// Whether target partition `tp` is still owned by a member other than `member`: it has
+    /// a partition epoch and is not `member`'s own pending revocation (KAFKA-19449).
+    fn unreleased(&self, tp: &TopicPartition, member: &ConsumerMember) -> bool {
+        self.partition_epochs.contains_key(tp) && !member.pending_revocation.contains(tp)
+    }
+
+    /// Whether a member other than `member_id` holds `tp` (assigned or pending revocation).
+    fn held_by_another(&self, tp: &TopicPartition, member_id: &str) -> bool {
+        (self.members.iter())
+            .filter(|(id, _)| id.as_str() != member_id)
+            .any(|(_, m)| m.assigned.contains(tp) || m.pending_revocation.contains(tp))
     }
 
     /// `CurrentAssignmentBuilder.build` for `member_id`, whose heartbeat reported `owned`
@@ -394,6 +448,7 @@ impl ConsumerGroup {
             member.assigned.intersection(&target).cloned().collect();
         let revoke: BTreeSet<TopicPartition> =
             member.assigned.difference(&target).cloned().collect();
+        let old_sets = [member.assigned.clone(), member.pending_revocation.clone()];
         let before = (
             member.state,
             member.member_epoch,
@@ -405,12 +460,15 @@ impl ConsumerGroup {
         } else {
             let mut unreleased = false;
             for tp in target.difference(&assigned.clone()) {
-                match self.owner_other_than(tp, member_id) {
-                    Some(_) => unreleased = true,
-                    None => {
-                        assigned.insert(tp.clone());
-                    }
+                if self.unreleased(tp, member) {
+                    unreleased = true;
+                    continue;
                 }
+                if self.held_by_another(tp, member_id) {
+                    // Only with the pre-KAFKA-16147 bookkeeping: the epoch was lost.
+                    crate::mark!("kafka:kip848-partition-assigned-to-two-members");
+                }
+                assigned.insert(tp.clone());
             }
             let state = match unreleased {
                 true => MemberState::UnreleasedPartitions,
@@ -435,7 +493,10 @@ impl ConsumerGroup {
             crate::mark!("kafka:kip848-revocation-requested");
             member.revocation_deadline_ms = Some(now + rebalance_timeout_ms);
         }
-        self.assert_single_owner();
+        self.update_partition_epochs(member_id, [&old_sets[0], &old_sets[1]]);
+        if self.bookkeeping == PartitionEpochBookkeeping::Kafka16147 {
+            self.assert_single_owner();
+        }
     }
 
     /// No partition is owned (assigned or pending revocation) by two members.
@@ -467,8 +528,7 @@ impl ConsumerGroup {
             .collect();
         for (member_id, mark) in fenced {
             crate::marks::hit(mark);
-            self.members.remove(&member_id);
-            self.remove_bookkeeping(&member_id);
+            self.remove_member(&member_id);
         }
     }
 }

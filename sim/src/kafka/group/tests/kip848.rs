@@ -5,6 +5,7 @@
 
 use super::consumer_protocol::MemberState;
 use super::*;
+use crate::kafka::types::PartitionEpochBookkeeping;
 
 const PARTITIONS: u32 = 4;
 
@@ -366,4 +367,42 @@ fn clients_that_follow_the_protocol_never_own_a_partition_twice() {
             "seed {seed}: the group converges"
         );
     }
+}
+
+/// `a` owns 0..3; `b` joins, so `a` must revoke 2 and 3; `b` leaves before `a`
+/// acknowledges, so `a`'s acknowledgement gives 2 and 3 straight back to it (assigned
+/// {0, 1}, pending {2, 3} → assigned {0..3}); then `c` joins and its target takes 2 and 3
+/// from `a` again. Returns what `c` was given at once, and `a`'s member id.
+fn pending_partitions_given_back_then_moved(
+    bookkeeping: PartitionEpochBookkeeping,
+) -> (Vec<u32>, String) {
+    let mut c = GroupCoordinator::new(ClusterConfig {
+        kip848_partition_epochs: bookkeeping,
+        ..config()
+    });
+    let (a, b, kept) = revocation_pending(&mut c);
+    assert_eq!(kept, vec![0, 1]);
+    send(&mut c, 30, request(&b, LEAVE_EPOCH, &[]));
+    let (_, _, back) = beat(&mut c, 40, &a, 1, &kept);
+    assert_eq!(back, vec![0, 1, 2, 3], "a got its pending partitions back");
+    let (_, _, given) = beat(&mut c, 50, "", 0, &[]);
+    (given, a)
+}
+
+/// KAFKA-16147: with the fixed bookkeeping the newcomer waits for `a` to release 2 and 3;
+/// with the pre-fix bookkeeping their epochs were lost when `a` got them back, so the
+/// newcomer gets them while `a` still owns them: two owners at once.
+#[test]
+fn a_partition_given_back_while_pending_revocation_keeps_its_owner_epoch_since_kafka_16147() {
+    let (given, a) =
+        pending_partitions_given_back_then_moved(PartitionEpochBookkeeping::Kafka16147);
+    assert!(given.is_empty(), "withheld until a revokes: {given:?}");
+    let (given, a_buggy) =
+        pending_partitions_given_back_then_moved(PartitionEpochBookkeeping::PreKafka16147);
+    assert_eq!(given, vec![2, 3], "pre-KAFKA-16147: handed over at once");
+    assert_eq!(a, a_buggy);
+    crate::marks::assert_hit(&[
+        "kafka:kip848-partition-epoch-lost",
+        "kafka:kip848-partition-assigned-to-two-members",
+    ]);
 }
