@@ -175,7 +175,27 @@ pub struct ConsumerSpec {
     pub group_remote_assignor: Option<String>,
 }
 
-fn is_classic(protocol: &GroupProtocol) -> bool {
+/// `Err((key, message))` when `[workload] session_timeout_ms` (the consumers'
+/// `session.timeout.ms`) is set away from `default_ms` under `protocol = consumer`: Java's
+/// `ConsumerConfig` refuses `session.timeout.ms` there; the broker's
+/// `group.consumer.session.timeout.ms` applies (`[cluster] group_consumer_session_timeout_ms`).
+pub(super) fn check_session_timeout(
+    protocol: GroupProtocol,
+    session_timeout_ms: u64,
+    default_ms: u64,
+) -> Result<(), (String, String)> {
+    super::ensure(
+        protocol == GroupProtocol::Classic || session_timeout_ms == default_ms,
+        "workload.session_timeout_ms",
+        "is not supported when group.protocol is consumer (session.timeout.ms, which Java's \
+         ConsumerConfig refuses: the broker's cluster.group_consumer_session_timeout_ms \
+         applies)"
+            .into(),
+    )
+}
+
+/// Whether `protocol` is the default, classic (for `skip_serializing_if`).
+pub(super) fn is_classic(protocol: &GroupProtocol) -> bool {
     *protocol == GroupProtocol::Classic
 }
 
@@ -247,15 +267,7 @@ impl ConsumerSpec {
             "consumer",
             why,
         )?;
-        let why = "session.timeout.ms, which Java's ConsumerConfig refuses: the broker's \
-                   cluster.group_consumer_session_timeout_ms applies";
-        let custom_session = session_timeout_ms != default_ms;
-        refused(
-            "workload.session_timeout_ms",
-            consumer && custom_session,
-            "consumer",
-            why,
-        )?;
+        check_session_timeout(self.group_protocol, session_timeout_ms, default_ms)?;
         let why = "eosim models no KIP-848 static membership";
         refused(
             "consumer.group.instance.id",

@@ -137,7 +137,8 @@ impl Pipeline {
 /// `output_topic = "output"`, `records_per_transaction_max = 10`,
 /// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
 /// `abort_transactions = []`, `process_ms = 0`, `buggify_produce_delay_probability = 0`,
-/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`.
+/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`, `group.protocol =
+/// "classic"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CopySpec {
@@ -165,6 +166,14 @@ pub struct CopySpec {
     pub buggify_end_txn_delay_probability: f64,
     /// How long a held request waits, ms.
     pub buggify_delay_ms: u64,
+    /// `group.protocol` of the copiers' consumers: `classic` (default) or `consumer`
+    /// (KIP-848: the coordinator assigns, a copier revokes a partition only between
+    /// transactions, and the offsets it sends to a transaction carry its member epoch).
+    #[serde(
+        rename = "group.protocol",
+        skip_serializing_if = "consumer::is_classic"
+    )]
+    pub group_protocol: crate::client::GroupProtocol,
 }
 
 impl Default for CopySpec {
@@ -179,6 +188,7 @@ impl Default for CopySpec {
             buggify_produce_delay_probability: 0.0,
             buggify_end_txn_delay_probability: 0.0,
             buggify_delay_ms: 0,
+            group_protocol: crate::client::GroupProtocol::Classic,
         }
     }
 }
@@ -1387,6 +1397,12 @@ impl Scenario {
         )?;
         self.consumer.check()?;
         (self.consumer).check_group_protocol(w.session_timeout_ms, default_session_timeout())?;
+        let copy_protocol = self.copy.group_protocol;
+        consumer::check_session_timeout(
+            copy_protocol,
+            w.session_timeout_ms,
+            default_session_timeout(),
+        )?;
         producer::check(self)?;
         self.check_upstream_txn()?;
         self.check_sink_consumer()

@@ -166,6 +166,7 @@ fn consumer_config(ctx: &Context) -> ConsumerConfig {
     // faults drop requests outright, where TCP would retransmit) is retried after 25 s
     // instead of Java's default 305 s, within the drain's bound.
     config.max_poll_interval_ms = COPIER_MAX_POLL_INTERVAL_MS;
+    config.group_protocol = ctx.scenario.copy.group_protocol;
     config
 }
 

@@ -280,10 +280,12 @@ pub enum PartitionEpochBookkeeping {
     /// assigned {p}, pending {}) first records p as assigned, then removes p with the old
     /// pending set: p looks free while the member owns it, and the next member whose target
     /// holds p gets it at once, so two members own p at the same time.
+    #[serde(rename = "pre-kafka-16147")]
     PreKafka16147,
     /// The fix (every Kafka release with KIP-848 GA): the old member's assigned and
     /// pending partitions are removed first, then the new member's added.
     #[default]
+    #[serde(rename = "kafka-16147")]
     Kafka16147,
 }
 

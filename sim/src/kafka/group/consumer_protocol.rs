@@ -493,6 +493,10 @@ impl ConsumerGroup {
             crate::mark!("kafka:kip848-revocation-requested");
             member.revocation_deadline_ms = Some(now + rebalance_timeout_ms);
         }
+        if old_sets[1].iter().any(|tp| member.assigned.contains(tp)) {
+            // The target changed back before the member acknowledged (KAFKA-16147's path).
+            crate::mark!("kafka:kip848-pending-partition-given-back");
+        }
         self.update_partition_epochs(member_id, [&old_sets[0], &old_sets[1]]);
         if self.bookkeeping == PartitionEpochBookkeeping::Kafka16147 {
             self.assert_single_owner();
