@@ -35,6 +35,13 @@
 //!   becomes the other's on its first request.
 //! - Regular-expression subscriptions, rack awareness, `group.consumer.max.size`.
 //!
+//! # Fixes modelled
+//! - KAFKA-19449: a target partition in the member's own pending revocation is not
+//!   "unreleased".
+//! - KAFKA-19233: a known member heartbeating with epoch 0 is taken back, not fenced.
+//! - KAFKA-16147: the partition epochs are replaced whole on every member update; the
+//!   code before the fix is the switch [`ClusterConfig::kip848_partition_epochs`].
+//!
 //! # Simplifications
 //! - Member ids are `consumer-<n>` from the coordinator's counter (Kafka: a random UUID,
 //!   or since KIP-1082 one the client makes).
@@ -329,7 +336,7 @@ impl ConsumerGroup {
     }
 
     /// Creates the member (epoch 0) or checks its epoch
-    /// (`throwIfConsumerGroupMemberEpochIsInvalid`), then takes the request's subscription,
+    /// (`throwIfConsumerGroupMemberEpochIsInvalid`, with KAFKA-19233's epoch-0 rejoin), then takes the request's subscription,
     /// assignor and rebalance timeout. `Ok(true)`: a new member, or a changed subscription
     /// or assignor (`hasMemberSubscriptionChanged`): the group epoch must move.
     fn join_or_validate(
@@ -359,6 +366,10 @@ impl ConsumerGroup {
                 };
                 self.members.insert(member_id.to_string(), member);
             }
+            // KAFKA-19233 (apache/kafka#21305): a known member that rejoins with epoch 0
+            // (after FENCED_MEMBER_EPOCH) is taken back as it is; before, it was fenced
+            // again until its session expired.
+            Some(_) if r.member_epoch == 0 => crate::mark!("kafka:kip848-member-rejoined"),
             Some(m) if r.member_epoch > m.member_epoch => {
                 crate::mark!("kafka:kip848-fenced-member-epoch");
                 return Err(KafkaError::FencedMemberEpoch);

@@ -167,6 +167,20 @@ fn a_greater_epoch_is_fenced_and_a_lost_response_is_forgiven_only_with_a_subset(
     assert_eq!(not_subset, Response::Error(KafkaError::FencedMemberEpoch));
 }
 
+/// KAFKA-19233: a member told FENCED_MEMBER_EPOCH gives up its partitions and rejoins with
+/// epoch 0 under its member id; the coordinator takes it back (it used to fence it again
+/// until its session expired) and its next heartbeats reconcile as before.
+#[test]
+fn a_known_member_rejoining_with_epoch_zero_is_taken_back() {
+    let mut c = GroupCoordinator::new(config());
+    let a = group_of_one(&mut c);
+    let ahead = send(&mut c, 10, request(&a, 7, &[0, 1, 2, 3]));
+    assert_eq!(ahead, Response::Error(KafkaError::FencedMemberEpoch));
+    let (id, epoch, assigned) = beat(&mut c, 20, &a, 0, &[]);
+    assert_eq!((id, epoch, assigned), (a.clone(), 1, vec![0, 1, 2, 3]));
+    assert_eq!(beat(&mut c, 30, &a, 1, &[0, 1, 2, 3]).1, 1);
+}
+
 #[test]
 fn offset_commit_with_a_stale_member_epoch_is_refused_and_changes_nothing() {
     let mut c = GroupCoordinator::new(config());
