@@ -128,6 +128,8 @@ fn consumer_protocol(scenario: &Scenario) -> Option<String> {
     use crate::client::GroupProtocol;
     let key = if scenario.consumer.group_protocol == GroupProtocol::Consumer {
         "[consumer] \"group.protocol\""
+    } else if scenario.copy.group_protocol == GroupProtocol::Consumer {
+        "[copy] \"group.protocol\""
     } else if scenario
         .connector
         .get("consumer.override.group.protocol")
@@ -470,25 +472,26 @@ mod tests {
             let path = dir.join(file);
             Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         };
-        let pre = read("field/kafka-static-leader-restart-pre-kip814-stalls.toml");
-        let why = unsupported(&pre).expect("refused");
-        assert!(
-            why.contains("static_member_rejoin") && why.contains("pre-kip814"),
-            "{why}"
+        let refused = |file: &str, parts: &[&str]| {
+            let why = unsupported(&read(file)).unwrap_or_else(|| panic!("{file} not refused"));
+            assert!(parts.iter().all(|p| why.contains(p)), "{file}: {why}");
+        };
+        let static_leader = "field/kafka-static-leader-restart-pre-kip814-stalls.toml";
+        refused(static_leader, &["static_member_rejoin", "pre-kip814"]);
+        refused(
+            "field/kop-idempotent-producer-coordinator-enabled.toml",
+            &["kop"],
         );
-        let kop = read("field/kop-idempotent-producer-coordinator-enabled.toml");
-        assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
         assert_eq!(unsupported(&fixed), None);
-        let kip848 = read("alo-kip848-consumer-restarts.toml");
-        let why = unsupported(&kip848).expect("simulation only");
-        assert!(
-            why.contains("group.protocol") && why.contains("KIP-848"),
-            "{why}"
+        let two_owners = "field/kafka-kip848-pre-kafka-16147-two-owners-duplicates.toml";
+        refused(two_owners, &["kip848_partition_epochs", "pre-kafka-16147"]);
+        refused(
+            "alo-kip848-consumer-restarts.toml",
+            &["group.protocol", "KIP-848"],
         );
-        let connect = read("p2-upsert-worker-crash-kip848.toml");
-        let why = unsupported(&connect).expect("simulation only");
-        assert!(why.contains("consumer.override.group.protocol"), "{why}");
+        let connect = "p2-upsert-worker-crash-kip848.toml";
+        refused(connect, &["consumer.override.group.protocol", "KIP-848"]);
         let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
         assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");

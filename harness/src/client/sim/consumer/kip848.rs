@@ -93,21 +93,12 @@ impl GroupClient {
     async fn kip848_heartbeat(&self, coordinator: BrokerId, topics: &[String]) -> Option<Duration> {
         let request = {
             let m = self.membership();
-            ConsumerGroupHeartbeatRequest {
-                group_id: self.config.group_id.clone(),
-                member_id: m.member_id.clone(),
-                member_epoch: m.generation.max(0),
-                instance_id: None,
-                rebalance_timeout_ms: self.config.max_poll_interval_ms,
-                topics: topics.to_vec(),
-                server_assignor: self.config.group_remote_assignor.clone(),
-                owned: m.kip848.owned.clone(),
-            }
+            let (member_id, owned) = (m.member_id.clone(), m.kip848.owned.clone());
+            self.kip848_request(member_id, m.generation.max(0), topics.to_vec(), owned)
         };
         let sent_epoch = request.member_epoch;
         let call = Request::ConsumerGroupHeartbeat(request);
-        let result = self
-            .conn
+        let result = (self.conn)
             .request(coordinator, call, self.request_timeout())
             .await;
         let mut m = self.membership();
@@ -147,6 +138,27 @@ impl GroupClient {
         }
     }
 
+    /// A full `ConsumerGroupHeartbeat` of this member: its rebalance timeout
+    /// (`max.poll.interval.ms`) and `group.remote.assignor`, with `topics` and `owned`.
+    fn kip848_request(
+        &self,
+        member_id: String,
+        member_epoch: i32,
+        topics: Vec<String>,
+        owned: Vec<TopicPartition>,
+    ) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest {
+            group_id: self.config.group_id.clone(),
+            member_id,
+            member_epoch,
+            instance_id: None,
+            rebalance_timeout_ms: self.config.max_poll_interval_ms,
+            topics,
+            server_assignor: self.config.group_remote_assignor.clone(),
+            owned,
+        }
+    }
+
     /// A leave heartbeat (epoch -1) for the current member, answer ignored (Java's
     /// `leaveGroup`, on close and on an expired poll timer). Nothing before a join.
     pub async fn kip848_leave(&self) {
@@ -157,19 +169,9 @@ impl GroupClient {
         let Some(coordinator) = coordinator.filter(|_| !member_id.is_empty()) else {
             return;
         };
-        let request = ConsumerGroupHeartbeatRequest {
-            group_id: self.config.group_id.clone(),
-            member_id,
-            member_epoch: LEAVE_MEMBER_EPOCH,
-            instance_id: None,
-            rebalance_timeout_ms: self.config.max_poll_interval_ms,
-            topics: Vec::new(),
-            server_assignor: None,
-            owned: Vec::new(),
-        };
+        let request = self.kip848_request(member_id, LEAVE_MEMBER_EPOCH, Vec::new(), Vec::new());
         let call = Request::ConsumerGroupHeartbeat(request);
-        let _ = self
-            .conn
+        let _ = (self.conn)
             .request(coordinator, call, self.request_timeout())
             .await;
         let mut m = self.membership();

@@ -23,8 +23,7 @@ struct Kip848Seen {
     last: Vec<u32>,
 }
 
-/// Polls for `run_for`, committing what it got after each poll (a refused commit is let
-/// go, at-least-once), or the revoked partitions' positions when handed a revocation.
+/// Polls for `run_for`, committing after each poll ([`commit_polled`]).
 /// After every poll it publishes its assignment in `owners` and asserts that no other
 /// member's published assignment shares a partition with it.
 async fn consume_kip848(
@@ -43,22 +42,10 @@ async fn consume_kip848(
         for r in &records {
             seen.lock().expect("lock").push((r.tp.clone(), r.offset));
         }
-        if let Some(r) = consumer.take_revocation() {
-            let mine: Vec<_> = (next.iter())
-                .filter(|(tp, _)| r.partitions.contains(tp))
-                .map(|(tp, o)| (tp.clone(), *o))
-                .collect();
-            let committed = consumer.commit(&mine).await.is_ok();
-            out.revocations.push((r, committed));
-        } else if !records.is_empty() {
-            let offsets: Vec<_> = next.clone().into_iter().collect();
-            let _ = consumer.commit(&offsets).await;
+        if let Some(revoked) = commit_polled(&mut consumer, &records, &next).await {
+            out.revocations.push(revoked);
         }
-        let mine: Vec<u32> = consumer
-            .assignment()
-            .iter()
-            .map(|tp| tp.partition)
-            .collect();
+        let mine = partition_numbers(&consumer);
         let mut owners = owners.lock().expect("lock");
         for (other, theirs) in owners.iter().filter(|(o, _)| o.as_str() != name) {
             let shared: Vec<_> = mine.iter().filter(|p| theirs.contains(p)).collect();
@@ -161,12 +148,7 @@ fn a_fenced_consumer_protocol_member_loses_its_partitions_and_rejoins_with_epoch
     let runtime = madsim::runtime::Runtime::new();
     let (before, after) = runtime.block_on(async {
         let handle = madsim::runtime::Handle::current();
-        let broker = handle
-            .create_node()
-            .name("broker-1")
-            .ip(broker_ip(1))
-            .build();
-        broker.spawn(fake_broker::serve(Instant::now()));
+        let broker = start_fake_broker(&handle);
         let node = handle
             .create_node()
             .name("consumer")
@@ -194,13 +176,13 @@ fn a_fenced_consumer_protocol_member_loses_its_partitions_and_rejoins_with_epoch
             assert_eq!(consumer.assignment().len(), 3, "it got them back");
             (before, after)
         });
-        sleep(Duration::from_secs(5)).await;
-        let net = madsim::net::NetSim::current();
-        net.clog_link(node.id(), broker.id());
-        net.clog_link(broker.id(), node.id());
-        sleep(Duration::from_secs(50)).await;
-        net.unclog_link(node.id(), broker.id());
-        net.unclog_link(broker.id(), node.id());
+        cut_link(
+            &node,
+            &broker,
+            Duration::from_secs(5),
+            Duration::from_secs(50),
+        )
+        .await;
         task.await.expect("consumer task")
     });
     assert_eq!(before, 1);
