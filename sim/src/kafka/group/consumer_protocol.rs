@@ -435,6 +435,51 @@ impl ConsumerGroup {
             .any(|(_, m)| m.assigned.contains(tp) || m.pending_revocation.contains(tp))
     }
 
+    /// `CurrentAssignmentBuilder.computeNextAssignment` for `member_id` towards its target:
+    /// `(state, epoch, assigned, pending revocation)`. What it owns and the target drops is
+    /// to be revoked first, at `next_epoch` (unless `owned` shows it already gone); else it
+    /// moves to the target epoch with every target partition no other member still holds.
+    fn next_assignment(
+        &self,
+        member_id: &str,
+        next_epoch: i32,
+        owned: Option<&[TopicPartition]>,
+    ) -> (
+        MemberState,
+        i32,
+        BTreeSet<TopicPartition>,
+        BTreeSet<TopicPartition>,
+    ) {
+        let member = &self.members[member_id];
+        let target = self.target.get(member_id).cloned().unwrap_or_default();
+        let mut assigned: BTreeSet<TopicPartition> =
+            member.assigned.intersection(&target).cloned().collect();
+        let revoke: BTreeSet<TopicPartition> =
+            member.assigned.difference(&target).cloned().collect();
+        let owns_any = owned.is_none_or(|o| o.iter().any(|tp| revoke.contains(tp)));
+        if !revoke.is_empty() && owns_any {
+            return (
+                MemberState::UnrevokedPartitions,
+                next_epoch,
+                assigned,
+                revoke,
+            );
+        }
+        let mut state = MemberState::Stable;
+        for tp in target.difference(&assigned.clone()) {
+            if self.unreleased(tp, member) {
+                state = MemberState::UnreleasedPartitions;
+                continue;
+            }
+            if self.held_by_another(tp, member_id) {
+                // Only with the pre-KAFKA-16147 bookkeeping: the epoch was lost.
+                crate::mark!("kafka:kip848-partition-assigned-to-two-members");
+            }
+            assigned.insert(tp.clone());
+        }
+        (state, self.assignment_epoch, assigned, BTreeSet::new())
+    }
+
     /// `CurrentAssignmentBuilder.build` for `member_id`, whose heartbeat reported `owned`
     /// (`None`: unknown, as an incremental request without the field). Sets or clears its
     /// rebalance timer when it enters or leaves `UnrevokedPartitions`.
@@ -454,39 +499,10 @@ impl ConsumerGroup {
                 (member.member_epoch + 1).min(self.assignment_epoch)
             }
         };
-        let target = self.target.get(member_id).cloned().unwrap_or_default();
-        let mut assigned: BTreeSet<TopicPartition> =
-            member.assigned.intersection(&target).cloned().collect();
-        let revoke: BTreeSet<TopicPartition> =
-            member.assigned.difference(&target).cloned().collect();
         let old_sets = [member.assigned.clone(), member.pending_revocation.clone()];
-        let before = (
-            member.state,
-            member.member_epoch,
-            member.pending_revocation.clone(),
-        );
+        let before = (member.state, member.member_epoch, old_sets[1].clone());
         let rebalance_timeout_ms = member.rebalance_timeout_ms;
-        let (state, epoch, pending) = if !revoke.is_empty() && owns_any(&revoke) {
-            (MemberState::UnrevokedPartitions, next_epoch, revoke)
-        } else {
-            let mut unreleased = false;
-            for tp in target.difference(&assigned.clone()) {
-                if self.unreleased(tp, member) {
-                    unreleased = true;
-                    continue;
-                }
-                if self.held_by_another(tp, member_id) {
-                    // Only with the pre-KAFKA-16147 bookkeeping: the epoch was lost.
-                    crate::mark!("kafka:kip848-partition-assigned-to-two-members");
-                }
-                assigned.insert(tp.clone());
-            }
-            let state = match unreleased {
-                true => MemberState::UnreleasedPartitions,
-                false => MemberState::Stable,
-            };
-            (state, self.assignment_epoch, BTreeSet::new())
-        };
+        let (state, epoch, assigned, pending) = self.next_assignment(member_id, next_epoch, owned);
         if state == MemberState::UnreleasedPartitions {
             crate::mark!("kafka:kip848-partitions-withheld-unreleased");
         }
