@@ -103,8 +103,9 @@ impl IsolationLevel {
 /// (this pipeline's own setting, made before the consumers start; Kafka's default is
 /// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
 /// Kafka's default is true), `auto.commit.interval.ms = 5000`, `max.poll.interval.ms =
-/// 300000`, `fetch.min.bytes = 1`, `fetch.max.wait.ms = 500` and `metadata.max.age.ms =
-/// 300000` (Kafka's).
+/// 300000`, `fetch.min.bytes = 1`, `fetch.max.wait.ms = 500`, `metadata.max.age.ms =
+/// 300000` and `group.protocol = "classic"` (Kafka's); `group.remote.assignor` unset (the
+/// broker's `uniform`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsumerSpec {
