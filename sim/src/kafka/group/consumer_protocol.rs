@@ -39,6 +39,8 @@
 //! - KAFKA-19449: a target partition in the member's own pending revocation is not
 //!   "unreleased".
 //! - KAFKA-19233: a known member heartbeating with epoch 0 is taken back, not fenced.
+//! - KAFKA-19974: leaving `UnrevokedPartitions` for another revocation keeps the member
+//!   epoch; any other way out takes the target epoch.
 //! - KAFKA-16147: the partition epochs are replaced whole on every member update; the
 //!   code before the fix is the switch [`ClusterConfig::kip848_partition_epochs`].
 //!
@@ -496,7 +498,9 @@ impl ConsumerGroup {
                     return;
                 }
                 crate::mark!("kafka:kip848-revocation-acknowledged");
-                (member.member_epoch + 1).min(self.assignment_epoch)
+                // KAFKA-19974 (apache/kafka#21107): a member that must revoke again keeps its
+                // epoch (it was bumped by one before), so a partition has one owner per epoch.
+                member.member_epoch
             }
         };
         let old_sets = [member.assigned.clone(), member.pending_revocation.clone()];

@@ -271,14 +271,46 @@ fn static_members_and_unknown_assignors_are_refused_by_name() {
     );
 }
 
+/// A heartbeat asking for the `range` server assignor.
+fn ranged(member_id: &str, epoch: i32, owned: &[u32]) -> ConsumerGroupHeartbeatRequest {
+    let mut r = request(member_id, epoch, owned);
+    r.server_assignor = Some("range".into());
+    r
+}
+
+/// KAFKA-19974: a member that acknowledged one revocation but must revoke more (the target
+/// moved on meanwhile) stays in UNREVOKED_PARTITIONS at the same epoch (it was bumped by one
+/// before), so no partition is owned by two members at one epoch.
+#[test]
+fn a_second_revocation_keeps_the_member_epoch_since_kafka_19974() {
+    let mut c = GroupCoordinator::new(config());
+    send(&mut c, 0, ranged("", 0, &[]));
+    let a = "consumer-1";
+    send(&mut c, 1, ranged("", 0, &[]));
+    // Range over two members: a keeps 0 and 1 and must revoke 2 and 3.
+    send(&mut c, 2, ranged(a, 1, &[0, 1, 2, 3]));
+    assert_eq!(state_of(&c, a), MemberState::UnrevokedPartitions);
+    // Two more members before a acknowledges: a's target is now only 0.
+    send(&mut c, 3, ranged("", 0, &[]));
+    send(&mut c, 4, ranged("", 0, &[]));
+    let answer = send(&mut c, 5, ranged(a, 1, &[0, 1]));
+    let Response::ConsumerGroupHeartbeat {
+        member_epoch,
+        assignment,
+        ..
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    assert_eq!((member_epoch, assignment), (1, vec![tp(0)]));
+    let view = &c.consumer_group_members(G)[a];
+    assert_eq!(view.state, MemberState::UnrevokedPartitions);
+    assert_eq!(view.pending_revocation, [tp(1)].into_iter().collect());
+}
+
 #[test]
 fn the_range_assignor_gives_each_member_consecutive_partitions() {
     let mut c = GroupCoordinator::new(config());
-    let ranged = |member: &str, epoch: i32, owned: &[u32]| {
-        let mut r = request(member, epoch, owned);
-        r.server_assignor = Some("range".into());
-        r
-    };
     send(&mut c, 0, ranged("", 0, &[]));
     send(&mut c, 1, ranged("", 0, &[]));
     let a = "consumer-1";
