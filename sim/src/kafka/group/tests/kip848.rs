@@ -452,3 +452,32 @@ fn a_partition_given_back_while_pending_revocation_keeps_its_owner_epoch_since_k
         "kafka:kip848-partition-assigned-to-two-members",
     ]);
 }
+
+/// The `uniform` server assignor: balanced (sizes differ by one at most), sticky (a member
+/// keeps what its previous target gave it, up to its quota), each partition once.
+#[test]
+fn the_uniform_assignor_is_balanced_and_keeps_what_members_held() {
+    let topics = vec![TOPIC.to_string()];
+    let members: BTreeMap<String, Vec<String>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|m| (m.to_string(), topics.clone()))
+        .collect();
+    let counts = BTreeMap::from([(TOPIC.to_string(), 7)]);
+    let held = |ps: std::ops::Range<u32>| ps.map(tp).collect::<BTreeSet<_>>();
+    let previous = BTreeMap::from([("a".to_string(), held(0..4)), ("b".to_string(), held(4..7))]);
+    let target = super::server_assignor::assign("uniform", &members, &counts, &previous);
+    let mut sizes: Vec<usize> = target.values().map(BTreeSet::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![2, 2, 3], "{target:?}");
+    assert!(
+        target["a"].is_subset(&previous["a"]),
+        "a keeps its own: {target:?}"
+    );
+    assert!(
+        target["b"].is_subset(&previous["b"]),
+        "b keeps its own: {target:?}"
+    );
+    let all: BTreeSet<_> = target.values().flatten().cloned().collect();
+    assert_eq!(all, held(0..7), "every partition once");
+    assert_eq!(target.values().map(BTreeSet::len).sum::<usize>(), 7);
+}
