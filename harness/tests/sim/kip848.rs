@@ -4,6 +4,15 @@
 
 use super::support::{catalogue, run_checked, run_holding};
 use eosim::checker::{Anomaly, Validity};
+use eosim::runner::SeedOutcome;
+
+/// Every mark of `marks` was hit in `outcome`.
+fn assert_marks(outcome: &SeedOutcome, marks: &[&str]) {
+    for mark in marks {
+        let hit = outcome.marks.contains_key(*mark);
+        assert!(hit, "{mark} not hit: {:?}", outcome.marks);
+    }
+}
 
 /// Kills and restarts in a consumer-protocol sink group: the coordinator fences the dead
 /// member, the survivors revoke before the newcomer is given anything, and at-least-once
@@ -11,20 +20,17 @@ use eosim::checker::{Anomaly, Validity};
 #[test]
 fn a_consumer_protocol_sink_group_revokes_before_reassigning_and_holds_under_restarts() {
     let (outcome, _) = run_holding("alo-kip848-consumer-restarts.toml", 1);
-    for mark in [
-        "kafka:kip848-member-fenced-session-timeout",
-        "kafka:kip848-revocation-requested",
-        "kafka:kip848-revocation-acknowledged",
-        "kafka:kip848-partitions-withheld-unreleased",
-        "client:kip848-reconcile-revoke",
-        "client:kip848-reconcile-assign",
-    ] {
-        assert!(
-            outcome.marks.contains_key(mark),
-            "{mark} not hit: {:?}",
-            outcome.marks
-        );
-    }
+    assert_marks(
+        &outcome,
+        &[
+            "kafka:kip848-member-fenced-session-timeout",
+            "kafka:kip848-revocation-requested",
+            "kafka:kip848-revocation-acknowledged",
+            "kafka:kip848-partitions-withheld-unreleased",
+            "client:kip848-reconcile-revoke",
+            "client:kip848-reconcile-assign",
+        ],
+    );
     let classic = outcome
         .marks
         .keys()
@@ -41,16 +47,13 @@ fn a_consumer_protocol_sink_group_revokes_before_reassigning_and_holds_under_res
 #[test]
 fn connect_sink_tasks_on_the_consumer_protocol_commit_what_they_revoke_and_hold() {
     let (outcome, _) = run_holding("p2-upsert-worker-crash-kip848.toml", 1);
-    for mark in [
-        "connect:partitions-revoked-committed",
-        "client:kip848-reconcile-revoke",
-    ] {
-        assert!(
-            outcome.marks.contains_key(mark),
-            "{mark} not hit: {:?}",
-            outcome.marks
-        );
-    }
+    assert_marks(
+        &outcome,
+        &[
+            "connect:partitions-revoked-committed",
+            "client:kip848-reconcile-revoke",
+        ],
+    );
 }
 
 /// KAFKA-16147: the same seed of the same churn duplicates copies on the pre-fix

@@ -271,6 +271,18 @@ fn static_members_and_unknown_assignors_are_refused_by_name() {
     );
 }
 
+/// A ConsumerGroupHeartbeat answer's member epoch and assignment.
+fn answered(answer: Response) -> (i32, Vec<TopicPartition>) {
+    match answer {
+        Response::ConsumerGroupHeartbeat {
+            member_epoch,
+            assignment,
+            ..
+        } => (member_epoch, assignment),
+        other => panic!("expected a ConsumerGroupHeartbeat answer, got {other:?}"),
+    }
+}
+
 /// A heartbeat asking for the `range` server assignor.
 fn ranged(member_id: &str, epoch: i32, owned: &[u32]) -> ConsumerGroupHeartbeatRequest {
     let mut r = request(member_id, epoch, owned);
@@ -294,14 +306,7 @@ fn a_second_revocation_keeps_the_member_epoch_since_kafka_19974() {
     send(&mut c, 3, ranged("", 0, &[]));
     send(&mut c, 4, ranged("", 0, &[]));
     let answer = send(&mut c, 5, ranged(a, 1, &[0, 1]));
-    let Response::ConsumerGroupHeartbeat {
-        member_epoch,
-        assignment,
-        ..
-    } = answer
-    else {
-        panic!("{answer:?}");
-    };
+    let (member_epoch, assignment) = answered(answer);
     assert_eq!((member_epoch, assignment), (1, vec![tp(0)]));
     let view = &c.consumer_group_members(G)[a];
     assert_eq!(view.state, MemberState::UnrevokedPartitions);
@@ -318,10 +323,7 @@ fn the_range_assignor_gives_each_member_consecutive_partitions() {
     send(&mut c, 2, ranged(a, 1, &[0, 1, 2, 3]));
     send(&mut c, 3, ranged(a, 1, &[0, 1]));
     let members = c.consumer_group_members(G);
-    let b_assigned = match send(&mut c, 4, ranged("consumer-2", 2, &[])) {
-        Response::ConsumerGroupHeartbeat { assignment, .. } => assignment,
-        other => panic!("{other:?}"),
-    };
+    let (_, b_assigned) = answered(send(&mut c, 4, ranged("consumer-2", 2, &[])));
     assert_eq!(members[a].assigned, [tp(0), tp(1)].into_iter().collect());
     assert_eq!(b_assigned, vec![tp(2), tp(3)]);
 }
@@ -332,14 +334,7 @@ fn added_partitions_bump_the_group_epoch_and_are_assigned() {
     let a = group_of_one(&mut c);
     let six = |t: &str| (t == TOPIC).then_some(6);
     let answer = c.consumer_group_heartbeat(10, request(&a, 1, &[0, 1, 2, 3]), &six);
-    let Response::ConsumerGroupHeartbeat {
-        member_epoch,
-        assignment,
-        ..
-    } = answer
-    else {
-        panic!("{answer:?}");
-    };
+    let (member_epoch, assignment) = answered(answer);
     assert_eq!(member_epoch, 2);
     assert_eq!(assignment.len(), 6);
 }
