@@ -127,7 +127,7 @@ impl CopierConfig {
 
 /// The copiers' consumer: group [`COPY_GROUP`], read_committed, from the earliest offset,
 /// at most `copy.records_per_transaction_max` records per poll, `[workload]`'s session and
-/// request timeouts.
+/// request timeouts, `[copy] "group.protocol"` (classic, or KIP-848's consumer protocol).
 pub fn consumer_config(scenario: &Scenario) -> ConsumerConfig {
     let w = &scenario.workload;
     let mut config = ConsumerConfig::new(COPY_GROUP);
@@ -141,6 +141,7 @@ pub fn consumer_config(scenario: &Scenario) -> ConsumerConfig {
     // faults drop requests outright, where TCP would retransmit) is retried after 25 s
     // instead of Java's default 305 s, within the drain's bound.
     config.max_poll_interval_ms = COPIER_MAX_POLL_INTERVAL_MS;
+    config.group_protocol = scenario.copy.group_protocol;
     config
 }
 

@@ -1023,3 +1023,76 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
     let message = parse("topology = \"filter-map-values\"\nnum_standby_replicas = 1\n");
     assert_mentions(&message, &["`streams.num_standby_replicas`", "no store"]);
 }
+
+#[test]
+fn group_protocol_consumer_reaches_the_consumer_config_and_the_cluster_timeouts_the_model() {
+    let text = format!(
+        "{HEAD}[cluster]\ngroup_consumer_session_timeout_ms = 6000\n\
+         group_consumer_heartbeat_interval_ms = 2000\n\
+         [consumer]\n\"group.protocol\" = \"consumer\"\n\"group.remote.assignor\" = \"range\"\n"
+    );
+    let scenario = Scenario::parse(Path::new("ok.toml"), &text).expect("parses");
+    let config = scenario.sink_consumer_config("consumer-0");
+    assert_eq!(
+        config.group_protocol,
+        eosim::client::GroupProtocol::Consumer
+    );
+    assert_eq!(config.group_remote_assignor.as_deref(), Some("range"));
+    let cluster = scenario.cluster.to_config();
+    assert_eq!(
+        (
+            cluster.group_consumer_session_timeout_ms,
+            cluster.group_consumer_heartbeat_interval_ms
+        ),
+        (6000, 2000)
+    );
+    let defaults = Scenario::parse(Path::new("ok.toml"), HEAD).expect("parses");
+    let config = defaults.sink_consumer_config("consumer-0");
+    assert_eq!(config.group_protocol, eosim::client::GroupProtocol::Classic);
+    let cluster = defaults.cluster.to_config();
+    assert_eq!(cluster.group_consumer_session_timeout_ms, 45_000);
+    let json = serde_json::to_value(&defaults.consumer).expect("serializes");
+    assert!(
+        json.get("group.protocol").is_none(),
+        "classic is not written out"
+    );
+}
+
+/// Java's `ConsumerConfig.checkUnsupportedConfigsPostProcess`: the classic protocol's keys
+/// under `group.protocol = consumer` and `group.remote.assignor` under `classic` are
+/// refused; so are what the model lacks (KIP-848 static members, other assignors).
+#[test]
+fn keys_the_group_protocol_rules_out_are_refused_by_name() {
+    let consumer = "[consumer]\n\"group.protocol\" = \"consumer\"\n";
+    let cases = [
+        (
+            format!("{consumer}\"partition.assignment.strategy\" = \"range\"\n"),
+            "consumer.partition.assignment.strategy",
+        ),
+        (
+            format!("[workload]\nsession_timeout_ms = 6000\n{consumer}"),
+            "workload.session_timeout_ms",
+        ),
+        (
+            format!("{consumer}\"group.instance.id\" = \"app\"\n"),
+            "consumer.group.instance.id",
+        ),
+        (
+            "[consumer]\n\"group.remote.assignor\" = \"uniform\"\n".to_string(),
+            "consumer.group.remote.assignor",
+        ),
+    ];
+    for (body, key) in cases {
+        let message = error_of(&body);
+        assert_mentions(&message, &[key, "is not supported when group.protocol is"]);
+    }
+    let message = error_of(&format!(
+        "{consumer}\"group.remote.assignor\" = \"sticky\"\n"
+    ));
+    assert_mentions(
+        &message,
+        &["consumer.group.remote.assignor", "uniform", "range"],
+    );
+    let message = error_of("[consumer]\n\"group.protocol\" = \"streams\"\n");
+    assert_mentions(&message, &["group.protocol", "classic", "consumer"]);
+}

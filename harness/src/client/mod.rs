@@ -275,6 +275,25 @@ pub struct ConsumerConfig {
     /// partition count changed since its last assignment rejoins, so the added partitions
     /// get owners (`ConsumerCoordinator.rejoinNeededOrPending`).
     pub metadata_max_age_ms: u64,
+    /// `group.protocol`: the classic rebalance protocol (Kafka's default) or KIP-848's
+    /// consumer protocol, where the coordinator assigns and each member reconciles through
+    /// `ConsumerGroupHeartbeat` (`session_timeout_ms`, `heartbeat_interval_ms` and
+    /// `partition_assignment_strategy` are then unused: the broker's settings rule).
+    pub group_protocol: GroupProtocol,
+    /// `group.remote.assignor` (KIP-848): the server-side assignor this member asks for,
+    /// `uniform` or `range`; `None`: the broker's default (`uniform`). Consumer protocol only.
+    pub group_remote_assignor: Option<String>,
+}
+
+/// `group.protocol` (KIP-848, `ConsumerConfig.GROUP_PROTOCOL_CONFIG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// JoinGroup / SyncGroup / Heartbeat, the leader member assigns (Kafka's default).
+    #[default]
+    Classic,
+    /// KIP-848's ConsumerGroupHeartbeat: the coordinator assigns, members reconcile.
+    Consumer,
 }
 
 /// Java's `metadata.max.age.ms` default (`CommonClientConfigs.DEFAULT_METADATA_MAX_AGE_MS`
@@ -354,6 +373,8 @@ impl ConsumerConfig {
                 AssignmentStrategy::CooperativeSticky,
             ],
             metadata_max_age_ms: METADATA_MAX_AGE_MS,
+            group_protocol: GroupProtocol::Classic,
+            group_remote_assignor: None,
         }
     }
 

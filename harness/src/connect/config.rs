@@ -20,9 +20,11 @@
 //! connector's `consumer.override.` keys); worker: `offset.flush.interval.ms` 60000,
 //! `offset.flush.timeout.ms` 5000, `session.timeout.ms` 10000, `heartbeat.interval.ms`
 //! 3000, `scheduled.rebalance.max.delay.ms` 300000, `task.shutdown.graceful.timeout.ms`
-//! 5000.
+//! 5000. `consumer.override.group.protocol` classic (KIP-848's `consumer` refuses the
+//! classic protocol's consumer keys, as Java does), `consumer.override.group.remote.assignor`
+//! unset (the broker's `uniform`).
 
-use crate::client::{AssignmentStrategy, AutoOffsetReset};
+use crate::client::{AssignmentStrategy, AutoOffsetReset, GroupProtocol};
 use eosim_sim::kafka::Isolation;
 use std::collections::BTreeMap;
 
@@ -80,6 +82,8 @@ pub const FRAMEWORK_KEYS: &[&str] = &[
     "consumer.override.partition.assignment.strategy",
     "consumer.override.fetch.max.wait.ms",
     "consumer.override.fetch.min.bytes",
+    "consumer.override.group.protocol",
+    "consumer.override.group.remote.assignor",
 ];
 
 /// Converter classes the worker knows.
@@ -150,6 +154,10 @@ pub struct ConnectorConfig {
     pub fetch_max_wait_ms: u64,
     /// `consumer.override.fetch.min.bytes`.
     pub fetch_min_bytes: u32,
+    /// `consumer.override.group.protocol`: `classic` (default) or `consumer` (KIP-848).
+    pub group_protocol: GroupProtocol,
+    /// `consumer.override.group.remote.assignor` (consumer protocol only).
+    pub group_remote_assignor: Option<String>,
     /// Every key as given (the sink reads its own keys from here).
     pub raw: BTreeMap<String, String>,
 }
@@ -314,6 +322,8 @@ impl ConnectorConfig {
             partition_assignment_strategy: parse_assignment_strategy(raw)?,
             fetch_max_wait_ms: number(raw, "consumer.override.fetch.max.wait.ms", "500")?,
             fetch_min_bytes: number(raw, "consumer.override.fetch.min.bytes", "1")?,
+            group_protocol: parse_group_protocol(raw)?,
+            group_remote_assignor: raw.get("consumer.override.group.remote.assignor").cloned(),
             raw: raw.clone(),
         })
     }
@@ -364,6 +374,45 @@ fn parse_assignment_strategy(
                 .map_err(|_| invalid(key, v, AssignmentStrategy::EXPECTED))
         })
         .transpose()
+}
+
+/// `consumer.override.group.protocol`, with the keys Java's `ConsumerConfig` refuses
+/// beside it (`checkUnsupportedConfigsPostProcess`): under `consumer` (KIP-848) the
+/// classic protocol's `session.timeout.ms`, `heartbeat.interval.ms` and
+/// `partition.assignment.strategy`; under `classic`, `group.remote.assignor`. A remote
+/// assignor must be one the model's brokers have.
+fn parse_group_protocol(raw: &BTreeMap<String, String>) -> Result<GroupProtocol, ConfigError> {
+    let key = "consumer.override.group.protocol";
+    let protocol = match get(raw, key, "classic") {
+        "classic" => GroupProtocol::Classic,
+        "consumer" => GroupProtocol::Consumer,
+        other => return Err(invalid(key, other, "classic or consumer")),
+    };
+    let refused: &[&str] = match protocol {
+        GroupProtocol::Classic => &["group.remote.assignor"],
+        GroupProtocol::Consumer => &[
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "partition.assignment.strategy",
+        ],
+    };
+    let name = get(raw, key, "classic");
+    for refused in refused {
+        let refused = format!("consumer.override.{refused}");
+        if let Some(value) = raw.get(&refused) {
+            let why =
+                format!("not supported when group.protocol is {name} (Java's ConsumerConfig)");
+            return Err(invalid(&refused, value, &why));
+        }
+    }
+    let assignors = eosim_sim::kafka::group::consumer_protocol::SERVER_ASSIGNORS;
+    let assignor_key = "consumer.override.group.remote.assignor";
+    match raw.get(assignor_key) {
+        Some(name) if !assignors.contains(&name.as_str()) => {
+            Err(invalid(assignor_key, name, "uniform or range"))
+        }
+        _ => Ok(protocol),
+    }
 }
 
 /// Worker keys (`DistributedConfig`, `WorkerConfig`) the simulated worker honours.

@@ -115,7 +115,8 @@ pub enum TaskExit {
 /// The task consumer's configuration (`Worker.baseConsumerConfigs`): group `connect-<name>`,
 /// `auto.offset.reset` earliest unless overridden, no auto-commit (the clients never auto-commit), the consumer's own
 /// `session.timeout.ms` (45 s, KIP-735) and `heartbeat.interval.ms` (3 s) defaults, not
-/// the worker group's, and the connector's `consumer.override.*` keys.
+/// the worker group's, and the connector's `consumer.override.*` keys (`group.protocol`
+/// among them: KIP-848's consumer protocol).
 pub fn task_consumer_config(config: &ConnectorConfig, _wc: &WorkerConfig) -> ConsumerConfig {
     let mut cc = ConsumerConfig::new(config.group_id());
     cc.auto_offset_reset = config.auto_offset_reset;
@@ -133,6 +134,8 @@ pub fn task_consumer_config(config: &ConnectorConfig, _wc: &WorkerConfig) -> Con
     }
     cc.fetch_max_wait_ms = config.fetch_max_wait_ms;
     cc.fetch_min_bytes = config.fetch_min_bytes;
+    cc.group_protocol = config.group_protocol;
+    cc.group_remote_assignor = config.group_remote_assignor.clone();
     cc.request_timeout_ms = 5_000;
     cc
 }
@@ -726,6 +729,66 @@ mod tests {
             .collect();
         let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
         assert!(e.contains("consumer.override.session.timeout.ms"), "{e}");
+    }
+
+    /// `consumer.override.group.protocol = consumer` (KIP-848) and its remote assignor reach
+    /// the task consumer; the classic protocol's keys beside it, and a remote assignor
+    /// under `classic`, are refused by name as Java's `ConsumerConfig` refuses them.
+    #[test]
+    fn task_consumers_take_the_group_protocol_and_refuse_what_it_rules_out() {
+        use crate::client::GroupProtocol;
+        let wc = WorkerConfig::default();
+        assert_eq!(
+            task_consumer_config(&connector(&[]), &wc).group_protocol,
+            GroupProtocol::Classic
+        );
+        let kip848 = connector(&[
+            ("consumer.override.group.protocol", "consumer"),
+            ("consumer.override.group.remote.assignor", "range"),
+        ]);
+        let cc = task_consumer_config(&kip848, &wc);
+        assert_eq!(cc.group_protocol, GroupProtocol::Consumer);
+        assert_eq!(cc.group_remote_assignor.as_deref(), Some("range"));
+        let refused = [
+            (
+                Some("consumer"),
+                "consumer.override.session.timeout.ms",
+                "10000",
+            ),
+            (
+                Some("consumer"),
+                "consumer.override.heartbeat.interval.ms",
+                "1000",
+            ),
+            (
+                Some("consumer"),
+                "consumer.override.partition.assignment.strategy",
+                "range",
+            ),
+            (None, "consumer.override.group.remote.assignor", "uniform"),
+            (
+                Some("consumer"),
+                "consumer.override.group.remote.assignor",
+                "sticky",
+            ),
+            (
+                Some("streams"),
+                "consumer.override.group.protocol",
+                "streams",
+            ),
+        ];
+        for (protocol, key, value) in refused {
+            let mut raw: BTreeMap<String, String> = [("name", "c"), ("connector.class", "x")]
+                .into_iter()
+                .chain([("topics", "t"), (key, value)])
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            if let Some(protocol) = protocol {
+                raw.insert("consumer.override.group.protocol".into(), protocol.into());
+            }
+            let e = ConnectorConfig::parse(&raw, &[]).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
     }
 
     /// `consumer.override.fetch.max.wait.ms` and `consumer.override.fetch.min.bytes` reach

@@ -16,7 +16,18 @@
 //! "partition.assignment.strategy" = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 //! "metadata.max.age.ms" = 300000          # ms: the group leader sees added partitions then
 //! "group.instance.id" = "sink"           # static members (KIP-345): consumer-0 is "sink-consumer-0"
+//! "group.protocol" = "consumer"          # classic (default) | consumer (KIP-848)
+//! "group.remote.assignor" = "range"      # consumer protocol only: uniform (default) | range
 //! ```
+//!
+//! With `"group.protocol" = "consumer"` the coordinator assigns (KIP-848) and the keys of
+//! the classic protocol are refused as Java's `ConsumerConfig` refuses them when set
+//! (`checkUnsupportedConfigsPostProcess`): `partition.assignment.strategy`, and
+//! `session.timeout.ms` (`[workload] session_timeout_ms` other than its default; the
+//! broker's `[cluster] group_consumer_session_timeout_ms` rules, and its
+//! `group_consumer_heartbeat_interval_ms` the heartbeats). `group.instance.id` is refused
+//! too: the model has no KIP-848 static membership. Under `classic`,
+//! `group.remote.assignor` is refused, as Java does.
 //!
 //! `max.poll.records` is `[workload] max_poll_records` (default 50 here, 500 in Kafka) and
 //! `session.timeout.ms` is `[workload] session_timeout_ms`, as before this section existed.
@@ -28,7 +39,8 @@
 //! `property.kafka_default_offsets`).
 
 use super::Scenario;
-use crate::client::{AssignmentStrategy, AutoOffsetReset, ConsumerConfig};
+use crate::client::{AssignmentStrategy, AutoOffsetReset, ConsumerConfig, GroupProtocol};
+use eosim_sim::kafka::group::consumer_protocol::SERVER_ASSIGNORS;
 use eosim_sim::kafka::Isolation;
 use serde::{Deserialize, Serialize};
 
@@ -91,8 +103,9 @@ impl IsolationLevel {
 /// (this pipeline's own setting, made before the consumers start; Kafka's default is
 /// `latest`), `enable.auto.commit = false` (the workload commits per `[workload] commit`;
 /// Kafka's default is true), `auto.commit.interval.ms = 5000`, `max.poll.interval.ms =
-/// 300000`, `fetch.min.bytes = 1`, `fetch.max.wait.ms = 500` and `metadata.max.age.ms =
-/// 300000` (Kafka's).
+/// 300000`, `fetch.min.bytes = 1`, `fetch.max.wait.ms = 500`, `metadata.max.age.ms =
+/// 300000` and `group.protocol = "classic"` (Kafka's); `group.remote.assignor` unset (the
+/// broker's `uniform`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsumerSpec {
@@ -149,6 +162,42 @@ pub struct ConsumerSpec {
     /// members (Kafka's default).
     #[serde(rename = "group.instance.id", skip_serializing_if = "Option::is_none")]
     pub group_instance_id: Option<String>,
+    /// `group.protocol`: `classic` (default, Kafka's) or `consumer` (KIP-848: the
+    /// coordinator assigns through `ConsumerGroupHeartbeat`, members reconcile; see the
+    /// module docs for the keys it refuses).
+    #[serde(rename = "group.protocol", skip_serializing_if = "is_classic")]
+    pub group_protocol: GroupProtocol,
+    /// `group.remote.assignor` (KIP-848, consumer protocol only): `uniform` or `range`.
+    /// `None`: the broker's default, `uniform`.
+    #[serde(
+        rename = "group.remote.assignor",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub group_remote_assignor: Option<String>,
+}
+
+/// `Err((key, message))` when `[workload] session_timeout_ms` (the consumers'
+/// `session.timeout.ms`) is set away from `default_ms` under `protocol = consumer`: Java's
+/// `ConsumerConfig` refuses `session.timeout.ms` there; the broker's
+/// `group.consumer.session.timeout.ms` applies (`[cluster] group_consumer_session_timeout_ms`).
+pub(super) fn check_session_timeout(
+    protocol: GroupProtocol,
+    session_timeout_ms: u64,
+    default_ms: u64,
+) -> Result<(), (String, String)> {
+    super::ensure(
+        protocol == GroupProtocol::Classic || session_timeout_ms == default_ms,
+        "workload.session_timeout_ms",
+        "is not supported when group.protocol is consumer (session.timeout.ms, which Java's \
+         ConsumerConfig refuses: the broker's cluster.group_consumer_session_timeout_ms \
+         applies)"
+            .into(),
+    )
+}
+
+/// Whether `protocol` is the default, classic (for `skip_serializing_if`).
+pub(super) fn is_classic(protocol: &GroupProtocol) -> bool {
+    *protocol == GroupProtocol::Classic
 }
 
 impl Default for ConsumerSpec {
@@ -164,6 +213,8 @@ impl Default for ConsumerSpec {
             partition_assignment_strategy: None,
             metadata_max_age_ms: crate::client::METADATA_MAX_AGE_MS,
             group_instance_id: None,
+            group_protocol: GroupProtocol::Classic,
+            group_remote_assignor: None,
         }
     }
 }
@@ -182,6 +233,57 @@ impl ConsumerSpec {
         if let Some(list) = self.assignment_strategy() {
             config.partition_assignment_strategy = list;
         }
+        config.group_protocol = self.group_protocol;
+        config.group_remote_assignor = self.group_remote_assignor.clone();
+    }
+
+    /// `Err((key, message))` for a key `group.protocol` rules out (Java's
+    /// `ConsumerConfig.checkUnsupportedConfigsPostProcess`, and what the model lacks);
+    /// `session_timeout_ms` is `[workload] session_timeout_ms`, `default_ms` its default.
+    pub(super) fn check_group_protocol(
+        &self,
+        session_timeout_ms: u64,
+        default_ms: u64,
+    ) -> Result<(), (String, String)> {
+        let consumer = self.group_protocol == GroupProtocol::Consumer;
+        let refused = |key: &str, set: bool, protocol: &str, why: &str| {
+            super::ensure(
+                !set,
+                key,
+                format!("is not supported when group.protocol is {protocol} ({why})"),
+            )
+        };
+        let java = "Java's ConsumerConfig refuses it";
+        refused(
+            "consumer.group.remote.assignor",
+            !consumer && self.group_remote_assignor.is_some(),
+            "classic",
+            java,
+        )?;
+        let strategy = self.partition_assignment_strategy.is_some();
+        let why = "the coordinator assigns under KIP-848; set group.remote.assignor";
+        refused(
+            "consumer.partition.assignment.strategy",
+            consumer && strategy,
+            "consumer",
+            why,
+        )?;
+        check_session_timeout(self.group_protocol, session_timeout_ms, default_ms)?;
+        let why = "eosim models no KIP-848 static membership";
+        refused(
+            "consumer.group.instance.id",
+            consumer && self.group_instance_id.is_some(),
+            "consumer",
+            why,
+        )?;
+        if let Some(name) = &self.group_remote_assignor {
+            super::ensure(
+                SERVER_ASSIGNORS.contains(&name.as_str()),
+                "consumer.group.remote.assignor",
+                format!("expected one of {SERVER_ASSIGNORS:?} (the brokers' group.consumer.assignors), found {name:?}"),
+            )?;
+        }
+        Ok(())
     }
 
     /// Consumer process `process`'s `group.instance.id`, if the consumers are static.

@@ -37,7 +37,9 @@ pub mod routine_load;
 
 use crate::checker::Claim;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
-use eosim_sim::kafka::{Acks, ClusterConfig, StaticMemberRejoin, TxnProtocol};
+use eosim_sim::kafka::{
+    Acks, ClusterConfig, PartitionEpochBookkeeping, StaticMemberRejoin, TxnProtocol,
+};
 use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -135,7 +137,8 @@ impl Pipeline {
 /// `output_topic = "output"`, `records_per_transaction_max = 10`,
 /// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
 /// `abort_transactions = []`, `process_ms = 0`, `buggify_produce_delay_probability = 0`,
-/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`.
+/// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`, `group.protocol =
+/// "classic"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CopySpec {
@@ -163,6 +166,14 @@ pub struct CopySpec {
     pub buggify_end_txn_delay_probability: f64,
     /// How long a held request waits, ms.
     pub buggify_delay_ms: u64,
+    /// `group.protocol` of the copiers' consumers: `classic` (default) or `consumer`
+    /// (KIP-848: the coordinator assigns, a copier revokes a partition only between
+    /// transactions, and the offsets it sends to a transaction carry its member epoch).
+    #[serde(
+        rename = "group.protocol",
+        skip_serializing_if = "consumer::is_classic"
+    )]
+    pub group_protocol: crate::client::GroupProtocol,
 }
 
 impl Default for CopySpec {
@@ -177,6 +188,7 @@ impl Default for CopySpec {
             buggify_produce_delay_probability: 0.0,
             buggify_end_txn_delay_probability: 0.0,
             buggify_delay_ms: 0,
+            group_protocol: crate::client::GroupProtocol::Classic,
         }
     }
 }
@@ -261,6 +273,22 @@ pub struct ClusterSpec {
     /// time Kafka's load takes grows with the partition. Default 0 (instant).
     #[serde(default)]
     pub coordinator_load_ms: u64,
+    /// `group.consumer.session.timeout.ms` (KIP-848): a consumer-protocol member
+    /// (`[consumer] "group.protocol" = "consumer"`) silent this long is fenced, ms.
+    /// Default 45000 (Kafka's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_consumer_session_timeout_ms: Option<u64>,
+    /// `group.consumer.heartbeat.interval.ms` (KIP-848): the heartbeat interval the
+    /// coordinator gives consumer-protocol members, ms. Default 5000 (Kafka's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_consumer_heartbeat_interval_ms: Option<u64>,
+    /// How the KIP-848 coordinator tracks which member owns a partition: `"kafka-16147"`
+    /// (default; every release with KIP-848 GA) or `"pre-kafka-16147"`, the KAFKA-16147
+    /// switch (Kafka 3.7 before the fix): a partition pending revocation that is given
+    /// back to its member loses its owner epoch, and the next member whose target holds
+    /// it gets it while the first still consumes it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub kip848_partition_epochs: PartitionEpochBookkeeping,
     /// Which broker speaks the Kafka protocol: `"kafka"` (default) or `"kop"`
     /// (Kafka-on-Pulsar, `eosim_sim::kafka::kop`: offsets from Pulsar entry positions and a
     /// transaction-coordinator switch; everything else as Kafka).
@@ -362,6 +390,9 @@ impl Default for ClusterSpec {
             offsets_topic_num_partitions: default_offsets_topic_num_partitions(),
             transaction_state_log_num_partitions: default_transaction_state_log_num_partitions(),
             coordinator_load_ms: 0,
+            group_consumer_session_timeout_ms: None,
+            group_consumer_heartbeat_interval_ms: None,
+            kip848_partition_epochs: PartitionEpochBookkeeping::default(),
             flavour: FlavourName::Kafka,
             kafka_transaction_coordinator_enabled: None,
             broker_entry_metadata_interceptors: None,
@@ -373,6 +404,7 @@ impl Default for ClusterSpec {
 impl ClusterSpec {
     /// The model's configuration.
     pub fn to_config(&self) -> ClusterConfig {
+        let defaults = ClusterConfig::default();
         ClusterConfig {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,
             broker_session_timeout_ms: self.broker_session_timeout_ms,
@@ -390,7 +422,12 @@ impl ClusterSpec {
             transaction_state_log_num_partitions: self.transaction_state_log_num_partitions,
             coordinator_load_ms: self.coordinator_load_ms,
             flavour: self.flavour(),
-            ..ClusterConfig::default()
+            group_consumer_session_timeout_ms: (self.group_consumer_session_timeout_ms)
+                .unwrap_or(defaults.group_consumer_session_timeout_ms),
+            group_consumer_heartbeat_interval_ms: (self.group_consumer_heartbeat_interval_ms)
+                .unwrap_or(defaults.group_consumer_heartbeat_interval_ms),
+            kip848_partition_epochs: self.kip848_partition_epochs,
+            ..defaults
         }
     }
 
@@ -1362,6 +1399,13 @@ impl Scenario {
             "expected at least 1, found 0".into(),
         )?;
         self.consumer.check()?;
+        (self.consumer).check_group_protocol(w.session_timeout_ms, default_session_timeout())?;
+        let copy_protocol = self.copy.group_protocol;
+        consumer::check_session_timeout(
+            copy_protocol,
+            w.session_timeout_ms,
+            default_session_timeout(),
+        )?;
         producer::check(self)?;
         self.check_upstream_txn()?;
         self.check_sink_consumer()

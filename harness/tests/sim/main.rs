@@ -11,6 +11,7 @@ mod connect_worker;
 mod consumer_truncation;
 mod doris_connector;
 mod kafka_consume;
+mod kip848;
 mod kop;
 mod long_poll;
 mod marks;

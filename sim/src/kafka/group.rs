@@ -1,5 +1,8 @@
-//! Group coordinators (classic protocol): membership, generations, rebalances, committed
-//! offsets. Behaviour follows `shared/models-reference.md` section D, which paraphrases
+//! Group coordinators: membership, generations, rebalances, committed offsets. The classic
+//! protocol is here and in `rebalance.rs` / `requests.rs`; KIP-848's consumer protocol
+//! (`ConsumerGroupHeartbeat`, [`GroupCoordinator::consumer_group_heartbeat`]) is in
+//! [`consumer_protocol`], its server-side assignors in `server_assignor.rs`. A group id is
+//! of one protocol at a time (mixed membership is refused, see [`consumer_protocol`]). Behaviour follows `shared/models-reference.md` section D, which paraphrases
 //! Kafka's `ClassicGroup.java` and `GroupMetadataManager.java`.
 //!
 //! # Shape
@@ -241,10 +244,14 @@ pub struct GroupCoordinator {
     groups: BTreeMap<String, Group>,
     next_member_number: u64,
     parked: Parked,
+    /// KIP-848 groups by id; their committed offsets stay in `groups`.
+    consumer_groups: BTreeMap<String, consumer_protocol::ConsumerGroup>,
 }
 
+pub mod consumer_protocol;
 mod rebalance;
 mod requests;
+mod server_assignor;
 mod txn;
 
 impl GroupCoordinator {
@@ -255,6 +262,7 @@ impl GroupCoordinator {
             groups: BTreeMap::new(),
             next_member_number: 1,
             parked: Parked::default(),
+            consumer_groups: BTreeMap::new(),
         }
     }
 
@@ -368,6 +376,7 @@ impl GroupCoordinator {
             group.expire(now, &mut self.parked, &self.config);
             group.try_complete_join(now, &mut self.parked, &self.config);
         }
+        self.tick_consumer_groups(now);
         self.parked.forget_old(now);
     }
 
@@ -377,7 +386,8 @@ impl GroupCoordinator {
     /// from its `GroupMetadataValue`, Stable with members or Empty, and `onLoaded`
     /// restarts every member's session timer): a generation whose join phase completed
     /// but whose leader never synced, a rebalance in progress, handed-out member ids and
-    /// pending syncs are gone. Parked JoinGroup and SyncGroup requests are answered
+    /// pending syncs are gone. A KIP-848 group is loaded whole (Kafka records every member
+    /// and assignment), its timers restarted. Parked JoinGroup and SyncGroup requests are answered
     /// NOT_COORDINATOR (their connection died with the old coordinator: the client looks
     /// the coordinator up again). Committed and pending transactional offsets stay.
     pub fn reload(&mut self, now: TimeMs, moved: &dyn Fn(&str) -> bool) {
@@ -386,6 +396,7 @@ impl GroupCoordinator {
                 group.reload(now, &mut self.parked);
             }
         }
+        self.reload_consumer_groups(now, moved);
     }
 
     /// The state of group `group_id`, if it exists.

@@ -1420,7 +1420,8 @@ impl Cluster {
         }
     }
 
-    /// The six group requests: `COORDINATOR_NOT_AVAILABLE` while the group's partition of
+    /// The six group requests and KIP-848's ConsumerGroupHeartbeat (whose coordinator reads
+    /// the controller's partition counts): `COORDINATOR_NOT_AVAILABLE` while the group's partition of
     /// `__consumer_offsets` is offline, `NOT_COORDINATOR` at a broker that does not lead
     /// that partition in the controller's current epoch, else handed to the group
     /// coordinator. The rule is the transactions' (`check_coordinator`): in Kafka 4.x every
@@ -1440,6 +1441,7 @@ impl Cluster {
             | Request::LeaveGroup { group_id, .. }
             | Request::OffsetCommit { group_id, .. }
             | Request::OffsetFetch { group_id, .. } => group_id.clone(),
+            Request::ConsumerGroupHeartbeat(r) => r.group_id.clone(),
             other => unreachable!("not a group request: {other:?}"),
         };
         if let Err(e) = self.check_coordinator(now, broker, &group_id, CoordinatorKind::Group) {
@@ -1450,7 +1452,15 @@ impl Cluster {
             }
             return error(e);
         }
-        self.groups.handle(now, request)
+        match request {
+            Request::ConsumerGroupHeartbeat(r) => {
+                // Disjoint fields: the coordinator reads the topics' partition counts.
+                let topics = &self.topics;
+                let count = |t: &str| topics.get(t).map(|t| t.partitions.len() as u32);
+                Reply::Done(self.groups.consumer_group_heartbeat(now, r, &count))
+            }
+            request => self.groups.handle(now, request),
+        }
     }
 
     /// Appends a control batch (a transaction marker, `WriteTxnMarkers`) at the partition's
@@ -1530,9 +1540,10 @@ fn api_of(request: &Request) -> &'static str {
         Request::TxnOffsetCommit { .. } => "txn-offset-commit",
         Request::OffsetFetchStable { .. } => "offset-fetch-stable",
         Request::OffsetCommit { .. } => "offset-commit",
-        Request::JoinGroup { .. } | Request::SyncGroup { .. } | Request::Heartbeat { .. } => {
-            "group"
-        }
+        Request::JoinGroup { .. }
+        | Request::SyncGroup { .. }
+        | Request::Heartbeat { .. }
+        | Request::ConsumerGroupHeartbeat(_) => "group",
         _ => "other",
     }
 }

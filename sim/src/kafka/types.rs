@@ -208,6 +208,14 @@ pub struct ClusterConfig {
     /// Which broker speaks the protocol: Apache Kafka (default) or Kafka-on-Pulsar with
     /// its offset scheme and transaction-coordinator switch ([`super::kop`]).
     pub flavour: super::kop::Flavour,
+    /// `group.consumer.session.timeout.ms` (KIP-848): a consumer-protocol member silent
+    /// for this long is fenced. Default 45000.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms` (KIP-848): the interval the coordinator
+    /// tells consumer-protocol members to heartbeat at. Default 5000.
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// KIP-848 partition-epoch bookkeeping. Default [`PartitionEpochBookkeeping::Kafka16147`].
+    pub kip848_partition_epochs: PartitionEpochBookkeeping,
 }
 
 /// Kafka's `Long.MAX_VALUE`, the "never" of the `log.flush.*` settings.
@@ -259,6 +267,28 @@ pub enum StaticMemberRejoin {
     Kip814,
 }
 
+/// How the KIP-848 coordinator keeps each partition's owner epoch (`ConsumerGroup.
+/// currentPartitionEpoch`, which decides whether a target partition is free to assign)
+/// when a member's current assignment changes (KAFKA-16147).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionEpochBookkeeping {
+    /// Before KAFKA-16147 (Kafka 3.7 before January 2024, apache/kafka PR #15212):
+    /// `maybeUpdatePartitionEpoch` replaced the assigned partitions' epochs, then the
+    /// pending-revocation partitions' epochs, each only if that set changed. A member
+    /// whose partition pending revocation is given back to it (assigned {}, pending {p} →
+    /// assigned {p}, pending {}) first records p as assigned, then removes p with the old
+    /// pending set: p looks free while the member owns it, and the next member whose target
+    /// holds p gets it at once, so two members own p at the same time.
+    #[serde(rename = "pre-kafka-16147")]
+    PreKafka16147,
+    /// The fix (every Kafka release with KIP-848 GA): the old member's assigned and
+    /// pending partitions are removed first, then the new member's added.
+    #[default]
+    #[serde(rename = "kafka-16147")]
+    Kafka16147,
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
@@ -285,6 +315,9 @@ impl Default for ClusterConfig {
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: LONG_MAX_VALUE,
             flavour: super::kop::Flavour::Kafka,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
+            kip848_partition_epochs: PartitionEpochBookkeeping::Kafka16147,
         }
     }
 }
@@ -329,11 +362,23 @@ pub enum KafkaError {
     FencedInstanceId,
     TransactionAbortable,
     UnstableOffsetCommit,
+    /// KIP-848: a `ConsumerGroupHeartbeat` with a non-zero epoch to a group that does not
+    /// exist, or any group request to a group of the other protocol (69).
+    GroupIdNotFound,
+    /// A request the coordinator refuses as malformed or unsupported by the model (42).
+    InvalidRequest,
+    /// KIP-848: the member's epoch is ahead of the coordinator's, or behind it in a way no
+    /// lost response explains; the member must give up its partitions and rejoin (110).
+    FencedMemberEpoch,
+    /// KIP-848: `group.remote.assignor` names an assignor the broker does not have (112).
+    UnsupportedAssignor,
+    /// KIP-848: an OffsetCommit whose member epoch is not the member's current one (113).
+    StaleMemberEpoch,
 }
 
 impl KafkaError {
     /// Every error the model knows, in declaration order (for the lookup by number).
-    pub const ALL: [KafkaError; 36] = {
+    pub const ALL: [KafkaError; 41] = {
         use KafkaError::*;
         [
             OffsetOutOfRange,
@@ -372,6 +417,11 @@ impl KafkaError {
             FencedInstanceId,
             TransactionAbortable,
             UnstableOffsetCommit,
+            GroupIdNotFound,
+            InvalidRequest,
+            FencedMemberEpoch,
+            UnsupportedAssignor,
+            StaleMemberEpoch,
         ]
     };
 
@@ -421,6 +471,11 @@ impl KafkaError {
             FencedInstanceId => 82,
             TransactionAbortable => 120,
             UnstableOffsetCommit => 88,
+            GroupIdNotFound => 69,
+            InvalidRequest => 42,
+            FencedMemberEpoch => 110,
+            UnsupportedAssignor => 112,
+            StaleMemberEpoch => 113,
         }
     }
 
@@ -589,6 +644,28 @@ pub struct OwnedPartitions {
     pub generation: i32,
 }
 
+/// `ConsumerGroupHeartbeat`'s fields (KIP-848, `ConsumerGroupHeartbeatRequest.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerGroupHeartbeatRequest {
+    /// `group.id`.
+    pub group_id: String,
+    /// Empty to join as a new member (the coordinator names it).
+    pub member_id: String,
+    /// 0 to join, -1 to leave, -2 for a static member's leave; else the member's epoch.
+    pub member_epoch: i32,
+    /// `group.instance.id`: refused by the model (no KIP-848 static membership here).
+    pub instance_id: Option<String>,
+    /// The member's `max.poll.interval.ms`: how long it may take to revoke, ms.
+    pub rebalance_timeout_ms: u64,
+    /// Subscribed topics.
+    pub topics: Vec<String>,
+    /// `group.remote.assignor` (`uniform` or `range`); `None`: the broker's default.
+    pub server_assignor: Option<String>,
+    /// The partitions the member owns now (`TopicPartitions`): the acknowledgement of a
+    /// revocation is their absence.
+    pub owned: Vec<TopicPartition>,
+}
+
 /// A request to a broker. Each variant names the Kafka API it stands for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -682,6 +759,13 @@ pub enum Request {
         group_id: String,
         partitions: Vec<TopicPartition>,
     },
+    /// `ConsumerGroupHeartbeat` (KIP-848, the consumer rebalance protocol): joins with
+    /// `member_epoch` 0 (and an empty `member_id`: the coordinator names the member),
+    /// heartbeats and acknowledges with the current epoch and what the member owns, leaves
+    /// with -1 (-2 for a static member). The model's client always sends the full request
+    /// (Kafka's client sends unchanged fields as null; the coordinator treats a full
+    /// request the same way). `group::consumer_protocol` has the coordinator's side.
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     /// `InitProducerId` (KIP-98, KIP-360): a new producer id, or with a `transactional_id`
     /// the id of that transactional id with its epoch bumped (fencing older instances).
     /// `producer_id`/`producer_epoch` are -1 on first init, the current ones on a re-init.
@@ -746,6 +830,7 @@ impl Request {
             | Request::LeaveGroup { group_id, .. }
             | Request::OffsetCommit { group_id, .. }
             | Request::OffsetFetch { group_id, .. }
+            | Request::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest { group_id, .. })
             | Request::OffsetFetchStable { group_id, .. }
             | Request::TxnOffsetCommit { group_id, .. } => Some((group_id, CoordinatorKind::Group)),
             Request::InitProducerId {
@@ -824,6 +909,16 @@ pub enum Response {
         member_id: String,
     },
     SyncGroup {
+        assignment: Vec<TopicPartition>,
+    },
+    /// `ConsumerGroupHeartbeat` (KIP-848): the member's id and epoch (-1 after a leave),
+    /// how long to wait before the next heartbeat (ms), and the partitions the member may
+    /// own now (its current assignment, not the target: partitions still owned by their
+    /// previous owners are withheld).
+    ConsumerGroupHeartbeat {
+        member_id: String,
+        member_epoch: i32,
+        heartbeat_interval_ms: u64,
         assignment: Vec<TopicPartition>,
     },
     Heartbeat,

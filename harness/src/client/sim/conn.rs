@@ -234,6 +234,7 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::JoinGroup { .. } => "JoinGroup",
         Request::SyncGroup { .. } => "SyncGroup",
         Request::Heartbeat { .. } => "Heartbeat",
+        Request::ConsumerGroupHeartbeat(_) => "ConsumerGroupHeartbeat",
         Request::LeaveGroup { .. } => "LeaveGroup",
         Request::OffsetCommit { .. } => "OffsetCommit",
         Request::OffsetFetch { .. } => "OffsetFetch",

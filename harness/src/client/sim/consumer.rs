@@ -64,6 +64,13 @@
 //!   records and pauses; if any were revoked the member rejoins (`requestRejoin`), and that
 //!   second rebalance gives the partitions to their new owners.
 //!
+//! # Consumer protocol (KIP-848)
+//! With `group.protocol = consumer` ([`ConsumerConfig::group_protocol`]) the join loop, the
+//! assignors and the classic heartbeat task are not used: a `ConsumerGroupHeartbeat` task
+//! brings the assignment the coordinator computed and each poll reconciles it, revoking
+//! before assigning (module `kip848`, after Java's `AsyncKafkaConsumer` and
+//! `ConsumerMembershipManager`); commits carry the member epoch.
+//!
 //! # read_committed
 //! The model hides control records, so the client cannot see ABORT markers the way Java's
 //! `CompletedFetch` does; instead each aborted-transaction entry of the fetch response
@@ -83,7 +90,7 @@
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
     AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
-    Revocation,
+    GroupProtocol, Revocation,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::{
@@ -97,6 +104,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
+mod kip848;
 mod membership;
 mod sticky;
 #[cfg(test)]
@@ -263,6 +271,11 @@ impl SimConsumer {
             Some(assignor) => assignor.cooperative(),
             None => self.group.config.cooperative(),
         }
+    }
+
+    /// Whether the member speaks KIP-848's consumer protocol (`group.protocol = consumer`).
+    fn kip848(&self) -> bool {
+        self.group.config.group_protocol == GroupProtocol::Consumer
     }
 
     /// Whether the generation or member id was reset: owned partitions are lost.
@@ -781,7 +794,17 @@ impl Consumer for SimConsumer {
             m.rejoin_needed = true;
             m.last_poll = Instant::now();
         }
-        if self.heartbeat_task.is_none() {
+        if self.kip848() {
+            // The heartbeat carries the subscription: a new one restarts the task.
+            if let Some(task) = self.heartbeat_task.take() {
+                task.abort();
+            }
+            let task = self
+                .group
+                .clone()
+                .kip848_heartbeat_loop(self.topics.clone());
+            self.heartbeat_task = Some(tokio::spawn(task));
+        } else if self.heartbeat_task.is_none() {
             let task = self.group.clone().heartbeat_loop();
             self.heartbeat_task = Some(tokio::spawn(task));
         }
@@ -794,7 +817,12 @@ impl Consumer for SimConsumer {
         self.group.membership().last_poll = Instant::now();
         let mut failed = false;
         loop {
-            if !self.topics.is_empty() {
+            if !self.topics.is_empty() && self.kip848() {
+                if self.reconcile()? {
+                    return Ok(Vec::new());
+                }
+                self.update_positions(&deadline).await?;
+            } else if !self.topics.is_empty() {
                 self.maybe_refresh_metadata(&deadline).await;
                 if self.hand_out_revocation() {
                     return Ok(Vec::new());
@@ -869,6 +897,18 @@ impl Consumer for SimConsumer {
         let deadline = Deadline::after(Duration::from_millis(DEFAULT_API_TIMEOUT_MS));
         match self.group.coordinator_request(request, &deadline).await? {
             Response::OffsetCommit => Ok(()),
+            Response::Error(
+                e @ (KafkaError::StaleMemberEpoch
+                | KafkaError::FencedMemberEpoch
+                | KafkaError::UnknownMemberId),
+            ) if self.kip848() => {
+                crate::mark!(match e {
+                    KafkaError::StaleMemberEpoch => "client:kip848-commit-stale-member-epoch",
+                    _ => "client:consumer-commit-fenced",
+                });
+                self.group.membership().on_kip848_error(e);
+                Err(ClientError::CommitFailed(e))
+            }
             Response::Error(
                 e @ (KafkaError::IllegalGeneration
                 | KafkaError::UnknownMemberId
@@ -965,6 +1005,9 @@ impl Consumer for SimConsumer {
     async fn close(&mut self) {
         self.abort_tasks();
         self.revoke_all();
+        if self.kip848() {
+            self.group.kip848_leave().await;
+        }
         let (coordinator, member_id) = {
             let mut m = self.group.membership();
             let left = (m.coordinator, m.member_id.clone());
@@ -972,8 +1015,11 @@ impl Consumer for SimConsumer {
             m.rejoin_needed = false;
             left
         };
-        if let Some(coordinator) = coordinator {
-            self.group.leave_group(coordinator, member_id).await;
+        match coordinator {
+            Some(coordinator) if !self.kip848() => {
+                self.group.leave_group(coordinator, member_id).await
+            }
+            _ => {}
         }
     }
 }

@@ -50,7 +50,9 @@ use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
 use crate::scenario::{FlavourName, Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
-use eosim_sim::kafka::{StaticMemberRejoin, TopicPartition, TxnProtocol};
+use eosim_sim::kafka::{
+    PartitionEpochBookkeeping, StaticMemberRejoin, TopicPartition, TxnProtocol,
+};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 
@@ -97,6 +99,9 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
     }
+    if let Some(why) = consumer_protocol(scenario) {
+        return Some(why);
+    }
     if let Some(id) = &scenario.workload.transactional_id {
         return Some(format!(
             "skipped: workload.\"transactional.id\" = {id:?}: the transactional upstream \
@@ -124,12 +129,43 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     }
 }
 
+/// KIP-848's consumer protocol (`[consumer] "group.protocol" = "consumer"`): simulation
+/// only for now. librdkafka 2.12 speaks it, but the real tier's consumer
+/// (`client::real::rebalance`) drives the classic protocol's eager assign/unassign
+/// callback, not the consumer protocol's incremental one, and the brokers'
+/// `group.consumer.*` settings are not provisioned from `[cluster]` (Kafka's
+/// `group.consumer.min.session.timeout.ms` of 45000 would refuse the catalogue's shorter
+/// session timeouts anyway).
+fn consumer_protocol(scenario: &Scenario) -> Option<String> {
+    use crate::client::GroupProtocol;
+    let key = if scenario.consumer.group_protocol == GroupProtocol::Consumer {
+        "[consumer] \"group.protocol\""
+    } else if scenario.copy.group_protocol == GroupProtocol::Consumer {
+        "[copy] \"group.protocol\""
+    } else if scenario
+        .connector
+        .get("consumer.override.group.protocol")
+        .is_some_and(|v| v == "consumer")
+    {
+        "[connector] \"consumer.override.group.protocol\""
+    } else {
+        return None;
+    };
+    Some(format!(
+        "skipped: {key} = \"consumer\" (KIP-848) runs in simulation only: the real tier's \
+         rdkafka consumer drives the classic protocol's eager rebalance callback, and the \
+         brokers' group.consumer.* settings are not provisioned"
+    ))
+}
+
 /// A `[cluster]` switch that selects a broker behaviour the real tier's brokers (Kafka
 /// 4.1, `real/kafka/pom.xml`) do not have: running the file anyway would test today's
 /// Kafka under the old behaviour's name, a silent downgrade.
 fn model_only_switch(scenario: &Scenario) -> Option<String> {
     let c = &scenario.cluster;
-    let switch = if c.static_member_rejoin == StaticMemberRejoin::PreKip814 {
+    let switch = if c.kip848_partition_epochs == PartitionEpochBookkeeping::PreKafka16147 {
+        "cluster.kip848_partition_epochs = \"pre-kafka-16147\" (KAFKA-16147: Kafka 3.7 before the fix)"
+    } else if c.static_member_rejoin == StaticMemberRejoin::PreKip814 {
         "cluster.static_member_rejoin = \"pre-kip814\" (KAFKA-13435: brokers before 3.2)"
     } else if c.transaction_protocol == TxnProtocol::PreKip890 {
         "cluster.transaction_protocol = \"pre-kip890\" (brokers before 3.6)"
@@ -463,14 +499,16 @@ mod tests {
             let path = dir.join(file);
             Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         };
-        let pre = read("field/kafka-static-leader-restart-pre-kip814-stalls.toml");
-        let why = unsupported(&pre).expect("refused");
-        assert!(
-            why.contains("static_member_rejoin") && why.contains("pre-kip814"),
-            "{why}"
+        let refused = |file: &str, parts: &[&str]| {
+            let why = unsupported(&read(file)).unwrap_or_else(|| panic!("{file} not refused"));
+            assert!(parts.iter().all(|p| why.contains(p)), "{file}: {why}");
+        };
+        let static_leader = "field/kafka-static-leader-restart-pre-kip814-stalls.toml";
+        refused(static_leader, &["static_member_rejoin", "pre-kip814"]);
+        refused(
+            "field/kop-idempotent-producer-coordinator-enabled.toml",
+            &["kop"],
         );
-        let kop = read("field/kop-idempotent-producer-coordinator-enabled.toml");
-        assert!(unsupported(&kop).expect("refused").contains("kop"));
         let fixed = read("field/kafka-static-leader-restart-kip814.toml");
         assert_eq!(unsupported(&fixed), None);
         let tv2 = read("txn-copy-messages.toml");
@@ -480,6 +518,16 @@ mod tests {
         let upstream = read("field/kafka-read-committed-skips-aborted-txn.toml");
         let why = unsupported(&upstream).expect("refused");
         assert!(why.contains("transactional.id"), "{why}");
+        let two_owners = "field/kafka-kip848-pre-kafka-16147-two-owners-duplicates.toml";
+        refused(two_owners, &["kip848_partition_epochs", "pre-kafka-16147"]);
+        refused(
+            "alo-kip848-consumer-restarts.toml",
+            &["group.protocol", "KIP-848"],
+        );
+        let connect = "p2-upsert-worker-crash-kip848.toml";
+        refused(connect, &["consumer.override.group.protocol", "KIP-848"]);
+        let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
+        assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
         let why = unsupported(&source).expect("simulation only");
         assert!(

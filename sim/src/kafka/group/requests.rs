@@ -17,6 +17,10 @@ impl GroupCoordinator {
         member_id: String,
         mut meta: JoinMetadata,
     ) -> Reply {
+        if self.consumer_group_busy(&group_id) {
+            crate::mark!("kafka:kip848-mixed-group-refused");
+            return error(KafkaError::GroupIdNotFound);
+        }
         let config = &self.config;
         if meta.session_timeout_ms < config.group_min_session_timeout_ms
             || meta.session_timeout_ms > config.group_max_session_timeout_ms
@@ -199,6 +203,18 @@ impl GroupCoordinator {
         member_id: &str,
         offsets: Vec<(TopicPartition, Offset)>,
     ) -> Response {
+        match self.validate_consumer_offset_commit(group_id, member_id, generation, false) {
+            Some(Err(e)) => return Response::Error(e),
+            Some(Ok(())) => {
+                let group = self
+                    .groups
+                    .entry(group_id.to_string())
+                    .or_insert_with(Group::new);
+                group.store_offsets(now, offsets);
+                return Response::OffsetCommit;
+            }
+            None => {}
+        }
         if !self.groups.contains_key(group_id) {
             if generation >= 0 {
                 return Response::Error(KafkaError::IllegalGeneration);
@@ -209,15 +225,7 @@ impl GroupCoordinator {
         if let Err(e) = group.validate_offset_commit(member_id, generation, false) {
             return Response::Error(e);
         }
-        for (tp, offset) in offsets {
-            group.offsets.insert(
-                tp,
-                CommittedOffset {
-                    offset,
-                    commit_time_ms: now,
-                },
-            );
-        }
+        group.store_offsets(now, offsets);
         Response::OffsetCommit
     }
 
@@ -248,6 +256,17 @@ impl GroupCoordinator {
 }
 
 impl Group {
+    /// Stores committed offsets (they stand for `__consumer_offsets` records).
+    fn store_offsets(&mut self, now: TimeMs, offsets: Vec<(TopicPartition, Offset)>) {
+        for (tp, offset) in offsets {
+            let committed = CommittedOffset {
+                offset,
+                commit_time_ms: now,
+            };
+            self.offsets.insert(tp, committed);
+        }
+    }
+
     /// Kafka's `ClassicGroup.validateOffsetCommit`. `transactional` is for KIP-447's
     /// TxnOffsetCommit (a later issue): it skips the member-less check and the
     /// CompletingRebalance rejection, so a zombie is still fenced by its generation.

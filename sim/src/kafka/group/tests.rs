@@ -3,6 +3,7 @@
 
 use super::*;
 
+mod kip848;
 mod property;
 mod static_membership;
 

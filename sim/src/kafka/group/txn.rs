@@ -6,7 +6,9 @@ use super::{CommittedOffset, Group, GroupCoordinator};
 use crate::kafka::types::*;
 
 impl GroupCoordinator {
-    /// `TxnOffsetCommit` after the cluster checked the producer (C.7): validated like an
+    /// `TxnOffsetCommit` after the cluster checked the producer (C.7). A KIP-848 group
+    /// checks the member epoch (`ConsumerGroup.validateOffsetCommit`, transactional). A
+    /// classic group's is validated like an
     /// OffsetCommit with the transactional flag (generation and member must match, so a
     /// consumer rebalanced out is fenced; no REBALANCE_IN_PROGRESS in CompletingRebalance),
     /// then stored as pending for `producer_id`. A group that does not exist is created for
@@ -19,15 +21,21 @@ impl GroupCoordinator {
         member_id: &str,
         offsets: Vec<(TopicPartition, Offset)>,
     ) -> Response {
-        if !self.groups.contains_key(group_id) {
-            if generation >= 0 {
-                return Response::Error(KafkaError::IllegalGeneration);
-            }
-            self.groups.insert(group_id.to_string(), Group::new());
-        }
-        let group = self.groups.get_mut(group_id).expect("exists");
-        if let Err(e) = group.validate_offset_commit(member_id, generation, true) {
+        let consumer = self.validate_consumer_offset_commit(group_id, member_id, generation, true);
+        if let Some(Err(e)) = consumer {
             return Response::Error(e);
+        }
+        if consumer.is_none() && !self.groups.contains_key(group_id) && generation >= 0 {
+            return Response::Error(KafkaError::IllegalGeneration);
+        }
+        let group = self
+            .groups
+            .entry(group_id.to_string())
+            .or_insert_with(Group::new);
+        if consumer.is_none() {
+            if let Err(e) = group.validate_offset_commit(member_id, generation, true) {
+                return Response::Error(e);
+            }
         }
         let pending = group.pending_txn_offsets.entry(producer_id).or_default();
         let mut results = Vec::with_capacity(offsets.len());

@@ -112,6 +112,9 @@ pub(super) struct Membership {
     /// each new `metadataSnapshot`; `None` for every other member, `onJoinComplete`). See
     /// `SimConsumer::maybe_refresh_metadata`.
     pub assignment_snapshot: Option<BTreeMap<String, Option<u32>>>,
+    /// KIP-848 (`group.protocol = consumer`): what the heartbeat task and the poll thread
+    /// exchange; `generation` is then the member epoch.
+    pub kip848: super::kip848::Kip848Membership,
 }
 
 impl Membership {
@@ -181,6 +184,8 @@ pub(super) struct GroupClient {
     membership: Arc<Mutex<Membership>>,
     /// `None`: the range assignor.
     pub assignor: Option<Arc<dyn GroupAssignor>>,
+    /// Wakes the KIP-848 heartbeat task for an immediate heartbeat (an acknowledgement).
+    pub heartbeat_now: Arc<tokio::sync::Notify>,
 }
 
 impl GroupClient {
@@ -193,12 +198,14 @@ impl GroupClient {
             rejoin_needed: false,
             last_poll: Instant::now(),
             assignment_snapshot: None,
+            kip848: Default::default(),
         };
         Self {
             conn,
             config,
             membership: Arc::new(Mutex::new(membership)),
             assignor: None,
+            heartbeat_now: Arc::new(tokio::sync::Notify::new()),
         }
     }
 

@@ -7,6 +7,8 @@ use eosim_sim::kafka::service::broker_ip;
 use eosim_sim::kafka::AbortedTxn;
 use std::sync::{Arc, Mutex};
 
+mod kip848;
+
 fn members(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
     list.iter()
         .map(|(m, topics)| {
@@ -140,6 +142,11 @@ mod fake_broker {
                 },
             },
             Request::Fetch { partitions, .. } => fetch(partitions),
+            Request::ConsumerGroupHeartbeat(r) => {
+                let count = |t: &str| (t == TOPIC).then_some(PARTITIONS);
+                let mut coordinator = coordinator.lock().expect("lock");
+                coordinator.consumer_group_heartbeat(now(), r, &count)
+            }
             group_request => {
                 let reply = coordinator
                     .lock()
@@ -632,19 +639,35 @@ fn the_heartbeat_task_finds_the_coordinator_again_after_a_timeout() {
             .ip([10, 0, 2, 1].into())
             .build();
         let task = node.spawn(drain_then_idle());
-        sleep(Duration::from_secs(9)).await;
-        let net = madsim::net::NetSim::current();
-        net.clog_link(node.id(), broker.id());
-        net.clog_link(broker.id(), node.id());
-        sleep(Duration::from_secs(3)).await;
-        net.unclog_link(node.id(), broker.id());
-        net.unclog_link(broker.id(), node.id());
+        cut_link(
+            &node,
+            &broker,
+            Duration::from_secs(9),
+            Duration::from_secs(3),
+        )
+        .await;
         let after_idle = task.await.expect("consumer task");
         assert!(
             after_idle.is_ok(),
             "the member kept heartbeating: {after_idle:?}"
         );
     });
+}
+
+/// Waits `after`, then cuts the link between `a` and `b` both ways for `cut_for`.
+async fn cut_link(
+    a: &madsim::runtime::NodeHandle,
+    b: &madsim::runtime::NodeHandle,
+    after: Duration,
+    cut_for: Duration,
+) {
+    sleep(after).await;
+    let net = madsim::net::NetSim::current();
+    net.clog_link(a.id(), b.id());
+    net.clog_link(b.id(), a.id());
+    sleep(cut_for).await;
+    net.unclog_link(a.id(), b.id());
+    net.unclog_link(b.id(), a.id());
 }
 
 /// A consumer of the fake broker's topic, subscribed; listening for revocations if
@@ -828,35 +851,56 @@ async fn consume_cooperative(run_for: Duration, listen: bool) -> CooperativeSeen
     let end = Instant::now() + run_for;
     while Instant::now() < end {
         let records = poll_tracking(&mut consumer, &mut next).await;
-        if let Some(r) = consumer.take_revocation() {
-            let mine: Vec<_> = (next.iter())
-                .filter(|(tp, _)| r.partitions.contains(tp))
-                .map(|(tp, o)| (tp.clone(), *o))
-                .collect();
-            let committed = consumer.commit(&mine).await.is_ok();
-            seen.revocations.push((r, committed));
-        } else if !records.is_empty() {
-            let offsets: Vec<_> = next.clone().into_iter().collect();
-            let _ = consumer.commit(&offsets).await;
+        if let Some(revoked) = commit_polled(&mut consumer, &records, &next).await {
+            seen.revocations.push(revoked);
         }
-        let assignment = consumer
-            .assignment()
-            .iter()
-            .map(|tp| tp.partition)
-            .collect();
-        seen.assignments.push(assignment);
+        seen.assignments.push(partition_numbers(&consumer));
     }
     seen
 }
 
-/// Starts the fake broker on node `broker-1`.
-fn start_fake_broker(handle: &madsim::runtime::Handle) {
+/// After a poll that returned `records` (`next`: the next offset of each partition polled
+/// so far): commits the positions of a handed-out revocation's partitions and returns it
+/// with whether that commit went through; else commits every position when records came
+/// (a refused commit is let go, as Java's `RebalanceInProgressException` would be).
+async fn commit_polled(
+    consumer: &mut SimConsumer,
+    records: &[ConsumedRecord],
+    next: &BTreeMap<TopicPartition, Offset>,
+) -> Option<(Revocation, bool)> {
+    if let Some(r) = consumer.take_revocation() {
+        let mine: Vec<_> = (next.iter())
+            .filter(|(tp, _)| r.partitions.contains(tp))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        let committed = consumer.commit(&mine).await.is_ok();
+        return Some((r, committed));
+    }
+    if !records.is_empty() {
+        let offsets: Vec<_> = next.clone().into_iter().collect();
+        let _ = consumer.commit(&offsets).await;
+    }
+    None
+}
+
+/// The partition numbers of `consumer`'s assignment.
+fn partition_numbers(consumer: &SimConsumer) -> Vec<u32> {
+    consumer
+        .assignment()
+        .iter()
+        .map(|tp| tp.partition)
+        .collect()
+}
+
+/// Starts the fake broker on node `broker-1`, returned.
+fn start_fake_broker(handle: &madsim::runtime::Handle) -> madsim::runtime::NodeHandle {
     let broker = handle
         .create_node()
         .name("broker-1")
         .ip(broker_ip(1))
         .build();
     broker.spawn(fake_broker::serve(Instant::now()));
+    broker
 }
 
 /// Runs `a` from the start, `b` from 4 s and `c` (if any) from 9 s, each on its own node
