@@ -50,11 +50,16 @@
 //! DUPLICATE KEY), JMX metrics. These keys are refused when set to anything else than the
 //! modelled value.
 //!
-//! # Bug switch
+//! # Bug switches
 //! `eosim.bug.commit.offsets.before.2pc=true`: `preCommit` returns the flushed offsets
 //! first and commits the pre-committed loads only at the next `preCommit`; a crash in
 //! between leaves loads PRECOMMITTED (to time out) whose records Connect already counts as
 //! delivered.
+//!
+//! `eosim.precommit` ([`PreCommitPolicy`]): `durable-only` (the default, the connector's
+//! own `preCommit`: the offsets of what loads made durable) or `pass-through` (the offsets
+//! Connect passed in, as a buffering sink that keeps `SinkTask`'s default `preCommit`
+//! returns them: they cover what is still in a buffer, which a crash loses).
 //!
 //! ## Default values
 //! `delivery.guarantee` at_least_once, `enable.2pc` true, `buffer.count.records` 50000,
@@ -102,10 +107,28 @@ pub const KEYS: &[&str] = &[
     "sink.properties.strict_mode",
     "sink.properties.group_commit",
     BUG_COMMIT_OFFSETS_BEFORE_2PC,
+    PRECOMMIT_POLICY,
 ];
 
 /// The bug switch's key (see the module doc).
 pub const BUG_COMMIT_OFFSETS_BEFORE_2PC: &str = "eosim.bug.commit.offsets.before.2pc";
+
+/// The `preCommit` policy's key (see the module doc, [`PreCommitPolicy`]).
+pub const PRECOMMIT_POLICY: &str = "eosim.precommit";
+
+/// What `preCommit` hands Connect to commit ([`PRECOMMIT_POLICY`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreCommitPolicy {
+    /// `durable-only` (the connector's own `DorisSinkTask.preCommit`): per partition the
+    /// offset after the last record a load made durable; records still in a buffer are
+    /// not covered, so a crash redelivers them.
+    DurableOnly,
+    /// `pass-through`: the offsets Connect passed in (its consumed positions), as a sink
+    /// that buffers in `put` but keeps `SinkTask`'s default `preCommit` (`flush`, a no-op
+    /// for such a sink, then `return currentOffsets`) hands them back: the offsets cover
+    /// records still in a buffer, and a crash loses them (`sink-lost`).
+    PassThrough,
+}
 
 /// `delivery.guarantee` (`DeliveryGuarantee`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +178,8 @@ pub struct DorisSinkConfig {
     pub strict_mode: bool,
     /// The bug switch [`BUG_COMMIT_OFFSETS_BEFORE_2PC`].
     pub bug_commit_offsets_before_2pc: bool,
+    /// [`PRECOMMIT_POLICY`]: `durable-only` (default) or `pass-through`.
+    pub precommit: PreCommitPolicy,
 }
 
 fn one_of(
@@ -291,6 +316,18 @@ impl DorisSinkConfig {
             "fail" => NullValues::Fail,
             _ => NullValues::Ignore,
         };
+        let precommit = match one_of(
+            raw,
+            PRECOMMIT_POLICY,
+            "durable-only",
+            &["durable-only", "pass-through"],
+            "",
+        )?
+        .as_str()
+        {
+            "pass-through" => PreCommitPolicy::PassThrough,
+            _ => PreCommitPolicy::DurableOnly,
+        };
         Ok(Self {
             database: config::get(raw, "doris.database", "").trim().to_string(),
             topic2table: parse_topic2table(config::get(raw, "doris.topic2table.map", ""))?,
@@ -309,6 +346,7 @@ impl DorisSinkConfig {
                 BUG_COMMIT_OFFSETS_BEFORE_2PC,
                 "false",
             )?,
+            precommit,
         })
     }
 
@@ -436,7 +474,20 @@ mod tests {
         assert_eq!(c.max_retries, 10);
         assert_eq!(c.retry_interval_ms, 6_000);
         assert_eq!(c.table_of("clicklog"), "clicklog");
+        assert_eq!(c.precommit, PreCommitPolicy::DurableOnly);
         assert!(parse_connector(&raw(&[])).is_ok());
+    }
+
+    #[test]
+    fn the_precommit_policy_is_durable_only_or_pass_through_and_nothing_else() {
+        let pass = DorisSinkConfig::parse(&raw(&[(PRECOMMIT_POLICY, "pass-through")])).unwrap();
+        assert_eq!(pass.precommit, PreCommitPolicy::PassThrough);
+        let e = DorisSinkConfig::parse(&raw(&[(PRECOMMIT_POLICY, "sometimes")])).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("eosim.precommit") && text.contains("durable-only or pass-through"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! over the simulated network from the worker's node. See the parent module for what is
 //! followed and what is not.
 
-use super::{label_to_end_offset, DeliveryGuarantee, DorisSinkConfig, LabelGenerator, NullValues};
+use super::{
+    label_to_end_offset, DeliveryGuarantee, DorisSinkConfig, LabelGenerator, NullValues,
+    PreCommitPolicy,
+};
 use crate::client::sim::doris::{DorisClientError, SimDoris};
 use crate::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
@@ -448,7 +451,8 @@ impl SinkTask for DorisSinkTask {
 
     /// `DorisSinkTask.preCommit`: the 2PC commits of the partitions, then their flushed
     /// offsets (those not 0). With the bug switch, the offsets first and the commits of the
-    /// loads they cover only at the next call.
+    /// loads they cover only at the next call. Under `eosim.precommit = pass-through` the
+    /// offsets returned are those Connect passed in ([`PreCommitPolicy::PassThrough`]).
     async fn pre_commit(
         &mut self,
         offsets: &BTreeMap<TopicPartition, Offset>,
@@ -483,7 +487,16 @@ impl SinkTask for DorisSinkTask {
                     .map_err(ConnectError::Fatal)?;
                 self.take_offset(tp);
             }
-            let offset = self.writer(tp).committed;
+            let offset = match self.config.precommit {
+                PreCommitPolicy::DurableOnly => self.writer(tp).committed,
+                PreCommitPolicy::PassThrough => {
+                    let passed = offsets[tp];
+                    if passed > self.writer(tp).committed {
+                        crate::mark!("doris-kc:precommit-passes-buffered-offsets");
+                    }
+                    passed
+                }
+            };
             if offset != 0 {
                 committed.insert(tp.clone(), offset);
             }
