@@ -195,6 +195,29 @@ pub fn streams_records_history(
     h
 }
 
+/// A history of the stream-table join: stream records `(id, key)` all consumed, table
+/// updates `(version, key)` at offsets 0.. of table partition 0 (committed), output records
+/// `(key, value)` as [`streams_records_history`] writes them.
+pub fn streams_join_history(
+    stream: &[(u64, &str)],
+    table: &[(u64, &str)],
+    output: &[(&str, &str)],
+) -> History {
+    let committed = stream.len() as Offset;
+    let mut h = streams_records_history("stream-table-join", committed, stream, output);
+    let records = (table.iter().enumerate())
+        .map(|(offset, (version, key))| StreamsInputRecord {
+            id: *version,
+            key: key.to_string(),
+            timestamp_ms: -1,
+            offset: offset as Offset,
+        })
+        .collect();
+    let tp = TopicPartition::new("table", 0);
+    h.push(0, "final", OpKind::Ok, Value::StreamsTable { tp, records }, None);
+    h
+}
+
 /// A Streams history. Input: `k0` three times in window 0 (offsets 0..3), committed up to
 /// `committed`; output: the given counts for `k0@0`; no record cache.
 pub fn streams_history(committed: Offset, counts: &[u64]) -> History {

@@ -10,6 +10,8 @@
 //! - [`stateless`], [`ids`]: the functions of the other topologies (`[streams] topology`,
 //!   [`TopologyKind`]): the stateless `filter` → `mapValues` → `to`, and the `aggregate`
 //!   that assigns each key an id from a sequence kept in its store.
+//! - [`join`]: the stream-table join (`topology = "stream-table-join"`): the table topic
+//!   materialised per task, with the topic itself as the store's changelog.
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):
@@ -46,6 +48,7 @@
 pub mod assignor;
 pub mod cache;
 pub mod ids;
+pub mod join;
 pub mod processor;
 pub mod stateless;
 pub mod store;
@@ -135,15 +138,22 @@ pub enum TopologyKind {
     /// time the next id of a sequence kept in the same store, then `toStream().to(..)`:
     /// `key → id` ([`topology::aggregate_ids`], [`ids`]).
     AggregateIds,
+    /// `stream(input).join(table(table_topic))` → `to(..)`: each stream record joined with
+    /// the current value of its key in a table materialised from
+    /// [`StreamsSpec::table_topic`], an inner join (no table value, no output;
+    /// [`topology::stream_table_join`], [`join`]).
+    StreamTableJoin,
 }
 
 impl TopologyKind {
-    /// The scenario spelling (`"count"`, `"filter-map-values"`, `"aggregate-ids"`).
+    /// The scenario spelling (`"count"`, `"filter-map-values"`, `"aggregate-ids"`,
+    /// `"stream-table-join"`).
     pub fn name(self) -> &'static str {
         match self {
             TopologyKind::Count => "count",
             TopologyKind::FilterMapValues => "filter-map-values",
             TopologyKind::AggregateIds => "aggregate-ids",
+            TopologyKind::StreamTableJoin => "stream-table-join",
         }
     }
 }
@@ -188,7 +198,10 @@ pub enum StoreKind {
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
 /// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
 /// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
-/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`.
+/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`,
+/// `table_topic = "table"`, `table_partitions` = `topic.partitions`, `table_records = 100`,
+/// `table_interval_ms = 100`, no `table_abort_every` (an idempotent table producer), no
+/// `"max.task.idle.ms"`.
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -281,7 +294,62 @@ pub struct StreamsSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub repartition_purge_interval_ms: Option<u64>,
+    /// `topology = "stream-table-join"`: the table topic, written by process
+    /// `table-producer` with keyed updates `k<n % keys> → n` (`n` the update's version,
+    /// unique over the run) and read by the application as `builder.table(table_topic)`.
+    /// The topic is also the store's changelog (`topology.optimization = "all"`,
+    /// [`join`]). Unused by the other topologies.
+    #[serde(skip_serializing_if = "is_default_table_topic")]
+    pub table_topic: String,
+    /// The table topic's partition count; `None` = `topic.partitions`. A join needs both
+    /// inputs co-partitioned: any other count is refused naming both keys
+    /// ([`StreamsSpec::check_copartitioned`]), as Streams refuses the topology
+    /// (`CopartitionedTopicsEnforcer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_partitions: Option<u32>,
+    /// Table updates the table producer writes, one every `table_interval_ms` from the
+    /// start; at least 1 under the join.
+    #[serde(skip_serializing_if = "is_default_table_records")]
+    pub table_records: u64,
+    /// Pause between two table updates, ms.
+    #[serde(skip_serializing_if = "is_default_table_interval_ms")]
+    pub table_interval_ms: u64,
+    /// When set (at least 1), the table producer writes in transactions of
+    /// [`join::TABLE_TRANSACTION_RECORDS`] updates (`transactional.id` `table-producer`) and
+    /// aborts transaction `n` (0-based) when `(n + 1) % table_abort_every == 0`: its
+    /// versions were never written, so a join must never output them. Unset: an
+    /// idempotent producer, no transactions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_abort_every: Option<u64>,
+    /// `max.task.idle.ms` (KIP-353, KIP-695): refused whatever its value. The processor
+    /// processes each task's records in the order the consumer returns them, without
+    /// `PartitionGroup`'s choice of the lowest head timestamp nor its idling, so neither
+    /// Kafka's default 0 nor a wait could be claimed ([`StreamsSpec::check`]).
+    #[serde(
+        rename = "max.task.idle.ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_task_idle_ms: Option<i64>,
 }
+
+fn is_default_table_topic(t: &str) -> bool {
+    t == DEFAULT_TABLE_TOPIC
+}
+
+fn is_default_table_records(n: &u64) -> bool {
+    *n == DEFAULT_TABLE_RECORDS
+}
+
+fn is_default_table_interval_ms(n: &u64) -> bool {
+    *n == DEFAULT_TABLE_INTERVAL_MS
+}
+
+/// `table_topic`'s default.
+const DEFAULT_TABLE_TOPIC: &str = "table";
+/// `table_records`' default.
+const DEFAULT_TABLE_RECORDS: u64 = 100;
+/// `table_interval_ms`' default.
+const DEFAULT_TABLE_INTERVAL_MS: u64 = 100;
 
 fn is_default_topology(t: &TopologyKind) -> bool {
     *t == TopologyKind::Count
@@ -367,6 +435,12 @@ impl Default for StreamsSpec {
             group_by: GroupBy::InputKey,
             group_by_keys: DEFAULT_GROUP_BY_KEYS,
             repartition_purge_interval_ms: None,
+            table_topic: DEFAULT_TABLE_TOPIC.into(),
+            table_partitions: None,
+            table_records: DEFAULT_TABLE_RECORDS,
+            table_interval_ms: DEFAULT_TABLE_INTERVAL_MS,
+            table_abort_every: None,
+            max_task_idle_ms: None,
         }
     }
 }
@@ -456,6 +530,93 @@ impl StreamsSpec {
                     .into(),
             ));
         }
+        if self.topology == TopologyKind::StreamTableJoin {
+            self.check_join()?;
+        }
+        if let Some(ms) = self.max_task_idle_ms {
+            return Err((
+                "streams.max.task.idle.ms".into(),
+                format!(
+                    "not modelled (found {ms}): a task processes its records in the order the \
+                     consumer returns them, without PartitionGroup's stream-time \
+                     synchronisation (KIP-353, KIP-695); leave the key out"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The keys the stream-table join refuses: no standbys (a standby of a source-topic
+    /// changelog reads only up to the committed offsets, `StoreChangelogReader`'s limit
+    /// offsets, which the standby here does not model), at least one table update, a
+    /// table abort period of at least 1, a table topic other than the input and output.
+    fn check_join(&self) -> Result<(), (String, String)> {
+        let fail = |key: &str, why: String| Err((format!("streams.{key}"), why));
+        if self.num_standby_replicas > 0 {
+            return fail(
+                "num_standby_replicas",
+                "expected 0 under topology = \"stream-table-join\": standbys of a table \
+                 restored from its source topic are not modelled"
+                    .into(),
+            );
+        }
+        if self.table_records == 0 {
+            return fail("table_records", "expected at least 1 table update".into());
+        }
+        if self.table_abort_every == Some(0) {
+            return fail(
+                "table_abort_every",
+                "expected at least 1 (leave it out for a non-transactional table)".into(),
+            );
+        }
+        if self.table_topic == self.output_topic || self.table_topic.is_empty() {
+            return fail(
+                "table_topic",
+                format!("expected a topic name other than output_topic, found {:?}", self.table_topic),
+            );
+        }
+        Ok(())
+    }
+
+    /// The table topic's partition count in effect: `table_partitions`, else
+    /// `topic_partitions` (the stream topic's).
+    pub fn table_partitions(&self, topic_partitions: u32) -> u32 {
+        self.table_partitions.unwrap_or(topic_partitions)
+    }
+
+    /// Under the stream-table join, whether the table topic is co-partitioned with the
+    /// stream topic of `topic_partitions` partitions and named apart from it, as
+    /// `CopartitionedTopicsEnforcer.enforce` requires of a join's source topics (Streams
+    /// throws `TopologyException: Topics not co-partitioned`); Ok for other topologies.
+    ///
+    /// # Errors
+    /// `streams.table_partitions` naming `topic.partitions` and both counts; or
+    /// `streams.table_topic` when it is the stream topic `topic_name`.
+    pub fn check_copartitioned(
+        &self,
+        topic_name: &str,
+        topic_partitions: u32,
+    ) -> Result<(), (String, String)> {
+        if self.topology != TopologyKind::StreamTableJoin {
+            return Ok(());
+        }
+        if self.table_topic == topic_name {
+            return Err((
+                "streams.table_topic".into(),
+                format!("expected a topic other than the stream topic `topic.name` ({topic_name})"),
+            ));
+        }
+        let table = self.table_partitions(topic_partitions);
+        if table != topic_partitions {
+            return Err((
+                "streams.table_partitions".into(),
+                format!(
+                    "the join's inputs must be co-partitioned: streams.table_partitions = \
+                     {table}, topic.partitions = {topic_partitions} (leave table_partitions out \
+                     or set it to topic.partitions)"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -484,9 +645,13 @@ impl StreamsSpec {
         }
     }
 
-    /// `<application.id>-<store>-changelog`.
+    /// `<application.id>-<store>-changelog`; under the stream-table join the table topic,
+    /// which is the table store's changelog (`topology.optimization = "all"`, [`join`]).
     pub fn changelog_topic(&self) -> String {
-        format!("{}-{}-changelog", self.application_id, self.store_name)
+        match self.topology {
+            TopologyKind::StreamTableJoin => self.table_topic.clone(),
+            _ => format!("{}-{}-changelog", self.application_id, self.store_name),
+        }
     }
 
     /// The repartition topic `<application_id>-<store_name>-repartition` under
@@ -519,6 +684,9 @@ impl StreamsSpec {
             (TopologyKind::FilterMapValues, _) => topology::filter_map_values(input, output),
             (TopologyKind::AggregateIds, _) => {
                 topology::aggregate_ids(input, store, partitions, output)
+            }
+            (TopologyKind::StreamTableJoin, _) => {
+                topology::stream_table_join(input, &self.table_topic, store, output)
             }
             (TopologyKind::Count, GroupBy::InputKey) => {
                 topology::windowed_count(input, store, size, output)

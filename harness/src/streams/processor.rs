@@ -403,6 +403,9 @@ struct Task {
     /// Next source offset of the stateless task `0_p` under repartitioning, once it
     /// processed a record since it opened; always `None` without repartitioning.
     source_position: Option<Offset>,
+    /// Next table-topic offset of a stream-table join's task, once it applied a table
+    /// record since it opened; always `None` for the other topologies.
+    table_position: Option<Offset>,
 }
 
 impl Task {
@@ -415,6 +418,7 @@ impl Task {
             changelog_end,
             position: None,
             source_position: None,
+            table_position: None,
         }
     }
 }
@@ -792,6 +796,10 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             let source = TopicPartition::new(self.cfg.topology.source.clone(), p);
             self.seek_to_committed(source).await?;
         }
+        if let Some(table) = self.cfg.topology.table_topic() {
+            let table = TopicPartition::new(table, p);
+            self.seek_to_committed(table).await?;
+        }
         if !self.cfg.topology.stateful() {
             return self.open_stateless_task(input);
         }
@@ -871,7 +879,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// the cache budget is 0; see `streams::cache`).
     async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let p = r.tp.partition;
+        if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
+            return self.put_table(r);
+        }
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        if self.cfg.topology.table_topic().is_some() {
+            return self.join(p, r.offset, parsed).await;
+        }
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
         }
@@ -908,6 +922,43 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         Ok(())
     }
 
+    /// A table record of a stream-table join (`streams::join`): the update into task `p`'s
+    /// store, which is complete up to the next table offset (the table topic is its
+    /// changelog, so nothing is sent). Under exactly_once_v2 a commit with nothing sent
+    /// since needs a transaction of its own for the offsets.
+    fn put_table(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+        let topology = &self.cfg.topology;
+        let task = self.tasks.get_mut(&r.tp.partition).expect("the task exists");
+        task.table_position = Some(r.offset + 1);
+        task.changelog_end = task.changelog_end.max(r.offset + 1);
+        if topology.put_table(r.key.as_deref(), r.value.as_deref(), &mut task.store) {
+            crate::mark!("streams:table-updated");
+        }
+        self.consumed_unsent |= self.txn_group.is_none();
+        Ok(())
+    }
+
+    /// A stream record of a stream-table join: joined with task `p`'s table and, when the
+    /// table has a value for its key (inner join), sent to the sink keyed as it came;
+    /// under exactly_once_v2 inside the thread's transaction.
+    async fn join(
+        &mut self,
+        p: u32,
+        offset: Offset,
+        parsed: Option<StreamRecord>,
+    ) -> Result<(), (String, bool)> {
+        let task = self.tasks.get_mut(&p).expect("the task exists");
+        task.position = Some(offset + 1);
+        let Some(joined) = parsed.and_then(|rec| self.cfg.topology.join(rec, &task.store)) else {
+            crate::mark!("streams:join-no-table-value");
+            self.consumed_unsent |= self.txn_group.is_none();
+            return Ok(());
+        };
+        self.forward_stateless(joined).await?;
+        crate::mark!("streams:joined");
+        Ok(())
+    }
+
     /// Sub-topology 0 (stateless task `0_p`): re-keys a source record and writes it to the
     /// repartition topic, partitioned by the new key with the default partitioner
     /// (`RecordCollectorImpl.send` with no `StreamPartitioner`: the producer's murmur2 on
@@ -938,13 +989,19 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             self.consumed_unsent |= self.txn_group.is_none();
             return Ok(());
         };
+        self.forward_stateless(rec).await?;
+        crate::mark!("streams:stateless-forwarded");
+        Ok(())
+    }
+
+    /// A record of a store-less step (a stateless topology's, a join's result) to the
+    /// sink, after the simulated processing time: keyed as it is, the default partitioner
+    /// (`SinkNode.process` → `RecordCollectorImpl.send`).
+    async fn forward_stateless(&mut self, rec: StreamRecord) -> Result<(), (String, bool)> {
         if self.cfg.spec.process_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
         }
-        self.send_keyed(&self.cfg.topology.sink.clone(), rec)
-            .await?;
-        crate::mark!("streams:stateless-forwarded");
-        Ok(())
+        self.send_keyed(&self.cfg.topology.sink.clone(), rec).await
     }
 
     /// Sends `rec` to `topic` with its key and value, the partition left to the default
@@ -1048,9 +1105,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
         let (source, aggregated) = (&self.cfg.topology.source, self.aggregate_source());
         let mut offsets = Vec::new();
+        let table = self.cfg.topology.table_topic();
         for (p, t) in &self.tasks {
             if let Some(o) = t.source_position {
                 offsets.push((TopicPartition::new(source.clone(), *p), o));
+            }
+            if let (Some(o), Some(table)) = (t.table_position, table) {
+                offsets.push((TopicPartition::new(table, *p), o));
             }
             if let Some(o) = t.position {
                 offsets.push((TopicPartition::new(aggregated.clone(), *p), o));

@@ -1,0 +1,160 @@
+//! The analyses of the Streams stream-table join (`[streams] topology =
+//! "stream-table-join"`, `streams::join`), run by [`super::streams_records`] over its
+//! [`RecordsAnalysis`]: the stream topic's input (`streams-input`), the table topic read
+//! read_committed (`streams-table`: version, key, offset of each update) and the output read
+//! read_committed (`streams-records`, values `<stream id>,<version>`).
+//!
+//! # Analyses
+//! 1. [`kept_input_duplicate_cases`] (`sink-duplicate`): a stream id in the output more than
+//!    once. Under exactly_once_v2 a replayed stream record's first result was aborted with
+//!    its transaction; under at_least_once a crash between the send and the offset commit
+//!    sends it again (allowed by an at-least-once claim, forbidden by exactly-once).
+//! 2. [`unwritten_table_version_cases`] (`unwritten-table-version`): an output whose table
+//!    version is not a committed update of the output's key in the table topic: a version
+//!    of an aborted table transaction (read read_uncommitted, Streams' consumer and restore
+//!    isolation under at_least_once), of another key, or of no update at all. The inner join
+//!    reads only what the table's store holds, and the store holds only updates of the table
+//!    topic of that key, so under exactly_once_v2 (read_committed) every joined version is
+//!    one.
+//! 3. [`unexpected_join_output_cases`] (`unexpected-output`): an output value that is not
+//!    `<id>,<version>`, an id of no stream record, or a key other than the stream record's.
+//!
+//! # Not decided
+//! Which stream records must have joined: an inner join outputs a record only when the
+//! table held a value for its key at that moment, which depends on when the task applied
+//! the table's updates relative to the stream's (no `max.task.idle.ms` synchronisation,
+//! `streams::join`); a consumed stream record absent from the output is not reported. For
+//! the same reason the checker does not ask which version a record should have joined, only
+//! that it joined one that was written.
+
+use super::streams_records::{case, kept_input_duplicate_cases, Output, RecordsAnalysis};
+use super::{Anomaly, Case};
+use crate::streams::join::parse_joined;
+
+/// Every analysis of the join, with its anomaly.
+pub fn cases(a: &RecordsAnalysis) -> Vec<(Anomaly, Vec<Case>)> {
+    vec![
+        (Anomaly::SinkDuplicate, kept_input_duplicate_cases(a)),
+        (Anomaly::UnwrittenTableVersion, unwritten_table_version_cases(a)),
+        (Anomaly::UnexpectedOutput, unexpected_join_output_cases(a)),
+    ]
+}
+
+/// A case text naming output `o`'s place and record, then `why`.
+fn text(o: &Output, why: &str) -> String {
+    let r = &o.record;
+    format!("{}@{}: {} -> {} {why}", o.tp, r.offset, r.key, r.value)
+}
+
+/// Outputs joined with a version that is not a committed table update of their key.
+pub fn unwritten_table_version_cases(a: &RecordsAnalysis) -> Vec<Case> {
+    let why = |o: &Output| -> Option<(u64, String)> {
+        let (id, version) = parse_joined(&o.record.value)?;
+        let Some((tp, update)) = a.table.get(&version) else {
+            return Some((id, format!("joined version {version}, never written (committed)")));
+        };
+        (update.key != o.record.key).then(|| {
+            let at = format!("{tp}@{}", update.offset);
+            (id, format!("joined version {version}, an update of {} ({at})", update.key))
+        })
+    };
+    (a.outputs.iter())
+        .filter_map(|o| {
+            let (id, reason) = why(o)?;
+            Some(case(vec![id], &[o], text(o, &reason)))
+        })
+        .collect()
+}
+
+/// Outputs no stream record explains: not `<id>,<version>`, an unknown id, another key.
+pub fn unexpected_join_output_cases(a: &RecordsAnalysis) -> Vec<Case> {
+    let why = |o: &Output| -> Option<String> {
+        let Some((id, _)) = parse_joined(&o.record.value) else {
+            return Some("is not <stream id>,<version>".into());
+        };
+        let Some((input, _)) = a.inputs.get(&id) else {
+            return Some(format!("names stream id {id}, which no stream record has"));
+        };
+        (input.key != o.record.key)
+            .then(|| format!("has the key of no stream record {id}: its key is {}", input.key))
+    };
+    (a.outputs.iter())
+        .filter_map(|o| {
+            let reason = why(o)?;
+            let ids = parse_joined(&o.record.value).map(|(id, _)| id);
+            Some(case(ids.into_iter().collect(), &[o], text(o, &reason)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per anomaly with a literal history, and a valid history beside them.
+    use super::*;
+    use crate::checker::streams_records::StreamsRecordsChecker;
+    use crate::checker::test_support::streams_join_history as history;
+    use crate::checker::{CheckOptions, CheckResult, Checker, Claim, Validity};
+    use crate::history::History;
+
+    fn check(h: &History, claim: Claim) -> CheckResult {
+        StreamsRecordsChecker.check(h, &CheckOptions::for_claim(claim))
+    }
+
+    /// Stream records (id, key); table updates (version, key), committed.
+    const STREAM: [(u64, &str); 3] = [(1, "k1"), (2, "k2"), (3, "k1")];
+    const TABLE: [(u64, &str); 3] = [(10, "k1"), (11, "k2"), (12, "k1")];
+
+    #[test]
+    fn each_stream_record_joined_once_with_a_written_version_is_valid() {
+        // Stream record 1 joined k1's first version, 3 its second; 2 had no table value
+        // yet (an inner join drops it), which is not a loss.
+        let out = [("k1", "1,10"), ("k1", "3,12")];
+        let r = check(&history(&STREAM, &TABLE, &out), Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+        assert_eq!(r.counts["streams-output-records"], 2);
+    }
+
+    #[test]
+    fn a_stream_record_joined_twice_is_sink_duplicate_allowed_at_least_once() {
+        // An at_least_once replay after a crash before the offset commit: record 1 joined
+        // again, by then with k1's newer version.
+        let out = [("k1", "1,10"), ("k2", "2,11"), ("k1", "1,12")];
+        let h = history(&STREAM, &TABLE, &out);
+        assert_eq!(
+            check(&h, Claim::ExactlyOnce).forbidden,
+            vec![Anomaly::SinkDuplicate]
+        );
+        assert_eq!(check(&h, Claim::AtLeastOnce).validity, Validity::Valid);
+    }
+
+    #[test]
+    fn a_version_of_an_aborted_update_is_unwritten_table_version() {
+        // Version 13 was in an aborted table transaction: absent from the committed table,
+        // read by an at_least_once task reading read_uncommitted.
+        let h = history(&STREAM, &TABLE, &[("k1", "1,13")]);
+        let r = check(&h, Claim::ExactlyOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::UnwrittenTableVersion]);
+        assert!(r.case_texts(8)[0].contains("never written"), "{r:?}");
+        let alo = check(&h, Claim::AtLeastOnce);
+        assert_eq!(alo.validity, Validity::Valid);
+        assert!(alo.anomalies.contains_key(&Anomaly::UnwrittenTableVersion));
+    }
+
+    #[test]
+    fn a_version_of_another_key_is_unwritten_table_version() {
+        // Version 11 is k2's: k1's table never held it.
+        let h = history(&STREAM, &TABLE, &[("k1", "1,11")]);
+        let r = check(&h, Claim::ExactlyOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::UnwrittenTableVersion]);
+        assert!(r.case_texts(8)[0].contains("an update of k2"), "{r:?}");
+    }
+
+    #[test]
+    fn an_unknown_id_a_wrong_key_or_shape_is_unexpected_output() {
+        for out in [("k1", "9,10"), ("k2", "1,11"), ("k1", "1")] {
+            let h = history(&STREAM, &TABLE, &[out]);
+            let r = check(&h, Claim::AtMostOnce);
+            assert_eq!(r.forbidden, vec![Anomaly::UnexpectedOutput], "{out:?}");
+        }
+    }
+}
