@@ -787,6 +787,42 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_table_join_reads_its_table_topic_as_the_changelog_and_refuses_the_rest() {
+        let s = spec("topology = \"stream-table-join\"").unwrap();
+        assert_eq!(s.check(), Ok(()));
+        assert_eq!(s.changelog_topic(), "table", "the source topic is the changelog");
+        assert_eq!(s.topology("in", 3).table_topic(), Some("table"));
+        assert_eq!(StreamsSpec::default().topology("in", 3).table_topic(), None);
+        let refused = [
+            ("num_standby_replicas = 1", "streams.num_standby_replicas"),
+            ("table_records = 0", "streams.table_records"),
+            ("table_abort_every = 0", "streams.table_abort_every"),
+            ("table_topic = \"counts\"", "streams.table_topic"),
+            ("group_by = \"id-mod\"", "streams.group_by"),
+        ];
+        for (line, key) in refused {
+            let text = format!("topology = \"stream-table-join\"\n{line}");
+            assert_eq!(spec(&text).unwrap().check().unwrap_err().0, key, "{line}");
+        }
+        let (key, why) = spec("\"max.task.idle.ms\" = 0").unwrap().check().unwrap_err();
+        assert_eq!(key, "streams.max.task.idle.ms");
+        assert!(why.contains("KIP-353"), "{why}");
+    }
+
+    #[test]
+    fn a_join_s_table_must_be_co_partitioned_with_the_stream_topic() {
+        let s = spec("topology = \"stream-table-join\"\ntable_partitions = 2").unwrap();
+        let (key, why) = s.check_copartitioned("in", 3).unwrap_err();
+        assert_eq!(key, "streams.table_partitions");
+        assert!(why.contains("topic.partitions = 3"), "{why}");
+        assert_eq!(s.check_copartitioned("in", 2), Ok(()));
+        let (key, _) = s.check_copartitioned("table", 2).unwrap_err();
+        assert_eq!(key, "streams.table_topic");
+        let count = spec("table_partitions = 2").unwrap();
+        assert_eq!(count.check_copartitioned("in", 3), Ok(()), "only the join reads it");
+    }
+
+    #[test]
     fn an_unknown_upgrade_from_is_refused_with_the_values_accepted() {
         let e = spec("upgrade_from = \"2.9\"").unwrap_err().to_string();
         assert!(e.contains("unknown upgrade_from \"2.9\""), "{e}");

@@ -34,6 +34,11 @@
 //!   reaching a second entry of the store from it does so through the processor context
 //!   (`KStream.process` with the store connected), which is the store this aggregate
 //!   writes: one store, one changelog, one record cache.
+//! - Stream-table join, [`stream_table_join`]: `stream(..).join(table(..))` → `to(..)`
+//!   (`KStreamKTableJoin`, `KTableSource`; `streams::join`): a second source, the table
+//!   topic, co-partitioned with the first, whose records update the store
+//!   ([`Topology::put_table`]) and whose topic is the store's changelog; each stream record
+//!   is inner-joined with its key's value ([`Topology::join`]). No record cache.
 
 use std::sync::Arc;
 
