@@ -1034,7 +1034,9 @@ fn a_join_table_not_co_partitioned_or_an_idle_time_names_the_file_and_the_keys()
             .to_string()
     };
     let join = "[streams]\ntopology = \"stream-table-join\"\n";
-    let message = parse(&format!("[topic]\npartitions = 3\n{join}table_partitions = 4\n"));
+    let message = parse(&format!(
+        "[topic]\npartitions = 3\n{join}table_partitions = 4\n"
+    ));
     assert_mentions(
         &message,
         &[
@@ -1047,6 +1049,10 @@ fn a_join_table_not_co_partitioned_or_an_idle_time_names_the_file_and_the_keys()
     let message = parse(&format!("{join}\"max.task.idle.ms\" = 1000\n"));
     assert_mentions(
         &message,
-        &["scenarios/bad.toml", "`streams.max.task.idle.ms`", "not modelled"],
+        &[
+            "scenarios/bad.toml",
+            "`streams.max.task.idle.ms`",
+            "not modelled",
+        ],
     );
 }

@@ -35,7 +35,10 @@ use crate::streams::join::parse_joined;
 pub fn cases(a: &RecordsAnalysis) -> Vec<(Anomaly, Vec<Case>)> {
     vec![
         (Anomaly::SinkDuplicate, kept_input_duplicate_cases(a)),
-        (Anomaly::UnwrittenTableVersion, unwritten_table_version_cases(a)),
+        (
+            Anomaly::UnwrittenTableVersion,
+            unwritten_table_version_cases(a),
+        ),
         (Anomaly::UnexpectedOutput, unexpected_join_output_cases(a)),
     ]
 }
@@ -51,11 +54,20 @@ pub fn unwritten_table_version_cases(a: &RecordsAnalysis) -> Vec<Case> {
     let why = |o: &Output| -> Option<(u64, String)> {
         let (id, version) = parse_joined(&o.record.value)?;
         let Some((tp, update)) = a.table.get(&version) else {
-            return Some((id, format!("joined version {version}, never written (committed)")));
+            return Some((
+                id,
+                format!("joined version {version}, never written (committed)"),
+            ));
         };
         (update.key != o.record.key).then(|| {
             let at = format!("{tp}@{}", update.offset);
-            (id, format!("joined version {version}, an update of {} ({at})", update.key))
+            (
+                id,
+                format!(
+                    "joined version {version}, an update of {} ({at})",
+                    update.key
+                ),
+            )
         })
     };
     (a.outputs.iter())
@@ -75,8 +87,12 @@ pub fn unexpected_join_output_cases(a: &RecordsAnalysis) -> Vec<Case> {
         let Some((input, _)) = a.inputs.get(&id) else {
             return Some(format!("names stream id {id}, which no stream record has"));
         };
-        (input.key != o.record.key)
-            .then(|| format!("has the key of no stream record {id}: its key is {}", input.key))
+        (input.key != o.record.key).then(|| {
+            format!(
+                "has the key of no stream record {id}: its key is {}",
+                input.key
+            )
+        })
     };
     (a.outputs.iter())
         .filter_map(|o| {

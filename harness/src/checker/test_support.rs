@@ -214,7 +214,13 @@ pub fn streams_join_history(
         })
         .collect();
     let tp = TopicPartition::new("table", 0);
-    h.push(0, "final", OpKind::Ok, Value::StreamsTable { tp, records }, None);
+    h.push(
+        0,
+        "final",
+        OpKind::Ok,
+        Value::StreamsTable { tp, records },
+        None,
+    );
     h
 }
 

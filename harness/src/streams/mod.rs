@@ -325,10 +325,7 @@ pub struct StreamsSpec {
     /// processes each task's records in the order the consumer returns them, without
     /// `PartitionGroup`'s choice of the lowest head timestamp nor its idling, so neither
     /// Kafka's default 0 nor a wait could be claimed ([`StreamsSpec::check`]).
-    #[serde(
-        rename = "max.task.idle.ms",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "max.task.idle.ms", skip_serializing_if = "Option::is_none")]
     pub max_task_idle_ms: Option<i64>,
 }
 
@@ -572,7 +569,10 @@ impl StreamsSpec {
         if self.table_topic == self.output_topic || self.table_topic.is_empty() {
             return fail(
                 "table_topic",
-                format!("expected a topic name other than output_topic, found {:?}", self.table_topic),
+                format!(
+                    "expected a topic name other than output_topic, found {:?}",
+                    self.table_topic
+                ),
             );
         }
         Ok(())
@@ -790,7 +790,11 @@ mod tests {
     fn the_stream_table_join_reads_its_table_topic_as_the_changelog_and_refuses_the_rest() {
         let s = spec("topology = \"stream-table-join\"").unwrap();
         assert_eq!(s.check(), Ok(()));
-        assert_eq!(s.changelog_topic(), "table", "the source topic is the changelog");
+        assert_eq!(
+            s.changelog_topic(),
+            "table",
+            "the source topic is the changelog"
+        );
         assert_eq!(s.topology("in", 3).table_topic(), Some("table"));
         assert_eq!(StreamsSpec::default().topology("in", 3).table_topic(), None);
         let refused = [
@@ -804,7 +808,10 @@ mod tests {
             let text = format!("topology = \"stream-table-join\"\n{line}");
             assert_eq!(spec(&text).unwrap().check().unwrap_err().0, key, "{line}");
         }
-        let (key, why) = spec("\"max.task.idle.ms\" = 0").unwrap().check().unwrap_err();
+        let (key, why) = spec("\"max.task.idle.ms\" = 0")
+            .unwrap()
+            .check()
+            .unwrap_err();
         assert_eq!(key, "streams.max.task.idle.ms");
         assert!(why.contains("KIP-353"), "{why}");
     }
@@ -819,7 +826,11 @@ mod tests {
         let (key, _) = s.check_copartitioned("table", 2).unwrap_err();
         assert_eq!(key, "streams.table_topic");
         let count = spec("table_partitions = 2").unwrap();
-        assert_eq!(count.check_copartitioned("in", 3), Ok(()), "only the join reads it");
+        assert_eq!(
+            count.check_copartitioned("in", 3),
+            Ok(()),
+            "only the join reads it"
+        );
     }
 
     #[test]

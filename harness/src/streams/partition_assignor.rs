@@ -165,8 +165,8 @@ impl GroupAssignor for StreamsAssignor {
                 state
                     .standbys
                     .insert((generation, member.clone()), a.standby);
-                let topics = (std::iter::once(&self.source).chain(&self.repartition))
-                    .chain(&self.table);
+                let topics =
+                    (std::iter::once(&self.source).chain(&self.repartition)).chain(&self.table);
                 let tps =
                     topics.flat_map(|t| a.active.iter().map(move |p| TopicPartition::new(t, *p)));
                 actives.insert(member, tps.collect());

@@ -928,7 +928,10 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// since needs a transaction of its own for the offsets.
     fn put_table(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let topology = &self.cfg.topology;
-        let task = self.tasks.get_mut(&r.tp.partition).expect("the task exists");
+        let task = self
+            .tasks
+            .get_mut(&r.tp.partition)
+            .expect("the task exists");
         task.table_position = Some(r.offset + 1);
         task.changelog_end = task.changelog_end.max(r.offset + 1);
         if topology.put_table(r.key.as_deref(), r.value.as_deref(), &mut task.store) {

@@ -100,7 +100,12 @@ pub async fn run(scenario: Arc<Scenario>, ids: TableIds) {
 /// Ends table transaction `txn`: commits it, or aborts it when a send failed or its
 /// number is one of `table_abort_every`'s; false when the producer must be recreated
 /// (which aborts a transaction left open).
-async fn end(producer: &SimTransactionalProducer, scenario: &Scenario, txn: u64, sent: bool) -> bool {
+async fn end(
+    producer: &SimTransactionalProducer,
+    scenario: &Scenario,
+    txn: u64,
+    sent: bool,
+) -> bool {
     let every = scenario.streams.table_abort_every.unwrap_or(0);
     let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
     if !sent || (every > 0 && (txn + 1).is_multiple_of(every)) {

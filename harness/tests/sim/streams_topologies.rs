@@ -209,14 +209,25 @@ fn exactly_once_v2_joins_each_stream_record_once_with_a_committed_version_of_its
     // 150 updates in transactions of 5, every third aborted: 10 of 30 transactions.
     assert_eq!(table.len(), 100, "the committed versions");
     let records = output(&outcome);
-    assert!(records.len() > 300, "most stream records joined: {}", records.len());
+    assert!(
+        records.len() > 300,
+        "most stream records joined: {}",
+        records.len()
+    );
     for r in &records {
         let (_, version) = parse_joined(&r.value).expect("parsed");
-        assert_eq!(table.get(&version), Some(&r.key), "{r:?}: a committed version");
+        assert_eq!(
+            table.get(&version),
+            Some(&r.key),
+            "{r:?}: a committed version"
+        );
     }
     let copies = joined_copies(&records);
     assert!(copies.values().all(|n| *n == 1), "no stream record twice");
-    assert_eq!(result.counts["streams-output-records"], records.len() as u64);
+    assert_eq!(
+        result.counts["streams-output-records"],
+        records.len() as u64
+    );
 }
 
 #[test]
@@ -226,11 +237,19 @@ fn at_least_once_joins_stream_records_twice_after_a_crash_and_only_written_versi
     assert_eq!(outcome.stalled, None);
     assert_eq!(result.forbidden, vec![Anomaly::SinkDuplicate]);
     let copies = joined_copies(&output(&outcome));
-    assert!(copies.values().any(|n| *n > 1), "a crash re-sent joined records");
+    assert!(
+        copies.values().any(|n| *n > 1),
+        "a crash re-sent joined records"
+    );
     let options = CheckOptions {
         claim: Claim::AtLeastOnce,
         ..check_options(&s)
     };
     let result = check_all(&outcome.history, &options);
-    assert_eq!(result.validity, Validity::Valid, "{:?}", result.case_texts(4));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(4)
+    );
 }
