@@ -1023,20 +1023,8 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
     );
     let message = parse("topology = \"filter-map-values\"\nnum_standby_replicas = 1\n");
     assert_mentions(&message, &["`streams.num_standby_replicas`", "no store"]);
-}
-
-#[test]
-fn a_join_table_not_co_partitioned_or_an_idle_time_names_the_file_and_the_keys() {
-    let parse = |body: &str| {
-        let text = format!("{HEAD}{body}").replace("kafka-consume", "streams-count");
-        Scenario::parse(Path::new("scenarios/bad.toml"), &text)
-            .expect_err("refused")
-            .to_string()
-    };
-    let join = "[streams]\ntopology = \"stream-table-join\"\n";
-    let message = parse(&format!(
-        "[topic]\npartitions = 3\n{join}table_partitions = 4\n"
-    ));
+    // The join's table must be co-partitioned with the 3 partitions of `[topic]`.
+    let message = parse("topology = \"stream-table-join\"\ntable_partitions = 4\n");
     assert_mentions(
         &message,
         &[
@@ -1046,13 +1034,6 @@ fn a_join_table_not_co_partitioned_or_an_idle_time_names_the_file_and_the_keys()
             "co-partitioned",
         ],
     );
-    let message = parse(&format!("{join}\"max.task.idle.ms\" = 1000\n"));
-    assert_mentions(
-        &message,
-        &[
-            "scenarios/bad.toml",
-            "`streams.max.task.idle.ms`",
-            "not modelled",
-        ],
-    );
+    let message = parse("topology = \"stream-table-join\"\n\"max.task.idle.ms\" = 1000\n");
+    assert_mentions(&message, &["`streams.max.task.idle.ms`", "not modelled"]);
 }

@@ -884,7 +884,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
         if self.cfg.topology.table_topic().is_some() {
-            return self.join(p, r.offset, parsed).await;
+            return self.join(r, parsed).await;
         }
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
@@ -941,24 +941,22 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         Ok(())
     }
 
-    /// A stream record of a stream-table join: joined with task `p`'s table and, when the
+    /// Stream record `r` (`parsed`) of a stream-table join: joined with its task's table and, when the
     /// table has a value for its key (inner join), sent to the sink keyed as it came;
     /// under exactly_once_v2 inside the thread's transaction.
     async fn join(
         &mut self,
-        p: u32,
-        offset: Offset,
+        r: ConsumedRecord,
         parsed: Option<StreamRecord>,
     ) -> Result<(), (String, bool)> {
-        let task = self.tasks.get_mut(&p).expect("the task exists");
-        task.position = Some(offset + 1);
-        let Some(joined) = parsed.and_then(|rec| self.cfg.topology.join(rec, &task.store)) else {
-            crate::mark!("streams:join-no-table-value");
-            self.consumed_unsent |= self.txn_group.is_none();
-            return Ok(());
-        };
-        self.forward_stateless(joined).await?;
-        crate::mark!("streams:joined");
+        let topology = &self.cfg.topology;
+        let task = (self.tasks.get_mut(&r.tp.partition)).expect("the task exists");
+        task.position = Some(r.offset + 1);
+        let joined = parsed.and_then(|rec| topology.join(rec, &task.store));
+        match self.forward_if_kept(joined).await? {
+            true => crate::mark!("streams:joined"),
+            false => crate::mark!("streams:join-no-table-value"),
+        }
         Ok(())
     }
 
@@ -987,24 +985,30 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); under
     /// exactly_once_v2 inside the thread's transaction, so it commits with the offsets.
     async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), (String, bool)> {
-        let Some(rec) = parsed.and_then(|rec| self.cfg.topology.stateless(rec)) else {
-            crate::mark!("streams:filter-dropped");
-            self.consumed_unsent |= self.txn_group.is_none();
-            return Ok(());
-        };
-        self.forward_stateless(rec).await?;
-        crate::mark!("streams:stateless-forwarded");
+        let kept = parsed.and_then(|rec| self.cfg.topology.stateless(rec));
+        match self.forward_if_kept(kept).await? {
+            true => crate::mark!("streams:stateless-forwarded"),
+            false => crate::mark!("streams:filter-dropped"),
+        }
         Ok(())
     }
 
-    /// A record of a store-less step (a stateless topology's, a join's result) to the
-    /// sink, after the simulated processing time: keyed as it is, the default partitioner
-    /// (`SinkNode.process` → `RecordCollectorImpl.send`).
-    async fn forward_stateless(&mut self, rec: StreamRecord) -> Result<(), (String, bool)> {
+    /// The record of a store-less step (a stateless topology's, a join's result), if it
+    /// kept one, to the sink after the simulated processing time: keyed as it is, the
+    /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); whether it
+    /// was sent. A record dropped leaves input consumed with nothing sent, which under
+    /// exactly_once_v2 the next commit needs a transaction of its own for.
+    async fn forward_if_kept(&mut self, rec: Option<StreamRecord>) -> Result<bool, (String, bool)> {
+        let Some(rec) = rec else {
+            self.consumed_unsent |= self.txn_group.is_none();
+            return Ok(false);
+        };
         if self.cfg.spec.process_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
         }
-        self.send_keyed(&self.cfg.topology.sink.clone(), rec).await
+        self.send_keyed(&self.cfg.topology.sink.clone(), rec)
+            .await?;
+        Ok(true)
     }
 
     /// Sends `rec` to `topic` with its key and value, the partition left to the default

@@ -7,6 +7,7 @@ use eosim::checker::{check_all, Anomaly, CheckOptions, Claim, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::history::{StreamsRecord, Value};
 use eosim::runner::SeedOutcome;
+use eosim::scenario::Scenario;
 use eosim::streams::join::parse_joined;
 use eosim::streams::stateless::{map_value, output_id, passes_filter};
 use eosim_sim::effects::kind;
@@ -96,18 +97,18 @@ fn at_least_once_writes_kept_records_twice_after_a_crash_and_never_a_dropped_one
         copies.values().any(|n| *n > 1),
         "a crash re-sent kept records"
     );
-    // The same history judged at least once: the duplicates are allowed.
+    assert_duplicates_allowed_at_least_once(&s, &outcome);
+}
+
+/// The history of `s` judged at least once: valid, its duplicates reported and allowed.
+fn assert_duplicates_allowed_at_least_once(s: &Scenario, outcome: &SeedOutcome) {
     let options = CheckOptions {
         claim: Claim::AtLeastOnce,
-        ..check_options(&s)
+        ..check_options(s)
     };
     let result = check_all(&outcome.history, &options);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
+    let cases = result.case_texts(4);
+    assert_eq!(result.validity, Validity::Valid, "{cases:?}");
     assert!(result.anomalies.contains_key(&Anomaly::SinkDuplicate));
 }
 
@@ -241,15 +242,5 @@ fn at_least_once_joins_stream_records_twice_after_a_crash_and_only_written_versi
         copies.values().any(|n| *n > 1),
         "a crash re-sent joined records"
     );
-    let options = CheckOptions {
-        claim: Claim::AtLeastOnce,
-        ..check_options(&s)
-    };
-    let result = check_all(&outcome.history, &options);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
+    assert_duplicates_allowed_at_least_once(&s, &outcome);
 }
