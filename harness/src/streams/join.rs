@@ -5,14 +5,18 @@
 //! - The table (`KTableSource`): each record of the table topic is an update `key → value`
 //!   put into the task's store; a table built with `builder.table(topic)` under
 //!   `topology.optimization = "all"` takes the source topic itself as the store's changelog
-//!   (`InternalTopologyBuilder` source-changelog topics, KIP-295's reuse of the source
-//!   topic): no `<application.id>-<store>-changelog` is created or written, and a task
+//!   (the source-topic reuse `topology.optimization` enables, KIP-295;
+//!   `InternalTopologyBuilder` records the topic as the store's changelog): no `<application.id>-<store>-changelog` is created or written, and a task
 //!   restores its store by replaying the table topic's partition before processing. The
 //!   restore reads to the end offset as it starts, as `StoreChangelogReader` does for an
 //!   active task (only standbys stop at the committed offsets, its `limit offsets`), so the
 //!   table records between the committed offset and that end are applied twice: once
 //!   restored, once reprocessed. Here the store is written directly, without a record
 //!   cache: the join reads the table's current value and the table forwards nothing.
+//!   The table's updates are read with the main consumer's and the restore consumer's
+//!   isolation: read_committed under exactly_once_v2, so an aborted table transaction is
+//!   never applied; read_uncommitted under at_least_once (Kafka's consumer default), so it
+//!   is (the `unwritten-table-version` canary).
 //! - The join (`KStreamKTableJoin` → `KStreamKTableJoinProcessor.process`): a stream record
 //!   looks its key up in the table's store (`KTableValueGetter.get`); an inner join
 //!   forwards `joiner(streamValue, tableValue)` only when the table has a value for the key,

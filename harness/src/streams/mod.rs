@@ -209,10 +209,12 @@ pub enum StoreKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamsSpec {
-    /// The topology family ([`TopologyKind`]): `"count"` (the default), `"filter-map-values"`
-    /// or `"aggregate-ids"`. The latter two take no `group_by` (refused by
-    /// [`StreamsSpec::check`]); `"filter-map-values"` has no store, so no changelog, no
-    /// standbys (`num_standby_replicas` above 0 is refused) and no record cache.
+    /// The topology family ([`TopologyKind`]): `"count"` (the default), `"filter-map-values"`,
+    /// `"aggregate-ids"` or `"stream-table-join"`. The latter three take no `group_by`
+    /// (refused by [`StreamsSpec::check`]); `"filter-map-values"` has no store, so no
+    /// changelog, no standbys (`num_standby_replicas` above 0 is refused) and no record
+    /// cache; `"stream-table-join"` reads `table_topic` as well, its store's changelog, and
+    /// takes no standbys either.
     #[serde(skip_serializing_if = "is_default_topology")]
     pub topology: TopologyKind,
     /// `application.id`: the consumer group, the prefix of internal topics and of

@@ -47,6 +47,16 @@
 //! purged below the offsets just committed (DeleteRecords,
 //! [`StreamsHost::delete_records`]).
 //!
+//! # Stream-table join (`topology = "stream-table-join"`, `streams::join`)
+//! The consumer reads the stream and the table topic; task `p` owns partition `p` of both
+//! (one task, two sources, as `PartitionGrouper` groups co-partitioned topics). A table
+//! record updates the task's store, which is complete up to the next table offset (the
+//! table topic is the store's changelog: the task opens by restoring it, and nothing is
+//! written to a changelog); a stream record is inner-joined with the store and the result
+//! sent to the sink. A commit carries both partitions' offsets, under exactly_once_v2 in
+//! the transaction with the joined records. Records are processed in the order the
+//! consumer returns them (no `max.task.idle.ms`).
+//!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
 //! task with a standby here starts from the standby's store and position (history:

@@ -13,6 +13,10 @@
 //!   the repartition topic `<application_id>-<store_name>-repartition` (the input's
 //!   partition count), whose committed offsets the drain also waits for.
 //! - Persistent stores live on a [`Disk`] outside the processes, keyed by instance.
+//! - Under `streams.topology = "stream-table-join"` process `table-producer`
+//!   ([`streams_table`]) writes keyed updates to `streams.table_topic` (the input's
+//!   partition count), which the instances subscribe to as well; the drain also waits for
+//!   the table partitions' committed offsets to pass their last committed record.
 //!
 //! # Ops recorded
 //! `send` per input id; per instance `streams-restore` per task opened and
@@ -23,7 +27,8 @@
 //! partition's `streams-output` (read_committed from offset 0). `streams-input` carries
 //! each record's grouping key. Under `streams.topology` other than `"count"`, the final
 //! state has `streams-topology` instead of `streams-window` and `streams-records` (keys and
-//! values as text) instead of `streams-output`.
+//! values as text) instead of `streams-output`; the join adds each table partition read
+//! read_committed as `streams-table` (version, key, offset per update).
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates).
@@ -32,7 +37,8 @@
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 //! 3. Under `topology = "filter-map-values"` or `"aggregate-ids"`, the records checker
 //!    (`checker::streams_records`) instead: each kept input once and mapped, or one id per
-//!    key and one key per id.
+//!    key and one key per id; under `"stream-table-join"` each joined stream record once
+//!    with a committed version of its key (`checker::streams_join`).
 
 use super::records::{
     read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
