@@ -300,7 +300,7 @@ pub struct StreamsSpec {
     /// `table-producer` with keyed updates `k<n % keys> → n` (`n` the update's version,
     /// unique over the run) and read by the application as `builder.table(table_topic)`.
     /// The topic is also the store's changelog (`topology.optimization = "all"`,
-    /// [`join`]). Unused by the other topologies.
+    /// [`join`]). Every `table_*` key is refused under the other topologies.
     #[serde(skip_serializing_if = "is_default_table_topic")]
     pub table_topic: String,
     /// The table topic's partition count; `None` = `topic.partitions`. A join needs both
@@ -529,8 +529,9 @@ impl StreamsSpec {
                     .into(),
             ));
         }
-        if self.topology == TopologyKind::StreamTableJoin {
-            self.check_join()?;
+        match self.topology {
+            TopologyKind::StreamTableJoin => self.check_join()?,
+            _ => self.check_no_table_key()?,
         }
         if let Some(ms) = self.max_task_idle_ms {
             return Err((
@@ -578,6 +579,31 @@ impl StreamsSpec {
             );
         }
         Ok(())
+    }
+
+    /// Outside the join, no `table_*` key: only the stream-table join has a table.
+    fn check_no_table_key(&self) -> Result<(), (String, String)> {
+        let set = [
+            ("table_topic", self.table_topic != DEFAULT_TABLE_TOPIC),
+            ("table_partitions", self.table_partitions.is_some()),
+            ("table_records", self.table_records != DEFAULT_TABLE_RECORDS),
+            (
+                "table_interval_ms",
+                self.table_interval_ms != DEFAULT_TABLE_INTERVAL_MS,
+            ),
+            ("table_abort_every", self.table_abort_every.is_some()),
+        ];
+        match set.into_iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err((
+                format!("streams.{key}"),
+                format!(
+                    "only topology = \"stream-table-join\" reads a table; topology = \"{}\" \
+                     has none (leave {key} out)",
+                    self.topology.name()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The table topic's partition count in effect: `table_partitions`, else
@@ -828,6 +854,11 @@ mod tests {
             Ok(()),
             "only the join reads it"
         );
+        let (key, why) = count.check().unwrap_err();
+        assert_eq!(key, "streams.table_partitions");
+        assert!(why.contains("topology = \"count\" has none"), "{why}");
+        let (key, _) = spec("table_abort_every = 2").unwrap().check().unwrap_err();
+        assert_eq!(key, "streams.table_abort_every");
     }
 
     #[test]
