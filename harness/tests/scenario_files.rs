@@ -1023,17 +1023,24 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
     );
     let message = parse("topology = \"filter-map-values\"\nnum_standby_replicas = 1\n");
     assert_mentions(&message, &["`streams.num_standby_replicas`", "no store"]);
-    // The join's table must be co-partitioned with the 3 partitions of `[topic]`.
-    let message = parse("topology = \"stream-table-join\"\ntable_partitions = 4\n");
-    assert_mentions(
-        &message,
-        &[
-            "scenarios/bad.toml",
-            "`streams.table_partitions`",
-            "topic.partitions = 3",
-            "co-partitioned",
-        ],
-    );
-    let message = parse("topology = \"stream-table-join\"\n\"max.task.idle.ms\" = 1000\n");
-    assert_mentions(&message, &["`streams.max.task.idle.ms`", "not modelled"]);
+    // The join's table must be co-partitioned with the 3 partitions of `[topic]`, and its
+    // stream-time synchronisation is not modelled.
+    let join_keys: [(&str, &[&str]); 2] = [
+        (
+            "table_partitions = 4",
+            &[
+                "`streams.table_partitions`",
+                "topic.partitions = 3",
+                "co-partitioned",
+            ],
+        ),
+        (
+            "\"max.task.idle.ms\" = 1000",
+            &["`streams.max.task.idle.ms`", "not modelled"],
+        ),
+    ];
+    for (line, mentions) in join_keys {
+        let message = parse(&format!("topology = \"stream-table-join\"\n{line}\n"));
+        assert_mentions(&message, &[&["scenarios/bad.toml"], mentions].concat());
+    }
 }
