@@ -1035,7 +1035,7 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
             ],
         ),
         (
-            "\"max.task.idle.ms\" = 1000",
+            "\"max.task.idle.ms\" = 0",
             &["`streams.max.task.idle.ms`", "not modelled"],
         ),
     ];

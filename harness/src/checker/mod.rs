@@ -47,6 +47,7 @@
 //! | `id-reassigned`, `id-reused` | F | - | - | Streams `aggregate-ids` ([`streams_records`]) |
 //! | `unexpected-output` | F | F | F | Streams `filter-map-values`, `aggregate-ids`, `stream-table-join` |
 //! | `unwritten-table-version` | F | - | - | Streams `stream-table-join` ([`streams_join`]) |
+//! | `stale-join` | - | - | - | Streams `stream-table-join`: informational |
 //! | `routine-load-statistic` | F | F | F | Doris ([`DorisChecker`]) |
 //! | `label-loaded-twice` | F | F | F | Doris |
 //!
@@ -258,6 +259,12 @@ pub enum Anomaly {
     /// does not hold, committed, for that key (an aborted or never-written update;
     /// [`streams_join`]).
     UnwrittenTableVersion,
+    /// Streams `stream-table-join`: an output joined a version of its key older than
+    /// another committed update of that key whose event time is not after the stream
+    /// record's (the table was behind the stream in event time; [`streams_join`]). Kafka
+    /// documents it as the cost of processing without waiting (`max.task.idle.ms`), so no
+    /// claim forbids it unless `[check] forbidden` names it.
+    StaleJoin,
     /// Doris: a Routine Load job's `SHOW ROUTINE LOAD` statistics disagree with the rows
     /// it loaded and the error rows its loads filtered (see [`doris`]).
     RoutineLoadStatistic,
@@ -267,7 +274,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 34] = [
+    pub const ALL: [Anomaly; 35] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -300,6 +307,7 @@ impl Anomaly {
         Anomaly::IdReused,
         Anomaly::UnexpectedOutput,
         Anomaly::UnwrittenTableVersion,
+        Anomaly::StaleJoin,
         Anomaly::RoutineLoadStatistic,
         Anomaly::LabelLoadedTwice,
     ];
@@ -339,6 +347,7 @@ impl Anomaly {
             Anomaly::IdReused => "id-reused",
             Anomaly::UnexpectedOutput => "unexpected-output",
             Anomaly::UnwrittenTableVersion => "unwritten-table-version",
+            Anomaly::StaleJoin => "stale-join",
             Anomaly::RoutineLoadStatistic => "routine-load-statistic",
             Anomaly::LabelLoadedTwice => "label-loaded-twice",
         }

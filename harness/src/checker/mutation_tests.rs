@@ -807,6 +807,12 @@ fn streams_records_mutations() -> Vec<Mutation> {
             |h| edit_records(h, |r| r[1].value = "3,13".into()),
             UnwrittenTableVersion,
         ),
+        m(
+            "join a stream record with a version superseded before its event time",
+            Family::StreamsTableJoin,
+            |h| edit_records(h, |r| r[1].value = "3,10".into()),
+            StaleJoin,
+        ),
     ]
 }
 

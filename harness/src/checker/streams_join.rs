@@ -18,6 +18,15 @@
 //!    one.
 //! 3. [`unexpected_join_output_cases`] (`unexpected-output`): an output value that is not
 //!    `<id>,<version>`, an id of no stream record, or a key other than the stream record's.
+//! 4. [`stale_join_cases`] (`stale-join`, informational): an output whose version is older
+//!    than a committed update of its key with an event time between the version's and the
+//!    stream record's (inclusive of the latter): decidable from the event times both
+//!    producers stamp into their values. Under `max.task.idle.ms` = -1 (or without it) a
+//!    stream record may be processed before such an update is fetched; a wait longer than
+//!    the fetch delay avoids it while nothing fails (a restore reads the table to its end,
+//!    and a replay re-applies older updates, so after a crash the table may be stale or
+//!    ahead either way). A version newer than the stream record (the table ahead) is not
+//!    judged.
 //!
 //! # Not decided
 //! Which stream records must have joined: an inner join outputs a record only when the
@@ -25,7 +34,7 @@
 //! the table's updates relative to the stream's (no `max.task.idle.ms` synchronisation,
 //! `streams::join`); a consumed stream record absent from the output is not reported. For
 //! the same reason the checker does not ask which version a record should have joined, only
-//! that it joined one that was written.
+//! that it joined one that was written and, for `stale-join`, not one already superseded.
 
 use super::streams_records::{case, kept_input_duplicate_cases, Output, RecordsAnalysis};
 use super::{Anomaly, Case};
@@ -40,6 +49,7 @@ pub fn cases(a: &RecordsAnalysis) -> Vec<(Anomaly, Vec<Case>)> {
             unwritten_table_version_cases(a),
         ),
         (Anomaly::UnexpectedOutput, unexpected_join_output_cases(a)),
+        (Anomaly::StaleJoin, stale_join_cases(a)),
     ]
 }
 
@@ -73,6 +83,35 @@ pub fn unwritten_table_version_cases(a: &RecordsAnalysis) -> Vec<Case> {
     (a.outputs.iter())
         .filter_map(|o| {
             let (id, reason) = why(o)?;
+            Some(case(vec![id], &[o], text(o, &reason)))
+        })
+        .collect()
+}
+
+/// Outputs whose joined version `v` of key `k` is older than a committed update `u` of `k`
+/// with `time(v) < time(u) <= time(stream record)`: at the stream record's event time the
+/// table already held `u`. Outputs of an unknown id or version are left to the other
+/// analyses.
+pub fn stale_join_cases(a: &RecordsAnalysis) -> Vec<Case> {
+    let newer = |o: &Output| -> Option<(u64, String)> {
+        let (id, version) = parse_joined(&o.record.value)?;
+        let (input, _) = a.inputs.get(&id)?;
+        let (_, joined) = a.table.get(&version)?;
+        let missed = (a.table.values().map(|(_, u)| u)).find(|u| {
+            u.key == o.record.key
+                && joined.timestamp_ms < u.timestamp_ms
+                && u.timestamp_ms <= input.timestamp_ms
+        })?;
+        let why = format!(
+            "joined version {version} (t={}) of a stream record at t={}, when version {} \
+             (t={}) was already the key's",
+            joined.timestamp_ms, input.timestamp_ms, missed.id, missed.timestamp_ms
+        );
+        Some((id, why))
+    };
+    (a.outputs.iter())
+        .filter_map(|o| {
+            let (id, reason) = newer(o)?;
             Some(case(vec![id], &[o], text(o, &reason)))
         })
         .collect()
@@ -158,6 +197,28 @@ mod tests {
             assert_eq!(alo.validity, Validity::Valid, "{value}");
             assert!(alo.anomalies.contains_key(&Anomaly::UnwrittenTableVersion));
         }
+    }
+
+    #[test]
+    fn a_version_superseded_before_the_stream_record_is_stale_join_reported_not_forbidden() {
+        // Stream record 3 (t=300) joined k1's version 10 (t=100) although version 12
+        // (t=120) was k1's from t=120 on: the task had not applied it yet. Record 1 (t=100)
+        // joining version 12 (t=120) has the table ahead, which is not judged.
+        let h = history(&STREAM, &TABLE, &[("k1", "3,10"), ("k1", "1,12")]);
+        let r = check(&h, Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "informational");
+        let stale = &r.anomalies[&Anomaly::StaleJoin];
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        assert!(
+            r.case_texts(8)[0].contains("when version 12 (t=120)"),
+            "{r:?}"
+        );
+        let options = CheckOptions {
+            forbidden: vec![Anomaly::StaleJoin],
+            ..CheckOptions::for_claim(Claim::ExactlyOnce)
+        };
+        let r = StreamsRecordsChecker.check(&h, &options);
+        assert_eq!(r.forbidden, vec![Anomaly::StaleJoin]);
     }
 
     #[test]

@@ -195,8 +195,9 @@ pub fn streams_records_history(
     h
 }
 
-/// A history of the stream-table join: stream records `(id, key)` all consumed, table
-/// updates `(version, key)` at offsets 0.. of table partition 0 (committed), output records
+/// A history of the stream-table join: stream records `(id, key)` all consumed (event time
+/// `100 × id`), table updates `(version, key)` at offsets 0.. of table partition 0
+/// (committed, event time `10 × version`), output records
 /// `(key, value)` as [`streams_records_history`] writes them.
 pub fn streams_join_history(
     stream: &[(u64, &str)],
@@ -209,7 +210,7 @@ pub fn streams_join_history(
         .map(|(offset, (version, key))| StreamsInputRecord {
             id: *version,
             key: key.to_string(),
-            timestamp_ms: -1,
+            timestamp_ms: 10 * *version as i64,
             offset: offset as Offset,
         })
         .collect();

@@ -188,8 +188,8 @@ pub enum Value {
     },
     /// The final table topic of a Streams stream-table join (`streams.topology =
     /// "stream-table-join"`) after the drain, read read_committed from offset 0 of one
-    /// partition: each update's version (`id`), key and offset (`timestamp_ms` -1: the
-    /// value carries no event time). What a join may have read of the table.
+    /// partition: each update's version (`id`), key, event time and offset. What a join
+    /// may have read of the table.
     StreamsTable {
         /// Table topic partition.
         tp: TopicPartition,

@@ -32,17 +32,20 @@
 //!   with an earlier timestamp already fetched. The key is refused by name.
 //!
 //! # Shapes
-//! - Table record: key `k<n % keys>`, value [`table_value`]`(n)` = `<n>` (decimal), the
-//!   update's version `n`, unique over the run; the store maps key → version.
+//! - Table record: key `k<n % keys>`, value [`table_value`] = `<n>,<timestamp_ms>`, the
+//!   update's version `n` (unique over the run) and event time; the store maps key →
+//!   version.
 //! - Output record: the stream record's key, value [`joined_value`] = `<stream id>,<version>`.
 
 /// Updates per transaction of the transactional table producer (`table_abort_every`).
 pub const TABLE_TRANSACTION_RECORDS: u64 = 5;
 
-/// The value of table update `version`: the version in decimal, which is what the store
-/// (`key → u64`) and its restore (`store::changelog_entry`) read.
-pub fn table_value(version: u64) -> String {
-    version.to_string()
+/// The value of table update `version` made at `timestamp_ms` (its event time):
+/// `<version>,<timestamp_ms>`, whose version the store (`key → u64`) and its restore
+/// (`store::changelog_entry`) keep, and whose time orders it against the stream's records
+/// under `max.task.idle.ms`.
+pub fn table_value(version: u64, timestamp_ms: u64) -> String {
+    format!("{version},{timestamp_ms}")
 }
 
 /// The joiner's result for stream record `stream_id` and table version `version`:
@@ -67,6 +70,12 @@ mod tests {
         assert_eq!(parse_joined(&joined_value(17, 4)), Some((17, 4)));
         assert_eq!(parse_joined("17"), None);
         assert_eq!(parse_joined("17,x"), None);
-        assert_eq!(table_value(9), "9");
+        assert_eq!(table_value(9, 120), "9,120");
+        let entry = crate::streams::store::changelog_entry(Some(b"k1"), Some(b"9,120"));
+        assert_eq!(
+            entry,
+            Some(("k1".to_string(), 9)),
+            "the version is the entry"
+        );
     }
 }

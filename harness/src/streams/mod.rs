@@ -200,8 +200,8 @@ pub enum StoreKind {
 /// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
 /// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`,
 /// `table_topic = "table"`, `table_partitions` = `topic.partitions`, `table_records = 100`,
-/// `table_interval_ms = 100`, no `table_abort_every` (an idempotent table producer), no
-/// `"max.task.idle.ms"`.
+/// `table_interval_ms = 100`, no `table_abort_every` (an idempotent table producer),
+/// `table_event_time_lag_ms = 0`, no `"max.task.idle.ms"` (no buffering).
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -323,12 +323,26 @@ pub struct StreamsSpec {
     /// idempotent producer, no transactions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_abort_every: Option<u64>,
-    /// `max.task.idle.ms` (KIP-353, KIP-695): refused whatever its value. The processor
-    /// processes each task's records in the order the consumer returns them, without
-    /// `PartitionGroup`'s choice of the lowest head timestamp nor its idling, so neither
-    /// Kafka's default 0 nor a wait could be claimed ([`StreamsSpec::check`]).
+    /// How far, ms, the table producer stamps an update's event time before its send: the
+    /// update happened `table_event_time_lag_ms` before it reaches the table topic (a
+    /// table fed from another system's log), so a stream record of a later event time may
+    /// be fetched first. Default 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub table_event_time_lag_ms: u64,
+    /// `max.task.idle.ms` (KIP-353, KIP-695), ms, under the stream-table join only: set, a
+    /// task buffers its two partitions' records and processes the one with the lowest
+    /// event time first (`PartitionGroup.nextRecord`); while one partition has nothing
+    /// buffered, -1 processes the other at once and `n` ≥ 1 waits up to `n` ms of the
+    /// task's clock for it (`PartitionGroup.readyToProcess`, enforced processing after).
+    /// Kafka's default 0 (wait only while the fetched lag says data is there) is refused:
+    /// the client trait reports no lag. Unset: no buffering, records processed in the
+    /// order the consumer returns them ([`StreamsSpec::check`]).
     #[serde(rename = "max.task.idle.ms", skip_serializing_if = "Option::is_none")]
     pub max_task_idle_ms: Option<i64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_default_table_topic(t: &str) -> bool {
@@ -439,6 +453,7 @@ impl Default for StreamsSpec {
             table_records: DEFAULT_TABLE_RECORDS,
             table_interval_ms: DEFAULT_TABLE_INTERVAL_MS,
             table_abort_every: None,
+            table_event_time_lag_ms: 0,
             max_task_idle_ms: None,
         }
     }
@@ -533,17 +548,29 @@ impl StreamsSpec {
             TopologyKind::StreamTableJoin => self.check_join()?,
             _ => self.check_no_table_key()?,
         }
-        if let Some(ms) = self.max_task_idle_ms {
-            return Err((
-                "streams.max.task.idle.ms".into(),
-                format!(
-                    "not modelled (found {ms}): a task processes its records in the order the \
-                     consumer returns them, without PartitionGroup's stream-time \
-                     synchronisation (KIP-353, KIP-695); leave the key out"
-                ),
-            ));
-        }
-        Ok(())
+        self.check_max_task_idle_ms()
+    }
+
+    /// `max.task.idle.ms`: only a join has two inputs to synchronise; -1 or at least 1.
+    fn check_max_task_idle_ms(&self) -> Result<(), (String, String)> {
+        let Some(ms) = self.max_task_idle_ms else {
+            return Ok(());
+        };
+        let why = match (self.topology, ms) {
+            (TopologyKind::StreamTableJoin, -1) => return Ok(()),
+            (TopologyKind::StreamTableJoin, 1..) => return Ok(()),
+            (TopologyKind::StreamTableJoin, 0) => {
+                "0 (Kafka's default) waits for empty partitions only while the consumer's \
+                 fetched lag says data is there (KIP-695); the client trait reports no lag, \
+                 so it is not modelled: set -1 or a wait of at least 1 ms"
+            }
+            (TopologyKind::StreamTableJoin, _) => "expected -1 or at least 1",
+            _ => "only topology = \"stream-table-join\" has two inputs to synchronise",
+        };
+        Err((
+            "streams.max.task.idle.ms".into(),
+            format!("{why} (found {ms})"),
+        ))
     }
 
     /// The keys the stream-table join refuses: no standbys (a standby of a source-topic
@@ -592,6 +619,7 @@ impl StreamsSpec {
                 self.table_interval_ms != DEFAULT_TABLE_INTERVAL_MS,
             ),
             ("table_abort_every", self.table_abort_every.is_some()),
+            ("table_event_time_lag_ms", self.table_event_time_lag_ms > 0),
         ];
         match set.into_iter().find(|(_, set)| *set) {
             Some((key, _)) => Err((
@@ -848,6 +876,16 @@ mod tests {
         assert_eq!(s.check_copartitioned("in", 2), Ok(()));
         let (key, _) = s.check_copartitioned("table", 2).unwrap_err();
         assert_eq!(key, "streams.table_topic");
+        for idle in [-1, 1, 2_000] {
+            let text = format!("topology = \"stream-table-join\"\n\"max.task.idle.ms\" = {idle}");
+            assert_eq!(spec(&text).unwrap().check(), Ok(()), "{idle}");
+        }
+        let (key, why) = spec("\"max.task.idle.ms\" = 100")
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert_eq!(key, "streams.max.task.idle.ms");
+        assert!(why.contains("two inputs"), "{why}");
         let count = spec("table_partitions = 2").unwrap();
         assert_eq!(
             count.check_copartitioned("in", 3),

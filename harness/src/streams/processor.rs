@@ -95,7 +95,7 @@ use crate::scenario::Scenario;
 use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// Bound on one transactional call or committed-offset fetch, ms.
@@ -416,6 +416,12 @@ struct Task {
     /// Next table-topic offset of a stream-table join's task, once it applied a table
     /// record since it opened; always `None` for the other topologies.
     table_position: Option<Offset>,
+    /// Under `max.task.idle.ms`, the records fetched and not yet processed of the stream
+    /// (0) and the table (1) partition (`PartitionGroup`'s record queues); dropped with
+    /// the task, whose reopening seeks to the committed offsets.
+    buffers: [VecDeque<ConsumedRecord>; 2],
+    /// Since when each of the two buffers was found empty while the other was not, ns.
+    empty_since_ns: [Option<u64>; 2],
 }
 
 impl Task {
@@ -429,6 +435,8 @@ impl Task {
             position: None,
             source_position: None,
             table_position: None,
+            buffers: Default::default(),
+            empty_since_ns: [None; 2],
         }
     }
 }
@@ -535,17 +543,11 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if !records.is_empty() && self.consumer.group_metadata().is_none() {
             crate::mark!("streams:processed-during-rebalance");
         }
-        for r in records {
-            let p = r.tp.partition;
-            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
-                continue; // re-fetched after the seek to the committed offset
+        if let Err((e, fatal)) = self.process_polled(records, &fresh).await {
+            if fatal {
+                crate::mark!("streams:producer-fenced");
             }
-            if let Err((e, fatal)) = self.process(r).await {
-                if fatal {
-                    crate::mark!("streams:producer-fenced");
-                }
-                return self.recover(e, fatal).await;
-            }
+            return self.recover(e, fatal).await;
         }
         let interval_ns = self.cfg.spec.commit_interval_ms() * 1_000_000;
         let stable = self.consumer.group_metadata().is_some();
@@ -560,6 +562,31 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 .await;
         }
         self.publish_report();
+    }
+
+    /// Processes the polled `records` of tasks not opened by this poll (`fresh`), then,
+    /// under `max.task.idle.ms`, what the tasks' buffers hold ready.
+    async fn process_polled(
+        &mut self,
+        records: Vec<ConsumedRecord>,
+        fresh: &BTreeSet<u32>,
+    ) -> Result<(), (String, bool)> {
+        for r in records {
+            let p = r.tp.partition;
+            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
+                continue; // re-fetched after the seek to the committed offset
+            }
+            self.process(r).await?;
+        }
+        if self.cfg.spec.max_task_idle_ms.is_some() {
+            let partitions: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in partitions {
+                while let Some(r) = self.next_ready(p) {
+                    self.process_joined(r).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// What the next JoinGroup reports: active tasks running, standbys at their position,
@@ -889,13 +916,14 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// the cache budget is 0; see `streams::cache`).
     async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let p = r.tp.partition;
-        if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
-            return self.put_table(r);
+        if self.cfg.topology.table_topic().is_some() {
+            if self.cfg.spec.max_task_idle_ms.is_some() {
+                self.buffer(r);
+                return Ok(());
+            }
+            return self.process_joined(r).await;
         }
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
-        if self.cfg.topology.table_topic().is_some() {
-            return self.join(r, parsed).await;
-        }
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
         }
@@ -930,6 +958,61 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             self.forward(p, update).await?;
         }
         Ok(())
+    }
+
+    /// A record of a stream-table join: a table update or a stream record to join.
+    async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+        if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
+            return self.put_table(r);
+        }
+        let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        self.join(r, parsed).await
+    }
+
+    /// Under `max.task.idle.ms`, buffers `r` in its task's queue of its partition
+    /// (`PartitionGroup.addRawRecords`): the partition is no longer empty.
+    fn buffer(&mut self, r: ConsumedRecord) {
+        let side = usize::from(self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()));
+        let task = self
+            .tasks
+            .get_mut(&r.tp.partition)
+            .expect("the task exists");
+        task.empty_since_ns[side] = None;
+        task.buffers[side].push_back(r);
+    }
+
+    /// The next record task `p` may process under `max.task.idle.ms` (apache/kafka
+    /// `PartitionGroup`, KIP-353 and KIP-695): with both partitions buffered, the head with
+    /// the lower event time (the table's on a tie, so an update applies before an event of
+    /// its instant); with one empty, the other's head at once under -1, else only once the
+    /// empty one has stayed empty for `max.task.idle.ms` of the task's clock (enforced
+    /// processing, `readyToProcess`); `None` while the task idles or holds nothing.
+    fn next_ready(&mut self, p: u32) -> Option<ConsumedRecord> {
+        let idle_ms = self.cfg.spec.max_task_idle_ms?;
+        let now = self.host.now_ns();
+        let task = self.tasks.get_mut(&p)?;
+        let time = |q: &VecDeque<ConsumedRecord>| {
+            let value = q.front()?.value.as_deref()?;
+            Some(super::input_id_and_time(std::str::from_utf8(value).ok()?).1)
+        };
+        let side = match (time(&task.buffers[0]), time(&task.buffers[1])) {
+            (None, None) => return None,
+            (Some(stream), Some(table)) => usize::from(table <= stream),
+            (stream, _) => {
+                let empty = usize::from(stream.is_some());
+                let since = *task.empty_since_ns[empty].get_or_insert(now);
+                let waited_ns = now.saturating_sub(since);
+                if idle_ms >= 0 && waited_ns < idle_ms.unsigned_abs() * 1_000_000 {
+                    crate::mark!("streams:task-idling");
+                    return None;
+                }
+                if idle_ms >= 0 {
+                    crate::mark!("streams:enforced-processing");
+                }
+                1 - empty
+            }
+        };
+        task.buffers[side].pop_front()
     }
 
     /// A table record of a stream-table join (`streams::join`): the update into task `p`'s

@@ -421,13 +421,14 @@ fn output_value(streams: &StreamsSpec, tp: TopicPartition, fetched: &[FetchedRec
     }
 }
 
-/// A table record read back as its version (`id`), key and offset.
+/// A table record read back as its version (`id`), key, event time and offset.
 fn table_update(r: &FetchedRecord) -> StreamsInputRecord {
     let value = text(&r.record.value).unwrap_or_default();
+    let (id, timestamp_ms) = input_id_and_time(&value);
     StreamsInputRecord {
-        id: value.parse().unwrap_or(u64::MAX),
+        id,
         key: text(&r.record.key).unwrap_or_default(),
-        timestamp_ms: -1,
+        timestamp_ms,
         offset: r.offset,
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! # Model
 //! Update `n` (0-based, unique over the run, also its version) has key `k<n % keys>` (the
-//! keys of the stream topic's records) and value `streams::join::table_value(n)`. The
+//! keys of the stream topic's records) and value `streams::join::table_value(n, t)`, `t`
+//! the send's simulated time (its event time, as the stream's producers stamp theirs) less
+//! `streams.table_event_time_lag_ms`. The
 //! producer is idempotent (`[workload]`'s settings); with `streams.table_abort_every` it is
 //! transactional (`transactional.id` `table-producer`), ends a transaction every
 //! [`TABLE_TRANSACTION_RECORDS`] updates (or at a failed send) and aborts the `t`-th
@@ -23,6 +25,7 @@ use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
 use crate::client::{Producer, ProducerRecord, TransactionalProducer};
+use crate::runner::world::now_ns;
 use crate::scenario::Scenario;
 use crate::streams::join::{table_value, TABLE_TRANSACTION_RECORDS};
 use bytes::Bytes;
@@ -49,6 +52,11 @@ fn take(ids: &TableIds, scenario: &Scenario) -> Option<u64> {
     (ids.lock().expect("table ids lock")).take(TABLE_PRODUCER, total, false)
 }
 
+/// An update's event time now, ms: the simulated time less `table_event_time_lag_ms`.
+fn event_time_ms(scenario: &Scenario) -> u64 {
+    (now_ns() / 1_000_000).saturating_sub(scenario.streams.table_event_time_lag_ms)
+}
+
 /// Update `version` as a record of the table topic.
 fn update(scenario: &Scenario, version: u64) -> ProducerRecord {
     let key = format!("k{}", version % u64::from(scenario.workload.keys.max(1)));
@@ -56,7 +64,7 @@ fn update(scenario: &Scenario, version: u64) -> ProducerRecord {
         topic: scenario.streams.table_topic.clone(),
         partition: None,
         key: Some(Bytes::from(key)),
-        value: Some(Bytes::from(table_value(version))),
+        value: Some(Bytes::from(table_value(version, event_time_ms(scenario)))),
         headers: Vec::new(),
     }
 }

@@ -269,6 +269,11 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         file: "canary-unwritten-table-version-unsafe.toml",
         seeds: 1,
     },
+    AnomalyCanary {
+        anomaly: Anomaly::StaleJoin,
+        file: "p3-stream-table-join-idle-disabled-stale.toml",
+        seeds: 1,
+    },
 ];
 
 /// Anomalies no whole-scenario canary catches yet, each with the reason; the coverage test

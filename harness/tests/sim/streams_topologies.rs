@@ -21,6 +21,8 @@ const IDS_EOS: &str = "p3-aggregate-ids-eos-kill-swarm.toml";
 const IDS_ALO: &str = "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml";
 const JOIN_EOS: &str = "p3-stream-table-join-eos-crash.toml";
 const JOIN_ALO: &str = "p3-stream-table-join-alo-crash-duplicates.toml";
+const JOIN_NO_WAIT: &str = "p3-stream-table-join-idle-disabled-stale.toml";
+const JOIN_WAIT: &str = "p3-stream-table-join-idle-waits.toml";
 
 /// Every output record the drain read (`streams-records`).
 fn output(outcome: &SeedOutcome) -> Vec<StreamsRecord> {
@@ -243,4 +245,24 @@ fn at_least_once_joins_stream_records_twice_after_a_crash_and_only_written_versi
         "a crash re-sent joined records"
     );
     assert_duplicates_allowed_at_least_once(&s, &outcome);
+}
+
+#[test]
+fn a_task_waiting_for_the_table_joins_no_superseded_version_and_one_not_waiting_does() {
+    // The same run but for max.task.idle.ms: -1 processes a stream record while the update
+    // stamped before it is not fetched yet; 2000 waits for it (both forbid stale-join).
+    let (outcome, result) = run_checked(&catalogue(JOIN_NO_WAIT), 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.forbidden, vec![Anomaly::StaleJoin]);
+    assert!(
+        !outcome.marks.contains_key("streams:task-idling"),
+        "-1 never waits"
+    );
+    let (outcome, _) = run_valid(&catalogue(JOIN_WAIT), 1);
+    for mark in ["streams:task-idling", "streams:enforced-processing"] {
+        assert!(outcome.marks.contains_key(mark), "{mark}");
+    }
+    let copies = joined_copies(&output(&outcome));
+    assert_eq!(copies.len(), 400, "every stream record joined, none twice");
+    assert!(copies.values().all(|n| *n == 1));
 }
