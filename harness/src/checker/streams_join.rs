@@ -80,6 +80,11 @@ pub fn unwritten_table_version_cases(a: &RecordsAnalysis) -> Vec<Case> {
             )
         })
     };
+    cases_of(a, why)
+}
+
+/// One case per output `why` gives the stream id and reason of.
+fn cases_of(a: &RecordsAnalysis, why: impl Fn(&Output) -> Option<(u64, String)>) -> Vec<Case> {
     (a.outputs.iter())
         .filter_map(|o| {
             let (id, reason) = why(o)?;
@@ -109,12 +114,7 @@ pub fn stale_join_cases(a: &RecordsAnalysis) -> Vec<Case> {
         );
         Some((id, why))
     };
-    (a.outputs.iter())
-        .filter_map(|o| {
-            let (id, reason) = newer(o)?;
-            Some(case(vec![id], &[o], text(o, &reason)))
-        })
-        .collect()
+    cases_of(a, newer)
 }
 
 /// Outputs no stream record explains: not `<id>,<version>`, an unknown id, another key.

@@ -880,23 +880,34 @@ mod tests {
             let text = format!("topology = \"stream-table-join\"\n\"max.task.idle.ms\" = {idle}");
             assert_eq!(spec(&text).unwrap().check(), Ok(()), "{idle}");
         }
-        let (key, why) = spec("\"max.task.idle.ms\" = 100")
-            .unwrap()
-            .check()
-            .unwrap_err();
-        assert_eq!(key, "streams.max.task.idle.ms");
-        assert!(why.contains("two inputs"), "{why}");
+        // Outside the join: no second input to wait for, no table.
+        for (text, key, why) in [
+            (
+                "\"max.task.idle.ms\" = 100",
+                "max.task.idle.ms",
+                "two inputs",
+            ),
+            (
+                "table_partitions = 2",
+                "table_partitions",
+                "topology = \"count\" has none",
+            ),
+            (
+                "table_abort_every = 2",
+                "table_abort_every",
+                "leave table_abort_every out",
+            ),
+        ] {
+            let (found, message) = spec(text).unwrap().check().unwrap_err();
+            assert_eq!(found, format!("streams.{key}"));
+            assert!(message.contains(why), "{message}");
+        }
         let count = spec("table_partitions = 2").unwrap();
         assert_eq!(
             count.check_copartitioned("in", 3),
             Ok(()),
             "only the join reads it"
         );
-        let (key, why) = count.check().unwrap_err();
-        assert_eq!(key, "streams.table_partitions");
-        assert!(why.contains("topology = \"count\" has none"), "{why}");
-        let (key, _) = spec("table_abort_every = 2").unwrap().check().unwrap_err();
-        assert_eq!(key, "streams.table_abort_every");
     }
 
     #[test]
