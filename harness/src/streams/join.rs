@@ -26,10 +26,16 @@
 //!   and table updates meet in one task only when both topics have the same partition count
 //!   and partitioner (`CopartitionedTopicsEnforcer`, checked by
 //!   `StreamsSpec::check_copartitioned`).
-//! - Stream-time synchronisation (`max.task.idle.ms`, KIP-353, KIP-695, `PartitionGroup`)
-//!   is not modelled: a task processes its two partitions' records in the order the
-//!   consumer returns them, so a stream record may meet a table older than a table update
-//!   with an earlier timestamp already fetched. The key is refused by name.
+//! - Stream-time synchronisation (`max.task.idle.ms`, KIP-353, KIP-695, `PartitionGroup`):
+//!   unset, a task processes its two partitions' records in the order the consumer returns
+//!   them. Set, it buffers both and processes the head with the lower event time first
+//!   (`PartitionGroup.nextRecord`); with one partition empty, -1 processes the other at
+//!   once, and `n` ≥ 1 waits until the empty one has stayed empty for `n` ms before it does
+//!   (`readyToProcess`, enforced processing). Without waiting, a stream record meets a
+//!   table older than an update of an earlier event time not yet fetched: a stale join,
+//!   which `checker::streams_join` decides from the event times in both topics' values.
+//!   Kafka's default 0 (wait while the fetched lag says data is there) is refused: the
+//!   client trait reports no lag.
 //!
 //! # Shapes
 //! - Table record: key `k<n % keys>`, value [`table_value`] = `<n>,<timestamp_ms>`, the

@@ -55,7 +55,9 @@
 //! written to a changelog); a stream record is inner-joined with the store and the result
 //! sent to the sink. A commit carries both partitions' offsets, under exactly_once_v2 in
 //! the transaction with the joined records. Records are processed in the order the
-//! consumer returns them (no `max.task.idle.ms`).
+//! consumer returns them; under `max.task.idle.ms` each task buffers both partitions and
+//! takes the lower event time first, waiting up to that long for an empty partition
+//! (`PartitionGroup`, [`Processor::step`] runs the buffers after each poll).
 //!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
