@@ -271,7 +271,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     },
     AnomalyCanary {
         anomaly: Anomaly::StaleJoin,
-        file: "p3-stream-table-join-idle-disabled-stale.toml",
+        file: "p3-stream-table-join-idle-disabled-corrupts-joins.toml",
         seeds: 1,
     },
 ];

@@ -21,7 +21,7 @@ const IDS_EOS: &str = "p3-aggregate-ids-eos-kill-swarm.toml";
 const IDS_ALO: &str = "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml";
 const JOIN_EOS: &str = "p3-stream-table-join-eos-crash.toml";
 const JOIN_ALO: &str = "p3-stream-table-join-alo-crash-duplicates.toml";
-const JOIN_NO_WAIT: &str = "p3-stream-table-join-idle-disabled-stale.toml";
+const JOIN_NO_WAIT: &str = "p3-stream-table-join-idle-disabled-corrupts-joins.toml";
 const JOIN_WAIT: &str = "p3-stream-table-join-idle-waits.toml";
 
 /// Every output record the drain read (`streams-records`).
