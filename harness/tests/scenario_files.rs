@@ -1013,6 +1013,7 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
             "count",
             "filter-map-values",
             "aggregate-ids",
+            "stream-table-join",
         ],
     );
     let message = parse("topology = \"aggregate-ids\"\ngroup_by = \"id-mod\"\n");
@@ -1022,6 +1023,26 @@ fn an_unknown_topology_or_a_key_it_cannot_take_names_the_file_and_the_key() {
     );
     let message = parse("topology = \"filter-map-values\"\nnum_standby_replicas = 1\n");
     assert_mentions(&message, &["`streams.num_standby_replicas`", "no store"]);
+    // The join's table must be co-partitioned with the 3 partitions of `[topic]`, and its
+    // stream-time synchronisation is not modelled.
+    let join_keys: [(&str, &[&str]); 2] = [
+        (
+            "table_partitions = 4",
+            &[
+                "`streams.table_partitions`",
+                "topic.partitions = 3",
+                "co-partitioned",
+            ],
+        ),
+        (
+            "\"max.task.idle.ms\" = 0",
+            &["`streams.max.task.idle.ms`", "not modelled"],
+        ),
+    ];
+    for (line, mentions) in join_keys {
+        let message = parse(&format!("topology = \"stream-table-join\"\n{line}\n"));
+        assert_mentions(&message, &[&["scenarios/bad.toml"], mentions].concat());
+    }
 }
 
 #[test]

@@ -45,7 +45,9 @@
 //! | `extra-aggregate` | F | F | F | Streams |
 //! | `aggregate-sequence` | F | - | - | Streams |
 //! | `id-reassigned`, `id-reused` | F | - | - | Streams `aggregate-ids` ([`streams_records`]) |
-//! | `unexpected-output` | F | F | F | Streams `filter-map-values`, `aggregate-ids` |
+//! | `unexpected-output` | F | F | F | Streams `filter-map-values`, `aggregate-ids`, `stream-table-join` |
+//! | `unwritten-table-version` | F | - | - | Streams `stream-table-join` ([`streams_join`]) |
+//! | `stale-join` | - | - | - | Streams `stream-table-join`: informational |
 //! | `routine-load-statistic` | F | F | F | Doris ([`DorisChecker`]) |
 //! | `label-loaded-twice` | F | F | F | Doris |
 //!
@@ -92,6 +94,7 @@ mod mutation_tests;
 mod sink;
 mod source;
 mod streams;
+pub mod streams_join;
 pub mod streams_records;
 #[cfg(test)]
 mod test_support;
@@ -252,6 +255,16 @@ pub enum Anomaly {
     /// as the topology writes it (a record the filter drops, a value other than the
     /// mapping's, an id that is not one).
     UnexpectedOutput,
+    /// Streams `stream-table-join`: an output joined a table version that the table topic
+    /// does not hold, committed, for that key (an aborted or never-written update;
+    /// [`streams_join`]).
+    UnwrittenTableVersion,
+    /// Streams `stream-table-join`: an output joined a version of its key older than
+    /// another committed update of that key whose event time is not after the stream
+    /// record's (the table was behind the stream in event time; [`streams_join`]). Kafka
+    /// documents it as the cost of processing without waiting (`max.task.idle.ms`), so no
+    /// claim forbids it unless `[check] forbidden` names it.
+    StaleJoin,
     /// Doris: a Routine Load job's `SHOW ROUTINE LOAD` statistics disagree with the rows
     /// it loaded and the error rows its loads filtered (see [`doris`]).
     RoutineLoadStatistic,
@@ -261,7 +274,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     /// Every anomaly, in declaration order.
-    pub const ALL: [Anomaly; 33] = [
+    pub const ALL: [Anomaly; 35] = [
         Anomaly::LostWrite,
         Anomaly::Unseen,
         Anomaly::Duplicate,
@@ -293,6 +306,8 @@ impl Anomaly {
         Anomaly::IdReassigned,
         Anomaly::IdReused,
         Anomaly::UnexpectedOutput,
+        Anomaly::UnwrittenTableVersion,
+        Anomaly::StaleJoin,
         Anomaly::RoutineLoadStatistic,
         Anomaly::LabelLoadedTwice,
     ];
@@ -331,6 +346,8 @@ impl Anomaly {
             Anomaly::IdReassigned => "id-reassigned",
             Anomaly::IdReused => "id-reused",
             Anomaly::UnexpectedOutput => "unexpected-output",
+            Anomaly::UnwrittenTableVersion => "unwritten-table-version",
+            Anomaly::StaleJoin => "stale-join",
             Anomaly::RoutineLoadStatistic => "routine-load-statistic",
             Anomaly::LabelLoadedTwice => "label-loaded-twice",
         }
@@ -491,6 +508,7 @@ pub fn forbidden_anomalies(claim: Claim, options: &CheckOptions) -> BTreeSet<Ano
     forbid(Anomaly::IdReassigned, claim == Claim::ExactlyOnce);
     forbid(Anomaly::IdReused, claim == Claim::ExactlyOnce);
     forbid(Anomaly::UnexpectedOutput, true);
+    forbid(Anomaly::UnwrittenTableVersion, claim == Claim::ExactlyOnce);
     forbid(Anomaly::RoutineLoadStatistic, true);
     forbid(Anomaly::LabelLoadedTwice, true);
     for anomaly in &options.allowed {

@@ -42,6 +42,9 @@ enum Family {
     StreamsFilterMapValues,
     /// The id-assigning Streams aggregate: k0 (twice) gets id 0, k1 id 3.
     StreamsAggregateIds,
+    /// The Streams stream-table join: stream records 1 (k1) and 3 (k1) joined with k1's
+    /// versions 10 and 12, record 2 (k2) without a table value yet.
+    StreamsTableJoin,
     /// A JDBC sink applying Debezium change events, with a poison record in the DLQ.
     ChangeData,
     /// A Doris Routine Load job: two loaded rows, one error row, its final statistics.
@@ -52,7 +55,7 @@ enum Family {
 }
 
 impl Family {
-    const ALL: [Family; 10] = [
+    const ALL: [Family; 11] = [
         Family::KafkaConsume,
         Family::RecordSink,
         Family::TransactionalCopy,
@@ -60,6 +63,7 @@ impl Family {
         Family::StreamsAggregate,
         Family::StreamsFilterMapValues,
         Family::StreamsAggregateIds,
+        Family::StreamsTableJoin,
         Family::ChangeData,
         Family::RoutineLoad,
         Family::TransactionalSink,
@@ -74,6 +78,7 @@ impl Family {
             Family::StreamsAggregate => streams_history(3, &[1, 2, 3]),
             Family::StreamsFilterMapValues => filter_map_values_baseline(),
             Family::StreamsAggregateIds => aggregate_ids_baseline(),
+            Family::StreamsTableJoin => stream_table_join_baseline(),
             Family::ChangeData => cdc_baseline(),
             Family::RoutineLoad => routine_load_baseline(),
             Family::TransactionalSink => txn_sink_baseline(),
@@ -103,6 +108,7 @@ impl Family {
             Family::StreamsAggregate
             | Family::StreamsFilterMapValues
             | Family::StreamsAggregateIds
+            | Family::StreamsTableJoin
             | Family::ChangeData => base,
         }
     }
@@ -719,6 +725,12 @@ fn aggregate_ids_baseline() -> History {
     streams_records_history("aggregate-ids", 3, &inputs, &output)
 }
 
+fn stream_table_join_baseline() -> History {
+    let stream = [(1, "k1"), (2, "k2"), (3, "k1")];
+    let table = [(10, "k1"), (11, "k2"), (12, "k1")];
+    streams_join_history(&stream, &table, &[("k1", "1,10"), ("k1", "3,12")])
+}
+
 /// Edits the output records, then renumbers their offsets.
 fn edit_records(h: &mut History, edit: impl FnOnce(&mut Vec<crate::history::StreamsRecord>)) {
     let i = index_of(h, |op| matches!(op.value, Value::StreamsRecords { .. }));
@@ -788,6 +800,18 @@ fn streams_records_mutations() -> Vec<Mutation> {
                 })
             },
             ExtraAggregate,
+        ),
+        m(
+            "join a stream record with a version the table never committed",
+            Family::StreamsTableJoin,
+            |h| edit_records(h, |r| r[1].value = "3,13".into()),
+            UnwrittenTableVersion,
+        ),
+        m(
+            "join a stream record with a version superseded before its event time",
+            Family::StreamsTableJoin,
+            |h| edit_records(h, |r| r[1].value = "3,10".into()),
+            StaleJoin,
         ),
     ]
 }

@@ -5,12 +5,15 @@
 //! wrong.
 //!
 //! # Inputs (ops of process `final`)
-//! - `StreamsTopology`: the family (`filter-map-values` or `aggregate-ids`); without it the
+//! - `StreamsTopology`: the family (`filter-map-values`, `aggregate-ids` or
+//!   `stream-table-join`); without it the
 //!   history is the count's and this checker finds nothing.
 //! - `StreamsInput` per input partition: each input record's id, key and event time.
 //! - `CommittedOffsets` of the application's group: an input record below its partition's
 //!   committed offset was consumed; one without a committed offset counts as not.
 //! - `StreamsRecords` per output partition: keys and values as text, read_committed.
+//! - `StreamsTable` per table partition (`stream-table-join` only): each update's version,
+//!   key and offset, read_committed.
 //!
 //! # Analyses
 //! `filter-map-values` (`stream.filter(id % 3 != 0).mapValues(v + "," + id²).to(out)`,
@@ -29,6 +32,9 @@
 //! 6. [`missing_id_cases`] (`missing-aggregate`): a consumed key without any id.
 //! 7. [`extra_id_cases`] (`extra-aggregate`): an id for a key with no consumed input.
 //! 8. [`unexpected_output_cases`] (`unexpected-output`): a value that is not an id.
+//!
+//! `stream-table-join` (`stream.join(table).to(out)`, `streams::join`): the analyses of
+//! [`super::streams_join`], over the table topic's `streams-table` ops as well.
 
 use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
 use crate::history::{History, StreamsInputRecord, StreamsRecord, Value};
@@ -57,6 +63,9 @@ pub struct RecordsAnalysis {
     pub inputs: BTreeMap<u64, (StreamsInputRecord, bool)>,
     /// Every output record, in partition then offset order.
     pub outputs: Vec<Output>,
+    /// `stream-table-join`: every table update read read_committed, by version, with its
+    /// partition.
+    pub table: BTreeMap<u64, (TopicPartition, StreamsInputRecord)>,
 }
 
 impl RecordsAnalysis {
@@ -68,15 +77,23 @@ impl RecordsAnalysis {
         for op in &history.ops {
             match &op.value {
                 Value::StreamsTopology { topology } => {
-                    a.topology = [TopologyKind::FilterMapValues, TopologyKind::AggregateIds]
-                        .into_iter()
-                        .find(|t| t.name() == topology);
+                    a.topology = [
+                        TopologyKind::FilterMapValues,
+                        TopologyKind::AggregateIds,
+                        TopologyKind::StreamTableJoin,
+                    ]
+                    .into_iter()
+                    .find(|t| t.name() == topology);
                 }
                 Value::CommittedOffsets { offsets } if op.process == "final" => {
                     committed.extend(offsets.iter().cloned());
                 }
                 Value::StreamsInput { tp, records } => {
                     inputs.extend(records.iter().map(|r| (tp.clone(), r.clone())));
+                }
+                Value::StreamsTable { tp, records } => {
+                    let updates = records.iter().map(|r| (r.id, (tp.clone(), r.clone())));
+                    a.table.extend(updates);
                 }
                 Value::StreamsRecords { tp, records } => {
                     a.outputs.extend(records.iter().map(|r| Output {
@@ -96,12 +113,12 @@ impl RecordsAnalysis {
     }
 
     /// The consumed inputs, by id.
-    fn consumed(&self) -> impl Iterator<Item = &StreamsInputRecord> {
+    pub(super) fn consumed(&self) -> impl Iterator<Item = &StreamsInputRecord> {
         self.inputs.values().filter(|(_, c)| *c).map(|(r, _)| r)
     }
 
     /// The output records of input id `id` (its value's first field).
-    fn outputs_of_id(&self) -> BTreeMap<u64, Vec<&Output>> {
+    pub(super) fn outputs_of_id(&self) -> BTreeMap<u64, Vec<&Output>> {
         let mut by_id: BTreeMap<u64, Vec<&Output>> = BTreeMap::new();
         for o in &self.outputs {
             if let Some(id) = output_id(&o.record.value) {
@@ -113,7 +130,7 @@ impl RecordsAnalysis {
 }
 
 /// A case over output records `outputs` (the first one's partition), naming `ids`.
-fn case(ids: Vec<u64>, outputs: &[&Output], text: String) -> Case {
+pub(super) fn case(ids: Vec<u64>, outputs: &[&Output], text: String) -> Case {
     let ops: BTreeSet<usize> = outputs.iter().map(|o| o.op).collect();
     Case {
         ids,
@@ -287,6 +304,7 @@ impl Checker for StreamsRecordsChecker {
                 (Anomaly::SinkDuplicate, kept_input_duplicate_cases(&a)),
                 (Anomaly::UnexpectedOutput, unexpected_output_cases(&a)),
             ],
+            Some(TopologyKind::StreamTableJoin) => super::streams_join::cases(&a),
             Some(TopologyKind::AggregateIds) => vec![
                 (Anomaly::IdReassigned, id_reassigned_cases(&a)),
                 (Anomaly::IdReused, id_reused_cases(&a)),

@@ -157,14 +157,7 @@ pub fn streams_records_history(
         TopicPartition::new("input", 0),
         TopicPartition::new("output", 0),
     );
-    let input = (inputs.iter().enumerate())
-        .map(|(offset, (id, key))| StreamsInputRecord {
-            id: *id,
-            key: key.to_string(),
-            timestamp_ms: 100 * *id as i64,
-            offset: offset as Offset,
-        })
-        .collect();
+    let input = keyed_records(inputs, 100);
     let records = (output.iter().enumerate())
         .map(|(offset, (key, value))| crate::history::StreamsRecord {
             key: key.to_string(),
@@ -192,6 +185,41 @@ pub fn streams_records_history(
     for value in finals {
         h.push(0, "final", OpKind::Ok, value, None);
     }
+    h
+}
+
+/// Records `(id, key)` at offsets 0.., event time `ms_per_id × id`.
+fn keyed_records(rows: &[(u64, &str)], ms_per_id: i64) -> Vec<StreamsInputRecord> {
+    (rows.iter().enumerate())
+        .map(|(offset, (id, key))| StreamsInputRecord {
+            id: *id,
+            key: key.to_string(),
+            timestamp_ms: ms_per_id * *id as i64,
+            offset: offset as Offset,
+        })
+        .collect()
+}
+
+/// A history of the stream-table join: stream records `(id, key)` all consumed (event time
+/// `100 × id`), table updates `(version, key)` at offsets 0.. of table partition 0
+/// (committed, event time `10 × version`), output records
+/// `(key, value)` as [`streams_records_history`] writes them.
+pub fn streams_join_history(
+    stream: &[(u64, &str)],
+    table: &[(u64, &str)],
+    output: &[(&str, &str)],
+) -> History {
+    let committed = stream.len() as Offset;
+    let mut h = streams_records_history("stream-table-join", committed, stream, output);
+    let records = keyed_records(table, 10);
+    let tp = TopicPartition::new("table", 0);
+    h.push(
+        0,
+        "final",
+        OpKind::Ok,
+        Value::StreamsTable { tp, records },
+        None,
+    );
     h
 }
 

@@ -186,6 +186,16 @@ pub enum Value {
         /// Records in offset order.
         records: Vec<StreamsInputRecord>,
     },
+    /// The final table topic of a Streams stream-table join (`streams.topology =
+    /// "stream-table-join"`) after the drain, read read_committed from offset 0 of one
+    /// partition: each update's version (`id`), key, event time and offset. What a join
+    /// may have read of the table.
+    StreamsTable {
+        /// Table topic partition.
+        tp: TopicPartition,
+        /// Updates in offset order.
+        records: Vec<StreamsInputRecord>,
+    },
     /// The final repartition topic of a Streams application grouping by a new key
     /// (`streams.group_by = "id-mod"`) after the drain, read read_committed from offset 0 of
     /// one partition: each record's input id and its new key, so that a reader can see

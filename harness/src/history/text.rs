@@ -102,6 +102,12 @@ fn format_value(value: &Value) -> String {
                 ids(records.iter().map(|r| r.id))
             )
         }
+        Value::StreamsTable { tp, records } => {
+            format!(
+                "streams-table tp={tp} {}",
+                ids(records.iter().map(|r| r.id))
+            )
+        }
         Value::StreamsRepartition { tp, records } => {
             format!(
                 "streams-repartition tp={tp} {}",
@@ -208,6 +214,7 @@ pub fn value_name(value: &Value) -> &'static str {
         Value::PartitionState { .. } => "partition-state",
         Value::CommittedLogState { .. } => "committed-log-state",
         Value::StreamsInput { .. } => "streams-input",
+        Value::StreamsTable { .. } => "streams-table",
         Value::StreamsRepartition { .. } => "streams-repartition",
         Value::StreamsOutput { .. } => "streams-output",
         Value::StreamsWindow { .. } => "streams-window",
@@ -256,6 +263,10 @@ mod tests {
             },
             Value::StreamsTopology {
                 topology: "aggregate-ids".into(),
+            },
+            Value::StreamsTable {
+                tp: TopicPartition::new("t", 0),
+                records: vec![],
             },
             Value::StreamsRecords {
                 tp: TopicPartition::new("t", 0),

@@ -1292,6 +1292,7 @@ impl Scenario {
             self.check_workload(),
             self.check_connect(),
             self.streams.check(),
+            (self.streams).check_copartitioned(&self.topic.name, self.topic.partitions),
             self.check_faults(),
         ];
         let first = checks

@@ -145,6 +145,7 @@ pub async fn run(ctx: InstanceContext) {
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
     let mut topics = vec![cfg.topology.source.clone()];
     topics.extend(cfg.topology.repartition_topic(&cfg.spec.application_id));
+    topics.extend(cfg.topology.table_topic().map(str::to_string));
     while consumer.subscribe(&topics).await.is_err() {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
@@ -177,6 +178,7 @@ fn new_consumer(
         process_id: cfg.process_id.clone(),
         source: cfg.topology.source.clone(),
         repartition: cfg.topology.repartition_topic(&cfg.spec.application_id),
+        table: cfg.topology.table_topic().map(str::to_string),
         changelog: cfg.spec.changelog_topic(),
         config: cfg.spec.assignor_config(),
         cooperative: cfg.cooperative,

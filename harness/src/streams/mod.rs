@@ -10,6 +10,8 @@
 //! - [`stateless`], [`ids`]: the functions of the other topologies (`[streams] topology`,
 //!   [`TopologyKind`]): the stateless `filter` → `mapValues` → `to`, and the `aggregate`
 //!   that assigns each key an id from a sequence kept in its store.
+//! - [`join`]: the stream-table join (`topology = "stream-table-join"`): the table topic
+//!   materialised per task, with the topic itself as the store's changelog.
 //! - [`store`]: key-value state stores, in memory or "persistent" (a disk outside the
 //!   process, keyed by instance, that keeps only what was flushed).
 //! - [`cache`]: the record cache in front of the stores (`statestore.cache.max.bytes`):
@@ -46,6 +48,7 @@
 pub mod assignor;
 pub mod cache;
 pub mod ids;
+pub mod join;
 pub mod processor;
 pub mod stateless;
 pub mod store;
@@ -135,15 +138,22 @@ pub enum TopologyKind {
     /// time the next id of a sequence kept in the same store, then `toStream().to(..)`:
     /// `key → id` ([`topology::aggregate_ids`], [`ids`]).
     AggregateIds,
+    /// `stream(input).join(table(table_topic))` → `to(..)`: each stream record joined with
+    /// the current value of its key in a table materialised from
+    /// [`StreamsSpec::table_topic`], an inner join (no table value, no output;
+    /// [`topology::stream_table_join`], [`join`]).
+    StreamTableJoin,
 }
 
 impl TopologyKind {
-    /// The scenario spelling (`"count"`, `"filter-map-values"`, `"aggregate-ids"`).
+    /// The scenario spelling (`"count"`, `"filter-map-values"`, `"aggregate-ids"`,
+    /// `"stream-table-join"`).
     pub fn name(self) -> &'static str {
         match self {
             TopologyKind::Count => "count",
             TopologyKind::FilterMapValues => "filter-map-values",
             TopologyKind::AggregateIds => "aggregate-ids",
+            TopologyKind::StreamTableJoin => "stream-table-join",
         }
     }
 }
@@ -188,7 +198,10 @@ pub enum StoreKind {
 /// `num_standby_replicas = 0`, `acceptable_recovery_lag = 10000`, `max_warmup_replicas = 2`,
 /// no `upgrade_from` (the cooperative protocol), `"statestore.cache.max.bytes"` = 10485760
 /// (Kafka's 10 MiB; [`cache::DEFAULT_CACHE_MAX_BYTES`]), `group_by = "input-key"`,
-/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`.
+/// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`,
+/// `table_topic = "table"`, `table_partitions` = `topic.partitions`, `table_records = 100`,
+/// `table_interval_ms = 100`, no `table_abort_every` (an idempotent table producer),
+/// `table_event_time_lag_ms = 0`, no `"max.task.idle.ms"` (no buffering).
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -196,10 +209,12 @@ pub enum StoreKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamsSpec {
-    /// The topology family ([`TopologyKind`]): `"count"` (the default), `"filter-map-values"`
-    /// or `"aggregate-ids"`. The latter two take no `group_by` (refused by
-    /// [`StreamsSpec::check`]); `"filter-map-values"` has no store, so no changelog, no
-    /// standbys (`num_standby_replicas` above 0 is refused) and no record cache.
+    /// The topology family ([`TopologyKind`]): `"count"` (the default), `"filter-map-values"`,
+    /// `"aggregate-ids"` or `"stream-table-join"`. The latter three take no `group_by`
+    /// (refused by [`StreamsSpec::check`]); `"filter-map-values"` has no store, so no
+    /// changelog, no standbys (`num_standby_replicas` above 0 is refused) and no record
+    /// cache; `"stream-table-join"` reads `table_topic` as well, its store's changelog, and
+    /// takes no standbys either.
     #[serde(skip_serializing_if = "is_default_topology")]
     pub topology: TopologyKind,
     /// `application.id`: the consumer group, the prefix of internal topics and of
@@ -281,7 +296,73 @@ pub struct StreamsSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub repartition_purge_interval_ms: Option<u64>,
+    /// `topology = "stream-table-join"`: the table topic, written by process
+    /// `table-producer` with keyed updates `k<n % keys> → n` (`n` the update's version,
+    /// unique over the run) and read by the application as `builder.table(table_topic)`.
+    /// The topic is also the store's changelog (`topology.optimization = "all"`,
+    /// [`join`]). Every `table_*` key is refused under the other topologies.
+    #[serde(skip_serializing_if = "is_default_table_topic")]
+    pub table_topic: String,
+    /// The table topic's partition count; `None` = `topic.partitions`. A join needs both
+    /// inputs co-partitioned: any other count is refused naming both keys
+    /// ([`StreamsSpec::check_copartitioned`]), as Streams refuses the topology
+    /// (`CopartitionedTopicsEnforcer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_partitions: Option<u32>,
+    /// Table updates the table producer writes, one every `table_interval_ms` from the
+    /// start; at least 1 under the join.
+    #[serde(skip_serializing_if = "is_default_table_records")]
+    pub table_records: u64,
+    /// Pause between two table updates, ms.
+    #[serde(skip_serializing_if = "is_default_table_interval_ms")]
+    pub table_interval_ms: u64,
+    /// When set (at least 1), the table producer writes in transactions of
+    /// [`join::TABLE_TRANSACTION_RECORDS`] updates (`transactional.id` `table-producer`) and
+    /// aborts transaction `n` (0-based) when `(n + 1) % table_abort_every == 0`: its
+    /// versions were never written, so a join must never output them. Unset: an
+    /// idempotent producer, no transactions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_abort_every: Option<u64>,
+    /// How far, ms, the table producer stamps an update's event time before its send: the
+    /// update happened `table_event_time_lag_ms` before it reaches the table topic (a
+    /// table fed from another system's log), so a stream record of a later event time may
+    /// be fetched first. Default 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub table_event_time_lag_ms: u64,
+    /// `max.task.idle.ms` (KIP-353, KIP-695), ms, under the stream-table join only: set, a
+    /// task buffers its two partitions' records and processes the one with the lowest
+    /// event time first (`PartitionGroup.nextRecord`); while one partition has nothing
+    /// buffered, -1 processes the other at once and `n` ≥ 1 waits up to `n` ms of the
+    /// task's clock for it (`PartitionGroup.readyToProcess`, enforced processing after).
+    /// Kafka's default 0 (wait only while the fetched lag says data is there) is refused:
+    /// the client trait reports no lag. Unset: no buffering, records processed in the
+    /// order the consumer returns them ([`StreamsSpec::check`]).
+    #[serde(rename = "max.task.idle.ms", skip_serializing_if = "Option::is_none")]
+    pub max_task_idle_ms: Option<i64>,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_default_table_topic(t: &str) -> bool {
+    t == DEFAULT_TABLE_TOPIC
+}
+
+fn is_default_table_records(n: &u64) -> bool {
+    *n == DEFAULT_TABLE_RECORDS
+}
+
+fn is_default_table_interval_ms(n: &u64) -> bool {
+    *n == DEFAULT_TABLE_INTERVAL_MS
+}
+
+/// `table_topic`'s default.
+const DEFAULT_TABLE_TOPIC: &str = "table";
+/// `table_records`' default.
+const DEFAULT_TABLE_RECORDS: u64 = 100;
+/// `table_interval_ms`' default.
+const DEFAULT_TABLE_INTERVAL_MS: u64 = 100;
 
 fn is_default_topology(t: &TopologyKind) -> bool {
     *t == TopologyKind::Count
@@ -367,6 +448,13 @@ impl Default for StreamsSpec {
             group_by: GroupBy::InputKey,
             group_by_keys: DEFAULT_GROUP_BY_KEYS,
             repartition_purge_interval_ms: None,
+            table_topic: DEFAULT_TABLE_TOPIC.into(),
+            table_partitions: None,
+            table_records: DEFAULT_TABLE_RECORDS,
+            table_interval_ms: DEFAULT_TABLE_INTERVAL_MS,
+            table_abort_every: None,
+            table_event_time_lag_ms: 0,
+            max_task_idle_ms: None,
         }
     }
 }
@@ -456,6 +544,135 @@ impl StreamsSpec {
                     .into(),
             ));
         }
+        match self.topology {
+            TopologyKind::StreamTableJoin => self.check_join()?,
+            _ => self.check_no_table_key()?,
+        }
+        self.check_max_task_idle_ms()
+    }
+
+    /// `max.task.idle.ms`: only a join has two inputs to synchronise; -1 or at least 1.
+    fn check_max_task_idle_ms(&self) -> Result<(), (String, String)> {
+        let Some(ms) = self.max_task_idle_ms else {
+            return Ok(());
+        };
+        let why = match (self.topology, ms) {
+            (TopologyKind::StreamTableJoin, -1) => return Ok(()),
+            (TopologyKind::StreamTableJoin, 1..) => return Ok(()),
+            (TopologyKind::StreamTableJoin, 0) => {
+                "0 (Kafka's default) waits for empty partitions only while the consumer's \
+                 fetched lag says data is there (KIP-695); the client trait reports no lag, \
+                 so it is not modelled: set -1 or a wait of at least 1 ms"
+            }
+            (TopologyKind::StreamTableJoin, _) => "expected -1 or at least 1",
+            _ => "only topology = \"stream-table-join\" has two inputs to synchronise",
+        };
+        Err((
+            "streams.max.task.idle.ms".into(),
+            format!("{why} (found {ms})"),
+        ))
+    }
+
+    /// The keys the stream-table join refuses: no standbys (a standby of a source-topic
+    /// changelog reads only up to the committed offsets, `StoreChangelogReader`'s limit
+    /// offsets, which the standby here does not model), at least one table update, a
+    /// table abort period of at least 1, a table topic other than the input and output.
+    fn check_join(&self) -> Result<(), (String, String)> {
+        let fail = |key: &str, why: String| Err((format!("streams.{key}"), why));
+        if self.num_standby_replicas > 0 {
+            return fail(
+                "num_standby_replicas",
+                "expected 0 under topology = \"stream-table-join\": standbys of a table \
+                 restored from its source topic are not modelled"
+                    .into(),
+            );
+        }
+        if self.table_records == 0 {
+            return fail("table_records", "expected at least 1 table update".into());
+        }
+        if self.table_abort_every == Some(0) {
+            return fail(
+                "table_abort_every",
+                "expected at least 1 (leave it out for a non-transactional table)".into(),
+            );
+        }
+        if self.table_topic == self.output_topic || self.table_topic.is_empty() {
+            return fail(
+                "table_topic",
+                format!(
+                    "expected a topic name other than output_topic, found {:?}",
+                    self.table_topic
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Outside the join, no `table_*` key: only the stream-table join has a table.
+    fn check_no_table_key(&self) -> Result<(), (String, String)> {
+        let set = [
+            ("table_topic", self.table_topic != DEFAULT_TABLE_TOPIC),
+            ("table_partitions", self.table_partitions.is_some()),
+            ("table_records", self.table_records != DEFAULT_TABLE_RECORDS),
+            (
+                "table_interval_ms",
+                self.table_interval_ms != DEFAULT_TABLE_INTERVAL_MS,
+            ),
+            ("table_abort_every", self.table_abort_every.is_some()),
+            ("table_event_time_lag_ms", self.table_event_time_lag_ms > 0),
+        ];
+        match set.into_iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err((
+                format!("streams.{key}"),
+                format!(
+                    "only topology = \"stream-table-join\" reads a table; topology = \"{}\" \
+                     has none (leave {key} out)",
+                    self.topology.name()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The table topic's partition count in effect: `table_partitions`, else
+    /// `topic_partitions` (the stream topic's).
+    pub fn table_partitions(&self, topic_partitions: u32) -> u32 {
+        self.table_partitions.unwrap_or(topic_partitions)
+    }
+
+    /// Under the stream-table join, whether the table topic is co-partitioned with the
+    /// stream topic of `topic_partitions` partitions and named apart from it, as
+    /// `CopartitionedTopicsEnforcer.enforce` requires of a join's source topics (Streams
+    /// throws `TopologyException: Topics not co-partitioned`); Ok for other topologies.
+    ///
+    /// # Errors
+    /// `streams.table_partitions` naming `topic.partitions` and both counts; or
+    /// `streams.table_topic` when it is the stream topic `topic_name`.
+    pub fn check_copartitioned(
+        &self,
+        topic_name: &str,
+        topic_partitions: u32,
+    ) -> Result<(), (String, String)> {
+        if self.topology != TopologyKind::StreamTableJoin {
+            return Ok(());
+        }
+        if self.table_topic == topic_name {
+            return Err((
+                "streams.table_topic".into(),
+                format!("expected a topic other than the stream topic `topic.name` ({topic_name})"),
+            ));
+        }
+        let table = self.table_partitions(topic_partitions);
+        if table != topic_partitions {
+            return Err((
+                "streams.table_partitions".into(),
+                format!(
+                    "the join's inputs must be co-partitioned: streams.table_partitions = \
+                     {table}, topic.partitions = {topic_partitions} (leave table_partitions out \
+                     or set it to topic.partitions)"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -484,9 +701,13 @@ impl StreamsSpec {
         }
     }
 
-    /// `<application.id>-<store>-changelog`.
+    /// `<application.id>-<store>-changelog`; under the stream-table join the table topic,
+    /// which is the table store's changelog (`topology.optimization = "all"`, [`join`]).
     pub fn changelog_topic(&self) -> String {
-        format!("{}-{}-changelog", self.application_id, self.store_name)
+        match self.topology {
+            TopologyKind::StreamTableJoin => self.table_topic.clone(),
+            _ => format!("{}-{}-changelog", self.application_id, self.store_name),
+        }
     }
 
     /// The repartition topic `<application_id>-<store_name>-repartition` under
@@ -519,6 +740,9 @@ impl StreamsSpec {
             (TopologyKind::FilterMapValues, _) => topology::filter_map_values(input, output),
             (TopologyKind::AggregateIds, _) => {
                 topology::aggregate_ids(input, store, partitions, output)
+            }
+            (TopologyKind::StreamTableJoin, _) => {
+                topology::stream_table_join(input, &self.table_topic, store, output)
             }
             (TopologyKind::Count, GroupBy::InputKey) => {
                 topology::windowed_count(input, store, size, output)
@@ -615,6 +839,74 @@ mod tests {
         assert!(
             e.contains("filter-map-values") && e.contains("aggregate-ids"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn the_stream_table_join_reads_its_table_topic_as_the_changelog_and_refuses_the_rest() {
+        let s = spec("topology = \"stream-table-join\"").unwrap();
+        assert_eq!(s.check(), Ok(()));
+        assert_eq!(
+            s.changelog_topic(),
+            "table",
+            "the source topic is the changelog"
+        );
+        assert_eq!(s.topology("in", 3).table_topic(), Some("table"));
+        assert_eq!(StreamsSpec::default().topology("in", 3).table_topic(), None);
+        let refused = [
+            ("num_standby_replicas = 1", "streams.num_standby_replicas"),
+            ("table_records = 0", "streams.table_records"),
+            ("table_abort_every = 0", "streams.table_abort_every"),
+            ("table_topic = \"counts\"", "streams.table_topic"),
+            ("group_by = \"id-mod\"", "streams.group_by"),
+            ("\"max.task.idle.ms\" = 0", "streams.max.task.idle.ms"),
+        ];
+        for (line, key) in refused {
+            let text = format!("topology = \"stream-table-join\"\n{line}");
+            assert_eq!(spec(&text).unwrap().check().unwrap_err().0, key, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_join_s_table_must_be_co_partitioned_with_the_stream_topic() {
+        let s = spec("topology = \"stream-table-join\"\ntable_partitions = 2").unwrap();
+        let (key, why) = s.check_copartitioned("in", 3).unwrap_err();
+        assert_eq!(key, "streams.table_partitions");
+        assert!(why.contains("topic.partitions = 3"), "{why}");
+        assert_eq!(s.check_copartitioned("in", 2), Ok(()));
+        let (key, _) = s.check_copartitioned("table", 2).unwrap_err();
+        assert_eq!(key, "streams.table_topic");
+        for idle in [-1, 1, 2_000] {
+            let text = format!("topology = \"stream-table-join\"\n\"max.task.idle.ms\" = {idle}");
+            assert_eq!(spec(&text).unwrap().check(), Ok(()), "{idle}");
+        }
+        // Outside the join: no second input to wait for, no table.
+        for (text, key, why) in [
+            (
+                "\"max.task.idle.ms\" = 100",
+                "max.task.idle.ms",
+                "two inputs",
+            ),
+            (
+                "table_partitions = 2",
+                "table_partitions",
+                "topology = \"count\" has none",
+            ),
+            (
+                "table_abort_every = 2",
+                "table_abort_every",
+                "leave table_abort_every out",
+            ),
+        ] {
+            let (found, message) = spec(text).unwrap().check().unwrap_err();
+            assert_eq!(found, format!("streams.{key}"));
+            assert!(message.contains(why), "{message}");
+        }
+        let count = spec("table_partitions = 2").unwrap();
+        assert_eq!(
+            count.check_copartitioned("in", 3),
+            Ok(()),
+            "only the join reads it"
         );
     }
 

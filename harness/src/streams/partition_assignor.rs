@@ -95,6 +95,10 @@ pub struct StreamsAssignor {
     /// robin mostly lands `0_p` where `1_p` is, and keeping them together keeps the
     /// cooperative hand-over ([`assignor::hold_back_owned_tasks`]) one decision per task.
     pub repartition: Option<String>,
+    /// The table topic of a stream-table join (`streams::join`): partition `p` belongs to
+    /// task `p` with the stream partition `p` (co-partitioned sources of one task,
+    /// `PartitionGrouper`), so both go to the same client.
+    pub table: Option<String>,
     /// The changelog topic (partition = task).
     pub changelog: String,
     /// The assignor settings.
@@ -161,7 +165,8 @@ impl GroupAssignor for StreamsAssignor {
                 state
                     .standbys
                     .insert((generation, member.clone()), a.standby);
-                let topics = std::iter::once(&self.source).chain(&self.repartition);
+                let topics =
+                    (std::iter::once(&self.source).chain(&self.repartition)).chain(&self.table);
                 let tps =
                     topics.flat_map(|t| a.active.iter().map(move |p| TopicPartition::new(t, *p)));
                 actives.insert(member, tps.collect());

@@ -47,6 +47,18 @@
 //! purged below the offsets just committed (DeleteRecords,
 //! [`StreamsHost::delete_records`]).
 //!
+//! # Stream-table join (`topology = "stream-table-join"`, `streams::join`)
+//! The consumer reads the stream and the table topic; task `p` owns partition `p` of both
+//! (one task, two sources, as `PartitionGrouper` groups co-partitioned topics). A table
+//! record updates the task's store, which is complete up to the next table offset (the
+//! table topic is the store's changelog: the task opens by restoring it, and nothing is
+//! written to a changelog); a stream record is inner-joined with the store and the result
+//! sent to the sink. A commit carries both partitions' offsets, under exactly_once_v2 in
+//! the transaction with the joined records. Records are processed in the order the
+//! consumer returns them; under `max.task.idle.ms` each task buffers both partitions and
+//! takes the lower event time first, waiting up to that long for an empty partition
+//! (`PartitionGroup`, [`Processor::step`] runs the buffers after each poll).
+//!
 //! # Standbys (`num.standby.replicas > 0`, `streams::standby`)
 //! After each loop the standby tasks fetch their changelogs once; a newly assigned active
 //! task with a standby here starts from the standby's store and position (history:
@@ -85,7 +97,7 @@ use crate::scenario::Scenario;
 use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// Bound on one transactional call or committed-offset fetch, ms.
@@ -403,6 +415,15 @@ struct Task {
     /// Next source offset of the stateless task `0_p` under repartitioning, once it
     /// processed a record since it opened; always `None` without repartitioning.
     source_position: Option<Offset>,
+    /// Next table-topic offset of a stream-table join's task, once it applied a table
+    /// record since it opened; always `None` for the other topologies.
+    table_position: Option<Offset>,
+    /// Under `max.task.idle.ms`, the records fetched and not yet processed of the stream
+    /// (0) and the table (1) partition (`PartitionGroup`'s record queues); dropped with
+    /// the task, whose reopening seeks to the committed offsets.
+    buffers: [VecDeque<ConsumedRecord>; 2],
+    /// Since when each of the two buffers was found empty while the other was not, ns.
+    empty_since_ns: [Option<u64>; 2],
 }
 
 impl Task {
@@ -415,6 +436,9 @@ impl Task {
             changelog_end,
             position: None,
             source_position: None,
+            table_position: None,
+            buffers: Default::default(),
+            empty_since_ns: [None; 2],
         }
     }
 }
@@ -521,17 +545,11 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if !records.is_empty() && self.consumer.group_metadata().is_none() {
             crate::mark!("streams:processed-during-rebalance");
         }
-        for r in records {
-            let p = r.tp.partition;
-            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
-                continue; // re-fetched after the seek to the committed offset
+        if let Err((e, fatal)) = self.process_polled(records, &fresh).await {
+            if fatal {
+                crate::mark!("streams:producer-fenced");
             }
-            if let Err((e, fatal)) = self.process(r).await {
-                if fatal {
-                    crate::mark!("streams:producer-fenced");
-                }
-                return self.recover(e, fatal).await;
-            }
+            return self.recover(e, fatal).await;
         }
         let interval_ns = self.cfg.spec.commit_interval_ms() * 1_000_000;
         let stable = self.consumer.group_metadata().is_some();
@@ -546,6 +564,31 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
                 .await;
         }
         self.publish_report();
+    }
+
+    /// Processes the polled `records` of tasks not opened by this poll (`fresh`), then,
+    /// under `max.task.idle.ms`, what the tasks' buffers hold ready.
+    async fn process_polled(
+        &mut self,
+        records: Vec<ConsumedRecord>,
+        fresh: &BTreeSet<u32>,
+    ) -> Result<(), (String, bool)> {
+        for r in records {
+            let p = r.tp.partition;
+            if fresh.contains(&p) || !self.tasks.contains_key(&p) {
+                continue; // re-fetched after the seek to the committed offset
+            }
+            self.process(r).await?;
+        }
+        if self.cfg.spec.max_task_idle_ms.is_some() {
+            let partitions: Vec<u32> = self.tasks.keys().copied().collect();
+            for p in partitions {
+                while let Some(r) = self.next_ready(p) {
+                    self.process_joined(r).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// What the next JoinGroup reports: active tasks running, standbys at their position,
@@ -792,6 +835,10 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             let source = TopicPartition::new(self.cfg.topology.source.clone(), p);
             self.seek_to_committed(source).await?;
         }
+        if let Some(table) = self.cfg.topology.table_topic() {
+            let table = TopicPartition::new(table, p);
+            self.seek_to_committed(table).await?;
+        }
         if !self.cfg.topology.stateful() {
             return self.open_stateless_task(input);
         }
@@ -871,6 +918,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// the cache budget is 0; see `streams::cache`).
     async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
         let p = r.tp.partition;
+        if self.cfg.topology.table_topic().is_some() {
+            if self.cfg.spec.max_task_idle_ms.is_some() {
+                self.buffer(r);
+                return Ok(());
+            }
+            return self.process_joined(r).await;
+        }
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
@@ -908,6 +962,99 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         Ok(())
     }
 
+    /// A record of a stream-table join: a table update or a stream record to join.
+    async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+        if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
+            return self.put_table(r);
+        }
+        let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
+        self.join(r, parsed).await
+    }
+
+    /// Under `max.task.idle.ms`, buffers `r` in its task's queue of its partition
+    /// (`PartitionGroup.addRawRecords`): the partition is no longer empty.
+    fn buffer(&mut self, r: ConsumedRecord) {
+        let side = usize::from(self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()));
+        let task = self
+            .tasks
+            .get_mut(&r.tp.partition)
+            .expect("the task exists");
+        task.empty_since_ns[side] = None;
+        task.buffers[side].push_back(r);
+    }
+
+    /// The next record task `p` may process under `max.task.idle.ms` (apache/kafka
+    /// `PartitionGroup`, KIP-353 and KIP-695): with both partitions buffered, the head with
+    /// the lower event time (the table's on a tie, so an update applies before an event of
+    /// its instant); with one empty, the other's head at once under -1, else only once the
+    /// empty one has stayed empty for `max.task.idle.ms` of the task's clock (enforced
+    /// processing, `readyToProcess`); `None` while the task idles or holds nothing.
+    fn next_ready(&mut self, p: u32) -> Option<ConsumedRecord> {
+        let idle_ms = self.cfg.spec.max_task_idle_ms?;
+        let now = self.host.now_ns();
+        let task = self.tasks.get_mut(&p)?;
+        let time = |q: &VecDeque<ConsumedRecord>| {
+            let value = q.front()?.value.as_deref()?;
+            Some(super::input_id_and_time(std::str::from_utf8(value).ok()?).1)
+        };
+        let side = match (time(&task.buffers[0]), time(&task.buffers[1])) {
+            (None, None) => return None,
+            (Some(stream), Some(table)) => usize::from(table <= stream),
+            (stream, _) => {
+                let empty = usize::from(stream.is_some());
+                let since = *task.empty_since_ns[empty].get_or_insert(now);
+                let waited_ns = now.saturating_sub(since);
+                if idle_ms >= 0 && waited_ns < idle_ms.unsigned_abs() * 1_000_000 {
+                    crate::mark!("streams:task-idling");
+                    return None;
+                }
+                if idle_ms >= 0 {
+                    crate::mark!("streams:enforced-processing");
+                }
+                1 - empty
+            }
+        };
+        task.buffers[side].pop_front()
+    }
+
+    /// A table record of a stream-table join (`streams::join`): the update into task `p`'s
+    /// store, which is complete up to the next table offset (the table topic is its
+    /// changelog, so nothing is sent). Under exactly_once_v2 a commit with nothing sent
+    /// since needs a transaction of its own for the offsets.
+    fn put_table(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+        let topology = &self.cfg.topology;
+        let task = self
+            .tasks
+            .get_mut(&r.tp.partition)
+            .expect("the task exists");
+        task.table_position = Some(r.offset + 1);
+        task.changelog_end = task.changelog_end.max(r.offset + 1);
+        if topology.put_table(r.key.as_deref(), r.value.as_deref(), &mut task.store) {
+            crate::mark!("streams:table-updated");
+        }
+        self.consumed_unsent |= self.txn_group.is_none();
+        Ok(())
+    }
+
+    /// Stream record `r` (`parsed`) of a stream-table join: joined with its task's table and, when the
+    /// table has a value for its key (inner join), sent to the sink keyed as it came;
+    /// under exactly_once_v2 inside the thread's transaction.
+    async fn join(
+        &mut self,
+        r: ConsumedRecord,
+        parsed: Option<StreamRecord>,
+    ) -> Result<(), (String, bool)> {
+        let topology = &self.cfg.topology;
+        let task = (self.tasks.get_mut(&r.tp.partition)).expect("the task exists");
+        task.position = Some(r.offset + 1);
+        let joined = parsed.and_then(|rec| topology.join(rec, &task.store));
+        match self.forward_if_kept(joined).await? {
+            true => crate::mark!("streams:joined"),
+            false => crate::mark!("streams:join-no-table-value"),
+        }
+        Ok(())
+    }
+
     /// Sub-topology 0 (stateless task `0_p`): re-keys a source record and writes it to the
     /// repartition topic, partitioned by the new key with the default partitioner
     /// (`RecordCollectorImpl.send` with no `StreamPartitioner`: the producer's murmur2 on
@@ -933,18 +1080,30 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); under
     /// exactly_once_v2 inside the thread's transaction, so it commits with the offsets.
     async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), (String, bool)> {
-        let Some(rec) = parsed.and_then(|rec| self.cfg.topology.stateless(rec)) else {
-            crate::mark!("streams:filter-dropped");
+        let kept = parsed.and_then(|rec| self.cfg.topology.stateless(rec));
+        match self.forward_if_kept(kept).await? {
+            true => crate::mark!("streams:stateless-forwarded"),
+            false => crate::mark!("streams:filter-dropped"),
+        }
+        Ok(())
+    }
+
+    /// The record of a store-less step (a stateless topology's, a join's result), if it
+    /// kept one, to the sink after the simulated processing time: keyed as it is, the
+    /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); whether it
+    /// was sent. A record dropped leaves input consumed with nothing sent, which under
+    /// exactly_once_v2 the next commit needs a transaction of its own for.
+    async fn forward_if_kept(&mut self, rec: Option<StreamRecord>) -> Result<bool, (String, bool)> {
+        let Some(rec) = rec else {
             self.consumed_unsent |= self.txn_group.is_none();
-            return Ok(());
+            return Ok(false);
         };
         if self.cfg.spec.process_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.cfg.spec.process_ms)).await;
         }
         self.send_keyed(&self.cfg.topology.sink.clone(), rec)
             .await?;
-        crate::mark!("streams:stateless-forwarded");
-        Ok(())
+        Ok(true)
     }
 
     /// Sends `rec` to `topic` with its key and value, the partition left to the default
@@ -1048,9 +1207,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
         let (source, aggregated) = (&self.cfg.topology.source, self.aggregate_source());
         let mut offsets = Vec::new();
+        let table = self.cfg.topology.table_topic();
         for (p, t) in &self.tasks {
             if let Some(o) = t.source_position {
                 offsets.push((TopicPartition::new(source.clone(), *p), o));
+            }
+            if let (Some(o), Some(table)) = (t.table_position, table) {
+                offsets.push((TopicPartition::new(table, *p), o));
             }
             if let Some(o) = t.position {
                 offsets.push((TopicPartition::new(aggregated.clone(), *p), o));

@@ -12,10 +12,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// A changelog record as a store entry: key `key@windowStart` (UTF-8), value the count
-/// as decimal text; `None` for anything else (a tombstone, say).
+/// as decimal text, or a join table's update `<version>,<timestamp_ms>` (the version is
+/// the entry, `streams::join::table_value`); `None` for anything else (a tombstone, say).
 pub fn changelog_entry(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<(String, u64)> {
     let key = String::from_utf8(key?.to_vec()).ok()?;
-    let count = std::str::from_utf8(value?).ok()?.parse().ok()?;
+    let value = std::str::from_utf8(value?).ok()?;
+    let count = value
+        .split_once(',')
+        .map_or(value, |(v, _)| v)
+        .parse()
+        .ok()?;
     Some((key, count))
 }
 

@@ -34,6 +34,11 @@
 //!   reaching a second entry of the store from it does so through the processor context
 //!   (`KStream.process` with the store connected), which is the store this aggregate
 //!   writes: one store, one changelog, one record cache.
+//! - Stream-table join, [`stream_table_join`]: `stream(..).join(table(..))` → `to(..)`
+//!   (`KStreamKTableJoin`, `KTableSource`; `streams::join`): a second source, the table
+//!   topic, co-partitioned with the first, whose records update the store
+//!   ([`Topology::put_table`]) and whose topic is the store's changelog; each stream record
+//!   is inner-joined with its key's value ([`Topology::join`]). No record cache.
 
 use std::sync::Arc;
 
@@ -144,6 +149,7 @@ impl KStream {
             window: None,
             store: String::new(),
             aggregate: None,
+            table: None,
             sink: topic.to_string(),
         }
     }
@@ -179,6 +185,9 @@ enum Aggregate {
     /// `aggregate(..)` assigning ids: `key → id` plus the sequence entry
     /// (`streams::ids`); the tasks' ids are interleaved over `partitions` input partitions.
     AssignIds { partitions: u32 },
+    /// The materialised table of a stream-table join (`streams::join`): `key → version`,
+    /// written by the table topic's records, read by the stream's.
+    Table,
 }
 
 /// A grouped stream, optionally windowed.
@@ -259,6 +268,7 @@ impl KTableStream {
             window: grouped.window,
             store,
             aggregate: Some(aggregate),
+            table: None,
             sink: topic.to_string(),
         }
     }
@@ -279,6 +289,8 @@ pub struct Topology {
     pub store: String,
     /// The store's aggregate; `None` for a stateless topology.
     aggregate: Option<Aggregate>,
+    /// The table topic of a stream-table join ([`stream_table_join`]), else `None`.
+    table: Option<String>,
     /// Sink topic.
     pub sink: String,
 }
@@ -310,6 +322,47 @@ impl Topology {
     pub fn forwards(&self, store_key: &str) -> bool {
         !matches!(self.aggregate, Some(Aggregate::AssignIds { .. }))
             || !super::ids::is_sequence(store_key)
+    }
+
+    /// The table topic of a stream-table join, `None` for the other topologies.
+    pub fn table_topic(&self) -> Option<&str> {
+        self.table.as_deref()
+    }
+
+    /// A table update of a stream-table join (`KTableSource.process`): `key → version` into
+    /// the table's `store`, the version read from the record's value
+    /// (`streams::join::table_value`); false (nothing written) for a record without key
+    /// or with another value, as `KTableSource` skips a null key.
+    pub fn put_table(
+        &self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        store: &mut super::store::KeyValueStore,
+    ) -> bool {
+        match super::store::changelog_entry(key, value) {
+            Some((key, version)) => {
+                store.put(key, version);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The inner join of stream `record` with the table in `store`
+    /// (`KStreamKTableJoinProcessor.process`, `leftJoin = false`): the output record, key
+    /// kept and value `streams::join::joined_value(id, version)`; `None` when the table
+    /// has no value for the key (or the record's value has no id).
+    pub fn join(
+        &self,
+        record: StreamRecord,
+        store: &super::store::KeyValueStore,
+    ) -> Option<StreamRecord> {
+        let version = store.get(&record.key)?;
+        let (id, _) = super::input_id_and_time(&record.value);
+        (id != u64::MAX).then(|| StreamRecord {
+            value: super::join::joined_value(id, version),
+            ..record
+        })
     }
 
     /// Whether the topology has a repartition topic (grouped with `group_by`).
@@ -388,6 +441,8 @@ impl Topology {
                 store.put(store_key.clone(), count);
                 Some(Update { store_key, count })
             }
+            // A stream record of a join reads the table (`join`); it never updates it.
+            Aggregate::Table => None,
             Aggregate::AssignIds { partitions } => {
                 let record = self.stateless(record)?;
                 let id = super::ids::assign(store, &record.key, partition, partitions);
@@ -437,6 +492,22 @@ pub fn aggregate_ids(input: &str, store: &str, partitions: u32, output: &str) ->
         .aggregate_ids(store, partitions)
         .to_stream()
         .to(output)
+}
+
+/// The stream-table join of `[streams] topology = "stream-table-join"`:
+/// `stream(input).join(table(table, store), joiner).to(output)` (`streams::join`): the
+/// table materialised in `store` with `table` as its changelog, no stateless steps.
+pub fn stream_table_join(input: &str, table: &str, store: &str, output: &str) -> Topology {
+    Topology {
+        source: input.to_string(),
+        steps: Vec::new(),
+        selector: None,
+        window: None,
+        store: store.to_string(),
+        aggregate: Some(Aggregate::Table),
+        table: Some(table.to_string()),
+        sink: output.to_string(),
+    }
 }
 
 /// [`windowed_count`] grouped by `selector` instead of the input key: with a repartition

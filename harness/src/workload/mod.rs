@@ -32,6 +32,7 @@ pub mod kafka_consume;
 pub mod records;
 pub mod routine_load;
 pub mod streams_count;
+pub mod streams_table;
 pub mod transactional_copy;
 pub mod upstream_txn;
 

@@ -13,6 +13,10 @@
 //!   the repartition topic `<application_id>-<store_name>-repartition` (the input's
 //!   partition count), whose committed offsets the drain also waits for.
 //! - Persistent stores live on a [`Disk`] outside the processes, keyed by instance.
+//! - Under `streams.topology = "stream-table-join"` process `table-producer`
+//!   ([`streams_table`]) writes keyed updates to `streams.table_topic` (the input's
+//!   partition count), which the instances subscribe to as well; the drain also waits for
+//!   the table partitions' committed offsets to pass their last committed record.
 //!
 //! # Ops recorded
 //! `send` per input id; per instance `streams-restore` per task opened and
@@ -23,7 +27,8 @@
 //! partition's `streams-output` (read_committed from offset 0). `streams-input` carries
 //! each record's grouping key. Under `streams.topology` other than `"count"`, the final
 //! state has `streams-topology` instead of `streams-window` and `streams-records` (keys and
-//! values as text) instead of `streams-output`.
+//! values as text) instead of `streams-output`; the join adds each table partition read
+//! read_committed as `streams-table` (version, key, offset per update).
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates).
@@ -32,12 +37,13 @@
 //!    exactly-once the committed updates of each `key@window` must read 1, 2, ..., n.
 //! 3. Under `topology = "filter-map-values"` or `"aggregate-ids"`, the records checker
 //!    (`checker::streams_records`) instead: each kept input once and mapped, or one id per
-//!    key and one key per id.
+//!    key and one key per id; under `"stream-table-join"` each joined stream record once
+//!    with a committed version of its key (`checker::streams_join`).
 
 use super::records::{
     read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
-use super::Pipeline;
+use super::{streams_table, Pipeline};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{Producer, ProducerConfig, ProducerRecord};
@@ -75,6 +81,8 @@ struct Context {
     shared: Arc<Mutex<Shared>>,
     disk: Disk,
     board: Board,
+    /// The table producer's versions (`topology = "stream-table-join"`).
+    table_ids: streams_table::TableIds,
 }
 
 impl Context {
@@ -88,11 +96,14 @@ impl Context {
     }
 
     fn producers_done(&self) -> bool {
-        self.shared
-            .lock()
-            .expect("shared lock")
-            .ids
-            .done(self.scenario.workload.records)
+        let table_done = !self.joins() || streams_table::done(&self.table_ids, &self.scenario);
+        let ids = &self.shared.lock().expect("shared lock").ids;
+        ids.done(self.scenario.workload.records) && table_done
+    }
+
+    /// Whether the topology is the stream-table join (a table topic and its producer).
+    fn joins(&self) -> bool {
+        self.scenario.streams.topology == TopologyKind::StreamTableJoin
     }
 
     fn producer_config(&self) -> ProducerConfig {
@@ -173,6 +184,7 @@ impl StreamsCount {
             shared: Arc::default(),
             disk: Disk::default(),
             board: Board::default(),
+            table_ids: streams_table::TableIds::default(),
         };
         Self { ctx }
     }
@@ -200,6 +212,8 @@ impl Pipeline for StreamsCount {
             name,
             ..input.clone()
         });
+        // Under the join the changelog is the table topic (`StreamsSpec::changelog_topic`),
+        // co-partitioned with the input (`StreamsSpec::check_copartitioned`).
         let mut topics = vec![input, output];
         topics.extend(streams.stateful().then_some(changelog));
         topics.extend(repartition);
@@ -212,6 +226,13 @@ impl Pipeline for StreamsCount {
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
             let (ctx, n) = (self.ctx.clone(), name.clone());
             world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
+        }
+        if self.ctx.joins() {
+            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 200));
+            let (scenario, ids) = (self.ctx.scenario.clone(), self.ctx.table_ids.clone());
+            world.add_node(streams_table::TABLE_PRODUCER, ip, move || {
+                streams_table::run(scenario.clone(), ids.clone())
+            });
         }
         for i in 0..self.ctx.scenario.streams.instances {
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
@@ -241,11 +262,17 @@ impl Pipeline for StreamsCount {
                 lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
             }
         }
-        if let Some(topic) = self.ctx.scenario.streams.repartition_topic() {
-            let now_ms = world.kafka.now_ms();
+        // The repartition topic (purged by the instances) and the join's table topic
+        // (whose last records may be an aborted transaction's, which read_committed tasks
+        // never pass): behind when the committed offset is below the last record read
+        // read_committed from the log start.
+        let streams = &self.ctx.scenario.streams;
+        let table = self.ctx.joins().then(|| streams.table_topic.clone());
+        let now_ms = world.kafka.now_ms();
+        for topic in streams.repartition_topic().into_iter().chain(table) {
             for tp in self.ctx.scenario.topic.partitions_of(&topic) {
                 let c = committed.get(&tp).copied().unwrap_or(0);
-                match read_repartition(&mut cluster, now_ms, &tp) {
+                match read_from_log_start(&mut cluster, now_ms, &tp) {
                     Ok(fetched) => match fetched.last().map(|r| r.offset + 1) {
                         Some(end) if c < end => {
                             lag.push(format!("{tp}: committed {c} < last record + 1 {end}"))
@@ -273,11 +300,20 @@ impl Pipeline for StreamsCount {
         for tp in self.ctx.scenario.topic.topic_partitions() {
             self.record_input(&cluster, tp);
         }
+        if self.ctx.joins() {
+            for tp in self.ctx.scenario.topic.partitions_of(&streams.table_topic) {
+                let Ok(fetched) = read_committed(&mut cluster, now_ms, &tp) else {
+                    continue; // the drain waits for the table's committed offsets
+                };
+                let records = fetched.iter().map(table_update).collect();
+                self.record(Value::StreamsTable { tp, records });
+            }
+        }
         let offsets = cluster.committed_offsets(&streams.application_id);
         self.record(Value::CommittedOffsets { offsets });
         if let Some(topic) = streams.repartition_topic() {
             for tp in self.ctx.scenario.topic.partitions_of(&topic) {
-                let Ok(fetched) = read_repartition(&mut cluster, now_ms, &tp) else {
+                let Ok(fetched) = read_from_log_start(&mut cluster, now_ms, &tp) else {
                     continue; // the drain waits for readability
                 };
                 let records = fetched.iter().map(|r| repartitioned(&tp, r)).collect();
@@ -329,9 +365,9 @@ impl StreamsCount {
     }
 }
 
-/// A repartition partition read_committed from its log start (the instances purge it
-/// below their committed offsets).
-fn read_repartition(
+/// A partition read_committed from its log start: a repartition partition (the instances
+/// purge it below their committed offsets) or a join's table partition.
+fn read_from_log_start(
     cluster: &mut Cluster,
     now_ms: u64,
     tp: &TopicPartition,
@@ -382,6 +418,18 @@ fn output_value(streams: &StreamsSpec, tp: TopicPartition, fetched: &[FetchedRec
             tp,
             records: fetched.iter().map(output_record).collect(),
         },
+    }
+}
+
+/// A table record read back as its version (`id`), key, event time and offset.
+fn table_update(r: &FetchedRecord) -> StreamsInputRecord {
+    let value = text(&r.record.value).unwrap_or_default();
+    let (id, timestamp_ms) = input_id_and_time(&value);
+    StreamsInputRecord {
+        id,
+        key: text(&r.record.key).unwrap_or_default(),
+        timestamp_ms,
+        offset: r.offset,
     }
 }
 

@@ -264,6 +264,16 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
         file: "canary-id-reassigned-unsafe.toml",
         seeds: 4,
     },
+    AnomalyCanary {
+        anomaly: Anomaly::UnwrittenTableVersion,
+        file: "canary-unwritten-table-version-unsafe.toml",
+        seeds: 1,
+    },
+    AnomalyCanary {
+        anomaly: Anomaly::StaleJoin,
+        file: "p3-stream-table-join-idle-disabled-corrupts-joins.toml",
+        seeds: 1,
+    },
 ];
 
 /// Anomalies no whole-scenario canary catches yet, each with the reason; the coverage test

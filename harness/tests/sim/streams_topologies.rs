@@ -1,11 +1,14 @@
 //! The Streams topologies other than the count (`streams.topology`): the stateless
-//! `filter-map-values` and the id-assigning `aggregate-ids`, each under exactly_once_v2
-//! (holds) and at_least_once (the anomalies its replays cause) with instance crashes.
+//! `filter-map-values`, the id-assigning `aggregate-ids` and the `stream-table-join`, each
+//! under exactly_once_v2 (holds) and at_least_once (the anomalies its replays cause) with
+//! instance crashes.
 
 use eosim::checker::{check_all, Anomaly, CheckOptions, Claim, Validity};
 use eosim::cli::aggregate::check_options;
 use eosim::history::{StreamsRecord, Value};
 use eosim::runner::SeedOutcome;
+use eosim::scenario::Scenario;
+use eosim::streams::join::parse_joined;
 use eosim::streams::stateless::{map_value, output_id, passes_filter};
 use eosim_sim::effects::kind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +19,10 @@ const STATELESS_EOS: &str = "p3-filter-map-values-eos-crash.toml";
 const STATELESS_ALO: &str = "p3-filter-map-values-alo-crash-duplicates.toml";
 const IDS_EOS: &str = "p3-aggregate-ids-eos-kill-swarm.toml";
 const IDS_ALO: &str = "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml";
+const JOIN_EOS: &str = "p3-stream-table-join-eos-crash.toml";
+const JOIN_ALO: &str = "p3-stream-table-join-alo-crash-duplicates.toml";
+const JOIN_NO_WAIT: &str = "p3-stream-table-join-idle-disabled-corrupts-joins.toml";
+const JOIN_WAIT: &str = "p3-stream-table-join-idle-waits.toml";
 
 /// Every output record the drain read (`streams-records`).
 fn output(outcome: &SeedOutcome) -> Vec<StreamsRecord> {
@@ -92,18 +99,18 @@ fn at_least_once_writes_kept_records_twice_after_a_crash_and_never_a_dropped_one
         copies.values().any(|n| *n > 1),
         "a crash re-sent kept records"
     );
-    // The same history judged at least once: the duplicates are allowed.
+    assert_duplicates_allowed_at_least_once(&s, &outcome);
+}
+
+/// The history of `s` judged at least once: valid, its duplicates reported and allowed.
+fn assert_duplicates_allowed_at_least_once(s: &Scenario, outcome: &SeedOutcome) {
     let options = CheckOptions {
         claim: Claim::AtLeastOnce,
-        ..check_options(&s)
+        ..check_options(s)
     };
     let result = check_all(&outcome.history, &options);
-    assert_eq!(
-        result.validity,
-        Validity::Valid,
-        "{:?}",
-        result.case_texts(4)
-    );
+    let cases = result.case_texts(4);
+    assert_eq!(result.validity, Validity::Valid, "{cases:?}");
     assert!(result.anomalies.contains_key(&Anomaly::SinkDuplicate));
 }
 
@@ -169,4 +176,93 @@ fn at_least_once_reuses_ids_and_re_assigns_keys_after_a_torn_flush() {
         !result.anomalies.contains_key(&Anomaly::MissingAggregate),
         "at least once loses no key"
     );
+}
+
+/// The committed table updates the drain read (`streams-table`): key by version.
+fn table_keys(outcome: &SeedOutcome) -> BTreeMap<u64, String> {
+    let ops = outcome.history.ops.iter();
+    ops.filter_map(|op| match &op.value {
+        Value::StreamsTable { records, .. } => Some(records.clone()),
+        _ => None,
+    })
+    .flatten()
+    .map(|r| (r.id, r.key))
+    .collect()
+}
+
+/// Each output's stream id, with the number of outputs naming it.
+fn joined_copies(records: &[StreamsRecord]) -> BTreeMap<u64, u32> {
+    let mut copies = BTreeMap::new();
+    for r in records {
+        let (id, _) = parse_joined(&r.value).expect("<stream id>,<version>");
+        *copies.entry(id).or_default() += 1;
+    }
+    copies
+}
+
+#[test]
+fn exactly_once_v2_joins_each_stream_record_once_with_a_committed_version_of_its_key() {
+    let s = catalogue(JOIN_EOS);
+    let (outcome, result) = run_valid(&s, 1);
+    assert_eq!(outcome.acted.get(kind::KILL), Some(&2), "both killed");
+    for mark in ["streams:joined", "streams:table-txn-aborted"] {
+        assert!(outcome.marks.contains_key(mark), "{mark}");
+    }
+    let table = table_keys(&outcome);
+    // 150 updates in transactions of 5, every third aborted: 10 of 30 transactions.
+    assert_eq!(table.len(), 100, "the committed versions");
+    let records = output(&outcome);
+    assert!(
+        records.len() > 300,
+        "most stream records joined: {}",
+        records.len()
+    );
+    for r in &records {
+        let (_, version) = parse_joined(&r.value).expect("parsed");
+        assert_eq!(
+            table.get(&version),
+            Some(&r.key),
+            "{r:?}: a committed version"
+        );
+    }
+    let copies = joined_copies(&records);
+    assert!(copies.values().all(|n| *n == 1), "no stream record twice");
+    assert_eq!(
+        result.counts["streams-output-records"],
+        records.len() as u64
+    );
+}
+
+#[test]
+fn at_least_once_joins_stream_records_twice_after_a_crash_and_only_written_versions() {
+    let s = catalogue(JOIN_ALO);
+    let (outcome, result) = run_checked(&s, 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.forbidden, vec![Anomaly::SinkDuplicate]);
+    let copies = joined_copies(&output(&outcome));
+    assert!(
+        copies.values().any(|n| *n > 1),
+        "a crash re-sent joined records"
+    );
+    assert_duplicates_allowed_at_least_once(&s, &outcome);
+}
+
+#[test]
+fn a_task_waiting_for_the_table_joins_no_superseded_version_and_one_not_waiting_does() {
+    // The same run but for max.task.idle.ms: -1 processes a stream record while the update
+    // stamped before it is not fetched yet; 2000 waits for it (both forbid stale-join).
+    let (outcome, result) = run_checked(&catalogue(JOIN_NO_WAIT), 1);
+    assert_eq!(outcome.stalled, None);
+    assert_eq!(result.forbidden, vec![Anomaly::StaleJoin]);
+    assert!(
+        !outcome.marks.contains_key("streams:task-idling"),
+        "-1 never waits"
+    );
+    let (outcome, _) = run_valid(&catalogue(JOIN_WAIT), 1);
+    for mark in ["streams:task-idling", "streams:enforced-processing"] {
+        assert!(outcome.marks.contains_key(mark), "{mark}");
+    }
+    let copies = joined_copies(&output(&outcome));
+    assert_eq!(copies.len(), 400, "every stream record joined, none twice");
+    assert!(copies.values().all(|n| *n == 1));
 }

@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_topology_other_than_the_count_is_skipped_on_the_real_tier_by_name() {
-        for name in ["filter-map-values", "aggregate-ids"] {
+        for name in ["filter-map-values", "aggregate-ids", "stream-table-join"] {
             let why = unsupported(&scenario(&format!("topology = \"{name}\""))).expect("skip");
             assert!(
                 why.contains(&format!("streams.topology = \"{name}\"")),
