@@ -14,7 +14,7 @@
 //! (`streams.topology`: their final state is not recorded here).
 
 use super::cluster::{self, LogRecord, Probe};
-use super::connect_state::FinalState;
+use super::connect_state::{source_and_offsets, FinalState};
 use super::worker_spec::Role;
 use super::workers::Worker;
 use crate::history::{RecordRef, StreamsInputRecord, Value};
@@ -145,9 +145,7 @@ fn input_values(tp: &TopicPartition, records: &[LogRecord]) -> [Value; 2] {
 /// A final read that failed.
 pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, String> {
     let streams = &scenario.streams;
-    let probe = Probe::of_scenario(bootstrap, scenario, &streams.application_id)?;
-    let input = cluster::read_log(bootstrap, &probe.high_watermarks()?, FINAL_READ_MS)?;
-    let offsets = probe.committed()?;
+    let (input, offsets) = source_and_offsets(bootstrap, scenario, &streams.application_id)?;
     let partitions = scenario.topic.partitions;
     let output_probe = Probe::new(bootstrap, &streams.output_topic, partitions, "eosim")?;
     let output = cluster::read_log_isolated(

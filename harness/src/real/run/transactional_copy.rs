@@ -13,8 +13,8 @@
 //! Not run on the real backend (skipped with the reason): the copiers' BUGGIFY points
 //! (`copy.buggify_*`), which hold a request inside the simulated network.
 
-use super::cluster::{self, Probe, StabilityProbe};
-use super::connect_state::FinalState;
+use super::cluster::{self, StabilityProbe};
+use super::connect_state::{source_and_offsets, FinalState};
 use super::worker_spec::Role;
 use super::workers::Worker;
 use crate::copier::COPY_GROUP;
@@ -75,8 +75,7 @@ pub fn copiers(scenario: &Scenario) -> Vec<Worker> {
 /// # Errors
 /// A final read that failed.
 pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, String> {
-    let probe = Probe::of_scenario(bootstrap, scenario, COPY_GROUP)?;
-    let input = cluster::read_log(bootstrap, &probe.high_watermarks()?, FINAL_READ_MS)?;
+    let (input, offsets) = source_and_offsets(bootstrap, scenario, COPY_GROUP)?;
     let mut values = Vec::new();
     let mut input_position: BTreeMap<u64, (TopicPartition, Offset)> = BTreeMap::new();
     for (tp, records) in &input {
@@ -92,9 +91,7 @@ pub fn final_state(scenario: &Scenario, bootstrap: &str) -> Result<FinalState, S
             records: refs,
         });
     }
-    values.push(Value::CommittedOffsets {
-        offsets: probe.committed()?,
-    });
+    values.push(Value::CommittedOffsets { offsets });
     let output = output_topic(scenario);
     let marks =
         StabilityProbe::new(bootstrap, &[output.name], output.partitions)?.stable_offsets()?;
