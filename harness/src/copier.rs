@@ -8,8 +8,8 @@
 //! transactional producer is built and how its transactions are numbered.
 //!
 //! # Loop ([`run`])
-//! Subscribe to the input topic (group [`COPY_GROUP`], read_committed,
-//! `auto.offset.reset=earliest`), initialize a transactional producer with
+//! Subscribe to the input topic (group [`COPY_GROUP`], read_committed unless
+//! `[copy] "isolation.level"` says otherwise, `auto.offset.reset=earliest`), initialize a transactional producer with
 //! `transactional.id = copier-<i>` (stable across restarts, so a restarted copier fences its
 //! zombie by epoch: `TransactionManager.initializeTransactions`), then per poll of at most
 //! `copy.records_per_transaction_max` records: begin, send each record unchanged to the
@@ -34,7 +34,7 @@ use crate::client::{
 use crate::history::refs::{parse_id, record_ref, text};
 use crate::history::{OpKind, RecordRef, Value};
 use crate::scenario::Scenario;
-use eosim_sim::kafka::{Isolation, TopicPartition};
+use eosim_sim::kafka::TopicPartition;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -125,14 +125,15 @@ impl CopierConfig {
     }
 }
 
-/// The copiers' consumer: group [`COPY_GROUP`], read_committed, from the earliest offset,
+/// The copiers' consumer: group [`COPY_GROUP`], `[copy] "isolation.level"` (read_committed
+/// by default), from the earliest offset,
 /// at most `copy.records_per_transaction_max` records per poll, `[workload]`'s session and
 /// request timeouts, `[copy] "group.protocol"` (classic, or KIP-848's consumer protocol).
 pub fn consumer_config(scenario: &Scenario) -> ConsumerConfig {
     let w = &scenario.workload;
     let mut config = ConsumerConfig::new(COPY_GROUP);
     config.auto_offset_reset = AutoOffsetReset::Earliest;
-    config.isolation_level = Isolation::ReadCommitted;
+    config.isolation_level = scenario.copy.isolation_level.to_isolation();
     config.session_timeout_ms = w.session_timeout_ms;
     config.heartbeat_interval_ms = (w.session_timeout_ms / 3).max(100);
     config.max_poll_records = scenario.copy.records_per_transaction_max;

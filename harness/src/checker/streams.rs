@@ -15,9 +15,19 @@
 //!   processor maps it (`start = timestamp - timestamp mod size`; 0 = unwindowed), and its
 //!   record cache (`statestore.cache.max.bytes`), which decides what sequence of updates
 //!   is correct ([`aggregate_sequence_cases`]).
+//!
+//! # A transactional input
+//! Behind a transactional upstream (`[workload] "transactional.id"`) each input record's
+//! transaction decides whether it counts ([`Analysis::fate`]): a committed one's (or a plain
+//! producer's) is in the true count; an aborted one's never is (a read_uncommitted
+//! at_least_once application that counts it over-counts, and the case says how many
+//! aborted inputs the window holds); an undecided one's (outcome unknown, or still open
+//! at the end) may or may not be, so the final value may lie anywhere from the true count
+//! to the true count plus the undecided inputs.
 
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
-use crate::history::{History, Value};
+use super::analysis::{Analysis, TxnFate};
+use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult};
+use crate::history::{History, RecordRef, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
@@ -27,8 +37,15 @@ pub type WindowedKey = (String, i64);
 /// The facts the Streams anomalies are inferred from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamsAnalysis {
-    /// True counts per `key@window` of the input below the committed offsets.
+    /// True counts per `key@window` of the input below the committed offsets: records of
+    /// no transaction or of a committed one.
     pub expected: BTreeMap<WindowedKey, u64>,
+    /// Input records below the committed offsets whose transaction's outcome is unknown,
+    /// per `key@window`: each may count or not.
+    pub undecided: BTreeMap<WindowedKey, u64>,
+    /// Input records below the committed offsets whose transaction aborted, per
+    /// `key@window`: never data.
+    pub aborted: BTreeMap<WindowedKey, u64>,
     /// Committed updates per `key@window`, in output offset order: (count, offset).
     pub updates: BTreeMap<WindowedKey, Vec<(u64, Offset)>>,
     /// Output partition of each `key@window`.
@@ -43,8 +60,8 @@ pub struct StreamsAnalysis {
 }
 
 impl StreamsAnalysis {
-    /// Gathers the facts of `history`.
-    pub fn from_history(history: &History) -> Self {
+    /// Gathers the facts of `history`, whose transactions `a` knows.
+    pub fn from_history(history: &History, a: &Analysis) -> Self {
         let mut committed: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let (mut window_size_ms, mut cached) = (0, false);
         for op in &history.ops {
@@ -75,7 +92,20 @@ impl StreamsAnalysis {
                     let end = committed.get(tp).copied().unwrap_or(0);
                     for r in records.iter().filter(|r| r.offset < end) {
                         let start = window_start(r.timestamp_ms, window_size_ms);
-                        *analysis.expected.entry((r.key.clone(), start)).or_default() += 1;
+                        let logged = RecordRef {
+                            id: r.id,
+                            key: None,
+                            tp: tp.clone(),
+                            offset: r.offset,
+                        };
+                        let counts = match a.fate(&logged) {
+                            TxnFate::NotTransactional | TxnFate::Committed => {
+                                &mut analysis.expected
+                            }
+                            TxnFate::Undecided => &mut analysis.undecided,
+                            TxnFate::Aborted => &mut analysis.aborted,
+                        };
+                        *counts.entry((r.key.clone(), start)).or_default() += 1;
                     }
                 }
                 Value::StreamsOutput { tp, records } => {
@@ -111,6 +141,26 @@ impl StreamsAnalysis {
     fn final_value(&self, k: &WindowedKey) -> Option<u64> {
         self.updates.get(k).and_then(|u| u.last()).map(|(c, _)| *c)
     }
+
+    /// `key@window`'s undecided inputs.
+    fn undecided_of(&self, k: &WindowedKey) -> u64 {
+        self.undecided.get(k).copied().unwrap_or(0)
+    }
+
+    /// What a case adds about `key@window`'s transactional input, if it has any that is not
+    /// data for certain.
+    fn txn_note(&self, k: &WindowedKey) -> String {
+        let aborted = self.aborted.get(k).copied().unwrap_or(0);
+        let undecided = self.undecided_of(k);
+        match (aborted, undecided) {
+            (0, 0) => String::new(),
+            (a, 0) => format!(" ({a} inputs of aborted transactions below the committed offsets)"),
+            (a, u) => format!(
+                " ({a} inputs of aborted and {u} of undecided transactions below the committed \
+                 offsets)"
+            ),
+        }
+    }
 }
 
 /// The window a timestamp falls in (`size_ms` 0: unwindowed, start 0).
@@ -125,23 +175,33 @@ pub fn window_start(timestamp_ms: i64, size_ms: i64) -> i64 {
 /// `key@window`s whose final committed value is below the true count. Inferred from the
 /// last update in output offset order against the input up to the committed offsets.
 pub fn aggregate_under_count_cases(a: &StreamsAnalysis) -> Vec<Case> {
-    compare(a, |fin, exp| fin < exp, "under-counts")
+    compare(a, |fin, exp, _| fin < exp, "under-counts")
 }
 
-/// `key@window`s whose final committed value is above the true count: an input applied
-/// twice (at_least_once after a crash replays what the changelog already holds).
+/// `key@window`s whose final committed value is above the true count plus the undecided
+/// inputs: an input applied twice (at_least_once after a crash replays what the changelog
+/// already holds), or an aborted transaction's input counted (read read_uncommitted).
 pub fn aggregate_over_count_cases(a: &StreamsAnalysis) -> Vec<Case> {
-    compare(a, |fin, exp| fin > exp, "over-counts")
+    compare(
+        a,
+        |fin, exp, undecided| fin > exp + undecided,
+        "over-counts",
+    )
 }
 
-fn compare(a: &StreamsAnalysis, bad: impl Fn(u64, u64) -> bool, verb: &str) -> Vec<Case> {
+fn compare(a: &StreamsAnalysis, bad: impl Fn(u64, u64, u64) -> bool, verb: &str) -> Vec<Case> {
     let mut cases = Vec::new();
     for (k, exp) in &a.expected {
         let Some(fin) = a.final_value(k) else {
             continue;
         };
-        if bad(fin, *exp) {
-            let text = format!("{}@{}: final {fin} {verb} the true count {exp}", k.0, k.1);
+        if bad(fin, *exp, a.undecided_of(k)) {
+            let text = format!(
+                "{}@{}: final {fin} {verb} the true count {exp}{}",
+                k.0,
+                k.1,
+                a.txn_note(k)
+            );
             cases.push(a.case(k, text));
         }
     }
@@ -159,16 +219,18 @@ pub fn missing_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
         .collect()
 }
 
-/// `key@window`s with committed updates but no consumed input.
+/// `key@window`s with committed updates but no consumed input that is or may be data
+/// (only aborted transactions' inputs, or none).
 pub fn extra_aggregate_cases(a: &StreamsAnalysis) -> Vec<Case> {
     a.updates
         .keys()
-        .filter(|k| !a.expected.contains_key(*k))
+        .filter(|k| !a.expected.contains_key(*k) && a.undecided_of(k) == 0)
         .map(|k| {
             let fin = a.final_value(k).unwrap_or(0);
+            let note = a.txn_note(k);
             a.case(
                 k,
-                format!("{}@{}: output {fin} without consumed input", k.0, k.1),
+                format!("{}@{}: output {fin} without consumed input{note}", k.0, k.1),
             )
         })
         .collect()
@@ -210,13 +272,18 @@ pub fn aggregate_sequence_cases(a: &StreamsAnalysis) -> Vec<Case> {
 /// The Streams checker; finds nothing in a history without a Streams final state.
 pub struct StreamsChecker;
 
-impl Checker for StreamsChecker {
+impl AnalysisChecker for StreamsChecker {
     fn name(&self) -> &'static str {
         "streams"
     }
 
-    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        let a = StreamsAnalysis::from_history(history);
+    fn check_analysis(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        analysis: &Analysis,
+    ) -> CheckResult {
+        let a = StreamsAnalysis::from_history(history, analysis);
         if !a.present {
             return CheckResult::from_cases(Vec::new(), BTreeMap::new(), options);
         }
@@ -236,6 +303,10 @@ impl Checker for StreamsChecker {
         counts.insert("streams-consumed-inputs".to_string(), inputs);
         let updates: usize = a.updates.values().map(Vec::len).sum();
         counts.insert("streams-updates".to_string(), updates as u64);
+        let aborted: u64 = a.aborted.values().sum();
+        if aborted > 0 {
+            counts.insert("streams-consumed-aborted-inputs".to_string(), aborted);
+        }
         CheckResult::from_cases(found, counts, options)
     }
 }
@@ -246,7 +317,8 @@ mod tests {
     use super::*;
     use crate::checker::test_support::streams_history as history;
     use crate::checker::test_support::streams_history_cached as history_cached;
-    use crate::checker::{Claim, Validity};
+    use crate::checker::{Checker, Claim, Validity};
+    use crate::history::OpKind;
 
     fn check(h: &History, claim: Claim) -> CheckResult {
         StreamsChecker.check(h, &CheckOptions::for_claim(claim))
@@ -307,6 +379,69 @@ mod tests {
     fn output_without_consumed_input_is_an_extra_aggregate() {
         let r = check(&history(0, &[1]), Claim::AtLeastOnce);
         assert_eq!(r.forbidden, vec![Anomaly::ExtraAggregate]);
+    }
+
+    /// [`history`] (input ids 0..=2 at `input-0`@0..=2, all consumed) in which id 2 was
+    /// sent by upstream transaction 0, completed `completion` (`None`: never ended).
+    fn with_upstream_txn(counts: &[u64], completion: Option<OpKind>) -> History {
+        let base = history(3, counts);
+        let txn = Value::Txn {
+            id: 0,
+            transactional_id: "upstream".into(),
+            sends: vec![RecordRef {
+                id: 2,
+                key: None,
+                tp: TopicPartition::new("input", 0),
+                offset: 2,
+            }],
+            offsets: Vec::new(),
+        };
+        let mut ops = vec![("producer-0", OpKind::Invoke, txn.clone())];
+        ops.extend(completion.map(|kind| ("producer-0", kind, txn)));
+        ops.extend((base.ops.iter()).map(|op| (op.process.as_str(), op.kind, op.value.clone())));
+        crate::checker::test_support::history(ops)
+    }
+
+    #[test]
+    fn an_aborted_input_is_not_in_the_true_count_and_counting_it_over_counts() {
+        let skipped = check(
+            &with_upstream_txn(&[1, 2], Some(OpKind::Fail)),
+            Claim::ExactlyOnce,
+        );
+        assert_eq!(
+            skipped.validity,
+            Validity::Valid,
+            "{:?}",
+            skipped.case_texts(8)
+        );
+        let counted = check(
+            &with_upstream_txn(&[1, 2, 3], Some(OpKind::Fail)),
+            Claim::ExactlyOnce,
+        );
+        assert_eq!(counted.forbidden, vec![Anomaly::AggregateOverCount]);
+        let text = &counted.anomalies[&Anomaly::AggregateOverCount][0].text;
+        assert!(text.contains("1 inputs of aborted transactions"), "{text}");
+        // A committed transaction's input is data like a plain producer's.
+        let committed = check(
+            &with_upstream_txn(&[1, 2], Some(OpKind::Ok)),
+            Claim::ExactlyOnce,
+        );
+        assert_eq!(committed.forbidden, vec![Anomaly::AggregateUnderCount]);
+    }
+
+    #[test]
+    fn an_undecided_input_may_count_or_not() {
+        for counts in [&[1, 2][..], &[1, 2, 3]] {
+            let r = check(&with_upstream_txn(counts, None), Claim::ExactlyOnce);
+            assert_eq!(
+                r.validity,
+                Validity::Valid,
+                "{counts:?}: {:?}",
+                r.case_texts(8)
+            );
+        }
+        let r = check(&with_upstream_txn(&[1], None), Claim::ExactlyOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::AggregateUnderCount]);
     }
 
     #[test]

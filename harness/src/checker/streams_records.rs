@@ -35,9 +35,18 @@
 //!
 //! `stream-table-join` (`stream.join(table).to(out)`, `streams::join`): the analyses of
 //! [`super::streams_join`], over the table topic's `streams-table` ops as well.
+//!
+//! Every topology, behind a transactional upstream (`[workload] "transactional.id"`):
+//! 9. [`aborted_input_output_cases`] (`aborted-in-sink`): output written for input of an
+//!    aborted transaction ([`Analysis::fate`]), read read_uncommitted: a mapped or joined
+//!    record of an aborted input id, or an id for a key whose only consumed input
+//!    aborted. The analyses above expect only input that is data for certain (a plain
+//!    producer's or a committed transaction's); input of an undecided transaction is
+//!    neither expected nor forbidden.
 
-use super::{Anomaly, Case, CheckOptions, CheckResult, Checker};
-use crate::history::{History, StreamsInputRecord, StreamsRecord, Value};
+use super::analysis::{Analysis, TxnFate};
+use super::{AnalysisChecker, Anomaly, Case, CheckOptions, CheckResult};
+use crate::history::{History, RecordRef, StreamsInputRecord, StreamsRecord, Value};
 use crate::streams::stateless::{mapped_value, output_id, passes_filter};
 use crate::streams::TopologyKind;
 use eosim_sim::kafka::{Offset, TopicPartition};
@@ -66,11 +75,14 @@ pub struct RecordsAnalysis {
     /// `stream-table-join`: every table update read read_committed, by version, with its
     /// partition.
     pub table: BTreeMap<u64, (TopicPartition, StreamsInputRecord)>,
+    /// The fate of each input id written in a transaction ([`Analysis::fate`]); ids absent
+    /// are a plain producer's.
+    pub fates: BTreeMap<u64, TxnFate>,
 }
 
 impl RecordsAnalysis {
-    /// Gathers the facts of `history`.
-    pub fn from_history(history: &History) -> Self {
+    /// Gathers the facts of `history`, whose transactions `analysis` knows.
+    pub fn from_history(history: &History, analysis: &Analysis) -> Self {
         let mut a = Self::default();
         let mut committed: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut inputs = Vec::new();
@@ -107,14 +119,46 @@ impl RecordsAnalysis {
         }
         for (tp, r) in inputs {
             let consumed = r.offset < committed.get(&tp).copied().unwrap_or(0);
+            let logged = RecordRef {
+                id: r.id,
+                key: None,
+                tp,
+                offset: r.offset,
+            };
+            match analysis.fate(&logged) {
+                TxnFate::NotTransactional => {}
+                fate => {
+                    a.fates.insert(r.id, fate);
+                }
+            }
             a.inputs.insert(r.id, (r, consumed));
         }
         a
     }
 
+    /// The fate of input id `id`'s transaction.
+    pub(super) fn fate(&self, id: u64) -> TxnFate {
+        self.fates
+            .get(&id)
+            .copied()
+            .unwrap_or(TxnFate::NotTransactional)
+    }
+
     /// The consumed inputs, by id.
     pub(super) fn consumed(&self) -> impl Iterator<Item = &StreamsInputRecord> {
         self.inputs.values().filter(|(_, c)| *c).map(|(r, _)| r)
+    }
+
+    /// The consumed inputs that are data for certain: a plain producer's or a committed
+    /// transaction's.
+    pub(super) fn consumed_data(&self) -> impl Iterator<Item = &StreamsInputRecord> {
+        let data = |r: &&StreamsInputRecord| {
+            matches!(
+                self.fate(r.id),
+                TxnFate::NotTransactional | TxnFate::Committed
+            )
+        };
+        self.consumed().filter(data)
     }
 
     /// The output records of input id `id` (its value's first field).
@@ -144,7 +188,7 @@ pub(super) fn case(ids: Vec<u64>, outputs: &[&Output], text: String) -> Case {
 /// `filter-map-values`: consumed inputs the filter keeps that are absent from the output.
 pub fn kept_input_lost_cases(a: &RecordsAnalysis) -> Vec<Case> {
     let by_id = a.outputs_of_id();
-    a.consumed()
+    a.consumed_data()
         .filter(|r| passes_filter(&format!("{},{}", r.id, r.timestamp_ms)))
         .filter(|r| !by_id.contains_key(&r.id))
         .map(|r| {
@@ -261,17 +305,18 @@ pub fn id_reused_cases(a: &RecordsAnalysis) -> Vec<Case> {
         .collect()
 }
 
-/// `aggregate-ids`: consumed keys with no id in the output.
+/// `aggregate-ids`: keys with consumed input that is data and no id in the output.
 pub fn missing_id_cases(a: &RecordsAnalysis) -> Vec<Case> {
     let given = ids_by_key(a);
-    let keys: BTreeSet<&str> = a.consumed().map(|r| r.key.as_str()).collect();
+    let keys: BTreeSet<&str> = a.consumed_data().map(|r| r.key.as_str()).collect();
     (keys.into_iter())
         .filter(|k| !given.contains_key(k))
         .map(|k| case(Vec::new(), &[], format!("key {k}: consumed input, no id")))
         .collect()
 }
 
-/// `aggregate-ids`: output keys with no consumed input.
+/// `aggregate-ids`: output keys with no consumed input at all (a key whose only consumed
+/// input aborted is [`aborted_input_output_cases`]'s).
 pub fn extra_id_cases(a: &RecordsAnalysis) -> Vec<Case> {
     let keys: BTreeSet<&str> = a.consumed().map(|r| r.key.as_str()).collect();
     (ids_by_key(a).into_iter())
@@ -287,17 +332,62 @@ pub fn extra_id_cases(a: &RecordsAnalysis) -> Vec<Case> {
         .collect()
 }
 
+/// Output written for input of an aborted transaction: under `aggregate-ids` an id for a
+/// key whose consumed inputs all aborted; under the other topologies a record whose input
+/// id (the value's first field) aborted.
+pub fn aborted_input_output_cases(a: &RecordsAnalysis) -> Vec<Case> {
+    let aborted = |id: u64| a.fate(id) == TxnFate::Aborted;
+    if a.topology == Some(TopologyKind::AggregateIds) {
+        let mut inputs: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for r in a.consumed() {
+            inputs.entry(r.key.as_str()).or_default().push(r.id);
+        }
+        return (ids_by_key(a).into_iter())
+            .filter_map(|(key, ids)| {
+                let consumed = inputs.get(key)?;
+                if !consumed.iter().all(|&id| aborted(id)) {
+                    return None;
+                }
+                let outs: Vec<&Output> = ids.values().flatten().copied().collect();
+                let text = format!(
+                    "key {key} was given an id, but its only consumed inputs {consumed:?} are \
+                     of aborted transactions"
+                );
+                Some(case(consumed.clone(), &outs, text))
+            })
+            .collect();
+    }
+    (a.outputs_of_id().into_iter())
+        .filter(|(id, _)| aborted(*id))
+        .map(|(id, outs)| {
+            let text = format!(
+                "input id {id}, of an aborted transaction, is in the output {} time(s), \
+                 first at {}@{}",
+                outs.len(),
+                outs[0].tp,
+                outs[0].record.offset
+            );
+            case(vec![id], &outs, text)
+        })
+        .collect()
+}
+
 /// The records checker; finds nothing in a history without `streams-topology`.
 pub struct StreamsRecordsChecker;
 
-impl Checker for StreamsRecordsChecker {
+impl AnalysisChecker for StreamsRecordsChecker {
     fn name(&self) -> &'static str {
         "streams-records"
     }
 
-    fn check(&self, history: &History, options: &CheckOptions) -> CheckResult {
-        let a = RecordsAnalysis::from_history(history);
-        let found = match a.topology {
+    fn check_analysis(
+        &self,
+        history: &History,
+        options: &CheckOptions,
+        analysis: &Analysis,
+    ) -> CheckResult {
+        let a = RecordsAnalysis::from_history(history, analysis);
+        let mut found = match a.topology {
             None | Some(TopologyKind::Count) => Vec::new(),
             Some(TopologyKind::FilterMapValues) => vec![
                 (Anomaly::SinkLost, kept_input_lost_cases(&a)),
@@ -313,6 +403,9 @@ impl Checker for StreamsRecordsChecker {
                 (Anomaly::UnexpectedOutput, unexpected_output_cases(&a)),
             ],
         };
+        if a.topology.is_some_and(|t| t != TopologyKind::Count) {
+            found.push((Anomaly::AbortedInSink, aborted_input_output_cases(&a)));
+        }
         let mut counts = BTreeMap::new();
         if a.topology.is_some() {
             let consumed = a.consumed().count() as u64;
@@ -328,7 +421,8 @@ mod tests {
     //! One test per anomaly with a literal history, and valid histories beside them.
     use super::*;
     use crate::checker::test_support::streams_records_history as history;
-    use crate::checker::{Claim, Validity};
+    use crate::checker::{Checker, Claim, Validity};
+    use crate::history::OpKind;
 
     fn check(h: &History, claim: Claim) -> CheckResult {
         StreamsRecordsChecker.check(h, &CheckOptions::for_claim(claim))
@@ -438,6 +532,48 @@ mod tests {
         let h = history("aggregate-ids", 3, &KEYS, &[("k0", "0"), ("k1", "x")]);
         let r = check(&h, Claim::AtMostOnce);
         assert!(r.forbidden.contains(&Anomaly::UnexpectedOutput));
+    }
+
+    /// `h` with input id `id` (at `input-0`@`offset`) sent by an upstream transaction that
+    /// aborted.
+    fn behind_aborted_txn(h: History, id: u64, offset: Offset) -> History {
+        let txn = Value::Txn {
+            id: 0,
+            transactional_id: "upstream".into(),
+            sends: vec![RecordRef {
+                id,
+                key: None,
+                tp: TopicPartition::new("input", 0),
+                offset,
+            }],
+            offsets: Vec::new(),
+        };
+        let mut ops = vec![
+            ("producer-0", OpKind::Invoke, txn.clone()),
+            ("producer-0", OpKind::Fail, txn),
+        ];
+        ops.extend((h.ops.iter()).map(|op| (op.process.as_str(), op.kind, op.value.clone())));
+        crate::checker::test_support::history(ops)
+    }
+
+    #[test]
+    fn output_of_an_aborted_input_is_aborted_in_sink_and_its_absence_no_loss() {
+        // Id 2 (k2, offset 1) passes the filter but its transaction aborted.
+        let skipped = history("filter-map-values", 3, &INPUTS, &[("k1", "1,100,1")]);
+        let r = check(&behind_aborted_txn(skipped, 2, 1), Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
+        let out = [("k1", "1,100,1"), ("k2", "2,200,4")];
+        let mapped = history("filter-map-values", 3, &INPUTS, &out);
+        let r = check(&behind_aborted_txn(mapped, 2, 1), Claim::AtLeastOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::AbortedInSink]);
+        // aggregate-ids: k1's only input (id 2) aborted, yet k1 got an id; k0 is fine.
+        let out = [("k0", "0"), ("k1", "1")];
+        let ids = history("aggregate-ids", 3, &KEYS, &out);
+        let r = check(&behind_aborted_txn(ids, 2, 1), Claim::AtLeastOnce);
+        assert_eq!(r.forbidden, vec![Anomaly::AbortedInSink]);
+        let ids = history("aggregate-ids", 3, &KEYS, &[("k0", "0")]);
+        let r = check(&behind_aborted_txn(ids, 2, 1), Claim::ExactlyOnce);
+        assert_eq!(r.validity, Validity::Valid, "{:?}", r.case_texts(8));
     }
 
     #[test]

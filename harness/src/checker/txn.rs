@@ -286,10 +286,13 @@ pub fn offsets_for_aborted_output_cases(a: &Analysis) -> Vec<Case> {
     let mut cases = Vec::new();
     for (tp, next) in &committed.offsets {
         let Some(log) = a.logs.get(tp) else { continue };
+        // Input that is not data (an aborted or undecided upstream transaction's,
+        // `Analysis::fate`) has no output to lose: a read_committed group passes it.
         for r in log
             .records
             .iter()
             .filter(|r| r.offset < *next && !output.contains(&r.id))
+            .filter(|r| a.expected_in_sink(r))
         {
             let txns = writers.by_id.get(&r.id).cloned().unwrap_or_default();
             let aborted: Vec<&TxnOp> = txns.into_iter().filter(|t| t.aborted()).collect();

@@ -199,3 +199,33 @@ fn input_whose_aborted_output_was_written_again_is_valid() {
         result.case_texts(8)
     );
 }
+
+#[test]
+fn input_of_an_aborted_upstream_transaction_committed_past_without_output_is_valid() {
+    // As `f9_history(false)`, but input 0 is the record of an upstream transaction that
+    // aborted: a read_committed copier skips it, so offset 2 past it loses nothing. The
+    // copier's own aborted transaction 1 (which copied it) does not make it data.
+    let upstream = |kind| {
+        let value = Value::Txn {
+            id: 0,
+            transactional_id: "upstream".into(),
+            sends: vec![input(0, 0)],
+            offsets: Vec::new(),
+        };
+        ("producer-0", kind, value)
+    };
+    let f9 = f9_history(false);
+    let mut ops = vec![upstream(OpKind::Invoke), upstream(OpKind::Fail)];
+    ops.extend(
+        f9.ops
+            .iter()
+            .map(|op| (op.process.as_str(), op.kind, op.value.clone())),
+    );
+    let result = found(&history(ops));
+    assert_eq!(
+        result.validity,
+        Validity::Valid,
+        "{:?}",
+        result.case_texts(8)
+    );
+}

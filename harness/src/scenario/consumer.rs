@@ -85,6 +85,12 @@ pub enum IsolationLevel {
     ReadCommitted,
 }
 
+/// Whether `level` is `read_committed` (for `skip_serializing_if` where that is the
+/// default).
+pub fn is_read_committed(level: &IsolationLevel) -> bool {
+    *level == IsolationLevel::ReadCommitted
+}
+
 impl IsolationLevel {
     /// The model's isolation.
     pub fn to_isolation(self) -> Isolation {

@@ -138,7 +138,7 @@ impl Pipeline {
 /// `transaction_timeout_ms = 10000` (Kafka Streams' EOS default), `rewind_on_abort = true`,
 /// `abort_transactions = []`, `process_ms = 0`, `buggify_produce_delay_probability = 0`,
 /// `buggify_end_txn_delay_probability = 0`, `buggify_delay_ms = 0`, `group.protocol =
-/// "classic"`.
+/// "classic"`, `isolation.level = "read_committed"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CopySpec {
@@ -174,6 +174,17 @@ pub struct CopySpec {
         skip_serializing_if = "consumer::is_classic"
     )]
     pub group_protocol: crate::client::GroupProtocol,
+    /// `isolation.level` of the copiers' consumers: `"read_committed"` (the default here,
+    /// unlike the Java consumer's `read_uncommitted`: KIP-98's consume-transform-produce
+    /// loop and Kafka Streams under exactly_once_v2 set it, and Kafka's design docs list it
+    /// among the three requirements of exactly-once processing, KAFKA-17671) or
+    /// `"read_uncommitted"`, with which a copier also copies the records of aborted
+    /// upstream transactions (`[workload] "transactional.id"`).
+    #[serde(
+        rename = "isolation.level",
+        skip_serializing_if = "consumer::is_read_committed"
+    )]
+    pub isolation_level: consumer::IsolationLevel,
 }
 
 impl Default for CopySpec {
@@ -189,6 +200,7 @@ impl Default for CopySpec {
             buggify_end_txn_delay_probability: 0.0,
             buggify_delay_ms: 0,
             group_protocol: crate::client::GroupProtocol::Classic,
+            isolation_level: consumer::IsolationLevel::ReadCommitted,
         }
     }
 }
@@ -626,9 +638,12 @@ pub struct WorkloadSpec {
     #[serde(default = "default_sink_write")]
     pub sink_write_ms: u64,
     /// The input producer's `transactional.id` (`ProducerConfig.TRANSACTIONAL_ID_CONFIG`):
-    /// set, the upstream producer of `kafka-consume`, `clickhouse-sink` and `connect-jdbc`
-    /// writes its records in Kafka transactions ([`crate::workload::upstream_txn`]); producer `i` of
-    /// several uses `<transactional.id>-<i>`. Default unset: not transactional.
+    /// set, the upstream producer writes its records in Kafka transactions
+    /// ([`crate::workload::upstream_txn`]); producer `i` of several uses
+    /// `<transactional.id>-<i>`. Every pipeline with an input producer takes it
+    /// ([`UPSTREAM_TXN_PIPELINES`]: all but `connect-source`, whose input is a database's
+    /// change log); under `streams-count` it is the stream topic's producer, not the join's
+    /// table producer (`[streams] table_abort_every`). Default unset: not transactional.
     #[serde(
         default,
         rename = "transactional.id",
@@ -1986,12 +2001,14 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 11] = [
 
 /// The pipelines whose upstream producer may be transactional (`[workload]
 /// "transactional.id"`, `workload::upstream_txn`).
-pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 5] = [
+pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 7] = [
     Pipeline::KafkaConsume,
     Pipeline::ClickhouseSink,
     Pipeline::ConnectJdbc,
     Pipeline::RoutineLoad,
     Pipeline::DorisSink,
+    Pipeline::TransactionalCopy,
+    Pipeline::StreamsCount,
 ];
 
 /// Node groups a fault may name instead of single nodes.

@@ -63,6 +63,7 @@ pub mod restore;
 #[cfg(madsim)]
 pub mod standby;
 
+use crate::scenario::consumer::IsolationLevel;
 use serde::{Deserialize, Serialize};
 
 /// The id and event time (ms) an input record of `streams-count` carries in its value
@@ -201,7 +202,9 @@ pub enum StoreKind {
 /// `group_by_keys = 3`, `"repartition.purge.interval.ms"` = 30000, `topology = "count"`,
 /// `table_topic = "table"`, `table_partitions` = `topic.partitions`, `table_records = 100`,
 /// `table_interval_ms = 100`, no `table_abort_every` (an idempotent table producer),
-/// `table_event_time_lag_ms = 0`, no `"max.task.idle.ms"` (no buffering).
+/// `table_event_time_lag_ms = 0`, no `"max.task.idle.ms"` (no buffering), no
+/// `"consumer.isolation.level"` (read_committed under exactly_once_v2, read_uncommitted
+/// under at_least_once).
 ///
 /// The group leader runs Streams' high-availability assignment ([`assignor`]); with
 /// `num_standby_replicas` above 0 instances also keep standby copies of stores (in memory
@@ -339,6 +342,19 @@ pub struct StreamsSpec {
     /// order the consumer returns them ([`StreamsSpec::check`]).
     #[serde(rename = "max.task.idle.ms", skip_serializing_if = "Option::is_none")]
     pub max_task_idle_ms: Option<i64>,
+    /// `consumer.isolation.level` (StreamsConfig's `consumer.` prefix, which
+    /// `getCommonConsumerConfigs` passes to the main, restore and standby consumers alike):
+    /// under at_least_once Streams leaves the Java consumer's default, `"read_uncommitted"`,
+    /// so a transactional input's aborted records are processed (`[workload]
+    /// "transactional.id"`); `"read_committed"` skips them. Under exactly_once_v2 Streams
+    /// forces read_committed (`CONSUMER_EOS_OVERRIDES`) and ignores a user's
+    /// read_uncommitted with a warning (`checkIfUnexpectedUserSpecifiedConsumerConfig`),
+    /// which [`StreamsSpec::check`] refuses instead. Unset: the guarantee's default.
+    #[serde(
+        rename = "consumer.isolation.level",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub consumer_isolation_level: Option<IsolationLevel>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -455,6 +471,7 @@ impl Default for StreamsSpec {
             table_abort_every: None,
             table_event_time_lag_ms: 0,
             max_task_idle_ms: None,
+            consumer_isolation_level: None,
         }
     }
 }
@@ -500,6 +517,17 @@ impl StreamsSpec {
     /// The key path and what was wrong.
     pub fn check(&self) -> Result<(), (String, String)> {
         self.check_topology()?;
+        if self.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
+            && self.consumer_isolation_level == Some(IsolationLevel::ReadUncommitted)
+        {
+            return Err((
+                "streams.consumer.isolation.level".into(),
+                "exactly_once_v2 reads read_committed: Streams ignores a user's \
+                 read_uncommitted with a warning (StreamsConfig CONSUMER_EOS_OVERRIDES); \
+                 leave it out or set \"read_committed\""
+                    .into(),
+            ));
+        }
         if self.group_by == GroupBy::IdMod && self.group_by_keys == 0 {
             return Err((
                 "streams.group_by_keys".into(),

@@ -281,22 +281,23 @@ impl ProcessorConfig {
         self.spec.processing_guarantee == ProcessingGuarantee::ExactlyOnceV2
     }
 
-    /// The restore consumer's isolation (also the standby tasks').
-    pub fn restore_isolation(&self) -> Isolation {
-        match self.eos() {
-            true => Isolation::ReadCommitted,
-            false => Isolation::ReadUncommitted,
+    /// The consumers' isolation, main, restore and standby alike: read_committed under
+    /// exactly_once_v2, else `[streams] "consumer.isolation.level"`, else the Java
+    /// consumer's read_uncommitted (StreamsConfig `getCommonConsumerConfigs`).
+    pub fn isolation(&self) -> Isolation {
+        match (self.eos(), self.spec.consumer_isolation_level) {
+            (true, _) => Isolation::ReadCommitted,
+            (false, Some(level)) => level.to_isolation(),
+            (false, None) => Isolation::ReadUncommitted,
         }
     }
 
-    /// The main consumer's settings: group `application.id`, `earliest`, read_committed
-    /// under exactly_once_v2.
+    /// The main consumer's settings: group `application.id`, `earliest`, the isolation of
+    /// [`ProcessorConfig::isolation`].
     pub fn consumer_config(&self) -> ConsumerConfig {
         let mut config = ConsumerConfig::new(self.spec.application_id.clone());
         config.auto_offset_reset = AutoOffsetReset::Earliest;
-        if self.eos() {
-            config.isolation_level = Isolation::ReadCommitted;
-        }
+        config.isolation_level = self.isolation();
         config.session_timeout_ms = self.session_timeout_ms;
         config.heartbeat_interval_ms = (self.session_timeout_ms / 3).max(100);
         config.max_poll_records = self.spec.max_poll_records;
@@ -558,7 +559,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
         if !self.standbys.is_empty() {
             let topic = self.cfg.spec.changelog_topic();
-            let isolation = self.cfg.restore_isolation();
+            let isolation = self.cfg.isolation();
             self.host
                 .update_standbys(&topic, isolation, &mut self.standbys)
                 .await;
@@ -850,7 +851,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             None => self.local_state(p),
         };
         let changelog = TopicPartition::new(self.cfg.spec.changelog_topic(), p);
-        let isolation = self.cfg.restore_isolation();
+        let isolation = self.cfg.isolation();
         let restored = (self.reader)
             .restore(&changelog, from, isolation, &mut store)
             .await?;

@@ -171,22 +171,18 @@ async fn txn_producer_process(
     name: String,
 ) {
     let mut session = upstream.session(conn, &name).await;
-    loop {
-        let next = {
+    let next = || {
+        let id = {
             let mut shared = ctx.shared();
             let id = shared.next_id;
             let more = id < ctx.scenario.workload.records;
             shared.next_id += u64::from(more);
             more.then_some(id)
-        };
-        let Some(id) = next else { break };
-        session.send(id, None, id_record(ctx, id)).await;
-        madsim::time::sleep(Duration::from_millis(
-            ctx.scenario.workload.produce_interval_ms,
-        ))
-        .await;
-    }
-    session.end().await;
+        }?;
+        Some((id, None, id_record(ctx, id)))
+    };
+    let interval = Duration::from_millis(ctx.scenario.workload.produce_interval_ms);
+    session.send_all(next, interval).await;
     ctx.shared().produced = true;
 }
 

@@ -186,13 +186,12 @@ async fn txn_producer_process(
     name: String,
 ) {
     let mut session = upstream.session(conn, &name).await;
-    while let Some(e) = ctx.take_event(&name, false) {
-        let record = event_record(ctx, &name, &e);
-        session.send(e.id, e.key.clone(), record).await;
-        let interval = ctx.scenario.workload.produce_interval_ms;
-        madsim::time::sleep(Duration::from_millis(interval)).await;
-    }
-    session.end().await;
+    let next = || {
+        let e = ctx.take_event(&name, false)?;
+        Some((e.id, e.key.clone(), event_record(ctx, &name, &e)))
+    };
+    let interval = Duration::from_millis(ctx.scenario.workload.produce_interval_ms);
+    session.send_all(next, interval).await;
 }
 
 /// The operator: creates the table and the connector, then restarts FAILED tasks.

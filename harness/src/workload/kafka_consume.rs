@@ -17,14 +17,14 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{send_id, send_id_queued, IdHandout};
+use super::records::{id_record, send_id, send_id_queued, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{ProducerConfig, ProducerRecord};
+use crate::client::ProducerConfig;
 use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
@@ -32,7 +32,6 @@ use crate::runner::world::World;
 use crate::scenario::{Scenario, TopicSpec};
 use crate::sink_consumer::{self, SinkHost};
 use async_trait::async_trait;
-use bytes::Bytes;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
@@ -166,19 +165,13 @@ async fn txn_producer_process(
 ) {
     let w = &ctx.scenario.workload;
     let mut session = upstream.session(conn, &name).await;
-    while let Some(id) = ctx.take_id(&name, false) {
-        let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let record = ProducerRecord {
-            topic: ctx.scenario.topic.name.clone(),
-            partition: None,
-            key: Some(Bytes::from(key.clone())),
-            value: Some(Bytes::from(id.to_string())),
-            headers: Vec::new(),
-        };
-        session.send(id, Some(key), record).await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
-    }
-    session.end().await;
+    let next = || {
+        let id = ctx.take_id(&name, false)?;
+        let (key, record) = id_record(&ctx.scenario.topic.name, w.keys, id);
+        Some((id, Some(key), record))
+    };
+    let interval = Duration::from_millis(w.produce_interval_ms);
+    session.send_all(next, interval).await;
 }
 
 /// A consumer's simulated host: ops into the run's history, the sink a store outside the

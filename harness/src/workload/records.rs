@@ -246,8 +246,8 @@ pub fn send_outcome(
     }
 }
 
-/// The key and record of generated id `id`.
-fn id_record(topic: &str, keys: u32, id: u64) -> (String, ProducerRecord) {
+/// The key (`k{id % keys}`) and record (value the id in decimal) of generated id `id`.
+pub fn id_record(topic: &str, keys: u32, id: u64) -> (String, ProducerRecord) {
     let key = format!("k{}", id % u64::from(keys.max(1)));
     let produced = ProducerRecord {
         topic: topic.to_string(),

@@ -126,9 +126,13 @@ pub(crate) async fn produce_clicklog(
     let Ok(conn) = Connection::open(scenario.cluster.brokers).await else {
         return;
     };
-    if let Some(upstream) = upstream {
-        return produce_clicklog_txn(scenario, upstream, conn, next_id, json).await;
-    }
+    let record_of = |id: u64| ProducerRecord {
+        topic: scenario.topic.name.clone(),
+        partition: Some((id % u64::from(scenario.topic.partitions)) as u32),
+        key: None,
+        value: Some(Bytes::from(json(id))),
+        headers: Vec::new(),
+    };
     let take_id = |mark_done: bool| {
         let mut next = next_id.lock().expect("next id");
         if next.0 >= w.records {
@@ -138,54 +142,19 @@ pub(crate) async fn produce_clicklog(
         next.0 += 1;
         Some(next.0 - 1)
     };
-    let record_of = |id: u64| ProducerRecord {
-        topic: scenario.topic.name.clone(),
-        partition: Some((id % u64::from(scenario.topic.partitions)) as u32),
-        key: None,
-        value: Some(Bytes::from(json(id))),
-        headers: Vec::new(),
-    };
+    let done = || next_id.lock().expect("next id").1 = true;
+    if let Some(upstream) = upstream {
+        let mut session = upstream.session(conn, "producer-0").await;
+        let next = || take_id(false).map(|id| (id, None, record_of(id)));
+        let interval = Duration::from_millis(w.produce_interval_ms);
+        session.send_all(next, interval).await;
+        return done();
+    }
     let r = recorder.clone();
     let record = move |kind, value, error| {
         r.record(now_ns(), "producer-0", kind, value, error);
     };
-    let done = || next_id.lock().expect("next id").1 = true;
     one_attempt_producer(conn, w, take_id, record_of, record, done).await;
-}
-
-/// [`produce_clicklog`] behind a transactional upstream: the same records and partitions,
-/// in the transactions of `upstream`'s session of `producer-0`.
-async fn produce_clicklog_txn(
-    scenario: &Scenario,
-    upstream: &UpstreamTxn,
-    conn: Connection,
-    next_id: &Mutex<(u64, bool)>,
-    json: impl Fn(u64) -> String,
-) {
-    let w = &scenario.workload;
-    let mut session = upstream.session(conn, "producer-0").await;
-    loop {
-        let id = {
-            let mut next = next_id.lock().expect("next id");
-            if next.0 >= w.records {
-                break;
-            }
-            next.0 += 1;
-            next.0 - 1
-        };
-        let partition = (id % u64::from(scenario.topic.partitions)) as u32;
-        let record = ProducerRecord {
-            topic: scenario.topic.name.clone(),
-            partition: Some(partition),
-            key: None,
-            value: Some(Bytes::from(json(id))),
-            headers: Vec::new(),
-        };
-        session.send(id, None, record).await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
-    }
-    session.end().await;
-    next_id.lock().expect("next id").1 = true;
 }
 
 /// Creates the database, the table and the job, retrying until the FE answers.

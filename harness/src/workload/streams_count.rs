@@ -4,7 +4,10 @@
 //! # Model
 //! - Producers (`producer-i`, idempotent) write ids `0..records` into the input topic
 //!   (`[topic]`): key `k{id % keys}`, value `<id>,<timestamp_ms>` with the send's simulated
-//!   time as event time.
+//!   time as event time. With `[workload] "transactional.id"` they write them in
+//!   transactions, some aborted on purpose ([`super::upstream_txn`]): read_committed
+//!   instances (exactly_once_v2, or `[streams] "consumer.isolation.level"`) skip the
+//!   aborted records, read_uncommitted ones (at_least_once's default) process them.
 //! - Instances (`streams-i`, [`crate::streams::instance`]) form the consumer group
 //!   `streams.application_id`; one task per input partition, one state store per task
 //!   (`streams.store`), its changelog `<application_id>-<store_name>-changelog` with the
@@ -19,7 +22,7 @@
 //!   the table partitions' committed offsets to pass their last committed record.
 //!
 //! # Ops recorded
-//! `send` per input id; per instance `streams-restore` per task opened and
+//! `send` per input id (and the upstream's `txn` ops); per instance `streams-restore` per task opened and
 //! `streams-commit` invoke/ok/fail/info per commit. After the drain, process `final`
 //! records `streams-window`, each input partition's `log-state` and `streams-input`, the
 //! group's `committed-offsets`, each repartition partition's `streams-repartition` (under
@@ -43,6 +46,7 @@
 use super::records::{
     read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
+use super::upstream_txn::{self, UpstreamTxn};
 use super::{streams_table, Pipeline};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -83,6 +87,8 @@ struct Context {
     board: Board,
     /// The table producer's versions (`topology = "stream-table-join"`).
     table_ids: streams_table::TableIds,
+    /// The transactional upstream of the input, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -110,6 +116,11 @@ impl Context {
         self.scenario.workload.idempotent_producer_config()
     }
 
+    /// The instances' consumer isolation ([`ProcessorConfig::isolation`]).
+    fn isolation(&self) -> eosim_sim::kafka::Isolation {
+        ProcessorConfig::of_scenario(&self.scenario, 0, self.disk.clone()).isolation()
+    }
+
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
         InstanceContext {
@@ -121,16 +132,41 @@ impl Context {
     }
 }
 
-/// An input producer: ids from the generator, event time = send time.
+/// Input record `id`: key `k{id % keys}`, value `<id>,<event time ms>` with the simulated
+/// time now as event time.
+fn input_record(ctx: &Context, id: u64) -> (String, ProducerRecord) {
+    let key = format!("k{}", id % u64::from(ctx.scenario.workload.keys.max(1)));
+    let timestamp_ms = now_ns() / 1_000_000;
+    let record = ProducerRecord {
+        topic: ctx.scenario.topic.name.clone(),
+        partition: None,
+        key: Some(Bytes::from(key.clone())),
+        value: Some(Bytes::from(format!("{id},{timestamp_ms}"))),
+        headers: Vec::new(),
+    };
+    (key, record)
+}
+
+/// An input producer: ids from the generator, event time = send time; with `[workload]
+/// "transactional.id"` in the transactions of the upstream's session.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = &ctx.upstream {
+        let mut session = upstream.session(conn, &name).await;
+        let next = || {
+            let id = ctx.take_id(&name)?;
+            let (key, record) = input_record(&ctx, id);
+            Some((id, Some(key), record))
+        };
+        let interval = Duration::from_millis(w.produce_interval_ms);
+        return session.send_all(next, interval).await;
+    }
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
-        let key = format!("k{}", id % u64::from(w.keys.max(1)));
-        let timestamp_ms = now_ns() / 1_000_000;
+        let (key, record) = input_record(&ctx, id);
         let invoke = Value::Send {
             id,
             key: Some(key.clone()),
@@ -139,13 +175,6 @@ async fn producer_process(ctx: Context, name: String) {
         };
         ctx.recorder
             .record(now_ns(), &name, OpKind::Invoke, invoke, None);
-        let record = ProducerRecord {
-            topic: ctx.scenario.topic.name.clone(),
-            partition: None,
-            key: Some(Bytes::from(key.clone())),
-            value: Some(Bytes::from(format!("{id},{timestamp_ms}"))),
-            headers: Vec::new(),
-        };
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
@@ -179,6 +208,7 @@ impl StreamsCount {
     /// The pipeline of `scenario`, recording into `recorder`.
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         let ctx = Context {
+            upstream: UpstreamTxn::of(&scenario, &recorder),
             scenario,
             recorder,
             shared: Arc::default(),
@@ -255,13 +285,14 @@ impl Pipeline for StreamsCount {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(group).into_iter().collect();
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let transactional = (self.ctx.upstream.as_ref()).map(|_| self.ctx.isolation());
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            world.kafka.now_ms(),
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            transactional,
+        ));
         // The repartition topic (purged by the instances) and the join's table topic
         // (whose last records may be an aborted transaction's, which read_committed tasks
         // never pass): behind when the committed offset is below the last record read
@@ -311,6 +342,9 @@ impl Pipeline for StreamsCount {
         }
         let offsets = cluster.committed_offsets(&streams.application_id);
         self.record(Value::CommittedOffsets { offsets });
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         if let Some(topic) = streams.repartition_topic() {
             for tp in self.ctx.scenario.topic.partitions_of(&topic) {
                 let Ok(fetched) = read_from_log_start(&mut cluster, now_ms, &tp) else {

@@ -3,14 +3,17 @@
 //!
 //! # Model
 //! - Producers (`producer-i`, idempotent) write ids `0..records` into the input topic
-//!   (`[topic]`): key `k{id % keys}`, value the id in decimal.
+//!   (`[topic]`): key `k{id % keys}`, value the id in decimal. With `[workload]
+//!   "transactional.id"` they write them in transactions, some aborted on purpose
+//!   ([`super::upstream_txn`]): the copiers must copy only the committed ones, which they
+//!   do reading read_committed (`[copy] "isolation.level"`, the default).
 //! - Copiers (`consumer-i`, group `copier`): the loop of [`crate::copier`], shared with
 //!   the real tier, on a simulated consumer and transactional producer (whose BUGGIFY
 //!   points, `copy.buggify_*`, hold Produce or EndTxn requests in the network).
 //!
 //! # Ops recorded
-//! `send` invoke/ok/fail/info per input id; the copiers' `poll` and `txn` ops
-//! ([`crate::copier`]).
+//! `send` invoke/ok/fail/info per input id (and the upstream's `txn` ops); the copiers'
+//! `poll` and `txn` ops ([`crate::copier`]).
 //! After the drain, process `final` records: each input partition's `LogState`, the group's
 //! `CommittedOffsets`, each output partition's `PartitionState` (HW, LSO) and
 //! `CommittedLogState` (a read_committed read from offset 0), and the output's committed
@@ -18,11 +21,14 @@
 //!
 //! # Analyses
 //! 1. Kafka checker on the input (lost writes, duplicates: idempotence is on).
-//! 2. Sink checker on the output's committed view: each input id exactly once, per-key order.
+//! 2. Sink checker on the output's committed view: each input id exactly once, per-key order;
+//!    behind a transactional upstream, none of an aborted upstream transaction
+//!    (`aborted-in-sink`).
 //! 3. Transaction checker: aborted reads, torn transactions, stuck LSO, offsets committed
 //!    for input whose output was aborted.
 
-use super::records::{read_committed, send_id, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
+use super::records::{id_record, read_committed, send_id, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
+use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
@@ -57,6 +63,8 @@ struct Context {
     scenario: Arc<Scenario>,
     recorder: Recorder,
     shared: Arc<Mutex<Shared>>,
+    /// The transactional upstream, with `[workload] "transactional.id"`.
+    upstream: Option<UpstreamTxn>,
 }
 
 impl Context {
@@ -88,12 +96,23 @@ impl Context {
     }
 }
 
-/// An input producer: sends ids from the generator with an idempotent producer.
+/// An input producer: sends ids from the generator with an idempotent producer, or in the
+/// transactions of the upstream's session.
 async fn producer_process(ctx: Context, name: String) {
     let w = &ctx.scenario.workload;
     let Ok(conn) = Connection::open(ctx.scenario.cluster.brokers).await else {
         return;
     };
+    if let Some(upstream) = &ctx.upstream {
+        let mut session = upstream.session(conn, &name).await;
+        let next = || {
+            let id = ctx.take_id(&name)?;
+            let (key, record) = id_record(&ctx.scenario.topic.name, w.keys, id);
+            Some((id, Some(key), record))
+        };
+        let interval = Duration::from_millis(w.produce_interval_ms);
+        return session.send_all(next, interval).await;
+    }
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
         let topic = &ctx.scenario.topic.name;
@@ -161,6 +180,7 @@ impl TransactionalCopy {
     pub fn new(scenario: Arc<Scenario>, recorder: Recorder) -> Self {
         Self {
             ctx: Context {
+                upstream: UpstreamTxn::of(&scenario, &recorder),
                 scenario,
                 recorder,
                 shared: Arc::default(),
@@ -212,9 +232,10 @@ impl Pipeline for TransactionalCopy {
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset (group
-    /// `copier`) is behind the HW; output partitions not readable or whose LSO is below the
-    /// HW ([`LsoGrace`]: a stuck LSO past the grace is not lag but a finding,
-    /// `stuck-lso`).
+    /// `copier`) is behind the HW, or behind a transactional upstream behind the end of
+    /// what the copiers read ([`upstream_txn::committed_lag`]); output partitions not
+    /// readable or whose LSO is below the HW ([`LsoGrace`]: a stuck LSO past the grace is
+    /// not lag but a finding, `stuck-lso`).
     fn lag(&self, world: &World) -> Vec<String> {
         let mut lag = Vec::new();
         if !self.ctx.producers_done() {
@@ -223,13 +244,15 @@ impl Pipeline for TransactionalCopy {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(COPY_GROUP).into_iter().collect();
-        for tp in self.ctx.scenario.topic.topic_partitions() {
-            let hw = cluster.high_watermark(&tp).unwrap_or(0);
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
+        let isolation = self.ctx.scenario.copy.isolation_level.to_isolation();
+        let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
+        lag.extend(upstream_txn::committed_lag(
+            &mut cluster,
+            world.kafka.now_ms(),
+            self.ctx.scenario.topic.topic_partitions(),
+            &committed,
+            transactional,
+        ));
         let grace_ms = self.ctx.scenario.copy.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;
         let now = (world.kafka.now_ms(), now_ns());
         let outputs = self.output();
@@ -243,6 +266,9 @@ impl Pipeline for TransactionalCopy {
         let input_position = self.record_input(&cluster);
         let offsets = cluster.committed_offsets(COPY_GROUP);
         self.record(Value::CommittedOffsets { offsets });
+        if let Some(upstream) = &self.ctx.upstream {
+            upstream.record_final();
+        }
         let mut sink = Vec::new();
         for tp in self.output() {
             let high_watermark = cluster.high_watermark(&tp).unwrap_or(-1);

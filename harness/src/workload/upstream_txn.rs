@@ -206,6 +206,18 @@ impl Session {
             }
         }
         self.record(OpKind::Invoke, send(fixed.clone(), None), None);
+        // Part of the open transaction before its request goes out: a process killed while
+        // it is in flight may leave the record in the log, and the next incarnation's
+        // InitProducerId aborts it with the rest of the transaction.
+        let unacked = fixed
+            .clone()
+            .unwrap_or_else(|| TopicPartition::new(&topic, 0));
+        self.add_send(RecordRef {
+            id,
+            key: key.clone(),
+            tp: unacked,
+            offset: -1,
+        });
         let (tp, offset, failure) = match self.producer.send(record).await {
             Ok(d) => {
                 let tp = TopicPartition::new(&topic, d.partition);
@@ -223,7 +235,7 @@ impl Session {
                 (tp, -1, Some(e))
             }
         };
-        let full = self.add_send(RecordRef {
+        let full = self.settle_send(RecordRef {
             id,
             key: key.clone(),
             tp,
@@ -234,6 +246,21 @@ impl Session {
             None if full => self.end().await,
             None => {}
         }
+    }
+
+    /// Sends every record `next` hands out (`(id, key text, record)`, [`Session::send`]),
+    /// pausing `interval` after each, then ends the open transaction ([`Session::end`]): the
+    /// loop of every transactional upstream producer process.
+    pub async fn send_all(
+        &mut self,
+        mut next: impl FnMut() -> Option<(u64, Option<String>, ProducerRecord)>,
+        interval: Duration,
+    ) {
+        while let Some((id, key, record)) = next() {
+            self.send(id, key, record).await;
+            madsim::time::sleep(interval).await;
+        }
+        self.end().await;
     }
 
     /// Ends the open transaction, if any: commits it, or aborts it when its number is one
@@ -312,17 +339,30 @@ impl Session {
         state.open.get(&self.transactional_id).map(|t| t.id)
     }
 
-    /// Adds a send to the open transaction; whether it is now full.
-    fn add_send(&mut self, send: RecordRef) -> bool {
+    /// Adds a send, not yet acknowledged, to the open transaction.
+    fn add_send(&mut self, send: RecordRef) {
+        self.open_sends(|sends| sends.push(send));
+    }
+
+    /// Replaces the open transaction's last send (the one [`Session::add_send`] added) by
+    /// its outcome `send`; whether the transaction is now full.
+    fn settle_send(&mut self, send: RecordRef) -> bool {
         let max = self.upstream.scenario.workload.transaction_records;
         let max = max.unwrap_or(TRANSACTION_RECORDS_DEFAULT);
+        self.open_sends(|sends| {
+            let last = sends.last_mut().expect("the send added before its request");
+            *last = send;
+            sends.len() as u64 >= max
+        })
+    }
+
+    fn open_sends<T>(&mut self, f: impl FnOnce(&mut Vec<RecordRef>) -> T) -> T {
         let mut state = self.upstream.state();
         let txn = state
             .open
             .get_mut(&self.transactional_id)
             .expect("a send is inside an open transaction");
-        txn.sends.push(send);
-        txn.sends.len() as u64 >= max
+        f(&mut txn.sends)
     }
 
     /// The open transaction's `txn` value; it is no longer open (its end is requested).
