@@ -928,17 +928,65 @@ fn a_transactional_upstream_takes_kafkas_names_and_its_keys_need_the_id() {
     assert_mentions(&message, &["workload.transaction_records", "at least 1"]);
     let message = error_of("[workload]\n\"transactional.ids\" = \"up\"\n");
     assert_mentions(&message, &["transactional.ids", "transactional.id"]);
+    for pipeline in [Pipeline::TransactionalCopy, Pipeline::StreamsCount] {
+        let scenario = parse_for(pipeline, "[workload]\n\"transactional.id\" = \"up\"\n")
+            .unwrap_or_else(|e| panic!("{}: {e}", pipeline.name()));
+        assert_eq!(scenario.workload.transactional_id.as_deref(), Some("up"));
+    }
     let error = parse_for(
-        Pipeline::TransactionalCopy,
+        Pipeline::ConnectSource,
         "[workload]\n\"transactional.id\" = \"up\"\n",
     )
-    .expect_err("the copy's input producer is not transactional");
+    .expect_err("a source connector's input is a database, not a producer");
     assert_mentions(
         &error.to_string(),
         &[
             "workload.transactional.id",
-            "kafka-consume",
-            "clickhouse-sink",
+            "connect-source",
+            "transactional-copy",
+            "streams-count",
+        ],
+    );
+}
+
+#[test]
+fn consumer_isolation_of_the_copy_and_of_streams_takes_kafkas_names() {
+    let copy = parse_for(
+        Pipeline::TransactionalCopy,
+        "[copy]\n\"isolation.level\" = \"read_uncommitted\"\n",
+    )
+    .expect("a read_uncommitted copier");
+    assert_eq!(
+        copy.copy.isolation_level,
+        eosim::scenario::consumer::IsolationLevel::ReadUncommitted
+    );
+    let default = parse_for(Pipeline::TransactionalCopy, "").expect("defaults");
+    assert_eq!(
+        default.copy.isolation_level,
+        eosim::scenario::consumer::IsolationLevel::ReadCommitted,
+        "the copier reads read_committed unless told otherwise"
+    );
+    let error = parse_for(
+        Pipeline::TransactionalCopy,
+        "[copy]\n\"isolation.level\" = \"committed\"\n",
+    )
+    .expect_err("not a level");
+    assert_mentions(&error.to_string(), &["isolation.level", "read_committed"]);
+    let alo = "[streams]\n\"consumer.isolation.level\" = \"read_committed\"\n";
+    let scenario = parse_for(Pipeline::StreamsCount, alo).expect("at_least_once read_committed");
+    assert_eq!(
+        scenario.streams.consumer_isolation_level,
+        Some(eosim::scenario::consumer::IsolationLevel::ReadCommitted)
+    );
+    let eos = "[streams]\nprocessing_guarantee = \"exactly_once_v2\"\n\
+               \"consumer.isolation.level\" = \"read_uncommitted\"\n";
+    let error = parse_for(Pipeline::StreamsCount, eos).expect_err("EOS reads read_committed");
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "streams.consumer.isolation.level",
+            "exactly_once_v2",
+            "read_committed",
         ],
     );
 }
