@@ -1165,3 +1165,38 @@ fn keys_the_group_protocol_rules_out_are_refused_by_name() {
     let message = error_of("[consumer]\n\"group.protocol\" = \"streams\"\n");
     assert_mentions(&message, &["group.protocol", "classic", "consumer"]);
 }
+
+#[test]
+fn the_clickhouse_sink_takes_connects_consumer_override_names() {
+    let sink = "[sink]\n\"consumer.override.max.poll.records\" = 30\n\
+                \"consumer.override.group.protocol\" = \"consumer\"\n";
+    let scenario = parse_for(Pipeline::ClickhouseSink, sink).expect("KIP-848 task consumers");
+    let spec = scenario.sink.as_ref().expect("[sink]");
+    assert_eq!(spec.batch_records_max, 30);
+    let props = spec.connector_props("events", "clickhouse", 8123);
+    assert_eq!(props["consumer.override.group.protocol"], "consumer");
+    assert!(
+        !props.contains_key("consumer.override.session.timeout.ms"),
+        "a KIP-848 member takes no session timeout: {props:?}"
+    );
+    let classic = parse_for(Pipeline::ClickhouseSink, "[sink]\n").expect("defaults");
+    let props = (classic.sink.as_ref().expect("[sink]")).connector_props("events", "h", 1);
+    assert_eq!(props["consumer.override.session.timeout.ms"], "10000");
+    // Connect's parser judges the overrides together, as Java's ConsumerConfig does.
+    let strategy = "[sink]\n\"consumer.override.group.protocol\" = \"consumer\"\n\
+                    \"consumer.override.partition.assignment.strategy\" = \"range\"\n";
+    let error = parse_for(Pipeline::ClickhouseSink, strategy).expect_err("refused");
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "consumer.override.partition.assignment.strategy",
+            "group.protocol",
+        ],
+    );
+    let bad = "[sink]\n\"consumer.override.group.protocol\" = \"eager\"\n";
+    let error = parse_for(Pipeline::ClickhouseSink, bad).expect_err("not a protocol");
+    assert_mentions(
+        &error.to_string(),
+        &["consumer.override.group.protocol", "eager"],
+    );
+}

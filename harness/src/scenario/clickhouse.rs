@@ -14,7 +14,8 @@
 //! "errors.log.enable" = false
 //! "offset.flush.interval.ms" = 60000     # the workers'; also the retriable-put redelivery
 //! tasks = 2                             # worker nodes and tasks.max
-//! batch_records_max = 100               # consumer.override.max.poll.records
+//! batch_records_max = 100               # or "consumer.override.max.poll.records"
+//! "consumer.override.group.protocol" = "classic"   # or consumer (KIP-848)
 //! non_replicated_deduplication_window = 3
 //! engine = "replicated-merge-tree"      # or merge-tree (the seed's)
 //! clickhouse_version = "23.11"          # 23.7 (the seed's), 23.11, 25.9
@@ -126,8 +127,8 @@ pub struct ClickHouseSinkSpec {
     /// Worker nodes `worker-0..`, and the connector's `tasks.max`. Default 2.
     #[serde(default = "two")]
     pub tasks: u32,
-    /// `consumer.override.max.poll.records`. Default 100.
-    #[serde(default = "hundred")]
+    /// `consumer.override.max.poll.records` (accepted under that name too). Default 100.
+    #[serde(default = "hundred", alias = "consumer.override.max.poll.records")]
     pub batch_records_max: usize,
     /// F2, redelivery with other batch boundaries: when an armed `crash` fault point kills
     /// a worker, the operator puts the connector's configuration again with this
@@ -139,8 +140,9 @@ pub struct ClickHouseSinkSpec {
     /// heartbeat every third of it. Default 10000.
     #[serde(default = "ten_s")]
     pub session_timeout_ms: u64,
-    /// `consumer.override.max.poll.interval.ms`. Default 300000.
-    #[serde(default = "five_min")]
+    /// `consumer.override.max.poll.interval.ms` (accepted under that name too). Default
+    /// 300000.
+    #[serde(default = "five_min", alias = "consumer.override.max.poll.interval.ms")]
     pub max_poll_interval_ms: u64,
     /// The workers' `offset.flush.interval.ms`, ms. Besides the periodic commit it bounds
     /// how long a batch whose `put` threw a `RetriableException` waits for redelivery: the
@@ -226,6 +228,34 @@ pub struct ClickHouseSinkSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub auto_offset_reset: Option<String>,
+    /// `consumer.override.partition.assignment.strategy` of the task consumers (Kafka's
+    /// class names or `range` / `cooperative-sticky`, comma-separated, as
+    /// `connect::config` reads them). Default: unset (Kafka's list, eager).
+    #[serde(
+        default,
+        rename = "consumer.override.partition.assignment.strategy",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub partition_assignment_strategy: Option<String>,
+    /// `consumer.override.group.protocol` of the task consumers: `classic` (default) or
+    /// `consumer` (KIP-848: the coordinator assigns). Under `consumer` the task consumers
+    /// take no `session.timeout.ms` / `heartbeat.interval.ms` override (Java's
+    /// `ConsumerConfig` refuses them; the broker's `group.consumer.*` decide, `[cluster]
+    /// group_consumer_*`), so `session_timeout_ms` is then the worker group's only.
+    #[serde(
+        default,
+        rename = "consumer.override.group.protocol",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub group_protocol: Option<String>,
+    /// `consumer.override.group.remote.assignor` (`uniform` / `range`; the consumer
+    /// protocol only). Default: unset (the broker's first, `uniform`).
+    #[serde(
+        default,
+        rename = "consumer.override.group.remote.assignor",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub group_remote_assignor: Option<String>,
     /// An armed fault point.
     #[serde(default)]
     pub fault_point: Option<FaultPointSpec>,
@@ -286,14 +316,6 @@ impl ClickHouseSinkSpec {
                 "consumer.override.max.poll.interval.ms",
                 self.max_poll_interval_ms.to_string(),
             ),
-            (
-                "consumer.override.session.timeout.ms",
-                self.session_timeout_ms.to_string(),
-            ),
-            (
-                "consumer.override.heartbeat.interval.ms",
-                heartbeat_ms.to_string(),
-            ),
             ("errors.tolerance", self.errors_tolerance.clone()),
             ("exactlyOnce", "true".into()),
             ("hostname", hostname.to_string()),
@@ -310,11 +332,27 @@ impl ClickHouseSinkSpec {
         if self.errors_log_enable {
             p.insert("errors.log.enable".into(), "true".into());
         }
+        if self.group_protocol.as_deref() != Some("consumer") {
+            let session = ("session.timeout.ms", self.session_timeout_ms.to_string());
+            let heartbeat = ("heartbeat.interval.ms", heartbeat_ms.to_string());
+            for (key, value) in [session, heartbeat] {
+                p.insert(format!("consumer.override.{key}"), value);
+            }
+        }
         let consumer_overrides = [
             ("consumer.override.isolation.level", &self.isolation_level),
             (
                 "consumer.override.auto.offset.reset",
                 &self.auto_offset_reset,
+            ),
+            (
+                "consumer.override.partition.assignment.strategy",
+                &self.partition_assignment_strategy,
+            ),
+            ("consumer.override.group.protocol", &self.group_protocol),
+            (
+                "consumer.override.group.remote.assignor",
+                &self.group_remote_assignor,
             ),
         ];
         for (key, value) in consumer_overrides {

@@ -1497,7 +1497,14 @@ impl Scenario {
                 format!("expected one of {allowed:?}, found {value:?}"),
             )?;
         }
-        Ok(())
+        // The connector configuration as Connect gets it: its parser judges the consumer
+        // overrides together (KIP-848's refusals, the assignment strategies).
+        let props = sink.connector_props(&self.topic.name, "clickhouse", 8123);
+        let parsed =
+            crate::connect::config::ConnectorConfig::parse(&props, crate::sinks::clickhouse::KEYS);
+        parsed
+            .map(|_| ())
+            .map_err(|e| ("sink".to_string(), e.to_string()))
     }
 
     fn check_faults(&self) -> Result<(), (String, String)> {
