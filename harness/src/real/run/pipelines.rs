@@ -148,6 +148,10 @@ fn consumer_protocol(scenario: &Scenario) -> Option<String> {
         .is_some_and(|v| v == "consumer")
     {
         "[connector] \"consumer.override.group.protocol\""
+    } else if (scenario.sink.as_ref())
+        .is_some_and(|s| s.group_protocol.as_deref() == Some("consumer"))
+    {
+        "[sink] \"consumer.override.group.protocol\""
     } else {
         return None;
     };
@@ -526,6 +530,8 @@ mod tests {
         );
         let connect = "p2-upsert-worker-crash-kip848.toml";
         refused(connect, &["consumer.override.group.protocol", "KIP-848"]);
+        let clickhouse = "p1-worker-kills-kip848-seed-token-fencing.toml";
+        refused(clickhouse, &["[sink]", "consumer.override.group.protocol"]);
         let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
         assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
