@@ -671,3 +671,121 @@ fn a_paused_partition_revoked_and_assigned_again_is_consumed() {
         a.close().await;
     });
 }
+
+/// Consumer `a` of `group` on `config` owns all 4 partitions of `topic`; consumer `b` joins.
+/// Returns what `a` was asked to give up and what it kept, once `b` owns some.
+async fn revoked_and_kept_when_a_member_joins(
+    bootstrap: &str,
+    topic: &str,
+    config: ConsumerConfig,
+) -> (Vec<TopicPartition>, Vec<TopicPartition>) {
+    let topics = [topic.to_string()];
+    let mut a = RealConsumer::new(bootstrap, config.clone()).unwrap();
+    assert!(a.listen_for_revocations());
+    a.subscribe(&topics).await.unwrap();
+    let started = Instant::now();
+    while a.assignment().len() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "a never owned all"
+        );
+        a.poll(Duration::from_millis(200)).await.expect("a polls");
+        let _ = a.take_revocation();
+    }
+    let mut b = RealConsumer::new(bootstrap, config).unwrap();
+    b.subscribe(&topics).await.unwrap();
+    let mut revoked = Vec::new();
+    let mut kept_while_revoking = Vec::new();
+    let started = Instant::now();
+    while b.assignment().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "b never joined"
+        );
+        let (pa, pb) = tokio::join!(
+            a.poll(Duration::from_millis(200)),
+            b.poll(Duration::from_millis(200))
+        );
+        pa.expect("a polls");
+        pb.expect("b polls");
+        if let Some(r) = a.take_revocation() {
+            // What a still holds beside the revocation, before it gives it up.
+            kept_while_revoking = (a.assignment().into_iter())
+                .filter(|tp| !r.partitions.contains(tp))
+                .collect();
+            revoked.extend(r.partitions);
+        }
+    }
+    b.close().await;
+    a.close().await;
+    (revoked, kept_while_revoking)
+}
+
+/// The group as classic `DescribeGroups` shows it: (state, protocol type, assignor).
+fn describe_classic(bootstrap: &str, group: &str) -> Result<(String, String, String), String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let client: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("client");
+    let list = client
+        .fetch_group_list(Some(group), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    let g = list.groups().first().ok_or("no group")?;
+    Ok((
+        g.state().into(),
+        g.protocol_type().into(),
+        g.protocol().into(),
+    ))
+}
+
+/// The real consumer follows the group protocol the scenario names, as the simulated one
+/// does: `partition.assignment.strategy = cooperative-sticky` (KIP-429) and KIP-848's
+/// `group.protocol = consumer` both move partitions incrementally, so a member that joins
+/// takes some of `a`'s partitions while `a` keeps the others (an eager rebalance revokes
+/// all four), and classic `DescribeGroups` knows the classic groups but not the KIP-848
+/// one. Before, the real consumer always ran librdkafka's eager `range`, whatever the
+/// scenario said.
+#[test]
+fn cooperative_and_kip848_consumers_move_partitions_incrementally_on_real_kafka() {
+    if !real_enabled("cooperative_and_kip848_consumers_move_partitions_incrementally_on_real_kafka")
+    {
+        return;
+    }
+    let (kafka, _dir) = one_broker("kafka-incremental");
+    let bootstrap = kafka.bootstrap_servers();
+    runtime().block_on(async {
+        create_topic(&bootstrap, "incremental", 4).await;
+        let mut cooperative = consumer_config("g-cooperative");
+        cooperative.partition_assignment_strategy =
+            vec![eosim::client::AssignmentStrategy::CooperativeSticky];
+        let mut kip848 = consumer_config("g-kip848");
+        kip848.group_protocol = eosim::client::GroupProtocol::Consumer;
+        let eager = consumer_config("g-eager");
+        for (name, config) in [("cooperative", cooperative), ("kip848", kip848)] {
+            let (revoked, kept) =
+                revoked_and_kept_when_a_member_joins(&bootstrap, "incremental", config).await;
+            assert!(
+                !revoked.is_empty() && revoked.len() < 4 && !kept.is_empty(),
+                "{name}: a gave up {revoked:?} and kept {kept:?}"
+            );
+        }
+        let (revoked, kept) =
+            revoked_and_kept_when_a_member_joins(&bootstrap, "incremental", eager).await;
+        assert_eq!(
+            (revoked.len(), kept.len()),
+            (4, 0),
+            "eager range revokes everything: {revoked:?}, kept {kept:?}"
+        );
+    });
+    // Classic DescribeGroups sees the two classic groups (empty now), not the KIP-848 one:
+    // Kafka answers it as a group it does not have ("Dead"), since it is not a classic
+    // group (`GroupMetadataManager.describeGroups`).
+    for classic in ["g-cooperative", "g-eager"] {
+        let described = describe_classic(&bootstrap, classic).expect("described");
+        assert_eq!(described.0, "Empty", "{classic}: {described:?}");
+        assert_eq!(described.1, "consumer", "{classic}: {described:?}");
+    }
+    let kip848 = describe_classic(&bootstrap, "g-kip848").expect("described");
+    assert_eq!(kip848.0, "Dead", "not a classic group: {kip848:?}");
+}

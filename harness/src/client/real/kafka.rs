@@ -3,9 +3,9 @@
 use super::error::{from_code, from_commit, from_rdkafka};
 use super::rebalance::RebalanceContext;
 use crate::client::{
-    Admin, AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig,
-    ConsumerGroupMetadata, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
-    Revocation,
+    Admin, AssignmentStrategy, AutoOffsetReset, ClientError, ConsumedRecord, Consumer,
+    ConsumerConfig, ConsumerGroupMetadata, Delivery, DeliveryFuture, GroupProtocol, Producer,
+    ProducerConfig, ProducerRecord, Revocation,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -212,11 +212,16 @@ impl Producer for RealProducer {
     }
 }
 
-/// The librdkafka configuration of a [`RealConsumer`]: the range assignor, no auto commit,
-/// no automatic offset store, Java's names mapped to librdkafka's (`fetch.max.wait.ms` is
-/// `fetch.wait.max.ms`, `request.timeout.ms` is `socket.timeout.ms`, `metadata.max.age.ms`
-/// is `topic.metadata.refresh.interval.ms`, `auto.offset.reset` none is `error`). `max.poll.records` has no librdkafka counterpart: [`RealConsumer::poll`]
-/// applies it.
+/// The librdkafka configuration of a [`RealConsumer`]: no auto commit, no automatic offset
+/// store, Java's names mapped to librdkafka's (`fetch.max.wait.ms` is `fetch.wait.max.ms`,
+/// `request.timeout.ms` is `socket.timeout.ms`, `metadata.max.age.ms` is
+/// `topic.metadata.refresh.interval.ms`, `auto.offset.reset` none is `error`).
+/// `max.poll.records` has no librdkafka counterpart: [`RealConsumer::poll`] applies it.
+///
+/// The group protocol: under `classic`, `session.timeout.ms`, `heartbeat.interval.ms` and
+/// the assignor ([`librdkafka_assignor`]); under KIP-848's `consumer`, `group.protocol` and
+/// `group.remote.assignor` only (librdkafka refuses the classic keys with it, as Java's
+/// `ConsumerConfig` does: the broker's `group.consumer.*` settings rule).
 pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) -> ClientConfig {
     let isolation = match config.isolation_level {
         Isolation::ReadCommitted => "read_committed",
@@ -230,15 +235,9 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap_servers)
         .set("group.id", &config.group_id)
-        .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
-        .set("session.timeout.ms", config.session_timeout_ms.to_string())
-        .set(
-            "heartbeat.interval.ms",
-            config.heartbeat_interval_ms.to_string(),
-        )
         .set(
             "max.poll.interval.ms",
             config.max_poll_interval_ms.to_string(),
@@ -261,7 +260,36 @@ pub fn consumer_client_config(bootstrap_servers: &str, config: &ConsumerConfig) 
     if let Some(instance) = &config.group_instance_id {
         c.set("group.instance.id", instance);
     }
+    match config.group_protocol {
+        GroupProtocol::Classic => {
+            c.set("partition.assignment.strategy", librdkafka_assignor(config))
+                .set("session.timeout.ms", config.session_timeout_ms.to_string())
+                .set(
+                    "heartbeat.interval.ms",
+                    config.heartbeat_interval_ms.to_string(),
+                );
+        }
+        GroupProtocol::Consumer => {
+            c.set("group.protocol", "consumer");
+            if let Some(assignor) = &config.group_remote_assignor {
+                c.set("group.remote.assignor", assignor);
+            }
+        }
+    }
     c
+}
+
+/// librdkafka's `partition.assignment.strategy` for `config`'s: `cooperative-sticky` when
+/// the consumer follows the cooperative protocol ([`ConsumerConfig::cooperative`]: every
+/// listed assignor is `CooperativeStickyAssignor`), else `range`. librdkafka refuses a list
+/// that mixes eager and cooperative assignors, and Java's default `[RangeAssignor,
+/// CooperativeStickyAssignor]` rebalances with range, eagerly, while every member lists
+/// range first.
+pub fn librdkafka_assignor(config: &ConsumerConfig) -> &'static str {
+    match config.cooperative() {
+        true => AssignmentStrategy::CooperativeSticky.name(),
+        false => AssignmentStrategy::Range.name(),
+    }
 }
 
 /// The `StreamConsumer` of a [`RealConsumer`], with its rebalance callback.
@@ -337,8 +365,8 @@ fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
 /// unassigns what a held revocation kept assigned, so that `rd_kafka_consumer_close` does
 /// not wait for an unassign nobody will call.
 fn stop_listening(consumer: &Inner) {
-    if consumer.context().stop_listening() {
-        let _ = consumer.unassign();
+    if let Some(unassign) = consumer.context().stop_listening() {
+        let _ = unassign.apply(consumer);
     }
 }
 
@@ -481,10 +509,11 @@ impl Consumer for RealConsumer {
 
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
         let consumer = Arc::clone(self.inner()?);
-        if consumer.context().take_unassign_due() {
-            // The handed-out revocation was dealt with: let librdkafka rejoin.
-            consumer
-                .unassign()
+        if let Some(unassign) = consumer.context().take_unassign_due() {
+            // The handed-out revocation was dealt with: let librdkafka rejoin (eager) or
+            // acknowledge it (cooperative, KIP-848).
+            unassign
+                .apply(consumer.as_ref())
                 .map_err(|e| from_rdkafka(&e, "unassign", 0))?;
         }
         let deadline = tokio::time::Instant::now() + timeout;

@@ -12,8 +12,15 @@
 //! lost (`rd_kafka_assignment_lost`: session expired, fenced) is a loss.
 //!
 //! Without listening, and for assignments, the callback does what rdkafka's default does
-//! for the eager protocol (the range assignor): `assign` the new partitions, unassign on
-//! revoke or error. An assignment is also resumed: Java forgets the pause of a revoked
+//! (`ConsumerContext::rebalance`): under the eager protocol (the range assignor) `assign`
+//! the new partitions and unassign everything on revoke or error; under a cooperative one
+//! (`cooperative-sticky`, KIP-429, and KIP-848's `group.protocol=consumer`, whose
+//! reconciliation librdkafka hands out through the same incremental callback)
+//! `incremental_assign` what was added and `incremental_unassign` what was revoked, the
+//! rest staying assigned and fetched. A held revocation is then given up with
+//! `incremental_unassign` of its partitions ([`Unassign::Incremental`]), which is what
+//! librdkafka waits for before it acknowledges the revocation (KIP-848: in its next
+//! heartbeat). An assignment is also resumed: Java forgets the pause of a revoked
 //! partition (`KafkaConsumer.pause`: apache/kafka#22538), librdkafka keeps it on the
 //! partition object, so a partition paused before a rebalance and assigned again would
 //! never be fetched (confluentinc/librdkafka#1849, confluent-kafka-go#193).
@@ -23,19 +30,50 @@
 use crate::client::Revocation;
 use eosim_sim::kafka::TopicPartition;
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::TopicPartitionList;
+use rdkafka::{Offset, TopicPartitionList};
 use std::sync::{Mutex, MutexGuard};
+
+/// What giving up a held revocation takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unassign {
+    /// Eager protocol: the whole assignment (`rd_kafka_assign(NULL)`).
+    All,
+    /// A cooperative protocol: only the revoked partitions (`rd_kafka_incremental_unassign`).
+    Incremental(Vec<TopicPartition>),
+}
+
+impl Unassign {
+    /// Gives the partitions up on `consumer`.
+    ///
+    /// # Errors
+    /// librdkafka's refusal (an unassign outside a rebalance, a list it does not hold).
+    pub fn apply<C: ConsumerContext>(
+        &self,
+        consumer: &impl Consumer<C>,
+    ) -> rdkafka::error::KafkaResult<()> {
+        match self {
+            Unassign::All => consumer.unassign(),
+            Unassign::Incremental(partitions) => {
+                let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+                for tp in partitions {
+                    tpl.add_partition_offset(&tp.topic, tp.partition as i32, Offset::Invalid)?;
+                }
+                consumer.incremental_unassign(&tpl)
+            }
+        }
+    }
+}
 
 /// Where the callback and the consumer meet.
 #[derive(Debug, Default)]
 struct State {
     listening: bool,
-    /// Revoked by librdkafka, still assigned, not handed out yet.
-    held: Option<Revocation>,
-    /// Handed out: the next poll unassigns.
-    handed_out: bool,
+    /// Revoked by librdkafka, still assigned, not handed out yet, and how to give it up.
+    held: Option<(Revocation, Unassign)>,
+    /// Handed out: the next poll gives it up.
+    handed_out: Option<Unassign>,
 }
 
 /// The consumer context of [`crate::client::real::RealConsumer`]. See the module docs.
@@ -58,26 +96,36 @@ impl RebalanceContext {
 
     /// Stops holding revocations back: the consumer is closing. librdkafka's close revokes
     /// the assignment through this callback and waits for the unassign, so a listening
-    /// context would hold that revocation and the close would never end. Returns whether a
-    /// revocation was held or handed out and not unassigned yet (the caller unassigns).
-    pub fn stop_listening(&self) -> bool {
+    /// context would hold that revocation and the close would never end. Returns the
+    /// unassign of a revocation held or handed out and not given up yet (the caller
+    /// applies it).
+    pub fn stop_listening(&self) -> Option<Unassign> {
         let mut state = self.lock();
         state.listening = false;
-        state.held.take().is_some() | std::mem::take(&mut state.handed_out)
+        let held = state.held.take().map(|(_, unassign)| unassign);
+        held.or(state.handed_out.take())
     }
 
     /// A held revocation not handed out yet, now handed out.
     pub fn hand_out(&self) -> Option<Revocation> {
         let mut state = self.lock();
-        let revocation = state.held.take()?;
-        state.handed_out = true;
+        let (revocation, unassign) = state.held.take()?;
+        state.handed_out = Some(unassign);
         Some(revocation)
     }
 
-    /// Whether a revocation was handed out and the unassign is due; clears it.
-    pub fn take_unassign_due(&self) -> bool {
-        std::mem::take(&mut self.lock().handed_out)
+    /// The unassign of a revocation handed out, now due; cleared.
+    pub fn take_unassign_due(&self) -> Option<Unassign> {
+        self.lock().handed_out.take()
     }
+}
+
+/// Whether `consumer` follows a cooperative protocol (incremental assign and unassign).
+fn cooperative<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> bool {
+    matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    )
 }
 
 impl ClientContext for RebalanceContext {}
@@ -89,9 +137,13 @@ impl ConsumerContext for RebalanceContext {
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
+        let cooperative = cooperative(base_consumer);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let _ = base_consumer.assign(tpl);
+                let _ = match cooperative {
+                    true => base_consumer.incremental_assign(tpl),
+                    false => base_consumer.assign(tpl),
+                };
                 // A fresh assignment is not paused, as in Java (`SubscriptionState.
                 // assignFromSubscribed` builds new partition states); librdkafka keeps a
                 // partition's pause across the unassign and the assign (librdkafka#1849).
@@ -107,12 +159,19 @@ impl ConsumerContext for RebalanceContext {
                     .collect();
                 partitions.sort();
                 let lost = base_consumer.assignment_lost();
+                let unassign = match cooperative {
+                    true => Unassign::Incremental(partitions.clone()),
+                    false => Unassign::All,
+                };
                 let mut state = self.lock();
-                state.held = Some(Revocation { partitions, lost });
-                state.handed_out = false;
+                state.held = Some((Revocation { partitions, lost }, unassign));
+                state.handed_out = None;
             }
             _ => {
-                let _ = base_consumer.unassign();
+                let _ = match cooperative {
+                    true => base_consumer.incremental_unassign(tpl),
+                    false => base_consumer.unassign(),
+                };
             }
         }
     }

@@ -67,7 +67,7 @@ use crate::real::backend::Backend;
 use crate::real::container::Runtime;
 use crate::real::provision::{Kafka, KafkaOptions};
 use crate::real::scratch::start_in;
-use crate::scenario::Scenario;
+use crate::scenario::{ClusterSpec, Scenario};
 use cluster::{Brokers, Probe, StabilityProbe};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -231,6 +231,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                     .cluster
                     .transaction_state_log_num_partitions,
                 runtime,
+                extra_properties: group_consumer_properties(&scenario.cluster),
                 ..KafkaOptions::brokers(scenario.cluster.brokers)
             };
             let (kafka, dir) = start_in("kafka", |dir| {
@@ -288,6 +289,42 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     run.spawn_workers()?;
     run.create_connector_by(0);
     Ok(run)
+}
+
+/// The brokers' KIP-848 group settings of `[cluster]` (`group_consumer_session_timeout_ms`,
+/// `group_consumer_heartbeat_interval_ms`) as `server.properties` lines, with the bounds
+/// Kafka checks them against (`GroupCoordinatorConfig`: `group.consumer.min.*` 45000 and
+/// 5000, `group.consumer.max.*` 60000 and 15000 by default) widened to take them. Unset:
+/// Kafka's defaults, nothing written.
+fn group_consumer_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    let settings = [
+        (
+            "session.timeout.ms",
+            cluster.group_consumer_session_timeout_ms,
+            45_000,
+            60_000,
+        ),
+        (
+            "heartbeat.interval.ms",
+            cluster.group_consumer_heartbeat_interval_ms,
+            5_000,
+            15_000,
+        ),
+    ];
+    for (name, value, min, max) in settings {
+        let Some(value) = value else { continue };
+        lines.push((format!("group.consumer.{name}"), value.to_string()));
+        lines.push((
+            format!("group.consumer.min.{name}"),
+            value.min(min).to_string(),
+        ));
+        lines.push((
+            format!("group.consumer.max.{name}"),
+            value.max(max).to_string(),
+        ));
+    }
+    lines
 }
 
 /// Per broker, its bound and advertised ports ([`KafkaOptions::fronts`]), and the proxies

@@ -99,9 +99,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
     }
-    if let Some(why) = consumer_protocol(scenario) {
-        return Some(why);
-    }
     if let Some(id) = &scenario.workload.transactional_id {
         return Some(format!(
             "skipped: workload.\"transactional.id\" = {id:?}: the transactional upstream \
@@ -127,39 +124,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
             &super::doris::probe(),
         )),
     }
-}
-
-/// KIP-848's consumer protocol (`[consumer] "group.protocol" = "consumer"`): simulation
-/// only for now. librdkafka 2.12 speaks it, but the real tier's consumer
-/// (`client::real::rebalance`) drives the classic protocol's eager assign/unassign
-/// callback, not the consumer protocol's incremental one, and the brokers'
-/// `group.consumer.*` settings are not provisioned from `[cluster]` (Kafka's
-/// `group.consumer.min.session.timeout.ms` of 45000 would refuse the catalogue's shorter
-/// session timeouts anyway).
-fn consumer_protocol(scenario: &Scenario) -> Option<String> {
-    use crate::client::GroupProtocol;
-    let key = if scenario.consumer.group_protocol == GroupProtocol::Consumer {
-        "[consumer] \"group.protocol\""
-    } else if scenario.copy.group_protocol == GroupProtocol::Consumer {
-        "[copy] \"group.protocol\""
-    } else if scenario
-        .connector
-        .get("consumer.override.group.protocol")
-        .is_some_and(|v| v == "consumer")
-    {
-        "[connector] \"consumer.override.group.protocol\""
-    } else if (scenario.sink.as_ref())
-        .is_some_and(|s| s.group_protocol.as_deref() == Some("consumer"))
-    {
-        "[sink] \"consumer.override.group.protocol\""
-    } else {
-        return None;
-    };
-    Some(format!(
-        "skipped: {key} = \"consumer\" (KIP-848) runs in simulation only: the real tier's \
-         rdkafka consumer drives the classic protocol's eager rebalance callback, and the \
-         brokers' group.consumer.* settings are not provisioned"
-    ))
 }
 
 /// A `[cluster]` switch that selects a broker behaviour the real tier's brokers (Kafka
@@ -524,14 +488,14 @@ mod tests {
         assert!(why.contains("transactional.id"), "{why}");
         let two_owners = "field/kafka-kip848-pre-kafka-16147-two-owners-duplicates.toml";
         refused(two_owners, &["kip848_partition_epochs", "pre-kafka-16147"]);
-        refused(
+        // KIP-848's consumer protocol runs on real brokers (librdkafka's
+        // group.protocol=consumer, the brokers' group.consumer.* from [cluster]).
+        for kip848 in [
             "alo-kip848-consumer-restarts.toml",
-            &["group.protocol", "KIP-848"],
-        );
-        let connect = "p2-upsert-worker-crash-kip848.toml";
-        refused(connect, &["consumer.override.group.protocol", "KIP-848"]);
-        let clickhouse = "p1-worker-kills-kip848-seed-token-fencing.toml";
-        refused(clickhouse, &["[sink]", "consumer.override.group.protocol"]);
+            "p2-upsert-worker-crash-kip848.toml",
+        ] {
+            assert_eq!(unsupported(&read(kip848)), None, "{kip848}");
+        }
         let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
         assert_eq!(unsupported(&classic), None);
         let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
