@@ -607,3 +607,46 @@ fn p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka()
     assert!(reopened, "the restarted instance opened tasks");
     assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
 }
+
+/// The transactional upstream (`[workload] "transactional.id"`, `eosim::upstream`) on real
+/// Kafka: the producer writes 10-record transactions and aborts every third on purpose. A
+/// sink group at the consumer's default read_uncommitted writes the aborted records into
+/// its sink (`aborted-in-sink`); the same group at read_committed skips them and holds.
+/// The same session runs in simulation, where the pair has the same verdicts.
+#[test]
+fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_committed_one() {
+    if !real_enabled("aborted_upstream_transactions_reach_a_read_uncommitted_sink") {
+        return;
+    }
+    for (file, expected) in [
+        ("kafka-read-uncommitted-aborted-txn-corrupts", Verdict::Violated),
+        ("kafka-read-committed-skips-aborted-txn", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+        let dir = service_dir("real-run-upstream");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+        match expected {
+            Verdict::Violated => assert_eq!(caught, ["aborted-in-sink"], "{file}"),
+            _ => assert!(caught.is_empty(), "{file}: {caught:?}"),
+        }
+        // No faults: every send succeeds, so the run's transactions are exactly the planned
+        // ones, and every third (numbers 2, 5, 8, 11) aborts.
+        let w = &scenario.workload;
+        let (per_txn, every) = (w.transaction_records.unwrap(), w.abort_every.unwrap());
+        let planned: Vec<u64> = (0..w.records.div_ceil(per_txn))
+            .filter(|n| (n + 1) % every == 0)
+            .collect();
+        let aborted: Vec<u64> = (outcome.history.ops.iter())
+            .filter(|op| op.kind == OpKind::Fail)
+            .filter(|op| op.error.as_deref() == Some("planned abort (abort_every)"))
+            .filter_map(|op| match &op.value {
+                Value::Txn { id, sends, .. } if sends.len() as u64 == per_txn => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(aborted, planned, "{file}: the planned aborts in the history");
+        assert_short_and_clean(&result, 90.0);
+    }
+}
