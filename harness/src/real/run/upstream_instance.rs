@@ -22,7 +22,7 @@
 //! window is one `write(2)` of an op line wide.
 
 use super::worker_spec::{Emit, WorkerSpec};
-use crate::client::real::{RealTransactionalProducer, RealTxnConfig};
+use crate::client::real::RealTransactionalProducer;
 use crate::client::ProducerRecord;
 use crate::copier::TxnSettings;
 use crate::history::{OpKind, Value};
@@ -153,13 +153,7 @@ impl UpstreamHost for RealUpstreamHost {
     }
 
     fn txn_producer(&self, settings: &TxnSettings) -> Result<RealTransactionalProducer, String> {
-        let config = RealTxnConfig {
-            transactional_id: settings.transactional_id.clone(),
-            transaction_timeout_ms: settings.transaction_timeout_ms,
-            producer: settings.producer.clone(),
-        };
-        RealTransactionalProducer::new(&self.bootstrap, config)
-            .map_err(|e| format!("transactional producer: {e}"))
+        super::copier_instance::real_txn_producer(&self.bootstrap, settings)
     }
 
     /// A store that cannot be read or written ends the process (exit status 1, the
