@@ -268,7 +268,9 @@ impl<H: UpstreamHost> Session<H> {
         let (tp, offset, failure) = match self.producer.send(record).await {
             Ok(d) => (TopicPartition::new(&topic, d.partition), d.offset, None),
             Err(e) => {
-                let tp = fixed.clone().unwrap_or_else(|| TopicPartition::new(&topic, 0));
+                let tp = fixed
+                    .clone()
+                    .unwrap_or_else(|| TopicPartition::new(&topic, 0));
                 (tp, -1, Some(e))
             }
         };

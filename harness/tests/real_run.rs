@@ -619,7 +619,10 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
         return;
     }
     for (file, expected) in [
-        ("kafka-read-uncommitted-aborted-txn-corrupts", Verdict::Violated),
+        (
+            "kafka-read-uncommitted-aborted-txn-corrupts",
+            Verdict::Violated,
+        ),
         ("kafka-read-committed-skips-aborted-txn", Verdict::Holds),
     ] {
         let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
@@ -646,7 +649,10 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
                 _ => None,
             })
             .collect();
-        assert_eq!(aborted, planned, "{file}: the planned aborts in the history");
+        assert_eq!(
+            aborted, planned,
+            "{file}: the planned aborts in the history"
+        );
         assert_short_and_clean(&result, 90.0);
     }
 }

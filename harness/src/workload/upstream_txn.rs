@@ -48,7 +48,11 @@ impl UpstreamTxn {
     /// Records, as invokes without completion, the transactions still open at the end of
     /// the run: undecided, neither expected in a sink nor forbidden there.
     pub fn record_final(&self) {
-        let open = self.state.lock().expect("upstream txn lock").take_open_at_end();
+        let open = self
+            .state
+            .lock()
+            .expect("upstream txn lock")
+            .take_open_at_end();
         for (process, value) in open {
             self.recorder
                 .record(now_ns(), &process, OpKind::Invoke, value, None);

@@ -463,7 +463,9 @@ impl Run<'_> {
                     history.push(at, &process, OpKind::Invoke, value, None);
                 }
             }
-            Err(e) => self.notes.push(format!("open upstream transactions not recorded: {e}")),
+            Err(e) => self
+                .notes
+                .push(format!("open upstream transactions not recorded: {e}")),
         }
     }
 

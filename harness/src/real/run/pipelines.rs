@@ -529,11 +529,18 @@ mod tests {
             "field/kafka-read-committed-skips-aborted-txn.toml",
             "field/jdbc-sink-read-uncommitted-aborted-txn-corrupts.toml",
         ] {
-            assert_eq!(unsupported(&read(file)), None, "{file}: a transactional upstream");
+            assert_eq!(
+                unsupported(&read(file)),
+                None,
+                "{file}: a transactional upstream"
+            );
         }
         // The ClickHouse twins run their upstream on real too, but not their sink variant.
         let clickhouse = "field/clickhouse-connect-read-committed-skips-aborted-txn.toml";
-        refused(clickhouse, &["connector-current", "insert_deduplication_token"]);
+        refused(
+            clickhouse,
+            &["connector-current", "insert_deduplication_token"],
+        );
         let two_owners = "field/kafka-kip848-pre-kafka-16147-two-owners-duplicates.toml";
         refused(two_owners, &["kip848_partition_epochs", "pre-kafka-16147"]);
         refused(
