@@ -5,7 +5,9 @@
 //! the bulk-load comparison; `clickhouse-sink` (P1, seed: a sink worker crashed at a fault
 //! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown;
 //! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted);
-//! `transactional-copy` (F9: an aborted transaction with and without the rewind). Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
+//! `transactional-copy` (F9: an aborted transaction with and without the rewind); a
+//! transactional upstream that aborts on purpose, read_uncommitted and read_committed.
+//! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
 //! pipelines) need no services.
 #![cfg(not(madsim))]
 

@@ -627,8 +627,9 @@ pub struct WorkloadSpec {
     pub sink_write_ms: u64,
     /// The input producer's `transactional.id` (`ProducerConfig.TRANSACTIONAL_ID_CONFIG`):
     /// set, the upstream producer of `kafka-consume`, `clickhouse-sink` and `connect-jdbc`
-    /// writes its records in Kafka transactions ([`crate::workload::upstream_txn`]); producer `i` of
-    /// several uses `<transactional.id>-<i>`. Default unset: not transactional.
+    /// writes its records in Kafka transactions ([`crate::upstream`]; in simulation, and on
+    /// the real tier for all three), producer `i` of several with `<transactional.id>-<i>`.
+    /// Default unset: not transactional.
     #[serde(
         default,
         rename = "transactional.id",
@@ -1985,7 +1986,7 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 11] = [
 ];
 
 /// The pipelines whose upstream producer may be transactional (`[workload]
-/// "transactional.id"`, `workload::upstream_txn`).
+/// "transactional.id"`, [`crate::upstream`]).
 pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 5] = [
     Pipeline::KafkaConsume,
     Pipeline::ClickhouseSink,

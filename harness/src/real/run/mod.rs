@@ -20,7 +20,9 @@
 //!    notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
-//!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
+//!    watermark; behind a transactional upstream, no transaction open on the input and
+//!    the offsets at the end of what the group's isolation level reads) within
+//!    `drain.time_s_max` s of wall time, else the run is stalled.
 //! 5. Final state: the log (read_uncommitted, offset 0 to the high watermark), the group's
 //!    committed offsets, the sink's files; then [`check_all`](crate::checker::check_all).
 //!
@@ -32,7 +34,10 @@
 //! on group `streams.application_id`, its final state the output read_committed;
 //! `transactional-copy` with `consumer-i` copiers ([`copier_instance`],
 //! [`transactional_copy`]), drained on group `copier` and on a stable output, its final
-//! state the output's watermarks and read_committed view.
+//! state the output's watermarks and read_committed view. With `[workload]
+//! "transactional.id"` the producers of `kafka-consume`, `connect-jdbc` and
+//! `clickhouse-sink` write in Kafka transactions ([`upstream_instance`]), and the final
+//! state records the transactions they left open as undecided.
 //!
 //! A real run is one run of one seed (`eosim run --seed`, default 0): the seed draws the
 //! swarm's fault schedule as the simulation does ([`eosim_sim::nemesis::swarm`]), so the

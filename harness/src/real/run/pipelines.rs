@@ -23,6 +23,12 @@
 //!   form group `copier`; final state: the input log, the committed offsets, the output's
 //!   watermarks and read_committed view.
 //!
+//! A transactional upstream (`[workload] "transactional.id"`, [`crate::upstream`]) runs
+//! in the producers of `kafka-consume`, `connect-jdbc` and `clickhouse-sink`
+//! ([`upstream_instance`](super::upstream_instance)); the drain then also waits for the
+//! input topic to be stable and measures the group's lag to the end of what its isolation
+//! level reads ([`upstream_isolation`]).
+//!
 //! `routine-load` and `doris-sink` are skipped naming what is missing (Docker, the Doris
 //! image, or the runner itself: [`doris`](super::doris)), `connect-source` as simulation
 //! only. For `connect-jdbc` the
