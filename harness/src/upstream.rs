@@ -117,6 +117,20 @@ impl UpstreamState {
         txn.sends.len() as u64
     }
 
+    /// Sets where the last send of the open transaction of `transactional_id` went (`tp`,
+    /// `offset`; offset -1 when it was not acknowledged); how many records the transaction
+    /// holds.
+    ///
+    /// # Panics
+    /// When `transactional_id` has no open transaction or it holds no send.
+    pub fn settle_send(&mut self, transactional_id: &str, tp: TopicPartition, offset: i64) -> u64 {
+        let txn = self.open.get_mut(transactional_id);
+        let txn = txn.expect("a send is inside an open transaction");
+        let last = txn.sends.last_mut().expect("the send was added");
+        (last.tp, last.offset) = (tp, offset);
+        txn.sends.len() as u64
+    }
+
     /// The number of the open transaction of `transactional_id`, if one is open.
     pub fn open_id(&self, transactional_id: &str) -> Option<u64> {
         self.open.get(transactional_id).map(|t| t.id)
@@ -265,23 +279,24 @@ impl<H: UpstreamHost> Session<H> {
             }
         }
         self.record(OpKind::Invoke, send(fixed.clone(), None), None);
-        let (tp, offset, failure) = match self.producer.send(record).await {
-            Ok(d) => (TopicPartition::new(&topic, d.partition), d.offset, None),
-            Err(e) => {
-                let tp = fixed
-                    .clone()
-                    .unwrap_or_else(|| TopicPartition::new(&topic, 0));
-                (tp, -1, Some(e))
-            }
-        };
-        // Kept with its transaction before its outcome is recorded: a process killed in
-        // between leaves the send in the open transaction its successor aborts.
-        let full = self.add_send(RecordRef {
+        // Kept with its transaction before it is sent, unacknowledged (offset -1): a
+        // process killed while it is in flight, or before its outcome is recorded, leaves
+        // it in the open transaction its successor aborts, where the checkers match an
+        // unacknowledged send by topic and id (it may have been appended).
+        let unacked = fixed
+            .clone()
+            .unwrap_or_else(|| TopicPartition::new(&topic, 0));
+        self.add_send(RecordRef {
             id,
             key: key.clone(),
-            tp: tp.clone(),
-            offset,
+            tp: unacked.clone(),
+            offset: -1,
         });
+        let (tp, offset, failure) = match self.producer.send(record).await {
+            Ok(d) => (TopicPartition::new(&topic, d.partition), d.offset, None),
+            Err(e) => (unacked, -1, Some(e)),
+        };
+        let full = self.settle_send(tp.clone(), offset);
         match &failure {
             None => self.record(OpKind::Ok, send(Some(tp), Some(offset)), None),
             Some(e) => {
@@ -365,10 +380,16 @@ impl<H: UpstreamHost> Session<H> {
         self.host.update(|state| state.open_id(tid))
     }
 
-    /// Adds a send to the open transaction; whether it is now full.
-    fn add_send(&mut self, send: RecordRef) -> bool {
+    /// Adds a send to the open transaction.
+    fn add_send(&mut self, send: RecordRef) {
         let tid = &self.settings.transactional_id;
-        let held = self.host.update(|state| state.add_send(tid, send));
+        self.host.update(|state| state.add_send(tid, send));
+    }
+
+    /// Sets where the open transaction's last send went; whether it is now full.
+    fn settle_send(&mut self, tp: TopicPartition, offset: i64) -> bool {
+        let tid = &self.settings.transactional_id;
+        let held = self.host.update(|state| state.settle_send(tid, tp, offset));
         held >= self.config.transaction_records
     }
 
@@ -434,7 +455,10 @@ mod tests {
         let mut state = UpstreamState::default();
         assert_eq!(state.begin("up-0", "producer-0"), 0);
         assert_eq!(state.begin("up-1", "producer-1"), 1);
-        assert_eq!(state.add_send("up-0", send(7)), 1);
+        let mut unacked = send(7);
+        unacked.offset = -1;
+        assert_eq!(state.add_send("up-0", unacked), 1);
+        assert_eq!(state.settle_send("up-0", TopicPartition::new("t", 0), 7), 1);
         assert_eq!(state.open_id("up-1"), Some(1));
         let taken = state.take("up-0").expect("open");
         assert_eq!(taken.sends, [send(7)]);
