@@ -658,3 +658,43 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
         assert_short_and_clean(&result, 90.0);
     }
 }
+
+/// A transactional upstream producer SIGKILLed inside a transaction: its next incarnation's
+/// `init_transactions` aborts the transaction it left open, and records it aborted (with
+/// the send in flight at the kill, if any: the state file kept it), so the read_committed
+/// sink's skip of its records is no loss; the numbering goes on over the run.
+#[test]
+fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_successor() {
+    if !real_enabled("a_transactional_upstream_producer_killed_mid_transaction") {
+        return;
+    }
+    let (path, scenario) = scenario_at("../scenarios/real/upstream-txn-producer-crash.toml");
+    let dir = service_dir("real-run-upstream-crash");
+    let what = "real run of the upstream producer crash";
+    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "producer-0");
+    let orphan = |op: &&eosim::history::Op| {
+        op.kind == OpKind::Fail
+            && op.error.as_deref()
+                == Some("aborted by the next producer incarnation's InitProducerId")
+    };
+    let orphans: Vec<u64> = (outcome.history.ops.iter().filter(orphan))
+        .filter_map(|op| match &op.value {
+            Value::Txn { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(orphans.len(), 1, "one transaction left open by the kill");
+    // Numbers are unique over the run: each txn number is invoked once.
+    let mut invoked: Vec<u64> = (outcome.history.ops.iter())
+        .filter(|op| op.kind == OpKind::Invoke)
+        .filter_map(|op| match &op.value {
+            Value::Txn { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let count = invoked.len();
+    invoked.sort_unstable();
+    invoked.dedup();
+    assert_eq!(invoked.len(), count, "a transaction number used twice");
+    assert_short_and_clean(&result, 90.0);
+}
