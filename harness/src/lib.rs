@@ -13,6 +13,9 @@
 //!   shared by the simulation and the real tier.
 //! - [`copier`]: the consume-transform-produce copier of `transactional-copy` (Kafka
 //!   transactions, KIP-447), shared by the simulation and the real tier.
+//! - [`upstream`]: the transactional upstream producer of the sink pipelines (`[workload]
+//!   "transactional.id"`, some transactions aborted on purpose), shared by the simulation
+//!   and the real tier.
 //! - [`streams`]: a Kafka Streams-style processor: topology, tasks, state stores,
 //!   changelogs, `processing.guarantee`.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
@@ -42,5 +45,6 @@ pub mod scenario;
 pub mod sink_consumer;
 pub mod sinks;
 pub mod streams;
+pub mod upstream;
 #[cfg(madsim)]
 pub mod workload;

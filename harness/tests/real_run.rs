@@ -5,7 +5,9 @@
 //! the bulk-load comparison; `clickhouse-sink` (P1, seed: a sink worker crashed at a fault
 //! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown;
 //! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted);
-//! `transactional-copy` (F9: an aborted transaction with and without the rewind). Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
+//! `transactional-copy` (F9: an aborted transaction with and without the rewind); a
+//! transactional upstream that aborts on purpose, read_uncommitted and read_committed.
+//! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
 //! pipelines) need no services.
 #![cfg(not(madsim))]
 
@@ -606,4 +608,93 @@ fn p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka()
     });
     assert!(reopened, "the restarted instance opened tasks");
     assert_eq!(live_groups(), Vec::<i32>::new(), "no process left behind");
+}
+
+/// The transactional upstream (`[workload] "transactional.id"`, `eosim::upstream`) on real
+/// Kafka: the producer writes 10-record transactions and aborts every third on purpose. A
+/// sink group at the consumer's default read_uncommitted writes the aborted records into
+/// its sink (`aborted-in-sink`); the same group at read_committed skips them and holds.
+/// The same session runs in simulation, where the pair has the same verdicts.
+#[test]
+fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_committed_one() {
+    if !real_enabled("aborted_upstream_transactions_reach_a_read_uncommitted_sink") {
+        return;
+    }
+    for (file, expected) in [
+        (
+            "kafka-read-uncommitted-aborted-txn-corrupts",
+            Verdict::Violated,
+        ),
+        ("kafka-read-committed-skips-aborted-txn", Verdict::Holds),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+        let dir = service_dir("real-run-upstream");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
+        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+        match expected {
+            Verdict::Violated => assert_eq!(caught, ["aborted-in-sink"], "{file}"),
+            _ => assert!(caught.is_empty(), "{file}: {caught:?}"),
+        }
+        // No faults: every send succeeds, so the run's transactions are exactly the planned
+        // ones, and every third (numbers 2, 5, 8, 11) aborts.
+        let w = &scenario.workload;
+        let (per_txn, every) = (w.transaction_records.unwrap(), w.abort_every.unwrap());
+        let planned: Vec<u64> = (0..w.records.div_ceil(per_txn))
+            .filter(|n| (n + 1) % every == 0)
+            .collect();
+        let aborted: Vec<u64> = (outcome.history.ops.iter())
+            .filter(|op| op.kind == OpKind::Fail)
+            .filter(|op| op.error.as_deref() == Some("planned abort (abort_every)"))
+            .filter_map(|op| match &op.value {
+                Value::Txn { id, sends, .. } if sends.len() as u64 == per_txn => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            aborted, planned,
+            "{file}: the planned aborts in the history"
+        );
+        assert_short_and_clean(&result, 90.0);
+    }
+}
+
+/// A transactional upstream producer SIGKILLed inside a transaction: its next incarnation's
+/// `init_transactions` aborts the transaction it left open, and records it aborted (with
+/// the send in flight at the kill, if any: the state file kept it), so the read_committed
+/// sink's skip of its records is no loss; the numbering goes on over the run.
+#[test]
+fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_successor() {
+    if !real_enabled("a_transactional_upstream_producer_killed_mid_transaction") {
+        return;
+    }
+    let (path, scenario) = scenario_at("../scenarios/real/upstream-txn-producer-crash.toml");
+    let dir = service_dir("real-run-upstream-crash");
+    let what = "real run of the upstream producer crash";
+    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "producer-0");
+    let orphan = |op: &&eosim::history::Op| {
+        op.kind == OpKind::Fail
+            && op.error.as_deref()
+                == Some("aborted by the next producer incarnation's InitProducerId")
+    };
+    let orphans: Vec<u64> = (outcome.history.ops.iter().filter(orphan))
+        .filter_map(|op| match &op.value {
+            Value::Txn { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(orphans.len(), 1, "one transaction left open by the kill");
+    // Numbers are unique over the run: each txn number is invoked once.
+    let mut invoked: Vec<u64> = (outcome.history.ops.iter())
+        .filter(|op| op.kind == OpKind::Invoke)
+        .filter_map(|op| match &op.value {
+            Value::Txn { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let count = invoked.len();
+    invoked.sort_unstable();
+    invoked.dedup();
+    assert_eq!(invoked.len(), count, "a transaction number used twice");
+    assert_short_and_clean(&result, 90.0);
 }

@@ -63,7 +63,7 @@ pub fn check_options(scenario: &Scenario) -> CheckOptions {
 /// of `kafka-consume`, `[sink] consumer.override.isolation.level` of `clickhouse-sink`,
 /// `[connector] consumer.override.isolation.level` of `connect-jdbc`; the topic's readers of
 /// `connect-source` when its workers run `exactly.once.source.support=enabled`.
-fn sink_reads_committed(scenario: &Scenario) -> bool {
+pub fn sink_reads_committed(scenario: &Scenario) -> bool {
     use eosim_sim::kafka::Isolation;
     match scenario.pipeline {
         crate::scenario::Pipeline::KafkaConsume => {

@@ -639,7 +639,8 @@ pub struct WorkloadSpec {
     pub sink_write_ms: u64,
     /// The input producer's `transactional.id` (`ProducerConfig.TRANSACTIONAL_ID_CONFIG`):
     /// set, the upstream producer writes its records in Kafka transactions
-    /// ([`crate::workload::upstream_txn`]); producer `i` of several uses
+    /// ([`crate::upstream`]: in simulation, and on the real tier for `kafka-consume`,
+    /// `connect-jdbc` and `clickhouse-sink`); producer `i` of several uses
     /// `<transactional.id>-<i>`. Every pipeline with an input producer takes it
     /// ([`UPSTREAM_TXN_PIPELINES`]: all but `connect-source`, whose input is a database's
     /// change log); under `streams-count` it is the stream topic's producer, not the join's
@@ -2007,7 +2008,7 @@ pub const SECTION_READERS: [(&str, &[Pipeline]); 11] = [
 ];
 
 /// The pipelines whose upstream producer may be transactional (`[workload]
-/// "transactional.id"`, `workload::upstream_txn`).
+/// "transactional.id"`, [`crate::upstream`]).
 pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 7] = [
     Pipeline::KafkaConsume,
     Pipeline::ClickhouseSink,

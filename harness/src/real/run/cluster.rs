@@ -392,6 +392,28 @@ impl StabilityProbe {
     }
 }
 
+/// Where a consumer reading with `isolation` has consumed everything of each partition of
+/// `high` (partition to high watermark): the offset after the last record it returns, 0
+/// when none (the real tier's `workload::upstream_txn::consumed_end` of the simulation).
+/// Not the high watermark: behind a transactional producer the commit or abort marker
+/// after a transaction's last record takes an offset no record holds, and consumers commit
+/// the offset after the last record they processed (Connect's `WorkerSinkTask` commits
+/// `record.offset() + 1`), so the committed offsets stay below the high watermark for good.
+///
+/// # Errors
+/// As [`read_log_isolated`]: the partitions cannot be read to their high watermarks within
+/// `time_ms_max` ms (an open transaction holds a read_committed reader back).
+pub fn consumed_ends(
+    bootstrap: &str,
+    high: &BTreeMap<TopicPartition, Offset>,
+    time_ms_max: u64,
+    isolation: Isolation,
+) -> Result<BTreeMap<TopicPartition, Offset>, String> {
+    let log = read_log_isolated(bootstrap, high, time_ms_max, isolation)?;
+    let end = |records: &[LogRecord]| records.last().map_or(0, |r| r.offset + 1);
+    Ok(log.into_iter().map(|(tp, r)| (tp, end(&r))).collect())
+}
+
 /// Reads every partition from offset 0 to its high watermark with `isolation`: under
 /// read_committed aborted records are left out, and a partition is read once the position
 /// reached the high watermark (past transaction markers, which no record reports).

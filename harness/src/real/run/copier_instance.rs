@@ -39,14 +39,26 @@ impl CopierHost for RealCopierHost {
     }
 
     fn txn_producer(&self, settings: &TxnSettings) -> Result<RealTransactionalProducer, String> {
-        let config = RealTxnConfig {
-            transactional_id: settings.transactional_id.clone(),
-            transaction_timeout_ms: settings.transaction_timeout_ms,
-            producer: settings.producer.clone(),
-        };
-        RealTransactionalProducer::new(&self.bootstrap, config)
-            .map_err(|e| format!("transactional producer: {e}"))
+        real_txn_producer(&self.bootstrap, settings)
     }
+}
+
+/// An rdkafka transactional producer on `bootstrap` with `settings`, not yet initialized:
+/// what the real hosts of [`crate::copier`] and [`crate::upstream`] build.
+///
+/// # Errors
+/// librdkafka refuses the configuration (the text says so).
+pub fn real_txn_producer(
+    bootstrap: &str,
+    settings: &TxnSettings,
+) -> Result<RealTransactionalProducer, String> {
+    let config = RealTxnConfig {
+        transactional_id: settings.transactional_id.clone(),
+        transaction_timeout_ms: settings.transaction_timeout_ms,
+        producer: settings.producer.clone(),
+    };
+    RealTransactionalProducer::new(bootstrap, config)
+        .map_err(|e| format!("transactional producer: {e}"))
 }
 
 /// The copier number of process `consumer-<i>`.

@@ -20,7 +20,9 @@
 //!    notes.
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
-//!    watermark) within `drain.time_s_max` s of wall time, else the run is stalled.
+//!    watermark; behind a transactional upstream, no transaction open on the input and
+//!    the offsets at the end of what the group's isolation level reads) within
+//!    `drain.time_s_max` s of wall time, else the run is stalled.
 //! 5. Final state: the log (read_uncommitted, offset 0 to the high watermark), the group's
 //!    committed offsets, the sink's files; then [`check_all`](crate::checker::check_all).
 //!
@@ -32,7 +34,10 @@
 //! on group `streams.application_id`, its final state the output read_committed;
 //! `transactional-copy` with `consumer-i` copiers ([`copier_instance`],
 //! [`transactional_copy`]), drained on group `copier` and on a stable output, its final
-//! state the output's watermarks and read_committed view.
+//! state the output's watermarks and read_committed view. With `[workload]
+//! "transactional.id"` the producers of `kafka-consume`, `connect-jdbc` and
+//! `clickhouse-sink` write in Kafka transactions ([`upstream_instance`]), and the final
+//! state records the transactions they left open as undecided.
 //!
 //! A real run is one run of one seed (`eosim run --seed`, default 0): the seed draws the
 //! swarm's fault schedule as the simulation does ([`eosim_sim::nemesis::swarm`]), so the
@@ -58,6 +63,7 @@ pub mod result;
 pub mod streams_count;
 pub mod streams_instance;
 pub mod transactional_copy;
+pub mod upstream_instance;
 pub mod worker;
 pub mod worker_spec;
 pub mod workers;
@@ -69,12 +75,16 @@ use crate::real::provision::{Kafka, KafkaOptions};
 use crate::real::scratch::start_in;
 use crate::scenario::{ClusterSpec, Scenario};
 use cluster::{Brokers, Probe, StabilityProbe};
+use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker_spec::{unix_ns, Role, SinkBatch, SINK_GROUP};
 use workers::{Worker, WorkerEnv};
+
+/// Bound on one read of a transactional input topic for the drain's lag, ms.
+const CONSUMED_END_READ_MS_MAX: u64 = 10_000;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -252,6 +262,9 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     for d in [&sink_dir, &log_dir] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
+    if scenario.workload.transactional_id.is_some() {
+        upstream_instance::FileStore::of_run(&sink_dir).create_empty()?;
+    }
     let env = WorkerEnv {
         exe: options.exe.clone(),
         scenario_path: path.to_path_buf(),
@@ -423,6 +436,7 @@ impl Run<'_> {
             w.kill(&self.env);
         }
         let mut history = self.merged_history();
+        self.record_open_upstream(&mut history);
         let bootstrap = self.env.bootstrap.clone();
         let fin = match &self.target {
             pipelines::Target::Files => None,
@@ -473,6 +487,27 @@ impl Run<'_> {
             bulk_loads: std::mem::take(&mut self.bulk_loads),
             seed: self.seed,
             schedule,
+        }
+    }
+
+    /// With a transactional upstream ([`upstream_instance`]): records the transactions its
+    /// producers left open as invokes without completion (undecided), as the simulation's
+    /// final state does; a store that cannot be read is noted.
+    fn record_open_upstream(&mut self, history: &mut History) {
+        if self.scenario.workload.transactional_id.is_none() {
+            return;
+        }
+        let store = upstream_instance::FileStore::of_run(&self.env.sink_dir);
+        match store.take_open_at_end() {
+            Ok(open) => {
+                let at = self.now_ns();
+                for (process, value) in open {
+                    history.push(at, &process, OpKind::Invoke, value, None);
+                }
+            }
+            Err(e) => self
+                .notes
+                .push(format!("open upstream transactions not recorded: {e}")),
         }
     }
 
@@ -548,19 +583,53 @@ impl Run<'_> {
             (Ok(h), Ok(c)) => (h, c.into_iter().collect::<BTreeMap<_, _>>()),
             (Err(e), _) | (_, Err(e)) => return vec![e],
         };
-        for (tp, hw) in high {
-            let c = committed.get(&tp).copied().unwrap_or(0);
-            if c < hw {
-                lag.push(format!("{tp}: committed {c} < high watermark {hw}"));
-            }
-        }
         if let Some(stability) = stability {
             match stability.open_transactions() {
                 Ok(open) => lag.extend(open),
                 Err(e) => lag.push(e),
             }
         }
+        let settled = lag.is_empty();
+        lag.extend(self.committed_lag(&high, &committed, settled));
         lag
+    }
+
+    /// The partitions whose committed offset is behind the end of what the group reads:
+    /// the high watermark, or behind a transactional upstream
+    /// ([`pipelines::upstream_isolation`]) the offset after the last record the group's
+    /// isolation level returns ([`cluster::consumed_ends`]), read only once the producers
+    /// are done and no transaction is open (`settled`), when that end no longer moves.
+    fn committed_lag(
+        &self,
+        high: &BTreeMap<TopicPartition, Offset>,
+        committed: &BTreeMap<TopicPartition, Offset>,
+        settled: bool,
+    ) -> Vec<String> {
+        let at = |tp: &TopicPartition| committed.get(tp).copied().unwrap_or(0);
+        let behind: Vec<_> = high.iter().filter(|(tp, hw)| at(tp) < **hw).collect();
+        let isolation = pipelines::upstream_isolation(self.scenario);
+        let ends = match isolation {
+            Some(isolation) if settled && !behind.is_empty() => Some(cluster::consumed_ends(
+                &self.env.bootstrap,
+                high,
+                CONSUMED_END_READ_MS_MAX,
+                isolation,
+            )),
+            _ => None,
+        };
+        match ends {
+            None => (behind.into_iter())
+                .map(|(tp, hw)| format!("{tp}: committed {} < high watermark {hw}", at(tp)))
+                .collect(),
+            Some(Err(e)) => vec![e],
+            Some(Ok(ends)) => (ends.into_iter())
+                .filter(|(tp, end)| at(tp) < *end)
+                .map(|(tp, end)| {
+                    let c = at(&tp);
+                    format!("{tp}: committed {c} < {end}, the end of what the group reads")
+                })
+                .collect(),
+        }
     }
 
     /// Reaps workers that ended by themselves: a sink task that crashed at its fault

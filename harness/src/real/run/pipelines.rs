@@ -23,6 +23,12 @@
 //!   form group `copier`; final state: the input log, the committed offsets, the output's
 //!   watermarks and read_committed view.
 //!
+//! A transactional upstream (`[workload] "transactional.id"`, [`crate::upstream`]) runs
+//! in the producers of `kafka-consume`, `connect-jdbc` and `clickhouse-sink`
+//! ([`upstream_instance`](super::upstream_instance)); the drain then also waits for the
+//! input topic to be stable and measures the group's lag to the end of what its isolation
+//! level reads ([`upstream_isolation`]).
+//!
 //! `routine-load` and `doris-sink` are skipped naming what is missing (Docker, the Doris
 //! image, or the runner itself: [`doris`](super::doris)), `connect-source` as simulation
 //! only. For `connect-jdbc` the
@@ -51,7 +57,7 @@ use crate::real::scratch::start_in;
 use crate::scenario::{FlavourName, Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
 use eosim_sim::kafka::{
-    PartitionEpochBookkeeping, StaticMemberRejoin, TopicPartition, TxnProtocol,
+    Isolation, PartitionEpochBookkeeping, StaticMemberRejoin, TopicPartition, TxnProtocol,
 };
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
@@ -98,14 +104,6 @@ impl Target {
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
-    }
-    if let Some(id) = &scenario.workload.transactional_id {
-        return Some(format!(
-            "skipped: workload.\"transactional.id\" = {id:?}: the transactional upstream \
-             producer (transactions numbered over the run, some aborted on purpose) runs in \
-             simulation only; the real producers would send the same records outside any \
-             transaction"
-        ));
     }
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
@@ -170,12 +168,17 @@ pub fn group(scenario: &Scenario) -> String {
     }
 }
 
-/// The topics the pipeline writes in transactions, which the drain waits to see stable
-/// (no open transaction): under `exactly_once_v2` Streams' output topic and changelog;
-/// `transactional-copy`'s output topic; none otherwise. A crashed instance's transaction stays open until the coordinator aborts it
-/// (`transaction.timeout.ms`), and a final read_committed read before that would miss every
-/// later committed write.
+/// The topics the pipeline's processes write in transactions, which the drain waits to see
+/// stable (no open transaction): under `exactly_once_v2` Streams' output topic and
+/// changelog; `transactional-copy`'s output topic; the input topic behind a transactional
+/// upstream (`[workload] "transactional.id"`, [`crate::upstream`]); none otherwise. A
+/// crashed instance's transaction stays open until the coordinator aborts it
+/// (`transaction.timeout.ms`) or its next incarnation does, and a final read_committed read
+/// before that would miss every later committed write.
 pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
+    if scenario.workload.transactional_id.is_some() {
+        return vec![scenario.topic.name.clone()];
+    }
     match scenario.pipeline {
         Pipeline::StreamsCount
             if matches!(
@@ -191,6 +194,19 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
         Pipeline::TransactionalCopy => vec![scenario.copy.output_topic.clone()],
         _ => Vec::new(),
     }
+}
+
+/// The isolation level the sink group reads a transactional upstream with (`[workload]
+/// "transactional.id"`): read_committed when the pipeline's consumers are configured so
+/// ([`crate::cli::judge::sink_reads_committed`]), else Kafka's default read_uncommitted;
+/// `None` without a transactional upstream. The drain's lag then ends at the last record
+/// such a consumer returns ([`super::cluster::consumed_ends`]), not at the high watermark.
+pub fn upstream_isolation(scenario: &Scenario) -> Option<Isolation> {
+    scenario.workload.transactional_id.as_ref()?;
+    Some(match crate::cli::judge::sink_reads_committed(scenario) {
+        true => Isolation::ReadCommitted,
+        false => Isolation::ReadUncommitted,
+    })
 }
 
 /// The change events a `connect-jdbc` run sends (the producers draw the same list).
@@ -483,9 +499,22 @@ mod tests {
         let why = unsupported(&tv2).expect("refused");
         assert!(why.contains("tv2") && why.contains("librdkafka"), "{why}");
         assert_eq!(unsupported(&read("txn-copy-no-faults.toml")), None);
-        let upstream = read("field/kafka-read-committed-skips-aborted-txn.toml");
-        let why = unsupported(&upstream).expect("refused");
-        assert!(why.contains("transactional.id"), "{why}");
+        for file in [
+            "field/kafka-read-committed-skips-aborted-txn.toml",
+            "field/jdbc-sink-read-uncommitted-aborted-txn-corrupts.toml",
+        ] {
+            assert_eq!(
+                unsupported(&read(file)),
+                None,
+                "{file}: a transactional upstream"
+            );
+        }
+        // The ClickHouse twins run their upstream on real too, but not their sink variant.
+        let clickhouse = "field/clickhouse-connect-read-committed-skips-aborted-txn.toml";
+        refused(
+            clickhouse,
+            &["connector-current", "insert_deduplication_token"],
+        );
         let two_owners = "field/kafka-kip848-pre-kafka-16147-two-owners-duplicates.toml";
         refused(two_owners, &["kip848_partition_epochs", "pre-kafka-16147"]);
         // KIP-848's consumer protocol runs on real brokers (librdkafka's

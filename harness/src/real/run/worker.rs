@@ -10,6 +10,8 @@
 //!   generator; the runner restarts a killed producer from the id after the last one it
 //!   invoked (an id cut short by the kill stays an `invoke` with no completion, as in the
 //!   simulation).
+//! - A transactional upstream (`[workload] "transactional.id"`): the producers run the
+//!   session of [`crate::upstream`] instead ([`super::upstream_instance`]).
 //! - Sink: an append-only JSON-lines file per consumer process under `--sink DIR`, one line
 //!   per batch ([`SinkBatch`]), `fsync`ed before the `write` op is printed: the "database",
 //!   which survives the worker's SIGKILL. A torn last line (a kill inside `write`) is not
@@ -126,10 +128,16 @@ fn producer_config(spec: &WorkerSpec) -> ProducerConfig {
 /// left queued in librdkafka, which batches and pipelines them, each completion recorded
 /// when its delivery report arrives ([`Sends`]). At the end it flushes and waits for every
 /// report.
+///
+/// With `[workload] "transactional.id"` the same records go out in Kafka transactions
+/// instead ([`super::upstream_instance::txn_producer`]).
 async fn producer(
     spec: &WorkerSpec,
     make: impl Fn(u64) -> (Option<String>, ProducerRecord),
 ) -> Result<(), String> {
+    if let Some(upstream) = crate::upstream::UpstreamConfig::of_scenario(&spec.scenario) {
+        return super::upstream_instance::txn_producer(spec, upstream, make).await;
+    }
     let w = &spec.scenario.workload;
     let config = producer_config(spec);
     let mut sends = Sends::new(&config, w.request_timeout_ms);
