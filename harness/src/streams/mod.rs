@@ -510,6 +510,18 @@ impl StreamsSpec {
         }
     }
 
+    /// The consumers' isolation, main, restore and standby alike: read_committed under
+    /// exactly_once_v2, else `"consumer.isolation.level"`, else the Java consumer's
+    /// read_uncommitted (StreamsConfig `getCommonConsumerConfigs`).
+    pub fn isolation(&self) -> eosim_sim::kafka::Isolation {
+        use eosim_sim::kafka::Isolation;
+        match (self.processing_guarantee, self.consumer_isolation_level) {
+            (ProcessingGuarantee::ExactlyOnceV2, _) => Isolation::ReadCommitted,
+            (_, Some(level)) => level.to_isolation(),
+            (_, None) => Isolation::ReadUncommitted,
+        }
+    }
+
     /// What serde cannot check: the cache size given under one name only, at least one
     /// new key under `group_by = "id-mod"`.
     ///

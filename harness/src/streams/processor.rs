@@ -285,11 +285,7 @@ impl ProcessorConfig {
     /// exactly_once_v2, else `[streams] "consumer.isolation.level"`, else the Java
     /// consumer's read_uncommitted (StreamsConfig `getCommonConsumerConfigs`).
     pub fn isolation(&self) -> Isolation {
-        match (self.eos(), self.spec.consumer_isolation_level) {
-            (true, _) => Isolation::ReadCommitted,
-            (false, Some(level)) => level.to_isolation(),
-            (false, None) => Isolation::ReadUncommitted,
-        }
+        self.spec.isolation()
     }
 
     /// The main consumer's settings: group `application.id`, `earliest`, the isolation of

@@ -116,11 +116,6 @@ impl Context {
         self.scenario.workload.idempotent_producer_config()
     }
 
-    /// The instances' consumer isolation ([`ProcessorConfig::isolation`]).
-    fn isolation(&self) -> eosim_sim::kafka::Isolation {
-        ProcessorConfig::of_scenario(&self.scenario, 0, self.disk.clone()).isolation()
-    }
-
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
         InstanceContext {
@@ -285,7 +280,7 @@ impl Pipeline for StreamsCount {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(group).into_iter().collect();
-        let transactional = (self.ctx.upstream.as_ref()).map(|_| self.ctx.isolation());
+        let transactional = (self.ctx.upstream.as_ref()).map(|_| self.ctx.scenario.streams.isolation());
         lag.extend(upstream_txn::committed_lag(
             &mut cluster,
             world.kafka.now_ms(),

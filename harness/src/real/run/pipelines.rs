@@ -197,15 +197,21 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
 }
 
 /// The isolation level the sink group reads a transactional upstream with (`[workload]
-/// "transactional.id"`): read_committed when the pipeline's consumers are configured so
-/// ([`crate::cli::judge::sink_reads_committed`]), else Kafka's default read_uncommitted;
+/// "transactional.id"`): the copiers' `[copy] "isolation.level"`, the Streams instances'
+/// ([`crate::streams::StreamsSpec::isolation`]), or for the sink pipelines read_committed
+/// when their consumers are configured so ([`crate::cli::judge::sink_reads_committed`]),
+/// else Kafka's default read_uncommitted;
 /// `None` without a transactional upstream. The drain's lag then ends at the last record
 /// such a consumer returns ([`super::cluster::consumed_ends`]), not at the high watermark.
 pub fn upstream_isolation(scenario: &Scenario) -> Option<Isolation> {
     scenario.workload.transactional_id.as_ref()?;
-    Some(match crate::cli::judge::sink_reads_committed(scenario) {
-        true => Isolation::ReadCommitted,
-        false => Isolation::ReadUncommitted,
+    Some(match scenario.pipeline {
+        Pipeline::TransactionalCopy => scenario.copy.isolation_level.to_isolation(),
+        Pipeline::StreamsCount => scenario.streams.isolation(),
+        _ => match crate::cli::judge::sink_reads_committed(scenario) {
+            true => Isolation::ReadCommitted,
+            false => Isolation::ReadUncommitted,
+        },
     })
 }
 
