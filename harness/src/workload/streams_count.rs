@@ -280,7 +280,8 @@ impl Pipeline for StreamsCount {
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
         let committed: BTreeMap<TopicPartition, Offset> =
             cluster.committed_offsets(group).into_iter().collect();
-        let transactional = (self.ctx.upstream.as_ref()).map(|_| self.ctx.scenario.streams.isolation());
+        let transactional =
+            (self.ctx.upstream.as_ref()).map(|_| self.ctx.scenario.streams.isolation());
         lag.extend(upstream_txn::committed_lag(
             &mut cluster,
             world.kafka.now_ms(),
