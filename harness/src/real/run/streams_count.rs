@@ -67,15 +67,15 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 /// [`super::pipelines::deviations`]).
 pub fn deviations(scenario: &Scenario) -> Vec<String> {
     let mut notes = Vec::new();
-    if scenario.streams.cooperative() {
-        notes.push(
-            "streams: the real instances rebalance eagerly (librdkafka's range assignor: \
-             every task revoked and committed at each rebalance); Kafka Streams and the \
-             simulation rebalance cooperatively (KIP-429) unless streams.upgrade_from is \
-             2.3 or older"
-                .into(),
-        );
-    }
+    let protocol = match scenario.streams.cooperative() {
+        true => "cooperatively (KIP-429) on librdkafka's cooperative-sticky assignor",
+        false => "eagerly (upgrade_from 2.3 or older) on librdkafka's range assignor",
+    };
+    notes.push(format!(
+        "streams: the real instances rebalance {protocol}, which knows partitions, not \
+         Streams' tasks, standbys or their lags (StreamsPartitionAssignor's choices are the \
+         simulation's only)"
+    ));
     notes
 }
 
@@ -188,15 +188,16 @@ mod tests {
     }
 
     #[test]
-    fn a_cooperative_scenario_is_noted_as_run_eagerly_on_the_real_tier() {
+    fn the_real_instances_rebalance_with_the_scenarios_protocol_on_librdkafkas_assignors() {
         let notes = deviations(&scenario(""));
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(notes[0].contains("rebalance eagerly"), "{notes:?}");
+        assert!(notes[0].contains("cooperatively (KIP-429)"), "{notes:?}");
         assert!(
             !notes[0].contains("  "),
             "one sentence, no runs of spaces: {notes:?}"
         );
-        assert!(deviations(&scenario("upgrade_from = \"2.3\"")).is_empty());
+        let eager = deviations(&scenario("upgrade_from = \"2.3\""));
+        assert!(eager[0].contains("eagerly"), "{eager:?}");
     }
 
     #[test]

@@ -22,7 +22,9 @@
 
 use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::{RealConsumer, RealProducer, RealTransactionalProducer, RealTxnConfig};
-use crate::client::{AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig};
+use crate::client::{
+    AssignmentStrategy, AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig,
+};
 use crate::history::{OpKind, Value};
 use crate::streams::processor::{
     self, ChangelogReader, Processor, ProcessorConfig, Restored, StreamsHost,
@@ -168,13 +170,19 @@ pub fn instance_index(name: &str) -> Result<u32, String> {
 pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let s = &spec.scenario;
     let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
-    // librdkafka's range assignor rebalances eagerly (the run's notes say so).
-    cfg.cooperative = false;
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     cfg.process_id = processor::initialize_process_id(&cfg, started_ns);
-    let mut consumer = RealConsumer::new(&spec.bootstrap, cfg.consumer_config())
+    // The protocol Streams rebalances with (KIP-429 unless `upgrade_from` says eager), on
+    // librdkafka's own assignors: `cooperative-sticky` hands a moved partition over in a
+    // follow-up rebalance, as `StreamsPartitionAssignor` does, but knows no tasks, standbys
+    // or lags (the run's notes say so).
+    let mut consumer_config = cfg.consumer_config();
+    if cfg.cooperative {
+        consumer_config.partition_assignment_strategy = vec![AssignmentStrategy::CooperativeSticky];
+    }
+    let mut consumer = RealConsumer::new(&spec.bootstrap, consumer_config)
         .map_err(|e| format!("consumer: {e}"))?;
     let topics = vec![cfg.topology.source.clone()];
     while let Err(e) = consumer.subscribe(&topics).await {
