@@ -727,3 +727,43 @@ fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_su
     assert_eq!(invoked.len(), count, "a transaction number used twice");
     assert_short_and_clean(&result, 90.0);
 }
+
+/// Two brokers beside a dedicated KRaft controller (two combined nodes would lose their
+/// quorum with either down): the unclean-election field pair on real Kafka. The link
+/// between the brokers is cut, so the follower falls out of the ISR while the controller
+/// still hears both; then the leader is killed. With `acks=1` and
+/// `unclean.leader.election.enable=true` the out-of-sync follower is elected and the
+/// acknowledged writes it never fetched are lost (`lost-write`); with `acks=all`,
+/// `min.insync.replicas=2` and clean elections nothing acknowledged is lost. The simulation
+/// gives both files the same verdicts.
+#[test]
+fn two_brokers_beside_a_dedicated_controller_lose_acked_writes_only_to_an_unclean_election() {
+    if !real_enabled("two_brokers_beside_a_dedicated_controller") {
+        return;
+    }
+    for (file, lost) in [
+        ("kafka-acks-1-unclean-election-loses", true),
+        ("kafka-acks-all-clean-election", false),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+        assert_eq!(scenario.cluster.brokers, 2, "{file}");
+        let dir = service_dir("real-run-two-brokers");
+        let (_, result) = run_native(file, &path, &scenario, dir.path());
+        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+        let expected = if lost {
+            Verdict::Violated
+        } else {
+            Verdict::Holds
+        };
+        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
+        assert_eq!(
+            caught.iter().any(|a| *a == "lost-write"),
+            lost,
+            "{file}: {caught:?}"
+        );
+        // The cut acted: the heal counted packets dropped on the brokers' link.
+        let healed = result.notes.iter().any(|n| n.contains("packet(s) dropped"));
+        assert!(healed, "{file}: {:?}", result.notes);
+        assert_short_and_clean(&result, 90.0);
+    }
+}

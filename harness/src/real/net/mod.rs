@@ -61,8 +61,13 @@ struct Active {
 static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
 
 /// The node name of a service process (`kafka-2` → `broker-2`, `zookeeper` → `keeper`, as
-/// the simulation names them); a worker's name is its node's.
+/// the simulation names them; a dedicated controller `kafka-controller` → `controller`); a
+/// worker's name is its node's.
 pub fn node_of_service(service: &str) -> String {
+    if service == "kafka-controller" {
+        // A dedicated KRaft controller: no node of the simulation, so no fault cuts it.
+        return "controller".into();
+    }
     if let Some(n) = service.strip_prefix("kafka-") {
         return format!("broker-{n}");
     }

@@ -25,7 +25,9 @@ const LOG4J2_YAML: &str = include_str!("../../../../real/kafka/log4j2.yaml");
 /// properties.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaOptions {
-    /// Number of nodes, each broker and controller: 1 or 3.
+    /// Number of brokers, 1..=[`BROKER_COUNT_MAX`]: with 1 or 3 each node is broker and
+    /// controller, with another count the brokers are brokers only beside one dedicated
+    /// controller ([`dedicated_controller`]).
     pub broker_count: u32,
     /// `-Xmx` of each node's JVM, in MiB.
     pub heap_mb: u32,
@@ -75,7 +77,12 @@ struct Node {
 /// A running Kafka cluster; dropping it kills every node.
 #[derive(Debug)]
 pub struct Kafka {
+    /// The brokers (combined broker and controller nodes with 1 or 3 of them).
     nodes: Vec<Node>,
+    /// The dedicated controller ([`dedicated_controller`]), held so that it lives and dies
+    /// with the cluster: no fault targets it, as the simulation's brokers have no
+    /// controller node to fault.
+    _controller: Option<Node>,
     options: KafkaOptions,
     cluster_id: String,
 }
@@ -142,6 +149,9 @@ fn random_base64_id() -> String {
 /// Where a node keeps its files.
 struct NodeLayout {
     node_id: i32,
+    /// Its service name: `kafka-<node_id>`, or `kafka-controller` for a dedicated controller
+    /// (`real::net::node_of_service` names the network node after it).
+    service: String,
     /// The listener's port.
     port: u16,
     /// The port it advertises (clients connect there).
@@ -150,7 +160,26 @@ struct NodeLayout {
     properties: PathBuf,
 }
 
-fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, ProvisionError> {
+/// The most brokers a native cluster runs (each a JVM of `heap_mb`).
+pub const BROKER_COUNT_MAX: u32 = 5;
+
+/// The node id of the dedicated controller (outside the brokers' `1..=broker_count`).
+pub const CONTROLLER_NODE_ID: i32 = 100;
+
+/// Whether `broker_count` brokers run with a dedicated controller: not 1 or 3, whose
+/// combined nodes keep a quorum through any one broker's failure where there is one to
+/// lose (two combined voters would lose it with either down, and every fault of a broker
+/// would also be a fault of the metadata quorum).
+pub fn dedicated_controller(broker_count: u32) -> bool {
+    !matches!(broker_count, 1 | 3)
+}
+
+/// The brokers' layouts, in node-id order, and the dedicated controller's when
+/// [`dedicated_controller`].
+fn layout(
+    dir: &Path,
+    options: &KafkaOptions,
+) -> Result<(Vec<NodeLayout>, Option<NodeLayout>), ProvisionError> {
     let n = options.broker_count as usize;
     if !(options.fronts.is_empty() || options.fronts.len() == n) {
         return Err(ProvisionError::Invalid {
@@ -158,34 +187,40 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
             reason: format!("{} fronts for {n} nodes", options.fronts.len()),
         });
     }
-    let mut ports = free_ports(2 * n)?;
+    let dedicated = dedicated_controller(options.broker_count);
+    // Two ports per broker (listener, controller listener in combined mode), then the
+    // dedicated controller's.
+    let mut ports = free_ports(2 * n + usize::from(dedicated))?;
     let mut advertised: Vec<u16> = (0..n).map(|i| ports[2 * i]).collect();
     for (i, (listen, front)) in options.fronts.iter().enumerate() {
         ports[2 * i] = *listen;
         advertised[i] = *front;
     }
-    let voters: Vec<String> = (0..n)
-        .map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1]))
-        .collect();
+    let controller_port = ports[2 * n..].first().copied();
+    let voters: Vec<String> = match controller_port {
+        Some(port) => vec![format!("{CONTROLLER_NODE_ID}@127.0.0.1:{port}")],
+        None => (0..n)
+            .map(|i| format!("{}@127.0.0.1:{}", i + 1, ports[2 * i + 1]))
+            .collect(),
+    };
     let rf = options.broker_count.min(3);
     let extra: String = options
         .extra_properties
         .iter()
         .map(|(k, v)| format!("{k}={v}\n"))
         .collect();
-    let mut nodes = Vec::with_capacity(n);
-    for i in 0..n {
-        let node_dir = dir.join(format!("kafka-{}", i + 1));
+    let write = |node_id: i32, service: String, roles: &str, listeners: String, broker: String| {
+        let node_dir = dir.join(&service);
         create_dir("kafka", &node_dir)?;
         let properties = node_dir.join("server.properties");
         let text = render(
             SERVER_PROPERTIES,
             &[
-                ("node_id", (i + 1).to_string()),
+                ("roles", roles.to_string()),
+                ("node_id", node_id.to_string()),
                 ("voters", voters.join(",")),
-                ("port", ports[2 * i].to_string()),
-                ("advertised_port", advertised[i].to_string()),
-                ("controller_port", ports[2 * i + 1].to_string()),
+                ("listeners", listeners),
+                ("broker_listeners", broker),
                 ("log_dir", node_dir.join("data").display().to_string()),
                 ("replication_factor", rf.to_string()),
                 ("txn_min_isr", rf.min(2).to_string()),
@@ -201,15 +236,57 @@ fn layout(dir: &Path, options: &KafkaOptions) -> Result<Vec<NodeLayout>, Provisi
             ],
         );
         write_file("kafka", &properties, &text)?;
+        Ok::<_, ProvisionError>((node_dir, properties))
+    };
+    let mut nodes = Vec::with_capacity(n);
+    for i in 0..n {
+        let node_id = i as i32 + 1;
+        let plaintext = format!("PLAINTEXT://127.0.0.1:{}", ports[2 * i]);
+        let (roles, listeners) = match dedicated {
+            true => ("broker", plaintext),
+            false => (
+                "broker,controller",
+                format!("{plaintext},CONTROLLER://127.0.0.1:{}", ports[2 * i + 1]),
+            ),
+        };
+        let broker = format!(
+            "advertised.listeners=PLAINTEXT://127.0.0.1:{}\ninter.broker.listener.name=PLAINTEXT",
+            advertised[i]
+        );
+        let service = format!("kafka-{node_id}");
+        let (node_dir, properties) = write(node_id, service.clone(), roles, listeners, broker)?;
         nodes.push(NodeLayout {
-            node_id: i as i32 + 1,
+            node_id,
+            service,
             port: ports[2 * i],
             advertised_port: advertised[i],
             dir: node_dir,
             properties,
         });
     }
-    Ok(nodes)
+    let controller = match controller_port {
+        None => None,
+        Some(port) => {
+            let service = "kafka-controller".to_string();
+            let listeners = format!("CONTROLLER://127.0.0.1:{port}");
+            let written = write(
+                CONTROLLER_NODE_ID,
+                service.clone(),
+                "controller",
+                listeners,
+                String::new(),
+            )?;
+            Some(NodeLayout {
+                node_id: CONTROLLER_NODE_ID,
+                service,
+                port,
+                advertised_port: port,
+                dir: written.0,
+                properties: written.1,
+            })
+        }
+    };
+    Ok((nodes, controller))
 }
 
 /// The JVM and jars the nodes run with: the host's (`JAVA`, [`kafka_lib_dir`]) or the
@@ -242,7 +319,7 @@ impl Jvm {
     /// Node `node`'s process running `args`, its output in `node.dir/log`.
     fn launch(&self, node: &NodeLayout, args: Vec<String>, log: &str) -> Launch {
         Launch {
-            service: format!("kafka-{}", node.node_id),
+            service: node.service.clone(),
             program: self.java.clone(),
             args,
             env: Vec::new(),
@@ -269,7 +346,7 @@ fn java_command(lib: &Path, log4j: &Path, heap_mb: u32, main: &str) -> Vec<Strin
 
 /// Formats every node's storage, in parallel (each is a JVM start of a few seconds).
 fn format_storage(
-    nodes: &[NodeLayout],
+    nodes: &[&NodeLayout],
     jvm: &Jvm,
     log4j: &Path,
     cluster_id: &str,
@@ -298,7 +375,8 @@ fn format_storage(
 }
 
 impl Kafka {
-    /// Starts `broker_count` (1 or 3) KRaft nodes under `dir` and waits until every broker
+    /// Starts `broker_count` KRaft brokers under `dir` (1 or 3 combined nodes, else brokers
+    /// and one dedicated controller, [`dedicated_controller`]) and waits until every broker
     /// is registered. See [`Kafka::start_with`].
     ///
     /// # Errors
@@ -316,33 +394,39 @@ impl Kafka {
     /// formatting fails, [`ProvisionError::NotReady`] naming the first broker that did not
     /// register within `start_timeout_ms`.
     pub fn start_with(dir: &Path, options: KafkaOptions) -> Result<Kafka, ProvisionError> {
-        if !(options.broker_count == 1 || options.broker_count == 3) {
+        if !(1..=BROKER_COUNT_MAX).contains(&options.broker_count) {
             return Err(ProvisionError::Invalid {
                 service: "kafka".into(),
-                reason: format!("broker_count must be 1 or 3, not {}", options.broker_count),
+                reason: format!(
+                    "broker_count must be 1..={BROKER_COUNT_MAX}, not {}",
+                    options.broker_count
+                ),
             });
         }
         let jvm = Jvm::on(options.runtime, dir)?;
         create_dir("kafka", dir)?;
         let log4j = dir.join("kafka-log4j2.yaml");
         write_file("kafka", &log4j, LOG4J2_YAML)?;
-        let layouts = layout(dir, &options)?;
+        let (layouts, controller) = layout(dir, &options)?;
         let cluster_id = random_cluster_id();
-        format_storage(&layouts, &jvm, &log4j, &cluster_id)?;
-        let mut nodes = Vec::with_capacity(layouts.len());
-        for node in layouts {
+        let every: Vec<&NodeLayout> = layouts.iter().chain(controller.as_ref()).collect();
+        format_storage(&every, &jvm, &log4j, &cluster_id)?;
+        let start = |node: &NodeLayout| -> Result<Node, ProvisionError> {
             let mut args = java_command(&jvm.lib, &log4j, options.heap_mb, "kafka.Kafka");
             args.push(node.properties.display().to_string());
-            let process = ServiceProcess::spawn(jvm.launch(&node, args, "kafka.log"))?;
-            nodes.push(Node {
+            let process = ServiceProcess::spawn(jvm.launch(node, args, "kafka.log"))?;
+            Ok(Node {
                 node_id: node.node_id,
                 port: node.port,
                 advertised_port: node.advertised_port,
                 process,
-            });
-        }
+            })
+        };
+        let controller = controller.as_ref().map(start).transpose()?;
+        let nodes = layouts.iter().map(start).collect::<Result<Vec<_>, _>>()?;
         let mut kafka = Kafka {
             nodes,
+            _controller: controller,
             options,
             cluster_id,
         };
@@ -611,7 +695,8 @@ mod tests {
             transaction_state_log_num_partitions: 11,
             ..KafkaOptions::brokers(1)
         };
-        let nodes = layout(dir.path(), &options).expect("layout");
+        let (nodes, controller) = layout(dir.path(), &options).expect("layout");
+        assert!(controller.is_none(), "one combined node");
         let text = std::fs::read_to_string(&nodes[0].properties).expect("server.properties");
         assert!(
             text.contains("\noffsets.topic.num.partitions=7\n"),
@@ -621,5 +706,37 @@ mod tests {
             text.contains("\ntransaction.state.log.num.partitions=11\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn two_brokers_run_beside_a_dedicated_controller_three_as_combined_nodes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (brokers, controller) = layout(dir.path(), &KafkaOptions::brokers(2)).expect("2");
+        let controller = controller.expect("a dedicated controller for 2 brokers");
+        let text = |node: &NodeLayout| std::fs::read_to_string(&node.properties).unwrap();
+        let voters = format!(
+            "controller.quorum.voters={CONTROLLER_NODE_ID}@127.0.0.1:{}\n",
+            controller.port
+        );
+        assert_eq!(brokers.len(), 2);
+        for broker in &brokers {
+            let t = text(broker);
+            assert!(
+                t.contains("process.roles=broker\n") && t.contains(&voters),
+                "{t}"
+            );
+            assert!(t.contains("advertised.listeners=PLAINTEXT://"), "{t}");
+        }
+        let t = text(&controller);
+        assert!(
+            t.contains("process.roles=controller\n") && t.contains(&voters),
+            "{t}"
+        );
+        assert!(!t.contains("PLAINTEXT://") && controller.service == "kafka-controller");
+        let (three, none) = layout(dir.path(), &KafkaOptions::brokers(3)).expect("3");
+        assert!(none.is_none());
+        let t = text(&three[1]);
+        assert!(t.contains("process.roles=broker,controller\n"), "{t}");
+        assert_eq!(t.matches("@127.0.0.1:").count(), 3, "three voters: {t}");
     }
 }

@@ -25,7 +25,7 @@ mod postgres;
 mod zookeeper;
 
 pub use clickhouse::ClickHouse;
-pub use kafka::{Kafka, KafkaOptions};
+pub use kafka::{dedicated_controller, Kafka, KafkaOptions, BROKER_COUNT_MAX, CONTROLLER_NODE_ID};
 pub use postgres::Postgres;
 pub use zookeeper::ZooKeeper;
 

@@ -2,8 +2,9 @@
 //! by the same checkers and written into the same report as a simulated run.
 //!
 //! # Phases
-//! 1. Brokers: `native` starts `[cluster] brokers` (1 or 3) KRaft nodes in a temporary
-//!    directory; `testcontainers` starts the same nodes, and every other service, as
+//! 1. Brokers: `native` starts `[cluster] brokers` (1 to 5) KRaft brokers in a temporary
+//!    directory (1 or 3 combined broker-and-controller nodes, else beside one dedicated
+//!    controller); `testcontainers` starts the same nodes, and every other service, as
 //!    containers of the locally built images ([`crate::real::container`]); `external`
 //!    uses `--bootstrap-servers`.
 //! 2. The topic with the scenario's settings; the pipeline's processes as `eosim worker`
@@ -71,7 +72,8 @@ pub mod workers;
 use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
 use crate::real::container::Runtime;
-use crate::real::provision::{Kafka, KafkaOptions};
+
+use crate::real::provision::{Kafka, KafkaOptions, BROKER_COUNT_MAX};
 use crate::real::scratch::start_in;
 use crate::scenario::{ClusterSpec, Scenario};
 use cluster::{Brokers, Probe, StabilityProbe};
@@ -208,10 +210,13 @@ fn prepare(scenario: &Scenario, options: &RunOptions) -> Result<(), String> {
         Backend::External if options.bootstrap_servers.is_none() => {
             Err("skipped: --backend external needs --bootstrap-servers".into())
         }
-        Backend::Native if !matches!(scenario.cluster.brokers, 1 | 3) => Err(format!(
-            "skipped: the native backend runs 1 or 3 brokers, the scenario asks for {}",
-            scenario.cluster.brokers
-        )),
+        Backend::Native if !(1..=BROKER_COUNT_MAX).contains(&scenario.cluster.brokers) => {
+            Err(format!(
+                "skipped: the native backend runs 1 to {BROKER_COUNT_MAX} brokers, the scenario \
+                 asks for {}",
+                scenario.cluster.brokers
+            ))
+        }
         _ => pipelines::unsupported(scenario).map_or(Ok(()), Err),
     }
 }
@@ -241,7 +246,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                     .cluster
                     .transaction_state_log_num_partitions,
                 runtime,
-                extra_properties: group_consumer_properties(&scenario.cluster),
+                extra_properties: broker_properties(&scenario.cluster),
                 ..KafkaOptions::brokers(scenario.cluster.brokers)
             };
             let (kafka, dir) = start_in("kafka", |dir| {
@@ -304,13 +309,32 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     Ok(run)
 }
 
-/// The brokers' KIP-848 group settings of `[cluster]` (`group_consumer_session_timeout_ms`,
-/// `group_consumer_heartbeat_interval_ms`) as `server.properties` lines, with the bounds
-/// Kafka checks them against (`GroupCoordinatorConfig`: `group.consumer.min.*` 45000 and
-/// 5000, `group.consumer.max.*` 60000 and 15000 by default) widened to take them. Unset:
-/// Kafka's defaults, nothing written.
-fn group_consumer_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
+/// The `[cluster]` broker settings a scenario changed, as `server.properties` lines:
+/// `replica.lag.time.max.ms` and `broker.session.timeout.ms` when they differ from Kafka's
+/// defaults (30000 and 9000; the template's own 6000 session stays otherwise, for short
+/// failovers), and KIP-848's group settings (`group_consumer_session_timeout_ms`,
+/// `group_consumer_heartbeat_interval_ms`) with the bounds Kafka checks them against
+/// (`GroupCoordinatorConfig`: `group.consumer.min.*` 45000 and 5000, `group.consumer.max.*`
+/// 60000 and 15000 by default) widened to take them.
+fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
     let mut lines = Vec::new();
+    let changed = [
+        (
+            "replica.lag.time.max.ms",
+            cluster.replica_lag_time_max_ms,
+            30_000,
+        ),
+        (
+            "broker.session.timeout.ms",
+            cluster.broker_session_timeout_ms,
+            9_000,
+        ),
+    ];
+    for (name, value, kafka_default) in changed {
+        if value != kafka_default {
+            lines.push((name.to_string(), value.to_string()));
+        }
+    }
     let settings = [
         (
             "session.timeout.ms",
