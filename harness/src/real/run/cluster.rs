@@ -22,7 +22,7 @@ pub enum Brokers {
     /// Started by eosim in a temporary directory (removed on drop, after the brokers).
     Native {
         /// The cluster.
-        kafka: Kafka,
+        kafka: Box<Kafka>,
         /// Node ids killed and not yet restarted.
         down: BTreeSet<i32>,
         /// Node ids paused.

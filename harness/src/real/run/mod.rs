@@ -253,7 +253,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                 Kafka::start_with(dir, options).map_err(|e| e.to_string())
             })?;
             Brokers::Native {
-                kafka,
+                kafka: Box::new(kafka),
                 down: Default::default(),
                 paused: Default::default(),
                 dir,
