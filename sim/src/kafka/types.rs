@@ -80,15 +80,10 @@ impl std::fmt::Debug for Topic {
     }
 }
 
-impl From<&str> for Topic {
-    fn from(name: &str) -> Self {
-        Self::new(name)
-    }
-}
-
-impl From<&String> for Topic {
-    fn from(name: &String) -> Self {
-        Self::new(name)
+/// Any borrowed name: `&str`, `&String`, `&&String`, `&Topic`...
+impl<T: AsRef<str> + ?Sized> From<&T> for Topic {
+    fn from(name: &T) -> Self {
+        Self::new(name.as_ref())
     }
 }
 
@@ -98,9 +93,15 @@ impl From<String> for Topic {
     }
 }
 
-impl From<&Topic> for Topic {
-    fn from(topic: &Topic) -> Self {
-        *topic
+impl From<Box<str>> for Topic {
+    fn from(name: Box<str>) -> Self {
+        Self::new(&name)
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for Topic {
+    fn from(name: std::borrow::Cow<'_, str>) -> Self {
+        Self::new(&name)
     }
 }
 
