@@ -321,7 +321,7 @@ impl<H: CopierHost> Batch<'_, H> {
             sends.push(RecordRef {
                 id,
                 key,
-                tp: TopicPartition::new(topic.clone(), partition),
+                tp: TopicPartition::new(topic.as_str(), partition),
                 offset,
             });
             if error.is_some() {

@@ -327,18 +327,26 @@ fn depart<Req: std::fmt::Debug>(
 }
 
 /// Sends `copies` packets of `request` tagged `response_tag`, accounting for any lost on a
-/// cut or clogged link (madsim drops those).
+/// cut or clogged link (madsim drops those). The last copy is `request` itself: only a
+/// duplicated request is cloned.
 async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
     endpoint: &Endpoint,
     source: IpAddr,
     target: SocketAddr,
-    request: &Req,
+    request: Req,
     response_tag: u64,
     copies: usize,
 ) -> Result<(), RpcError> {
-    for _ in 0..copies {
-        account_lost_packet(source, target.ip(), || api_name(request));
-        let envelope: Envelope<Req> = (response_tag, request.clone());
+    let mut request = Some(request);
+    for copy in 1..=copies {
+        let Some(left) = request.as_ref() else { break };
+        account_lost_packet(source, target.ip(), || api_name(left));
+        let packet = if copy == copies {
+            request.take()
+        } else {
+            request.clone()
+        };
+        let envelope: Envelope<Req> = (response_tag, packet.expect("a copy is left"));
         endpoint
             .send_to_raw(target, REQUEST_TAG, Box::new(envelope))
             .await
@@ -371,7 +379,7 @@ where
             madsim::time::sleep(Duration::from_millis(departure.delay_ms)).await;
         }
         let copies = departure.copies;
-        send_and_receive(endpoint, source, target, &request, response_tag, copies).await
+        send_and_receive(endpoint, source, target, request, response_tag, copies).await
     };
     answer_or_reset(source, target, timeout, exchange).await
 }
@@ -381,7 +389,7 @@ async fn send_and_receive<Req, Resp>(
     endpoint: &Endpoint,
     source: IpAddr,
     target: SocketAddr,
-    request: &Req,
+    request: Req,
     response_tag: u64,
     copies: usize,
 ) -> Result<Resp, RpcError>
@@ -520,7 +528,7 @@ where
     let response_tag: u64 = madsim::rand::random();
     if departure.delay_ms == 0 {
         let copies = departure.copies;
-        let exchange = send_and_receive(endpoint, source, target, &request, response_tag, copies);
+        let exchange = send_and_receive(endpoint, source, target, request, response_tag, copies);
         return answer_or_reset(source, target, timeout, exchange).await;
     }
     let sender = endpoint.clone();
@@ -531,7 +539,7 @@ where
             &sender,
             source,
             target,
-            &request,
+            request,
             response_tag,
             departure.copies,
         )

@@ -2,7 +2,7 @@
 
 use super::CheckOptions;
 use crate::history::{DorisJobFinal, DorisTxnFinal, History, OpKind, RecordRef, Value};
-use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::kafka::{Offset, Topic, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Where an observation of a record's position came from.
@@ -167,7 +167,7 @@ pub enum TxnFate {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TxnSends {
     by_position: BTreeMap<(TopicPartition, Offset), (u64, usize)>,
-    unacked: BTreeMap<(String, u64), Vec<usize>>,
+    unacked: BTreeMap<(Topic, u64), Vec<usize>>,
 }
 
 /// A partition's final high watermark and last stable offset.
@@ -324,7 +324,7 @@ impl Analysis {
                     let position = (s.tp.clone(), s.offset);
                     index.by_position.insert(position, (s.id, i));
                 } else {
-                    let key = (s.tp.topic.clone(), s.id);
+                    let key = (s.tp.topic, s.id);
                     index.unacked.entry(key).or_default().push(i);
                 }
             }
@@ -343,7 +343,7 @@ impl Analysis {
         let txns: Vec<&TxnOp> = match at {
             Some(&(id, i)) if id == r.id => vec![&self.txns[i]],
             _ => {
-                let key = (r.tp.topic.clone(), r.id);
+                let key = (r.tp.topic, r.id);
                 let unacked = self.txn_sends.unacked.get(&key);
                 unacked
                     .into_iter()
@@ -525,7 +525,7 @@ impl Analysis {
 
     /// Whether the sink consumes `tp`.
     pub fn sink_reads(&self, tp: &TopicPartition) -> bool {
-        self.sink_topics.is_empty() || self.sink_topics.contains(&tp.topic)
+        self.sink_topics.is_empty() || self.sink_topics.contains(tp.topic.as_str())
     }
 
     /// The error rows accounted for, by source position, with the op that accounts for

@@ -75,6 +75,9 @@ pub struct CdcAnalysis {
     /// Each source record's change as the connector's converters and the sink read it, by
     /// (record id, offset): parsed once, read by every check.
     changes: BTreeMap<(u64, Offset), Result<Change, String>>,
+    /// The target's columns ([`CdcAnalysis::target_columns`]), worked out once: every
+    /// projected row reads them.
+    columns: Vec<String>,
 }
 
 impl CdcAnalysis {
@@ -113,6 +116,7 @@ impl CdcAnalysis {
             .map(|r| ((r.id, r.offset), a.parse(r)))
             .collect();
         a.changes = changes;
+        a.columns = a.target_columns();
         a
     }
 
@@ -158,7 +162,8 @@ impl CdcAnalysis {
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
-    fn columns(&self) -> Vec<String> {
+    /// `col.names`, else the final table's columns.
+    fn target_columns(&self) -> Vec<String> {
         let names = split(self.config.as_ref().and_then(|c| c.raw.get("col.names")));
         if names.is_empty() {
             self.table.as_ref().map(|t| t.1.clone()).unwrap_or_default()
@@ -236,21 +241,20 @@ impl CdcAnalysis {
     }
 
     fn project(&self, row: &JsonRow) -> JsonRow {
-        self.columns()
-            .into_iter()
+        self.columns
+            .iter()
             .map(|c| {
-                let v = row.get(&c).cloned().unwrap_or(Json::Null);
-                (c, v)
+                let v = row.get(c).cloned().unwrap_or(Json::Null);
+                (c.clone(), v)
             })
             .collect()
     }
 
     /// The records of `tp` the reference applies (not in the DLQ), in offset order.
-    fn applied(&self, records: &[SourceRecord]) -> Vec<SourceRecord> {
-        let mut out: Vec<SourceRecord> = records
+    fn applied<'r>(&self, records: &'r [SourceRecord]) -> Vec<&'r SourceRecord> {
+        let mut out: Vec<&SourceRecord> = records
             .iter()
             .filter(|r| !self.dlq_ids.contains(&r.id))
-            .cloned()
             .collect();
         out.sort_by_key(|r| r.offset);
         out
@@ -400,7 +404,7 @@ pub fn cdc_final_state_cases(a: &CdcAnalysis) -> Vec<Case> {
 /// admissible length (no copy of the rows per record).
 fn matches_prefix(
     a: &CdcAnalysis,
-    applied: &[SourceRecord],
+    applied: &[&SourceRecord],
     end: Offset,
     committed: Offset,
     actual: &Rows,
@@ -448,9 +452,9 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
     let mut named: BTreeSet<String> = BTreeSet::new();
     for (tp, (op, records)) in &a.sources {
         let all = a.applied(records);
-        let admitted = |undecided: bool, aborted: bool| -> Vec<SourceRecord> {
+        let admitted = |undecided: bool, aborted: bool| -> Vec<&SourceRecord> {
             let kept = all.iter().filter(|r| a.admitted(tp, r, undecided, aborted));
-            kept.cloned().collect()
+            kept.copied().collect()
         };
         let keys = named_keys(a, &all);
         named.extend(keys.iter().cloned());
@@ -461,7 +465,7 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
             .collect();
         let end = records.iter().map(|r| r.offset + 1).max().unwrap_or(0);
         let committed = a.committed.get(tp).copied().unwrap_or(0);
-        let holds = |applied: &[SourceRecord]| matches_prefix(a, applied, end, committed, &actual);
+        let holds = |applied: &[&SourceRecord]| matches_prefix(a, applied, end, committed, &actual);
         let applied = admitted(false, false);
         if holds(&applied) || holds(&admitted(true, false)) {
             continue;
@@ -469,6 +473,7 @@ fn final_state_cases(a: &CdcAnalysis) -> (Vec<Case>, Vec<Case>) {
         let aborted: Vec<&SourceRecord> = all
             .iter()
             .filter(|r| !a.admitted(tp, r, true, false))
+            .copied()
             .collect();
         if !aborted.is_empty() && holds(&admitted(true, true)) {
             aborted_cases.push(aborted_case(tp, vec![*op, *table_op], aborted));
@@ -508,7 +513,7 @@ fn apply_record(a: &CdcAnalysis, rows: &mut Rows, r: &SourceRecord) {
 }
 
 /// The reference with every record of `applied` applied.
-fn reference_rows(a: &CdcAnalysis, applied: &[SourceRecord]) -> Rows {
+fn reference_rows(a: &CdcAnalysis, applied: &[&SourceRecord]) -> Rows {
     let mut rows = Rows::new();
     for r in applied {
         apply_record(a, &mut rows, r);
@@ -518,7 +523,7 @@ fn reference_rows(a: &CdcAnalysis, applied: &[SourceRecord]) -> Rows {
 
 /// Every key the records of `applied` name (a record the reference cannot interpret names
 /// none).
-fn named_keys(a: &CdcAnalysis, applied: &[SourceRecord]) -> BTreeSet<String> {
+fn named_keys(a: &CdcAnalysis, applied: &[&SourceRecord]) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     for change in applied.iter().filter_map(|r| a.change(r).ok()) {
         let mut name = |row: &JsonRow| keys.extend(canonical_key(row, &a.pk));
@@ -600,7 +605,7 @@ pub fn cdc_regression_cases(a: &CdcAnalysis) -> Vec<Case> {
     for (_, records) in a.sources.values() {
         for r in a.applied(records) {
             index += 1;
-            let Ok(change) = a.change(&r) else { continue };
+            let Ok(change) = a.change(r) else { continue };
             if let Change::Create { after }
             | Change::Read { after }
             | Change::Row { row: after }
@@ -685,7 +690,7 @@ pub fn cdc_skipped_cases(a: &CdcAnalysis) -> Vec<Case> {
 /// `cdc-dropped-field`: per field that is not a target column, the applied records whose
 /// row carried it.
 pub fn cdc_dropped_field_cases(a: &CdcAnalysis) -> Vec<Case> {
-    let columns: BTreeSet<String> = a.columns().into_iter().collect();
+    let columns: BTreeSet<String> = a.columns.iter().cloned().collect();
     if columns.is_empty() {
         return Vec::new();
     }
@@ -693,7 +698,7 @@ pub fn cdc_dropped_field_cases(a: &CdcAnalysis) -> Vec<Case> {
     let mut carried: BTreeMap<String, Vec<(TopicPartition, Offset, u64, usize)>> = BTreeMap::new();
     for (tp, (op, records)) in &a.sources {
         for r in a.applied(records) {
-            let row = match a.change(&r) {
+            let row = match a.change(r) {
                 Ok(Change::Create { after } | Change::Read { after }) => after,
                 Ok(Change::Update { after, .. }) => after,
                 Ok(Change::Row { row }) => row,

@@ -165,7 +165,7 @@ impl DlqQueue {
     fn context_headers(&self, e: &ErrantRecord) -> Vec<(String, Bytes)> {
         let o = &e.original;
         let pairs = [
-            ("topic", o.tp.topic.clone()),
+            ("topic", o.tp.topic.to_string()),
             ("partition", o.tp.partition.to_string()),
             ("offset", o.offset.to_string()),
             ("connector.name", self.target.connector.clone()),

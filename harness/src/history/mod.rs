@@ -617,12 +617,16 @@ impl History {
                 Ok(())
             }
         }
-        let mut digest = Hashing(Sha256::new());
+        // Buffered: serde_json writes many small fragments per op, each a digest update.
+        let mut digest = std::io::BufWriter::with_capacity(1 << 16, Hashing(Sha256::new()));
         for op in &self.ops {
             serde_json::to_writer(&mut digest, op).expect("ops serialize");
-            digest.0.update(b"\n");
+            std::io::Write::write_all(&mut digest, b"\n").expect("hashing cannot fail");
         }
-        hex::encode(digest.0.finalize())
+        let Ok(Hashing(digest)) = digest.into_inner() else {
+            unreachable!("hashing cannot fail")
+        };
+        hex::encode(digest.finalize())
     }
 
     /// Number of nemesis faults (recoveries such as `heal` or `restart` not counted).

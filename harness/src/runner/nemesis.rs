@@ -27,7 +27,7 @@ pub fn apply(world: &World, fault: &Fault, verbose: bool) -> Result<(), String> 
             partition,
             mode,
         } => {
-            let tp = TopicPartition::new(topic.clone(), *partition);
+            let tp = TopicPartition::new(topic.as_str(), *partition);
             let leader = world
                 .kafka
                 .cluster

@@ -115,7 +115,7 @@ async fn consume(cfg: &ExecutorConfig, task: &TaskAssignment) -> Option<Batch> {
     config.isolation_level = props.isolation_level.kafka();
     let mut assignment = Vec::new();
     for (p, offset) in &task.offsets {
-        let tp = TopicPartition::new(props.kafka_topic.clone(), *p as u32);
+        let tp = TopicPartition::new(&props.kafka_topic, *p as u32);
         let start = match offset {
             KafkaOffset::Next(n) => Some(*n),
             KafkaOffset::Beginning | KafkaOffset::End => None,
@@ -283,12 +283,7 @@ fn commit_offsets(
 ) -> Vec<(TopicPartition, Offset)> {
     a.next_offsets
         .iter()
-        .map(|(p, o)| {
-            (
-                TopicPartition::new(task.props.kafka_topic.clone(), *p as u32),
-                *o,
-            )
-        })
+        .map(|(p, o)| (TopicPartition::new(&task.props.kafka_topic, *p as u32), *o))
         .collect()
 }
 

@@ -829,7 +829,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let input = TopicPartition::new(self.aggregate_source(), p);
         self.seek_to_committed(input.clone()).await?;
         if self.cfg.topology.repartitions() {
-            let source = TopicPartition::new(self.cfg.topology.source.clone(), p);
+            let source = TopicPartition::new(&self.cfg.topology.source, p);
             self.seek_to_committed(source).await?;
         }
         if let Some(table) = self.cfg.topology.table_topic() {
@@ -1207,13 +1207,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let table = self.cfg.topology.table_topic();
         for (p, t) in &self.tasks {
             if let Some(o) = t.source_position {
-                offsets.push((TopicPartition::new(source.clone(), *p), o));
+                offsets.push((TopicPartition::new(source.as_str(), *p), o));
             }
             if let (Some(o), Some(table)) = (t.table_position, table) {
                 offsets.push((TopicPartition::new(table, *p), o));
             }
             if let Some(o) = t.position {
-                offsets.push((TopicPartition::new(aggregated.clone(), *p), o));
+                offsets.push((TopicPartition::new(&aggregated, *p), o));
             }
         }
         offsets

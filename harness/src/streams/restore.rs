@@ -59,7 +59,7 @@ pub async fn restore(
                     return Err(format!("restore of {tp}: {e}"));
                 }
                 let _ = conn
-                    .refresh_metadata(std::slice::from_ref(&tp.topic), Duration::from_secs(5))
+                    .refresh_metadata(&[tp.topic.to_string()], Duration::from_secs(5))
                     .await;
                 madsim::time::sleep(Duration::from_millis(250)).await;
             }
@@ -114,7 +114,7 @@ async fn fetch_once(
     let leader = match conn.leader(tp) {
         Some(l) => l,
         None => {
-            conn.refresh_metadata(std::slice::from_ref(&tp.topic), Duration::from_secs(5))
+            conn.refresh_metadata(&[tp.topic.to_string()], Duration::from_secs(5))
                 .await
                 .map_err(|e| e.to_string())?;
             conn.leader(tp)

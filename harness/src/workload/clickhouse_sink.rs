@@ -336,7 +336,7 @@ impl Pipeline for ClickhouseSink {
                 .record(t, "final", OpKind::Ok, value, None);
         }
         let dlq = connector::dlq_topic(&self.ctx).map(|topic| {
-            let tp = TopicPartition::new(topic.clone(), 0);
+            let tp = TopicPartition::new(&topic, 0);
             dlq_state(&cluster, &topic, |r| record_ref(&tp, 0, &r.value).id)
         });
         let offsets = cluster.committed_offsets(&self.ctx.group());
@@ -377,7 +377,7 @@ impl ClickhouseSink {
             .map(|row| match &row[name_col] {
                 ChValue::String(name) => by_name.get(name).cloned().unwrap_or_else(|| {
                     let id = name.trim_start_matches('r').parse().unwrap_or(u64::MAX);
-                    let tp = TopicPartition::new(self.ctx.scenario.topic.name.clone(), 0);
+                    let tp = TopicPartition::new(&self.ctx.scenario.topic.name, 0);
                     RecordRef {
                         id,
                         key: None,

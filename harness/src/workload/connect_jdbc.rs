@@ -153,7 +153,7 @@ fn record_event_send(
     let value = Value::Send {
         id: e.id,
         key: e.key,
-        tp: delivery.map(|d| TopicPartition::new(topic.clone(), d.partition)),
+        tp: delivery.map(|d| TopicPartition::new(topic.as_str(), d.partition)),
         offset: delivery.map(|d| d.offset),
     };
     ctx.record(name, kind, value, error);

@@ -158,7 +158,7 @@ impl ConnectSource {
 
     /// The offsets topic's one partition.
     fn offsets_tp(&self) -> TopicPartition {
-        TopicPartition::new(self.ctx.worker.offset_storage_topic.clone(), 0)
+        TopicPartition::new(&self.ctx.worker.offset_storage_topic, 0)
     }
 
     /// The last position the offsets topic stores for the connector's partition, read as

@@ -85,7 +85,7 @@ pub(crate) async fn one_attempt_producer(
     while let Some(id) = take_id(!sends.queued()) {
         let produced = record_of(id);
         let partition = produced.partition.expect("record_of names the partition");
-        let tp = TopicPartition::new(produced.topic.clone(), partition);
+        let tp = TopicPartition::new(&produced.topic, partition);
         record(OpKind::Invoke, id_send(id, tp.clone(), None), None);
         let record = record.clone();
         sends

@@ -358,7 +358,7 @@ impl Pipeline for RoutineLoad {
             .filter(|j| j.name == JOB)
             .flat_map(|j| j.progress.iter())
             .filter_map(|(p, o)| match o {
-                KafkaOffset::Next(n) => Some((TopicPartition::new(topic.clone(), *p as u32), *n)),
+                KafkaOffset::Next(n) => Some((TopicPartition::new(topic.as_str(), *p as u32), *n)),
                 _ => None,
             })
             .collect();
@@ -394,7 +394,7 @@ pub fn log_and_table_state(world: &World, doris: &Doris, topic: &TopicSpec) -> V
             by_id.get(&id).cloned().unwrap_or_else(|| RecordRef {
                 id,
                 key: None,
-                tp: TopicPartition::new(topic.name.clone(), 0),
+                tp: TopicPartition::new(&topic.name, 0),
                 offset: -1,
             })
         })

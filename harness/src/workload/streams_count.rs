@@ -172,7 +172,7 @@ async fn producer_process(ctx: Context, name: String) {
             .record(now_ns(), &name, OpKind::Invoke, invoke, None);
         let (kind, tp, offset, error) = match producer.send(record).await {
             Ok(d) => {
-                let tp = TopicPartition::new(ctx.scenario.topic.name.clone(), d.partition);
+                let tp = TopicPartition::new(&ctx.scenario.topic.name, d.partition);
                 (
                     OpKind::Ok,
                     Some(tp),

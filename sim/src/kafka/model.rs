@@ -334,7 +334,7 @@ impl Cluster {
 
     fn partition(&self, tp: &TopicPartition) -> Option<&Partition> {
         self.topics
-            .get(&tp.topic)?
+            .get(tp.topic.as_str())?
             .partitions
             .get(tp.partition as usize)
     }
@@ -1056,7 +1056,7 @@ impl Cluster {
     ) -> Result<(usize, Validation, bool), KafkaError> {
         let topic = self
             .topics
-            .get(&tp.topic)
+            .get(tp.topic.as_str())
             .ok_or(KafkaError::UnknownTopicOrPartition)?;
         let p = topic
             .partitions
@@ -1186,7 +1186,7 @@ impl Cluster {
 
     fn partition_mut(&mut self, tp: &TopicPartition) -> Option<&mut Partition> {
         self.topics
-            .get_mut(&tp.topic)?
+            .get_mut(tp.topic.as_str())?
             .partitions
             .get_mut(tp.partition as usize)
     }
@@ -1409,7 +1409,7 @@ impl Cluster {
         let leader = match &self.state(broker).stale_metadata {
             Some(image) => image
                 .topics
-                .get(&tp.topic)
+                .get(tp.topic.as_str())
                 .and_then(|(_, p)| p.get(tp.partition as usize))
                 .and_then(|p| p.leader),
             None => self.leader(&tp),
@@ -1475,7 +1475,7 @@ impl Cluster {
     ) -> Result<Offset, KafkaError> {
         let topic = self
             .topics
-            .get_mut(&tp.topic)
+            .get_mut(tp.topic.as_str())
             .ok_or(KafkaError::UnknownTopicOrPartition)?;
         let p = topic
             .partitions

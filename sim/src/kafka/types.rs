@@ -7,7 +7,8 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 /// A broker's node id (`node.id` in KRaft), 1-based in eosim's worlds.
 pub type BrokerId = u32;
@@ -16,18 +17,161 @@ pub type Offset = i64;
 /// Simulated time in milliseconds since the start of the run.
 pub type TimeMs = u64;
 
+/// A topic name, interned: each distinct name is allocated once per process and never
+/// freed, so a `Topic` is a `Copy` pointer and a [`TopicPartition`] costs no allocation to
+/// build, clone or drop (the models, clients and histories copy topic-partitions per
+/// record).
+///
+/// It compares, orders, hashes, prints (`Display` and `Debug`) and serializes exactly as
+/// the name's `String` did, so maps keyed by it iterate in the same order and histories
+/// hash the same. Processes name a handful of topics, so the interned names stay small.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Topic(&'static str);
+
+impl Topic {
+    /// The interned name `name` (interned on first use; later calls find it).
+    pub fn new(name: &str) -> Self {
+        static INTERNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+        // A panic while the lock was held cannot leave the set half-written (insert of
+        // a leaked `&str` only), so a poisoned set is still good.
+        let mut interned = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = interned.get(name) {
+            return Self(known);
+        }
+        let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        interned.insert(leaked);
+        Self(leaked)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::ops::Deref for Topic {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl AsRef<str> for Topic {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Topic {
+    fn borrow(&self) -> &str {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self.0, f)
+    }
+}
+
+impl std::fmt::Debug for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.0, f)
+    }
+}
+
+/// Any borrowed name: `&str`, `&String`, `&&String`, `&Topic`...
+impl<T: AsRef<str> + ?Sized> From<&T> for Topic {
+    fn from(name: &T) -> Self {
+        Self::new(name.as_ref())
+    }
+}
+
+impl From<String> for Topic {
+    fn from(name: String) -> Self {
+        Self::new(&name)
+    }
+}
+
+impl From<Box<str>> for Topic {
+    fn from(name: Box<str>) -> Self {
+        Self::new(&name)
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for Topic {
+    fn from(name: std::borrow::Cow<'_, str>) -> Self {
+        Self::new(&name)
+    }
+}
+
+impl From<Topic> for String {
+    fn from(topic: Topic) -> Self {
+        topic.0.to_owned()
+    }
+}
+
+impl PartialEq<str> for Topic {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Topic {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Topic {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other.as_str()
+    }
+}
+
+impl PartialEq<Topic> for str {
+    fn eq(&self, other: &Topic) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<Topic> for &str {
+    fn eq(&self, other: &Topic) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<Topic> for String {
+    fn eq(&self, other: &Topic) -> bool {
+        self.as_str() == other.0
+    }
+}
+
+impl Serialize for Topic {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Topic {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(Self::new(&name))
+    }
+}
+
 /// One partition of one topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TopicPartition {
-    /// Topic name.
-    pub topic: String,
+    /// Topic name (interned: copying it copies a pointer).
+    pub topic: Topic,
     /// Partition index, 0-based.
     pub partition: u32,
 }
 
 impl TopicPartition {
-    /// Builds a topic-partition.
-    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+    /// Builds a topic-partition; `topic` is interned (see [`Topic`]).
+    pub fn new(topic: impl Into<Topic>, partition: u32) -> Self {
         Self {
             topic: topic.into(),
             partition,

@@ -456,7 +456,7 @@ impl RealConsumer {
     /// A timeout after `request.timeout.ms`, or the broker's error.
     pub async fn high_watermark(&self, tp: &TopicPartition) -> Result<Offset, ClientError> {
         let consumer = Arc::clone(self.inner()?);
-        let (topic, partition) = (tp.topic.clone(), tp.partition as i32);
+        let (topic, partition) = (tp.topic, tp.partition as i32);
         let timeout_ms = self.config.request_timeout_ms;
         let timeout = Duration::from_millis(timeout_ms);
         let (_, high) = tokio::task::spawn_blocking(move || {

@@ -143,7 +143,7 @@ impl Connection {
     pub fn leader(&self, tp: &TopicPartition) -> Option<BrokerId> {
         let metadata = self.metadata.lock().expect("metadata lock");
         metadata
-            .get(&tp.topic)?
+            .get(tp.topic.as_str())?
             .partitions
             .iter()
             .find(|p| p.partition == tp.partition)?
@@ -154,7 +154,7 @@ impl Connection {
     pub fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
         let metadata = self.metadata.lock().expect("metadata lock");
         let p = metadata
-            .get(&tp.topic)?
+            .get(tp.topic.as_str())?
             .partitions
             .iter()
             .find(|p| p.partition == tp.partition)?;

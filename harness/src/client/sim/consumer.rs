@@ -582,7 +582,11 @@ impl SimConsumer {
         let timeout = deadline.cap(self.group.request_timeout());
         let mut topics = self.topics.clone();
         if topics.is_empty() {
-            topics = self.assignment.iter().map(|tp| tp.topic.clone()).collect();
+            topics = self
+                .assignment
+                .iter()
+                .map(|tp| tp.topic.to_string())
+                .collect();
             topics.dedup();
         }
         let _ = self.group.conn.refresh_metadata(&topics, timeout).await;

@@ -128,7 +128,7 @@ pub async fn produce_once(
     let leader = match conn.leader(tp) {
         Some(leader) => leader,
         None => {
-            conn.refresh_metadata(std::slice::from_ref(&tp.topic), timeout)
+            conn.refresh_metadata(&[tp.topic.to_string()], timeout)
                 .await?;
             conn.leader(tp)
                 .ok_or(ClientError::Kafka(KafkaError::LeaderNotAvailable))?
@@ -443,7 +443,7 @@ impl Producer for SimProducer {
         }
         let _one = self.in_flight.lock().await;
         let partition = partition_of(&self.conn, &self.config, &record).await?;
-        let tp = TopicPartition::new(record.topic.clone(), partition);
+        let tp = TopicPartition::new(&record.topic, partition);
         let batch = to_record(record);
         let deadline = self.deadline();
         let offset = self.deliver(&tp, vec![batch], deadline).await?;
@@ -452,7 +452,7 @@ impl Producer for SimProducer {
 
     async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         let partition = partition_of(&self.conn, &self.config, &record).await?;
-        let tp = TopicPartition::new(record.topic.clone(), partition);
+        let tp = TopicPartition::new(&record.topic, partition);
         let (waiter, report) = oneshot::channel();
         let start_sender = {
             let mut queue = self.queue.lock().expect("queue lock");

@@ -546,7 +546,7 @@ impl TransactionalProducer for SimTransactionalProducer {
         let partition = partition_of(&self.conn, &self.config.producer, &record)
             .await
             .map_err(|e| self.fail("send", TxnErrorClass::Abortable, e))?;
-        let tp = TopicPartition::new(record.topic.clone(), partition);
+        let tp = TopicPartition::new(&record.topic, partition);
         self.add_partition(&tp, deadline).await?;
         let offset = self.produce(&tp, to_record(record), deadline).await?;
         Ok(Delivery { partition, offset })

@@ -123,7 +123,7 @@ pub async fn jdbc_sink_vs_bulk(
     }
     let sink = sink.with_rewrite_batched_inserts(load.rewrite_batched_inserts);
     let mut task = JdbcSinkTask::new(sink_config(load)?, Box::new(sink));
-    let tp = TopicPartition::new(t.clone(), 0);
+    let tp = TopicPartition::new(t, 0);
     let mut reports = KeptReports::default();
     let mut rows = Vec::with_capacity(load.rows as usize);
     let started = Instant::now();

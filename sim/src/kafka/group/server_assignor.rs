@@ -68,8 +68,10 @@ fn uniform(
     previous: &Target,
 ) -> Target {
     let eligible = |member: &str, tp: &TopicPartition| {
-        members[member].contains(&tp.topic)
-            && counts.get(&tp.topic).is_some_and(|&n| tp.partition < n)
+        members[member].iter().any(|t| *t == tp.topic)
+            && counts
+                .get(tp.topic.as_str())
+                .is_some_and(|&n| tp.partition < n)
     };
     let all: BTreeSet<TopicPartition> = (counts.iter())
         .filter(|(t, _)| members.values().any(|topics| topics.contains(t)))
