@@ -150,7 +150,9 @@ pub enum Case {
     Zero,
     /// Connector: an older batch while the stored record is AFTER.
     Previous,
-    /// Seed: starts after `pmax + 1` (offsets are not dense: a gap can be legitimate).
+    /// Seed: starts after `pmax + 1`. Offsets are not dense (transaction markers, aborted
+    /// records skipped under read_committed, compaction), so a gap is legitimate and the
+    /// seed's table loses there (`p1-transactional-upstream-seed-token-fencing-offset-gap-loses`).
     Gap,
     /// Seed: starts below the stored min.
     BelowMin,

@@ -44,6 +44,11 @@ impl<C: ClickHouse + KeeperMap> ClickHouseSinkTask<C> {
             return Err(Stop::Fenced);
         }
         let stored = seen.record;
+        if stored.is_some_and(|s| batch.min > s.range.max + 1) {
+            // Offsets are not dense: transaction markers, aborted records skipped under
+            // read_committed, compaction (apache/druid#5404).
+            mark!("clickhouse-sink:batch-after-offset-gap");
+        }
         let variant = self.config.variant;
         let plan = match plan::decide(variant, stored, batch) {
             Ok(plan) => plan,
