@@ -247,6 +247,9 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                     .transaction_state_log_num_partitions,
                 runtime,
                 extra_properties: broker_properties(&scenario.cluster),
+                // A lossy file system under each broker only when the scenario crashes a
+                // broker's machine: FUSE costs every log write a round trip.
+                lazyfs_exe: needs::machine_crash_of_brokers(scenario).then(|| options.exe.clone()),
                 ..KafkaOptions::brokers(scenario.cluster.brokers)
             };
             let (kafka, dir) = start_in("kafka", |dir| {
