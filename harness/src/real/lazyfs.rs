@@ -646,7 +646,13 @@ impl Filesystem for LazyFs {
             .collect();
         for (old, ino) in moved {
             st.by_path.remove(&old);
-            let new = to.join(old.strip_prefix(&from).expect("filtered"));
+            let rest = old.strip_prefix(&from).expect("filtered");
+            // `to.join("")` would end in a slash: the renamed node itself is `to`.
+            let new = if rest.as_os_str().is_empty() {
+                to.clone()
+            } else {
+                to.join(rest)
+            };
             st.forget_path(&new);
             st.by_path.insert(new.clone(), ino);
             if let Some(node) = st.nodes.get_mut(&ino) {
@@ -1304,8 +1310,19 @@ mod tests {
         kept.write_all(b"synced").unwrap();
         kept.sync_all().unwrap();
         drop(kept);
+        // A checkpoint's pattern (Kafka's quorum-state, its offset checkpoints): a synced
+        // temporary file renamed over the old one, twice.
+        for text in [&b"first"[..], b"second"] {
+            let mut tmp = File::create(m.join("state.tmp")).unwrap();
+            tmp.write_all(text).unwrap();
+            tmp.sync_all().unwrap();
+            drop(tmp);
+            std::fs::rename(m.join("state.tmp"), m.join("state")).unwrap();
+            assert_eq!(std::fs::read(m.join("state")).unwrap(), text);
+        }
         let dropped = clear();
         assert_eq!((dropped.files, dropped.bytes), (2, 19));
+        assert_eq!(std::fs::read(m.join("state")).unwrap(), b"second");
         assert_eq!(std::fs::read(m.join("lost")).unwrap(), b"");
         assert_eq!(std::fs::read(m.join("old")).unwrap(), b"durable");
         assert_eq!(std::fs::read(m.join("kept")).unwrap(), b"synced");

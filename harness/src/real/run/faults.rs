@@ -27,12 +27,13 @@
 //! mode=process-kill`, `restart target=[consumer-0]`; and each time a fault acted, an
 //! `effect` op as the simulation's ([`eosim_sim::effects::kind`]): a kill of a running
 //! process, a pause, a fault point's crash, the packets a cut link dropped (recorded at the
-//! heal, per link, from the drop rules' counters; a link nothing crossed has none). Network
-//! faults need root, `nft` and cgroup v2 ([`Network::open`]); machine crashes need root and
-//! `/dev/fuse` (the brokers' data directories are mounted as lossy file systems only when
-//! the scenario crashes a broker's machine, [`super::needs`]); where one is missing every
-//! `partition` and `clog` is noted as not injected with what is missing, never run
-//! silently without its cuts. A fault that is not injected has no effect, so
+//! heal, per link, from the drop rules' counters; a link nothing crossed has none), the
+//! unsynced bytes a machine crash dropped. Network faults need root, `nft` and cgroup v2
+//! ([`Network::open`]); where one is missing every `partition` and `clog` is noted as not
+//! injected with what is missing, never run silently without its cuts. Machine crashes need
+//! root and `/dev/fuse` (the brokers' data directories are lossy file systems only when the
+//! scenario crashes a broker's machine, [`super::needs`]); without them each is noted as not
+//! injected with the reason, never downgraded to a process kill. A fault that is not injected has no effect, so
 //! the report counts it as scheduled and never acted, and a `holds` under it is *not
 //! exercised* (exit 5), never a plain pass.
 
