@@ -744,6 +744,18 @@ impl Kafka {
         self.wait_registered(&[node_id], self.options.start_timeout_ms)
     }
 
+    /// Starts killed or stopped nodes again, all of them before waiting until every one is
+    /// registered (a KRaft quorum of combined nodes needs a majority of them up at once).
+    ///
+    /// # Errors
+    /// As [`Kafka::restart`].
+    pub fn restart_all(&mut self, node_ids: &[i32]) -> Result<(), ProvisionError> {
+        for &id in node_ids {
+            self.node_mut(id)?.process.restart()?;
+        }
+        self.wait_registered(node_ids, self.options.start_timeout_ms)
+    }
+
     /// SIGSTOP to node `node_id`.
     ///
     /// # Errors

@@ -181,7 +181,7 @@ impl Run<'_> {
                 ..
             } => self.machine_crash(fault, &targets, kind::KILL),
             Fault::Kill { .. } => targets.iter().for_each(|n| self.kill(n, kind::KILL)),
-            Fault::Restart { .. } => targets.iter().for_each(|n| self.restart(n)),
+            Fault::Restart { .. } => self.restart_all(&targets),
             Fault::Pause { .. } => targets.iter().for_each(|n| self.pause(n, true)),
             Fault::Resume { .. } => targets.iter().for_each(|n| self.pause(n, false)),
             Fault::KillLeader {
@@ -781,6 +781,38 @@ impl Run<'_> {
         self.record_fault("restart", format!("target=[{name}]"));
     }
 
+    /// Restarts `names`: the brokers among them together (each started, then all awaited:
+    /// three combined KRaft nodes all down need two of them up to elect a controller, so
+    /// one restarted alone would never register), then the others one by one.
+    fn restart_all(&mut self, names: &[String]) {
+        let brokers: Vec<i32> = names.iter().filter_map(|n| Self::broker_id(n)).collect();
+        if brokers.len() > 1 {
+            self.restart_brokers(&brokers);
+        }
+        for name in names {
+            if brokers.len() <= 1 || Self::broker_id(name).is_none() {
+                self.restart(name);
+            }
+        }
+    }
+
+    fn restart_brokers(&mut self, ids: &[i32]) {
+        let Some((kafka, down, _)) = self.kafka() else {
+            return self.note_external("the brokers");
+        };
+        let ids: Vec<i32> = ids.iter().copied().filter(|b| down.remove(b)).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let names: Vec<String> = ids.iter().map(|b| format!("broker-{b}")).collect();
+        if let Err(e) = kafka.restart_all(&ids) {
+            return self.fail(format!("restart [{}]: {e}", names.join(",")));
+        }
+        for name in names {
+            self.record_fault("restart", format!("target=[{name}]"));
+        }
+    }
+
     fn pause(&mut self, name: &str, pause: bool) {
         let changed = if let Some((service, state)) = self.service(name) {
             let changed = !state.down && state.paused != pause;
@@ -1013,7 +1045,7 @@ impl Run<'_> {
         }
         for name in &names {
             self.pause(name, false);
-            self.restart(name);
         }
+        self.restart_all(&names);
     }
 }
