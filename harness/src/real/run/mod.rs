@@ -338,6 +338,26 @@ fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
             lines.push((name.to_string(), value.to_string()));
         }
     }
+    // The log flush (fsync) settings, whose defaults are Long.MAX_VALUE (never): what a
+    // machine crash of brokers keeps (`crate::real::lazyfs`).
+    let flush = [
+        (
+            "log.flush.interval.messages",
+            cluster.log_flush_interval_messages,
+        ),
+        (
+            "log.flush.scheduler.interval.ms",
+            cluster.log_flush_scheduler_interval_ms,
+        ),
+    ];
+    for (name, value) in flush {
+        if value != i64::MAX as u64 {
+            lines.push((name.to_string(), value.to_string()));
+        }
+    }
+    if let Some(ms) = cluster.log_flush_interval_ms {
+        lines.push(("log.flush.interval.ms".to_string(), ms.to_string()));
+    }
     let settings = [
         (
             "session.timeout.ms",
