@@ -90,6 +90,11 @@ pub enum Command {
     /// One process of a real run (started by `eosim run`, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// The lossy file system of a real run's machine crashes (started by `eosim run`, not
+    /// by hand): mounts `--backing` at `--mount`, unsynced writes held in memory, and
+    /// serves `clear-cache`, `stats`, `unmount` on the Unix socket `--control`.
+    #[command(hide = true)]
+    Lazyfs(LazyfsArgs),
     /// Build the images of `eosim run --backend testcontainers` from Debian's packages
     /// (debootstrap, docker import, docker build; root and a Docker daemon needed).
     Images(ImagesArgs),
@@ -169,6 +174,20 @@ pub struct RunArgs {
     /// a seed's: the same seed gives the same schedule again (the history, of course, not).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// `eosim lazyfs` arguments (hidden: the real runner passes them).
+#[derive(Debug, Args)]
+pub struct LazyfsArgs {
+    /// The directory whose content the file system shows and syncs to.
+    #[arg(long, value_name = "DIR")]
+    pub backing: PathBuf,
+    /// Where to mount it (an empty directory).
+    #[arg(long, value_name = "DIR")]
+    pub mount: PathBuf,
+    /// The control socket to create.
+    #[arg(long, value_name = "PATH")]
+    pub control: PathBuf,
 }
 
 /// `eosim worker` arguments (hidden: the real runner passes them).
@@ -379,6 +398,7 @@ fn dispatch(cli: Cli) -> ExitClass {
     match cli.command {
         Command::Run(args) => real::run(&args),
         Command::Worker(args) => real::worker(&args),
+        Command::Lazyfs(args) => real::lazyfs(&args),
         Command::Images(args) => real::images(&args),
         Command::Report(report) => report.run(),
         _ => {

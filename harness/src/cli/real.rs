@@ -3,7 +3,7 @@
 
 use super::judge::{exit_class, expected_verdict};
 use super::rundir::run_scenarios;
-use super::{config_error, ExitClass, ImagesArgs, RunArgs, WorkerArgs};
+use super::{config_error, ExitClass, ImagesArgs, LazyfsArgs, RunArgs, WorkerArgs};
 use crate::real::backend::Backend;
 use crate::real::run::result::scenario_result;
 use crate::real::run::worker::run_worker;
@@ -174,6 +174,18 @@ pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
         Ok(()) => ExitClass::Expected,
         Err(e) => {
             eprintln!("eosim worker: {e}");
+            ExitClass::Crash
+        }
+    }
+}
+
+/// `eosim lazyfs`: the lossy file system until its `unmount` command
+/// ([`crate::real::lazyfs`]).
+pub(super) fn lazyfs(args: &LazyfsArgs) -> ExitClass {
+    match crate::real::lazyfs::serve(&args.backing, &args.mount, &args.control) {
+        Ok(()) => ExitClass::Expected,
+        Err(e) => {
+            eprintln!("eosim lazyfs: {e}");
             ExitClass::Crash
         }
     }

@@ -27,10 +27,12 @@ pub(super) fn dispatch(cli: Cli) -> ExitClass {
         Command::Determinism(args) => determinism(&args),
         Command::Soak(args) => soak(&args),
         Command::Report(report) => report.run(),
-        Command::Run(_) | Command::Worker(_) | Command::Images(_) => config_error(
-            "this binary was built with --cfg madsim, which cannot talk to real services; \
+        Command::Run(_) | Command::Worker(_) | Command::Lazyfs(_) | Command::Images(_) => {
+            config_error(
+                "this binary was built with --cfg madsim, which cannot talk to real services; \
              build it without (`cargo run -p eosim -- run --backend native`)",
-        ),
+            )
+        }
     }
 }
 

@@ -9,6 +9,8 @@
 //!   health check, `kill`/`restart`, `pause`/`resume`.
 //! - [`net`]: network faults (partitions, clogs) between the run's processes, as
 //!   nftables rules over one cgroup v2 per process.
+//! - [`lazyfs`]: a FUSE file system that loses unsynced writes (machine crashes of
+//!   brokers), after Jepsen's lazyfs.
 //! - [`process`]: process groups, logs, signals and the teardown on Ctrl-C.
 //! - [`scratch`]: the services' scratch directories, removed on every exit path.
 //! - [`bulk`]: rows/s through a sink beside a bulk load of the same rows, as a ratio.
@@ -31,6 +33,7 @@ pub mod backend;
 pub mod bulk;
 pub mod container;
 pub mod launch;
+pub mod lazyfs;
 pub mod net;
 pub mod process;
 pub mod provision;

@@ -7,7 +7,8 @@
 //! calls [`remove_own`]; a SIGKILLed eosim leaves its directories behind, and the next real
 //! run removes them with [`sweep_leftovers`] (every directory whose `<pid>` is no longer a
 //! live process). A service that does not come up keeps its directory
-//! ([`start_in`]), so the log its error names still exists.
+//! ([`start_in`]), so the log its error names still exists. Mounts left under a directory
+//! (a killed `eosim lazyfs`'s) are detached before it is removed.
 
 use std::path::{Path, PathBuf};
 use tempfile::TempDir;
@@ -63,7 +64,13 @@ fn sweep(root: &Path, alive: impl Fn(u32) -> bool) -> Vec<PathBuf> {
         let Some(pid) = name.to_str().and_then(owner) else {
             continue;
         };
-        if !alive(pid) && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if alive(pid) {
+            continue;
+        }
+        // A lazyfs whose process was killed leaves its mount behind (a machine crash's
+        // file system, `super::lazyfs`): detached first, or the removal stops at it.
+        super::lazyfs::detach_all_under(&entry.path());
+        if std::fs::remove_dir_all(entry.path()).is_ok() {
             removed.push(entry.path());
         }
     }

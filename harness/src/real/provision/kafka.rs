@@ -5,6 +5,7 @@ use super::{create_dir, java, render, require_program, setup_step, write_file, I
 pub use crate::real::container::images::kafka_lib_dir;
 use crate::real::container::images::KAFKA_LIBS;
 use crate::real::container::{ContainerSpec, Runtime, ServiceImage};
+use crate::real::lazyfs::{LazyFsMount, Unsynced};
 use crate::real::process::{free_ports, Launch, ServiceProcess};
 use crate::real::ProvisionError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -45,6 +46,10 @@ pub struct KafkaOptions {
     /// advertises (a message-fault proxy's in front of it, `real::net::proxy`); empty: free
     /// ports, each advertised as bound.
     pub fronts: Vec<(u16, u16)>,
+    /// The eosim binary to run `eosim lazyfs` from: each broker's data directory is then
+    /// a lossy file system ([`crate::real::lazyfs`]) whose unsynced writes
+    /// [`Kafka::machine_crash`] drops; `None`, the plain directory (no machine crashes).
+    pub lazyfs_exe: Option<PathBuf>,
 }
 
 impl KafkaOptions {
@@ -59,6 +64,7 @@ impl KafkaOptions {
             extra_properties: Vec::new(),
             runtime: Runtime::Native,
             fronts: Vec::new(),
+            lazyfs_exe: None,
         }
     }
 }
@@ -71,7 +77,10 @@ struct Node {
     port: u16,
     /// The advertised port (the clients').
     advertised_port: u16,
+    /// Declared after `process`, so dropped after it: the JVM dies before its file system.
     process: ServiceProcess,
+    /// The lossy file system over its data directory, if [`KafkaOptions::lazyfs_exe`].
+    lazyfs: Option<LazyFsMount>,
 }
 
 /// A running Kafka cluster; dropping it kills every node.
@@ -85,6 +94,8 @@ pub struct Kafka {
     _controller: Option<Node>,
     options: KafkaOptions,
     cluster_id: String,
+    /// Whether the brokers' data directories are lossy file systems, or why not.
+    lossy: Result<(), String>,
 }
 
 fn check_jars(lib: &Path) -> Result<(), ProvisionError> {
@@ -411,15 +422,33 @@ impl Kafka {
         let cluster_id = random_cluster_id();
         let every: Vec<&NodeLayout> = layouts.iter().chain(controller.as_ref()).collect();
         format_storage(&every, &jvm, &log4j, &cluster_id)?;
+        let (mut mounts, lossy) = match (&options.lazyfs_exe, options.runtime) {
+            (None, _) => (Vec::new(), Err(NOT_LOSSY.to_string())),
+            (Some(_), Runtime::Containers) => (
+                Vec::new(),
+                Err("the lossy file system (lazyfs) runs with --backend native only".into()),
+            ),
+            (Some(exe), Runtime::Native) => match mount_lossy(exe, &layouts) {
+                Ok(m) => (m, Ok(())),
+                Err(why) => (Vec::new(), Err(why)),
+            },
+        };
+        mounts.resize_with(layouts.len(), || None);
+        let mounts = std::sync::Mutex::new(mounts);
         let start = |node: &NodeLayout| -> Result<Node, ProvisionError> {
             let mut args = java_command(&jvm.lib, &log4j, options.heap_mb, "kafka.Kafka");
             args.push(node.properties.display().to_string());
             let process = ServiceProcess::spawn(jvm.launch(node, args, "kafka.log"))?;
+            let lazyfs = layouts
+                .iter()
+                .position(|l| l.node_id == node.node_id)
+                .and_then(|i| mounts.lock().expect("mounts lock")[i].take());
             Ok(Node {
                 node_id: node.node_id,
                 port: node.port,
                 advertised_port: node.advertised_port,
                 process,
+                lazyfs,
             })
         };
         let controller = controller.as_ref().map(start).transpose()?;
@@ -429,11 +458,56 @@ impl Kafka {
             _controller: controller,
             options,
             cluster_id,
+            lossy,
         };
         let all: Vec<i32> = kafka.nodes.iter().map(|n| n.node_id).collect();
         kafka.wait_registered(&all, kafka.options.start_timeout_ms)?;
         Ok(kafka)
     }
+}
+
+/// Why [`Kafka::machine_crash`] is refused without [`KafkaOptions::lazyfs_exe`].
+const NOT_LOSSY: &str = "the brokers' data directories are not on the lossy file system (lazyfs)";
+
+/// Mounts a lossy file system over each broker's data directory: the formatted
+/// `data` becomes `data.disk`, the backing directory ("the disk"), and `data` the mount.
+/// On any failure every mount made is undone and the directories put back; the error
+/// says why (no /dev/fuse, not root, the process's log).
+fn mount_lossy(exe: &Path, layouts: &[NodeLayout]) -> Result<Vec<Option<LazyFsMount>>, String> {
+    crate::real::lazyfs::available()?;
+    let mut mounts: Vec<Option<LazyFsMount>> = Vec::new();
+    let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut mount_one = |node: &NodeLayout| -> Result<LazyFsMount, String> {
+        let (data, disk) = (node.dir.join("data"), node.dir.join("data.disk"));
+        let io = |what: &str, p: &Path, e: std::io::Error| {
+            format!("lazyfs: {what} {}: {e}", p.display())
+        };
+        std::fs::rename(&data, &disk).map_err(|e| io("moving the formatted", &data, e))?;
+        moved.push((data.clone(), disk.clone()));
+        std::fs::create_dir(&data).map_err(|e| io("creating the mount point", &data, e))?;
+        LazyFsMount::start(
+            exe,
+            &format!("lazyfs-{}", node.node_id),
+            &disk,
+            &data,
+            &node.dir.join("lazyfs.sock"),
+            &node.dir.join("lazyfs.log"),
+        )
+    };
+    for node in layouts {
+        match mount_one(node) {
+            Ok(m) => mounts.push(Some(m)),
+            Err(why) => {
+                drop(mounts);
+                for (data, disk) in moved {
+                    let _ = std::fs::remove_dir(&data);
+                    let _ = std::fs::rename(&disk, &data);
+                }
+                return Err(why);
+            }
+        }
+    }
+    Ok(mounts)
 }
 
 /// A metadata fetch through `bootstrap` alone, so it succeeds only when that broker answers.
@@ -617,6 +691,50 @@ impl Kafka {
         Ok(())
     }
 
+    /// Whether [`Kafka::machine_crash`] can act (the brokers' data directories are lossy
+    /// file systems), or why not.
+    ///
+    /// # Errors
+    /// Why not: no [`KafkaOptions::lazyfs_exe`], containers, no /dev/fuse, not root.
+    pub fn lossy_page_cache(&self) -> Result<(), String> {
+        self.lossy.clone()
+    }
+
+    /// A machine crash of `node_ids` at once (a power loss): SIGKILL to each, then each
+    /// one's lossy file system drops what the broker had not fsynced; what each dropped,
+    /// in `node_ids` order.
+    ///
+    /// # Errors
+    /// [`ProvisionError::Invalid`] for an unknown node, one without a lossy file system
+    /// ([`Kafka::lossy_page_cache`]), or a `clear-cache` that failed.
+    pub fn machine_crash(&mut self, node_ids: &[i32]) -> Result<Vec<Unsynced>, ProvisionError> {
+        let service = |id: i32| format!("kafka-{id}");
+        for &id in node_ids {
+            if self.node(id)?.lazyfs.is_none() {
+                let why = self.lossy.clone().err().unwrap_or_else(|| NOT_LOSSY.into());
+                return Err(ProvisionError::Invalid {
+                    service: service(id),
+                    reason: format!("no machine crash: {why}"),
+                });
+            }
+        }
+        for &id in node_ids {
+            self.node_mut(id)?.process.kill();
+        }
+        let mut dropped = Vec::with_capacity(node_ids.len());
+        for &id in node_ids {
+            let lazyfs = self.node(id)?.lazyfs.as_ref().expect("checked above");
+            let d = lazyfs
+                .clear_cache()
+                .map_err(|reason| ProvisionError::Invalid {
+                    service: service(id),
+                    reason,
+                })?;
+            dropped.push(d);
+        }
+        Ok(dropped)
+    }
+
     /// Starts a killed or stopped node again and waits until it is registered.
     ///
     /// # Errors
@@ -624,6 +742,18 @@ impl Kafka {
     pub fn restart(&mut self, node_id: i32) -> Result<(), ProvisionError> {
         self.node_mut(node_id)?.process.restart()?;
         self.wait_registered(&[node_id], self.options.start_timeout_ms)
+    }
+
+    /// Starts killed or stopped nodes again, all of them before waiting until every one is
+    /// registered (a KRaft quorum of combined nodes needs a majority of them up at once).
+    ///
+    /// # Errors
+    /// As [`Kafka::restart`].
+    pub fn restart_all(&mut self, node_ids: &[i32]) -> Result<(), ProvisionError> {
+        for &id in node_ids {
+            self.node_mut(id)?.process.restart()?;
+        }
+        self.wait_registered(node_ids, self.options.start_timeout_ms)
     }
 
     /// SIGSTOP to node `node_id`.

@@ -17,7 +17,8 @@
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
 //! | `messages` on `postgres` | the same through a proxy reading PostgreSQL's messages in front of its listener (no duplicates: noted) |
 //! | `messages` on ZooKeeper | not injected, noted |
-//! | `kill` or `kill-leader`, `mode = "machine-crash"` | not injected, noted (needs a lossy page cache) |
+//! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
+//! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
 //! | `add-partitions` | `Admin.createPartitions` through librdkafka; the drain and final read follow the cluster's partition count |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
@@ -26,10 +27,13 @@
 //! mode=process-kill`, `restart target=[consumer-0]`; and each time a fault acted, an
 //! `effect` op as the simulation's ([`eosim_sim::effects::kind`]): a kill of a running
 //! process, a pause, a fault point's crash, the packets a cut link dropped (recorded at the
-//! heal, per link, from the drop rules' counters; a link nothing crossed has none). Network
-//! faults need root, `nft` and cgroup v2 ([`Network::open`]); where one is missing every
-//! `partition` and `clog` is noted as not injected with what is missing, never run
-//! silently without its cuts. A fault that is not injected has no effect, so
+//! heal, per link, from the drop rules' counters; a link nothing crossed has none), the
+//! unsynced bytes a machine crash dropped. Network faults need root, `nft` and cgroup v2
+//! ([`Network::open`]); where one is missing every `partition` and `clog` is noted as not
+//! injected with what is missing, never run silently without its cuts. Machine crashes need
+//! root and `/dev/fuse` (the brokers' data directories are lossy file systems only when the
+//! scenario crashes a broker's machine, [`super::needs`]); without them each is noted as not
+//! injected with the reason, never downgraded to a process kill. A fault that is not injected has no effect, so
 //! the report counts it as scheduled and never acted, and a `holds` under it is *not
 //! exercised* (exit 5), never a plain pass.
 
@@ -175,22 +179,16 @@ impl Run<'_> {
             Fault::Kill {
                 mode: CrashMode::MachineCrash,
                 ..
-            }
-            | Fault::KillLeader {
-                mode: CrashMode::MachineCrash,
-                ..
-            } => self.unsupported(
-                fault,
-                "a machine crash (losing the unflushed page cache) needs a fault-injecting \
-                 file system",
-            ),
+            } => self.machine_crash(fault, &targets, kind::KILL),
             Fault::Kill { .. } => targets.iter().for_each(|n| self.kill(n, kind::KILL)),
-            Fault::Restart { .. } => targets.iter().for_each(|n| self.restart(n)),
+            Fault::Restart { .. } => self.restart_all(&targets),
             Fault::Pause { .. } => targets.iter().for_each(|n| self.pause(n, true)),
             Fault::Resume { .. } => targets.iter().for_each(|n| self.pause(n, false)),
             Fault::KillLeader {
-                topic, partition, ..
-            } => self.kill_leader(topic, *partition),
+                topic,
+                partition,
+                mode,
+            } => self.kill_leader(fault, topic, *partition, *mode),
             Fault::Partition {
                 source,
                 target,
@@ -676,6 +674,69 @@ impl Run<'_> {
         self.effect(kind, name, format!("{name} killed (SIGKILL)"));
     }
 
+    /// A machine crash (power loss) of `names` at once: brokers only, each SIGKILLed, then
+    /// its lossy file system's unsynced writes dropped ([`Kafka::machine_crash`]); recorded
+    /// as the simulation records it (`kill ... mode=machine-crash`), with an effect of
+    /// `kind` per broker naming what it lost. Other targets, and brokers without the lossy
+    /// file system, are noted as not injected with the reason; brokers already down are
+    /// left, as a kill of a dead process does nothing.
+    fn machine_crash(&mut self, fault: &Fault, names: &[String], kind: &'static str) {
+        let mut brokers = Vec::new();
+        for name in names {
+            match Self::broker_id(name) {
+                Some(b) => brokers.push(b),
+                None => self.unsupported(
+                    fault,
+                    &format!(
+                        "a machine crash of {name}: only the brokers' data directories are on \
+                         the lossy file system (lazyfs)"
+                    ),
+                ),
+            }
+        }
+        if brokers.is_empty() {
+            return;
+        }
+        let why = match self.kafka() {
+            None => return self.note_external("the crashed machines' brokers"),
+            Some((kafka, ..)) => kafka.lossy_page_cache().err(),
+        };
+        if let Some(why) = why {
+            let names: Vec<String> = brokers.iter().map(|b| format!("broker-{b}")).collect();
+            return self.unsupported(
+                fault,
+                &format!("a machine crash of [{}]: {why}", names.join(",")),
+            );
+        }
+        let Some((kafka, down, paused)) = self.kafka() else {
+            return;
+        };
+        brokers.retain(|b| down.insert(*b));
+        for b in &brokers {
+            paused.remove(b);
+        }
+        let dropped = match kafka.machine_crash(&brokers) {
+            Ok(d) => d,
+            Err(e) => return self.fail(format!("machine crash: {e}")),
+        };
+        for (b, d) in brokers.iter().zip(dropped) {
+            let name = format!("broker-{b}");
+            self.record_fault("kill", format!("target=[{name}] mode=machine-crash"));
+            let detail = format!(
+                "{name} killed (machine-crash); lost: {} unsynced bytes in {} file(s), {} \
+                 unsynced truncation(s) (lazyfs cache cleared)",
+                d.bytes, d.files, d.truncations
+            );
+            self.effect(kind, &name, detail);
+            let now_s = self.now_ns() as f64 / 1e9;
+            self.notes.push(format!(
+                "t={now_s:.3}s machine crash of {name}: SIGKILL, then {} unsynced bytes in {} \
+                 file(s) dropped by its lossy file system",
+                d.bytes, d.files
+            ));
+        }
+    }
+
     /// A fault the schedule asked for that could not be carried out (a restart that failed,
     /// a node that is not there): the run goes on, and ends as crashed with it, since what
     /// it then checks is not the run the scenario describes.
@@ -718,6 +779,38 @@ impl Run<'_> {
             return self.fail(format!("restart: no node named {name}"));
         }
         self.record_fault("restart", format!("target=[{name}]"));
+    }
+
+    /// Restarts `names`: the brokers among them together (each started, then all awaited:
+    /// three combined KRaft nodes all down need two of them up to elect a controller, so
+    /// one restarted alone would never register), then the others one by one.
+    fn restart_all(&mut self, names: &[String]) {
+        let brokers: Vec<i32> = names.iter().filter_map(|n| Self::broker_id(n)).collect();
+        if brokers.len() > 1 {
+            self.restart_brokers(&brokers);
+        }
+        for name in names {
+            if brokers.len() <= 1 || Self::broker_id(name).is_none() {
+                self.restart(name);
+            }
+        }
+    }
+
+    fn restart_brokers(&mut self, ids: &[i32]) {
+        let Some((kafka, down, _)) = self.kafka() else {
+            return self.note_external("the brokers");
+        };
+        let ids: Vec<i32> = ids.iter().copied().filter(|b| down.remove(b)).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let names: Vec<String> = ids.iter().map(|b| format!("broker-{b}")).collect();
+        if let Err(e) = kafka.restart_all(&ids) {
+            return self.fail(format!("restart [{}]: {e}", names.join(",")));
+        }
+        for name in names {
+            self.record_fault("restart", format!("target=[{name}]"));
+        }
     }
 
     fn pause(&mut self, name: &str, pause: bool) {
@@ -764,12 +857,15 @@ impl Run<'_> {
         }
     }
 
-    fn kill_leader(&mut self, topic: &str, partition: u32) {
+    fn kill_leader(&mut self, fault: &Fault, topic: &str, partition: u32, mode: CrashMode) {
         let leader = match self.kafka() {
             Some((kafka, ..)) => kafka.partition_leader(topic, partition as i32),
             None => return self.note_external("the partition leader"),
         };
         match leader {
+            Ok(Some(b)) if mode == CrashMode::MachineCrash => {
+                self.machine_crash(fault, &[format!("broker-{b}")], kind::KILL_LEADER)
+            }
             Ok(Some(b)) => self.kill(&format!("broker-{b}"), kind::KILL_LEADER),
             Ok(None) => {
                 self.record_fault("kill-leader", format!("{topic}-{partition} has no leader"))
@@ -949,7 +1045,7 @@ impl Run<'_> {
         }
         for name in &names {
             self.pause(name, false);
-            self.restart(name);
         }
+        self.restart_all(&names);
     }
 }

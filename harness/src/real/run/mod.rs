@@ -247,6 +247,9 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
                     .transaction_state_log_num_partitions,
                 runtime,
                 extra_properties: broker_properties(&scenario.cluster),
+                // A lossy file system under each broker only when the scenario crashes a
+                // broker's machine: FUSE costs every log write a round trip.
+                lazyfs_exe: needs::machine_crash_of_brokers(scenario).then(|| options.exe.clone()),
                 ..KafkaOptions::brokers(scenario.cluster.brokers)
             };
             let (kafka, dir) = start_in("kafka", |dir| {
@@ -334,6 +337,26 @@ fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
         if value != kafka_default {
             lines.push((name.to_string(), value.to_string()));
         }
+    }
+    // The log flush (fsync) settings, whose defaults are Long.MAX_VALUE (never): what a
+    // machine crash of brokers keeps (`crate::real::lazyfs`).
+    let flush = [
+        (
+            "log.flush.interval.messages",
+            cluster.log_flush_interval_messages,
+        ),
+        (
+            "log.flush.scheduler.interval.ms",
+            cluster.log_flush_scheduler_interval_ms,
+        ),
+    ];
+    for (name, value) in flush {
+        if value != i64::MAX as u64 {
+            lines.push((name.to_string(), value.to_string()));
+        }
+    }
+    if let Some(ms) = cluster.log_flush_interval_ms {
+        lines.push(("log.flush.interval.ms".to_string(), ms.to_string()));
     }
     let settings = [
         (

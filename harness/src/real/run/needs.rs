@@ -4,6 +4,7 @@
 //! injector ([`faults`](super::faults)); reads only the scenario.
 
 use crate::scenario::Scenario;
+use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::nemesis::{Fault, FaultKind};
 
 /// Whether `scenario` schedules a network fault the real runner injects (`partition`,
@@ -29,6 +30,24 @@ pub(crate) fn messages_on_brokers(scenario: &Scenario) -> bool {
         _ => false,
     });
     scheduled || swarms(scenario, FaultKind::Messages)
+}
+
+/// Whether the scenario crashes a broker's machine (`kill` with `mode = "machine-crash"`
+/// of brokers, any `kill-leader` with it, or its swarm's `machine-crash` kind): the run
+/// puts each broker's data directory on a lossy file system then ([`crate::real::lazyfs`]).
+pub(crate) fn machine_crash_of_brokers(scenario: &Scenario) -> bool {
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
+        Fault::Kill {
+            target,
+            mode: CrashMode::MachineCrash,
+        } => names_a_broker(target),
+        Fault::KillLeader {
+            mode: CrashMode::MachineCrash,
+            ..
+        } => true,
+        _ => false,
+    });
+    scheduled || swarms(scenario, FaultKind::MachineCrash)
 }
 
 /// Whether fault targets `names` take in a broker: `brokers`, `all` or a `broker-N`.
