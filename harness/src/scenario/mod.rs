@@ -380,7 +380,9 @@ fn default_true() -> bool {
     true
 }
 
-fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+/// Whether `value` is its type's default: serde's `skip_serializing_if` for keys a
+/// scenario file leaves out when they have their default.
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 

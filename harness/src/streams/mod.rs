@@ -64,6 +64,7 @@ pub mod restore;
 pub mod standby;
 
 use crate::scenario::consumer::IsolationLevel;
+use crate::scenario::is_default;
 use serde::{Deserialize, Serialize};
 
 /// The id and event time (ms) an input record of `streams-count` carries in its value
@@ -218,7 +219,7 @@ pub struct StreamsSpec {
     /// changelog, no standbys (`num_standby_replicas` above 0 is refused) and no record
     /// cache; `"stream-table-join"` reads `table_topic` as well, its store's changelog, and
     /// takes no standbys either.
-    #[serde(skip_serializing_if = "is_default_topology")]
+    #[serde(skip_serializing_if = "is_default")]
     pub topology: TopologyKind,
     /// `application.id`: the consumer group, the prefix of internal topics and of
     /// `transactional.id`s.
@@ -379,14 +380,6 @@ const DEFAULT_TABLE_TOPIC: &str = "table";
 const DEFAULT_TABLE_RECORDS: u64 = 100;
 /// `table_interval_ms`' default.
 const DEFAULT_TABLE_INTERVAL_MS: u64 = 100;
-
-fn is_default_topology(t: &TopologyKind) -> bool {
-    *t == TopologyKind::Count
-}
-
-fn is_default(g: &GroupBy) -> bool {
-    *g == GroupBy::InputKey
-}
 
 fn is_default_group_by_keys(n: &u32) -> bool {
     *n == DEFAULT_GROUP_BY_KEYS
