@@ -440,6 +440,29 @@ impl LazyFs {
         }
         out
     }
+
+    /// `unlink` and `rmdir`: `op` removes the entry from the backing directory at once
+    /// (metadata is never held), then the node is forgotten.
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEmpty,
+        op: fn(PathBuf) -> std::io::Result<()>,
+    ) {
+        let mut st = self.lock();
+        let path = match self.child(&st, parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match op(self.full(&path)) {
+            Ok(()) => {
+                st.forget_path(&path);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
 }
 
 impl Filesystem for LazyFs {
@@ -583,33 +606,11 @@ impl Filesystem for LazyFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut st = self.lock();
-        let path = match self.child(&st, parent, name) {
-            Ok(p) => p,
-            Err(e) => return reply.error(e),
-        };
-        match std::fs::remove_file(self.full(&path)) {
-            Ok(()) => {
-                st.forget_path(&path);
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.remove(parent, name, reply, std::fs::remove_file);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut st = self.lock();
-        let path = match self.child(&st, parent, name) {
-            Ok(p) => p,
-            Err(e) => return reply.error(e),
-        };
-        match std::fs::remove_dir(self.full(&path)) {
-            Ok(()) => {
-                st.forget_path(&path);
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.remove(parent, name, reply, std::fs::remove_dir);
     }
 
     fn rename(
