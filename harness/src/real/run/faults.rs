@@ -33,9 +33,9 @@
 //! injected with what is missing, never run silently without its cuts. Machine crashes need
 //! root and `/dev/fuse` (the brokers' data directories are lossy file systems only when the
 //! scenario crashes a broker's machine, [`super::needs`]); without them each is noted as not
-//! injected with the reason, never downgraded to a process kill. A fault that is not injected has no effect, so
-//! the report counts it as scheduled and never acted, and a `holds` under it is *not
-//! exercised* (exit 5), never a plain pass.
+//! injected with the reason, never downgraded to a process kill. A fault that is not
+//! injected has no effect, so the report counts it as scheduled and never acted, and a
+//! `holds` under it is *not exercised* (exit 5), never a plain pass.
 
 use super::cluster;
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
@@ -881,8 +881,8 @@ impl Run<'_> {
     /// `group`'s committed offset) is found first, and the records below it read
     /// (read_uncommitted, from the log start) before `Admin.deleteRecords` removes them;
     /// then the fault with the old and new log start, the deleted records as
-    /// `records-deleted` (kafka-consume's ids: the value), and a `delete-records` effect on the partition when any went. A refusal is
-    /// the fault's detail and acts on nothing.
+    /// `records-deleted` (kafka-consume's ids: the value), and a `delete-records` effect on
+    /// the partition when any went. A refusal is the fault's detail and acts on nothing.
     fn delete_records(
         &mut self,
         topic: &str,
