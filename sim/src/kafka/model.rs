@@ -554,7 +554,7 @@ impl Cluster {
         self.pending_fetches
             .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
-        let acting = self.reload_moved_coordinators();
+        let acting = self.reload_moved_coordinators(now);
         let count = acting.len() as u32;
         self.txns.tick(now, &|tid| {
             acting[coordinator_partition_for(tid, count) as usize]
