@@ -129,6 +129,10 @@ async fn simulate(
     let brokers = scenario.cluster.brokers;
     let kafka = KafkaWorld::new(Cluster::new(brokers, scenario.cluster.to_config()));
     let mut world = World::new(kafka, brokers);
+    // Every pipeline records a produce's invoke and completion per record, and a few more
+    // ops per batch, transaction or fault (capped: a soak's history grows as it goes).
+    let records = usize::try_from(scenario.workload.records).map_or(1 << 20, |r| r.min(1 << 20));
+    world.recorder.reserve(2 * records + 1024);
     let recorder = world.recorder.clone();
     eosim_sim::effects::set_sink(move |effect| {
         let value = Value::Effect {

@@ -518,9 +518,12 @@ impl Cluster {
     /// heartbeats, fencing and elections; brokers learning the controller's decisions;
     /// follower fetches with truncation; ISR shrink and expand; leader HW; group timers.
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
-        self.follow_metadata(env);
-        self.controller_tick(now, env);
-        let mut reach = self.reach(now, env);
+        // Asked once per broker and tick, in broker order, before anything acts on it (nothing
+        // in a tick starts or stops a broker, so the answers hold for the whole tick).
+        let linked = self.controller_links(env);
+        self.follow_metadata(&linked);
+        self.controller_tick(now, &linked);
+        let mut reach = self.reach(now, env, linked);
         // Compared in place, copied only when it changed (the model ticks every ms).
         let same = self
             .env_sample
@@ -554,7 +557,7 @@ impl Cluster {
         self.pending_fetches
             .retain(|_, p| now <= p.deadline_ms.saturating_add(retention_ms));
         self.groups.tick(now);
-        let acting = self.reload_moved_coordinators();
+        let acting = self.reload_moved_coordinators(now);
         let count = acting.len() as u32;
         self.txns.tick(now, &|tid| {
             acting[coordinator_partition_for(tid, count) as usize]
@@ -601,16 +604,21 @@ impl Cluster {
         }
     }
 
-    /// Samples the environment once for this tick.
-    fn reach(&self, now: TimeMs, env: &dyn Env) -> Reach {
+    /// Per broker: it runs (alive in the model and up in the environment) and reaches the
+    /// controller.
+    fn controller_links(&self, env: &dyn Env) -> Vec<bool> {
+        (1..=self.broker_count)
+            .map(|b| self.state(b).alive && env.broker_up(b) && env.controller_link_up(b))
+            .collect()
+    }
+
+    /// Samples the environment once for this tick; `controller` is this tick's
+    /// [`Cluster::controller_links`].
+    fn reach(&self, now: TimeMs, env: &dyn Env, controller: Vec<bool>) -> Reach {
         let ids = 1..=self.broker_count;
         let up: Vec<bool> = ids
             .clone()
             .map(|b| self.state(b).alive && env.broker_up(b))
-            .collect();
-        let controller = ids
-            .clone()
-            .map(|b| up[(b - 1) as usize] && env.controller_link_up(b))
             .collect();
         let links = ids
             .clone()
@@ -632,11 +640,11 @@ impl Cluster {
 
     /// Each broker that reaches the controller follows its metadata; one that lost it keeps
     /// the image it had (see `BrokerState::stale_metadata`).
-    fn follow_metadata(&mut self, env: &dyn Env) {
+    /// `linked` is this tick's [`Cluster::controller_links`].
+    fn follow_metadata(&mut self, linked: &[bool]) {
         for b in 1..=self.broker_count {
             let i = (b - 1) as usize;
-            let linked = self.brokers[i].alive && env.broker_up(b) && env.controller_link_up(b);
-            if linked {
+            if linked[i] {
                 self.brokers[i].stale_metadata = None;
             } else if self.brokers[i].stale_metadata.is_none() {
                 crate::mark!("kafka:broker-metadata-stale");
@@ -679,13 +687,13 @@ impl Cluster {
     }
 
     /// Heartbeats, registrations of restarted brokers, fencing after
-    /// `broker.session.timeout.ms` of silence, unfencing (`BrokerHeartbeatManager`).
-    fn controller_tick(&mut self, now: TimeMs, env: &dyn Env) {
+    /// `broker.session.timeout.ms` of silence, unfencing (`BrokerHeartbeatManager`);
+    /// `linked` is this tick's [`Cluster::controller_links`].
+    fn controller_tick(&mut self, now: TimeMs, linked: &[bool]) {
         for b in 1..=self.broker_count {
             let i = (b - 1) as usize;
             let st = &self.brokers[i];
-            let reachable = st.alive && env.broker_up(b) && env.controller_link_up(b);
-            if reachable {
+            if linked[i] {
                 if st.needs_registration {
                     // A new incarnation: the old one shut down uncleanly
                     // (`ReplicationControlManager.handleBrokerUncleanShutdown`).

@@ -172,6 +172,8 @@ struct QuietStreak {
     leader: usize,
     /// Time of the latest quiet tick: the followers' last fetch (and caught-up) time.
     last_tick_ms: TimeMs,
+    /// Time of the tick that began the streak.
+    since_ms: TimeMs,
 }
 
 impl Partition {
@@ -356,6 +358,7 @@ impl Partition {
                 version,
                 leader,
                 last_tick_ms: reach.now,
+                since_ms: reach.now,
             });
             return;
         }
@@ -410,6 +413,14 @@ impl Partition {
             self.reconcile_with_leader(fi, li);
             self.copy_from_leader(fi, li);
         }
+    }
+
+    /// Whether one quiet streak has lasted since a tick before `now`: then nothing about the
+    /// partition (leader, epochs, views, ISR, logs) nor whether its replicas run has changed
+    /// since that tick, as anything that would ends the streak ([`Partition::touch`], a new
+    /// [`Partition::version`] or environment sample).
+    pub fn quiet_since_before(&self, now: TimeMs) -> bool {
+        self.quiet.as_ref().is_some_and(|q| q.since_ms < now)
     }
 
     /// Ends a quiet streak: writes the followers' fetch times it kept lazily. Must precede

@@ -195,9 +195,14 @@ impl Cluster {
     /// Reloads every internal partition whose acting leader (or its epoch) changed since
     /// its state was last loaded or written (see the module docs). Returns, per
     /// `__transaction_state` partition, whether a broker acts as its coordinator.
-    pub(super) fn reload_moved_coordinators(&mut self) -> Vec<bool> {
+    ///
+    /// A partition quiet since an earlier tick is skipped: the reload of that tick already
+    /// saw its acting leader, which has not changed since (see
+    /// [`Partition::quiet_since_before`]).
+    pub(super) fn reload_moved_coordinators(&mut self, now: TimeMs) -> Vec<bool> {
         let mut moved: Vec<(TopicPartition, BrokerId, u32)> = Vec::new();
-        let mut acting_txn = Vec::new();
+        let mut acting_txn =
+            Vec::with_capacity(self.topics[TRANSACTION_STATE_TOPIC].partitions.len());
         let brokers = &self.brokers;
         let alive = |b: BrokerId| brokers[(b - 1) as usize].alive;
         for topic in [TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC] {
@@ -205,6 +210,13 @@ impl Cluster {
             let loaded = self.coordinator_log.loaded.entry(topic).or_default();
             loaded.resize(partitions.len(), None);
             for (i, p) in partitions.iter().enumerate() {
+                if p.quiet_since_before(now) {
+                    debug_assert_eq!(acting_leader(p, &alive), loaded[i], "a quiet partition");
+                    if topic == TRANSACTION_STATE_TOPIC {
+                        acting_txn.push(loaded[i].is_some());
+                    }
+                    continue;
+                }
                 let acting = acting_leader(p, &alive);
                 if topic == TRANSACTION_STATE_TOPIC {
                     acting_txn.push(acting.is_some());
