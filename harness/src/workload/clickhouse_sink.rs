@@ -287,21 +287,17 @@ impl Pipeline for ClickhouseSink {
             lag.push("producer not done".to_string());
         }
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> = cluster
-            .committed_offsets(&self.ctx.group())
-            .into_iter()
-            .collect();
         let now_ms = world.kafka.now_ms();
         let transactional = self
             .ctx
             .upstream
             .as_ref()
             .map(|_| self.ctx.spec.consumer_isolation());
-        lag.extend(upstream_txn::committed_lag(
+        lag.extend(upstream_txn::group_lag(
             &mut cluster,
             now_ms,
             self.ctx.scenario.topic.topic_partitions(),
-            &committed,
+            &self.ctx.group(),
             transactional,
         ));
         let name = &self.ctx.spec.name;

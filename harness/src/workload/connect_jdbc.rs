@@ -43,10 +43,9 @@ use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
 use bytes::Bytes;
-use eosim_sim::kafka::{Offset, TopicPartition};
+use eosim_sim::kafka::TopicPartition;
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
 use eosim_sim::postgres::{Database, DbConfig};
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -374,19 +373,17 @@ impl Pipeline for ConnectJdbc {
         }
         let group = self.ctx.connector.group_id();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> =
-            cluster.committed_offsets(&group).into_iter().collect();
         let now_ms = world.kafka.now_ms();
         let transactional = self
             .ctx
             .upstream
             .as_ref()
             .map(|_| self.ctx.connector.isolation_level);
-        lag.extend(upstream_txn::committed_lag(
+        lag.extend(upstream_txn::group_lag(
             &mut cluster,
             now_ms,
             self.ctx.scenario.topic.topic_partitions(),
-            &committed,
+            &group,
             transactional,
         ));
         if !lag.is_empty() {

@@ -46,8 +46,6 @@ use crate::sinks::doris::{parse_connector, DorisSinkConfig};
 use eosim_sim::doris::model::{Doris, DorisConfig};
 use eosim_sim::doris::service::{DorisWorld, FeRequest};
 use eosim_sim::doris::types::TableDef;
-use eosim_sim::kafka::{Offset, TopicPartition};
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -195,17 +193,13 @@ impl Pipeline for DorisSink {
         }
         let now_ms = world.kafka.now_ms();
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> = cluster
-            .committed_offsets(&self.ctx.connector.group_id())
-            .into_iter()
-            .collect();
         let isolation = self.ctx.upstream.as_ref();
         let isolation = isolation.map(|_| self.ctx.connector.isolation_level);
-        lag.extend(upstream_txn::committed_lag(
+        lag.extend(upstream_txn::group_lag(
             &mut cluster,
             now_ms,
             self.ctx.scenario.topic.topic_partitions(),
-            &committed,
+            &self.ctx.connector.group_id(),
             isolation,
         ));
         drop(cluster);

@@ -33,8 +33,7 @@ use crate::scenario::{Scenario, TopicSpec};
 use crate::sink_consumer::{self, SinkHost};
 use async_trait::async_trait;
 use eosim_sim::kafka::model::Cluster;
-use eosim_sim::kafka::{Offset, TopicPartition};
-use std::collections::BTreeMap;
+use eosim_sim::kafka::TopicPartition;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -269,17 +268,15 @@ impl Pipeline for KafkaConsume {
             lag.push("producers not done".to_string());
         }
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> =
-            cluster.committed_offsets(SINK_GROUP).into_iter().collect();
         let isolation = self.ctx.scenario.consumer.isolation_level.to_isolation();
         let now_ms = world.kafka.now_ms();
         let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
         let partitions = topic_partitions(&cluster, &self.ctx.scenario.topic.name);
-        lag.extend(upstream_txn::committed_lag(
+        lag.extend(upstream_txn::group_lag(
             &mut cluster,
             now_ms,
             partitions,
-            &committed,
+            SINK_GROUP,
             transactional,
         ));
         if lag.len() > usize::from(!self.ctx.producers_done()) {

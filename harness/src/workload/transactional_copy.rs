@@ -242,15 +242,13 @@ impl Pipeline for TransactionalCopy {
             lag.push("producers not done".to_string());
         }
         let mut cluster = world.kafka.cluster.lock().expect("cluster lock");
-        let committed: BTreeMap<TopicPartition, Offset> =
-            cluster.committed_offsets(COPY_GROUP).into_iter().collect();
         let isolation = self.ctx.scenario.copy.isolation_level.to_isolation();
         let transactional = self.ctx.upstream.as_ref().map(|_| isolation);
-        lag.extend(upstream_txn::committed_lag(
+        lag.extend(upstream_txn::group_lag(
             &mut cluster,
             world.kafka.now_ms(),
             self.ctx.scenario.topic.topic_partitions(),
-            &committed,
+            COPY_GROUP,
             transactional,
         ));
         let grace_ms = self.ctx.scenario.copy.transaction_timeout_ms + LSO_GRACE_EXTRA_MS;

@@ -148,6 +148,19 @@ pub fn lag_of(
     }
 }
 
+/// [`committed_lag`] of `group`, read from `cluster`'s committed offsets: what a drain
+/// asks of the group that consumes the upstream's partitions.
+pub fn group_lag(
+    cluster: &mut Cluster,
+    now_ms: u64,
+    partitions: impl IntoIterator<Item = TopicPartition>,
+    group: &str,
+    transactional: Option<Isolation>,
+) -> Vec<String> {
+    let committed = cluster.committed_offsets(group).into_iter().collect();
+    committed_lag(cluster, now_ms, partitions, &committed, transactional)
+}
+
 /// The drain's lag lines of a sink group whose committed offsets are `committed`, over
 /// `partitions`: behind a transactional upstream read with `transactional`'s isolation,
 /// [`lag_of`] each; otherwise each partition whose committed offset is below its high
