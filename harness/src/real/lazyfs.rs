@@ -180,8 +180,9 @@ impl Dirty {
     }
 }
 
-/// Reads into `buf` at `off` until it is full or the file ends (the rest stays zero).
-fn read_at_most(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+/// Reads into `buf` at `off` until it is full or the file ends (the rest stays as it
+/// was); returns how many bytes were read.
+fn read_at_most(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], off + done as u64) {
@@ -191,7 +192,7 @@ fn read_at_most(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(done)
 }
 
 /// One inode: its path under the backing directory, the backing file while it is open
@@ -753,21 +754,7 @@ impl Filesystem for LazyFs {
                 .and_then(|m| d.read(file, m.len(), offset, size)),
             None => {
                 let mut buf = vec![0u8; size as usize];
-                let mut done = 0;
-                loop {
-                    match file.read_at(&mut buf[done..], offset + done as u64) {
-                        Ok(0) => break Ok(()),
-                        Ok(n) => {
-                            done += n;
-                            if done == buf.len() {
-                                break Ok(());
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => break Err(e),
-                    }
-                }
-                .map(|()| {
+                read_at_most(file, &mut buf, offset).map(|done| {
                     buf.truncate(done);
                     buf
                 })
