@@ -740,8 +740,7 @@ impl Kafka {
     /// # Errors
     /// [`ProvisionError::StillRunning`], [`ProvisionError::NotReady`].
     pub fn restart(&mut self, node_id: i32) -> Result<(), ProvisionError> {
-        self.node_mut(node_id)?.process.restart()?;
-        self.wait_registered(&[node_id], self.options.start_timeout_ms)
+        self.restart_all(&[node_id])
     }
 
     /// Starts killed or stopped nodes again, all of them before waiting until every one is

@@ -757,16 +757,7 @@ impl Run<'_> {
                 return self.fail(format!("restart {name}: {e}"));
             }
         } else if let Some(b) = Self::broker_id(name) {
-            let Some((kafka, down, _)) = self.kafka() else {
-                return self.note_external(name);
-            };
-            if !down.remove(&b) {
-                return;
-            }
-            let result = kafka.restart(b);
-            if let Err(e) = result {
-                return self.fail(format!("restart {name}: {e}"));
-            }
+            return self.restart_brokers(&[b]);
         } else if let Some(i) = self.worker_index(name) {
             let w = &mut self.workers[i];
             if w.is_running() || !w.has_work() {
@@ -786,16 +777,16 @@ impl Run<'_> {
     /// one restarted alone would never register), then the others one by one.
     fn restart_all(&mut self, names: &[String]) {
         let brokers: Vec<i32> = names.iter().filter_map(|n| Self::broker_id(n)).collect();
-        if brokers.len() > 1 {
+        if !brokers.is_empty() {
             self.restart_brokers(&brokers);
         }
-        for name in names {
-            if brokers.len() <= 1 || Self::broker_id(name).is_none() {
-                self.restart(name);
-            }
+        for name in names.iter().filter(|n| Self::broker_id(n).is_none()) {
+            self.restart(name);
         }
     }
 
+    /// Restarts the brokers `ids` that are down ([`Kafka::restart_all`]) and records a
+    /// `restart` per broker; a failure fails the run.
     fn restart_brokers(&mut self, ids: &[i32]) {
         let Some((kafka, down, _)) = self.kafka() else {
             return self.note_external("the brokers");
