@@ -859,3 +859,65 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
         assert_short_and_clean(&result, 150.0);
     }
 }
+
+/// Clock jumps on real: the producer's wall clock (only) stepped back through libfaketime.
+/// Two days back is past `producer.id.expiration.ms` (1 day): the real broker forgets the
+/// producer at its next scan (every second here), so a batch whose response was lost and
+/// that the producer retries is appended again (`duplicate`, `sink-duplicate`). One hour
+/// back stays within it and the retries are deduplicated. The simulation gives both files
+/// the same verdicts. Both runs must show the jump from inside the producer (its
+/// `clock-jump` effect) and the lost responses (`messages.drop-response`). Needs Debian's
+/// libfaketime: without it the jumps are noted as not injected and the pair is not run.
+#[test]
+fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() {
+    if !real_enabled("a_producer_clock_stepped_back_past_the_expiration") {
+        return;
+    }
+    let probe = tempfile::tempdir().expect("temp dir");
+    if let Err(why) = eosim::real::clock::FakeClocks::open(probe.path()) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for (file, duplicated) in [
+        ("clock-jump-back-expires-producer-duplicates", true),
+        ("clock-jump-within-expiration", false),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+        let dir = service_dir("real-run-clock-jump");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        let expected = if duplicated {
+            Verdict::Violated
+        } else {
+            Verdict::Holds
+        };
+        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
+        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+        assert_eq!(
+            caught.iter().any(|a| *a == "duplicate"),
+            duplicated,
+            "{file}: {caught:?}"
+        );
+        let lines = fault_lines(&outcome.history);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("clock-jump target=[producer-0]")),
+            "{file}: {lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("clock-reset")),
+            "{file}: {lines:?}"
+        );
+        assert!(effects_of(&outcome.history, "clock-jump") >= 1, "{file}");
+        assert!(
+            effects_of(&outcome.history, "messages.drop-response") >= 1,
+            "{file}"
+        );
+        assert!(
+            result.not_exercised.is_empty(),
+            "{file}: {:?}",
+            result.not_exercised
+        );
+        assert_short_and_clean(&result, 120.0);
+    }
+}

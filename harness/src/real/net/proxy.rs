@@ -52,7 +52,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A `messages` fault's settings for one client: probabilities in `[0, 1]`, a delay bound
 /// in ms.
@@ -77,8 +77,8 @@ pub type Identify = Arc<dyn Fn(SocketAddr, SocketAddr) -> Option<String> + Send 
 /// A fault that acted on one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
-    /// When, ns since the Unix epoch.
-    pub unix_ns: u64,
+    /// When, on the run's clock ([`crate::real::clock::run_clock_ns`]).
+    pub at_ns: u64,
     /// The effect kind (`messages.drop-request`, ...).
     pub kind: &'static str,
     /// The client's node.
@@ -125,11 +125,9 @@ impl Shared {
     }
 
     fn record(&self, kind: &'static str, client: &str, detail: String) {
-        let unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let at_ns = crate::real::clock::run_clock_ns();
         let event = Event {
-            unix_ns,
+            at_ns,
             kind,
             client: client.to_string(),
             detail,

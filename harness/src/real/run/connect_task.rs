@@ -26,7 +26,7 @@
 //! checkers (the target's contents are read from the database after the drain).
 
 use super::plugins;
-use super::worker_spec::{unix_ns, Emit, WorkerSpec};
+use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::meter::StoreMeter;
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::Consumer;
@@ -40,6 +40,7 @@ use crate::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
 use crate::history::{OpKind, Value};
+use crate::real::clock::run_clock_ns;
 use async_trait::async_trait;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -131,7 +132,7 @@ impl SinkTask for Metered {
             // Connect's empty `put` of every iteration: nothing to meter.
             return self.inner.put(records, reporter).await;
         }
-        let start_ns = unix_ns().saturating_sub(self.epoch_ns);
+        let start_ns = run_clock_ns().saturating_sub(self.epoch_ns);
         let ids: Vec<(TopicPartition, Offset, u64)> = records
             .iter()
             .map(|r| (r.tp.clone(), r.offset, id_of(&r.headers)))
@@ -145,7 +146,7 @@ impl SinkTask for Metered {
         let state = self.meter.reading().since(before);
         let mark = PutMark {
             start_ns,
-            end_ns: unix_ns().saturating_sub(self.epoch_ns),
+            end_ns: run_clock_ns().saturating_sub(self.epoch_ns),
             ids: ids
                 .into_iter()
                 .filter(|(tp, o, _)| !counting.reported.contains(&(tp.clone(), *o)))

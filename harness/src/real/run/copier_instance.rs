@@ -112,7 +112,7 @@ mod tests {
         let host = |index| RealCopierHost {
             emit: Emit {
                 name: format!("consumer-{index}"),
-                epoch_ns: super::super::worker_spec::unix_ns(),
+                epoch_ns: crate::real::clock::run_clock_ns(),
             },
             bootstrap: String::new(),
             index,

@@ -19,6 +19,8 @@
 //! | `messages` on ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
 //! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
+//! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall clock (only) stepped by `delta_ms` through libfaketime ([`crate::real::clock`]): records it stamps (librdkafka's `CreateTime`) move, its timers do not; the process itself records the effect when it sees its clock moved |
+//! | `clock-jump` of a broker or a database | not injected, noted (they keep the true time, as in the simulation) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
 //! | `add-partitions` | `Admin.createPartitions` through librdkafka; the drain and final read follow the cluster's partition count |
 //! | `[sink.fault_point]` crash | worker-0 exits there ([`fault_point`]), restarted later |
@@ -211,11 +213,7 @@ impl Run<'_> {
                 };
                 self.messages(fault, source, target, settings)
             }
-            Fault::ClockJump { .. } => self.unsupported(
-                fault,
-                "a clock jump needs a per-process fake clock (libfaketime); stepping the \
-                 machine's clock would move every service's at once",
-            ),
+            Fault::ClockJump { target, delta_ms } => self.clock_jump(fault, target, *delta_ms),
             Fault::DeleteRecords {
                 topic,
                 partition,
@@ -488,14 +486,14 @@ impl Run<'_> {
             proxy.clear_faults();
             events.extend(proxy.take_events());
         }
-        events.sort_by_key(|e| e.unix_ns);
+        events.sort_by_key(|e| e.at_ns);
         let epoch_ns = self.env.epoch_ns;
         for e in events {
             let value = Value::Effect {
                 kind: e.kind.into(),
                 detail: e.detail,
             };
-            self.push(e.unix_ns.saturating_sub(epoch_ns), &e.client, value);
+            self.push(e.at_ns.saturating_sub(epoch_ns), &e.client, value);
         }
         was_set
     }
@@ -1012,6 +1010,55 @@ impl Run<'_> {
         }
     }
 
+    /// `clock-jump`: each target worker's fake wall clock stepped by `delta_ms` on top of
+    /// earlier jumps ([`crate::real::clock::FakeClocks::jump`]), recorded as the simulation
+    /// records it. The effect is not recorded here: the worker records it when it sees its
+    /// own clock moved ([`crate::real::clock::WallWatch`]), so a jump no process saw (a
+    /// producer that had sent everything) counts as never acted. Brokers and databases keep
+    /// the true time: a jump aimed at them is noted as not injected.
+    fn clock_jump(&mut self, fault: &Fault, target: &[String], delta_ms: i64) {
+        let clocks = match &self.clocks {
+            Some(Ok(clocks)) => clocks.clone(),
+            Some(Err(why)) => return self.unsupported(fault, &why.clone()),
+            None => {
+                return self.unsupported(fault, "the run's workers were not started on fake clocks")
+            }
+        };
+        for name in self.resolve(target) {
+            if !self.workers.iter().any(|w| w.name == name) {
+                let why = format!(
+                    "{name} keeps the true time: the real tier fakes the wall clocks of eosim's \
+                     worker processes only, as the simulation's brokers and databases keep \
+                     the true time"
+                );
+                self.unsupported(fault, &why);
+                continue;
+            }
+            match clocks.jump(&name, delta_ms) {
+                Ok(offset_ms) => self.record_fault(
+                    "clock-jump",
+                    format!("target=[{name}] delta_ms={delta_ms} (offset now {offset_ms:+} ms)"),
+                ),
+                Err(why) => self.unsupported(fault, &why),
+            }
+        }
+    }
+
+    /// Sets every worker's wall clock right again before the drain, as the simulation does
+    /// at its heal (`clock-reset`, NTP catching up).
+    fn reset_clocks(&mut self) {
+        let Some(Ok(clocks)) = &self.clocks else {
+            return;
+        };
+        match clocks.reset_all() {
+            Ok(off) if off.is_empty() => {}
+            Ok(off) => self.record_fault("clock-reset", format!("target=[{}]", off.join(", "))),
+            Err(e) => self
+                .notes
+                .push(format!("the clocks could not be set right: {e}")),
+        }
+    }
+
     fn note_external(&mut self, name: &str) {
         self.notes.push(format!(
             "a fault on {name} was not injected: the brokers are external (not ours to signal)"
@@ -1022,6 +1069,7 @@ impl Run<'_> {
     /// paused ones resumed.
     pub(super) fn heal(&mut self) {
         self.heal_network();
+        self.reset_clocks();
         // A process that ended by itself is not a killed one: classify it first.
         self.restart_exited();
         let mut names: Vec<String> = (1..=self.scenario.cluster.brokers)

@@ -16,9 +16,11 @@
 //!    ([`fault_point`]); `partition` and `clog` as nftables drops between the processes'
 //!    cgroups ([`crate::real::net`]); `messages` on `clickhouse` and on brokers through
 //!    proxies in front of their listeners ([`crate::real::net::proxy`]; each broker
-//!    advertises its proxy's port). Message faults on PostgreSQL and ZooKeeper, clock jumps
-//!    and machine crashes are not injected in this backend: each is named in the result's
-//!    notes.
+//!    advertises its proxy's port) and on `postgres`; machine crashes of brokers through a
+//!    lossy file system under their data ([`crate::real::lazyfs`]); clock jumps of workers
+//!    through libfaketime ([`crate::real::clock`]). Message faults on ZooKeeper, machine
+//!    crashes of anything but brokers and clock jumps of brokers or databases are not
+//!    injected: each is named in the result's notes (the table in [`faults`]).
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark; behind a transactional upstream, no transaction open on the input and
@@ -43,7 +45,8 @@
 //! A real run is one run of one seed (`eosim run --seed`, default 0): the seed draws the
 //! swarm's fault schedule as the simulation does ([`eosim_sim::nemesis::swarm`]), so the
 //! same seed injects the same faults at the same times again; the run itself is not
-//! reproducible, and its history carries wall-clock times since the run's start.
+//! reproducible, and its history carries times since the run's start on the machine's
+//! monotonic clock ([`crate::real::clock::run_clock_ns`]).
 
 pub mod blocking;
 pub mod bulk;
@@ -73,6 +76,7 @@ use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
 use crate::real::container::Runtime;
 
+use crate::real::clock::{run_clock_ns, wall_clock_ns};
 use crate::real::provision::{Kafka, KafkaOptions, BROKER_COUNT_MAX};
 use crate::real::scratch::start_in;
 use crate::scenario::{ClusterSpec, Scenario};
@@ -82,7 +86,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worker_spec::{unix_ns, Role, SinkBatch, SINK_GROUP};
+use worker_spec::{Role, SinkBatch, SINK_GROUP};
 use workers::{Worker, WorkerEnv};
 
 /// Bound on one read of a transactional input topic for the drain's lag, ms.
@@ -154,6 +158,9 @@ pub struct Run<'a> {
     /// The message-fault proxies in front of the brokers' listeners, by node name
     /// (`broker-1`), when the scenario has `messages` on brokers.
     broker_proxies: BTreeMap<String, crate::real::net::proxy::Proxy>,
+    /// The workers' fake wall clocks when the scenario jumps clocks
+    /// ([`needs::clock_jumps`]; `Err`: why they cannot be faked here).
+    clocks: Option<Result<crate::real::clock::FakeClocks, String>>,
     /// The network faults' rules and cgroups when the scenario has network faults
     /// ([`needs::needs_network`]; `Err`: why they cannot be injected here). Last, so that
     /// it drops after every process it placed.
@@ -273,13 +280,17 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     if scenario.workload.transactional_id.is_some() {
         upstream_instance::FileStore::of_run(&sink_dir).create_empty()?;
     }
+    let clocks = needs::clock_jumps(scenario)
+        .then(|| crate::real::clock::FakeClocks::open(&options.dir.join("clocks")));
     let env = WorkerEnv {
         exe: options.exe.clone(),
         scenario_path: path.to_path_buf(),
         bootstrap,
         sink_dir,
         log_dir,
-        epoch_ns: unix_ns(),
+        epoch_ns: run_clock_ns(),
+        wall_epoch_ns: wall_clock_ns(),
+        clocks: clocks.as_ref().and_then(|c| c.as_ref().ok().cloned()),
         connector_sets: target.connector_sets(),
         ops: Arc::new(Mutex::new(Vec::new())),
     };
@@ -297,6 +308,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         verbose: options.verbose,
         seed: options.seed,
         broker_proxies,
+        clocks,
         net,
     };
     if runtime == Runtime::Containers {
@@ -313,8 +325,9 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
 }
 
 /// The `[cluster]` broker settings a scenario changed, as `server.properties` lines:
-/// `replica.lag.time.max.ms` and `broker.session.timeout.ms` when they differ from Kafka's
-/// defaults (30000 and 9000; the template's own 6000 session stays otherwise, for short
+/// `replica.lag.time.max.ms`, `broker.session.timeout.ms`, `producer.id.expiration.ms` and
+/// `producer.id.expiration.check.interval.ms` when they differ from Kafka's defaults (30000,
+/// 9000, 86400000 and 600000; the template's own 6000 session stays otherwise, for short
 /// failovers), and KIP-848's group settings (`group_consumer_session_timeout_ms`,
 /// `group_consumer_heartbeat_interval_ms`) with the bounds Kafka checks them against
 /// (`GroupCoordinatorConfig`: `group.consumer.min.*` 45000 and 5000, `group.consumer.max.*`
@@ -331,6 +344,18 @@ fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
             "broker.session.timeout.ms",
             cluster.broker_session_timeout_ms,
             9_000,
+        ),
+        // KIP-854's producer-state expiry (`TransactionLogConfig`), which a producer
+        // whose wall clock was stepped back runs into.
+        (
+            "producer.id.expiration.ms",
+            cluster.producer_id_expiration_ms,
+            86_400_000,
+        ),
+        (
+            "producer.id.expiration.check.interval.ms",
+            cluster.producer_id_expiration_check_interval_ms,
+            600_000,
         ),
     ];
     for (name, value, kafka_default) in changed {
@@ -433,7 +458,7 @@ impl Run<'_> {
 
     /// ns since the run's epoch.
     fn now_ns(&self) -> u64 {
-        unix_ns().saturating_sub(self.env.epoch_ns)
+        run_clock_ns().saturating_sub(self.env.epoch_ns)
     }
 
     /// Records a nemesis op (kind `info`, as the simulation does) and prints it.

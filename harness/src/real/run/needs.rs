@@ -50,6 +50,17 @@ pub(crate) fn machine_crash_of_brokers(scenario: &Scenario) -> bool {
     scheduled || swarms(scenario, FaultKind::MachineCrash)
 }
 
+/// Whether the scenario jumps a clock (`clock-jump` in its schedule or its swarm's kinds):
+/// its workers then start on fake wall clocks ([`crate::real::clock::FakeClocks`]).
+pub(crate) fn clock_jumps(scenario: &Scenario) -> bool {
+    let scheduled = scenario
+        .faults
+        .schedule
+        .iter()
+        .any(|f| matches!(f.fault, Fault::ClockJump { .. }));
+    scheduled || swarms(scenario, FaultKind::ClockJump)
+}
+
 /// Whether fault targets `names` take in a broker: `brokers`, `all` or a `broker-N`.
 fn names_a_broker(names: &[String]) -> bool {
     names
@@ -121,6 +132,26 @@ mod tests {
             "[faults.swarm]\nkinds = [\"kill\", \"partition\"]\n"
         )));
         assert!(!needs_network(&scenario(
+            "[faults.swarm]\nkinds = [\"pause\"]\n"
+        )));
+    }
+
+    /// Workers start on fake wall clocks for a scheduled `clock-jump` or a swarm that may
+    /// draw one, and only then (libfaketime costs every clock read a file read).
+    #[test]
+    fn workers_get_fake_clocks_only_when_a_clock_may_jump() {
+        let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
+        assert!(!clock_jumps(&scenario("")));
+        assert!(!clock_jumps(&scenario(&at(
+            "fault = \"kill\"\ntarget = [\"producer-0\"]"
+        ))));
+        assert!(clock_jumps(&scenario(&at(
+            "fault = \"clock-jump\"\ntarget = [\"producer-0\"]\ndelta_ms = -1000"
+        ))));
+        assert!(clock_jumps(&scenario(
+            "[faults.swarm]\nkinds = [\"kill\", \"clock-jump\"]\n"
+        )));
+        assert!(!clock_jumps(&scenario(
             "[faults.swarm]\nkinds = [\"pause\"]\n"
         )));
     }

@@ -22,12 +22,13 @@
 //! them), `time_ns` since `--epoch-ns` (ns since the Unix epoch, shared by every process of
 //! the run). Diagnostics go to stderr, which the runner sends to the worker's log file.
 
-use super::worker_spec::{unix_ns, Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
+use super::worker_spec::{Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
 use crate::client::{ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
 use crate::history::{OpKind, RecordRef, Value};
+use crate::real::clock::run_clock_ns;
 use crate::scenario::Pipeline;
 use crate::sink_consumer::{self, SinkHost};
 use async_trait::async_trait;
@@ -43,6 +44,7 @@ use std::time::Duration;
 /// # Errors
 /// A client that cannot be created, or a sink file that cannot be opened or written.
 pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
+    crate::real::clock::WallWatch::install(spec.epoch_ns, spec.wall_epoch_ns);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -88,7 +90,7 @@ fn id_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {
 /// as event time.
 fn streams_input_record(spec: &WorkerSpec, id: u64) -> (Option<String>, ProducerRecord) {
     let (key, mut record) = id_record(spec, id);
-    let timestamp_ms = unix_ns().saturating_sub(spec.epoch_ns) / 1_000_000;
+    let timestamp_ms = run_clock_ns().saturating_sub(spec.epoch_ns) / 1_000_000;
     record.value = Some(Bytes::from(format!("{id},{timestamp_ms}")));
     (key, record)
 }

@@ -4,10 +4,10 @@
 //! `fault_point`) build on it; it builds on none of them.
 
 use crate::history::{Op, OpKind, RecordRef, Value};
+use crate::real::clock::{run_clock_ns, WallWatch};
 use crate::scenario::Scenario;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::scenario::consumer::SINK_GROUP;
 
@@ -92,8 +92,11 @@ pub struct WorkerSpec {
     pub bootstrap: String,
     /// The sink's directory (consumers append to `<sink>/<name>.jsonl`).
     pub sink_dir: PathBuf,
-    /// The run's epoch, ns since the Unix epoch.
+    /// The run's epoch on the run's clock ([`run_clock_ns`], `CLOCK_MONOTONIC`).
     pub epoch_ns: u64,
+    /// The same instant on the true wall clock, ns since the Unix epoch: the worker
+    /// compares its own wall clock with it ([`WallWatch`]; 0: it does not).
+    pub wall_epoch_ns: u64,
     /// First id to send (producers).
     pub id_from: u64,
     /// One past the last id to send (producers).
@@ -107,33 +110,44 @@ pub struct WorkerSpec {
     pub arm_fault_point: bool,
 }
 
-/// Nanoseconds since the Unix epoch.
-pub fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Prints ops as JSON lines on stdout, each flushed at once (a kill loses none printed).
 #[derive(Debug, Clone)]
 pub struct Emit {
     /// The process name ops carry.
     pub name: String,
-    /// The run's epoch, ns since the Unix epoch.
+    /// The run's epoch on the run's clock ([`run_clock_ns`]).
     pub epoch_ns: u64,
 }
 
 impl Emit {
-    /// ns since the run's epoch.
+    /// ns since the run's epoch, on the run's clock (a clock jump does not move it).
     pub fn now_ns(&self) -> u64 {
-        unix_ns().saturating_sub(self.epoch_ns)
+        run_clock_ns().saturating_sub(self.epoch_ns)
     }
 
-    /// Prints one op of this process, timed now.
+    /// Prints one op of this process, timed now; first, when this process's wall clock
+    /// moved since its last op (a clock jump through libfaketime, [`WallWatch`]), a
+    /// `clock-jump` effect on it that says by how much, seen from inside the process.
     pub fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
+        if let Some((was_ms, now_ms)) = WallWatch::moved() {
+            let detail = format!(
+                "wall clock of {} read {now_ms:+} ms from the true time (was {was_ms:+} ms), \
+                 seen in the process",
+                self.name
+            );
+            let effect = Value::Effect {
+                kind: eosim_sim::effects::kind::CLOCK_JUMP.into(),
+                detail,
+            };
+            self.print(OpKind::Info, effect, None);
+        }
+        self.print(kind, value, error);
+    }
+
+    fn print(&self, kind: OpKind, value: Value, error: Option<String>) {
         let op = Op {
             index: 0,
-            time_ns: unix_ns().saturating_sub(self.epoch_ns),
+            time_ns: self.now_ns(),
             process: self.name.clone(),
             kind,
             value,

@@ -8,6 +8,7 @@
 
 use super::worker_spec::Role;
 use crate::history::{Op, OpKind, Value};
+use crate::real::clock::FakeClocks;
 use crate::real::process::{register, signal_group, unregister};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -29,8 +30,13 @@ pub struct WorkerEnv {
     pub sink_dir: PathBuf,
     /// Where worker logs go.
     pub log_dir: PathBuf,
-    /// The run's epoch, ns since the Unix epoch.
+    /// The run's epoch on the run's clock ([`crate::real::clock::run_clock_ns`]).
     pub epoch_ns: u64,
+    /// The same instant on the true wall clock, ns since the Unix epoch.
+    pub wall_epoch_ns: u64,
+    /// The workers' fake wall clocks, when the scenario jumps clocks and libfaketime is
+    /// here: every worker starts under its own.
+    pub clocks: Option<FakeClocks>,
     /// Connector keys every worker sets over the scenario's (`--set KEY=VALUE`).
     pub connector_sets: Vec<(String, String)>,
     /// Ops read from every worker's stdout, in arrival order.
@@ -120,6 +126,7 @@ impl Worker {
             .arg("--sink")
             .arg(&env.sink_dir)
             .args(["--epoch-ns", &env.epoch_ns.to_string()])
+            .args(["--wall-epoch-ns", &env.wall_epoch_ns.to_string()])
             .args([
                 "--id-from",
                 &self.id_from.to_string(),
@@ -143,6 +150,9 @@ impl Worker {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
+        }
+        if let Some(clocks) = &env.clocks {
+            clocks.apply(&self.name, &mut cmd)?;
         }
         // A network-faulted run places the worker in its node's cgroup.
         if let Some(dir) = crate::real::net::placement(&self.name)? {
