@@ -864,10 +864,12 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
 /// Two days back is past `producer.id.expiration.ms` (1 day): the real broker forgets the
 /// producer at its next scan (every second here), so a batch whose response was lost and
 /// that the producer retries is appended again (`duplicate`, `sink-duplicate`). One hour
-/// back stays within it and the retries are deduplicated. The simulation gives both files
-/// the same verdicts. Both runs must show the jump from inside the producer (its
-/// `clock-jump` effect) and the lost responses (`messages.drop-response`). Needs Debian's
-/// libfaketime: without it the jumps are noted as not injected and the pair is not run.
+/// back stays within it and the retries are deduplicated; two hours ahead, past
+/// `log.message.timestamp.after.max.ms`, every send is refused with `INVALID_TIMESTAMP`. The
+/// simulation gives all three files the same verdicts. Every run must show the jump from
+/// inside the producer (its `clock-jump` effect); the pair, the lost responses
+/// (`messages.drop-response`). Needs Debian's libfaketime: without it the jumps are noted
+/// as not injected and the files are not run.
 #[test]
 fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() {
     if !real_enabled("a_producer_clock_stepped_back_past_the_expiration") {
@@ -920,4 +922,27 @@ fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() 
         );
         assert_short_and_clean(&result, 120.0);
     }
+    // Two hours ahead: Kafka 4's leaders refuse every record stamped more than
+    // `log.message.timestamp.after.max.ms` (one hour) ahead, as the model does.
+    let file = "clock-jump-ahead-past-timestamp-window-refused";
+    let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+    let dir = service_dir("real-run-clock-jump");
+    let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+    assert_eq!(result.verdict, Verdict::Holds, "{file}: {:?}", result.notes);
+    assert!(effects_of(&outcome.history, "clock-jump") >= 1, "{file}");
+    let refused = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| {
+            op.error
+                .as_deref()
+                .is_some_and(|e| e.contains("InvalidTimestamp"))
+        })
+        .count();
+    assert!(
+        refused > 0,
+        "{file}: no send refused with INVALID_TIMESTAMP"
+    );
+    assert_short_and_clean(&result, 120.0);
 }

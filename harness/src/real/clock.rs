@@ -43,9 +43,14 @@ const LIBFAKETIME_PATHS: [&str; 2] = [
     "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
 ];
 
-/// A change of a process's wall-clock offset smaller than this is noise (the two clock
-/// reads of one comparison are microseconds apart; NTP slews both clocks alike), ms.
-const WALL_MOVE_MS_MIN: i64 = 2;
+/// A change of a process's wall-clock offset smaller than this is noise, not a jump, ms: a
+/// comparison's clock reads are bracketed within [`READ_GAP_NS_MAX`], and NTP slews both
+/// clocks alike. The swarm's jumps are drawn up to two days either way.
+const WALL_MOVE_MS_MIN: i64 = 100;
+
+/// The widest gap between the two monotonic reads around a wall-clock read that a
+/// comparison accepts (a process preempted between them retries), ns.
+const READ_GAP_NS_MAX: u64 = 1_000_000;
 
 /// The run's clock: `CLOCK_MONOTONIC` in ns (since boot), the same in every process of the
 /// machine and never moved by a clock jump (libfaketime runs with `DONT_FAKE_MONOTONIC=1`).
@@ -226,23 +231,41 @@ impl WallWatch {
         });
     }
 
-    /// The process's wall-clock offset from the true time, ms.
+    /// The process's wall-clock offset from the true time, ms: the wall clock read between
+    /// two reads of the run's clock, taken at their midpoint; a pair further apart than
+    /// [`READ_GAP_NS_MAX`] (the process was preempted) is read again, up to 5 times.
     fn offset_ms(&self) -> i64 {
-        let truth = i128::from(self.wall_epoch_ns)
-            + i128::from(run_clock_ns().saturating_sub(self.epoch_ns));
-        ((i128::from(wall_clock_ns()) - truth) / 1_000_000) as i64
+        let read = || {
+            let before = run_clock_ns();
+            let wall = wall_clock_ns();
+            let after = run_clock_ns();
+            (before + (after - before) / 2, wall, after - before)
+        };
+        let mut sample = read();
+        for _ in 0..4 {
+            if sample.2 <= READ_GAP_NS_MAX {
+                break;
+            }
+            sample = read();
+        }
+        let (mono, wall, _) = sample;
+        let truth = i128::from(self.wall_epoch_ns) + i128::from(mono.saturating_sub(self.epoch_ns));
+        ((i128::from(wall) - truth) / 1_000_000) as i64
     }
 
     /// When this process's wall clock moved by [`WALL_MOVE_MS_MIN`] ms or more since the
     /// last call that returned one (from 0 at start): `(previous, now)` offsets in ms.
     pub fn moved() -> Option<(i64, i64)> {
-        let watch = WATCH.get()?;
-        let now = watch.offset_ms();
-        let last = watch.last_ms.load(Ordering::Relaxed);
+        WATCH.get()?.moved_since_last()
+    }
+
+    fn moved_since_last(&self) -> Option<(i64, i64)> {
+        let now = self.offset_ms();
+        let last = self.last_ms.load(Ordering::Relaxed);
         if (now - last).abs() < WALL_MOVE_MS_MIN {
             return None;
         }
-        watch.last_ms.store(now, Ordering::Relaxed);
+        self.last_ms.store(now, Ordering::Relaxed);
         Some((last, now))
     }
 }
@@ -300,6 +323,24 @@ mod tests {
         assert_eq!(clocks.reset_all(), Ok(vec!["producer-0".to_string()]));
         assert_eq!(clocks.offset_ms("producer-0"), 0);
         assert_eq!(clocks.reset_all(), Ok(Vec::new()));
+    }
+
+    /// A worker's watch: a wall clock that reads the true time reports nothing; one two
+    /// hours behind the run's epoch (as after a jump) reports the move once, then nothing
+    /// until it moves again.
+    #[test]
+    fn the_watch_reports_each_move_of_the_wall_clock_once() {
+        let watch = |behind_ms: u64| WallWatch {
+            epoch_ns: run_clock_ns(),
+            wall_epoch_ns: wall_clock_ns() + behind_ms * 1_000_000,
+            last_ms: AtomicI64::new(0),
+        };
+        assert_eq!(watch(0).moved_since_last(), None);
+        let behind = watch(7_200_000);
+        let (was, now) = behind.moved_since_last().expect("a move");
+        assert_eq!(was, 0);
+        assert!((now + 7_200_000).abs() < WALL_MOVE_MS_MIN, "{now}");
+        assert_eq!(behind.moved_since_last(), None);
     }
 
     /// The canary of the mechanism: a child under libfaketime whose file says two days

@@ -271,6 +271,16 @@ pub struct ClusterSpec {
     /// this is set. Default 9223372036854775807 (never).
     #[serde(default = "default_log_flush_scheduler_interval")]
     pub log_flush_scheduler_interval_ms: u64,
+    /// `log.message.timestamp.before.max.ms` (KIP-937): a record whose `CreateTime` is
+    /// further behind the leader's clock fails its batch with `INVALID_TIMESTAMP`, ms.
+    /// Default 9223372036854775807 (`Long.MAX_VALUE`, never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_message_timestamp_before_max_ms: Option<u64>,
+    /// `log.message.timestamp.after.max.ms` (KIP-937): the same for a `CreateTime` further
+    /// ahead, ms. Default 3600000 (Kafka 4.0's; 3.x had `Long.MAX_VALUE`): a producer whose
+    /// clock was stepped more than an hour ahead has its sends refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_message_timestamp_after_max_ms: Option<u64>,
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`, which decide
     /// which broker coordinates each group. Default 50 (Kafka's).
     #[serde(default = "default_offsets_topic_num_partitions")]
@@ -401,6 +411,8 @@ impl Default for ClusterSpec {
             log_flush_interval_messages: default_log_flush_interval_messages(),
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: default_log_flush_scheduler_interval(),
+            log_message_timestamp_before_max_ms: None,
+            log_message_timestamp_after_max_ms: None,
             offsets_topic_num_partitions: default_offsets_topic_num_partitions(),
             transaction_state_log_num_partitions: default_transaction_state_log_num_partitions(),
             coordinator_load_ms: 0,
@@ -432,6 +444,10 @@ impl ClusterSpec {
             log_flush_interval_messages: self.log_flush_interval_messages,
             log_flush_interval_ms: self.log_flush_interval_ms,
             log_flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms,
+            log_message_timestamp_before_max_ms: (self.log_message_timestamp_before_max_ms)
+                .unwrap_or(defaults.log_message_timestamp_before_max_ms),
+            log_message_timestamp_after_max_ms: (self.log_message_timestamp_after_max_ms)
+                .unwrap_or(defaults.log_message_timestamp_after_max_ms),
             offsets_topic_num_partitions: self.offsets_topic_num_partitions,
             transaction_state_log_num_partitions: self.transaction_state_log_num_partitions,
             coordinator_load_ms: self.coordinator_load_ms,

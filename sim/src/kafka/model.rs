@@ -1007,7 +1007,8 @@ impl Cluster {
     }
 
     /// `Produce` of one batch (A.2–A.4, B.3, C.6, C.9). Validation order: leadership,
-    /// size, min ISR, then the producer state (duplicate → the original offsets, older
+    /// size, min ISR, the records' `CreateTime` against the leader's clock
+    /// (`INVALID_TIMESTAMP`, [`timestamp_out_of_range`]), then the producer state (duplicate → the original offsets, older
     /// epoch → `INVALID_PRODUCER_EPOCH`, sequence gap → `OUT_OF_ORDER_SEQUENCE_NUMBER`,
     /// non-transactional batch inside an open transaction → `INVALID_TXN_STATE`), then for
     /// a transactional batch opening a transaction on the partition the protocol's check
@@ -1024,7 +1025,7 @@ impl Cluster {
         records: Vec<Record>,
     ) -> Reply {
         let (i, validation, opens_txn) =
-            match self.produce_checks(broker, &tp, acks, &header, &records) {
+            match self.produce_checks(now, broker, &tp, acks, &header, &records) {
                 Ok(checked) => checked,
                 Err(e) => return error(e),
             };
@@ -1056,6 +1057,7 @@ impl Cluster {
     /// producer-state verdict, and whether the batch opens a transaction on the partition.
     fn produce_checks(
         &self,
+        now: TimeMs,
         broker: BrokerId,
         tp: &TopicPartition,
         acks: Acks,
@@ -1082,6 +1084,17 @@ impl Cluster {
         }
         if acks == Acks::All && p.replicas[i].view_isr.len() < p.min_isr {
             return Err(KafkaError::NotEnoughReplicas);
+        }
+        let window = (
+            self.config.log_message_timestamp_before_max_ms,
+            self.config.log_message_timestamp_after_max_ms,
+        );
+        if records
+            .iter()
+            .any(|r| timestamp_out_of_range(now, r.timestamp_ms, window))
+        {
+            crate::mark!("kafka:produce-invalid-timestamp");
+            return Err(KafkaError::InvalidTimestamp);
         }
         let state = p.replicas[i].log.producer_state();
         let validation = state.validate(header, records.len())?;
@@ -1519,6 +1532,21 @@ impl Cluster {
 /// The coverage mark of a controller decision that moved partition `tp` of `topic` from
 /// leader `before` to `after`: a coordinator move for the internal topics, a leader change
 /// for the others.
+/// Whether a produced record's `CreateTime` `timestamp_ms` lies outside the leader's window
+/// `[now - before_max_ms, now + after_max_ms]` (`(before_max_ms, after_max_ms)`, the
+/// `log.message.timestamp.*.max.ms` pair): Kafka's `LogValidator.recordHasInvalidTimestamp`
+/// (`storage/.../log/LogValidator.java`), which fails the whole batch with
+/// `INVALID_TIMESTAMP`. A producer's wall clock stepped ahead (a `clock-jump`) stamps such
+/// records. Computed wide, so `Long.MAX_VALUE` never overflows.
+pub fn timestamp_out_of_range(
+    now: TimeMs,
+    timestamp_ms: i64,
+    (before_max_ms, after_max_ms): (u64, u64),
+) -> bool {
+    let (now, ts) = (i128::from(now), i128::from(timestamp_ms));
+    now - ts > i128::from(before_max_ms) || ts - now > i128::from(after_max_ms)
+}
+
 fn mark_leader_change(topic: &str, before: Option<BrokerId>, after: Option<BrokerId>) {
     if after.is_none() || after == before {
         return;

@@ -682,6 +682,60 @@ fn produce_to_a_follower_gets_not_leader_or_follower() {
     assert_eq!(f.error, Some(KafkaError::NotLeaderOrFollower));
 }
 
+/// KIP-937's window (`LogValidator.validateTimestamp`): with Kafka 4's defaults a record
+/// stamped more than an hour ahead of the leader's clock fails its batch with the
+/// non-retriable `INVALID_TIMESTAMP` and nothing is appended; one stamped two days behind
+/// is taken (`before.max.ms` is `Long.MAX_VALUE`) unless `before.max.ms` is set.
+#[test]
+fn a_record_stamped_outside_the_timestamp_window_fails_its_batch_with_invalid_timestamp() {
+    let hour_ms: i64 = 3_600_000;
+    let mut w = World::new(1, 1, TopicConfig::default());
+    w.now = 10 * 86_400_000;
+    let now = w.now as i64;
+    let produce_stamped = |w: &mut World, timestamp_ms: i64| {
+        let req = Request::Produce {
+            tp: w.tp.clone(),
+            acks: Acks::Leader,
+            timeout_ms: 30_000,
+            header: ProducerBatchHeader::NONE,
+            records: vec![
+                Record {
+                    timestamp_ms: now,
+                    ..record("a")
+                },
+                Record {
+                    timestamp_ms,
+                    ..record("b")
+                },
+            ],
+        };
+        let leader = w.leader();
+        w.cluster.handle(w.now, leader, req)
+    };
+    let refused = Reply::Done(Response::Error(KafkaError::InvalidTimestamp));
+    assert_eq!(produce_stamped(&mut w, now + 2 * hour_ms), refused);
+    assert_eq!(w.cluster.high_watermark(&w.tp), Some(0), "nothing appended");
+    assert!(!KafkaError::InvalidTimestamp.is_retriable());
+    assert_eq!(
+        KafkaError::from_code(32),
+        Some(KafkaError::InvalidTimestamp)
+    );
+    assert_ne!(
+        produce_stamped(&mut w, now + hour_ms),
+        refused,
+        "the edge is inside"
+    );
+    assert_ne!(produce_stamped(&mut w, now - 2 * 86_400_000), refused);
+    let cluster = ClusterConfig {
+        log_message_timestamp_before_max_ms: 60_000,
+        ..ClusterConfig::default()
+    };
+    let mut w = World::with_config(1, 1, TopicConfig::default(), cluster);
+    w.now = 10 * 86_400_000;
+    assert_eq!(produce_stamped(&mut w, now - 60_001), refused);
+    assert_ne!(produce_stamped(&mut w, now - 60_000), refused);
+}
+
 #[test]
 fn a_batch_over_max_message_bytes_is_rejected_with_message_too_large() {
     let mut w = World::new(

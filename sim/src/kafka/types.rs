@@ -339,6 +339,16 @@ pub struct ClusterConfig {
     pub producer_id_expiration_ms: u64,
     /// `producer.id.expiration.check.interval.ms`. Default 600000.
     pub producer_id_expiration_check_interval_ms: u64,
+    /// `log.message.timestamp.before.max.ms` (KIP-937): a produced record whose
+    /// `CreateTime` is more than this behind the leader's clock fails its batch with
+    /// `INVALID_TIMESTAMP` (`LogValidator.validateTimestamp`). Default `Long.MAX_VALUE`.
+    pub log_message_timestamp_before_max_ms: u64,
+    /// `log.message.timestamp.after.max.ms` (KIP-937): the same for a `CreateTime` more
+    /// than this ahead of the leader's clock. Default 3600000, Kafka 4.0's
+    /// (`ServerLogConfigs.LOG_MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT` in 4.1.1; 3.6–3.9 had
+    /// `Long.MAX_VALUE`): a producer whose clock runs more than an hour ahead has every
+    /// send refused.
+    pub log_message_timestamp_after_max_ms: u64,
     /// `log.flush.interval.messages`: a replica fsyncs its log once an append leaves this
     /// many messages unflushed (`UnifiedLog.append`). Default `Long.MAX_VALUE`: never.
     pub log_flush_interval_messages: u64,
@@ -455,6 +465,8 @@ impl Default for ClusterConfig {
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
+            log_message_timestamp_before_max_ms: LONG_MAX_VALUE,
+            log_message_timestamp_after_max_ms: 3_600_000,
             log_flush_interval_messages: LONG_MAX_VALUE,
             log_flush_interval_ms: None,
             log_flush_scheduler_interval_ms: LONG_MAX_VALUE,
@@ -477,6 +489,9 @@ pub enum KafkaError {
     NotLeaderOrFollower,
     RequestTimedOut,
     MessageTooLarge,
+    /// A record's `CreateTime` outside the leader's `log.message.timestamp.before.max.ms` /
+    /// `after.max.ms` window (32); not retriable.
+    InvalidTimestamp,
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     NotCoordinator,
@@ -522,7 +537,7 @@ pub enum KafkaError {
 
 impl KafkaError {
     /// Every error the model knows, in declaration order (for the lookup by number).
-    pub const ALL: [KafkaError; 41] = {
+    pub const ALL: [KafkaError; 42] = {
         use KafkaError::*;
         [
             OffsetOutOfRange,
@@ -532,6 +547,7 @@ impl KafkaError {
             NotLeaderOrFollower,
             RequestTimedOut,
             MessageTooLarge,
+            InvalidTimestamp,
             CoordinatorLoadInProgress,
             CoordinatorNotAvailable,
             NotCoordinator,
@@ -586,6 +602,7 @@ impl KafkaError {
             NotLeaderOrFollower => 6,
             RequestTimedOut => 7,
             MessageTooLarge => 10,
+            InvalidTimestamp => 32,
             CoordinatorLoadInProgress => 14,
             CoordinatorNotAvailable => 15,
             NotCoordinator => 16,

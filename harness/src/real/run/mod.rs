@@ -328,7 +328,9 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
 /// `replica.lag.time.max.ms`, `broker.session.timeout.ms`, `producer.id.expiration.ms` and
 /// `producer.id.expiration.check.interval.ms` when they differ from Kafka's defaults (30000,
 /// 9000, 86400000 and 600000; the template's own 6000 session stays otherwise, for short
-/// failovers), and KIP-848's group settings (`group_consumer_session_timeout_ms`,
+/// failovers), the `log.flush.*` settings a scenario set, KIP-937's
+/// `log.message.timestamp.{before,after}.max.ms` always (the model's values, whatever the
+/// broker's own defaults), and KIP-848's group settings (`group_consumer_session_timeout_ms`,
 /// `group_consumer_heartbeat_interval_ms`) with the bounds Kafka checks them against
 /// (`GroupCoordinatorConfig`: `group.consumer.min.*` 45000 and 5000, `group.consumer.max.*`
 /// 60000 and 15000 by default) widened to take them.
@@ -383,6 +385,17 @@ fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
     if let Some(ms) = cluster.log_flush_interval_ms {
         lines.push(("log.flush.interval.ms".to_string(), ms.to_string()));
     }
+    // KIP-937's timestamp window, whatever the broker's own default (Kafka 4.1's are the
+    // model's; a 3.x broker's `after` default is `Long.MAX_VALUE`).
+    let model = cluster.to_config();
+    lines.push((
+        "log.message.timestamp.before.max.ms".to_string(),
+        model.log_message_timestamp_before_max_ms.to_string(),
+    ));
+    lines.push((
+        "log.message.timestamp.after.max.ms".to_string(),
+        model.log_message_timestamp_after_max_ms.to_string(),
+    ));
     let settings = [
         (
             "session.timeout.ms",
