@@ -212,10 +212,6 @@ pub struct WorkerArgs {
     /// the machine), ns.
     #[arg(long)]
     pub epoch_ns: u64,
-    /// The run's epoch on the true wall clock, ns since the Unix epoch: the worker records
-    /// a `clock-jump` effect when its own wall clock moves from it. 0: no watch.
-    #[arg(long, default_value_t = 0)]
-    pub wall_epoch_ns: u64,
     /// First id to send (producers).
     #[arg(long, default_value_t = 0)]
     pub id_from: u64,

@@ -165,7 +165,6 @@ pub(super) fn worker(args: &WorkerArgs) -> ExitClass {
         bootstrap: args.bootstrap.clone(),
         sink_dir: args.sink.clone(),
         epoch_ns: args.epoch_ns,
-        wall_epoch_ns: args.wall_epoch_ns,
         id_from: args.id_from,
         id_to: args.id_to,
         connector_sets,

@@ -9,8 +9,8 @@
 //!   health check, `kill`/`restart`, `pause`/`resume`.
 //! - [`net`]: network faults (partitions, clogs) between the run's processes, as
 //!   nftables rules over one cgroup v2 per process.
-//! - [`clock`]: the run's clock every process shares, and libfaketime wall clocks per
-//!   worker for clock jumps.
+//! - [`clock`]: the run's clock every process shares, and a wall-clock offset per worker
+//!   for clock jumps.
 //! - [`lazyfs`]: a FUSE file system that loses unsynced writes (machine crashes of
 //!   brokers), after Jepsen's lazyfs.
 //! - [`process`]: process groups, logs, signals and the teardown on Ctrl-C.

@@ -135,9 +135,13 @@ fn owned_headers(headers: &[(String, Bytes)]) -> Option<OwnedHeaders> {
 }
 
 /// The rdkafka record of `record` (topic, key, value, partition, headers), borrowing its
-/// bytes.
+/// bytes; its timestamp is the process's wall clock with its `clock-jump` offset when it
+/// has one ([`super::wall_clock::stamp_ms`]), else librdkafka's.
 pub(super) fn future_record(record: &ProducerRecord) -> FutureRecord<'_, [u8], [u8]> {
     let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+    if let Some(ms) = super::wall_clock::stamp_ms() {
+        r = r.timestamp(ms);
+    }
     if let Some(key) = &record.key {
         r = r.key(&key[..]);
     }

@@ -8,6 +8,7 @@
 //! - `rebalance`: the consumer's rebalance callback, which holds a revocation back for an
 //!   application that listens for them (Kafka Connect's sink loop).
 //! - [`txn`]: [`RealTransactionalProducer`], librdkafka's transactional producer.
+//! - [`wall_clock`]: the timestamp a producer stamps records with, moved by `clock-jump`.
 //! - [`error`]: librdkafka error codes to [`ClientError`](super::ClientError).
 //! - [`clickhouse`]: [`RealClickHouse`], the ClickHouse trait over the `clickhouse` crate
 //!   0.15 (HTTP, JSONEachRow; works with Debian's 18.16).
@@ -42,6 +43,7 @@ pub mod meter;
 pub mod postgres;
 mod rebalance;
 pub mod txn;
+pub mod wall_clock;
 pub mod zookeeper;
 
 pub use clickhouse::RealClickHouse;

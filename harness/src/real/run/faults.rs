@@ -19,7 +19,7 @@
 //! | `messages` on ZooKeeper | not injected, noted |
 //! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
 //! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
-//! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall clock (only) stepped by `delta_ms` through libfaketime ([`crate::real::clock`]): records it stamps (librdkafka's `CreateTime`) move, its timers do not; the process itself records the effect when it sees its clock moved |
+//! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall-clock offset stepped by `delta_ms` ([`crate::real::clock`]): every record its producers send after it carries that `CreateTime` (an explicit timestamp), its timers do not move, as in the simulation; the process records the effect when a record first carries it |
 //! | `clock-jump` of a broker or a database | not injected, noted (they keep the true time, as in the simulation) |
 //! | `delete-records` | `Admin.deleteRecords` through librdkafka, the records below the target read first |
 //! | `add-partitions` | `Admin.createPartitions` through librdkafka; the drain and final read follow the cluster's partition count |
@@ -1010,19 +1010,17 @@ impl Run<'_> {
         }
     }
 
-    /// `clock-jump`: each target worker's fake wall clock stepped by `delta_ms` on top of
-    /// earlier jumps ([`crate::real::clock::FakeClocks::jump`]), recorded as the simulation
-    /// records it. The effect is not recorded here: the worker records it when it sees its
-    /// own clock moved ([`crate::real::clock::WallWatch`]), so a jump no process saw (a
-    /// producer that had sent everything) counts as never acted. Brokers and databases keep
+    /// `clock-jump`: each target worker's wall-clock offset stepped by `delta_ms` on top of
+    /// earlier jumps ([`crate::real::clock::ClockOffsets::jump`]), recorded as the simulation
+    /// records it. The effect is not recorded here: the worker records it when a record
+    /// first carries the new offset ([`crate::client::real::wall_clock::take_moved`]), so a
+    /// jump no record carried (a producer that had sent everything) counts as never acted. Brokers and databases keep
     /// the true time: a jump aimed at them is noted as not injected.
     fn clock_jump(&mut self, fault: &Fault, target: &[String], delta_ms: i64) {
         let clocks = match &self.clocks {
             Some(Ok(clocks)) => clocks.clone(),
             Some(Err(why)) => return self.unsupported(fault, &why.clone()),
-            None => {
-                return self.unsupported(fault, "the run's workers were not started on fake clocks")
-            }
+            None => return self.unsupported(fault, "the run's workers were not given clock files"),
         };
         for name in self.resolve(target) {
             if !self.workers.iter().any(|w| w.name == name) {

@@ -18,7 +18,7 @@
 //!    proxies in front of their listeners ([`crate::real::net::proxy`]; each broker
 //!    advertises its proxy's port) and on `postgres`; machine crashes of brokers through a
 //!    lossy file system under their data ([`crate::real::lazyfs`]); clock jumps of workers
-//!    through libfaketime ([`crate::real::clock`]). Message faults on ZooKeeper, machine
+//!    as the timestamps their producers stamp ([`crate::real::clock`]). Message faults on ZooKeeper, machine
 //!    crashes of anything but brokers and clock jumps of brokers or databases are not
 //!    injected: each is named in the result's notes (the table in [`faults`]).
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
@@ -76,7 +76,7 @@ use crate::history::{History, Op, OpKind, RecordRef, Value};
 use crate::real::backend::Backend;
 use crate::real::container::Runtime;
 
-use crate::real::clock::{run_clock_ns, wall_clock_ns};
+use crate::real::clock::run_clock_ns;
 use crate::real::provision::{Kafka, KafkaOptions, BROKER_COUNT_MAX};
 use crate::real::scratch::start_in;
 use crate::scenario::{ClusterSpec, Scenario};
@@ -158,9 +158,9 @@ pub struct Run<'a> {
     /// The message-fault proxies in front of the brokers' listeners, by node name
     /// (`broker-1`), when the scenario has `messages` on brokers.
     broker_proxies: BTreeMap<String, crate::real::net::proxy::Proxy>,
-    /// The workers' fake wall clocks when the scenario jumps clocks
-    /// ([`needs::clock_jumps`]; `Err`: why they cannot be faked here).
-    clocks: Option<Result<crate::real::clock::FakeClocks, String>>,
+    /// The workers' wall-clock offsets when the scenario jumps clocks
+    /// ([`needs::clock_jumps`]; `Err`: why they cannot be stepped here).
+    clocks: Option<Result<crate::real::clock::ClockOffsets, String>>,
     /// The network faults' rules and cgroups when the scenario has network faults
     /// ([`needs::needs_network`]; `Err`: why they cannot be injected here). Last, so that
     /// it drops after every process it placed.
@@ -281,7 +281,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         upstream_instance::FileStore::of_run(&sink_dir).create_empty()?;
     }
     let clocks = needs::clock_jumps(scenario)
-        .then(|| crate::real::clock::FakeClocks::open(&options.dir.join("clocks")));
+        .then(|| crate::real::clock::ClockOffsets::open(&options.dir.join("clocks")));
     let env = WorkerEnv {
         exe: options.exe.clone(),
         scenario_path: path.to_path_buf(),
@@ -289,7 +289,6 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         sink_dir,
         log_dir,
         epoch_ns: run_clock_ns(),
-        wall_epoch_ns: wall_clock_ns(),
         clocks: clocks.as_ref().and_then(|c| c.as_ref().ok().cloned()),
         connector_sets: target.connector_sets(),
         ops: Arc::new(Mutex::new(Vec::new())),

@@ -51,7 +51,7 @@ pub(crate) fn machine_crash_of_brokers(scenario: &Scenario) -> bool {
 }
 
 /// Whether the scenario jumps a clock (`clock-jump` in its schedule or its swarm's kinds):
-/// its workers then start on fake wall clocks ([`crate::real::clock::FakeClocks`]).
+/// its workers then start with wall-clock offset files ([`crate::real::clock::ClockOffsets`]).
 pub(crate) fn clock_jumps(scenario: &Scenario) -> bool {
     let scheduled = scenario
         .faults
@@ -136,10 +136,10 @@ mod tests {
         )));
     }
 
-    /// Workers start on fake wall clocks for a scheduled `clock-jump` or a swarm that may
-    /// draw one, and only then (libfaketime costs every clock read a file read).
+    /// Workers get wall-clock offset files for a scheduled `clock-jump` or a swarm that may
+    /// draw one, and only then (each stamped record then costs a file read).
     #[test]
-    fn workers_get_fake_clocks_only_when_a_clock_may_jump() {
+    fn workers_get_clock_files_only_when_a_clock_may_jump() {
         let at = |fault: &str| format!("[[faults.schedule]]\nat_ms = 1000\n{fault}\n");
         assert!(!clock_jumps(&scenario("")));
         assert!(!clock_jumps(&scenario(&at(

@@ -44,7 +44,6 @@ use std::time::Duration;
 /// # Errors
 /// A client that cannot be created, or a sink file that cannot be opened or written.
 pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
-    crate::real::clock::WallWatch::install(spec.epoch_ns, spec.wall_epoch_ns);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

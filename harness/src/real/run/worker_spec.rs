@@ -3,8 +3,9 @@
 //! per-role loops (`worker`, `connect_task`, `streams_instance`, `copier_instance`,
 //! `fault_point`) build on it; it builds on none of them.
 
+use crate::client::real::wall_clock;
 use crate::history::{Op, OpKind, RecordRef, Value};
-use crate::real::clock::{run_clock_ns, WallWatch};
+use crate::real::clock::run_clock_ns;
 use crate::scenario::Scenario;
 use std::io::Write;
 use std::path::PathBuf;
@@ -94,9 +95,6 @@ pub struct WorkerSpec {
     pub sink_dir: PathBuf,
     /// The run's epoch on the run's clock ([`run_clock_ns`], `CLOCK_MONOTONIC`).
     pub epoch_ns: u64,
-    /// The same instant on the true wall clock, ns since the Unix epoch: the worker
-    /// compares its own wall clock with it ([`WallWatch`]; 0: it does not).
-    pub wall_epoch_ns: u64,
     /// First id to send (producers).
     pub id_from: u64,
     /// One past the last id to send (producers).
@@ -125,14 +123,14 @@ impl Emit {
         run_clock_ns().saturating_sub(self.epoch_ns)
     }
 
-    /// Prints one op of this process, timed now; first, when this process's wall clock
-    /// moved since its last op (a clock jump through libfaketime, [`WallWatch`]), a
-    /// `clock-jump` effect on it that says by how much, seen from inside the process.
+    /// Prints one op of this process, timed now; first, when a record of this process was
+    /// stamped with a new clock offset since its last op (a clock jump,
+    /// [`wall_clock::take_moved`]), a `clock-jump` effect on it that says by how much.
     pub fn op(&self, kind: OpKind, value: Value, error: Option<String>) {
-        if let Some((was_ms, now_ms)) = WallWatch::moved() {
+        if let Some((was_ms, now_ms)) = wall_clock::take_moved() {
             let detail = format!(
-                "wall clock of {} read {now_ms:+} ms from the true time (was {was_ms:+} ms), \
-                 seen in the process",
+                "a record of {} stamped with its wall clock {now_ms:+} ms from the true time \
+                 (was {was_ms:+} ms)",
                 self.name
             );
             let effect = Value::Effect {

@@ -8,7 +8,7 @@
 
 use super::worker_spec::Role;
 use crate::history::{Op, OpKind, Value};
-use crate::real::clock::FakeClocks;
+use crate::real::clock::ClockOffsets;
 use crate::real::process::{register, signal_group, unregister};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -32,11 +32,9 @@ pub struct WorkerEnv {
     pub log_dir: PathBuf,
     /// The run's epoch on the run's clock ([`crate::real::clock::run_clock_ns`]).
     pub epoch_ns: u64,
-    /// The same instant on the true wall clock, ns since the Unix epoch.
-    pub wall_epoch_ns: u64,
-    /// The workers' fake wall clocks, when the scenario jumps clocks and libfaketime is
-    /// here: every worker starts under its own.
-    pub clocks: Option<FakeClocks>,
+    /// The workers' wall-clock offsets, when the scenario jumps clocks: every worker is
+    /// told its own file.
+    pub clocks: Option<ClockOffsets>,
     /// Connector keys every worker sets over the scenario's (`--set KEY=VALUE`).
     pub connector_sets: Vec<(String, String)>,
     /// Ops read from every worker's stdout, in arrival order.
@@ -126,7 +124,6 @@ impl Worker {
             .arg("--sink")
             .arg(&env.sink_dir)
             .args(["--epoch-ns", &env.epoch_ns.to_string()])
-            .args(["--wall-epoch-ns", &env.wall_epoch_ns.to_string()])
             .args([
                 "--id-from",
                 &self.id_from.to_string(),
