@@ -1161,7 +1161,7 @@ mod tests {
         };
         for a in names {
             for b in names {
-                let (ta, tb) = (Topic::new(a), Topic::new(&b.to_string()));
+                let (ta, tb) = (Topic::new(a), Topic::new(&String::from(b)));
                 assert_eq!(ta == tb, a == b, "{a} == {b}");
                 assert_eq!(ta.cmp(&tb), a.cmp(b), "{a} cmp {b}");
                 assert_eq!(ta.partial_cmp(&tb), a.partial_cmp(b), "{a} partial_cmp {b}");
