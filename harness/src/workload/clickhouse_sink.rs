@@ -152,14 +152,20 @@ async fn producer_process(ctx: Context, name: String) {
 /// The record of `id`: JSON `{"id": id, "name": "r<id>"}` to partition `id % partitions`.
 fn id_record(ctx: &Context, id: u64) -> ProducerRecord {
     let partition = (id % u64::from(ctx.scenario.topic.partitions)) as u32;
-    let value = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
     ProducerRecord {
         topic: ctx.scenario.topic.name.clone(),
         partition: Some(partition),
         key: None,
-        value: Some(Bytes::from(value)),
+        value: Some(Bytes::from(id_value(id))),
         headers: Vec::new(),
     }
+}
+
+/// The value of record `id`: `{"id":<id>,"name":"r<id>"}`, the text of
+/// `json!({"id": id, "name": format!("r{id}")})` written out (keys in order, nothing to
+/// escape) without building a JSON map per record.
+fn id_value(id: u64) -> String {
+    format!(r#"{{"id":{id},"name":"r{id}"}}"#)
 }
 
 /// The producer of a transactional upstream ([`super::upstream_txn`]): the same records
@@ -387,16 +393,84 @@ impl ClickhouseSink {
     }
 }
 
+/// The `id` of a JSON object's text as `serde_json::from_slice::<Value>(bytes).ok()?
+/// .get("id")?.as_u64()` reads it (the last `id` of the object; `None` for text that is not
+/// JSON, not an object or has no unsigned `id`), without building the object's map: every
+/// value is still parsed as a [`serde_json::Value`], so what fails to parse is the same.
+fn json_id(bytes: &[u8]) -> Option<u64> {
+    use serde::de::{Deserializer, MapAccess, Visitor};
+    /// Visits an object's entries, keeping the last `id`.
+    struct IdVisitor;
+    impl<'de> Visitor<'de> for IdVisitor {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+            let mut id = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let value: serde_json::Value = map.next_value()?;
+                if key == "id" {
+                    id = Some(value.as_u64());
+                }
+            }
+            Ok(id.flatten())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let id = de.deserialize_map(IdVisitor).ok()?;
+    de.end().ok()?;
+    id
+}
+
 fn record_ref(tp: &TopicPartition, offset: Offset, value: &Option<Bytes>) -> RecordRef {
-    let id = value
-        .as_ref()
-        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
-        .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64))
-        .unwrap_or(u64::MAX);
+    let id = value.as_deref().and_then(json_id).unwrap_or(u64::MAX);
     RecordRef {
         id,
         key: None,
         tp: tp.clone(),
         offset,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{id_value, json_id};
+
+    #[test]
+    fn id_value_is_the_text_of_its_json_object() {
+        for id in [0, 7, 12_345, u64::MAX] {
+            let built = serde_json::json!({"id": id, "name": format!("r{id}")}).to_string();
+            assert_eq!(id_value(id), built);
+        }
+    }
+
+    #[test]
+    fn json_id_reads_what_the_parsed_object_holds() {
+        let through_value = |text: &str| {
+            serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64))
+        };
+        let texts = [
+            r#"{"id":5,"name":"r5"}"#,
+            r#"{"name":"r5","id":6}"#,
+            r#"{"id":1,"id":2}"#,
+            r#"{"id":1,"id":"x"}"#,
+            r#"{"id":-1}"#,
+            r#"{"id":1.5}"#,
+            r#"{"\u0069d":9}"#,
+            r#"{"id":3,"name":"\ud800"}"#,
+            r#"{"id":3} x"#,
+            r#"{"id":3"#,
+            r#"[{"id":4}]"#,
+            "17",
+            "",
+            "not json",
+        ];
+        for text in texts {
+            assert_eq!(json_id(text.as_bytes()), through_value(text), "{text}");
+        }
+        assert_eq!(json_id(b"{\"id\":3,\"n\":\"\xff\"}"), None, "invalid UTF-8");
     }
 }

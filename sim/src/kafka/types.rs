@@ -25,7 +25,7 @@ pub type TimeMs = u64;
 /// It compares, orders, hashes, prints (`Display` and `Debug`) and serializes exactly as
 /// the name's `String` did, so maps keyed by it iterate in the same order and histories
 /// hash the same. Processes name a handful of topics, so the interned names stay small.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy)]
 pub struct Topic(&'static str);
 
 impl Topic {
@@ -46,6 +46,40 @@ impl Topic {
     /// The name.
     pub fn as_str(&self) -> &'static str {
         self.0
+    }
+}
+
+// Equality, order and hash are the name's; since every name is interned once, two topics
+// are equal exactly when their pointers are, which spares the string comparison on the
+// equal topics that `TopicPartition` keys mostly compare (the order of different names is
+// still the names' order).
+impl PartialEq for Topic {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for Topic {}
+
+impl PartialOrd for Topic {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Topic {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if self == other {
+            std::cmp::Ordering::Equal
+        } else {
+            self.0.cmp(other.0)
+        }
+    }
+}
+
+impl std::hash::Hash for Topic {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
     }
 }
 
@@ -1122,7 +1156,40 @@ pub enum Response {
 
 #[cfg(test)]
 mod tests {
-    use super::KafkaError;
+    use super::{KafkaError, Topic};
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::{Hash, Hasher};
+
+    #[test]
+    fn topics_compare_order_and_hash_as_their_names() {
+        let names = [
+            "events",
+            "out",
+            "__consumer_offsets",
+            "",
+            "events-2",
+            "b",
+            "a",
+        ];
+        let hash = |h: &dyn Fn(&mut DefaultHasher)| {
+            let mut hasher = DefaultHasher::new();
+            h(&mut hasher);
+            hasher.finish()
+        };
+        for a in names {
+            for b in names {
+                let (ta, tb) = (Topic::new(a), Topic::new(&String::from(b)));
+                assert_eq!(ta == tb, a == b, "{a} == {b}");
+                assert_eq!(ta.cmp(&tb), a.cmp(b), "{a} cmp {b}");
+                assert_eq!(ta.partial_cmp(&tb), a.partial_cmp(b), "{a} partial_cmp {b}");
+            }
+            assert_eq!(
+                hash(&|h| Topic::new(a).hash(h)),
+                hash(&|h| a.hash(h)),
+                "{a}"
+            );
+        }
+    }
 
     #[test]
     fn every_known_error_code_maps_back_to_its_error_and_codes_are_distinct() {
