@@ -12,20 +12,19 @@
 
 use super::{Op, OpKind, RecordRef, StreamsInputRecord, StreamsUpdate, Value};
 use eosim_sim::kafka::{Offset, TopicPartition};
-use std::io::Write;
 
-/// Writes `op` as serde_json writes it (no newline) to `out`, a writer that cannot fail (a
-/// `Vec`, a `BufWriter` over a digest): a failed write panics.
-pub fn write_op<W: Write>(out: &mut W, op: &Op) {
-    match known_tag(&op.value) {
-        Some(f) => write_known(out, op, f),
-        None => serde_json::to_writer(&mut *out, op).expect("ops serialize"),
+/// Appends `op` as serde_json writes it (no newline).
+pub fn write_op(out: &mut Vec<u8>, op: &Op) {
+    let start = out.len();
+    if !write_known(out, op) {
+        out.truncate(start);
+        serde_json::to_writer(&mut *out, op).expect("ops serialize");
     }
 }
 
-/// The `f` of the values written by hand.
-fn known_tag(value: &Value) -> Option<&'static str> {
-    Some(match value {
+/// Writes the ops written by hand; `false` (with whatever it wrote) for the others.
+fn write_known(out: &mut Vec<u8>, op: &Op) -> bool {
+    let f = match &op.value {
         Value::Send { .. } => "send",
         Value::Poll { .. } => "poll",
         Value::Write { .. } => "write",
@@ -39,45 +38,33 @@ fn known_tag(value: &Value) -> Option<&'static str> {
         Value::StreamsTable { .. } => "streams-table",
         Value::StreamsOutput { .. } => "streams-output",
         Value::Txn { .. } => "txn",
-        _ => return None,
-    })
-}
-
-/// An op whose value has the tag `f` of [`known_tag`].
-fn write_known<W: Write>(out: &mut W, op: &Op, f: &str) {
-    put(out, b"{\"index\":");
+        _ => return false,
+    };
+    out.extend_from_slice(b"{\"index\":");
     write_u64(out, op.index as u64);
-    put(out, b",\"time_ns\":");
+    out.extend_from_slice(b",\"time_ns\":");
     write_u64(out, op.time_ns);
-    put(out, b",\"process\":");
+    out.extend_from_slice(b",\"process\":");
     write_str(out, &op.process);
-    put(
-        out,
-        match op.kind {
-            OpKind::Invoke => b",\"type\":\"invoke\",\"f\":\"",
-            OpKind::Ok => b",\"type\":\"ok\",\"f\":\"",
-            OpKind::Fail => b",\"type\":\"fail\",\"f\":\"",
-            OpKind::Info => b",\"type\":\"info\",\"f\":\"",
-        },
-    );
-    put(out, f.as_bytes());
-    put(out, b"\"");
+    out.extend_from_slice(match op.kind {
+        OpKind::Invoke => b",\"type\":\"invoke\",\"f\":\"",
+        OpKind::Ok => b",\"type\":\"ok\",\"f\":\"",
+        OpKind::Fail => b",\"type\":\"fail\",\"f\":\"",
+        OpKind::Info => b",\"type\":\"info\",\"f\":\"",
+    });
+    out.extend_from_slice(f.as_bytes());
+    out.push(b'"');
     write_fields(out, &op.value);
     if let Some(error) = &op.error {
-        put(out, b",\"error\":");
+        out.extend_from_slice(b",\"error\":");
         write_str(out, error);
     }
-    put(out, b"}");
-}
-
-/// Bytes to a writer that cannot fail.
-fn put<W: Write>(out: &mut W, bytes: &[u8]) {
-    out.write_all(bytes)
-        .expect("the history's writers cannot fail");
+    out.push(b'}');
+    true
 }
 
 /// The fields of a value [`write_known`] writes, each after a comma.
-fn write_fields<W: Write>(out: &mut W, value: &Value) {
+fn write_fields(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Send {
             id,
@@ -85,19 +72,19 @@ fn write_fields<W: Write>(out: &mut W, value: &Value) {
             tp,
             offset,
         } => {
-            put(out, b",\"id\":");
+            out.extend_from_slice(b",\"id\":");
             write_u64(out, *id);
-            put(out, b",\"key\":");
+            out.extend_from_slice(b",\"key\":");
             write_opt_str(out, key.as_deref());
-            put(out, b",\"tp\":");
+            out.extend_from_slice(b",\"tp\":");
             match tp {
                 Some(tp) => write_tp(out, tp),
-                None => put(out, b"null"),
+                None => out.extend_from_slice(b"null"),
             }
-            put(out, b",\"offset\":");
+            out.extend_from_slice(b",\"offset\":");
             match offset {
                 Some(offset) => write_i64(out, *offset),
-                None => put(out, b"null"),
+                None => out.extend_from_slice(b"null"),
             }
         }
         Value::Poll { records } => write_refs(out, "records", records),
@@ -108,20 +95,20 @@ fn write_fields<W: Write>(out: &mut W, value: &Value) {
         Value::LogState { tp, records }
         | Value::CommittedLogState { tp, records }
         | Value::StreamsRepartition { tp, records } => {
-            put(out, b",\"tp\":");
+            out.extend_from_slice(b",\"tp\":");
             write_tp(out, tp);
             write_refs(out, "records", records);
         }
         Value::StreamsInput { tp, records } | Value::StreamsTable { tp, records } => {
-            put(out, b",\"tp\":");
+            out.extend_from_slice(b",\"tp\":");
             write_tp(out, tp);
-            put(out, b",\"records\":");
+            out.extend_from_slice(b",\"records\":");
             write_list(out, records, write_input);
         }
         Value::StreamsOutput { tp, records } => {
-            put(out, b",\"tp\":");
+            out.extend_from_slice(b",\"tp\":");
             write_tp(out, tp);
-            put(out, b",\"records\":");
+            out.extend_from_slice(b",\"records\":");
             write_list(out, records, write_update);
         }
         Value::Txn {
@@ -130,132 +117,132 @@ fn write_fields<W: Write>(out: &mut W, value: &Value) {
             sends,
             offsets,
         } => {
-            put(out, b",\"id\":");
+            out.extend_from_slice(b",\"id\":");
             write_u64(out, *id);
-            put(out, b",\"transactional_id\":");
+            out.extend_from_slice(b",\"transactional_id\":");
             write_str(out, transactional_id);
             write_refs(out, "sends", sends);
             write_offsets(out, offsets);
         }
-        _ => unreachable!("known_tag names only the values above"),
+        _ => unreachable!("write_known writes only the values above"),
     }
 }
 
 /// `,"<name>":[<record ref>,...]`.
-fn write_refs<W: Write>(out: &mut W, name: &str, refs: &[RecordRef]) {
-    put(out, b",\"");
-    put(out, name.as_bytes());
-    put(out, b"\":");
+fn write_refs(out: &mut Vec<u8>, name: &str, refs: &[RecordRef]) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
     write_list(out, refs, write_ref);
 }
 
 /// `,"offsets":[[<tp>,<offset>],...]`.
-fn write_offsets<W: Write>(out: &mut W, offsets: &[(TopicPartition, Offset)]) {
-    put(out, b",\"offsets\":");
+fn write_offsets(out: &mut Vec<u8>, offsets: &[(TopicPartition, Offset)]) {
+    out.extend_from_slice(b",\"offsets\":");
     write_list(out, offsets, |out, (tp, offset)| {
-        put(out, b"[");
+        out.push(b'[');
         write_tp(out, tp);
-        put(out, b",");
+        out.push(b',');
         write_i64(out, *offset);
-        put(out, b"]");
+        out.push(b']');
     });
 }
 
 /// `[item,...]`.
-fn write_list<W: Write, T>(out: &mut W, items: &[T], write: impl Fn(&mut W, &T)) {
-    put(out, b"[");
+fn write_list<T>(out: &mut Vec<u8>, items: &[T], write: impl Fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
-            put(out, b",");
+            out.push(b',');
         }
         write(out, item);
     }
-    put(out, b"]");
+    out.push(b']');
 }
 
-fn write_ref<W: Write>(out: &mut W, r: &RecordRef) {
+fn write_ref(out: &mut Vec<u8>, r: &RecordRef) {
     let RecordRef {
         id,
         key,
         tp,
         offset,
     } = r;
-    put(out, b"{\"id\":");
+    out.extend_from_slice(b"{\"id\":");
     write_u64(out, *id);
-    put(out, b",\"key\":");
+    out.extend_from_slice(b",\"key\":");
     write_opt_str(out, key.as_deref());
-    put(out, b",\"tp\":");
+    out.extend_from_slice(b",\"tp\":");
     write_tp(out, tp);
-    put(out, b",\"offset\":");
+    out.extend_from_slice(b",\"offset\":");
     write_i64(out, *offset);
-    put(out, b"}");
+    out.push(b'}');
 }
 
-fn write_input<W: Write>(out: &mut W, r: &StreamsInputRecord) {
+fn write_input(out: &mut Vec<u8>, r: &StreamsInputRecord) {
     let StreamsInputRecord {
         id,
         key,
         timestamp_ms,
         offset,
     } = r;
-    put(out, b"{\"id\":");
+    out.extend_from_slice(b"{\"id\":");
     write_u64(out, *id);
-    put(out, b",\"key\":");
+    out.extend_from_slice(b",\"key\":");
     write_str(out, key);
-    put(out, b",\"timestamp_ms\":");
+    out.extend_from_slice(b",\"timestamp_ms\":");
     write_i64(out, *timestamp_ms);
-    put(out, b",\"offset\":");
+    out.extend_from_slice(b",\"offset\":");
     write_i64(out, *offset);
-    put(out, b"}");
+    out.push(b'}');
 }
 
-fn write_update<W: Write>(out: &mut W, u: &StreamsUpdate) {
+fn write_update(out: &mut Vec<u8>, u: &StreamsUpdate) {
     let StreamsUpdate {
         key,
         window_start_ms,
         count,
         offset,
     } = u;
-    put(out, b"{\"key\":");
+    out.extend_from_slice(b"{\"key\":");
     write_str(out, key);
-    put(out, b",\"window_start_ms\":");
+    out.extend_from_slice(b",\"window_start_ms\":");
     write_i64(out, *window_start_ms);
-    put(out, b",\"count\":");
+    out.extend_from_slice(b",\"count\":");
     write_u64(out, *count);
-    put(out, b",\"offset\":");
+    out.extend_from_slice(b",\"offset\":");
     write_i64(out, *offset);
-    put(out, b"}");
+    out.push(b'}');
 }
 
-fn write_tp<W: Write>(out: &mut W, tp: &TopicPartition) {
+fn write_tp(out: &mut Vec<u8>, tp: &TopicPartition) {
     let TopicPartition { topic, partition } = tp;
-    put(out, b"{\"topic\":");
+    out.extend_from_slice(b"{\"topic\":");
     write_str(out, topic.as_str());
-    put(out, b",\"partition\":");
+    out.extend_from_slice(b",\"partition\":");
     write_u64(out, u64::from(*partition));
-    put(out, b"}");
+    out.push(b'}');
 }
 
-fn write_opt_str<W: Write>(out: &mut W, s: Option<&str>) {
+fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         Some(s) => write_str(out, s),
-        None => put(out, b"null"),
+        None => out.extend_from_slice(b"null"),
     }
 }
 
 /// A JSON string: copied as it is when nothing in it needs escaping (no `"`, `\` or control
 /// character), else escaped by serde_json.
-fn write_str<W: Write>(out: &mut W, s: &str) {
+fn write_str(out: &mut Vec<u8>, s: &str) {
     if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
         serde_json::to_writer(&mut *out, s).expect("strings serialize");
         return;
     }
-    put(out, b"\"");
-    put(out, s.as_bytes());
-    put(out, b"\"");
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
 }
 
-fn write_u64<W: Write>(out: &mut W, mut n: u64) {
+fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -266,12 +253,12 @@ fn write_u64<W: Write>(out: &mut W, mut n: u64) {
             break;
         }
     }
-    put(out, &digits[i..]);
+    out.extend_from_slice(&digits[i..]);
 }
 
-fn write_i64<W: Write>(out: &mut W, n: i64) {
+fn write_i64(out: &mut Vec<u8>, n: i64) {
     if n < 0 {
-        put(out, b"-");
+        out.push(b'-');
     }
     write_u64(out, n.unsigned_abs());
 }
