@@ -6,7 +6,6 @@
 //! is the run's `history-hash`, which a replay of the same (scenario, seed, build) must
 //! reproduce.
 
-mod json;
 pub mod refs;
 pub mod text;
 
@@ -580,12 +579,12 @@ impl History {
 
     /// The history as JSON lines.
     pub fn to_jsonl(&self) -> String {
-        let mut out = Vec::new();
+        let mut out = String::new();
         for op in &self.ops {
-            json::write_op(&mut out, op);
-            out.push(b'\n');
+            out.push_str(&serde_json::to_string(op).expect("ops serialize"));
+            out.push('\n');
         }
-        String::from_utf8(out).expect("JSON is UTF-8")
+        out
     }
 
     /// Parses JSON lines.
@@ -605,21 +604,28 @@ impl History {
     }
 
     /// SHA-256 of [`History::to_jsonl`], in hex: the run's `history-hash`. The same bytes
-    /// are hashed in 64 KiB pieces as they are written ([`json::write_op`]), without
-    /// building the whole text.
+    /// are hashed op by op as they are serialized, without building the whole text.
     pub fn hash(&self) -> String {
-        const PIECE: usize = 1 << 16;
-        let mut digest = Sha256::new();
-        let mut text = Vec::with_capacity(2 * PIECE);
-        for op in &self.ops {
-            json::write_op(&mut text, op);
-            text.push(b'\n');
-            if text.len() >= PIECE {
-                digest.update(&text);
-                text.clear();
+        /// `io::Write` into a running digest.
+        struct Hashing(Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
             }
         }
-        digest.update(&text);
+        // Buffered: serde_json writes many small fragments per op, each a digest update.
+        let mut digest = std::io::BufWriter::with_capacity(1 << 16, Hashing(Sha256::new()));
+        for op in &self.ops {
+            serde_json::to_writer(&mut digest, op).expect("ops serialize");
+            std::io::Write::write_all(&mut digest, b"\n").expect("hashing cannot fail");
+        }
+        let Ok(Hashing(digest)) = digest.into_inner() else {
+            unreachable!("hashing cannot fail")
+        };
         hex::encode(digest.finalize())
     }
 
@@ -711,24 +717,8 @@ mod tests {
             },
             Some("timed out".into()),
         );
-        // Enough sends to fill several of the hash's 64 KiB pieces.
-        for id in 0..5_000 {
-            let value = Value::Send {
-                id,
-                key: Some(format!("k{id}")),
-                tp: Some(TopicPartition::new("events", (id % 3) as u32)),
-                offset: Some(id as i64),
-            };
-            h.push(3 + id, "producer-0", OpKind::Ok, value, None);
-        }
-        // The text as serde_json writes it, op by op.
-        let text: String = h
-            .ops
-            .iter()
-            .map(|op| serde_json::to_string(op).expect("serializes") + "\n")
-            .collect();
-        assert_eq!(h.to_jsonl(), text);
-        assert_eq!(h.hash(), hex::encode(Sha256::digest(text.as_bytes())));
+        let whole = hex::encode(Sha256::digest(h.to_jsonl().as_bytes()));
+        assert_eq!(h.hash(), whole);
         assert_eq!(
             History::default().hash(),
             hex::encode(Sha256::digest(b"")),
