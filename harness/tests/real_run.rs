@@ -968,9 +968,11 @@ fn a_source_task_killed_between_offset_flushes_duplicates_unless_it_runs_kip618_
         );
         assert_eq!(effects_of(&outcome.history, "kill"), 1, "{file}");
         let ops = || outcome.history.ops.iter();
-        let started = ops()
-            .filter(|op| matches!(&op.value, Value::TaskStatus { state, .. } if state == "RUNNING"))
-            .count();
+        let running = |op: &&eosim::history::Op| {
+            let task = matches!(&op.value, Value::TaskStatus { state, .. } if state == "RUNNING");
+            task && op.process == "connect-1"
+        };
+        let started = ops().filter(running).count();
         assert_eq!(started, 2, "{file}: the task runs in two incarnations");
         if !duplicated {
             let committed = ops()
