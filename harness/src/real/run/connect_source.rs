@@ -278,7 +278,7 @@ mod tests {
     fn scenario(connect: &str) -> Scenario {
         let text = format!(
             "name = \"t\"\npipeline = \"connect-source\"\nclaim = \"exactly-once\"\n\
-             [connect]\n{connect}\n[connector]\nname = \"inventory\"\n\
+             [topic]\nname = \"db1.public.orders\"\npartitions = 1\n[connect]\n{connect}\n[connector]\nname = \"inventory\"\n\
              \"connector.class\" = \"io.debezium.connector.postgresql.PostgresConnector\"\n\
              \"topic.prefix\" = \"db1\"\n\"table.include.list\" = \"public.orders\"\n"
         );
