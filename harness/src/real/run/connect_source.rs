@@ -236,8 +236,8 @@ pub fn final_state(
         .to_vec();
     let mut values = vec![Value::ChangeLog { events }];
     let t = &scenario.topic;
-    let marks =
-        StabilityProbe::new(bootstrap, &[t.name.clone()], t.partitions)?.stable_offsets()?;
+    let marks = StabilityProbe::new(bootstrap, std::slice::from_ref(&t.name), t.partitions)?
+        .stable_offsets()?;
     let high: BTreeMap<TopicPartition, Offset> = marks
         .iter()
         .map(|(tp, (_, hw))| (tp.clone(), *hw))
