@@ -1,6 +1,6 @@
 //! A source task's start over the client traits (`Worker.startSourceTask`,
 //! `ExactlyOnceWorkerSourceTask.initializeAndStart`), shared by the simulated worker
-//! ([`super::source_worker`], under `--cfg madsim`) and the real tier's source worker
+//! (`source_worker`, under `--cfg madsim`) and the real tier's source worker
 //! process (`real::run::source_instance`): each side gives its clients
 //! ([`SourceClients`]) and its host, this builds the loop of [`super::source_loop`].
 //!
