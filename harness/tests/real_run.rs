@@ -6,7 +6,9 @@
 //! point) against real Kafka, ClickHouse 18.16 and ZooKeeper, a known violation shown;
 //! `streams-count` (P3: exactly_once_v2, a Streams instance SIGKILLed and restarted);
 //! `transactional-copy` (F9: an aborted transaction with and without the rewind); a
-//! transactional upstream that aborts on purpose, read_uncommitted and read_committed.
+//! transactional upstream that aborts on purpose, read_uncommitted and read_committed;
+//! `connect-source` (a Debezium source task killed between offset flushes, at least once
+//! and under KIP-618) on real Kafka over the simulation's model of the source database.
 //! Runs only with `EOSIM_REAL=1`; the skips (testcontainers backend, unsupported
 //! pipelines) need no services.
 #![cfg(not(madsim))]
@@ -529,11 +531,12 @@ fn p1_seed_crashed_between_insert_and_after_duplicates_on_real_services() {
 
 #[test]
 fn a_pipeline_the_real_backend_does_not_run_is_reported_skipped() {
-    let (path, scenario) =
-        scenario_at("../scenarios/field/connect-source-at-least-once-worker-crash-duplicates.toml");
+    let (path, scenario) = scenario_at(
+        "../scenarios/field/doris-connector-read-uncommitted-aborted-txn-corrupts.toml",
+    );
     let notes = skipped(&path, &scenario, Backend::Native);
     assert!(
-        notes[0].contains("connect-source") && notes[0].contains("runs in simulation only"),
+        notes[0].starts_with("skipped: pipeline doris-sink"),
         "{notes:?}"
     );
 }
@@ -939,4 +942,71 @@ fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() 
         "{file}: no send refused with INVALID_TIMESTAMP"
     );
     assert_short_and_clean(&result, 120.0);
+}
+
+/// `connect-source` on real Kafka: the Debezium source task's worker `connect-1` SIGKILLed
+/// at 4.3 s and restarted at 6 s. At least once, the restarted task resumes from the last
+/// offsets flushed (every 2 s) and emits every change event sent since again
+/// (`sink-duplicate`); under KIP-618 the kill leaves a transaction open, the restarted
+/// task's InitProducerId aborts it and it resumes from the offsets its last committed
+/// transaction stored: each event once in the read_committed view. The simulation gives
+/// both files the same verdicts. The source database is still the simulation's model (the
+/// same change log in every incarnation); Kafka, the transactions and the offsets topic
+/// are real.
+#[test]
+fn a_source_task_killed_between_offset_flushes_duplicates_unless_it_runs_kip618_on_real_kafka() {
+    if !real_enabled("a_source_task_killed_between_offset_flushes") {
+        return;
+    }
+    for (file, duplicated) in [
+        ("connect-source-at-least-once-worker-crash-duplicates", true),
+        ("connect-source-kip618-exactly-once-worker-crash", false),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+        let dir = service_dir("real-run-connect-source");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        let expected = if duplicated {
+            Verdict::Violated
+        } else {
+            Verdict::Holds
+        };
+        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
+        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+        assert_eq!(
+            caught.iter().any(|a| *a == "sink-duplicate"),
+            duplicated,
+            "{file}: {caught:?}"
+        );
+        assert_eq!(
+            fault_lines(&outcome.history),
+            [
+                "kill target=[connect-1] mode=process-kill",
+                "restart target=[connect-1]"
+            ],
+            "{file}"
+        );
+        assert_eq!(effects_of(&outcome.history, "kill"), 1, "{file}");
+        let ops = || outcome.history.ops.iter();
+        let running = |op: &&eosim::history::Op| {
+            let task = matches!(&op.value, Value::TaskStatus { state, .. } if state == "RUNNING");
+            task && op.process == "connect-1"
+        };
+        let started = ops().filter(running).count();
+        assert_eq!(started, 2, "{file}: the task runs in two incarnations");
+        if !duplicated {
+            let committed = ops()
+                .filter(|op| op.kind == OpKind::Ok && matches!(op.value, Value::Txn { .. }))
+                .count();
+            assert!(committed > 0, "{file}: no source transaction committed");
+        }
+        assert!(
+            result
+                .notes
+                .iter()
+                .any(|n| n.contains("source database is still")),
+            "{file}: {:?}",
+            result.notes
+        );
+        assert_short_and_clean(&result, 75.0);
+    }
 }

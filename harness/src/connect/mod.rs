@@ -8,8 +8,9 @@
 //! ([`source_task`]), its configuration with KIP-618's keys ([`source_config`]), the
 //! acknowledged-offsets bookkeeping ([`submitted`]), the Debezium PostgreSQL task over the
 //! simulated change log ([`postgres_source`]), the `WorkerSourceTask` /
-//! `ExactlyOnceWorkerSourceTask` loop ([`source_loop`]) and, under `--cfg madsim`, its
-//! start on a worker (`source_worker`).
+//! `ExactlyOnceWorkerSourceTask` loop ([`source_loop`]), its start over either world's
+//! clients ([`source_start`]) and, under `--cfg madsim`, its start on a simulated worker
+//! (`source_worker`).
 //! Behaviour follows `shared/models-reference.md` section E and Kafka Connect's
 //! `WorkerSinkTask`.
 
@@ -23,6 +24,7 @@ pub mod postgres_source;
 pub mod sink_loop;
 pub mod source_config;
 pub mod source_loop;
+pub mod source_start;
 pub mod source_task;
 #[cfg(madsim)]
 pub mod source_worker;

@@ -19,6 +19,7 @@
 //!   after the stored offset is polled again: Debezium's documented at-least-once delivery
 //!   when the worker stops without storing offsets.
 
+use super::source_config::SourceConnectorConfig;
 use super::source_task::{SourceRecord, SourceTask, StoredOffsets};
 use super::task::ConnectError;
 use crate::connect::cdc_events::ID_HEADER;
@@ -56,6 +57,19 @@ impl PostgresSourceTask {
             poll_interval_ms,
             position: None,
         }
+    }
+
+    /// A task of the connector `c` reading `log`: `topic.prefix`, its destination topic,
+    /// `max.batch.size` and `poll.interval.ms` (what the simulated worker's plugin factory
+    /// and the real tier's source worker both build).
+    pub fn of_connector(log: Arc<ChangeLog>, c: &SourceConnectorConfig) -> Self {
+        Self::new(
+            log,
+            &c.topic_prefix,
+            c.topic(),
+            c.max_batch_size,
+            c.poll_interval_ms,
+        )
     }
 
     /// The task's one source partition.

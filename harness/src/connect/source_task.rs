@@ -77,6 +77,30 @@ pub fn parse_offset_key(key: &str) -> Option<(String, Json)> {
     }
 }
 
+/// Applies one offsets-topic record to `offsets` as `KafkaOffsetBackingStore` reads the
+/// topic for `connector`: a key `["<connector>", <partition>]` of another connector or of
+/// another shape is skipped, a JSON value stores the partition's offset, a null (or
+/// unreadable) value deletes it. The simulated and the real worker read the topic through
+/// this one function.
+pub fn apply_offset_record(
+    offsets: &mut StoredOffsets,
+    connector: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) {
+    let key = key.map(String::from_utf8_lossy);
+    let Some((owner, partition)) = key.as_deref().and_then(parse_offset_key) else {
+        return;
+    };
+    if owner != connector {
+        return;
+    }
+    match value.and_then(|v| serde_json::from_slice(v).ok()) {
+        Some(offset) => offsets.insert(partition.to_string(), offset),
+        None => offsets.remove(&partition.to_string()),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +115,23 @@ mod tests {
         assert_eq!(partition, json!({"server": "db1"}));
         assert_eq!(parse_offset_key("{}"), None);
         assert_eq!(parse_offset_key("[1, 2]"), None);
+    }
+
+    #[test]
+    fn the_last_offset_of_the_connector_wins_and_a_null_deletes_it() {
+        let mut offsets = StoredOffsets::new();
+        let key = offset_key("inventory", &json!({"server": "db1"}));
+        let other = offset_key("other", &json!({"server": "db1"}));
+        let put = |o: &mut StoredOffsets, k: &str, v: Option<&str>| {
+            apply_offset_record(o, "inventory", Some(k.as_bytes()), v.map(str::as_bytes))
+        };
+        put(&mut offsets, &key, Some(r#"{"lsn":1}"#));
+        put(&mut offsets, &key, Some(r#"{"lsn":2}"#));
+        put(&mut offsets, &other, Some(r#"{"lsn":9}"#));
+        let partition = json!({"server": "db1"}).to_string();
+        assert_eq!(offsets[&partition], json!({"lsn": 2}));
+        assert_eq!(offsets.len(), 1, "another connector's offsets are not ours");
+        put(&mut offsets, &key, None);
+        assert!(offsets.is_empty(), "a tombstone deletes the offset");
     }
 }

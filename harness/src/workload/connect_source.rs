@@ -131,13 +131,7 @@ impl ConnectSource {
         let log = self.ctx.log.clone();
         let factory: SourceFactory = Arc::new(move |config: &ConnectorConfig, _: &TaskRun| {
             let c = SourceConnectorConfig::parse(&config.raw).map_err(|e| e.to_string())?;
-            let task = PostgresSourceTask::new(
-                log.clone(),
-                &c.topic_prefix,
-                c.topic(),
-                c.max_batch_size,
-                c.poll_interval_ms,
-            );
+            let task = PostgresSourceTask::of_connector(log.clone(), &c);
             Ok(Box::new(task) as Box<dyn SourceTask>)
         });
         let no_sink: crate::connect::worker::SinkFactory = Arc::new(|_, _| {

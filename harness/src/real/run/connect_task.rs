@@ -76,9 +76,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// The process as a [`TaskHost`]: the wall clock since the run's epoch, ops on stdout.
-struct RealHost {
-    emit: Emit,
+/// The process as a [`TaskHost`]: the run's clock since its epoch, ops on stdout (the
+/// sink task's and the source task's, [`super::source_instance`]).
+pub(super) struct RealHost {
+    pub(super) emit: Emit,
 }
 
 impl TaskHost for RealHost {
@@ -198,7 +199,9 @@ pub fn connector_raw(spec: &WorkerSpec) -> BTreeMap<String, String> {
     raw
 }
 
-fn status(connector: &str, task: u32, state: &str, trace: Option<String>) -> Value {
+/// A `task-status` op's value: `state` (RUNNING, FAILED with its trace) of `connector`'s
+/// task `task`.
+pub(super) fn status(connector: &str, task: u32, state: &str, trace: Option<String>) -> Value {
     Value::TaskStatus {
         connector: connector.to_string(),
         task,

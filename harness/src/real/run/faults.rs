@@ -76,8 +76,8 @@ impl Run<'_> {
         schedule
     }
 
-    /// Starts the sink tasks at `connect.connector_create_at_ms` (when the operator creates
-    /// the connector in simulation) if that comes before `by_ms`.
+    /// Starts the Connect tasks (sink or source) at `connect.connector_create_at_ms` (when
+    /// the operator creates the connector in simulation) if that comes before `by_ms`.
     pub(super) fn create_connector_by(&mut self, by_ms: u64) {
         let at_ms = self.scenario.connect.connector_create_at_ms;
         if !self.connector_pending || at_ms > by_ms {
@@ -90,8 +90,14 @@ impl Run<'_> {
             self.notes.extend(note);
             self.env.ops.lock().expect("ops lock").push(op);
         }
+        if let super::pipelines::Target::Source = &self.target {
+            let raw = &self.scenario.connector;
+            let name = raw.get("name").map_or("", String::as_str);
+            let op = super::pipelines::connector_config_op(name, raw, self.now_ns());
+            self.env.ops.lock().expect("ops lock").push(op);
+        }
         for i in 0..self.workers.len() {
-            if self.workers[i].role != super::worker_spec::Role::SinkTask {
+            if !self.workers[i].role.is_connect_task() {
                 continue;
             }
             if let Err(e) = self.workers[i].start(&self.env) {

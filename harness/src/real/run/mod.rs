@@ -37,7 +37,11 @@
 //! on group `streams.application_id`, its final state the output read_committed;
 //! `transactional-copy` with `consumer-i` copiers ([`copier_instance`],
 //! [`transactional_copy`]), drained on group `copier` and on a stable output, its final
-//! state the output's watermarks and read_committed view. With `[workload]
+//! state the output's watermarks and read_committed view; `connect-source` with a
+//! `connect-1` source-task process ([`source_instance`], [`connect_source`]) on real Kafka
+//! over the simulation's model of the source database, drained on its stored offsets (and
+//! a stable topic under KIP-618), its final state the change log and the topic read
+//! uncommitted and committed. With `[workload]
 //! "transactional.id"` the producers of `kafka-consume`, `connect-jdbc` and
 //! `clickhouse-sink` write in Kafka transactions ([`upstream_instance`]), and the final
 //! state records the transactions they left open as undecided.
@@ -52,6 +56,7 @@ pub mod blocking;
 pub mod bulk;
 pub mod clickhouse_sink;
 pub mod cluster;
+pub mod connect_source;
 pub mod connect_state;
 pub mod connect_task;
 pub mod copier_instance;
@@ -64,6 +69,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod postgres_target;
 pub mod result;
+pub mod source_instance;
 pub mod streams_count;
 pub mod streams_instance;
 pub mod transactional_copy;
@@ -144,7 +150,7 @@ pub struct Run<'a> {
     workers: Vec<Worker>,
     notes: Vec<String>,
     bulk_loads: Vec<crate::report::BulkLoad>,
-    /// Sink tasks not started yet (`connect.connector_create_at_ms`).
+    /// Connect tasks not started yet (`connect.connector_create_at_ms`).
     connector_pending: bool,
     /// Workers that crashed at their fault point, by name: when to start them again, ms
     /// since the run's epoch.
@@ -301,7 +307,10 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
         workers: pipelines::workers(scenario),
         notes: pipelines::deviations(scenario),
         bulk_loads: Vec::new(),
-        connector_pending: scenario.pipeline == crate::scenario::Pipeline::ConnectJdbc,
+        connector_pending: matches!(
+            scenario.pipeline,
+            crate::scenario::Pipeline::ConnectJdbc | crate::scenario::Pipeline::ConnectSource
+        ),
         fault_point_restarts: BTreeMap::new(),
         failures: Vec::new(),
         verbose: options.verbose,
@@ -456,11 +465,11 @@ fn broker_fronts(scenario: &Scenario, seed: u64) -> Result<BrokerFronts, String>
 }
 
 impl Run<'_> {
-    /// Starts every worker but the sink tasks when the connector is created later
+    /// Starts every worker but the Connect tasks when the connector is created later
     /// (`connect.connector_create_at_ms` > 0, see `create_connector_by`).
     fn spawn_workers(&mut self) -> Result<(), String> {
         for worker in &mut self.workers {
-            if self.connector_pending && worker.role == Role::SinkTask {
+            if self.connector_pending && worker.role.is_connect_task() {
                 continue;
             }
             worker.start(&self.env)?;
@@ -542,6 +551,11 @@ impl Run<'_> {
             pipelines::Target::Streams => {
                 Some(streams_count::final_state(self.scenario, &bootstrap))
             }
+            pipelines::Target::Source => Some(connect_source::final_state(
+                self.scenario,
+                &bootstrap,
+                &history,
+            )),
         }
         .unwrap_or_else(|| self.final_state_files());
         let crashed = match fin {
@@ -663,19 +677,39 @@ impl Run<'_> {
             .filter(|w| w.role.is_producer() && w.has_work())
             .map(|w| format!("{} not done", w.name))
             .collect();
+        if self.scenario.pipeline == crate::scenario::Pipeline::ConnectSource {
+            // No consumer group: the stored source offsets are the pipeline's progress.
+            self.extend_open_transactions(stability, &mut lag);
+            let failed: Vec<String> = (self.workers.iter())
+                .filter(|w| w.role.is_connect_task() && !w.has_work())
+                .map(|w| w.name.clone())
+                .collect();
+            lag.extend(connect_source::lag(
+                &self.env.bootstrap,
+                self.scenario,
+                &failed,
+            ));
+            return lag;
+        }
         let (high, committed) = match (probe.high_watermarks(), probe.committed()) {
             (Ok(h), Ok(c)) => (h, c.into_iter().collect::<BTreeMap<_, _>>()),
             (Err(e), _) | (_, Err(e)) => return vec![e],
         };
+        self.extend_open_transactions(stability, &mut lag);
+        let settled = lag.is_empty();
+        lag.extend(self.committed_lag(&high, &committed, settled));
+        lag
+    }
+
+    /// With `stability`, a lag line per partition of the transactional outputs with an open
+    /// transaction (or the error that kept them from being read).
+    fn extend_open_transactions(&self, stability: Option<&StabilityProbe>, lag: &mut Vec<String>) {
         if let Some(stability) = stability {
             match stability.open_transactions() {
                 Ok(open) => lag.extend(open),
                 Err(e) => lag.push(e),
             }
         }
-        let settled = lag.is_empty();
-        lag.extend(self.committed_lag(&high, &committed, settled));
-        lag
     }
 
     /// The partitions whose committed offset is behind the end of what the group reads:
@@ -737,12 +771,16 @@ impl Run<'_> {
                 continue;
             }
             let log = w.log_path(&self.env).display().to_string();
-            if w.role == Role::SinkTask && !restart_failed {
+            if w.role.is_connect_task() && !restart_failed {
                 w.mark_failed();
                 notes.push(format!(
-                    "{}: the sink task failed ({status}) and stays FAILED, as in Connect \
+                    "{}: the {} task failed ({status}) and stays FAILED, as in Connect \
                      (log: {log})",
-                    w.name
+                    w.name,
+                    match w.role {
+                        Role::SourceTask => "source",
+                        _ => "sink",
+                    }
                 ));
                 continue;
             }
@@ -755,7 +793,7 @@ impl Run<'_> {
                     notes.push(e);
                 }
             }
-            if w.role == Role::SinkTask {
+            if w.role.is_connect_task() {
                 let task = connect_task::task_id(&w.name);
                 self.record_restart_task(task);
             }

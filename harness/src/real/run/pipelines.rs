@@ -23,6 +23,12 @@
 //!   form group `copier`; final state: the input log, the committed offsets, the output's
 //!   watermarks and read_committed view.
 //!
+//! - `connect-source` ([`connect_source`](super::connect_source)): the offsets topic;
+//!   `connect-1` runs the Debezium source task ([`source_instance`](super::source_instance))
+//!   over the simulation's change-log model (the source database is not a real service);
+//!   drained on the stored offsets; final state: the change log, the topic read
+//!   uncommitted and committed, its watermarks, the task's state.
+//!
 //! A transactional upstream (`[workload] "transactional.id"`, [`crate::upstream`]) runs
 //! in the producers of `kafka-consume`, `connect-jdbc` and `clickhouse-sink`
 //! ([`upstream_instance`](super::upstream_instance)); the drain then also waits for the
@@ -30,8 +36,7 @@
 //! level reads ([`upstream_isolation`]).
 //!
 //! `routine-load` and `doris-sink` are skipped naming what is missing (Docker, the Doris
-//! image, or the runner itself: [`doris`](super::doris)), `connect-source` as simulation
-//! only. For `connect-jdbc` the
+//! image, or the runner itself: [`doris`](super::doris)). For `connect-jdbc` the
 //! connector runs with `connection.url` pointing at the server started here (the
 //! scenario's own URL is the simulated node's), with pgJDBC's `reWriteBatchedInserts=true`
 //! unless the scenario's URL names its own properties ([`url_properties`]); the history
@@ -84,13 +89,15 @@ pub enum Target {
     Streams,
     /// `transactional-copy`: the output topic in the run's Kafka.
     Copy,
+    /// `connect-source`: the connector's topic and the offsets topic in the run's Kafka.
+    Source,
 }
 
 impl Target {
     /// Connector keys every sink task sets over the scenario's.
     pub fn connector_sets(&self) -> Vec<(String, String)> {
         match self {
-            Target::Files | Target::Streams | Target::Copy => Vec::new(),
+            Target::Files | Target::Streams | Target::Copy | Target::Source => Vec::new(),
             Target::ClickHouse(t) => t.connector.raw.clone().into_iter().collect(),
             Target::Postgres(t) => vec![(
                 "connection.url".to_string(),
@@ -111,12 +118,7 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
         Pipeline::ClickhouseSink => super::clickhouse_sink::unsupported(scenario),
         Pipeline::StreamsCount => super::streams_count::unsupported(scenario),
         Pipeline::TransactionalCopy => super::transactional_copy::unsupported(scenario),
-        Pipeline::ConnectSource => Some(
-            "skipped: pipeline connect-source (a Debezium source connector on Connect, \
-             KIP-618) runs in simulation only: the real tier has no source database nor \
-             source task worker yet"
-                .to_string(),
-        ),
+        Pipeline::ConnectSource => super::connect_source::unsupported(scenario),
         Pipeline::RoutineLoad | Pipeline::DorisSink => Some(super::doris::skip_reason(
             scenario.pipeline.name(),
             &super::doris::probe(),
@@ -170,7 +172,7 @@ pub fn group(scenario: &Scenario) -> String {
 
 /// The topics the pipeline's processes write in transactions, which the drain waits to see
 /// stable (no open transaction): under `exactly_once_v2` Streams' output topic and
-/// changelog; `transactional-copy`'s output topic; the input topic behind a transactional
+/// changelog; `transactional-copy`'s output topic; `connect-source`'s topic under KIP-618; the input topic behind a transactional
 /// upstream (`[workload] "transactional.id"`, [`crate::upstream`]); none otherwise. A
 /// crashed instance's transaction stays open until the coordinator aborts it
 /// (`transaction.timeout.ms`) or its next incarnation does, and a final read_committed read
@@ -192,6 +194,10 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
             ]
         }
         Pipeline::TransactionalCopy => vec![scenario.copy.output_topic.clone()],
+        // KIP-618: the task's transactions write the connector's topic.
+        Pipeline::ConnectSource if crate::cli::judge::sink_reads_committed(scenario) => {
+            vec![scenario.topic.name.clone()]
+        }
         _ => Vec::new(),
     }
 }
@@ -223,6 +229,10 @@ pub fn event_count(scenario: &Scenario) -> u64 {
 
 /// The pipeline's worker processes, not started.
 pub fn workers(scenario: &Scenario) -> Vec<Worker> {
+    if scenario.pipeline == Pipeline::ConnectSource {
+        // No producer: the source task writes the topic from the change log.
+        return super::connect_source::workers(scenario);
+    }
     let w = &scenario.workload;
     let (ids, producer_role) = match scenario.pipeline {
         Pipeline::ConnectJdbc => (event_count(scenario), Role::CdcProducer),
@@ -266,6 +276,7 @@ pub fn workers(scenario: &Scenario) -> Vec<Worker> {
 pub fn deviations(scenario: &Scenario) -> Vec<String> {
     match scenario.pipeline {
         Pipeline::StreamsCount => super::streams_count::deviations(scenario),
+        Pipeline::ConnectSource => super::connect_source::deviations(scenario),
         _ => Vec::new(),
     }
 }
@@ -303,6 +314,10 @@ pub fn setup(
     if scenario.pipeline == Pipeline::TransactionalCopy {
         super::transactional_copy::setup(scenario, bootstrap)?;
         return Ok(Target::Copy);
+    }
+    if scenario.pipeline == Pipeline::ConnectSource {
+        super::connect_source::setup(scenario, bootstrap)?;
+        return Ok(Target::Source);
     }
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);
@@ -424,18 +439,28 @@ pub fn connector_op(t: &PgTarget, scenario: &Scenario, time_ns: u64) -> (Op, Opt
          cdc-regression can be seen)"
             .to_string()
     });
-    let op = Op {
+    let op = connector_config_op(&t.connector.name, &t.connector.raw, time_ns);
+    (op, note)
+}
+
+/// The operator's creation of connector `name` with `config` at `time_ns`, as the
+/// simulation records it.
+pub fn connector_config_op(
+    name: &str,
+    config: &std::collections::BTreeMap<String, String>,
+    time_ns: u64,
+) -> Op {
+    Op {
         index: 0,
         time_ns,
         process: "operator".into(),
         kind: OpKind::Ok,
         value: Value::ConnectorConfig {
-            connector: t.connector.name.clone(),
-            config: t.connector.raw.clone(),
+            connector: name.to_string(),
+            config: config.clone(),
         },
         error: None,
-    };
-    (op, note)
+    }
 }
 
 /// The final state of a `connect-jdbc` run, as the simulated pipeline records it, and the
@@ -533,11 +558,12 @@ mod tests {
         }
         let classic = read("alo-cooperative-sticky-consumer-restarts.toml");
         assert_eq!(unsupported(&classic), None);
-        let source = read("field/connect-source-kip618-exactly-once-worker-crash.toml");
-        let why = unsupported(&source).expect("simulation only");
-        assert!(
-            why.contains("connect-source") && why.contains("simulation only"),
-            "{why}"
-        );
+        // connect-source runs on real (its source database still the model).
+        for file in [
+            "field/connect-source-kip618-exactly-once-worker-crash.toml",
+            "field/connect-source-at-least-once-worker-crash-duplicates.toml",
+        ] {
+            assert_eq!(unsupported(&read(file)), None, "{file}");
+        }
     }
 }

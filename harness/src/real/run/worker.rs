@@ -68,6 +68,7 @@ pub fn run_worker(spec: WorkerSpec) -> Result<(), String> {
         Role::SinkTask => runtime.block_on(super::connect_task::run_sink_task(&spec)),
         Role::Streams => runtime.block_on(super::streams_instance::run_streams(&spec)),
         Role::Copier => runtime.block_on(super::copier_instance::run_copier(&spec)),
+        Role::SourceTask => runtime.block_on(super::source_instance::run_source_worker(&spec)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! What every process of a real run shares with the runner: its role, its arguments
 //! ([`WorkerSpec`]), the op lines it prints ([`Emit`]) and the clock they are timed by. The
-//! per-role loops (`worker`, `connect_task`, `streams_instance`, `copier_instance`,
-//! `fault_point`) build on it; it builds on none of them.
+//! per-role loops (`worker`, `connect_task`, `source_instance`, `streams_instance`,
+//! `copier_instance`, `fault_point`) build on it; it builds on none of them.
 
 use crate::client::real::wall_clock;
 use crate::history::{Op, OpKind, RecordRef, Value};
@@ -29,6 +29,9 @@ pub enum Role {
     Streams,
     /// `transactional-copy`: one copier ([`super::copier_instance`]) until killed.
     Copier,
+    /// `connect-source`: one Connect source task ([`super::source_instance`]) until
+    /// killed; exits non-zero when the task fails.
+    SourceTask,
 }
 
 impl Role {
@@ -41,6 +44,7 @@ impl Role {
             Role::SinkTask => "sink-task",
             Role::Streams => "streams",
             Role::Copier => "copier",
+            Role::SourceTask => "source-task",
         }
     }
 
@@ -56,13 +60,21 @@ impl Role {
             Role::SinkTask,
             Role::Streams,
             Role::Copier,
+            Role::SourceTask,
         ]
         .into_iter()
         .find(|r| r.name() == name)
         .ok_or(format!(
-            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task, streams or \
-             copier"
+            "--role {name:?}: expected producer, consumer, cdc-producer, sink-task, streams, \
+             copier or source-task"
         ))
+    }
+
+    /// Whether the role runs a Connect task (sink or source): started when the operator
+    /// creates the connector, FAILED for good when its task fails (unless the operator
+    /// restarts failed tasks).
+    pub fn is_connect_task(self) -> bool {
+        matches!(self, Role::SinkTask | Role::SourceTask)
     }
 
     /// Whether the role sends an id range and then ends.
