@@ -61,18 +61,13 @@ pub const WARM_UP_TRANSACTIONAL_ID: &str = "eosim-transaction-log-warm-up";
 /// Why the real backend cannot run `scenario` (a skip reason), if it cannot.
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
     let connect = &scenario.connect;
-    if connect.workers != 1 {
-        return Some(format!(
+    (connect.workers != 1).then(|| {
+        format!(
             "skipped: connect.workers = {}: the real tier runs a source connector's one task \
              in connect-1; the herder's assignment of it over several workers (and its \
              rebalances) is simulated only",
             connect.workers
-        ));
-    }
-    (connect.task_crash_probability > 0.0).then(|| {
-        "skipped: connect.task_crash_probability > 0: the task-crash fault point is drawn \
-         from the simulator's RNG; the real source worker has no such point"
-            .to_string()
+        )
     })
 }
 
@@ -290,8 +285,9 @@ mod tests {
         assert_eq!(unsupported(&scenario("workers = 1")), None);
         let why = unsupported(&scenario("workers = 2")).expect("skipped");
         assert!(why.contains("connect.workers = 2"), "{why}");
-        let why = unsupported(&scenario("workers = 1\ntask_crash_probability = 0.1"));
-        assert!(why.expect("skipped").contains("task_crash_probability"));
+        let crash = scenario("workers = 1\ntask_crash_probability = 0.1");
+        let why = super::super::pipelines::unsupported(&crash).expect("skipped");
+        assert!(why.contains("task_crash_probability"), "{why}");
         let names: Vec<(String, Role)> = workers(&scenario("workers = 1"))
             .into_iter()
             .map(|w| (w.name.clone(), w.role))
