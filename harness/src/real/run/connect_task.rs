@@ -210,6 +210,17 @@ pub(super) fn status(connector: &str, task: u32, state: &str, trace: Option<Stri
     }
 }
 
+/// The emitter of task process `spec`, with task `task` of `connector` recorded `RUNNING`
+/// (what the herder reports when a task starts; a sink task and a source task alike).
+pub(super) fn start_running(spec: &WorkerSpec, connector: &str, task: u32) -> Emit {
+    let emit = Emit {
+        name: spec.name.clone(),
+        epoch_ns: spec.epoch_ns,
+    };
+    emit.op(OpKind::Ok, status(connector, task, "RUNNING", None), None);
+    emit
+}
+
 /// Runs the task until it fails (then `Err` with its trace: the process exits non-zero) or
 /// the process is killed.
 ///
@@ -227,15 +238,7 @@ pub async fn run_sink_task(spec: &WorkerSpec) -> Result<(), String> {
         wc.offset_flush_interval_ms = sink.offset_flush_interval_ms;
     }
     let task = task_id(&spec.name);
-    let emit = Emit {
-        name: spec.name.clone(),
-        epoch_ns: spec.epoch_ns,
-    };
-    emit.op(
-        OpKind::Ok,
-        status(&config.name, task, "RUNNING", None),
-        None,
-    );
+    let emit = start_running(spec, &config.name, task);
     let trace = match start(spec, &config, &wc, task, &emit).await {
         Ok(mut task_loop) => {
             let exit = task_loop.run().await;

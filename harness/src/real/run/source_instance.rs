@@ -28,9 +28,9 @@
 //! later, so numbers of two incarnations never meet.
 
 use super::connect_source::stored_offsets;
-use super::connect_task::{connector_raw, status, task_id, RealHost};
+use super::connect_task::{connector_raw, start_running, status, task_id, RealHost};
 use super::copier_instance::real_txn_producer;
-use super::worker_spec::{Emit, WorkerSpec};
+use super::worker_spec::WorkerSpec;
 use crate::client::real::{RealProducer, RealTransactionalProducer};
 use crate::client::ProducerConfig;
 use crate::connect::config::WorkerConfig;
@@ -97,15 +97,7 @@ pub async fn run_source_worker(spec: &WorkerSpec) -> Result<(), String> {
     let config = parse_connector(&connector_raw(spec), &wc).map_err(|e| e.to_string())?;
     let source = SourceConnectorConfig::parse(&config.raw).map_err(|e| e.to_string())?;
     let task = task_id(&spec.name);
-    let emit = Emit {
-        name: spec.name.clone(),
-        epoch_ns: spec.epoch_ns,
-    };
-    emit.op(
-        OpKind::Ok,
-        status(&config.name, task, "RUNNING", None),
-        None,
-    );
+    let emit = start_running(spec, &config.name, task);
     let log = Arc::new(ChangeLog::generate(spec.scenario.source.log_config()));
     let clients = RealSourceClients {
         bootstrap: spec.bootstrap.clone(),
