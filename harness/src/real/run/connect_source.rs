@@ -20,8 +20,8 @@
 //!   creation, which the simulated coordinator never does.
 //! - Workers: `connect-1` runs the connector's one task (task 0); files with more workers
 //!   are skipped (the herder's assignment of one task over several workers is not on
-//!   real), as are files with `connect.task_crash_probability` > 0 (a simulation fault
-//!   point).
+//!   real). `connect.task_crash_probability` crashes the task at its fault point as in
+//!   simulation ([`super::connect_task::RealHost`]).
 //! - Drain ([`lag`]): the offsets stored for the connector (read as the task reads them:
 //!   read_committed under KIP-618) cover the change log's last event, no `connect-i` task
 //!   is FAILED, and under KIP-618 the topic's last stable offsets reached their high
@@ -286,8 +286,11 @@ mod tests {
         let why = unsupported(&scenario("workers = 2")).expect("skipped");
         assert!(why.contains("connect.workers = 2"), "{why}");
         let crash = scenario("workers = 1\ntask_crash_probability = 0.1");
-        let why = super::super::pipelines::unsupported(&crash).expect("skipped");
-        assert!(why.contains("task_crash_probability"), "{why}");
+        assert_eq!(
+            unsupported(&crash),
+            None,
+            "the real task crashes at its point too"
+        );
         let names: Vec<(String, Role)> = workers(&scenario("workers = 1"))
             .into_iter()
             .map(|w| (w.name.clone(), w.role))

@@ -43,6 +43,7 @@ use crate::history::{OpKind, Value};
 use crate::real::clock::run_clock_ns;
 use async_trait::async_trait;
 use eosim_sim::kafka::{Offset, TopicPartition};
+use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
@@ -77,9 +78,26 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// The process as a [`TaskHost`]: the run's clock since its epoch, ops on stdout (the
-/// sink task's and the source task's, [`super::source_instance`]).
+/// sink task's and the source task's, [`super::source_instance`]), and the `task-crash`
+/// fault point of `[connect] task_crash_probability`.
 pub(super) struct RealHost {
-    pub(super) emit: Emit,
+    emit: Emit,
+    /// `[connect] task_crash_probability`.
+    crash_probability: f64,
+    /// The task, as the fault's target: `<connector>-<task>`.
+    target: String,
+}
+
+impl RealHost {
+    /// The host of task `task` of `connector`, crashing at its fault point with
+    /// `crash_probability` (`[connect] task_crash_probability`).
+    pub(super) fn new(emit: Emit, crash_probability: f64, connector: &str, task: u32) -> Self {
+        Self {
+            emit,
+            crash_probability,
+            target: format!("{connector}-{task}"),
+        }
+    }
 }
 
 impl TaskHost for RealHost {
@@ -89,6 +107,24 @@ impl TaskHost for RealHost {
 
     fn record(&self, kind: OpKind, value: Value, error: Option<String>) {
         self.emit.op(kind, value, error);
+    }
+
+    /// As the simulated worker's (`connect/worker.rs`): after a successful `put` (or a
+    /// source batch), the task throws with this probability, drawn here from the OS's
+    /// randomness (a real run is not reproducible anyway), and the fault is recorded as
+    /// the simulation records it. The runner then restarts the FAILED task as the
+    /// operator does (`[connect] restart_failed_after_ms`) or leaves it FAILED.
+    fn crash_point(&self) -> Result<(), String> {
+        let p = self.crash_probability;
+        if p > 0.0 && madsim::rand::thread_rng().gen_bool(p.min(1.0)) {
+            let fault = Value::Fault {
+                name: "task-crash".into(),
+                detail: format!("target=[{}] on {}", self.target, self.emit.name),
+            };
+            self.emit.op(OpKind::Info, fault, None);
+            return Err("injected task crash (fault point after put)".into());
+        }
+        Ok(())
     }
 }
 
@@ -293,7 +329,8 @@ async fn start(
         ),
         None => None,
     };
-    let host = RealHost { emit: emit.clone() };
+    let crash_probability = spec.scenario.connect.task_crash_probability;
+    let host = RealHost::new(emit.clone(), crash_probability, &config.name, task);
     Ok(SinkTaskLoop::new(
         host,
         task,
@@ -315,5 +352,19 @@ mod tests {
         assert_eq!(task_id("connect-3"), 2);
         assert_eq!(task_id("worker-0"), 0);
         assert_eq!(task_id("worker-2"), 2);
+    }
+
+    /// The real task's fault point: never without `task_crash_probability`, always at 1.
+    #[test]
+    fn the_task_crash_point_fires_with_its_probability() {
+        let emit = Emit {
+            name: "connect-1".into(),
+            epoch_ns: 0,
+        };
+        let never = RealHost::new(emit.clone(), 0.0, "sink", 0);
+        assert!((0..1000).all(|_| never.crash_point().is_ok()));
+        let always = RealHost::new(emit, 1.0, "sink", 0);
+        let err = always.crash_point().expect_err("crashes");
+        assert!(err.contains("injected task crash"), "{err}");
     }
 }

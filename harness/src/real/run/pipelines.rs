@@ -112,15 +112,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
     if let Some(why) = model_only_switch(scenario) {
         return Some(why);
     }
-    if scenario.connect.task_crash_probability > 0.0 {
-        // The Connect task loops on real keep `TaskHost::crash_point`'s default: running
-        // the file would hold without its faults, a silent downgrade.
-        return Some(
-            "skipped: connect.task_crash_probability > 0: the task-crash fault point is drawn \
-             from the simulator's RNG; the real Connect tasks have no such point"
-                .to_string(),
-        );
-    }
     match scenario.pipeline {
         Pipeline::KafkaConsume => None,
         Pipeline::ConnectJdbc => None,

@@ -110,7 +110,8 @@ pub async fn run_source_worker(spec: &WorkerSpec) -> Result<(), String> {
         // Nothing stops this process's task but a kill or its failure.
         stop: StopSignal::default(),
     };
-    let host = RealHost { emit: emit.clone() };
+    let crash_probability = spec.scenario.connect.task_crash_probability;
+    let host = RealHost::new(emit.clone(), crash_probability, &config.name, task);
     let source_task = Box::new(PostgresSourceTask::of_connector(log, &source));
     let trace = match start_source_task(&clients, host, start, source_task).await {
         Ok(Some(mut task_loop)) => match task_loop.run().await {
