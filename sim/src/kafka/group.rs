@@ -55,6 +55,7 @@
 
 use super::model::{ParkToken, Reply};
 use super::types::*;
+use super::versioned::Versioned;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[cfg(test)]
@@ -140,7 +141,9 @@ struct Group {
     assignments: BTreeMap<String, Vec<TopicPartition>>,
     /// The assignor selected for the current generation (`protocolName`).
     protocol: String,
-    offsets: BTreeMap<TopicPartition, CommittedOffset>,
+    /// Counted changes: the coordinator log copies them out only after one
+    /// ([`GroupCoordinator::offsets_version`]).
+    offsets: Versioned<TopicPartition, CommittedOffset>,
     /// KIP-447: offsets committed inside transactions, by producer id, invisible until the
     /// COMMIT marker reaches the group's `__consumer_offsets` partition
     /// (`pendingTransactionalOffsets`).
@@ -278,6 +281,14 @@ impl GroupCoordinator {
         self.groups
             .iter()
             .flat_map(|(g, group)| group.offsets.iter().map(move |(tp, c)| (g.as_str(), tp, c)))
+    }
+
+    /// The count of changes to the committed offsets so far, as (groups, changes summed
+    /// over them): an unchanged value means unchanged offsets. Groups are never removed, and
+    /// a new one has no offsets yet.
+    pub fn offsets_version(&self) -> (usize, u64) {
+        let changes = self.groups.values().map(|g| g.offsets.version()).sum();
+        (self.groups.len(), changes)
     }
 
     /// `group_id`'s committed offset of `tp`, if any.
@@ -421,7 +432,7 @@ impl GroupCoordinator {
     pub fn committed(&self, group_id: &str) -> BTreeMap<TopicPartition, CommittedOffset> {
         self.groups
             .get(group_id)
-            .map(|g| g.offsets.clone())
+            .map(|g| BTreeMap::clone(&g.offsets))
             .unwrap_or_default()
     }
 }

@@ -23,5 +23,6 @@ pub mod txn;
 #[cfg(test)]
 mod txn_tests;
 pub mod types;
+pub mod versioned;
 
 pub use types::*;

@@ -37,6 +37,7 @@
 //!   Prepare*/Complete* is `INVALID_TXN_STATE`.
 
 use super::types::*;
+use super::versioned::Versioned;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// First producer id handed out (ids are cluster-wide and never reused).
@@ -147,7 +148,9 @@ pub struct MarkerTask {
 #[derive(Debug)]
 pub struct TransactionCoordinator {
     config: ClusterConfig,
-    txns: BTreeMap<String, TxnMetadata>,
+    /// Counted changes: the coordinator log copies them out only after one
+    /// ([`TransactionCoordinator::txns_version`]).
+    txns: Versioned<String, TxnMetadata>,
     by_producer_id: BTreeMap<i64, String>,
     next_producer_id: i64,
     next_timeout_scan_ms: TimeMs,
@@ -167,7 +170,7 @@ impl TransactionCoordinator {
         let expiry_scan = config.transaction_remove_expired_transaction_cleanup_interval_ms;
         Self {
             config,
-            txns: BTreeMap::new(),
+            txns: Versioned::new(),
             by_producer_id: BTreeMap::new(),
             next_producer_id: FIRST_PRODUCER_ID,
             next_timeout_scan_ms: timeout_scan,
@@ -183,6 +186,12 @@ impl TransactionCoordinator {
     /// Every transactional id and its metadata.
     pub fn txns(&self) -> &BTreeMap<String, TxnMetadata> {
         &self.txns
+    }
+
+    /// The count of changes to [`txns`](Self::txns) so far (every mutable access counts):
+    /// an unchanged version means unchanged metadata.
+    pub fn txns_version(&self) -> u64 {
+        self.txns.version()
     }
 
     /// The transactional id currently owning `producer_id`, if any.

@@ -3,6 +3,7 @@
 
 use super::{Group, GroupRecord, GroupState, InitialDelay, Member, Parked};
 use crate::kafka::types::*;
+use crate::kafka::versioned::Versioned;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a JoinGroup carries about the member.
@@ -30,7 +31,7 @@ impl Group {
             sync_deadline_ms: 0,
             assignments: BTreeMap::new(),
             protocol: String::new(),
-            offsets: BTreeMap::new(),
+            offsets: Versioned::new(),
             pending_txn_offsets: BTreeMap::new(),
             record: None,
         }

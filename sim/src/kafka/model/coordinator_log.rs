@@ -72,6 +72,16 @@ pub(super) struct CoordinatorLog {
     /// Per internal topic and partition, the (leader, epoch) whose log the in-memory state
     /// reflects.
     loaded: BTreeMap<&'static str, Vec<Option<(BrokerId, i32)>>>,
+    /// The [`TransactionCoordinator::txns_version`] every change up to which is logged:
+    /// while it stands, the next sync has nothing to scan. `None` until a sync logged every
+    /// change it found (one with no acting leader to append to is tried again).
+    ///
+    /// [`TransactionCoordinator::txns_version`]: crate::kafka::txn::TransactionCoordinator::txns_version
+    synced_txns: Option<u64>,
+    /// The same for [`GroupCoordinator::offsets_version`].
+    ///
+    /// [`GroupCoordinator::offsets_version`]: crate::kafka::group::GroupCoordinator::offsets_version
+    synced_offsets: Option<(usize, u64)>,
 }
 
 /// Whether `a` and `b` log the same `TransactionLogValue` (marker progress is not logged).
@@ -136,13 +146,25 @@ impl Cluster {
     }
 
     /// Appends a record for every transactional id and committed offset whose logged value
-    /// changed since it was last written (see the module docs).
+    /// changed since it was last written (see the module docs). A coordinator whose state
+    /// has not been touched since a sync that logged all of it is not scanned (its change
+    /// counter, [`crate::kafka::versioned`]).
     pub(super) fn sync_coordinator_log(&mut self, now: TimeMs) {
-        self.sync_txn_records(now);
-        self.sync_offset_records(now);
+        let txns = self.txns.txns_version();
+        if self.coordinator_log.synced_txns != Some(txns) {
+            let all = self.sync_txn_records(now);
+            self.coordinator_log.synced_txns = all.then_some(txns);
+        }
+        let offsets = self.groups.offsets_version();
+        if self.coordinator_log.synced_offsets != Some(offsets) {
+            let all = self.sync_offset_records(now);
+            self.coordinator_log.synced_offsets = all.then_some(offsets);
+        }
     }
 
-    fn sync_txn_records(&mut self, now: TimeMs) {
+    /// Logs every transactional id whose logged view changed; whether every one was
+    /// (`false`: one had no acting leader).
+    fn sync_txn_records(&mut self, now: TimeMs) -> bool {
         let log = &self.coordinator_log.logged_txns;
         let mut changed: Vec<(String, Option<TxnMetadata>)> = Vec::new();
         for (tid, m) in self.txns.txns() {
@@ -153,6 +175,7 @@ impl Cluster {
         for tid in log.keys().filter(|t| self.txns.txn(t).is_none()) {
             changed.push((tid.clone(), None));
         }
+        let mut all = true;
         for (tid, metadata) in changed {
             let tp = self.coordinator_partition(&tid, CoordinatorKind::Transaction);
             let record = StateRecord::Txn {
@@ -165,11 +188,16 @@ impl Cluster {
                     Some(m) => logged.insert(tid, m),
                     None => logged.remove(&tid),
                 };
+            } else {
+                all = false;
             }
         }
+        all
     }
 
-    fn sync_offset_records(&mut self, now: TimeMs) {
+    /// Logs every committed offset that changed; whether every one was (`false`: one had no
+    /// acting leader).
+    fn sync_offset_records(&mut self, now: TimeMs) -> bool {
         let log = &self.coordinator_log.logged_offsets;
         let logged = |g: &str, tp: &TopicPartition| log.get(g).and_then(|m| m.get(tp));
         let changed: Vec<(String, TopicPartition, CommittedOffset)> = self
@@ -178,6 +206,7 @@ impl Cluster {
             .filter(|(g, tp, c)| logged(g, tp) != Some(*c))
             .map(|(g, tp, c)| (g.to_string(), tp.clone(), *c))
             .collect();
+        let mut all = true;
         for (group_id, tp, committed) in changed {
             let state_tp = self.coordinator_partition(&group_id, CoordinatorKind::Group);
             let record = StateRecord::Offset {
@@ -188,8 +217,11 @@ impl Cluster {
             if self.append_state_record(now, &state_tp, record) {
                 let logged = &mut self.coordinator_log.logged_offsets;
                 logged.entry(group_id).or_default().insert(tp, committed);
+            } else {
+                all = false;
             }
         }
+        all
     }
 
     /// Reloads every internal partition whose acting leader (or its epoch) changed since
