@@ -123,7 +123,7 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<(), String> {
 /// transactional id [`WARM_UP_TRANSACTIONAL_ID`]: a fresh cluster creates it on the first
 /// one (seconds with the scenario's 50 partitions on three brokers, measured 3.3 s on 2
 /// cores), which the task's own InitProducerId would otherwise wait out past the
-/// scenario's kill at 4.3 s, so that the kill found no transaction of the task. The
+/// scenario's kill at 3.3 s, so that the kill found no transaction of the task. The
 /// simulated coordinator needs no such log: with it the task starts as early as there.
 fn warm_transaction_log(bootstrap: &str) -> Result<(), String> {
     use crate::client::TransactionalProducer;
