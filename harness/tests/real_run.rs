@@ -945,8 +945,8 @@ fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() 
 }
 
 /// `connect-source` on real Kafka: the Debezium source task's worker `connect-1` SIGKILLed
-/// at 3.3 s and restarted at 5 s. At least once, the restarted task resumes from the last
-/// offsets flushed (every 2 s) and emits every change event sent since again
+/// at 8.5 s and restarted at 10.2 s. At least once, the restarted task resumes from the
+/// last offsets flushed (every 5 s) and emits every change event sent since again
 /// (`sink-duplicate`); under KIP-618 the kill leaves a transaction open, the restarted
 /// task's InitProducerId aborts it and it resumes from the offsets its last committed
 /// transaction stored: each event once in the read_committed view. The simulation gives

@@ -122,9 +122,10 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<(), String> {
 /// Creates `__transaction_state` before the worker starts, by one InitProducerId of
 /// transactional id [`WARM_UP_TRANSACTIONAL_ID`]: a fresh cluster creates it on the first
 /// one (seconds with the scenario's 50 partitions on three brokers, measured 3.3 s on 2
-/// cores), which the task's own InitProducerId would otherwise wait out past the
-/// scenario's kill at 3.3 s, so that the kill found no transaction of the task. The
-/// simulated coordinator needs no such log: with it the task starts as early as there.
+/// cores), which the task's own InitProducerId would otherwise wait out, starting seconds
+/// later than in the simulation (with the kill at 4.3 s, as the pair's files had it then,
+/// the kill found no transaction of the task). The simulated coordinator needs no such
+/// log: with it the task starts as early as there.
 fn warm_transaction_log(bootstrap: &str) -> Result<(), String> {
     use crate::client::TransactionalProducer;
     let settings = crate::copier::TxnSettings {
