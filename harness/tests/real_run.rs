@@ -111,6 +111,23 @@ fn run_and_judge(
     (outcome, result)
 }
 
+/// A real run of a pair's file judged as expected: `Some(anomaly)`, violated with that
+/// anomaly among the forbidden ones; `None`, holds with none.
+fn assert_judged(file: &str, result: &ScenarioResult, caught_by: Option<&str>) {
+    let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+    match caught_by {
+        Some(anomaly) => {
+            let notes = &result.notes;
+            assert_eq!(result.verdict, Verdict::Violated, "{file}: {notes:?}");
+            assert!(caught.iter().any(|a| *a == anomaly), "{file}: {caught:?}");
+        }
+        None => {
+            assert_eq!(result.verdict, Verdict::Holds, "{file}: {:?}", result.notes);
+            assert!(caught.is_empty(), "{file}: {caught:?}");
+        }
+    }
+}
+
 /// A real run stays inside its share of CI's budget (`budget_s` of wall time) and leaves
 /// no service process group behind.
 fn assert_short_and_clean(result: &ScenarioResult, budget_s: f64) {
@@ -672,22 +689,7 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
         let dir = service_dir("real-run-upstream");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-        match caught_by {
-            Some(anomaly) => {
-                assert_eq!(
-                    result.verdict,
-                    Verdict::Violated,
-                    "{file}: {:?}",
-                    result.notes
-                );
-                assert!(caught.iter().any(|a| *a == anomaly), "{file}: {caught:?}");
-            }
-            None => {
-                assert_eq!(result.verdict, Verdict::Holds, "{file}: {:?}", result.notes);
-                assert!(caught.is_empty(), "{file}: {caught:?}");
-            }
-        }
+        assert_judged(file, &result, caught_by);
         // No faults: every send succeeds, so the run's transactions are exactly the planned
         // ones, and every third (numbers 2, 5, 8, 11) aborts.
         let w = &scenario.workload;
@@ -772,18 +774,7 @@ fn two_brokers_beside_a_dedicated_controller_lose_acked_writes_only_to_an_unclea
         assert_eq!(scenario.cluster.brokers, 2, "{file}");
         let dir = service_dir("real-run-two-brokers");
         let (_, result) = run_native(file, &path, &scenario, dir.path());
-        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-        let expected = if lost {
-            Verdict::Violated
-        } else {
-            Verdict::Holds
-        };
-        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
-        assert_eq!(
-            caught.iter().any(|a| *a == "lost-write"),
-            lost,
-            "{file}: {caught:?}"
-        );
+        assert_judged(file, &result, lost.then_some("lost-write"));
         // The cut acted: the heal counted packets dropped on the brokers' link.
         let healed = result.notes.iter().any(|n| n.contains("packet(s) dropped"));
         assert!(healed, "{file}: {:?}", result.notes);
@@ -834,18 +825,7 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
         let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
         let dir = service_dir("real-run-power-loss");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        let expected = if lost {
-            Verdict::Violated
-        } else {
-            Verdict::Holds
-        };
-        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
-        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-        assert_eq!(
-            caught.iter().any(|a| *a == "lost-write"),
-            lost,
-            "{file}: {caught:?}"
-        );
+        assert_judged(file, &result, lost.then_some("lost-write"));
         let lines = fault_lines(&outcome.history);
         for b in 1..=3 {
             let crash = format!("kill target=[broker-{b}] mode=machine-crash");
@@ -884,18 +864,7 @@ fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() 
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
         let dir = service_dir("real-run-clock-jump");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        let expected = if duplicated {
-            Verdict::Violated
-        } else {
-            Verdict::Holds
-        };
-        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
-        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-        assert_eq!(
-            caught.iter().any(|a| *a == "duplicate"),
-            duplicated,
-            "{file}: {caught:?}"
-        );
+        assert_judged(file, &result, duplicated.then_some("duplicate"));
         let lines = fault_lines(&outcome.history);
         assert!(
             lines
@@ -965,18 +934,7 @@ fn a_source_task_killed_between_offset_flushes_duplicates_unless_it_runs_kip618_
         let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
         let dir = service_dir("real-run-connect-source");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        let expected = if duplicated {
-            Verdict::Violated
-        } else {
-            Verdict::Holds
-        };
-        assert_eq!(result.verdict, expected, "{file}: {:?}", result.notes);
-        let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-        assert_eq!(
-            caught.iter().any(|a| *a == "sink-duplicate"),
-            duplicated,
-            "{file}: {caught:?}"
-        );
+        assert_judged(file, &result, duplicated.then_some("sink-duplicate"));
         assert_eq!(
             fault_lines(&outcome.history),
             [
