@@ -18,6 +18,7 @@
 //! `SourceConnector.canDefineTransactionBoundaries`, KIP-618).
 
 use super::config::{check_keys, get, invalid, number, ConfigError, ConnectorConfig, WorkerConfig};
+use eosim_sim::kafka::Isolation;
 use std::collections::BTreeMap;
 
 /// The connector class modelled.
@@ -194,9 +195,10 @@ impl SourceConnectorConfig {
         Ok(())
     }
 
-    /// Whether this connector's tasks run transactionally on `worker` (KIP-618).
+    /// Whether this connector's tasks run transactionally on `worker` (KIP-618): the
+    /// worker's [`exactly_once`].
     pub fn exactly_once(&self, worker: &WorkerConfig) -> bool {
-        worker.exactly_once_source_support == ExactlyOnceSourceSupport::Enabled
+        exactly_once(worker)
     }
 
     /// The interval of `transaction.boundary=interval`, ms: the key, else the worker's
@@ -285,6 +287,21 @@ pub fn parse_connector(
     let config = SourceConnectorConfig::parse(raw)?;
     config.check_worker(worker)?;
     Ok(config.framework)
+}
+
+/// Whether `worker` runs its source tasks exactly once (KIP-618:
+/// `exactly.once.source.support=enabled`).
+pub fn exactly_once(worker: &WorkerConfig) -> bool {
+    worker.exactly_once_source_support == ExactlyOnceSourceSupport::Enabled
+}
+
+/// How `worker`'s source tasks read the offsets topic: read_committed under KIP-618 (the
+/// offsets a task's committed transactions stored), read_uncommitted otherwise.
+pub fn offsets_isolation(worker: &WorkerConfig) -> Isolation {
+    match exactly_once(worker) {
+        true => Isolation::ReadCommitted,
+        false => Isolation::ReadUncommitted,
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 
 use super::config::{ConnectorConfig, WorkerConfig};
 use super::sink_loop::{StopSignal, TaskHost};
-use super::source_config::{transaction_settings, ExactlyOnceSourceSupport};
+use super::source_config::{exactly_once, offsets_isolation, transaction_settings};
 use super::source_loop::{SourceDelivery, SourceLoopConfig, SourceTaskLoop};
 use super::source_task::{SourceTask, StoredOffsets};
 use crate::client::{Producer, ProducerConfig, TransactionalProducer};
@@ -102,11 +102,6 @@ pub fn task_transactional_id(worker: &WorkerConfig, connector: &str, task: u32) 
     format!("{}-{connector}-{task}", worker.group_id)
 }
 
-/// Whether the worker runs its source tasks exactly once (KIP-618).
-pub fn exactly_once(worker: &WorkerConfig) -> bool {
-    worker.exactly_once_source_support == ExactlyOnceSourceSupport::Enabled
-}
-
 /// The source task loop of `task` on `clients` and `host`, started (see the module docs);
 /// `None` when the worker was stopped while it read the offsets.
 ///
@@ -119,18 +114,14 @@ pub async fn start_source_task<C: SourceClients, H: TaskHost>(
     mut task: Box<dyn SourceTask>,
 ) -> Result<Option<SourceTaskLoop<H, C::Producer, C::Txn>>, String> {
     let wc = start.worker;
-    let exactly_once = exactly_once(wc);
-    let delivery = match exactly_once {
+    let delivery = match exactly_once(wc) {
         true => exactly_once_delivery(clients, &start).await?,
         false => SourceDelivery::AtLeastOnce {
             producer: clients.producer(source_producer_config())?,
             offsets: clients.producer(source_producer_config())?,
         },
     };
-    let isolation = match exactly_once {
-        true => Isolation::ReadCommitted,
-        false => Isolation::ReadUncommitted,
-    };
+    let isolation = offsets_isolation(wc);
     let topic = &wc.offset_storage_topic;
     let name = &start.connector.name;
     let offsets = loop {

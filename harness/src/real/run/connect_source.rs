@@ -39,8 +39,7 @@ use super::workers::Worker;
 use crate::connect::cdc_events::id_of;
 use crate::connect::config::WorkerConfig;
 use crate::connect::postgres_source::{position_of, PostgresSourceTask};
-use crate::connect::source_config::SourceConnectorConfig;
-use crate::connect::source_start::exactly_once;
+use crate::connect::source_config::{exactly_once, offsets_isolation, SourceConnectorConfig};
 use crate::connect::source_task::{apply_offset_record, StoredOffsets};
 use crate::history::{History, RecordRef, Value};
 use crate::scenario::{Scenario, TopicSpec};
@@ -192,12 +191,8 @@ pub fn lag(bootstrap: &str, scenario: &Scenario, failed: &[String]) -> Vec<Strin
         (Ok(wc), Ok(name)) => (wc, name),
         (Err(e), _) | (_, Err(e)) => return vec![e],
     };
-    let isolation = match exactly_once(&wc) {
-        true => Isolation::ReadCommitted,
-        false => Isolation::ReadUncommitted,
-    };
     let topic = &wc.offset_storage_topic;
-    let stored = match stored_offsets(bootstrap, topic, isolation, &name) {
+    let stored = match stored_offsets(bootstrap, topic, offsets_isolation(&wc), &name) {
         Ok(offsets) => offsets,
         Err(e) => return vec![e],
     };
