@@ -1008,11 +1008,11 @@ impl Cluster {
 
     /// `Produce` of one batch (A.2–A.4, B.3, C.6, C.9). Validation order: leadership,
     /// size, min ISR, the records' `CreateTime` against the leader's clock
-    /// (`INVALID_TIMESTAMP`, [`timestamp_out_of_range`]), then the producer state (duplicate → the original offsets, older
-    /// epoch → `INVALID_PRODUCER_EPOCH`, sequence gap → `OUT_OF_ORDER_SEQUENCE_NUMBER`,
-    /// non-transactional batch inside an open transaction → `INVALID_TXN_STATE`), then for
-    /// a transactional batch opening a transaction on the partition the protocol's check
-    /// (see [`TxnProtocol`]).
+    /// (`INVALID_TIMESTAMP`, [`timestamp_out_of_range`]), then the producer state
+    /// (duplicate → the original offsets, older epoch → `INVALID_PRODUCER_EPOCH`, sequence
+    /// gap → `OUT_OF_ORDER_SEQUENCE_NUMBER`, non-transactional batch inside an open
+    /// transaction → `INVALID_TXN_STATE`), then for a transactional batch opening a
+    /// transaction on the partition the protocol's check (see [`TxnProtocol`]).
     #[allow(clippy::too_many_arguments)]
     fn produce(
         &mut self,

@@ -1020,8 +1020,9 @@ impl Run<'_> {
     /// earlier jumps ([`crate::real::clock::ClockOffsets::jump`]), recorded as the simulation
     /// records it. The effect is not recorded here: the worker records it when a record
     /// first carries the new offset ([`crate::client::real::wall_clock::take_moved`]), so a
-    /// jump no record carried (a producer that had sent everything) counts as never acted. Brokers and databases keep
-    /// the true time: a jump aimed at them is noted as not injected.
+    /// jump no record carried (a producer that had sent everything) counts as never acted.
+    /// Brokers and databases keep the true time: a jump aimed at them is noted as not
+    /// injected.
     fn clock_jump(&mut self, fault: &Fault, target: &[String], delta_ms: i64) {
         let clocks = match &self.clocks {
             Some(Ok(clocks)) => clocks.clone(),

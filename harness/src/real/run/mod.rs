@@ -18,9 +18,10 @@
 //!    proxies in front of their listeners ([`crate::real::net::proxy`]; each broker
 //!    advertises its proxy's port) and on `postgres`; machine crashes of brokers through a
 //!    lossy file system under their data ([`crate::real::lazyfs`]); clock jumps of workers
-//!    as the timestamps their producers stamp ([`crate::real::clock`]). Message faults on ZooKeeper, machine
-//!    crashes of anything but brokers and clock jumps of brokers or databases are not
-//!    injected: each is named in the result's notes (the table in [`faults`]).
+//!    as the timestamps their producers stamp ([`crate::real::clock`]). Message faults on
+//!    ZooKeeper, machine crashes of anything but brokers and clock jumps of brokers or
+//!    databases are not injected: each is named in the result's notes (the table in
+//!    [`faults`]).
 //! 4. Heal and drain: every killed process restarted, every paused one resumed; the
 //!    pipeline must finish (producers done, the group's committed offsets at every high
 //!    watermark; behind a transactional upstream, no transaction open on the input and

@@ -172,11 +172,11 @@ pub fn group(scenario: &Scenario) -> String {
 
 /// The topics the pipeline's processes write in transactions, which the drain waits to see
 /// stable (no open transaction): under `exactly_once_v2` Streams' output topic and
-/// changelog; `transactional-copy`'s output topic; `connect-source`'s topic under KIP-618; the input topic behind a transactional
-/// upstream (`[workload] "transactional.id"`, [`crate::upstream`]); none otherwise. A
-/// crashed instance's transaction stays open until the coordinator aborts it
-/// (`transaction.timeout.ms`) or its next incarnation does, and a final read_committed read
-/// before that would miss every later committed write.
+/// changelog; `transactional-copy`'s output topic; `connect-source`'s topic under KIP-618;
+/// the input topic behind a transactional upstream (`[workload] "transactional.id"`,
+/// [`crate::upstream`]); none otherwise. A crashed instance's transaction stays open until
+/// the coordinator aborts it (`transaction.timeout.ms`) or its next incarnation does, and
+/// a final read_committed read before that would miss every later committed write.
 pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
     if scenario.workload.transactional_id.is_some() {
         return vec![scenario.topic.name.clone()];

@@ -19,8 +19,9 @@
 //!
 //! # Output
 //! One history [`Op`] per line on stdout (JSON, `index` 0: the runner merges and numbers
-//! them), `time_ns` since `--epoch-ns` (ns since the Unix epoch, shared by every process of
-//! the run). Diagnostics go to stderr, which the runner sends to the worker's log file.
+//! them), `time_ns` since `--epoch-ns` (on the machine's monotonic clock,
+//! [`crate::real::clock::run_clock_ns`], which every process of the run shares).
+//! Diagnostics go to stderr, which the runner sends to the worker's log file.
 
 use super::worker_spec::{Emit, Role, SinkBatch, WorkerSpec, REAL_EVENTS_SEED};
 use crate::client::real::{RealConsumer, RealProducer};
