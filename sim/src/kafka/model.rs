@@ -1529,9 +1529,6 @@ impl Cluster {
     }
 }
 
-/// The coverage mark of a controller decision that moved partition `tp` of `topic` from
-/// leader `before` to `after`: a coordinator move for the internal topics, a leader change
-/// for the others.
 /// Whether a produced record's `CreateTime` `timestamp_ms` lies outside the leader's window
 /// `[now - before_max_ms, now + after_max_ms]` (`(before_max_ms, after_max_ms)`, the
 /// `log.message.timestamp.*.max.ms` pair): Kafka's `LogValidator.recordHasInvalidTimestamp`
@@ -1547,6 +1544,9 @@ pub fn timestamp_out_of_range(
     now - ts > i128::from(before_max_ms) || ts - now > i128::from(after_max_ms)
 }
 
+/// The coverage mark of a controller decision that moved partition `tp` of `topic` from
+/// leader `before` to `after`: a coordinator move for the internal topics, a leader change
+/// for the others.
 fn mark_leader_change(topic: &str, before: Option<BrokerId>, after: Option<BrokerId>) {
     if after.is_none() || after == before {
         return;
