@@ -717,40 +717,79 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
 /// `init_transactions` aborts the transaction it left open, and records it aborted (with
 /// the send in flight at the kill, if any: the state file kept it), so the read_committed
 /// sink's skip of its records is no loss; the numbering goes on over the run.
+///
+/// The kill is at a wall-clock time, and the producer holds no open transaction between a
+/// commit's request and its next send (about one time in ten on real Kafka: CI saw it
+/// once). Each run asserts what its own history implies (one orphan when the kill found a
+/// transaction open, none when it did not), and the file runs again, up to three times,
+/// until a kill lands inside a transaction, so the abort by the successor is always shown.
 #[test]
 fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_successor() {
     if !real_enabled("a_transactional_upstream_producer_killed_mid_transaction") {
         return;
     }
     let (path, scenario) = scenario_at("../scenarios/real/upstream-txn-producer-crash.toml");
-    let dir = service_dir("real-run-upstream-crash");
     let what = "real run of the upstream producer crash";
-    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "producer-0");
-    let orphan = |op: &&eosim::history::Op| {
-        op.kind == OpKind::Fail
-            && op.error.as_deref()
-                == Some("aborted by the next producer incarnation's InitProducerId")
-    };
-    let orphans: Vec<u64> = (outcome.history.ops.iter().filter(orphan))
-        .filter_map(|op| match &op.value {
-            Value::Txn { id, .. } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(orphans.len(), 1, "one transaction left open by the kill");
-    // Numbers are unique over the run: each txn number is invoked once.
-    let mut invoked: Vec<u64> = (outcome.history.ops.iter())
-        .filter(|op| op.kind == OpKind::Invoke)
-        .filter_map(|op| match &op.value {
-            Value::Txn { id, .. } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    let count = invoked.len();
-    invoked.sort_unstable();
-    invoked.dedup();
-    assert_eq!(invoked.len(), count, "a transaction number used twice");
-    assert_short_and_clean(&result, 90.0);
+    let mut shown = false;
+    for attempt in 1..=3 {
+        let dir = service_dir("real-run-upstream-crash");
+        let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "producer-0");
+        let history = &outcome.history;
+        let orphan = |op: &&eosim::history::Op| {
+            op.kind == OpKind::Fail
+                && op.error.as_deref()
+                    == Some("aborted by the next producer incarnation's InitProducerId")
+        };
+        let orphans: Vec<usize> = (history.ops.iter().filter(orphan))
+            .filter_map(|op| match &op.value {
+                Value::Txn { sends, .. } => Some(sends.len()),
+                _ => None,
+            })
+            .collect();
+        let open = open_at_kill(history, "producer-0");
+        eprintln!("attempt {attempt}: transaction open at the kill: {open}; orphans {orphans:?}");
+        match open {
+            true => assert_eq!(orphans.len(), 1, "one transaction left open by the kill"),
+            // Killed between `begin_transaction` and its first send's record: an open
+            // transaction of no sends, aborted all the same.
+            false => assert!(
+                orphans.is_empty() || orphans == [0],
+                "no transaction was open at the kill, yet {orphans:?} were aborted"
+            ),
+        }
+        // Numbers are unique over the run: each txn number is invoked once.
+        let mut invoked: Vec<u64> = (history.ops.iter())
+            .filter(|op| op.kind == OpKind::Invoke)
+            .filter_map(|op| match &op.value {
+                Value::Txn { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let count = invoked.len();
+        invoked.sort_unstable();
+        invoked.dedup();
+        assert_eq!(invoked.len(), count, "a transaction number used twice");
+        assert_short_and_clean(&result, 90.0);
+        if open {
+            shown = true;
+            break;
+        }
+    }
+    assert!(shown, "in none of three runs did the kill land inside a transaction");
+}
+
+/// Whether `process` held an open transaction when the history's first `kill` fault was
+/// recorded: its last op before the kill is a send's (a `txn` op is the end of one
+/// requested, a commit or an abort). A kill before any op finds none open.
+fn open_at_kill(history: &eosim::history::History, process: &str) -> bool {
+    let kill = (history.ops.iter())
+        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "kill"))
+        .expect("a kill in the history");
+    let last = (history.ops.iter())
+        .filter(|op| op.process == process && op.time_ns <= kill.time_ns)
+        .filter(|op| matches!(op.value, Value::Send { .. } | Value::Txn { .. }))
+        .last();
+    matches!(last.map(|op| &op.value), Some(Value::Send { .. }))
 }
 
 /// Two brokers beside a dedicated KRaft controller (two combined nodes would lose their
