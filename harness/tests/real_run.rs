@@ -775,7 +775,10 @@ fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_su
             break;
         }
     }
-    assert!(shown, "in none of three runs did the kill land inside a transaction");
+    assert!(
+        shown,
+        "in none of three runs did the kill land inside a transaction"
+    );
 }
 
 /// Whether `process` held an open transaction when the history's first `kill` fault was
