@@ -19,11 +19,12 @@
 //! - [`streams`]: a Kafka Streams-style processor: topology, tasks, state stores,
 //!   changelogs, `processing.guarantee`.
 //! - [`scenario`]: scenario files (TOML): pipeline, workload, faults, claim.
-//! - [`workload`]: the components under test on the Kafka layer and their generators.
+//! - `workload` (under `--cfg madsim`): the components under test on the Kafka layer and
+//!   their generators.
 //! - [`marks`]: coverage marks (`mark!`) that runs collect per seed.
 //! - [`history`]: operations as invoke then ok / fail / info, nemesis faults among them.
 //! - [`checker`]: pure functions from a history to a verdict, with Jepsen's anomaly names.
-//! - [`runner`]: runs a scenario for a seed in the simulator.
+//! - `runner` (under `--cfg madsim`): runs a scenario for a seed in the simulator.
 //! - [`report`]: `results.json` and `summary.md`.
 //! - [`cli`]: the `eosim` command line (`sim`, `replay`, `determinism`).
 #![deny(missing_docs)]

@@ -12,8 +12,8 @@
 //!   Routine Load jobs).
 //! - [`source_db`]: a source database's change log (transactions of row events at LSN
 //!   positions), read by the `connect-source` pipeline's CDC source task.
-//! - [`net`]: eosim's RPC over madsim's network, with message-level faults (drop, delay,
-//!   duplicate, lose a response after the request was applied).
+//! - `net` (under `--cfg madsim`): eosim's RPC over madsim's network, with message-level
+//!   faults (drop, delay, duplicate, lose a response after the request was applied).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
 //! - [`effects`]: what each fault did, recorded where it acted (fault-effect accounting).
 //! - [`marks`]: coverage marks on the rare branches of every model and component.

@@ -92,7 +92,7 @@ enum Task {
     },
     /// Criterion benches under --cfg madsim, a one-seed simulation sample per pipeline, with
     /// --real the real tier's throughput, then the bench page
-    /// (reports/bench/<id>/index.html) beside reports/baseline.
+    /// (`reports/bench/<id>/index.html`) beside `reports/baseline`.
     Bench {
         /// A short run: criterion with 10 samples, 1 s warm-up, 3 s measurement.
         #[arg(long)]
@@ -138,7 +138,7 @@ enum Task {
     },
     /// Sim/real agreement: the chosen catalogue files in simulation (release, `--seeds`)
     /// and `--runs` times on real services (`eosim run --backend native`, release), then
-    /// `eosim report agreement` (reports/agreement/<id>/agreement.md).
+    /// `eosim report agreement` (`reports/agreement/<id>/agreement.md`).
     RealCatalogue {
         /// Real runs of each file.
         #[arg(long, default_value_t = 1)]

@@ -30,7 +30,7 @@
 //! | `uncommitted-read` | F | F | F | only with `read_committed` |
 //! | `stuck-lso` | F | F | F | only with `read_committed` |
 //! | `offsets-for-aborted-output` | F | F | F | only with `read_committed` |
-//! | `sink-lost` | F | F | - | also a source connector's lost change event ([`source`]) |
+//! | `sink-lost` | F | F | - | also a source connector's lost change event (`source`) |
 //! | `sink-duplicate` | F | - | F | also a change event twice in a source connector's topic |
 //! | `sink-reorder` | F | F | F | only with `per_key_order` |
 //! | `progress-ahead-of-data` | - | F | - | |
@@ -203,7 +203,7 @@ pub enum Anomaly {
     /// was aborted and never written again.
     OffsetsForAbortedOutput,
     /// A record committed upstream is absent from the pipeline's target: a record of the
-    /// final log absent from the final sink state, or (source connectors, [`source`]) a
+    /// final log absent from the final sink state, or (source connectors, `source`) a
     /// change event of the source database absent from the topic.
     SinkLost,
     /// An id is held more than once in the pipeline's target: the final sink state, or
@@ -266,7 +266,7 @@ pub enum Anomaly {
     /// claim forbids it unless `[check] forbidden` names it.
     StaleJoin,
     /// Doris: a Routine Load job's `SHOW ROUTINE LOAD` statistics disagree with the rows
-    /// it loaded and the error rows its loads filtered (see [`doris`]).
+    /// it loaded and the error rows its loads filtered (see `doris`).
     RoutineLoadStatistic,
     /// Doris: one label committed by two transactions of a database.
     LabelLoadedTwice,

@@ -19,7 +19,7 @@ pub struct AgreementArgs {
     /// A real run (`eosim run`) of some of the same files; repeat for N runs.
     #[arg(long, value_name = "DIR", required = true)]
     pub real: Vec<PathBuf>,
-    /// Where the agreement goes (DIR/<id>/agreement.md and agreement.json).
+    /// Where the agreement goes (`DIR/<id>/agreement.md` and `agreement.json`).
     #[arg(long, value_name = "DIR", default_value = "reports/agreement")]
     pub out: PathBuf,
 }

@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// The baseline dir (holding bench.json); the page compares against it when present.
     #[arg(long, value_name = "DIR", default_value = "reports/baseline")]
     pub baseline: PathBuf,
-    /// Bench report dir; the page goes into DIR/<id>.
+    /// Bench report dir; the page goes into `DIR/<id>`.
     #[arg(long, value_name = "DIR", default_value = "reports/bench")]
     pub out: PathBuf,
     /// Also write this run's figures as a baseline here (DIR/bench.json).

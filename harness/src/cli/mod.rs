@@ -13,7 +13,7 @@
 //!   this shard's ([`partition`]), corpus seeds first ([`corpus`]).
 //! - `run` (under `--cfg madsim`): the subcommands.
 //! - [`merge`]: `eosim report merge`, shard reports into one; [`junit`]: `--junit`.
-//! - [`bench`]: `eosim report bench`, the benchmark page.
+//! - [`mod@bench`]: `eosim report bench`, the benchmark page.
 //! - [`output`]: one-line renderings of ops, headers and durations.
 //! - [`judge`]: checker options, expected verdict and exit class, shared by both worlds.
 //! - [`rundir`]: a run's report directory and `latest`.
@@ -263,7 +263,7 @@ pub struct SimArgs {
     /// Also write the report as JUnit XML here (one test case per scenario).
     #[arg(long, value_name = "PATH")]
     pub junit: Option<PathBuf>,
-    /// Regression corpus: run the seeds in DIR/<scenario>.seeds first, and add the seeds
+    /// Regression corpus: run the seeds in `DIR/<scenario>.seeds` first, and add the seeds
     /// that fail a claim expected to hold.
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,

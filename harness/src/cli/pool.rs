@@ -1,7 +1,7 @@
 //! A fixed pool of worker threads over a list of items, for `eosim sim --jobs N`.
 //!
 //! Each item's work runs on one of `jobs` threads (each simulation still gets its own fresh
-//! OS thread inside [`crate::runner::run_seed`]); results come back to the calling thread,
+//! OS thread inside `crate::runner::run_seed`); results come back to the calling thread,
 //! which handles them one at a time in the order they finish. Nothing about an item's work
 //! depends on which thread ran it or when: every piece of state a simulation touches is
 //! per-thread (coverage marks, fault effects, the network's fault tables), so results are

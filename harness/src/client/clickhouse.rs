@@ -4,7 +4,7 @@
 //! strict-mode `ALTER TABLE ... UPDATE ... WHERE`, and the versioned Keeper write it is made
 //! of).
 //!
-//! The simulated implementation is [`crate::client::sim::clickhouse::SimClickHouse`]; the
+//! The simulated implementation is `client::sim::clickhouse::SimClickHouse`; the
 //! real ones are `client::real::RealClickHouse` (the `clickhouse` crate over HTTP) and
 //! `client::real::ClickHouseWithZooKeeper` (KeeperMap tables kept in ZooKeeper, for
 //! servers without KeeperMap such as Debian's 18.16).

@@ -2,7 +2,7 @@
 //! `BaseConsumer` so that a component written against them runs unchanged on the real client
 //! (the real implementation comes with the real-services tier).
 //!
-//! The simulated implementation ([`sim`], under `--cfg madsim`) talks to the model's broker
+//! The simulated implementation (`sim`, under `--cfg madsim`) talks to the model's broker
 //! nodes over eosim's RPC layer.
 
 use async_trait::async_trait;

@@ -5,7 +5,7 @@
 //!
 //! Statements are the model's typed statements ([`eosim_sim::postgres::Statement`]), not
 //! SQL text; the real implementation (real-services tier) renders them to SQL. The
-//! simulated one is [`crate::client::sim::postgres::SimPostgres`].
+//! simulated one is `client::sim::postgres::SimPostgres` (under `--cfg madsim`).
 
 use async_trait::async_trait;
 use eosim_sim::postgres::{PgError, Reply, Row, Statement};

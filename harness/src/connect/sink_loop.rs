@@ -35,7 +35,7 @@
 //! the loop commits the revoked partitions as on close (`pre_commit`, `close`, synchronous
 //! commit) and drops their part of the batch; lost partitions (the generation was already
 //! reset) are closed without a commit and their DLQ futures dropped. A consumer that cannot
-//! hand them out (see [`crate::client::real`]) shows the revocation only in its assignment
+//! hand them out (see `client::real`) shows the revocation only in its assignment
 //! after the rejoin, which is handled as a loss.
 //!
 //! # Stop and failure (`execute`)

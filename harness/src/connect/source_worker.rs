@@ -4,7 +4,7 @@
 //!
 //! The start itself (the KIP-618 producer's InitProducerId, then the offsets topic read to
 //! its end) is [`super::source_start`], shared with the real tier's source worker; this
-//! module gives it the simulated clients ([`SimSourceClients`]: a connection's producers
+//! module gives it the simulated clients (`SimSourceClients`: a connection's producers
 //! and an offsets read by ListOffsets and fetches) and the simulated worker as its host.
 //!
 //! A kill of the worker node takes the task with it mid-way: at-least-once, nothing since

@@ -4,7 +4,7 @@
 //!
 //! Every service process is spawned in a process group of its own (`setpgid(0, 0)`), so one
 //! `killpg` reaches the server and whatever it forked into that group. Descendants that left
-//! the group are signalled too ([`signal_tree`]): PostgreSQL's backends do, each calling
+//! the group are signalled too (`signal_tree`): PostgreSQL's backends do, each calling
 //! `setsid()` in `InitPostmasterChild` (`src/backend/utils/init/miscinit.c`), so a killpg of
 //! the postmaster alone leaves them running, attached to the shared memory the restarted
 //! postmaster then refuses to reuse, and a SIGSTOP of the group pauses the postmaster while
@@ -15,7 +15,7 @@
 //! unwinding). The one exit path no handler sees is a SIGKILL of eosim itself (a CI
 //! timeout, `kill -9`): for that, each group has a watchdog, a small `sh` outside it that
 //! polls this process once a second and SIGKILLs the group once this process is gone
-//! ([`watch_group`]); it is stopped whenever the group is killed or reaped here.
+//! (`watch_group`); it is stopped whenever the group is killed or reaped here.
 
 use super::container::ContainerProcess;
 pub use super::launch::Launch;
@@ -364,7 +364,7 @@ impl ServiceProcess {
         self.stop_watchdog();
     }
 
-    /// SIGKILL to the whole process tree ([`signal_tree`]), then reaps it: a crash, nothing
+    /// SIGKILL to the whole process tree (`signal_tree`), then reaps it: a crash, nothing
     /// flushed.
     pub fn kill(&mut self) {
         if let Some(c) = &mut self.container {
@@ -433,7 +433,7 @@ impl ServiceProcess {
         self.start()
     }
 
-    /// SIGSTOP to the process tree ([`signal_tree`]): the service stops answering but keeps
+    /// SIGSTOP to the process tree (`signal_tree`): the service stops answering but keeps
     /// its sockets open.
     pub fn pause(&mut self) {
         if let Some(c) = &self.container {

@@ -13,7 +13,7 @@
 //!   `anomalies/<anomaly>.jsonl`, `report.md`).
 //! - [`fault_lines`], [`first_forbidden_op`], [`Counterexample::from_check`]: build a
 //!   counterexample from a failing seed's history and check result.
-//! - [`bench`]: the benchmark page (`eosim report bench`).
+//! - [`mod@bench`]: the benchmark page (`eosim report bench`).
 //! - [`explain`]: a case's witness ops and the faults and effects between them.
 //!
 //! # Example

@@ -22,7 +22,7 @@
 //! KIP-679). With `linger.ms` > 0 or more than one request in flight the producer process
 //! keeps its sends outstanding ([`crate::client::Producer::send_async`], one every
 //! `produce_interval_ms`) and its accumulator batches them
-//! ([`crate::client::sim::accumulator`] under `--cfg madsim`).
+//! (`client::sim::accumulator` under `--cfg madsim`).
 //!
 //! ## Checks (Kafka's `ConfigException`s)
 //! - `max.in.flight.requests.per.connection` at least 1 (`atLeast(1)`), and at most 5 with

@@ -25,7 +25,7 @@ pub use super::processor::Restored;
 /// Replays changelog partition `tp` from `from` into `store` (last value per key wins).
 ///
 /// # Errors
-/// A text when the partition stayed unreadable for [`RESTORE_ATTEMPTS_MAX`] attempts.
+/// A text when the partition stayed unreadable for `RESTORE_ATTEMPTS_MAX` attempts.
 pub async fn restore(
     conn: &Connection,
     tp: &TopicPartition,

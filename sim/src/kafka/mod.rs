@@ -2,7 +2,7 @@
 //!
 //! [`model::Cluster`] is a pure state machine: `handle(now, broker, request) -> Reply`
 //! for client requests and `tick(now, env)` for what brokers and the controller do on their
-//! own (follower fetches, ISR changes, elections, session expiry). [`service`] serves it from
+//! own (follower fetches, ISR changes, elections, session expiry). `service` serves it from
 //! madsim broker nodes. Behaviour follows `shared/models-reference.md` sections A–D:
 //! [`producer_state`] is the partition side of idempotence and transactions (B, C.6),
 //! [`txn`] the transaction coordinator (C). [`kop`] is the Kafka-on-Pulsar flavour: its

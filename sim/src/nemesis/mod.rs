@@ -89,7 +89,7 @@ pub enum Fault {
     },
     /// Step the wall clock of the target processes by `delta_ms` (negative: back), as an
     /// NTP step or `date -s` does; their monotonic timers do not move
-    /// ([`crate::clock`]). The drain sets every clock right again.
+    /// (`crate::clock`). The drain sets every clock right again.
     ClockJump {
         /// Node names or groups.
         target: Vec<String>,

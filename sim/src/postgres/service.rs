@@ -1,5 +1,5 @@
 //! The PostgreSQL server node: serves the [`Database`] model at `10.0.5.1:5432` over
-//! eosim's RPC layer ([`crate::net`]).
+//! eosim's RPC layer (`crate::net`).
 //!
 //! One request per protocol exchange a tokio-postgres client makes: [`Request::Connect`]
 //! (startup), [`Request::Execute`] (one query), [`Request::ExecuteBatch`] (a pipeline of

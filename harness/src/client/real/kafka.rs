@@ -625,7 +625,7 @@ impl Consumer for RealConsumer {
             .map_err(|e| from_rdkafka(&e, "resume", 0))
     }
 
-    /// librdkafka's generation and member id ([`super::group`]); `None` before the first
+    /// librdkafka's generation and member id (`client::real::group`); `None` before the first
     /// join and after a close.
     fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
         super::group::group_metadata(self.inner().ok()?)

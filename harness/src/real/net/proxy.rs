@@ -30,7 +30,7 @@
 //!
 //! # PostgreSQL's framing
 //! In front of PostgreSQL the proxy reads the frontend/backend protocol's messages
-//! ([`Framing::Postgres`], [`postgres`]): a request is the client's messages up to a
+//! ([`Framing::Postgres`], `postgres`): a request is the client's messages up to a
 //! `Sync` or a `Query`, its answer the server's up to the `ReadyForQuery` that ends it,
 //! matched in order; startup and authentication are never faulted, and no request is
 //! duplicated (a statement belongs to its session).
@@ -149,7 +149,7 @@ pub enum Framing {
     /// Kafka's size-prefixed frames, pipelined, matched by correlation id.
     Kafka,
     /// PostgreSQL's typed messages, requests up to each `Sync` / `Query` matched in order to
-    /// their `ReadyForQuery` ([`postgres`]).
+    /// their `ReadyForQuery` (`postgres`).
     Postgres,
 }
 

@@ -21,7 +21,7 @@
 //! - Workers: `connect-1` runs the connector's one task (task 0); files with more workers
 //!   are skipped (the herder's assignment of one task over several workers is not on
 //!   real). `connect.task_crash_probability` crashes the task at its fault point as in
-//!   simulation ([`super::connect_task::RealHost`]).
+//!   simulation (`connect_task::RealHost`).
 //! - Drain ([`lag`]): the offsets stored for the connector (read as the task reads them:
 //!   read_committed under KIP-618) cover the change log's last event, no `connect-i` task
 //!   is FAILED, and under KIP-618 the topic's last stable offsets reached their high

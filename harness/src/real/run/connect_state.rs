@@ -1,5 +1,5 @@
 //! What a run reads at its end: the [`FinalState`] every pipeline hands the runner, the
-//! source log with the group's committed offsets ([`source_and_offsets`]), and, for the
+//! source log with the group's committed offsets (`source_and_offsets`), and, for the
 //! Connect sinks (`connect-jdbc`, `clickhouse-sink`), their dead-letter queue topic
 //! (created at the start) and their tasks' last states.
 

@@ -18,8 +18,8 @@
 //!   durable and is skipped when the runner reads the sink.
 //!
 //! # Output
-//! One history [`Op`] per line on stdout (JSON, `index` 0: the runner merges and numbers
-//! them), `time_ns` since `--epoch-ns` (on the machine's monotonic clock,
+//! One history [`crate::history::Op`] per line on stdout (JSON, `index` 0: the runner merges
+//! and numbers them), `time_ns` since `--epoch-ns` (on the machine's monotonic clock,
 //! [`crate::real::clock::run_clock_ns`], which every process of the run shares).
 //! Diagnostics go to stderr, which the runner sends to the worker's log file.
 

@@ -11,7 +11,7 @@
 //! - The **group epoch** moves when a member joins, leaves or is fenced, changes its
 //!   subscription or assignor, or a subscribed topic's partition count changes.
 //! - The **target assignment epoch** catches up with it on the next heartbeat: the server
-//!   assignor ([`super::server_assignor`]) computes every member's target.
+//!   assignor (`super::server_assignor`) computes every member's target.
 //! - A **member epoch** reaches the target epoch once the member has revoked what its
 //!   target no longer holds. Its states ([`MemberState`]): `Stable` (reconciled),
 //!   `UnrevokedPartitions` (it keeps its epoch and must stop owning the partitions pending

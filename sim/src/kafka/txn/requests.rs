@@ -16,7 +16,7 @@ impl TransactionCoordinator {
     /// (`TransactionCoordinator.prepareInitProducerIdTransit`, 4.x): an expected producer id
     /// other than the current one is `PRODUCER_FENCED`; Prepare* is
     /// `CONCURRENT_TRANSACTIONS`; Ongoing is fenced (epoch bump, abort); Empty / Complete*
-    /// bump the epoch as [`epoch_bump`] decides.
+    /// bump the epoch as `epoch_bump` decides.
     pub fn init_producer_id(
         &mut self,
         now: TimeMs,
