@@ -788,10 +788,9 @@ fn open_at_kill(history: &eosim::history::History, process: &str) -> bool {
     let kill = (history.ops.iter())
         .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "kill"))
         .expect("a kill in the history");
-    let last = (history.ops.iter())
+    let last = (history.ops.iter().rev())
         .filter(|op| op.process == process && op.time_ns <= kill.time_ns)
-        .filter(|op| matches!(op.value, Value::Send { .. } | Value::Txn { .. }))
-        .last();
+        .find(|op| matches!(op.value, Value::Send { .. } | Value::Txn { .. }));
     matches!(last.map(|op| &op.value), Some(Value::Send { .. }))
 }
 
