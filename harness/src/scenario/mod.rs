@@ -1095,11 +1095,71 @@ pub struct PostgresSpec {
     /// The JDBC client's socket timeout, ms. Default 5000.
     #[serde(default = "default_request_timeout")]
     pub client_timeout_ms: u64,
+    /// The server's `synchronous_commit`: `"on"` (default), `"off"`, `"local"`,
+    /// `"remote_write"` or `"remote_apply"`. Under `"off"` a crash of the server loses the
+    /// transactions committed since the WAL writer's last cycle (the model's
+    /// `DbConfig::synchronous_commit`; the real server gets the same setting).
+    #[serde(default)]
+    pub synchronous_commit: SynchronousCommit,
+    /// The server's `wal_writer_delay`, ms: 1 to 10,000 (PostgreSQL's range). Default 200.
+    #[serde(default = "default_wal_writer_delay")]
+    pub wal_writer_delay_ms: u64,
+}
+
+fn default_wal_writer_delay() -> u64 {
+    200
+}
+
+/// PostgreSQL's `synchronous_commit` values
+/// (<https://www.postgresql.org/docs/current/runtime-config-wal.html#GUC-SYNCHRONOUS-COMMIT>).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SynchronousCommit {
+    /// Wait for the local WAL flush (and synchronous standbys, if any).
+    #[default]
+    On,
+    /// Answer at once; the WAL writer flushes within `wal_writer_delay`.
+    Off,
+    /// Wait for the local WAL flush only.
+    Local,
+    /// With synchronous standbys, wait for their write; locally as `local`.
+    RemoteWrite,
+    /// With synchronous standbys, wait for their apply; locally as `local`.
+    RemoteApply,
+}
+
+impl SynchronousCommit {
+    /// The setting's text, as `postgresql.conf` and `SET` take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SynchronousCommit::On => "on",
+            SynchronousCommit::Off => "off",
+            SynchronousCommit::Local => "local",
+            SynchronousCommit::RemoteWrite => "remote_write",
+            SynchronousCommit::RemoteApply => "remote_apply",
+        }
+    }
 }
 
 impl Default for PostgresSpec {
     fn default() -> Self {
         toml::from_str("").expect("every postgres key has a default")
+    }
+}
+
+impl PostgresSpec {
+    /// The PostgreSQL model's settings: `synchronous_commit` and `wal_writer_delay_ms`,
+    /// with the WAL writer's cycles falling `wal_writer_phase_ms` into its period (the
+    /// pipeline draws it from the seed; a real server's phase is wherever its WAL writer
+    /// started). No synchronous standbys are modelled, so every value but `off` waits for
+    /// the local flush.
+    pub fn db_config(&self, wal_writer_phase_ms: u64) -> eosim_sim::postgres::DbConfig {
+        eosim_sim::postgres::DbConfig {
+            synchronous_commit: self.synchronous_commit != SynchronousCommit::Off,
+            wal_writer_delay_ms: self.wal_writer_delay_ms,
+            wal_writer_phase_ms,
+            ..Default::default()
+        }
     }
 }
 
@@ -1605,6 +1665,12 @@ impl Scenario {
             return Ok(());
         }
         self.check_connector(crate::sinks::jdbc::parse_connector)?;
+        let delay = self.postgres.wal_writer_delay_ms;
+        ensure(
+            (1..=10_000).contains(&delay),
+            "postgres.wal_writer_delay_ms",
+            format!("{delay}: PostgreSQL takes 1 to 10000 ms"),
+        )?;
         ensure(
             !self.cdc.events.is_empty() || self.cdc.generate.is_some(),
             "cdc",

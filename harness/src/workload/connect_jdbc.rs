@@ -40,12 +40,13 @@ use crate::connect::worker::{dlq_state, final_task_status, SinkFactory, TaskRun,
 use crate::history::refs::text;
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
-use crate::scenario::{Scenario, TopicSpec};
+use crate::scenario::{PostgresSpec, Scenario, SynchronousCommit, TopicSpec};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig, JdbcSinkTask};
 use bytes::Bytes;
 use eosim_sim::kafka::TopicPartition;
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
-use eosim_sim::postgres::{Database, DbConfig};
+use eosim_sim::postgres::Database;
+use madsim::rand::Rng;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -261,13 +262,26 @@ impl ConnectJdbc {
         let worker = WorkerConfig::parse(&scenario.connect.worker).expect("validated at load");
         let parser: ConfigParser = Arc::new(parse_connector);
         let upstream = UpstreamTxn::of(&scenario, &recorder);
+        let db_config = |spec: &PostgresSpec| {
+            // The WAL writer's phase matters only to asynchronous commits; drawn only for
+            // them, so other scenarios' seeds draw what they drew before.
+            let phase = match spec.synchronous_commit {
+                SynchronousCommit::Off => {
+                    let delay = spec.wal_writer_delay_ms;
+                    madsim::rand::thread_rng().gen_range(0..delay)
+                }
+                _ => 0,
+            };
+            spec.db_config(phase)
+        };
+        let pg = PostgresWorld::new(Database::new(db_config(&scenario.postgres)));
         let ctx = Context {
             events: Arc::new(build_events(&scenario, &mut madsim::rand::thread_rng())),
             scenario,
             recorder,
             shared: Arc::default(),
             herder: Herder::new(worker, parser),
-            pg: PostgresWorld::new(Database::new(DbConfig::default())),
+            pg,
             connector: Arc::new(connector),
             sink: Arc::new(sink),
             upstream,
@@ -339,14 +353,25 @@ impl Pipeline for ConnectJdbc {
         });
         let pg = self.ctx.pg.clone();
         world.on_kill(Box::new(move |name, ip, _mode| {
-            let (sessions, whose) = if name == "postgres" {
-                (pg.crash(), "postgres lost")
+            let (sessions, commits, whose) = if name == "postgres" {
+                let crashed = pg.crash();
+                (crashed.sessions, crashed.commits, "postgres lost")
             } else {
-                (pg.client_gone(ip), "postgres ended")
+                (pg.client_gone(ip), 0, "postgres ended")
             };
-            (sessions > 0).then(|| {
-                format!("{whose} {sessions} sessions (their open transactions rolled back)")
-            })
+            let mut lost = Vec::new();
+            if sessions > 0 {
+                lost.push(format!(
+                    "{whose} {sessions} sessions (their open transactions rolled back)"
+                ));
+            }
+            if commits > 0 {
+                lost.push(format!(
+                    "postgres lost {commits} committed transaction(s) the WAL writer had not \
+                     flushed (synchronous_commit=off)"
+                ));
+            }
+            (!lost.is_empty()).then(|| lost.join(", "))
         }));
         let ctx = self.ctx.clone();
         world.add_node("operator", ip(9, 2), move || operator_process(ctx.clone()));

@@ -31,6 +31,13 @@
 //! `ACCESS SHARE` lock of a `SELECT` in an open transaction would make a `TRUNCATE` wait).
 //! `lock_timeout` and `idle_in_transaction_session_timeout` are modelled ([`DbConfig`]).
 //!
+//! # Durability
+//! A committed transaction survives a crash under `synchronous_commit = on` (the default:
+//! `COMMIT` answers after its WAL flush). Under `off` it survives only once the WAL writer
+//! has flushed it, at its next cycle ([`DbConfig::last_wal_flush_ms`]); a crash before
+//! takes it back ([`Database::crash`]). Data files and checkpoints are not modelled:
+//! recovery replays the flushed WAL, so what survives is exactly what was flushed.
+//!
 //! # Tables without a primary key
 //! Rows get a hidden row number (like `ctid`), in insertion order; `UPDATE` and `DELETE` by
 //! key need a primary key (`0A000` otherwise).
@@ -45,11 +52,13 @@ use std::collections::{BTreeMap, BTreeSet};
 pub type SessionId = u64;
 
 /// Server settings, PostgreSQL's names with units in the names.
-/// <https://www.postgresql.org/docs/current/runtime-config-client.html>
+/// <https://www.postgresql.org/docs/current/runtime-config-client.html>,
+/// <https://www.postgresql.org/docs/current/runtime-config-wal.html>
 ///
 /// ## Default values
-/// Both 0 (off), as in PostgreSQL.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// As in PostgreSQL: both timeouts 0 (off), `synchronous_commit = on`,
+/// `wal_writer_delay = 200ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DbConfig {
     /// `lock_timeout`: a statement waiting this long for a lock fails with `55P03`; 0 waits
     /// forever.
@@ -57,6 +66,51 @@ pub struct DbConfig {
     /// `idle_in_transaction_session_timeout`: a session idle this long inside a transaction
     /// is terminated (`25P03`) and its transaction rolled back; 0 never.
     pub idle_in_transaction_session_timeout_ms: u64,
+    /// `synchronous_commit`: `true` for `on` (and `local`, `remote_write`, `remote_apply`,
+    /// which on a server without synchronous standbys also wait for the local WAL flush):
+    /// `COMMIT` answers once its WAL is on disk. `false` for `off`: `COMMIT` answers at once
+    /// and the WAL writer flushes the commit record on its next cycle, so a crash before
+    /// that loses the transaction ("Asynchronous Commit", `wal-async-commit.html`).
+    pub synchronous_commit: bool,
+    /// `wal_writer_delay`, ms: the WAL writer's period (PostgreSQL: 1 to 10,000 ms).
+    pub wal_writer_delay_ms: u64,
+    /// When the WAL writer's cycles fall, ms into its period: it writes and flushes the
+    /// asynchronously committed records at `phase + k * wal_writer_delay_ms`.
+    pub wal_writer_phase_ms: u64,
+}
+
+impl Default for DbConfig {
+    fn default() -> Self {
+        Self {
+            lock_timeout_ms: 0,
+            idle_in_transaction_session_timeout_ms: 0,
+            synchronous_commit: true,
+            wal_writer_delay_ms: 200,
+            wal_writer_phase_ms: 0,
+        }
+    }
+}
+
+impl DbConfig {
+    /// The WAL writer's last cycle at or before `now_ms` (0 before its first): every
+    /// asynchronous commit before it is on disk.
+    ///
+    /// The WAL writer (`walwriter.c`, `XLogBackgroundFlush` in `xlog.c`) wakes every
+    /// `wal_writer_delay`, writes the WAL up to the last asynchronous commit and flushes it,
+    /// since its last flush is at least `wal_writer_delay` old. PostgreSQL documents the
+    /// risk window as up to three times `wal_writer_delay` in busy periods (it prefers whole
+    /// pages); the model keeps the one-period window of a lightly loaded server. A write
+    /// without the flush would survive a process kill, but the writer does both in the same
+    /// cycle, so the model loses the same commits to a process kill of the whole server
+    /// (shared memory's WAL buffers are gone) as to a machine crash.
+    pub fn last_wal_flush_ms(&self, now_ms: u64) -> u64 {
+        let delay = self.wal_writer_delay_ms.max(1);
+        let phase = self.wal_writer_phase_ms % delay;
+        match now_ms.checked_sub(phase) {
+            Some(since) => phase + since / delay * delay,
+            None => 0,
+        }
+    }
 }
 
 /// How a statement went.
@@ -121,6 +175,23 @@ struct TableWrites {
     rows: BTreeMap<Key, Option<Row>>,
 }
 
+/// What an asynchronous commit changed, to take back if the server crashes before the WAL
+/// writer flushes it: the tables it created, and each written table's rows as they were
+/// before it (all of them for a `TRUNCATE`, else each written key's committed version).
+#[derive(Debug, Clone)]
+struct AsyncCommit {
+    /// When it committed, ms.
+    at_ms: u64,
+    created: Vec<String>,
+    before: Vec<(String, Before)>,
+}
+
+#[derive(Debug, Clone)]
+enum Before {
+    Rows(BTreeMap<Key, Row>),
+    Keys(BTreeMap<Key, Option<Row>>),
+}
+
 #[derive(Debug, Clone, Default)]
 struct Txn {
     failed: bool,
@@ -182,6 +253,9 @@ pub struct Database {
     next_row_number: i64,
     row_locks: BTreeMap<(String, Key), SessionId>,
     table_locks: BTreeMap<String, SessionId>,
+    /// Asynchronous commits (`synchronous_commit = off`) the WAL writer may not have
+    /// flushed yet, oldest first; trimmed at each commit.
+    unflushed: Vec<AsyncCommit>,
 }
 
 impl Database {
@@ -282,7 +356,7 @@ impl Database {
             crate::mark!("postgres:commit-rolled-back");
             return Ok(TxnEnd::RolledBack);
         }
-        self.apply(txn);
+        self.apply(now_ms, txn);
         Ok(TxnEnd::Committed)
     }
 
@@ -310,8 +384,16 @@ impl Database {
         Some(txn)
     }
 
-    /// Makes a transaction's writes the committed state.
-    fn apply(&mut self, txn: Txn) {
+    /// Makes a transaction's writes the committed state at `now_ms`; under
+    /// `synchronous_commit = off`, remembers what it changed until the WAL writer's next
+    /// cycle ([`DbConfig::last_wal_flush_ms`]).
+    fn apply(&mut self, now_ms: u64, txn: Txn) {
+        if !self.config.synchronous_commit {
+            let flushed = self.config.last_wal_flush_ms(now_ms);
+            self.unflushed.retain(|c| c.at_ms >= flushed);
+            let undo = self.async_commit(now_ms, &txn);
+            self.unflushed.push(undo);
+        }
         for (name, table) in txn.created {
             let replaced = self.tables.insert(name, table);
             assert!(replaced.is_none(), "a created table's name was locked");
@@ -335,15 +417,70 @@ impl Database {
         }
     }
 
-    /// The server crashed (or was killed): every session and open transaction is gone;
-    /// committed tables survive.
-    pub fn crash(&mut self) {
+    /// What `txn`, about to be applied, changes in the committed state.
+    fn async_commit(&self, now_ms: u64, txn: &Txn) -> AsyncCommit {
+        let created = txn.created.keys().cloned().collect();
+        let before = (txn.writes.iter())
+            .filter(|(name, _)| !txn.created.contains_key(*name))
+            .map(|(name, writes)| {
+                let table = self.tables.get(name).expect("written tables exist");
+                let before = match writes.truncated {
+                    true => Before::Rows(table.rows.clone()),
+                    false => Before::Keys(
+                        (writes.rows.keys())
+                            .map(|k| (k.clone(), table.rows.get(k).cloned()))
+                            .collect(),
+                    ),
+                };
+                (name.clone(), before)
+            })
+            .collect();
+        AsyncCommit {
+            at_ms: now_ms,
+            created,
+            before,
+        }
+    }
+
+    /// The server crashed (or was killed) at `now_ms`: every session and open transaction
+    /// is gone; committed tables survive, except the asynchronous commits the WAL writer
+    /// had not flushed (`synchronous_commit = off`), which recovery cannot replay and are
+    /// taken back, newest first. Returns how many transactions that lost.
+    pub fn crash(&mut self, now_ms: u64) -> usize {
         if self.sessions.values().any(|s| s.txn.is_some()) {
             crate::mark!("postgres:crash-lost-open-transactions");
         }
         self.sessions.clear();
         self.row_locks.clear();
         self.table_locks.clear();
+        let flushed = self.config.last_wal_flush_ms(now_ms);
+        let lost: Vec<AsyncCommit> = std::mem::take(&mut self.unflushed)
+            .into_iter()
+            .filter(|c| c.at_ms >= flushed)
+            .collect();
+        for commit in lost.iter().rev() {
+            for (name, before) in &commit.before {
+                let table = self.tables.get_mut(name).expect("a written table exists");
+                match before {
+                    Before::Rows(rows) => table.rows = rows.clone(),
+                    Before::Keys(keys) => {
+                        for (key, row) in keys {
+                            match row {
+                                Some(row) => table.rows.insert(key.clone(), row.clone()),
+                                None => table.rows.remove(key),
+                            };
+                        }
+                    }
+                }
+            }
+            for name in &commit.created {
+                self.tables.remove(name);
+            }
+        }
+        if !lost.is_empty() {
+            crate::mark!("postgres:async-commit-lost");
+        }
+        lost.len()
     }
 
     /// Terminates sessions idle inside a transaction for
@@ -590,7 +727,7 @@ impl Database {
                     .waiting = None;
                 if implicit {
                     let txn = self.end_txn(session).expect("begun above");
-                    self.apply(txn);
+                    self.apply(now_ms, txn);
                 }
                 Execution::Done(Ok(reply))
             }

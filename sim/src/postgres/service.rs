@@ -12,7 +12,8 @@
 //!
 //! Faults: the node can be killed and restarted; the runner then calls
 //! [`PostgresWorld::crash`], which drops every session and open transaction and keeps what
-//! was committed (`synchronous_commit = on`). A killed *client* process closes its sockets,
+//! was committed, less the asynchronous commits the WAL writer had not flushed
+//! (`synchronous_commit = off`, [`Database::crash`]). A killed *client* process closes its sockets,
 //! and PostgreSQL rolls back its open transaction at once; the runner says so with
 //! [`PostgresWorld::client_gone`]. A paused or partitioned client keeps its transaction
 //! (and its locks) until it returns or `idle_in_transaction_session_timeout` ends it.
@@ -24,6 +25,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
+
+/// What a crash of the server lost ([`PostgresWorld::crash`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crashed {
+    /// Sessions (client connections) ended, their open transactions rolled back.
+    pub sessions: usize,
+    /// Transactions committed asynchronously (`synchronous_commit = off`) that the WAL
+    /// writer had not flushed: their changes are gone.
+    pub commits: usize,
+}
 
 /// PostgreSQL's port.
 pub const POSTGRES_PORT: u16 = 5432;
@@ -154,17 +165,18 @@ impl PostgresWorld {
     }
 
     /// The server process died: sessions and open transactions are gone, committed rows
-    /// stay. Call it when the node is killed. Returns the sessions lost.
-    pub fn crash(&self) -> usize {
-        self.lock_db().crash();
-        let lost = {
+    /// stay, less the asynchronous commits not yet flushed ([`Database::crash`]). Call it
+    /// when the node is killed.
+    pub fn crash(&self) -> Crashed {
+        let commits = self.lock_db().crash(self.now_ms());
+        let sessions = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             let n = sessions.len();
             sessions.clear();
             n
         };
         self.txn_ended.notify_waiters();
-        lost
+        Crashed { sessions, commits }
     }
 
     /// The client process at `ip` died and its sockets closed: its sessions end and their

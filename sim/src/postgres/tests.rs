@@ -25,7 +25,12 @@ fn t() -> Value {
 
 /// `t(id integer PRIMARY KEY, name text NOT NULL, note varchar(10))`.
 fn db_with_t() -> (Database, SessionId) {
-    let mut db = Database::new(DbConfig::default());
+    db_with_t_under(DbConfig::default())
+}
+
+/// [`db_with_t`] with settings `config`.
+fn db_with_t_under(config: DbConfig) -> (Database, SessionId) {
+    let mut db = Database::new(config);
     let s = db.connect(0);
     let create = Statement::CreateTable(CreateTable {
         name: "t".into(),
@@ -512,13 +517,124 @@ fn a_committed_transaction_survives_a_crash_and_an_open_one_leaves_no_trace() {
     assert_eq!(db.commit(0, s), Ok(TxnEnd::Committed));
     db.begin(0, s).unwrap();
     ok(&mut db, s, insert(vec![row(2, "b")], OnConflict::None));
-    db.crash();
+    assert_eq!(db.crash(0), 0, "synchronous_commit = on loses no commit");
     assert_eq!(ids(&db), vec![1]);
     let e = db.commit(0, s).unwrap_err();
     assert_eq!(e.code.code(), "08003");
     let s2 = db.connect(0);
     assert_ne!(s2, s);
     ok(&mut db, s2, insert(vec![row(2, "b")], OnConflict::None));
+}
+
+fn ok_at(db: &mut Database, now_ms: u64, s: SessionId, st: Statement) -> Reply {
+    match db.execute(now_ms, s, &st) {
+        Execution::Done(Ok(r)) => r,
+        other => panic!("expected success for {st:?} at {now_ms} ms, got {other:?}"),
+    }
+}
+
+/// `t` with rows 1 "a", 2 "b", 3 "c" under `synchronous_commit = off`, its WAL writer
+/// cycling every 200 ms at 50 + 200 k.
+fn async_db() -> (Database, SessionId) {
+    let config = DbConfig {
+        synchronous_commit: false,
+        wal_writer_delay_ms: 200,
+        wal_writer_phase_ms: 50,
+        ..DbConfig::default()
+    };
+    let (mut db, s) = db_with_t_under(config);
+    let rows = vec![row(1, "a"), row(2, "b"), row(3, "c")];
+    ok_at(&mut db, 10, s, insert(rows, OnConflict::None));
+    (db, s)
+}
+
+#[test]
+fn the_wal_writer_flushes_on_each_cycle_of_its_phase() {
+    let config = DbConfig {
+        wal_writer_delay_ms: 200,
+        wal_writer_phase_ms: 50,
+        ..DbConfig::default()
+    };
+    let flushed: Vec<u64> = [0, 49, 50, 249, 250, 1049]
+        .iter()
+        .map(|&now| config.last_wal_flush_ms(now))
+        .collect();
+    assert_eq!(flushed, [0, 0, 50, 50, 250, 850]);
+}
+
+#[test]
+fn a_crash_takes_back_the_asynchronous_commits_the_wal_writer_had_not_flushed() {
+    let (mut db, s) = async_db();
+    // Flushed at 50: the three rows stay. After it, at 60..=80, newest first taken back:
+    // an insert, an update, a delete and a truncate-and-insert.
+    ok_at(&mut db, 60, s, insert(vec![row(4, "d")], OnConflict::None));
+    ok_at(&mut db, 61, s, upsert(vec![row(1, "a2")]));
+    let del = Statement::Delete {
+        table: "t".into(),
+        where_pk: vec![Value::Int(2)],
+    };
+    ok_at(&mut db, 62, s, del);
+    db.begin(70, s).unwrap();
+    ok_at(&mut db, 70, s, Statement::Truncate { table: "t".into() });
+    ok_at(&mut db, 70, s, insert(vec![row(9, "z")], OnConflict::None));
+    assert_eq!(db.commit(80, s), Ok(TxnEnd::Committed));
+    assert_eq!(ids(&db), vec![9]);
+    assert_eq!(
+        db.crash(249),
+        4,
+        "the four commits after the cycle at 50 ms"
+    );
+    assert_eq!(ids(&db), vec![1, 2, 3]);
+    assert_eq!(name_of(&db, 1), Some(Value::text("a")));
+}
+
+#[test]
+fn a_commit_before_the_wal_writers_last_cycle_survives_a_crash() {
+    let (mut db, s) = async_db();
+    ok_at(&mut db, 60, s, insert(vec![row(4, "d")], OnConflict::None));
+    ok_at(&mut db, 260, s, insert(vec![row(5, "e")], OnConflict::None));
+    assert_eq!(
+        db.crash(300),
+        1,
+        "only the commit after the cycle at 250 ms"
+    );
+    assert_eq!(ids(&db), vec![1, 2, 3, 4]);
+    // Nothing is taken back twice: a second crash finds nothing unflushed.
+    assert_eq!(db.crash(301), 0);
+}
+
+#[test]
+fn a_table_created_after_the_wal_writers_last_cycle_is_gone_after_a_crash() {
+    let config = DbConfig {
+        synchronous_commit: false,
+        ..DbConfig::default()
+    };
+    let mut db = Database::new(config);
+    let s = db.connect(0);
+    let create = Statement::CreateTable(CreateTable {
+        name: "u".into(),
+        columns: vec![col("id", ColumnType::Integer)],
+        primary_key: vec!["id".into()],
+        if_not_exists: false,
+    });
+    ok_at(&mut db, 210, s, create);
+    let row = Statement::Insert(Insert {
+        table: "u".into(),
+        columns: vec![],
+        rows: vec![vec![Value::Int(1)]],
+        on_conflict: OnConflict::None,
+    });
+    ok_at(&mut db, 220, s, row);
+    assert_eq!(db.crash(399), 2);
+    assert!(db.table("u").is_none(), "the CREATE TABLE was not flushed");
+}
+
+#[test]
+fn synchronous_commit_on_loses_no_commit_to_a_crash() {
+    let (mut db, s) = db_with_t();
+    ok_at(&mut db, 60, s, insert(vec![row(4, "d")], OnConflict::None));
+    assert_eq!(db.crash(61), 0);
+    assert_eq!(ids(&db), vec![4]);
 }
 
 #[test]
@@ -1119,7 +1235,7 @@ fn run_txn(
         }
         End::Rollback => db.rollback(0, *session).unwrap(),
         End::Crash => {
-            db.crash();
+            db.crash(0);
             *session = db.connect(0);
         }
         End::Autocommit => {}

@@ -172,6 +172,20 @@ impl Postgres {
     /// # Errors
     /// As [`start`](Self::start); [`ProvisionError::Image`] when the image is missing or stale.
     pub fn start_on(dir: &Path, runtime: Runtime) -> Result<Postgres, ProvisionError> {
+        Postgres::start_with(dir, runtime, &[])
+    }
+
+    /// [`start_on`](Self::start_on) with server `settings` (`name`, `value`), each passed as
+    /// `-c name=value` (`synchronous_commit`, `wal_writer_delay`...), so they hold across
+    /// restarts too.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_with(
+        dir: &Path,
+        runtime: Runtime,
+        settings: &[(&str, String)],
+    ) -> Result<Postgres, ProvisionError> {
         let container = runtime.spec(ServiceImage::Postgres, &[dir.to_path_buf()])?;
         // The image's binaries and user, or the host's (checked to be there).
         let (bin, user) = match container {
@@ -201,7 +215,7 @@ impl Postgres {
         }
         initdb(initdb_bin, dir, &data_dir, user, container.clone())?;
         let port = free_ports(1)?[0];
-        let args = vec![
+        let mut args = vec![
             "-D".to_string(),
             data_dir.display().to_string(),
             "-p".into(),
@@ -211,6 +225,9 @@ impl Postgres {
             "-c".into(),
             "listen_addresses=127.0.0.1".into(),
         ];
+        for (name, value) in settings {
+            args.extend(["-c".to_string(), format!("{name}={value}")]);
+        }
         let launch = Launch {
             service: "postgres".into(),
             program: postgres,

@@ -322,8 +322,19 @@ pub fn setup(
     if scenario.pipeline != Pipeline::ConnectJdbc {
         return Ok(Target::Files);
     }
+    let spec = &scenario.postgres;
+    let settings = [
+        (
+            "synchronous_commit",
+            spec.synchronous_commit.as_str().to_string(),
+        ),
+        (
+            "wal_writer_delay",
+            format!("{}ms", spec.wal_writer_delay_ms),
+        ),
+    ];
     let (pg, dir) = start_in("postgres", |dir| {
-        Postgres::start_on(dir, runtime).map_err(|e| e.to_string())
+        Postgres::start_with(dir, runtime, &settings).map_err(|e| e.to_string())
     })?;
     let proxy = super::needs::messages_on(scenario, "postgres")
         .then(|| Proxy::in_front_of("postgres", pg.port(), seed, Framing::Postgres))
