@@ -135,8 +135,10 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
     let wait = Duration::from_secs(30);
     wait_probes(&log, 0, wait, answered);
 
-    // Both ways.
-    let at = probes(&log).len();
+    // Both ways. The probes are counted once `cut` returned, the rules in: counted before,
+    // a probe could start and succeed while nft was still loading them, the second after
+    // `at` would be an `ok` and `cut_off` never true. Counted after, only the first one
+    // after `at` may have been on its way before the rules, which `cut_off` allows.
     net.cut(
         &nodes,
         vec![
@@ -145,6 +147,7 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
         ],
     )
     .expect("cut");
+    let at = probes(&log).len();
     wait_probes(&log, at, wait, cut_off);
     // eosim itself is no node: its connections go through.
     std::net::TcpStream::connect_timeout(
@@ -166,9 +169,9 @@ fn a_cut_link_stops_traffic_both_ways_and_one_way_and_the_heal_restores_it() {
 
     // One way, postgres → client: the SYN-ACKs (sent before postgres has a full socket,
     // caught by its listening port) and everything after them are dropped.
-    let at = probes(&log).len();
     net.cut(&nodes, vec![cut(kind::PARTITION, "postgres", "client")])
         .expect("cut one way");
+    let at = probes(&log).len();
     wait_probes(&log, at, wait, cut_off);
     let healed = net.heal(&nodes).expect("heal");
     assert_eq!(healed.len(), 1, "{healed:?}");
