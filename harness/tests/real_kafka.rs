@@ -547,7 +547,9 @@ fn commit_after_max_poll_interval_is_commit_failed() {
         a.subscribe(&["slow".to_string()]).await.unwrap();
         let seen = poll_until(&mut a, 10, Duration::from_secs(60)).await;
         assert_eq!(seen.len(), 10);
-        tokio::time::sleep(Duration::from_secs(9)).await;
+        // Twice `max.poll.interval.ms`: librdkafka checks the interval about once a second
+        // and then leaves the group through the coordinator, which takes a moment more.
+        tokio::time::sleep(Duration::from_secs(12)).await;
         let err = a
             .commit(&next_offsets(&seen))
             .await
