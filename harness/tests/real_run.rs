@@ -599,16 +599,13 @@ fn a_copier_that_does_not_rewind_after_an_abort_loses_input_on_real_kafka() {
 }
 
 #[test]
-fn streams_standbys_and_persistent_stores_are_reported_skipped_on_the_real_backend() {
+fn streams_standbys_are_reported_skipped_on_the_real_backend() {
     let (path, scenario) = scenario_at("../scenarios/p3-eos-standby-promoted.toml");
     let notes = skipped(&path, &scenario, Backend::Native);
     assert!(
         notes[0].contains("rdkafka cannot plug into the consumer group"),
         "{notes:?}"
     );
-    let (path, scenario) = scenario_at("../scenarios/p3-eos-persistent-store-lost.toml");
-    let notes = skipped(&path, &scenario, Backend::Native);
-    assert!(notes[0].contains("in-memory stores"), "{notes:?}");
 }
 
 #[test]

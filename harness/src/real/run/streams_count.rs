@@ -9,9 +9,9 @@
 //! partition's `streams-output` read_committed from offset 0.
 //!
 //! Not run on the real backend (skipped with the reason): standby replicas (Streams' own
-//! assignor cannot be plugged into librdkafka's group) and persistent stores (they need a
-//! disk outside the instance processes), and the topologies other than the count
-//! (`streams.topology`: their final state is not recorded here).
+//! assignor cannot be plugged into librdkafka's group), and the topologies other than the
+//! count (`streams.topology`: their final state is not recorded here). Persistent stores
+//! run: they flush into the run's directory ([`super::streams_instance`]).
 
 use super::cluster::{self, LogRecord, Probe};
 use super::connect_state::{source_and_offsets, FinalState};
@@ -19,7 +19,7 @@ use super::worker_spec::Role;
 use super::workers::Worker;
 use crate::history::{RecordRef, StreamsInputRecord, Value};
 use crate::scenario::{Scenario, TopicSpec};
-use crate::streams::{input_id_and_time, output_update, StoreKind, TopologyKind};
+use crate::streams::{input_id_and_time, output_update, TopologyKind};
 use eosim_sim::kafka::{Isolation, TopicPartition};
 
 /// Bound on each final read of a topic, ms.
@@ -50,13 +50,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
              aggregating task 1_p must land on one instance, which Kafka Streams' assignor \
              (simulation only) ensures and librdkafka's range assignor over two topics does \
              not; nor does the real backend create the repartition topic"
-                .into(),
-        );
-    }
-    if s.store == StoreKind::Persistent {
-        return Some(
-            "skipped: streams.store = \"persistent\" needs a disk that outlives the instance \
-             processes; the real backend runs in-memory stores"
                 .into(),
         );
     }

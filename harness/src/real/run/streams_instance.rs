@@ -11,10 +11,13 @@
 //!   <application.id>-streams-<i>`; the group metadata of each transaction is librdkafka's
 //!   generation and member id (`RealConsumer::group_metadata`). at_least_once: the
 //!   idempotent [`RealProducer`].
-//! - In-memory stores only (persistent ones need a disk that outlives the process: the
-//!   runner skips them), restored on task start by [`RealChangelogReader`]: a consumer of
-//!   its own, assigned the changelog partition at the restore offset, read_committed under
-//!   exactly_once_v2, up to the high watermark asked when the restore starts.
+//! - Stores restored on task start by [`RealChangelogReader`]: a consumer of its own,
+//!   assigned the changelog partition at the restore offset, read_committed under
+//!   exactly_once_v2, up to the high watermark asked when the restore starts. Persistent
+//!   stores (`streams.store = "persistent"`) flush, with their checkpoints and the process
+//!   id, into `<sink>/streams-state/` ([`Disk::in_dir`]), which outlives the process: a
+//!   restarted instance reads back its process id (so its `transactional.id`) and its
+//!   stores as the simulation's do.
 //!
 //! # Output
 //! Ops on stdout as the other roles print them (`streams-restore`, `streams-commit`,
@@ -169,7 +172,10 @@ pub fn instance_index(name: &str) -> Result<u32, String> {
 /// A name that is not `streams-<i>`, a consumer that cannot be created.
 pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let s = &spec.scenario;
-    let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, Disk::default());
+    // Persistent stores flush into the run's directory, which outlives the process (the
+    // instance's `state.dir`); in-memory stores never touch it.
+    let disk = Disk::in_dir(spec.sink_dir.join("streams-state"));
+    let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, disk);
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
