@@ -881,6 +881,31 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
     }
 }
 
+/// Whether `process` had a send in flight while the history's first `messages` fault was
+/// on: a send invoked before the `heal` after it, completed after the fault was recorded.
+fn sent_through_message_faults(history: &eosim::history::History, process: &str) -> bool {
+    let at = |fault: &str, after: u64| {
+        (history.ops.iter())
+            .filter(|op| op.time_ns >= after)
+            .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == fault))
+            .map(|op| op.time_ns)
+    };
+    let Some(from) = at("messages", 0) else {
+        return false;
+    };
+    let to = at("heal", from).unwrap_or(u64::MAX);
+    let sends = |kind: OpKind| {
+        (history.ops.iter())
+            .filter(move |op| op.process == process && op.kind == kind)
+            .filter_map(|op| match op.value {
+                Value::Send { id, .. } => Some((id, op.time_ns)),
+                _ => None,
+            })
+    };
+    let invoked: std::collections::HashMap<u64, u64> = sends(OpKind::Invoke).collect();
+    sends(OpKind::Ok).any(|(id, done)| done > from && invoked.get(&id).is_some_and(|&t| t < to))
+}
+
 /// Clock jumps on real: the timestamps the producer stamps stepped back (its wall clock).
 /// Two days back is past `producer.id.expiration.ms` (1 day): the real broker forgets the
 /// producer at its next scan (every second here), so a batch whose response was lost and
@@ -888,8 +913,10 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
 /// back stays within it and the retries are deduplicated; two hours ahead, past
 /// `log.message.timestamp.after.max.ms`, every send is refused with `INVALID_TIMESTAMP`. The
 /// simulation gives all three files the same verdicts. Every run must show a record
-/// carrying the jump (the producer's `clock-jump` effect); the pair, the lost responses
-/// (`messages.drop-response`).
+/// carrying the jump (the producer's `clock-jump` effect); the pair, a send of producer-0 in
+/// flight while responses were lost (300 records, 6 s of sending at the least, past the
+/// heal at 6 s: with 100 a fast start could finish before the loss began at 3 s) and the
+/// lost responses (`messages.drop-response`).
 #[test]
 fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() {
     if !real_enabled("a_producer_clock_stepped_back_past_the_expiration") {
@@ -902,6 +929,14 @@ fn a_producer_clock_stepped_back_past_the_expiration_duplicates_on_real_kafka() 
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
         let dir = service_dir("real-run-clock-jump");
         let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        // What both verdicts rest on: producer-0 still sending while its responses were
+        // lost (a producer done before 3 s would leave the faults nothing to act on).
+        assert!(
+            sent_through_message_faults(&outcome.history, "producer-0"),
+            "{file}: no send of producer-0 in flight between the messages fault and the heal; \
+             notes {:?}",
+            result.notes
+        );
         assert_judged(file, &result, duplicated.then_some("duplicate"));
         let lines = fault_lines(&outcome.history);
         assert!(
