@@ -331,27 +331,68 @@ fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earlies
 /// counts land after its successor's (`aggregate-under-count`), under exactly_once_v2 its
 /// transaction is fenced and the counts hold; the clog acts in both. By hand before this
 /// test: unsafe violated in 3 of 3 runs (2026-12-04, 2026-12-06), safe held.
+///
+/// The unsafe file is caught only when streams-0 has updates in hand at the clog (4 s, a
+/// wall-clock time) that its successor overwrites before they land. In simulation 2 of 10
+/// seeds hold (seed 2: streams-0 idle at the clog; seed 3: its stale update not
+/// overtaken); slowing it to be always busy (`process_ms = 300`) left the successor too far
+/// behind to overtake anything (2 of 10 violated), and a later clog missed more seeds
+/// still (3 of 10 at 6 s, 1 of 10 at 8 s). On real 3 of 12 runs held, about one in four
+/// as in simulation: two where streams-0 had no task yet at the clog (the instances get
+/// theirs 3 to 4 s into the run), one where it had one. So each run must be violated with
+/// `aggregate-under-count` alone or hold with no forbidden anomaly (the tasks streams-0
+/// restored before the clog printed), and the file runs again, up to five times (all five
+/// holding: about one test in a thousand), until it is violated; the safe twin must hold.
 #[test]
 fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on_real_kafka() {
     if !real_enabled("a_clogged_streams_instance_under_counts_at_least_once") {
         return;
     }
-    for (file, expected) in [
-        ("canary-clog-unsafe", Verdict::Violated),
-        ("canary-clog-safe", Verdict::Holds),
-    ] {
-        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
-        let dir = service_dir("real-run-clog");
-        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
-        if expected == Verdict::Violated {
-            let caught = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-            assert_eq!(caught, ["aggregate-under-count"], "{file}");
+    let file = "canary-clog-unsafe";
+    let mut caught = false;
+    for attempt in 1..=5 {
+        let (outcome, result) = run_clog_canary(file);
+        let tasks = tasks_before_fault(&outcome.history, "streams-0", "clog");
+        eprintln!(
+            "{file} attempt {attempt}: {:?}; streams-0's tasks before the clog: {tasks:?}",
+            result.verdict
+        );
+        if result.verdict == Verdict::Violated {
+            let anomalies = result.forbidden_anomalies.keys().collect::<Vec<_>>();
+            assert_eq!(anomalies, ["aggregate-under-count"], "{file}");
+            caught = true;
+            break;
         }
-        let acted = effects_of(&outcome.history, eosim_sim::effects::kind::CLOG) > 0;
-        assert!(acted, "{file}: no clog effect");
-        assert_short_and_clean(&result, 120.0);
+        assert_judged(file, &result, None);
     }
+    assert!(caught, "{file} held in five runs of five");
+    let (_, result) = run_clog_canary("canary-clog-safe");
+    assert_judged("canary-clog-safe", &result, None);
+}
+
+/// One run of a clog canary file: the clog acted, within its budget, nothing left behind.
+fn run_clog_canary(file: &str) -> (RealOutcome, ScenarioResult) {
+    let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+    let dir = service_dir("real-run-clog");
+    let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+    let acted = effects_of(&outcome.history, eosim_sim::effects::kind::CLOG) > 0;
+    assert!(acted, "{file}: no clog effect; notes {:?}", result.notes);
+    assert_short_and_clean(&result, 120.0);
+    (outcome, result)
+}
+
+/// The input partitions whose task `process` restored before the history's first `fault`.
+fn tasks_before_fault(history: &eosim::history::History, process: &str, fault: &str) -> Vec<u32> {
+    let at = (history.ops.iter())
+        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == fault))
+        .map_or(u64::MAX, |op| op.time_ns);
+    (history.ops.iter())
+        .filter(|op| op.process == process && op.time_ns < at)
+        .filter_map(|op| match &op.value {
+            Value::StreamsRestore { tp, .. } => Some(tp.partition),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A broker with a message proxy in front of it (each client, and each broker, reaches it
