@@ -134,7 +134,10 @@ impl Disk {
             std::fs::rename(&tmp, path)
         };
         if let Err(e) = write() {
-            panic!("streams state directory: cannot write {}: {e}", path.display());
+            panic!(
+                "streams state directory: cannot write {}: {e}",
+                path.display()
+            );
         }
     }
 
@@ -276,7 +279,12 @@ mod tests {
             assert_eq!(again.read(1, 2), None);
             assert_eq!(again.read(0, 2), Some(flushed(9, Some(5))));
         }
-        let files = std::fs::read_dir(dir.join("streams-1")).expect("written").count();
-        assert_eq!(files, 2, "the process file and task 0's store; no temp file left");
+        let files = std::fs::read_dir(dir.join("streams-1"))
+            .expect("written")
+            .count();
+        assert_eq!(
+            files, 2,
+            "the process file and task 0's store; no temp file left"
+        );
     }
 }
