@@ -1082,3 +1082,82 @@ fn a_source_task_killed_between_offset_flushes_duplicates_unless_it_runs_kip618_
         assert_short_and_clean(&result, 75.0);
     }
 }
+
+/// PostgreSQL's `synchronous_commit` on real: the server killed twice under a 10 s
+/// `wal_writer_delay`. With `off`, COMMIT answers before its WAL is flushed and each kill
+/// loses what was committed since the WAL writer's last cycle; the sink had its answers and
+/// committed the offsets, so rows are missing from the final table (`cdc-final-state`).
+/// With `on` (the default) nothing answered is lost and the final table is exact. The
+/// kills fall 0 to 10 s after a cycle while batches commit every few hundred ms, so at
+/// least one of the two finds commits to lose but for a kill within the first commit gap
+/// after a cycle, twice.
+#[test]
+fn a_postgres_crash_loses_answered_commits_only_under_synchronous_commit_off() {
+    if !real_enabled("a_postgres_crash_loses_answered_commits_only_under_synchronous_commit_off") {
+        return;
+    }
+    for (file, caught_by) in [
+        (
+            "p2-upsert-database-crash-synchronous-commit-off-loses",
+            Some("cdc-final-state"),
+        ),
+        ("p2-upsert-database-crash-synchronous-commit-on", None),
+    ] {
+        let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+        let dir = service_dir("real-run-synchronous-commit");
+        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        let kills = &result.fault_effects["kill"];
+        assert_eq!((kills.scheduled, kills.acted), (2, 2), "{file}: {kills:?}");
+        assert_eq!(
+            fault_lines(&outcome.history),
+            [
+                "kill target=[postgres] mode=process-kill",
+                "restart target=[postgres]",
+                "kill target=[postgres] mode=process-kill",
+                "restart target=[postgres]",
+            ],
+            "{file}"
+        );
+        assert_judged(file, &result, caught_by);
+        assert_short_and_clean(&result, 150.0);
+    }
+}
+
+/// Persistent Streams stores on real: `streams-0` (exactly_once_v2) killed and restarted.
+/// Its stores and process id were flushed into the run's state directory, which outlived
+/// the process: the restart reads the same process id back (so the same
+/// `transactional.id`, whose InitProducerId fences the dead transaction) and opens its
+/// tasks from that disk, each store without a checkpoint wiped as EOS requires.
+#[test]
+fn a_restarted_streams_instance_reads_back_its_persistent_stores_and_process_id_on_real_kafka() {
+    if !real_enabled("a_restarted_streams_instance_reads_back_its_persistent_stores") {
+        return;
+    }
+    let file = "p3-eos-crash-persistent-store-fences-by-init";
+    let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
+    let dir = service_dir("real-run-persistent-store");
+    let what = "real run of the persistent-store crash";
+    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "streams-0");
+    let state = dir.path().join("sink/streams-state/streams-0");
+    let id = std::fs::read_to_string(state.join("kafka-streams-process-metadata"))
+        .expect("streams-0 wrote its process id into the state directory");
+    assert_eq!(id.trim().len(), 36, "a UUID: {id:?}");
+    let restart_ns = (outcome.history.ops.iter())
+        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "restart"))
+        .map(|op| op.time_ns)
+        .expect("a restart");
+    // Every store the restarted instance opened came from the disk: persistent, and wiped
+    // when it had no checkpoint (EOS deletes it while a task runs).
+    let labels: Vec<String> = (outcome.history.ops.iter())
+        .filter(|op| op.process == "streams-0" && op.time_ns > restart_ns)
+        .filter_map(|op| serde_json::to_value(op).ok())
+        .filter(|v| v["f"] == "streams-restore")
+        .filter_map(|v| v["store"].as_str().map(str::to_string))
+        .collect();
+    assert!(!labels.is_empty(), "the restarted streams-0 opened no task");
+    assert!(
+        labels.iter().all(|l| l.starts_with("persistent")),
+        "{labels:?}"
+    );
+    assert_short_and_clean(&result, 120.0);
+}
