@@ -1200,3 +1200,44 @@ fn the_clickhouse_sink_takes_connects_consumer_override_names() {
         &["consumer.override.group.protocol", "eager"],
     );
 }
+
+#[test]
+fn postgres_durability_settings_are_postgres_values_or_refused_naming_the_key() {
+    let file = "../scenarios/p2-upsert-database-crash-synchronous-commit-off-loses.toml";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).expect("the file is there");
+    let scenario = Scenario::parse(&path, &text).expect("the catalogue file parses");
+    let config = scenario.postgres.db_config(7);
+    assert!(!config.synchronous_commit);
+    assert_eq!(
+        (config.wal_writer_delay_ms, config.wal_writer_phase_ms),
+        (10_000, 7)
+    );
+    let with = |from: &str, to: &str| {
+        assert!(text.contains(from), "{from}");
+        match Scenario::parse(&path, &text.replace(from, to)) {
+            Ok(_) => panic!("{to} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let error = with("wal_writer_delay_ms = 10000", "wal_writer_delay_ms = 20000");
+    assert_mentions(
+        &error,
+        &[
+            "postgres.wal_writer_delay_ms",
+            "20000: PostgreSQL takes 1 to 10000 ms",
+        ],
+    );
+    let error = with(
+        "synchronous_commit = \"off\"",
+        "synchronous_commit = \"sometimes\"",
+    );
+    assert_mentions(&error, &["synchronous_commit", "sometimes", "remote_apply"]);
+    // Every other value waits for the local flush.
+    let local = text.replace(
+        "synchronous_commit = \"off\"",
+        "synchronous_commit = \"local\"",
+    );
+    let scenario = Scenario::parse(&path, &local).expect("local is PostgreSQL's");
+    assert!(scenario.postgres.db_config(0).synchronous_commit);
+}
