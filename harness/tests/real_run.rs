@@ -1142,12 +1142,26 @@ fn a_restarted_streams_instance_reads_back_its_persistent_stores_and_process_id_
     let id = std::fs::read_to_string(state.join("kafka-streams-process-metadata"))
         .expect("streams-0 wrote its process id into the state directory");
     assert_eq!(id.trim().len(), 36, "a UUID: {id:?}");
+    // Each incarnation logs its process id: the first drew it, the restart read it back.
+    let log = std::fs::read_to_string(dir.path().join("logs/streams-0.log")).expect("log");
+    let starts: Vec<&str> = log.lines().filter(|l| l.contains("process id")).collect();
+    assert_eq!(
+        starts,
+        [
+            format!("streams-0: process id {} (fresh)", id.trim()),
+            format!(
+                "streams-0: process id {} (read from the state directory)",
+                id.trim()
+            ),
+        ],
+    );
     let restart_ns = (outcome.history.ops.iter())
         .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "restart"))
         .map(|op| op.time_ns)
         .expect("a restart");
-    // Every store the restarted instance opened came from the disk: persistent, and wiped
-    // when it had no checkpoint (EOS deletes it while a task runs).
+    // Every store the restarted instance opened is a persistent one: read from the disk
+    // where it had flushed that task (wiped when without checkpoint, as EOS deletes it
+    // while a task runs), empty where it had not (which task it gets back is the group's).
     let labels: Vec<String> = (outcome.history.ops.iter())
         .filter(|op| op.process == "streams-0" && op.time_ns > restart_ns)
         .filter_map(|op| serde_json::to_value(op).ok())

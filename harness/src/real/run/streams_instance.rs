@@ -33,6 +33,7 @@ use crate::streams::processor::{
     self, ChangelogReader, Processor, ProcessorConfig, Restored, StreamsHost,
 };
 use crate::streams::store::{changelog_entry, Disk, KeyValueStore};
+use crate::streams::StoreKind;
 use async_trait::async_trait;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::time::{Duration, Instant};
@@ -179,7 +180,14 @@ pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
+    let kept = cfg.spec.store == StoreKind::Persistent && cfg.disk.process_id(cfg.index).is_some();
     cfg.process_id = processor::initialize_process_id(&cfg, started_ns);
+    // In the worker's log, so a run shows which incarnation read its id back.
+    let whence = match kept {
+        true => "read from the state directory",
+        false => "fresh",
+    };
+    eprintln!("{}: process id {} ({whence})", spec.name, cfg.process_id);
     // The protocol Streams rebalances with (KIP-429 unless `upgrade_from` says eager), on
     // librdkafka's own assignors: `cooperative-sticky` hands a moved partition over in a
     // follow-up rebalance, as `StreamsPartitionAssignor` does, but knows no tasks, standbys
