@@ -140,7 +140,7 @@ pub async fn run(ctx: InstanceContext) {
         return;
     };
     let mut cfg = ctx.processor.clone();
-    cfg.process_id = processor::initialize_process_id(&cfg, now_ns());
+    cfg.process_id = processor::initialize_process_id(&cfg, now_ns()).id;
     let report = Arc::new(Mutex::new(BTreeMap::new()));
     let mut consumer = new_consumer(&ctx, &cfg, &conn, &report);
     let mut topics = vec![cfg.topology.source.clone()];

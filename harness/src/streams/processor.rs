@@ -314,12 +314,15 @@ impl ProcessorConfig {
 /// `now_ns` is the start's clock: the UUID's bits are drawn from it and the instance
 /// (a mix, not the run's random stream, so that drawing a process id does not move every
 /// later random choice of the run; two starts at different times get different ids).
-pub fn initialize_process_id(cfg: &ProcessorConfig, now_ns: u64) -> String {
+pub fn initialize_process_id(cfg: &ProcessorConfig, now_ns: u64) -> ProcessId {
     let persistent = cfg.spec.store == StoreKind::Persistent;
     if persistent {
         if let Some(id) = cfg.disk.process_id(cfg.index) {
             crate::mark!("streams:process-id-from-state-dir");
-            return id;
+            return ProcessId {
+                id,
+                from_state_dir: true,
+            };
         }
     }
     let id = uuid_from(now_ns, cfg.index);
@@ -327,7 +330,19 @@ pub fn initialize_process_id(cfg: &ProcessorConfig, now_ns: u64) -> String {
         cfg.disk.write_process_id(cfg.index, id.clone());
     }
     crate::mark!("streams:process-id-fresh");
-    id
+    ProcessId {
+        id,
+        from_state_dir: false,
+    }
+}
+
+/// An instance start's process id ([`initialize_process_id`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessId {
+    /// The UUID text.
+    pub id: String,
+    /// Whether it was read back from the state directory (else drawn at this start).
+    pub from_state_dir: bool,
 }
 
 /// A version-4-shaped UUID from `seed` and `index` (splitmix64 mixing).
@@ -1418,8 +1433,8 @@ mod tests {
     #[test]
     fn the_transactional_id_carries_a_process_id_that_only_persistent_stores_keep() {
         let mut cfg = config("in-memory");
-        let first = initialize_process_id(&cfg, 1_000);
-        let second = initialize_process_id(&cfg, 2_000);
+        let first = initialize_process_id(&cfg, 1_000).id;
+        let second = initialize_process_id(&cfg, 2_000).id;
         assert_ne!(
             first, second,
             "a fresh process id per start without persistent stores"
@@ -1429,9 +1444,14 @@ mod tests {
         assert_eq!(cfg.transactional_id(), format!("counts-{first}-1"));
         let cfg = config("persistent");
         let first = initialize_process_id(&cfg, 1_000);
+        assert!(!first.from_state_dir, "drawn at the first start");
+        let again = ProcessId {
+            id: first.id,
+            from_state_dir: true,
+        };
         assert_eq!(
             initialize_process_id(&cfg, 2_000),
-            first,
+            again,
             "read back from the state dir"
         );
     }

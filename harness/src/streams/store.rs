@@ -211,21 +211,10 @@ impl Disk {
 
     /// Deletes the checkpoint of a task (EOS, when the task starts running).
     pub fn delete_checkpoint(&self, instance: u32, partition: u32) {
-        if self.dir.is_some() {
-            if let Some(mut flushed) = self.read(instance, partition) {
-                if flushed.checkpoint.take().is_some() {
-                    self.write(instance, partition, flushed);
-                }
+        if let Some(mut flushed) = self.read(instance, partition) {
+            if flushed.checkpoint.take().is_some() {
+                self.write(instance, partition, flushed);
             }
-            return;
-        }
-        if let Some(f) = self
-            .inner
-            .lock()
-            .expect("disk lock")
-            .get_mut(&(instance, partition))
-        {
-            f.checkpoint = None;
         }
     }
 

@@ -33,7 +33,6 @@ use crate::streams::processor::{
     self, ChangelogReader, Processor, ProcessorConfig, Restored, StreamsHost,
 };
 use crate::streams::store::{changelog_entry, Disk, KeyValueStore};
-use crate::streams::StoreKind;
 use async_trait::async_trait;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::time::{Duration, Instant};
@@ -180,10 +179,10 @@ pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let kept = cfg.spec.store == StoreKind::Persistent && cfg.disk.process_id(cfg.index).is_some();
-    cfg.process_id = processor::initialize_process_id(&cfg, started_ns);
+    let process_id = processor::initialize_process_id(&cfg, started_ns);
+    cfg.process_id = process_id.id;
     // In the worker's log, so a run shows which incarnation read its id back.
-    let whence = match kept {
+    let whence = match process_id.from_state_dir {
         true => "read from the state directory",
         false => "fresh",
     };
