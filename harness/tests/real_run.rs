@@ -46,6 +46,14 @@ fn fault_lines(history: &eosim::history::History) -> Vec<String> {
         .collect()
 }
 
+/// When the history's first `fault` op at or after `after_ns` was recorded, ns.
+fn fault_time(history: &eosim::history::History, fault: &str, after_ns: u64) -> Option<u64> {
+    (history.ops.iter())
+        .filter(|op| op.time_ns >= after_ns)
+        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == fault))
+        .map(|op| op.time_ns)
+}
+
 fn options(backend: Backend, dir: &std::path::Path) -> RunOptions {
     RunOptions {
         backend,
@@ -383,9 +391,7 @@ fn run_clog_canary(file: &str) -> (RealOutcome, ScenarioResult) {
 
 /// The input partitions whose task `process` restored before the history's first `fault`.
 fn tasks_before_fault(history: &eosim::history::History, process: &str, fault: &str) -> Vec<u32> {
-    let at = (history.ops.iter())
-        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == fault))
-        .map_or(u64::MAX, |op| op.time_ns);
+    let at = fault_time(history, fault, 0).unwrap_or(u64::MAX);
     (history.ops.iter())
         .filter(|op| op.process == process && op.time_ns < at)
         .filter_map(|op| match &op.value {
@@ -672,13 +678,7 @@ fn p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka()
         })
         .sum();
     assert_eq!(updates as u64, scenario.workload.records);
-    let restarted_ns = outcome
-        .history
-        .ops
-        .iter()
-        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "restart"))
-        .map(|op| op.time_ns)
-        .expect("the restart is recorded");
+    let restarted_ns = fault_time(&outcome.history, "restart", 0).expect("the restart is recorded");
     let reopened = outcome.history.ops.iter().any(|op| {
         op.process == "streams-0"
             && op.time_ns > restarted_ns
@@ -823,11 +823,9 @@ fn a_transactional_upstream_producer_killed_mid_transaction_is_aborted_by_its_su
 /// recorded: its last op before the kill is a send's (a `txn` op is the end of one
 /// requested, a commit or an abort). A kill before any op finds none open.
 fn open_at_kill(history: &eosim::history::History, process: &str) -> bool {
-    let kill = (history.ops.iter())
-        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "kill"))
-        .expect("a kill in the history");
+    let kill_ns = fault_time(history, "kill", 0).expect("a kill in the history");
     let last = (history.ops.iter().rev())
-        .filter(|op| op.process == process && op.time_ns <= kill.time_ns)
+        .filter(|op| op.process == process && op.time_ns <= kill_ns)
         .find(|op| matches!(op.value, Value::Send { .. } | Value::Txn { .. }));
     matches!(last.map(|op| &op.value), Some(Value::Send { .. }))
 }
@@ -925,16 +923,10 @@ fn a_power_loss_of_every_broker_loses_acked_writes_only_with_the_default_flush()
 /// Whether `process` had a send in flight while the history's first `messages` fault was
 /// on: a send invoked before the `heal` after it, completed after the fault was recorded.
 fn sent_through_message_faults(history: &eosim::history::History, process: &str) -> bool {
-    let at = |fault: &str, after: u64| {
-        (history.ops.iter())
-            .filter(|op| op.time_ns >= after)
-            .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == fault))
-            .map(|op| op.time_ns)
-    };
-    let Some(from) = at("messages", 0) else {
+    let Some(from) = fault_time(history, "messages", 0) else {
         return false;
     };
-    let to = at("heal", from).unwrap_or(u64::MAX);
+    let to = fault_time(history, "heal", from).unwrap_or(u64::MAX);
     let sends = |kind: OpKind| {
         (history.ops.iter())
             .filter(move |op| op.process == process && op.kind == kind)
@@ -1155,18 +1147,16 @@ fn a_restarted_streams_instance_reads_back_its_persistent_stores_and_process_id_
             ),
         ],
     );
-    let restart_ns = (outcome.history.ops.iter())
-        .find(|op| matches!(&op.value, Value::Fault { name, .. } if name == "restart"))
-        .map(|op| op.time_ns)
-        .expect("a restart");
+    let restart_ns = fault_time(&outcome.history, "restart", 0).expect("a restart");
     // Every store the restarted instance opened is a persistent one: read from the disk
     // where it had flushed that task (wiped when without checkpoint, as EOS deletes it
     // while a task runs), empty where it had not (which task it gets back is the group's).
-    let labels: Vec<String> = (outcome.history.ops.iter())
+    let labels: Vec<&str> = (outcome.history.ops.iter())
         .filter(|op| op.process == "streams-0" && op.time_ns > restart_ns)
-        .filter_map(|op| serde_json::to_value(op).ok())
-        .filter(|v| v["f"] == "streams-restore")
-        .filter_map(|v| v["store"].as_str().map(str::to_string))
+        .filter_map(|op| match &op.value {
+            Value::StreamsRestore { store, .. } => Some(store.as_str()),
+            _ => None,
+        })
         .collect();
     assert!(!labels.is_empty(), "the restarted streams-0 opened no task");
     assert!(
