@@ -315,16 +315,16 @@ impl<H: UpstreamHost> Session<H> {
     }
 
     /// Sends every record `next` hands out (`(id, key text, record)`, [`Session::send`]),
-    /// pausing `interval` after each, then ends the open transaction ([`Session::end`]): the
+    /// pausing `interval_ms` after each ([`crate::client::sends::pace`]), then ends the open transaction ([`Session::end`]): the
     /// loop of every transactional upstream producer process, simulated or real.
     pub async fn send_all(
         &mut self,
         mut next: impl FnMut() -> Option<(u64, Option<String>, ProducerRecord)>,
-        interval: Duration,
+        interval_ms: u64,
     ) {
         while let Some((id, key, record)) = next() {
             self.send(id, key, record).await;
-            tokio::time::sleep(interval).await;
+            crate::client::sends::pace(interval_ms).await;
         }
         self.end().await;
     }

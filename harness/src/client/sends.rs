@@ -8,6 +8,18 @@
 use super::{ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
 use std::time::Duration;
 
+/// The pause of an input producer process between two sends (`[workload]
+/// produce_interval_ms`, in ms): none at 0, where the sender sends as fast as its
+/// producer takes records, as Java's `KafkaProducer.send` returns at once until
+/// `buffer.memory` fills. A zero sleep would not do: madsim's `sleep`, like tokio's, waits
+/// at least 1 ms (`madsim::time::TimeHandle::sleep_until`), which paced a "no pause"
+/// producer at 1,000 records per simulated second and cut its batches to a record or two.
+pub async fn pace(interval_ms: u64) {
+    if interval_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+    }
+}
+
 /// The sends of one input producer process: each awaited in turn, or, when the producer
 /// batches ([`ProducerConfig::batching`]), left queued in its accumulator
 /// ([`Producer::send_async`]) with the outcome handed on by a task once the delivery

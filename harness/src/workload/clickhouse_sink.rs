@@ -62,7 +62,6 @@ use madsim::task::NodeId;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// State shared by the processes of one run.
 #[derive(Default)]
@@ -187,8 +186,9 @@ async fn txn_producer_process(
         }?;
         Some((id, None, id_record(ctx, id)))
     };
-    let interval = Duration::from_millis(ctx.scenario.workload.produce_interval_ms);
-    session.send_all(next, interval).await;
+    session
+        .send_all(next, ctx.scenario.workload.produce_interval_ms)
+        .await;
     ctx.shared().produced = true;
 }
 

@@ -132,7 +132,7 @@ async fn producer_process(ctx: Context, name: String) {
                 record_event_send(&ctx, &name, e, result)
             })
             .await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
     if sends.queued() {
         sends.finish(&producer).await;
@@ -190,8 +190,9 @@ async fn txn_producer_process(
         let e = ctx.take_event(&name, false)?;
         Some((e.id, e.key.clone(), event_record(ctx, &name, &e)))
     };
-    let interval = Duration::from_millis(ctx.scenario.workload.produce_interval_ms);
-    session.send_all(next, interval).await;
+    session
+        .send_all(next, ctx.scenario.workload.produce_interval_ms)
+        .await;
 }
 
 /// The operator: creates the table and the connector, then restarts FAILED tasks.

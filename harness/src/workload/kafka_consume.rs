@@ -119,7 +119,7 @@ pub async fn producer_process(ctx: Context, name: String) {
             ctx.record(&name, kind, value, error)
         })
         .await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
 }
 
@@ -148,7 +148,7 @@ async fn queued_producer_process(
             move |kind, value, error| ctx2.record(&name2, kind, value, error),
         )
         .await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
     sends.finish(&producer).await;
     ctx.release(&name);
@@ -169,8 +169,7 @@ async fn txn_producer_process(
         let (key, record) = id_record(&ctx.scenario.topic.name, w.keys, id);
         Some((id, Some(key), record))
     };
-    let interval = Duration::from_millis(w.produce_interval_ms);
-    session.send_all(next, interval).await;
+    session.send_all(next, w.produce_interval_ms).await;
 }
 
 /// A consumer's simulated host: ops into the run's history, the sink a store outside the

@@ -94,7 +94,7 @@ pub(crate) async fn one_attempt_producer(
                 record(kind, id_send(id, tp, delivery.map(|d| d.offset)), error);
             })
             .await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
     if sends.queued() {
         sends.finish(&producer).await;

@@ -146,8 +146,7 @@ pub(crate) async fn produce_clicklog(
     if let Some(upstream) = upstream {
         let mut session = upstream.session(conn, "producer-0").await;
         let next = || take_id(false).map(|id| (id, None, record_of(id)));
-        let interval = Duration::from_millis(w.produce_interval_ms);
-        session.send_all(next, interval).await;
+        session.send_all(next, w.produce_interval_ms).await;
         return done();
     }
     let r = recorder.clone();

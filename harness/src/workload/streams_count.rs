@@ -68,7 +68,6 @@ use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -156,8 +155,7 @@ async fn producer_process(ctx: Context, name: String) {
             let (key, record) = input_record(&ctx, id);
             Some((id, Some(key), record))
         };
-        let interval = Duration::from_millis(w.produce_interval_ms);
-        return session.send_all(next, interval).await;
+        return session.send_all(next, w.produce_interval_ms).await;
     }
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
@@ -190,7 +188,7 @@ async fn producer_process(ctx: Context, name: String) {
             offset,
         };
         ctx.recorder.record(now_ns(), &name, kind, value, error);
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
 }
 

@@ -45,7 +45,6 @@ use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// State shared by the processes of one run.
 #[derive(Debug, Default)]
@@ -110,8 +109,7 @@ async fn producer_process(ctx: Context, name: String) {
             let (key, record) = id_record(&ctx.scenario.topic.name, w.keys, id);
             Some((id, Some(key), record))
         };
-        let interval = Duration::from_millis(w.produce_interval_ms);
-        return session.send_all(next, interval).await;
+        return session.send_all(next, w.produce_interval_ms).await;
     }
     let producer = SimProducer::new(conn, ctx.producer_config());
     while let Some(id) = ctx.take_id(&name) {
@@ -120,7 +118,7 @@ async fn producer_process(ctx: Context, name: String) {
             ctx.record(&name, kind, value, error)
         })
         .await;
-        madsim::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
 }
 

@@ -194,8 +194,7 @@ pub async fn txn_producer(
         let (key, record) = make(id);
         Some((id, key, record))
     };
-    let interval = Duration::from_millis(w.produce_interval_ms);
-    session.send_all(next, interval).await;
+    session.send_all(next, w.produce_interval_ms).await;
     Ok(())
 }
 

@@ -186,9 +186,7 @@ async fn producer(
                 emit.op(kind, value, error);
             })
             .await;
-        if w.produce_interval_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(w.produce_interval_ms)).await;
-        }
+        crate::client::sends::pace(w.produce_interval_ms).await;
     }
     sends.finish(&producer).await;
     Ok(())
