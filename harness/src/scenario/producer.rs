@@ -1,6 +1,6 @@
 //! `[workload]`'s producer keys, under the Java producer's names (`ProducerConfig`): the
-//! batching of the `kafka-consume`, `connect-jdbc`, `clickhouse-sink`, `routine-load` and
-//! `doris-sink` input producers.
+//! batching of the `kafka-consume`, `connect-jdbc`, `streams-count`, `clickhouse-sink`,
+//! `routine-load` and `doris-sink` input producers.
 //!
 //! ```toml
 //! [workload]
@@ -15,8 +15,8 @@
 //! ## Default values
 //! Unset, the workload keeps the shape every scenario was calibrated with: each record is
 //! sent and awaited on its own, one Produce request of one record, one request in flight
-//! (`linger.ms=0`, `max.in.flight.requests.per.connection=1`), and `kafka-consume`'s
-//! producers are not idempotent. Kafka's own defaults differ: `linger.ms=5` since Kafka
+//! (`linger.ms=0`, `max.in.flight.requests.per.connection=1`), `kafka-consume`'s and
+//! `connect-jdbc`'s producers are not idempotent, and `streams-count`'s is. Kafka's own defaults differ: `linger.ms=5` since Kafka
 //! 4.0 (KIP-1030; 0 before), `batch.size=16384`,
 //! `max.in.flight.requests.per.connection=5`, `enable.idempotence=true` (Kafka 3.0+,
 //! KIP-679). With `linger.ms` > 0 or more than one request in flight the producer process
@@ -30,14 +30,13 @@
 //! - `enable.idempotence = true` only with `acks = "all"` (same place).
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
 //!   (`KafkaProducer.configureDeliveryTimeout`), where, unless `"delivery.timeout.ms"` is
-//!   set, `kafka-consume`'s and
-//!   `connect-jdbc`'s delivery timeout is `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms ×
-//!   retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
+//!   set, `kafka-consume`'s, `connect-jdbc`'s and `streams-count`'s delivery timeout is
+//!   `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms × retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
 //!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
 //!   `enable.idempotence = true` is refused (Kafka's "Must set retries to non-zero when
 //!   using the idempotent producer").
-//! - Only those five pipelines without a transactional upstream read the keys; elsewhere
-//!   (transactional-copy, streams-count) they are refused, so none is silently ignored.
+//! - Only those six pipelines without a transactional upstream read the keys; elsewhere
+//!   (transactional-copy) they are refused, so none is silently ignored.
 
 use super::{ensure, Pipeline, Scenario, WorkloadSpec};
 use crate::client::ProducerConfig;
@@ -82,6 +81,16 @@ impl WorkloadSpec {
             retries: self.retries,
             ..ProducerConfig::default()
         };
+        self.apply_producer_keys(&mut config);
+        config
+    }
+
+    /// The input producer of `streams-count`, in simulation and on the real tier: the
+    /// idempotent producer ([`WorkloadSpec::idempotent_producer_config`], as its scenarios
+    /// were calibrated, and Kafka's default since 3.0) with this module's keys. Only the
+    /// input producer: the Streams instances' own producers do not read `[workload]`.
+    pub fn streams_input_producer_config(&self) -> ProducerConfig {
+        let mut config = self.idempotent_producer_config();
         self.apply_producer_keys(&mut config);
         config
     }
@@ -139,12 +148,13 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
     ensure(
         matches!(
             scenario.pipeline,
-            Pipeline::KafkaConsume | Pipeline::ConnectJdbc
+            Pipeline::KafkaConsume | Pipeline::ConnectJdbc | Pipeline::StreamsCount
         ) || one_attempt,
         &format!("workload.{first}"),
         format!(
             "read only by the input producers of pipelines `kafka-consume`, \
-             `connect-jdbc`, `clickhouse-sink`, `routine-load` and `doris-sink`, not `{}`",
+             `connect-jdbc`, `streams-count`, `clickhouse-sink`, `routine-load` and \
+             `doris-sink`, not `{}`",
             scenario.pipeline.name()
         ),
     )?;
@@ -155,7 +165,10 @@ pub(super) fn check(scenario: &Scenario) -> Result<(), (String, String)> {
          per request"
             .into(),
     )?;
-    let idempotent = w.enable_idempotence == Some(true);
+    // streams-count's input producer is idempotent unless told otherwise.
+    let idempotent = w
+        .enable_idempotence
+        .unwrap_or(scenario.pipeline == Pipeline::StreamsCount);
     if let Some(n) = w.max_in_flight_requests_per_connection {
         let max = if idempotent {
             IDEMPOTENT_MAX_IN_FLIGHT
@@ -315,6 +328,40 @@ mod tests {
         let config = unset.workload.one_attempt_producer_config();
         assert!(!config.batching());
         assert_eq!(config.delivery_timeout_ms, config.request_timeout_ms);
+    }
+
+    /// streams-count's input producer stays idempotent with the batching keys, so the
+    /// idempotent producer's cap on requests in flight applies without
+    /// `enable.idempotence` being set; the Streams instances' own producers keep theirs.
+    #[test]
+    fn the_streams_count_input_producer_batches_idempotently() {
+        let s = parse(
+            "streams-count",
+            "\"linger.ms\" = 5\n\"max.in.flight.requests.per.connection\" = 5",
+        )
+        .expect("valid");
+        let config = s.workload.streams_input_producer_config();
+        assert!(config.batching() && config.enable_idempotence);
+        assert_eq!(config.linger_ms, 5);
+        assert_eq!(s.workload.idempotent_producer_config().linger_ms, 0);
+        assert_eq!(
+            refused_key(
+                "streams-count",
+                "\"max.in.flight.requests.per.connection\" = 6"
+            ),
+            "workload.max.in.flight.requests.per.connection"
+        );
+        let plain = parse(
+            "streams-count",
+            "\"enable.idempotence\" = false\n\"max.in.flight.requests.per.connection\" = 6",
+        )
+        .expect("a producer that is not idempotent takes any number");
+        assert!(
+            !plain
+                .workload
+                .streams_input_producer_config()
+                .enable_idempotence
+        );
     }
 
     #[test]

@@ -269,7 +269,7 @@ fn send_value(id: u64, key: &str, tp: Option<TopicPartition>, offset: Option<Off
 }
 
 /// Records the completion of the send of `id`.
-fn record_outcome(
+pub fn record_outcome(
     topic: &str,
     id: u64,
     key: &str,

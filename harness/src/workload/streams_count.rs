@@ -44,13 +44,14 @@
 //!    with a committed version of its key (`checker::streams_join`).
 
 use super::records::{
-    read_committed, read_committed_from, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
+    read_committed, read_committed_from, record_outcome, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{streams_table, Pipeline};
+use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
-use crate::client::{Producer, ProducerConfig, ProducerRecord};
+use crate::client::ProducerRecord;
 use crate::history::refs::text;
 use crate::history::{
     OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsRecord, StreamsUpdate, Value,
@@ -91,13 +92,15 @@ struct Context {
 }
 
 impl Context {
-    fn take_id(&self, process: &str) -> Option<u64> {
+    /// The next id for `process` ([`IdHandout::take`]); `keep_active` while its queued
+    /// sends still await their reports.
+    fn take_id(&self, process: &str, keep_active: bool) -> Option<u64> {
         let records = self.scenario.workload.records;
         self.shared
             .lock()
             .expect("shared lock")
             .ids
-            .take(process, records, false)
+            .take(process, records, keep_active)
     }
 
     fn producers_done(&self) -> bool {
@@ -109,10 +112,6 @@ impl Context {
     /// Whether the topology is the stream-table join (a table topic and its producer).
     fn joins(&self) -> bool {
         self.scenario.streams.topology == TopologyKind::StreamTableJoin
-    }
-
-    fn producer_config(&self) -> ProducerConfig {
-        self.scenario.workload.idempotent_producer_config()
     }
 
     fn instance(&self, index: u32) -> InstanceContext {
@@ -151,14 +150,18 @@ async fn producer_process(ctx: Context, name: String) {
     if let Some(upstream) = &ctx.upstream {
         let mut session = upstream.session(conn, &name).await;
         let next = || {
-            let id = ctx.take_id(&name)?;
+            let id = ctx.take_id(&name, false)?;
             let (key, record) = input_record(&ctx, id);
             Some((id, Some(key), record))
         };
         return session.send_all(next, w.produce_interval_ms).await;
     }
-    let producer = SimProducer::new(conn, ctx.producer_config());
-    while let Some(id) = ctx.take_id(&name) {
+    let config = w.streams_input_producer_config();
+    let mut sends = Sends::new(&config, w.request_timeout_ms);
+    let producer = SimProducer::new(conn, config);
+    // Queued sends keep the process active until their reports are in.
+    let queued = sends.queued();
+    while let Some(id) = ctx.take_id(&name, queued) {
         let (key, record) = input_record(&ctx, id);
         let invoke = Value::Send {
             id,
@@ -168,27 +171,20 @@ async fn producer_process(ctx: Context, name: String) {
         };
         ctx.recorder
             .record(now_ns(), &name, OpKind::Invoke, invoke, None);
-        let (kind, tp, offset, error) = match producer.send(record).await {
-            Ok(d) => {
-                let tp = TopicPartition::new(&ctx.scenario.topic.name, d.partition);
-                (
-                    OpKind::Ok,
-                    Some(tp),
-                    Some(d.offset).filter(|o| *o >= 0),
-                    None,
-                )
-            }
-            Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
-            Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
-        };
-        let value = Value::Send {
-            id,
-            key: Some(key),
-            tp,
-            offset,
-        };
-        ctx.recorder.record(now_ns(), &name, kind, value, error);
+        let (ctx2, name2) = (ctx.clone(), name.clone());
+        sends
+            .send(&producer, record, move |result| {
+                let topic = &ctx2.scenario.topic.name;
+                record_outcome(topic, id, &key, result, |kind, value, error| {
+                    ctx2.recorder.record(now_ns(), &name2, kind, value, error);
+                })
+            })
+            .await;
         crate::client::sends::pace(w.produce_interval_ms).await;
+    }
+    sends.finish(&producer).await;
+    if queued {
+        ctx.shared.lock().expect("shared lock").ids.release(&name);
     }
 }
 

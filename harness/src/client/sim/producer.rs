@@ -518,8 +518,16 @@ impl SimProducer {
         let count = records.len();
         let mut ambiguous = false;
         let mut attempts = 0u32;
+        // The batch keeps the producer id, epoch and sequence it first went out with
+        // through its retries, even when another partition's batch bumped the epoch
+        // meanwhile: Java rewrites the in-flight sequences only of the partitions that
+        // asked for the bump (`TransactionManager.bumpIdempotentProducerEpoch`,
+        // `partitionsToRewriteSequences`), and moves any other partition to the new
+        // epoch once its in-flight batches are done (`maybeUpdateProducerIdAndEpoch`).
+        // Renumbering such a retry would make a broker that appended its first attempt
+        // append it again.
+        let mut header = self.next_header(tp, deadline).await?;
         loop {
-            let header = self.next_header(tp, deadline).await?;
             let result = produce_once(
                 &self.conn,
                 &self.config,
@@ -567,6 +575,9 @@ impl SimProducer {
                 _ => "client:producer-retry",
             });
             madsim::time::sleep(backoff).await;
+            if resequenced {
+                header = self.next_header(tp, deadline).await?;
+            }
         }
     }
 

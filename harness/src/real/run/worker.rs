@@ -111,7 +111,9 @@ fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>
 }
 
 /// The input producer's configuration, as the simulated pipeline builds it: the Streams
-/// and transactional-copy pipelines' input producers are idempotent ([`crate::scenario::WorkloadSpec::idempotent_producer_config`]),
+/// pipeline's is idempotent with `[workload]`'s batching keys
+/// ([`crate::scenario::WorkloadSpec::streams_input_producer_config`]), transactional-copy's
+/// idempotent ([`crate::scenario::WorkloadSpec::idempotent_producer_config`]),
 /// clickhouse-sink's make one attempt per batch
 /// ([`crate::scenario::WorkloadSpec::one_attempt_producer_config`]), kafka-consume's and
 /// connect-jdbc's retry ([`crate::scenario::WorkloadSpec::retrying_producer_config`]); each
@@ -119,7 +121,8 @@ fn event_record(spec: &WorkerSpec, events: &[Event], id: u64) -> (Option<String>
 fn producer_config(spec: &WorkerSpec) -> ProducerConfig {
     let w = &spec.scenario.workload;
     match spec.scenario.pipeline {
-        Pipeline::StreamsCount | Pipeline::TransactionalCopy => w.idempotent_producer_config(),
+        Pipeline::StreamsCount => w.streams_input_producer_config(),
+        Pipeline::TransactionalCopy => w.idempotent_producer_config(),
         Pipeline::ClickhouseSink => w.one_attempt_producer_config(),
         _ => w.retrying_producer_config(),
     }
