@@ -1,5 +1,6 @@
-//! ClickHouse exactly-once sink throughput in simulation: 1,000 JSON records in 3
-//! partitions through a batching producer (`linger.ms` 5, 5 requests in flight), 3 brokers, two Connect workers running one sink task
+//! ClickHouse exactly-once sink throughput in simulation: 20,000 JSON records in 3
+//! partitions through a batching producer (`linger.ms` 5, 5 requests in flight, no pause
+//! between sends), 3 brokers, two Connect workers running one sink task
 //! each (batches of 200) and the clickhouse and keeper nodes, without faults, for the `seed` and the
 //! `seed+token+fencing` variants (the latter adds a KeeperMap read and conditional writes
 //! per batch).
@@ -14,7 +15,7 @@ mod bench {
     use eosim_benches::run_unstalled;
     use std::path::Path;
 
-    const RECORDS: u64 = 1_000;
+    const RECORDS: u64 = 20_000;
 
     fn scenario(variant: &str) -> Scenario {
         let text = format!(

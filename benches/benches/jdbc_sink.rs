@@ -1,6 +1,6 @@
 //! Change events per wall second through the Connect worker, the JDBC sink and the
-//! PostgreSQL model: 2,000 generated Debezium envelopes (20 keys, 3 partitions, upsert,
-//! batch.size 500) produced by a batching producer (`linger.ms` 5), consumed by 3 tasks on 2 workers and applied, no faults, then
+//! PostgreSQL model: 20,000 generated Debezium envelopes (20 keys, 3 partitions, upsert,
+//! batch.size 500) produced by a batching producer (`linger.ms` 5, no pause between sends), consumed by 3 tasks on 2 workers and applied, no faults, then
 //! the drain and the checkers' input (the final state), all in one madsim runtime per run.
 //!
 //! Reports events per wall second (criterion's throughput) and prints simulated seconds per
@@ -14,7 +14,7 @@ mod bench {
     use std::path::Path;
     use std::time::{Duration, Instant};
 
-    const EVENTS: u64 = 2_000;
+    const EVENTS: u64 = 20_000;
 
     fn scenario() -> Scenario {
         let text = format!(
@@ -25,7 +25,7 @@ mod bench {
             name = "t"
             partitions = 3
             [workload]
-            produce_interval_ms = 1
+            produce_interval_ms = 0
             "linger.ms" = 5
             [connect]
             workers = 2
@@ -75,7 +75,7 @@ mod bench {
         let mut group = c.benchmark_group("jdbc_sink");
         group.sample_size(10);
         group.throughput(Throughput::Elements(EVENTS));
-        group.bench_function("connect_jdbc_2k_events_3_partitions_upsert", |b| {
+        group.bench_function("connect_jdbc_20k_events_3_partitions_upsert", |b| {
             b.iter_custom(|iters| (0..iters).map(|i| run_once(&scenario, i + 1).0).sum())
         });
         group.finish();

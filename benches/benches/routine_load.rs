@@ -1,4 +1,4 @@
-//! Doris Routine Load throughput in simulation: 3,000 clicklog JSON records in 3 partitions
+//! Doris Routine Load throughput in simulation: 20,000 clicklog JSON records in 3 partitions
 //! through a batching producer (`linger.ms` 5, 5 requests in flight) and 3 brokers into a `DUPLICATE KEY` table, loaded by one Routine Load
 //! job (`desired_concurrent_number` 3, `max_batch_rows` 200, so 5 tasks per partition, each
 //! one transaction committing the partition's next offset with the rows), without faults.
@@ -20,7 +20,7 @@ mod bench {
     use eosim_benches::run_unstalled;
     use std::path::Path;
 
-    const RECORDS: u64 = 3_000;
+    const RECORDS: u64 = 20_000;
 
     /// `SHOW ROUTINE LOAD`'s `loadRowsRate` in the seed document, rows/s.
     const SEED_LOAD_ROWS_RATE: u64 = 23_000;

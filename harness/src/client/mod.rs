@@ -187,6 +187,9 @@ impl std::fmt::Debug for DeliveryFuture {
     }
 }
 
+/// What [`Producer::send_with_callback`] runs with a record's outcome (Java's `Callback`).
+pub type DeliveryCallback = Box<dyn FnOnce(Result<Delivery, ClientError>) + Send>;
+
 /// A producer (rdkafka's `FutureProducer`, Java's `KafkaProducer`).
 #[async_trait]
 pub trait Producer: Send + Sync {
@@ -207,6 +210,19 @@ pub trait Producer: Send + Sync {
     /// `max.block.ms`, say); delivery errors come through the report.
     async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         Ok(DeliveryFuture::ready(self.send(record).await))
+    }
+
+    /// Hands one record to the producer and runs `callback` with its outcome once known
+    /// (Java's `KafkaProducer.send(record, callback)`); an error before the record is
+    /// queued goes to `callback` too, as Java's `doSend` hands it to the callback. The
+    /// default awaits [`Producer::send_async`]'s report in a task of its own.
+    async fn send_with_callback(&self, record: ProducerRecord, callback: DeliveryCallback) {
+        match self.send_async(record).await {
+            Ok(report) => {
+                tokio::spawn(async move { callback(report.await) });
+            }
+            Err(e) => callback(Err(e)),
+        }
     }
 
     /// Sends every queued record now, lingering or not, and waits until each has its

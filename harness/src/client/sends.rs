@@ -2,11 +2,13 @@
 //! (`crate::workload`, under `--cfg madsim`) and the real tier's producer workers
 //! (`crate::real::run::worker`) both go through [`Sends`], so a scenario's batching keys
 //! (`linger.ms`, `max.in.flight.requests.per.connection`, [`crate::scenario::producer`])
-//! shape both the same way: Java's `KafkaProducer.send` returning a `Future` that the
-//! caller does not await before the next send.
+//! shape both the same way: Java's `KafkaProducer.send(record, callback)`, not awaited
+//! before the next send.
 
 use super::{ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The pause of an input producer process between two sends (`[workload]
 /// produce_interval_ms`, in ms): none at 0, where the sender sends as fast as its
@@ -21,13 +23,14 @@ pub async fn pace(interval_ms: u64) {
 }
 
 /// The sends of one input producer process: each awaited in turn, or, when the producer
-/// batches ([`ProducerConfig::batching`]), left queued in its accumulator
-/// ([`Producer::send_async`]) with the outcome handed on by a task once the delivery
-/// report arrives; [`Sends::finish`] then flushes and waits for every report.
+/// batches ([`ProducerConfig::batching`]), left queued in its accumulator with the outcome
+/// handed on from the producer's callback ([`Producer::send_with_callback`]) once the
+/// delivery report arrives; [`Sends::finish`] then flushes and waits for every outcome.
 pub struct Sends {
     queued: bool,
     flush_timeout: Duration,
-    reports: Vec<tokio::task::JoinHandle<()>>,
+    /// Queued sends whose outcome was not handed on yet, and a bell rung at each.
+    outstanding: Arc<(Mutex<usize>, Notify)>,
 }
 
 impl Sends {
@@ -37,7 +40,7 @@ impl Sends {
         Self {
             queued: config.batching(),
             flush_timeout: Duration::from_millis(config.delivery_timeout_ms + request_timeout_ms),
-            reports: Vec::new(),
+            outstanding: Arc::default(),
         }
     }
 
@@ -47,7 +50,7 @@ impl Sends {
     }
 
     /// Sends `produced` with `producer` and hands the outcome to `outcome`: at once, or
-    /// from a task once its delivery report arrives when queued.
+    /// from the producer's callback once its delivery report arrives when queued.
     pub async fn send(
         &mut self,
         producer: &impl Producer,
@@ -58,24 +61,32 @@ impl Sends {
             outcome(producer.send(produced).await);
             return;
         }
-        let queued = producer.send_async(produced).await;
-        self.reports.push(tokio::spawn(async move {
-            outcome(match queued {
-                Ok(report) => report.await,
-                Err(e) => Err(e),
-            })
-        }));
+        *self.outstanding.0.lock().expect("outstanding lock") += 1;
+        let outstanding = self.outstanding.clone();
+        let callback = move |result| {
+            outcome(result);
+            *outstanding.0.lock().expect("outstanding lock") -= 1;
+            outstanding.1.notify_waiters();
+        };
+        producer
+            .send_with_callback(produced, Box::new(callback))
+            .await;
     }
 
-    /// When queued: flushes `producer` and waits for every report (a flush that times out
-    /// leaves reports to come; they end within the delivery timeout).
+    /// When queued: flushes `producer` and waits for every outcome (a flush that times
+    /// out leaves outcomes to come; they end within the delivery timeout).
     pub async fn finish(self, producer: &impl Producer) {
         if !self.queued {
             return;
         }
         let _ = producer.flush(self.flush_timeout).await;
-        for report in self.reports {
-            let _ = report.await;
+        loop {
+            // Created before the check, so an outcome in between still wakes it.
+            let handed_on = self.outstanding.1.notified();
+            if *self.outstanding.0.lock().expect("outstanding lock") == 0 {
+                return;
+            }
+            handed_on.await;
         }
     }
 }

@@ -45,7 +45,8 @@
 use super::accumulator::{Accumulator, Batch};
 use super::conn::{needs_metadata_refresh, Connection};
 use crate::client::{
-    ClientError, Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    ClientError, Delivery, DeliveryCallback, DeliveryFuture, Producer, ProducerConfig,
+    ProducerRecord,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::murmur2::partition_for_key;
@@ -240,8 +241,25 @@ pub fn to_record(record: ProducerRecord) -> Record {
     }
 }
 
-/// Where a queued record's outcome goes.
-type Waiter = oneshot::Sender<Result<Delivery, ClientError>>;
+/// Where a queued record's outcome goes: the report of [`Producer::send_async`], or the
+/// callback of [`Producer::send_with_callback`], run in the sender task as the batch
+/// completes (Java runs callbacks on its I/O thread, in order within a batch).
+enum Waiter {
+    Report(oneshot::Sender<Result<Delivery, ClientError>>),
+    Callback(DeliveryCallback),
+}
+
+impl Waiter {
+    fn complete(self, outcome: Result<Delivery, ClientError>) {
+        match self {
+            // The caller may have dropped its report: nothing to tell then.
+            Waiter::Report(report) => {
+                let _ = report.send(outcome);
+            }
+            Waiter::Callback(callback) => callback(outcome),
+        }
+    }
+}
 
 /// The queued side of a producer: the accumulator and what is in flight from it.
 struct Queue {
@@ -452,20 +470,8 @@ impl Producer for SimProducer {
 
     async fn send_async(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         let partition = partition_of(&self.conn, &self.config, &record).await?;
-        let tp = TopicPartition::new(&record.topic, partition);
         let (waiter, report) = oneshot::channel();
-        let start_sender = {
-            let mut queue = self.queue.lock().expect("queue lock");
-            let now_ms = queue.now_ms();
-            queue.acc.append(&tp, to_record(record), waiter, now_ms);
-            !std::mem::replace(&mut queue.sender_running, true)
-        };
-        if start_sender {
-            // A task of this node: a kill ends it with the producer's process.
-            tokio::spawn(self.clone().run_sender());
-        } else {
-            self.wake.notify_one();
-        }
+        self.enqueue(partition, record, Waiter::Report(waiter));
         Ok(DeliveryFuture::new(async move {
             report.await.unwrap_or_else(|_| {
                 Err(ClientError::Timeout {
@@ -474,6 +480,14 @@ impl Producer for SimProducer {
                 })
             })
         }))
+    }
+
+    /// No task per record: the callback waits in the accumulator beside the record.
+    async fn send_with_callback(&self, record: ProducerRecord, callback: DeliveryCallback) {
+        match partition_of(&self.conn, &self.config, &record).await {
+            Ok(partition) => self.enqueue(partition, record, Waiter::Callback(callback)),
+            Err(e) => callback(Err(e)),
+        }
     }
 
     async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
@@ -661,8 +675,7 @@ impl SimProducer {
                 partition: tp.partition,
                 offset: if base >= 0 { base + index as i64 } else { -1 },
             });
-            // The caller may have dropped its report: nothing to tell then.
-            let _ = waiter.send(delivery);
+            waiter.complete(delivery);
         }
         {
             let mut queue = self.queue.lock().expect("queue lock");
@@ -678,6 +691,24 @@ impl SimProducer {
 }
 
 impl SimProducer {
+    /// Appends `record` (to `partition`) to the accumulator with `waiter`, starting the
+    /// sender task unless it runs.
+    fn enqueue(&self, partition: u32, record: ProducerRecord, waiter: Waiter) {
+        let tp = TopicPartition::new(&record.topic, partition);
+        let start_sender = {
+            let mut queue = self.queue.lock().expect("queue lock");
+            let now_ms = queue.now_ms();
+            queue.acc.append(&tp, to_record(record), waiter, now_ms);
+            !std::mem::replace(&mut queue.sender_running, true)
+        };
+        if start_sender {
+            // A task of this node: a kill ends it with the producer's process.
+            tokio::spawn(self.clone().run_sender());
+        } else {
+            self.wake.notify_one();
+        }
+    }
+
     fn mark_unresolved(&self, tp: &TopicPartition) {
         if let Some(state) = self.idempotence.lock().expect("idempotence lock").as_mut() {
             state.unresolved.insert(tp.clone());
