@@ -393,9 +393,9 @@ fn metadata_max_age_and_produce_start_take_kafka_defaults_and_are_read_where_the
         &["`workload.produce_start_ms`", "not `streams-count`"],
     );
     let text = format!("{HEAD}[workload]\n\"metadata.max.age.ms\" = 1000\n")
-        .replace("kafka-consume", "streams-count");
+        .replace("kafka-consume", "transactional-copy");
     Scenario::parse(Path::new("scenarios/bad.toml"), &text)
-        .expect_err("streams-count's producers do not read the producer keys");
+        .expect_err("transactional-copy's producers do not read the producer keys");
 }
 
 #[test]
