@@ -315,8 +315,9 @@ impl<H: UpstreamHost> Session<H> {
     }
 
     /// Sends every record `next` hands out (`(id, key text, record)`, [`Session::send`]),
-    /// pausing `interval_ms` after each ([`crate::client::sends::pace`]), then ends the open transaction ([`Session::end`]): the
-    /// loop of every transactional upstream producer process, simulated or real.
+    /// pausing `interval_ms` after each ([`crate::client::sends::pace`]), then ends the
+    /// open transaction ([`Session::end`]): the loop of every transactional upstream
+    /// producer process, simulated or real.
     pub async fn send_all(
         &mut self,
         mut next: impl FnMut() -> Option<(u64, Option<String>, ProducerRecord)>,

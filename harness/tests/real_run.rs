@@ -167,6 +167,34 @@ fn a_consumer_killed_mid_run_keeps_at_least_once_on_real_kafka() {
     assert_short_and_clean(&result, 120.0);
 }
 
+/// The smoke scenario with a batching input producer (`linger.ms` 20, five requests in
+/// flight): librdkafka batches the sends and each outcome comes back through the producer's
+/// callback (`Producer::send_with_callback`); every send is answered before the producer
+/// process ends, and at-least-once holds as without batching.
+#[test]
+fn a_batching_producer_hands_every_outcome_back_on_real_kafka() {
+    if !real_enabled("a_batching_producer_hands_every_outcome_back_on_real_kafka") {
+        return;
+    }
+    let (path, mut scenario) = smoke_scenario();
+    scenario.workload.linger_ms = Some(20);
+    scenario.workload.max_in_flight_requests_per_connection = Some(5);
+    let dir = service_dir("real-run-batching");
+    let what = "real run of the smoke scenario with a batching producer";
+    let (outcome, result) = run_and_judge(what, &path, &scenario, dir.path(), "consumer-0");
+    let sends = |kind: OpKind| {
+        (outcome.history.ops.iter())
+            .filter(|op| op.kind == kind && matches!(op.value, Value::Send { .. }))
+            .count() as u64
+    };
+    let records = scenario.workload.records;
+    assert_eq!(sends(OpKind::Invoke), records);
+    assert_eq!(sends(OpKind::Ok), records, "every send answered ok");
+    let measured = result.measured.as_ref().expect("measured");
+    assert_eq!(measured.records_acked, records);
+    assert_short_and_clean(&result, 120.0);
+}
+
 /// A swarm is drawn on the real tier as in the simulation: the run injects the schedule
 /// `swarm::schedule` draws for its seed over its consumers, beginning with its first fault.
 #[test]

@@ -16,13 +16,14 @@
 //! Unset, the workload keeps the shape every scenario was calibrated with: each record is
 //! sent and awaited on its own, one Produce request of one record, one request in flight
 //! (`linger.ms=0`, `max.in.flight.requests.per.connection=1`), `kafka-consume`'s and
-//! `connect-jdbc`'s producers are not idempotent, and `streams-count`'s is. Kafka's own defaults differ: `linger.ms=5` since Kafka
-//! 4.0 (KIP-1030; 0 before), `batch.size=16384`,
-//! `max.in.flight.requests.per.connection=5`, `enable.idempotence=true` (Kafka 3.0+,
-//! KIP-679). With `linger.ms` > 0 or more than one request in flight the producer process
-//! keeps its sends outstanding ([`crate::client::Producer::send_async`], one every
-//! `produce_interval_ms`) and its accumulator batches them
-//! (`client::sim::accumulator` under `--cfg madsim`).
+//! `connect-jdbc`'s producers are not idempotent, and `streams-count`'s is. Kafka's own
+//! defaults differ: `linger.ms=5` since Kafka 4.0 (KIP-1030; 0 before),
+//! `batch.size=16384`, `max.in.flight.requests.per.connection=5`,
+//! `enable.idempotence=true` (Kafka 3.0+, KIP-679). With `linger.ms` > 0 or more than one
+//! request in flight the producer process keeps its sends outstanding
+//! ([`crate::client::Producer::send_with_callback`], one every `produce_interval_ms`, none
+//! between them at 0) and its accumulator batches them (`client::sim::accumulator` under
+//! `--cfg madsim`).
 //!
 //! ## Checks (Kafka's `ConfigException`s)
 //! - `max.in.flight.requests.per.connection` at least 1 (`atLeast(1)`), and at most 5 with
@@ -31,8 +32,9 @@
 //! - `linger.ms + request.timeout.ms <= delivery.timeout.ms`
 //!   (`KafkaProducer.configureDeliveryTimeout`), where, unless `"delivery.timeout.ms"` is
 //!   set, `kafka-consume`'s, `connect-jdbc`'s and `streams-count`'s delivery timeout is
-//!   `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms × retries`. The other pipelines' producers make one attempt per batch (`retries = 0`,
-//!   delivery timeout `linger.ms + request_timeout_ms`), so any linger fits and
+//!   `request_timeout_ms × (retries + 1)`: so `linger.ms <= request_timeout_ms × retries`.
+//!   The other pipelines' producers make one attempt per batch (`retries = 0`, delivery
+//!   timeout `linger.ms + request_timeout_ms`), so any linger fits and
 //!   `enable.idempotence = true` is refused (Kafka's "Must set retries to non-zero when
 //!   using the idempotent producer").
 //! - Only those six pipelines without a transactional upstream read the keys; elsewhere
