@@ -156,6 +156,22 @@ fn the_batching_catalogue_scenario_sends_several_records_per_request() {
     );
 }
 
+/// `produce_interval_ms = 0` hands every record to the producer without a pause, so its
+/// batches fill up to `batch.size` (300 small records: a few requests). A zero sleep
+/// instead waits madsim's least, 1 ms, and the 10 ms linger then cut batches of about 3.
+#[test]
+fn an_unpaced_batching_producer_fills_its_batches() {
+    let mut s = catalogue("alo-batching-producer.toml");
+    s.workload.produce_interval_ms = 0;
+    let (outcome, _) = super::support::run_valid(&s, 1);
+    let batches = outcome.marks["client:produce-batch"];
+    let records = outcome.marks["client:produce-batch-record"];
+    assert!(
+        records >= 20 * batches,
+        "{records} records in {batches} requests"
+    );
+}
+
 #[test]
 fn retried_batches_of_a_non_idempotent_producer_land_twice_and_the_idempotent_twin_holds() {
     let unsafe_twin = catalogue("alo-batching-in-flight-5-non-idempotent-duplicates.toml");
