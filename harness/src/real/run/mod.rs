@@ -337,7 +337,8 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
 /// `replica.lag.time.max.ms`, `broker.session.timeout.ms`, `producer.id.expiration.ms` and
 /// `producer.id.expiration.check.interval.ms` when they differ from Kafka's defaults (30000,
 /// 9000, 86400000 and 600000; the template's own 6000 session stays otherwise, for short
-/// failovers), the `log.flush.*` settings a scenario set, KIP-937's
+/// failovers), the `log.flush.*` settings a scenario set, `group.initial.rebalance.delay.ms`
+/// always (the scenario's, 0 unless set, where Kafka's default is 3000), KIP-937's
 /// `log.message.timestamp.{before,after}.max.ms` always (the model's values, whatever the
 /// broker's own defaults), and KIP-848's group settings (`group_consumer_session_timeout_ms`,
 /// `group_consumer_heartbeat_interval_ms`) with the bounds Kafka checks them against
@@ -394,6 +395,14 @@ fn broker_properties(cluster: &ClusterSpec) -> Vec<(String, String)> {
     if let Some(ms) = cluster.log_flush_interval_ms {
         lines.push(("log.flush.interval.ms".to_string(), ms.to_string()));
     }
+    // The group coordinator's wait before a new group's first rebalance, always: the
+    // scenario's (eosim's default 0, as the simulated groups run it) where Kafka's own is
+    // 3000 (`GroupCoordinatorConfig`), which held every real group's first assignment 3 s
+    // past the simulation's (real Streams instances got their tasks 3-4 s into a run).
+    lines.push((
+        "group.initial.rebalance.delay.ms".to_string(),
+        cluster.group_initial_rebalance_delay_ms.to_string(),
+    ));
     // KIP-937's timestamp window, whatever the broker's own default (Kafka 4.1's are the
     // model's; a 3.x broker's `after` default is `Long.MAX_VALUE`).
     let model = cluster.to_config();
@@ -905,5 +914,34 @@ impl Run<'_> {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_of(lines: &[(String, String)], name: &str) -> Option<String> {
+        lines
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The real brokers' first rebalance of a group waits what the simulated
+    /// coordinator waits: 0 unless the scenario sets it, never Kafka's 3000 by omission.
+    #[test]
+    fn the_brokers_take_the_scenarios_initial_rebalance_delay() {
+        let mut cluster = ClusterSpec::default();
+        let name = "group.initial.rebalance.delay.ms";
+        assert_eq!(
+            value_of(&broker_properties(&cluster), name).as_deref(),
+            Some("0")
+        );
+        cluster.group_initial_rebalance_delay_ms = 3_000;
+        assert_eq!(
+            value_of(&broker_properties(&cluster), name).as_deref(),
+            Some("3000")
+        );
     }
 }
