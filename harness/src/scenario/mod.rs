@@ -230,7 +230,7 @@ pub struct ClusterSpec {
     #[serde(default = "default_broker_session")]
     pub broker_session_timeout_ms: u64,
     /// `group.initial.rebalance.delay.ms`. Default 0 in eosim (3000 in Kafka) to keep runs
-    /// short; set it to test the delay.
+    /// short; set it to test the delay. Real brokers are started with it too.
     #[serde(default)]
     pub group_initial_rebalance_delay_ms: u64,
     /// The brokers' transaction protocol (models-reference C.9): `"pre-kip890"`,
