@@ -501,6 +501,9 @@ impl Producer for SimProducer {
                 break Ok(());
             }
             tokio::select! {
+                // `biased`: tokio picks branches with a thread-local RNG otherwise, seeded
+                // from a process-wide counter, which would break replay.
+                biased;
                 () = settled => {}
                 () = madsim::time::sleep_until(deadline) => {
                     break Err(ClientError::Timeout {
@@ -612,6 +615,8 @@ impl SimProducer {
             };
             match wake_at {
                 Some(at) => tokio::select! {
+                    // `biased`: see `flush`.
+                    biased;
                     () = self.wake.notified() => {}
                     () = madsim::time::sleep_until(at) => {}
                 },

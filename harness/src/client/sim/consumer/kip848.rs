@@ -58,6 +58,10 @@ impl GroupClient {
         let max_poll_interval = Duration::from_millis(self.config.max_poll_interval_ms);
         loop {
             tokio::select! {
+                // `biased`: tokio picks branches with a thread-local RNG otherwise, seeded
+                // from a process-wide counter, so a seed's history depended on what ran
+                // before it in the process (replay in a fresh process differed).
+                biased;
                 _ = sleep(interval) => {}
                 _ = self.heartbeat_now.notified() => {}
             }
