@@ -110,3 +110,54 @@ fn one_job_three_jobs_and_two_merged_shards_give_the_same_report() {
         "two merged shards differ from one run"
     );
 }
+
+/// Every `tokio::select!` of the simulated code (`sim/src`, `harness/src`) starts with
+/// `biased;`: unbiased, tokio polls the branches in an order drawn from a thread-local RNG
+/// seeded from a process-wide counter, so a seed's history would depend on the thread it
+/// ran on and what ran before it in the process (CONTRIBUTING, "Determinism").
+#[test]
+fn every_select_in_the_simulated_code_is_biased() {
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("source directory") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["sim/src", "harness/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut selects = 0;
+    let mut unbiased = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("source file");
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim_start().starts_with("//") || !line.contains("select! {") {
+                continue;
+            }
+            selects += 1;
+            // The first line of the macro's body that is not a comment.
+            let first = lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.starts_with("//"));
+            if first != Some("biased;") {
+                unbiased.push(format!("{}:{}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        selects >= 6,
+        "the scan found {selects} select!s: is it reading the sources?"
+    );
+    assert!(
+        unbiased.is_empty(),
+        "select! without `biased;`: {unbiased:?}"
+    );
+}
