@@ -187,9 +187,21 @@ pub async fn send_id_queued(
     id: u64,
     record: impl Fn(OpKind, Value, Option<String>) + Send + 'static,
 ) {
-    let (key, produced) = id_record(topic, keys, id);
+    send_queued(producer, sends, id, id_record(topic, keys, id), record).await;
+}
+
+/// Sends `produced` (input record `id` with key text `key`) through `sends`, recording a
+/// `send` invoke now and its completion ([`send_id`]'s) once its delivery report arrives
+/// (at once when the producer does not batch).
+pub async fn send_queued(
+    producer: &SimProducer,
+    sends: &mut Sends,
+    id: u64,
+    (key, produced): (String, ProducerRecord),
+    record: impl Fn(OpKind, Value, Option<String>) + Send + 'static,
+) {
     record(OpKind::Invoke, send_value(id, &key, None, None), None);
-    let topic = topic.to_string();
+    let topic = produced.topic.clone();
     sends
         .send(producer, produced, move |result| {
             record_outcome(&topic, id, &key, result, record)
@@ -269,7 +281,7 @@ fn send_value(id: u64, key: &str, tp: Option<TopicPartition>, offset: Option<Off
 }
 
 /// Records the completion of the send of `id`.
-pub fn record_outcome(
+fn record_outcome(
     topic: &str,
     id: u64,
     key: &str,

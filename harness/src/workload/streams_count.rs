@@ -44,7 +44,7 @@
 //!    with a committed version of its key (`checker::streams_join`).
 
 use super::records::{
-    read_committed, read_committed_from, record_outcome, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
+    read_committed, read_committed_from, send_queued, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{streams_table, Pipeline};
@@ -162,24 +162,11 @@ async fn producer_process(ctx: Context, name: String) {
     // Queued sends keep the process active until their reports are in.
     let queued = sends.queued();
     while let Some(id) = ctx.take_id(&name, queued) {
-        let (key, record) = input_record(&ctx, id);
-        let invoke = Value::Send {
-            id,
-            key: Some(key.clone()),
-            tp: None,
-            offset: None,
-        };
-        ctx.recorder
-            .record(now_ns(), &name, OpKind::Invoke, invoke, None);
         let (ctx2, name2) = (ctx.clone(), name.clone());
-        sends
-            .send(&producer, record, move |result| {
-                let topic = &ctx2.scenario.topic.name;
-                record_outcome(topic, id, &key, result, |kind, value, error| {
-                    ctx2.recorder.record(now_ns(), &name2, kind, value, error);
-                })
-            })
-            .await;
+        let record = move |kind, value, error| {
+            ctx2.recorder.record(now_ns(), &name2, kind, value, error);
+        };
+        send_queued(&producer, &mut sends, id, input_record(&ctx, id), record).await;
         crate::client::sends::pace(w.produce_interval_ms).await;
     }
     sends.finish(&producer).await;
