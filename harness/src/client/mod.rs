@@ -190,6 +190,9 @@ impl std::fmt::Debug for DeliveryFuture {
 /// What [`Producer::send_with_callback`] runs with a record's outcome (Java's `Callback`).
 pub type DeliveryCallback = Box<dyn FnOnce(Result<Delivery, ClientError>) + Send>;
 
+/// What [`TransactionalProducer::send_with_callback`] runs with a record's outcome.
+pub type TxnDeliveryCallback = Box<dyn FnOnce(Result<Delivery, TxnError>) + Send>;
+
 /// A producer (rdkafka's `FutureProducer`, Java's `KafkaProducer`).
 #[async_trait]
 pub trait Producer: Send + Sync {
@@ -636,6 +639,29 @@ pub trait TransactionalProducer: Send + Sync {
     /// Sends one record inside the open transaction, adding its partition to the
     /// transaction first (AddPartitionsToTxn), and waits for its delivery.
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, TxnError>;
+
+    /// Hands one record to the open transaction and runs `callback` with its outcome once
+    /// known (Java's `KafkaProducer.send(record, callback)` inside a transaction, as
+    /// Streams' `RecordCollectorImpl.send` calls it); an error before the record is queued
+    /// goes to `callback` too. A failed delivery leaves the transaction to be aborted
+    /// ([`TxnErrorClass::Abortable`], or fatal when fenced). [`Self::commit_transaction`]
+    /// delivers every queued record before it commits. The default delivers inside this
+    /// call ([`Self::send`]).
+    async fn send_with_callback(&self, record: ProducerRecord, callback: TxnDeliveryCallback) {
+        callback(self.send(record).await);
+    }
+
+    /// Sends every queued record now and waits until each has its outcome (Java's
+    /// `KafkaProducer.flush`, which Streams calls before every commit). The default has
+    /// nothing queued.
+    ///
+    /// # Errors
+    /// A retriable [`ClientError::Timeout`] when records are still undelivered after
+    /// `timeout`; a delivery's own error goes to its callback, not here.
+    async fn flush(&self, timeout: Duration) -> Result<(), TxnError> {
+        let _ = timeout;
+        Ok(())
+    }
 
     /// Adds the consumer's offsets (next offsets to read) to the transaction
     /// (AddOffsetsToTxn, then TxnOffsetCommit with the group's generation and member id).

@@ -47,6 +47,7 @@
 
 pub mod assignor;
 pub mod cache;
+pub mod collector;
 pub mod ids;
 pub mod join;
 pub mod processor;
@@ -356,7 +357,26 @@ pub struct StreamsSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub consumer_isolation_level: Option<IsolationLevel>,
+    /// `producer.linger.ms` (StreamsConfig's `producer.` prefix): how long the instances'
+    /// producers let a batch wait for more records, ms. Unset: Streams' 100
+    /// ([`STREAMS_PRODUCER_LINGER_MS`]). 0 sends each batch as soon as the sender gets to
+    /// it, so an update's changelog record often leaves in another request than the
+    /// sequence entry or output record before it (what a kill can then split).
+    #[serde(rename = "producer.linger.ms", skip_serializing_if = "Option::is_none")]
+    pub producer_linger_ms: Option<u64>,
+    /// `producer.batch.size`, bytes (the broker model's record sizes,
+    /// `client::sim::accumulator`). Unset: the producer's 16384.
+    #[serde(
+        rename = "producer.batch.size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub producer_batch_size: Option<u32>,
 }
+
+/// `linger.ms` of a Streams instance's producers: Streams overrides the producer's default
+/// with 100 (`StreamsConfig.PRODUCER_DEFAULT_OVERRIDES`, apache/kafka trunk 4.0), under
+/// either guarantee (`PRODUCER_EOS_OVERRIDES` starts from it).
+pub const STREAMS_PRODUCER_LINGER_MS: u64 = 100;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -465,6 +485,8 @@ impl Default for StreamsSpec {
             table_event_time_lag_ms: 0,
             max_task_idle_ms: None,
             consumer_isolation_level: None,
+            producer_linger_ms: None,
+            producer_batch_size: None,
         }
     }
 }

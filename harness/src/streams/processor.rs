@@ -73,8 +73,13 @@
 //! store and sent as output and changelog records, under exactly_once_v2 inside the
 //! transaction being committed. A task closed without a commit drops its cache, dirty
 //! entries included.
-//! - `at_least_once`: every send was awaited (flushed); persistent stores flush with a
-//!   checkpoint; then the offsets are committed. A crash in between replays input whose
+//! Then the record collector flushes (`RecordCollectorImpl.flush`, `streams::collector`):
+//! sends are not awaited one by one but handed to the producer with a callback, batched
+//! (`linger.ms` 100, [`STREAMS_PRODUCER_LINGER_MS`]) and all delivered here; the first send
+//! error is thrown then (or at the next send), and the changelog offsets acknowledged move
+//! each task's checkpointable position.
+//! - `at_least_once`: persistent stores flush with a checkpoint; then the offsets are
+//!   committed. A crash in between replays input whose
 //!   effect the changelog already holds: an over-count.
 //! - `exactly_once_v2`: the first send after a commit begins a transaction with the group
 //!   metadata of that moment; the commit adds the offsets with that metadata (a rebalance
@@ -85,12 +90,14 @@
 
 use super::assignor::TaskOffset;
 use super::cache::{self, CachingStore, EntrySizer, NamedCache, ThreadCache};
+use super::collector::{Collector, SendError};
 use super::store::{Disk, Flushed, KeyValueStore};
 use super::topology::{StreamRecord, Topology, Update};
-use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
+use super::{ProcessingGuarantee, StoreKind, StreamsSpec, STREAMS_PRODUCER_LINGER_MS};
 use crate::client::{
-    AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata, Producer,
-    ProducerConfig, ProducerRecord, Revocation, TransactionalProducer,
+    AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
+    Delivery, Producer, ProducerConfig, ProducerRecord, Revocation, TransactionalProducer,
+    TxnError,
 };
 use crate::history::{OpKind, Value};
 use crate::scenario::Scenario;
@@ -226,7 +233,7 @@ pub struct ProcessorConfig {
     pub topology: Topology,
     /// Consumer `session.timeout.ms`.
     pub session_timeout_ms: u64,
-    /// Producer settings (acks, timeouts); idempotence is forced on.
+    /// Producer settings (acks, timeouts, Streams' batching); idempotence is forced on.
     pub producer: ProducerConfig,
     /// The disks of persistent stores.
     pub disk: Disk,
@@ -243,7 +250,9 @@ pub struct ProcessorConfig {
 impl ProcessorConfig {
     /// Instance `index` of `scenario`: `[streams]`, its topology over `[topic]`, the
     /// session timeout (`streams.session_timeout_ms`, else the workload's) and
-    /// `[workload]`'s idempotent producer settings.
+    /// `[workload]`'s idempotent producer settings (acks, timeouts, retries) with Streams'
+    /// batching: `[streams] "producer.linger.ms"` (default [`STREAMS_PRODUCER_LINGER_MS`]),
+    /// `"producer.batch.size"` and the Java producer's 5 requests in flight per broker.
     pub fn of_scenario(scenario: &Scenario, index: u32, disk: Disk) -> Self {
         let s = &scenario.streams;
         Self {
@@ -253,7 +262,15 @@ impl ProcessorConfig {
             session_timeout_ms: s
                 .session_timeout_ms
                 .unwrap_or(scenario.workload.session_timeout_ms),
-            producer: scenario.workload.idempotent_producer_config(),
+            producer: {
+                let base = scenario.workload.idempotent_producer_config();
+                ProducerConfig {
+                    linger_ms: s.producer_linger_ms.unwrap_or(STREAMS_PRODUCER_LINGER_MS),
+                    batch_size: s.producer_batch_size.unwrap_or(base.batch_size),
+                    max_in_flight_requests_per_connection: 5,
+                    ..base
+                }
+            },
             disk,
             process_id: String::new(),
             cooperative: s.cooperative(),
@@ -420,8 +437,12 @@ struct Task {
     /// The record cache of the store: dropped with the task, so a task closed without a
     /// commit loses its dirty entries (`ThreadCache.close`).
     cache: NamedCache,
-    /// Changelog offset the store is complete up to (next offset after the last write).
+    /// Changelog offset the store is complete up to (next offset after the last write
+    /// acknowledged; the sends' acknowledgements are gathered at each commit's flush).
     changelog_end: Offset,
+    /// The number this task got when it opened: its changelog acknowledgements are told
+    /// from those of an earlier incarnation of the same partition's task.
+    incarnation: u64,
     /// Next input offset to process, once a record was processed since the task opened.
     position: Option<Offset>,
     /// Next source offset of the stateless task `0_p` under repartitioning, once it
@@ -441,11 +462,12 @@ struct Task {
 impl Task {
     /// A task just opened with `store`, complete up to changelog offset `changelog_end`:
     /// an empty cache, nothing processed yet.
-    fn opened(store: KeyValueStore, changelog_end: Offset) -> Self {
+    fn opened(store: KeyValueStore, changelog_end: Offset, incarnation: u64) -> Self {
         Self {
             store,
             cache: NamedCache::default(),
             changelog_end,
+            incarnation,
             position: None,
             source_position: None,
             table_position: None,
@@ -482,6 +504,10 @@ pub struct Processor<C, R, H: StreamsHost> {
     /// Kafka's size estimate of the store's cache entries.
     sizer: EntrySizer,
     sent: usize,
+    /// The outcomes of the sends not yet flushed (Streams' record collector).
+    collector: Collector,
+    /// Tasks opened so far (each task's incarnation number).
+    opened: u64,
     /// Whether a stateless task consumed input since the last commit that sent nothing:
     /// under exactly_once_v2 the commit then needs a transaction of its own.
     consumed_unsent: bool,
@@ -526,6 +552,8 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             thread_cache,
             sizer,
             sent: 0,
+            collector: Collector::default(),
+            opened: 0,
             consumed_unsent: false,
             last_commit_ns,
             last_purge_ns: last_commit_ns,
@@ -584,7 +612,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         &mut self,
         records: Vec<ConsumedRecord>,
         fresh: &BTreeSet<u32>,
-    ) -> Result<(), (String, bool)> {
+    ) -> Result<(), SendError> {
         for r in records {
             let p = r.tp.partition;
             if fresh.contains(&p) || !self.tasks.contains_key(&p) {
@@ -876,8 +904,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             restored: restored.records,
         };
         self.record(OpKind::Ok, value, None);
+        let incarnation = self.next_incarnation();
         self.tasks
-            .insert(p, Task::opened(store, restored.end_offset));
+            .insert(p, Task::opened(store, restored.end_offset, incarnation));
         Ok(())
     }
 
@@ -892,9 +921,16 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             restored: 0,
         };
         self.record(OpKind::Ok, value, None);
+        let incarnation = self.next_incarnation();
         self.tasks
-            .insert(p, Task::opened(KeyValueStore::default(), 0));
+            .insert(p, Task::opened(KeyValueStore::default(), 0, incarnation));
         Ok(())
+    }
+
+    /// The incarnation number of the next task to open.
+    fn next_incarnation(&mut self) -> u64 {
+        self.opened += 1;
+        self.opened
     }
 
     /// The store a task starts from, the changelog offset to restore from, and a label.
@@ -928,7 +964,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// Processes one record: the aggregate's update into the store's record cache, then
     /// the output and changelog records of what the cache forwarded (every update when
     /// the cache budget is 0; see `streams::cache`).
-    async fn process(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+    async fn process(&mut self, r: ConsumedRecord) -> Result<(), SendError> {
         let p = r.tp.partition;
         if self.cfg.topology.table_topic().is_some() {
             if self.cfg.spec.max_task_idle_ms.is_some() {
@@ -975,7 +1011,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     }
 
     /// A record of a stream-table join: a table update or a stream record to join.
-    async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+    async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), SendError> {
         if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
             return self.put_table(r);
         }
@@ -1033,7 +1069,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// store, which is complete up to the next table offset (the table topic is its
     /// changelog, so nothing is sent). Under exactly_once_v2 a commit with nothing sent
     /// since needs a transaction of its own for the offsets.
-    fn put_table(&mut self, r: ConsumedRecord) -> Result<(), (String, bool)> {
+    fn put_table(&mut self, r: ConsumedRecord) -> Result<(), SendError> {
         let topology = &self.cfg.topology;
         let task = self
             .tasks
@@ -1055,7 +1091,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         &mut self,
         r: ConsumedRecord,
         parsed: Option<StreamRecord>,
-    ) -> Result<(), (String, bool)> {
+    ) -> Result<(), SendError> {
         let topology = &self.cfg.topology;
         let task = (self.tasks.get_mut(&r.tp.partition)).expect("the task exists");
         task.position = Some(r.offset + 1);
@@ -1076,7 +1112,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         p: u32,
         offset: Offset,
         parsed: Option<StreamRecord>,
-    ) -> Result<(), (String, bool)> {
+    ) -> Result<(), SendError> {
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.source_position = Some(offset + 1);
         let Some(rec) = parsed.and_then(|rec| self.cfg.topology.repartition(rec)) else {
@@ -1091,7 +1127,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// through the stateless steps and, if kept, to the sink, keyed as it came, with the
     /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); under
     /// exactly_once_v2 inside the thread's transaction, so it commits with the offsets.
-    async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), (String, bool)> {
+    async fn pass_through(&mut self, parsed: Option<StreamRecord>) -> Result<(), SendError> {
         let kept = parsed.and_then(|rec| self.cfg.topology.stateless(rec));
         match self.forward_if_kept(kept).await? {
             true => crate::mark!("streams:stateless-forwarded"),
@@ -1105,7 +1141,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// default partitioner (`SinkNode.process` → `RecordCollectorImpl.send`); whether it
     /// was sent. A record dropped leaves input consumed with nothing sent, which under
     /// exactly_once_v2 the next commit needs a transaction of its own for.
-    async fn forward_if_kept(&mut self, rec: Option<StreamRecord>) -> Result<bool, (String, bool)> {
+    async fn forward_if_kept(&mut self, rec: Option<StreamRecord>) -> Result<bool, SendError> {
         let Some(rec) = rec else {
             self.consumed_unsent |= self.txn_group.is_none();
             return Ok(false);
@@ -1120,10 +1156,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// Sends `rec` to `topic` with its key and value, the partition left to the default
     /// partitioner on the key.
-    async fn send_keyed(&mut self, topic: &str, rec: StreamRecord) -> Result<(), (String, bool)> {
+    async fn send_keyed(&mut self, topic: &str, rec: StreamRecord) -> Result<(), SendError> {
         let (key, value) = (Bytes::from(rec.key), Bytes::from(rec.value));
-        self.send(record(topic, None, &key, &value)).await?;
-        Ok(())
+        self.send(record(topic, None, &key, &value), None).await
     }
 
     /// Bytes the record caches of every task but `p` hold.
@@ -1134,26 +1169,24 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// Sends one update of task `p` downstream: the output record (unless the entry is
     /// not forwarded: the id sequence, `Topology::forwards`), then the changelog record
-    /// (the store already holds it).
-    async fn forward(&mut self, p: u32, update: Update) -> Result<(), (String, bool)> {
+    /// (the store already holds it), whose acknowledged offset moves the task's
+    /// `changelog_end` at the next flush.
+    async fn forward(&mut self, p: u32, update: Update) -> Result<(), SendError> {
         let forwards = self.cfg.topology.forwards(&update.store_key);
         let key = Bytes::from(update.store_key);
         let value = Bytes::from(update.count.to_string());
         if forwards {
             let output = record(&self.cfg.topology.sink, None, &key, &value);
-            self.send(output).await?;
+            self.send(output, None).await?;
         }
         let changelog = record(&self.cfg.spec.changelog_topic(), Some(p), &key, &value);
-        let offset = self.send(changelog).await?;
-        if let Some(task) = self.tasks.get_mut(&p) {
-            task.changelog_end = task.changelog_end.max(offset + 1);
-        }
-        Ok(())
+        let task = self.tasks.get(&p).map(|t| (p, t.incarnation));
+        self.send(changelog, task).await
     }
 
     /// Flushes every task's record cache, in task order (`StreamTask.prepareCommit` →
     /// `stateMgr.flushCache()`): the dirty entries into the store and downstream.
-    async fn flush_caches(&mut self) -> Result<(), (String, bool)> {
+    async fn flush_caches(&mut self) -> Result<(), SendError> {
         let partitions: Vec<u32> = self.tasks.keys().copied().collect();
         for p in partitions {
             let Some(task) = self.tasks.get_mut(&p) else {
@@ -1170,29 +1203,66 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         Ok(())
     }
 
-    /// Sends one record (beginning a transaction first under EOS); its offset, or the
-    /// error and whether the producer is unusable.
-    async fn send(&mut self, rec: ProducerRecord) -> Result<Offset, (String, bool)> {
+    /// Hands one record to the producer (beginning a transaction first under EOS) without
+    /// waiting for it (`RecordCollectorImpl.send`): its outcome goes to the collector, a
+    /// changelog record's offset under `changelog`. Fails with the error of an earlier
+    /// send not yet thrown, or of this one when it failed before it was queued, and
+    /// whether the producer is unusable (`checkForException`, before and after).
+    async fn send(
+        &mut self,
+        rec: ProducerRecord,
+        changelog: Option<(u32, u64)>,
+    ) -> Result<(), SendError> {
+        self.collector.check()?;
         self.sent += 1;
         self.maybe_begin_transaction()?;
+        let outcome = self.collector.outcome(changelog);
         match &self.writer {
-            Writer::Alo(p) => p
-                .send(rec)
-                .await
-                .map(|d| d.offset)
-                .map_err(|e| (e.to_string(), false)),
-            Writer::Eos(p) => p
-                .send(rec)
-                .await
-                .map(|d| d.offset)
-                .map_err(|e| (e.to_string(), e.is_fatal())),
+            Writer::Alo(p) => {
+                let callback = move |r: Result<Delivery, ClientError>| {
+                    outcome(r.map(|d| d.offset).map_err(|e| (e.to_string(), false)));
+                };
+                p.send_with_callback(rec, Box::new(callback)).await;
+            }
+            Writer::Eos(p) => {
+                let callback = move |r: Result<Delivery, TxnError>| {
+                    outcome(
+                        r.map(|d| d.offset)
+                            .map_err(|e| (e.to_string(), e.is_fatal())),
+                    );
+                };
+                p.send_with_callback(rec, Box::new(callback)).await;
+            }
         }
+        self.collector.check()
+    }
+
+    /// `RecordCollectorImpl.flush` (`StreamTask.prepareCommit`, after the caches): every
+    /// record handed to the producer delivered, the first send error thrown, and the
+    /// acknowledged changelog offsets moved into their tasks.
+    async fn flush_sends(&mut self) -> Result<(), SendError> {
+        let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
+        let flushed = match &self.writer {
+            Writer::Alo(p) => (p.flush(timeout).await).map_err(|e| (e.to_string(), false)),
+            Writer::Eos(p) => (p.flush(timeout).await).map_err(|e| (e.to_string(), e.is_fatal())),
+        };
+        self.collector.check()?;
+        flushed?;
+        for ((p, incarnation), end) in self.collector.take_changelog_ends() {
+            match self.tasks.get_mut(&p) {
+                Some(task) if task.incarnation == incarnation => {
+                    task.changelog_end = task.changelog_end.max(end);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Under exactly_once_v2, begins a transaction unless one is open, with the group
     /// metadata of this moment (`StreamsProducer.maybeBeginTransaction`); nothing under
     /// at_least_once.
-    fn maybe_begin_transaction(&mut self) -> Result<(), (String, bool)> {
+    fn maybe_begin_transaction(&mut self) -> Result<(), SendError> {
         let Writer::Eos(p) = &self.writer else {
             return Ok(());
         };
@@ -1238,7 +1308,11 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// been recovered from).
     async fn commit(&mut self) -> bool {
         self.last_commit_ns = self.host.now_ns();
-        if let Err((e, fatal)) = self.flush_caches().await {
+        let prepared = match self.flush_caches().await {
+            Ok(()) => self.flush_sends().await,
+            Err(e) => Err(e),
+        };
+        if let Err((e, fatal)) = prepared {
             if fatal {
                 crate::mark!("streams:producer-fenced");
             }
@@ -1310,7 +1384,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         }
     }
 
-    /// Flush (every send was awaited), persistent stores with their checkpoint, offsets.
+    /// Persistent stores with their checkpoint (the sends were flushed), then offsets.
     async fn commit_alo(&mut self, offsets: &[(TopicPartition, Offset)]) -> CommitResult {
         self.flush_stores(self.tasks.keys().copied(), true);
         self.consumer
@@ -1378,6 +1452,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         };
         self.record(OpKind::Info, value, None);
         crate::mark!("streams:recover");
+        self.collector.reset();
         if let Writer::Eos(p) = &self.writer {
             let mut recreate = recreate;
             if self.txn_group.take().is_some() && !recreate {

@@ -257,7 +257,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     AnomalyCanary {
         anomaly: Anomaly::IdReused,
         file: "p3-aggregate-ids-alo-kill-swarm-corrupts-ids.toml",
-        seeds: 1,
+        seeds: 3,
     },
     AnomalyCanary {
         anomaly: Anomaly::IdReassigned,

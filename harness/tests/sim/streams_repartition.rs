@@ -57,7 +57,9 @@ fn final_counts(outcome: &SeedOutcome) -> BTreeMap<(String, i64), u64> {
 #[test]
 fn repartition_records_sit_in_the_partition_of_their_new_key_and_move_between_partitions() {
     let s = catalogue(EOS);
-    let (outcome, _) = run_valid(&s, 1);
+    // Seed 4: an instance purged (30 s after its start or last purge; the kills restart
+    // both, so whether one gets there before the input ends depends on the seed).
+    let (outcome, _) = run_valid(&s, 4);
     assert!(outcome.marks.contains_key("streams:repartition-write"));
     let records = repartitioned(&outcome);
     let inputs = input_partitions(&outcome);
@@ -109,7 +111,9 @@ fn without_a_purge_every_input_record_sits_once_in_the_repartition_topic() {
 #[test]
 fn exactly_once_v2_counts_each_new_key_exactly_through_the_repartition_topic_despite_crashes() {
     let s = catalogue(EOS);
-    for seed in 1..=2 {
+    // Seeds where a killed instance left its transaction open for the coordinator to
+    // time out (its restart has a fresh process id, so its init fences nothing).
+    for seed in [2, 3] {
         let (outcome, _) = run_valid(&s, seed);
         assert!(
             outcome.marks.contains_key("kafka:txn-timed-out-aborted"),

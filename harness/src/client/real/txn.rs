@@ -4,7 +4,8 @@
 //! # Calls
 //! - `init_transactions`, `commit_transaction`, `abort_transaction` and
 //!   `send_offsets_to_transaction` block in librdkafka, so they run on tokio's blocking
-//!   pool; `begin_transaction` is local; `send` awaits the delivery report.
+//!   pool; `begin_transaction` is local; `send` awaits the delivery report;
+//!   `send_with_callback` hands the report to a task that runs the callback.
 //! - `send_offsets_to_transaction` takes the group metadata as data (group id, generation,
 //!   member id), as the trait does, and builds librdkafka's metadata with
 //!   `rd_kafka_consumer_group_metadata_new_with_genid`: rdkafka 0.39 only hands one out from
@@ -26,7 +27,7 @@ use super::error::{from_code, from_rdkafka};
 use super::kafka::{future_record, producer_client_config};
 use crate::client::{
     ClientError, ConsumerGroupMetadata, Delivery, ProducerConfig, ProducerRecord,
-    TransactionalProducer, TxnError, TxnErrorClass,
+    TransactionalProducer, TxnDeliveryCallback, TxnError, TxnErrorClass,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::{Acks, Offset, TopicPartition};
@@ -127,10 +128,15 @@ impl RealTransactionalProducer {
 
     /// The class of a failed delivery: fatal when the producer raised a fatal error.
     fn delivery_class(&self) -> TxnErrorClass {
-        match self.producer.client().fatal_error() {
-            Some(_) => TxnErrorClass::Fatal,
-            None => TxnErrorClass::Abortable,
-        }
+        delivery_class(&self.producer)
+    }
+}
+
+/// The class of a failed delivery of `producer`: fatal when it raised a fatal error.
+fn delivery_class(producer: &FutureProducer) -> TxnErrorClass {
+    match producer.client().fatal_error() {
+        Some(_) => TxnErrorClass::Fatal,
+        None => TxnErrorClass::Abortable,
     }
 }
 
@@ -271,6 +277,49 @@ impl TransactionalProducer for RealTransactionalProducer {
                 Err(TxnError::new("send", self.delivery_class(), cause))
             }
         }
+    }
+
+    /// `FutureProducer::send_result`: librdkafka queues the record and batches it itself;
+    /// a task awaits its delivery report and runs `callback` (classed as [`Self::send`]
+    /// classes it). librdkafka's `commit_transaction` flushes before it commits.
+    async fn send_with_callback(&self, record: ProducerRecord, callback: TxnDeliveryCallback) {
+        let timeout_ms =
+            (self.config.producer.delivery_timeout_ms).min(self.config.transaction_timeout_ms);
+        let future = match self.producer.send_result(future_record(&record)) {
+            Ok(future) => future,
+            Err((e, _)) => {
+                let cause = from_rdkafka(&e, "produce", timeout_ms);
+                return callback(Err(TxnError::new("send", self.delivery_class(), cause)));
+            }
+        };
+        let producer = self.producer.clone();
+        tokio::spawn(async move {
+            let cause = match future.await {
+                Ok(Ok(d)) => {
+                    let delivery = Delivery {
+                        partition: d.partition as u32,
+                        offset: d.offset,
+                    };
+                    return callback(Ok(delivery));
+                }
+                Ok(Err((e, _))) => from_rdkafka(&e, "produce", timeout_ms),
+                // The producer was dropped with the record queued: outcome unknown.
+                Err(_) => ClientError::Timeout {
+                    what: "delivery report (the producer was dropped)".into(),
+                    timeout_ms,
+                },
+            };
+            callback(Err(TxnError::new("send", delivery_class(&producer), cause)));
+        });
+    }
+
+    /// librdkafka's `rd_kafka_flush`, on the blocking pool.
+    async fn flush(&self, timeout: Duration) -> Result<(), TxnError> {
+        let api = "flush";
+        self.blocking(api, move |p| {
+            p.flush(timeout).map_err(|e| txn_error(api, &e, timeout))
+        })
+        .await
     }
 
     async fn send_offsets_to_transaction(

@@ -11,4 +11,5 @@ pub mod consumer;
 pub mod doris;
 pub mod postgres;
 pub mod producer;
+pub mod sender;
 pub mod txn;

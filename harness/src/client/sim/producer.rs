@@ -10,8 +10,8 @@
 //! [`ProducerConfig::batching`] false) an awaited [`Producer::send`] is one Produce request
 //! of one record, sent from the caller's task, one at a time: the shape every existing
 //! scenario was calibrated with. Otherwise, and for every [`Producer::send_async`], records
-//! go through a [`Accumulator`] per partition (Kafka's `RecordAccumulator`) that a sender
-//! task drains (Kafka's `Sender.sendProducerData`): a batch leaves when it is full, not its
+//! go through the producer's [`BatchQueue`] (`client::sim::sender`: Kafka's
+//! `RecordAccumulator`, one queue of batches per partition) that a sender task drains (Kafka's `Sender.sendProducerData`): a batch leaves when it is full, not its
 //! partition's last, `linger.ms` old, or on [`Producer::flush`], while its leader has fewer
 //! than `max.in.flight.requests.per.connection` batches in flight from this producer. Each
 //! batch is retried as a unit (same records, same base sequence when idempotent) by its
@@ -42,15 +42,14 @@
 //! - A send that ends without a known outcome leaves its partition *unresolved*: the epoch
 //!   is bumped before the next send to it, as Java does.
 
-use super::accumulator::{Accumulator, Batch};
 use super::conn::{needs_metadata_refresh, Connection};
+use super::sender::{BatchDelivery, BatchQueue, Waiter};
 use crate::client::{
     ClientError, Delivery, DeliveryCallback, DeliveryFuture, Producer, ProducerConfig,
     ProducerRecord,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::murmur2::partition_for_key;
-use eosim_sim::kafka::BrokerId;
 use eosim_sim::kafka::{
     KafkaError, ProducerBatchHeader, Record, Request, Response, TopicPartition,
 };
@@ -58,7 +57,7 @@ use madsim::rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// Producer id, epoch and per-partition sequence numbers of an idempotent or transactional
 /// producer (KIP-98).
@@ -241,53 +240,6 @@ pub fn to_record(record: ProducerRecord) -> Record {
     }
 }
 
-/// Where a queued record's outcome goes: the report of [`Producer::send_async`], or the
-/// callback of [`Producer::send_with_callback`], run in the sender task as the batch
-/// completes (Java runs callbacks on its I/O thread, in order within a batch).
-enum Waiter {
-    Report(oneshot::Sender<Result<Delivery, ClientError>>),
-    Callback(DeliveryCallback),
-}
-
-impl Waiter {
-    fn complete(self, outcome: Result<Delivery, ClientError>) {
-        match self {
-            // The caller may have dropped its report: nothing to tell then.
-            Waiter::Report(report) => {
-                let _ = report.send(outcome);
-            }
-            Waiter::Callback(callback) => callback(outcome),
-        }
-    }
-}
-
-/// The queued side of a producer: the accumulator and what is in flight from it.
-struct Queue {
-    acc: Accumulator<Waiter>,
-    /// The accumulator's clock: ms since this instant.
-    clock_base: madsim::time::Instant,
-    /// Batches in flight per leader (0 = no leader known when the batch left).
-    in_flight: BTreeMap<BrokerId, u32>,
-    /// Partitions with a batch in flight that no other batch of theirs may overlap.
-    muted: BTreeSet<TopicPartition>,
-    /// Batches in flight in all.
-    batches_in_flight: usize,
-    /// `flush` calls waiting.
-    flushing: usize,
-    /// Whether the sender task runs (it ends when nothing is queued or in flight).
-    sender_running: bool,
-}
-
-impl Queue {
-    fn now_ms(&self) -> u64 {
-        self.clock_base.elapsed().as_millis() as u64
-    }
-
-    fn idle(&self) -> bool {
-        self.acc.is_empty() && self.batches_in_flight == 0
-    }
-}
-
 /// A producer over a [`Connection`]; idempotent unless `enable_idempotence` is false.
 /// Cloning shares everything (the sender task holds a clone).
 #[derive(Clone)]
@@ -300,34 +252,20 @@ pub struct SimProducer {
     in_flight: Arc<tokio::sync::Mutex<()>>,
     /// One InitProducerId at a time (batches of several partitions may start together).
     init: Arc<tokio::sync::Mutex<()>>,
-    queue: Arc<Mutex<Queue>>,
-    /// Rung on a new record, a flush, and a batch's completion: the sender looks again.
-    wake: Arc<Notify>,
-    /// Rung on a batch's completion: flushes look again.
-    settled: Arc<Notify>,
+    /// The accumulator and its sender (`client::sim::sender`).
+    queue: BatchQueue,
 }
 
 impl SimProducer {
     /// A producer with `config` on `conn`.
     pub fn new(conn: Connection, config: ProducerConfig) -> Self {
-        let queue = Queue {
-            acc: Accumulator::new(config.linger_ms, config.batch_size),
-            clock_base: madsim::time::Instant::now(),
-            in_flight: BTreeMap::new(),
-            muted: BTreeSet::new(),
-            batches_in_flight: 0,
-            flushing: 0,
-            sender_running: false,
-        };
         Self {
+            queue: BatchQueue::new(conn.clone(), config.clone()),
             conn,
             config,
             idempotence: Arc::default(),
             in_flight: Arc::default(),
             init: Arc::default(),
-            queue: Arc::new(Mutex::new(queue)),
-            wake: Arc::default(),
-            settled: Arc::default(),
         }
     }
 
@@ -491,30 +429,7 @@ impl Producer for SimProducer {
     }
 
     async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
-        let deadline = madsim::time::Instant::now() + timeout;
-        self.queue.lock().expect("queue lock").flushing += 1;
-        self.wake.notify_one();
-        let result = loop {
-            // Created before the check, so a completion in between still wakes it.
-            let settled = self.settled.notified();
-            if self.queue.lock().expect("queue lock").idle() {
-                break Ok(());
-            }
-            tokio::select! {
-                // `biased`: tokio picks branches with a thread-local RNG otherwise, seeded
-                // from a process-wide counter, which would break replay.
-                biased;
-                () = settled => {}
-                () = madsim::time::sleep_until(deadline) => {
-                    break Err(ClientError::Timeout {
-                        what: "flush: records still undelivered".into(),
-                        timeout_ms: timeout.as_millis() as u64,
-                    });
-                }
-            }
-        };
-        self.queue.lock().expect("queue lock").flushing -= 1;
-        result
+        self.queue.flush(timeout).await
     }
 }
 
@@ -597,121 +512,24 @@ impl SimProducer {
             }
         }
     }
+}
 
-    /// The sender task: sends every sendable batch, then sleeps until the next linger
-    /// expires or something changes; ends when nothing is queued or in flight.
-    async fn run_sender(self) {
-        loop {
-            let wake_at = {
-                let mut queue = self.queue.lock().expect("queue lock");
-                self.dispatch_ready(&mut queue);
-                if queue.idle() {
-                    queue.sender_running = false;
-                    return;
-                }
-                let now_ms = queue.now_ms();
-                let expiry = queue.acc.next_linger_expiry_ms().filter(|at| *at > now_ms);
-                expiry.map(|at| queue.clock_base + Duration::from_millis(at))
-            };
-            match wake_at {
-                Some(at) => tokio::select! {
-                    // `biased`: see `flush`.
-                    biased;
-                    () = self.wake.notified() => {}
-                    () = madsim::time::sleep_until(at) => {}
-                },
-                None => self.wake.notified().await,
-            }
-        }
-    }
-
-    /// Takes every batch that may leave now, in partition order, and starts its delivery.
-    fn dispatch_ready(&self, queue: &mut Queue) {
-        let max_in_flight = self.config.max_in_flight_requests_per_connection.max(1);
-        let ordered = self.config.enable_idempotence || max_in_flight == 1;
-        let now_ms = queue.now_ms();
-        let flushing = queue.flushing > 0;
-        for tp in queue.acc.partitions() {
-            let leader = self.conn.leader(&tp).unwrap_or(0);
-            while !queue.muted.contains(&tp)
-                && queue.in_flight.get(&leader).copied().unwrap_or(0) < max_in_flight
-            {
-                let Some(batch) = queue.acc.take_ready(&tp, now_ms, flushing) else {
-                    break;
-                };
-                *queue.in_flight.entry(leader).or_insert(0) += 1;
-                queue.batches_in_flight += 1;
-                if ordered {
-                    queue.muted.insert(tp.clone());
-                }
-                let deadline = queue.clock_base
-                    + Duration::from_millis(batch.created_ms + self.config.delivery_timeout_ms);
-                // Boxed: the delivery's future is kilobytes, and the spawn would otherwise
-                // copy it several times on its way into the task (10 % of a batching
-                // producer's seed).
-                tokio::spawn(Box::pin(self.clone().deliver_batch(
-                    tp.clone(),
-                    leader,
-                    batch,
-                    deadline,
-                )));
-            }
-        }
-    }
-
-    /// Delivers one queued batch and resolves each of its records.
-    async fn deliver_batch(
-        self,
-        tp: TopicPartition,
-        leader: BrokerId,
-        batch: Batch<Waiter>,
+impl BatchDelivery for SimProducer {
+    fn deliver<'a>(
+        &'a self,
+        tp: &'a TopicPartition,
+        records: Vec<Record>,
         deadline: madsim::time::Instant,
-    ) {
-        crate::mark!("client:produce-batch");
-        for _ in &batch.records {
-            crate::mark!("client:produce-batch-record");
-        }
-        if batch.records.len() > 1 {
-            crate::mark!("client:produce-batch-multi-record");
-        }
-        let result = self.deliver(&tp, batch.records, deadline).await;
-        for (index, waiter) in batch.waiters.into_iter().enumerate() {
-            let delivery = result.clone().map(|base| Delivery {
-                partition: tp.partition,
-                offset: if base >= 0 { base + index as i64 } else { -1 },
-            });
-            waiter.complete(delivery);
-        }
-        {
-            let mut queue = self.queue.lock().expect("queue lock");
-            if let Some(n) = queue.in_flight.get_mut(&leader) {
-                *n -= 1;
-            }
-            queue.batches_in_flight -= 1;
-            queue.muted.remove(&tp);
-        }
-        self.wake.notify_one();
-        self.settled.notify_waiters();
+    ) -> impl std::future::Future<Output = Result<i64, ClientError>> + Send + 'a {
+        SimProducer::deliver(self, tp, records, deadline)
     }
 }
 
 impl SimProducer {
-    /// Appends `record` (to `partition`) to the accumulator with `waiter`, starting the
-    /// sender task unless it runs.
+    /// Appends `record` (to `partition`) to the queue with `waiter`.
     fn enqueue(&self, partition: u32, record: ProducerRecord, waiter: Waiter) {
         let tp = TopicPartition::new(&record.topic, partition);
-        let start_sender = {
-            let mut queue = self.queue.lock().expect("queue lock");
-            let now_ms = queue.now_ms();
-            queue.acc.append(&tp, to_record(record), waiter, now_ms);
-            !std::mem::replace(&mut queue.sender_running, true)
-        };
-        if start_sender {
-            // A task of this node: a kill ends it with the producer's process.
-            tokio::spawn(self.clone().run_sender());
-        } else {
-            self.wake.notify_one();
-        }
+        self.queue.enqueue(self, &tp, to_record(record), waiter);
     }
 
     fn mark_unresolved(&self, tp: &TopicPartition) {

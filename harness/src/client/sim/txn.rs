@@ -30,18 +30,20 @@
 
 use super::conn::{needs_metadata_refresh, Connection};
 use super::producer::{is_retriable, partition_of, produce_once, to_record, IdempotenceState};
+use super::sender::{BatchDelivery, BatchQueue, Waiter};
 use crate::client::{
     ClientError, ConsumerGroupMetadata, Delivery, ProducerConfig, ProducerRecord,
-    TransactionalProducer, TxnError, TxnErrorClass,
+    TransactionalProducer, TxnDeliveryCallback, TxnError, TxnErrorClass,
 };
 use async_trait::async_trait;
 use eosim_sim::kafka::{
-    BrokerId, CoordinatorKind, KafkaError, Offset, Request, Response, TopicPartition,
+    BrokerId, CoordinatorKind, KafkaError, Offset, Record, Request, Response, TopicPartition,
 };
 use madsim::time::Instant;
 use std::collections::BTreeSet;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Settings of a transactional producer, with Kafka's names.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,19 +116,34 @@ struct Inner {
     coordinator: Option<BrokerId>,
     /// Partitions added to the open transaction.
     partitions: BTreeSet<TopicPartition>,
+    /// Partitions of queued records not added yet: the next AddPartitionsToTxn adds them
+    /// all (Java's `TransactionManager.maybeAddPartition` → `newPartitionsInTransaction`).
+    pending: BTreeSet<TopicPartition>,
     /// Whether the open transaction added offsets.
     offsets_added: bool,
     /// KIP-360: bump the epoch after the abort that the current error requires.
     epoch_bump_required: bool,
+    /// An abort is under way: queued batches fail without leaving (Java's
+    /// `RecordAccumulator.abortUndrainedBatches`).
+    aborting: bool,
 }
 
 /// A transactional producer on the simulated cluster. See the module docs.
 pub struct SimTransactionalProducer {
+    core: Arc<Core>,
+    /// Queued sends ([`TransactionalProducer::send_with_callback`]), delivered by `core`.
+    queue: BatchQueue,
+}
+
+/// The producer's state and calls, shared with the batches' tasks.
+struct Core {
     conn: Connection,
     config: TxnProducerConfig,
     inner: Mutex<Inner>,
-    /// One call on the wire at a time.
+    /// One API call at a time.
     in_flight: tokio::sync::Mutex<()>,
+    /// One AddPartitionsToTxn at a time (Java sends one transactional request at a time).
+    adding: tokio::sync::Mutex<()>,
 }
 
 impl SimTransactionalProducer {
@@ -138,19 +155,45 @@ impl SimTransactionalProducer {
             ids: IdempotenceState::new(-1, -1),
             coordinator: None,
             partitions: BTreeSet::new(),
+            pending: BTreeSet::new(),
             offsets_added: false,
             epoch_bump_required: false,
+            aborting: false,
         };
-        Self {
+        let queue = BatchQueue::new(conn.clone(), config.producer.clone());
+        let core = Core {
             conn,
             config,
             inner: Mutex::new(inner),
             in_flight: tokio::sync::Mutex::new(()),
+            adding: tokio::sync::Mutex::new(()),
+        };
+        Self {
+            core: Arc::new(core),
+            queue,
         }
     }
 
     /// The producer id and epoch in use (-1, -1 before `init_transactions`).
     pub fn producer_id_and_epoch(&self) -> (i64, i16) {
+        self.core.producer_id_and_epoch()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.core.lock()
+    }
+
+    /// Waits until no queued batch is left; `api`'s retriable timeout otherwise.
+    async fn drain(&self, api: &'static str, deadline: Instant) -> Result<(), TxnError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        (self.queue.flush(timeout).await)
+            .map_err(|e| TxnError::new(api, TxnErrorClass::Retriable, e))
+    }
+}
+
+impl Core {
+    /// The producer id and epoch in use (-1, -1 before `init_transactions`).
+    fn producer_id_and_epoch(&self) -> (i64, i16) {
         let inner = self.lock();
         (inner.ids.producer_id, inner.ids.producer_epoch)
     }
@@ -319,25 +362,49 @@ impl SimTransactionalProducer {
         }
     }
 
-    /// AddPartitionsToTxn for `tp` unless the transaction already has it.
+    /// AddPartitionsToTxn for `tp` unless the transaction already has it, with every
+    /// partition of queued records not added yet (Java adds them in one request).
     async fn add_partition(&self, tp: &TopicPartition, deadline: Instant) -> Result<(), TxnError> {
         if self.lock().partitions.contains(tp) {
             return Ok(());
         }
+        let _one = self.adding.lock().await;
         let api = "send";
         loop {
+            let partitions: Vec<TopicPartition> = {
+                let inner = self.lock();
+                if inner.partitions.contains(tp) {
+                    return Ok(());
+                }
+                if inner.state != State::InTransaction || inner.aborting {
+                    // The transaction failed or ends: nothing joins it any more.
+                    let why = format!("no partition joins the transaction ({:?})", inner.state);
+                    return Err(TxnError::new(
+                        api,
+                        TxnErrorClass::Abortable,
+                        ClientError::Fatal(why),
+                    ));
+                }
+                let pending = inner.pending.iter().filter(|p| *p != tp);
+                let others = pending.filter(|p| !inner.partitions.contains(*p)).cloned();
+                std::iter::once(tp.clone()).chain(others).collect()
+            };
             let (producer_id, producer_epoch) = self.producer_id_and_epoch();
             let request = Request::AddPartitionsToTxn {
                 transactional_id: self.config.transactional_id.clone(),
                 producer_id,
                 producer_epoch,
-                partitions: vec![tp.clone()],
+                partitions: partitions.clone(),
             };
             let error = match self.coordinator_call(request, deadline).await {
                 Ok(Response::AddPartitionsToTxn { results }) => {
                     match results.iter().find_map(|(_, e)| *e) {
                         None => {
-                            self.lock().partitions.insert(tp.clone());
+                            let mut inner = self.lock();
+                            for p in partitions {
+                                inner.pending.remove(&p);
+                                inner.partitions.insert(p);
+                            }
                             return Ok(());
                         }
                         Some(e) => ClientError::Kafka(e),
@@ -360,11 +427,12 @@ impl SimTransactionalProducer {
         }
     }
 
-    /// Produces one record to `tp` in the transaction, retrying with the same sequence.
+    /// Produces `records` to `tp` as one batch in the transaction, retrying with the same
+    /// sequence; the base offset.
     async fn produce(
         &self,
         tp: &TopicPartition,
-        record: eosim_sim::kafka::Record,
+        records: Vec<Record>,
         deadline: Instant,
     ) -> Result<Offset, TxnError> {
         let mut attempts = 0u32;
@@ -375,13 +443,13 @@ impl SimTransactionalProducer {
             .draw(self.config.buggify.produce_delay_probability);
         loop {
             let header = self.lock().ids.header(tp, true);
-            let records = vec![record.clone()];
             let config = &self.config.producer;
             let first_delay = std::mem::take(&mut delay);
-            let result = produce_once(&self.conn, config, tp, header, records, first_delay).await;
+            let batch = records.clone();
+            let result = produce_once(&self.conn, config, tp, header, batch, first_delay).await;
             let error = match result {
                 Ok(offset) => {
-                    self.lock().ids.acknowledge(tp, 1);
+                    self.lock().ids.acknowledge(tp, records.len());
                     return Ok(offset);
                 }
                 Err(e) => e,
@@ -470,6 +538,8 @@ impl SimTransactionalProducer {
         commit: bool,
         deadline: Instant,
     ) -> Result<(), TxnError> {
+        // After any AddPartitionsToTxn under way: one transactional request at a time.
+        let _adding = self.adding.lock().await;
         let nothing_added = {
             let inner = self.lock();
             inner.partitions.is_empty() && !inner.offsets_added
@@ -507,20 +577,69 @@ impl SimTransactionalProducer {
         }
         let mut inner = self.lock();
         inner.partitions.clear();
+        inner.pending.clear();
         inner.offsets_added = false;
         inner.state = State::Ready;
         Ok(())
+    }
+
+    /// Why a queued batch may not leave: an abort is under way, or the transaction failed
+    /// (Java fails such batches in the accumulator, `abortUndrainedBatches`).
+    fn undrainable(&self) -> Option<ClientError> {
+        let inner = self.lock();
+        match &inner.state {
+            _ if inner.aborting => Some(ClientError::Fatal(
+                "transaction aborted: the batch was failed before it was sent".into(),
+            )),
+            State::AbortableError(why) | State::FatalError(why) => Some(ClientError::Fatal(
+                format!("transaction in error: the batch was failed before it was sent ({why})"),
+            )),
+            _ => None,
+        }
+    }
+
+    /// A queued record's delivery error as the transaction classes it: fatal once the
+    /// producer is, else abortable (the failed batch left the transaction to be aborted).
+    fn delivery_error(&self, cause: ClientError) -> TxnError {
+        let class = match self.lock().state {
+            State::FatalError(_) => TxnErrorClass::Fatal,
+            _ => TxnErrorClass::Abortable,
+        };
+        TxnError::new("send", class, cause)
+    }
+}
+
+/// A batch of queued records: fails at once when it may not leave, else joins the
+/// transaction's partitions and is produced.
+impl BatchDelivery for Arc<Core> {
+    async fn deliver(
+        &self,
+        tp: &TopicPartition,
+        records: Vec<Record>,
+        deadline: Instant,
+    ) -> Result<i64, ClientError> {
+        if let Some(e) = self.undrainable() {
+            crate::mark!("client:txn-batch-failed-unsent");
+            return Err(e);
+        }
+        self.add_partition(tp, deadline)
+            .await
+            .map_err(|e| e.cause)?;
+        self.produce(tp, records, deadline)
+            .await
+            .map_err(|e| e.cause)
     }
 }
 
 #[async_trait]
 impl TransactionalProducer for SimTransactionalProducer {
     async fn init_transactions(&self, timeout: Duration) -> Result<(), TxnError> {
-        let _one = self.in_flight.lock().await;
+        let core = &self.core;
+        let _one = core.in_flight.lock().await;
         if self.lock().state != State::Uninitialized {
             return Err(fatal("init_transactions", "already initialized".into()));
         }
-        self.init_producer_id("init_transactions", Instant::now() + timeout)
+        core.init_producer_id("init_transactions", Instant::now() + timeout)
             .await
     }
 
@@ -530,6 +649,7 @@ impl TransactionalProducer for SimTransactionalProducer {
             State::Ready => {
                 inner.state = State::InTransaction;
                 inner.partitions.clear();
+                inner.pending.clear();
                 inner.offsets_added = false;
                 Ok(())
             }
@@ -538,18 +658,75 @@ impl TransactionalProducer for SimTransactionalProducer {
         }
     }
 
+    /// With a batching configuration ([`ProducerConfig::batching`]) the record is queued
+    /// and its delivery awaited (Java's `send(record).get()`); otherwise it is one Produce
+    /// of one record from this task, after any queued batches.
     async fn send(&self, record: ProducerRecord) -> Result<Delivery, TxnError> {
-        let _one = self.in_flight.lock().await;
-        self.require_transaction("send")?;
+        let core = &self.core;
+        if core.config.producer.batching() {
+            let (report, delivered) = oneshot::channel();
+            let callback = Box::new(move |outcome| {
+                let _ = report.send(outcome);
+            });
+            self.send_with_callback(record, callback).await;
+            return delivered.await.unwrap_or_else(|_| {
+                let cause =
+                    ClientError::Fatal("the producer stopped with the record queued".into());
+                Err(TxnError::new("send", TxnErrorClass::Abortable, cause))
+            });
+        }
+        let _one = core.in_flight.lock().await;
+        core.require_transaction("send")?;
         let deadline =
-            Instant::now() + Duration::from_millis(self.config.producer.delivery_timeout_ms);
-        let partition = partition_of(&self.conn, &self.config.producer, &record)
+            Instant::now() + Duration::from_millis(core.config.producer.delivery_timeout_ms);
+        if !self.queue.is_idle() {
+            self.drain("send", deadline).await?;
+        }
+        let partition = partition_of(&core.conn, &core.config.producer, &record)
             .await
-            .map_err(|e| self.fail("send", TxnErrorClass::Abortable, e))?;
+            .map_err(|e| core.fail("send", TxnErrorClass::Abortable, e))?;
         let tp = TopicPartition::new(&record.topic, partition);
-        self.add_partition(&tp, deadline).await?;
-        let offset = self.produce(&tp, to_record(record), deadline).await?;
+        core.add_partition(&tp, deadline).await?;
+        let offset = core.produce(&tp, vec![to_record(record)], deadline).await?;
         Ok(Delivery { partition, offset })
+    }
+
+    /// Queues the record in the transaction's accumulator; the batch joins the
+    /// transaction (AddPartitionsToTxn, with every partition queued meanwhile) when it
+    /// leaves. No task per record.
+    async fn send_with_callback(&self, record: ProducerRecord, callback: TxnDeliveryCallback) {
+        let core = &self.core;
+        if let Err(e) = core.require_transaction("send") {
+            return callback(Err(e));
+        }
+        let partition = match partition_of(&core.conn, &core.config.producer, &record).await {
+            Ok(partition) => partition,
+            Err(e) => return callback(Err(core.fail("send", TxnErrorClass::Abortable, e))),
+        };
+        let tp = TopicPartition::new(&record.topic, partition);
+        let new_partition = {
+            let mut inner = self.lock();
+            !inner.partitions.contains(&tp) && inner.pending.insert(tp.clone())
+        };
+        if new_partition {
+            // Java's sender sends AddPartitionsToTxn as soon as a record of a new partition
+            // is queued (`KafkaProducer.doSend` wakes it for the new batch), not when the
+            // batch leaves: the coordinator has the transaction ongoing from here on.
+            let (core, tp) = (core.clone(), tp.clone());
+            let timeout = Duration::from_millis(core.config.producer.delivery_timeout_ms);
+            tokio::spawn(async move {
+                let _ = core.add_partition(&tp, Instant::now() + timeout).await;
+            });
+        }
+        let shared = core.clone();
+        let waiter = Waiter::Callback(Box::new(move |outcome: Result<Delivery, ClientError>| {
+            callback(outcome.map_err(|e| shared.delivery_error(e)));
+        }));
+        self.queue.enqueue(core, &tp, to_record(record), waiter);
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<(), TxnError> {
+        self.drain("flush", Instant::now() + timeout).await
     }
 
     async fn send_offsets_to_transaction(
@@ -558,7 +735,8 @@ impl TransactionalProducer for SimTransactionalProducer {
         group: &ConsumerGroupMetadata,
         timeout: Duration,
     ) -> Result<(), TxnError> {
-        let _one = self.in_flight.lock().await;
+        let core = &self.core;
+        let _one = core.in_flight.lock().await;
         let api = "send_offsets_to_transaction";
         let valid: Vec<(TopicPartition, Offset)> =
             offsets.iter().filter(|(_, o)| *o >= 0).cloned().collect();
@@ -566,36 +744,45 @@ impl TransactionalProducer for SimTransactionalProducer {
             return Ok(());
         }
         let offsets = valid.as_slice();
-        self.require_transaction(api)?;
+        core.require_transaction(api)?;
         let deadline = Instant::now() + timeout;
-        let (producer_id, producer_epoch) = self.producer_id_and_epoch();
+        let (producer_id, producer_epoch) = core.producer_id_and_epoch();
         let request = Request::AddOffsetsToTxn {
-            transactional_id: self.config.transactional_id.clone(),
+            transactional_id: core.config.transactional_id.clone(),
             producer_id,
             producer_epoch,
             group_id: group.group_id.clone(),
         };
-        match self.coordinator_call(request, deadline).await {
+        match core.coordinator_call(request, deadline).await {
             Ok(Response::AddOffsetsToTxn) => self.lock().offsets_added = true,
             Ok(Response::Error(e)) => {
                 let error = ClientError::Kafka(e);
-                return Err(self.fail(api, classify_not_retriable(&error), error));
+                return Err(core.fail(api, classify_not_retriable(&error), error));
             }
             Ok(other) => return Err(fatal(api, format!("unexpected response {other:?}"))),
-            Err(e) => return Err(self.fail(api, TxnErrorClass::Abortable, e)),
+            Err(e) => return Err(core.fail(api, TxnErrorClass::Abortable, e)),
         }
-        self.txn_offset_commit(offsets, group, deadline).await
+        core.txn_offset_commit(offsets, group, deadline).await
     }
 
+    /// Flushes the queued records first (Java sends EndTxn only once no batch is
+    /// incomplete); a batch that failed leaves the transaction to be aborted.
     async fn commit_transaction(&self, timeout: Duration) -> Result<(), TxnError> {
-        let _one = self.in_flight.lock().await;
-        self.require_transaction("commit_transaction")?;
-        self.end_txn("commit_transaction", true, Instant::now() + timeout)
-            .await
+        let core = &self.core;
+        let _one = core.in_flight.lock().await;
+        let api = "commit_transaction";
+        let deadline = Instant::now() + timeout;
+        core.require_transaction(api)?;
+        self.drain(api, deadline).await?;
+        core.require_transaction(api)?;
+        core.end_txn(api, true, deadline).await
     }
 
+    /// Fails the queued batches unsent and waits for those in flight before the EndTxn
+    /// (Java's `abortUndrainedBatches`, then EndTxn once no batch is incomplete).
     async fn abort_transaction(&self, timeout: Duration) -> Result<(), TxnError> {
-        let _one = self.in_flight.lock().await;
+        let core = &self.core;
+        let _one = core.in_flight.lock().await;
         let api = "abort_transaction";
         let state = self.lock().state.clone();
         match state {
@@ -610,10 +797,14 @@ impl TransactionalProducer for SimTransactionalProducer {
         }
         let deadline = Instant::now() + timeout;
         crate::mark!("client:txn-abort");
-        self.end_txn(api, false, deadline).await?;
+        self.lock().aborting = true;
+        let drained = self.drain(api, deadline).await;
+        self.lock().aborting = false;
+        drained?;
+        core.end_txn(api, false, deadline).await?;
         if self.lock().epoch_bump_required {
             crate::mark!("client:txn-abort-epoch-bump");
-            self.init_producer_id(api, deadline).await?;
+            core.init_producer_id(api, deadline).await?;
         }
         Ok(())
     }
