@@ -14,8 +14,8 @@
 //! (`MemoryRecordsBuilder.isFull`).
 //!
 //! Pure and clock-free: times are milliseconds on the caller's clock, so the unit tests
-//! drive it without a runtime. [`super::producer::SimProducer`] owns one and drains it from
-//! its sender task.
+//! drive it without a runtime. Each producer's [`super::sender::BatchQueue`] owns one and
+//! drains it from its sender task.
 
 use eosim_sim::kafka::log::{batch_size_bytes, record_size_bytes};
 use eosim_sim::kafka::{Record, TopicPartition};

@@ -11,7 +11,8 @@
 //! of one record, sent from the caller's task, one at a time: the shape every existing
 //! scenario was calibrated with. Otherwise, and for every [`Producer::send_async`], records
 //! go through the producer's [`BatchQueue`] (`client::sim::sender`: Kafka's
-//! `RecordAccumulator`, one queue of batches per partition) that a sender task drains (Kafka's `Sender.sendProducerData`): a batch leaves when it is full, not its
+//! `RecordAccumulator`, one queue of batches per partition) that a sender task drains
+//! (Kafka's `Sender.sendProducerData`): a batch leaves when it is full, not its
 //! partition's last, `linger.ms` old, or on [`Producer::flush`], while its leader has fewer
 //! than `max.in.flight.requests.per.connection` batches in flight from this producer. Each
 //! batch is retried as a unit (same records, same base sequence when idempotent) by its

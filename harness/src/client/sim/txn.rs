@@ -8,6 +8,14 @@
 //! 2. `begin_transaction`: local.
 //! 3. `send`: AddPartitionsToTxn for a partition new to the transaction, then Produce with
 //!    `transactional = true` and the partition's sequence; retries keep the sequence.
+//!    `send_with_callback` (and `send` with a batching configuration) queues the record in
+//!    the producer's accumulator (`client::sim::sender`, as the idempotent producer's):
+//!    the first record of a partition new to the transaction sends AddPartitionsToTxn at
+//!    once, with every other partition queued meanwhile (Java's sender, woken by the new
+//!    batch, `TransactionManager.maybeAddPartition`); a batch leaves after its linger as one
+//!    Produce. `commit_transaction` flushes the queue before its EndTxn and refuses if a
+//!    batch failed; `abort_transaction` fails the queued batches without sending them
+//!    (`RecordAccumulator.abortUndrainedBatches`) and waits for those in flight.
 //! 4. `send_offsets_to_transaction`: AddOffsetsToTxn, then TxnOffsetCommit to the group
 //!    coordinator with the consumer's generation and member id (KIP-447).
 //! 5. `commit_transaction` / `abort_transaction`: EndTxn, retried on timeouts and
