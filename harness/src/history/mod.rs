@@ -9,6 +9,7 @@
 pub mod refs;
 pub mod text;
 
+use crate::client::{ClientError, Delivery};
 use eosim_sim::kafka::{Offset, TopicPartition};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -479,6 +480,49 @@ impl DlqRecord {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// How the send of one record ended, as the history records it: the op kind (`Ok`
+/// written, `Info` outcome unknown, `Fail` certainly not written), the delivery when
+/// written, and the error's text otherwise.
+pub fn send_outcome(
+    result: Result<Delivery, ClientError>,
+) -> (OpKind, Option<Delivery>, Option<String>) {
+    match result {
+        Ok(d) => (OpKind::Ok, Some(d), None),
+        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
+        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
+    }
+}
+
+/// The completion of the `send` of record `id` (key `key`) to `topic`, simulated and real
+/// producers alike: the op kind and error of [`send_outcome`], and the [`Value::Send`] with
+/// the partition and offset when written (acks=0 reports offset -1: written, offset
+/// unknown).
+pub fn send_completion(
+    topic: &str,
+    id: u64,
+    key: Option<String>,
+    result: Result<Delivery, ClientError>,
+) -> (OpKind, Value, Option<String>) {
+    let (kind, delivery, error) = send_outcome(result);
+    let (tp, offset) = match delivery {
+        Some(d) => (
+            Some(TopicPartition::new(topic, d.partition)),
+            Some(d.offset).filter(|o| *o >= 0),
+        ),
+        None => (None, None),
+    };
+    (
+        kind,
+        Value::Send {
+            id,
+            key,
+            tp,
+            offset,
+        },
+        error,
+    )
 }
 
 impl Value {

@@ -24,7 +24,7 @@
 //! records per source partition `log-state` and `source-log`, then `table-state`,
 //! `dlq-state` (with a DLQ), `committed-offsets` and every task's `task-status`.
 
-use super::records::{send_outcome, IdHandout};
+use super::records::IdHandout;
 use super::upstream_txn::{self, UpstreamTxn};
 use super::{add_connect_workers, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
@@ -38,6 +38,7 @@ use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
 use crate::connect::worker::{dlq_state, final_task_status, SinkFactory, TaskRun, WorkerRuntime};
 use crate::history::refs::text;
+use crate::history::send_outcome;
 use crate::history::{OpKind, RecordRef, Recorder, SourceRecord, Value};
 use crate::runner::world::{now_ns, World};
 use crate::scenario::{PostgresSpec, Scenario, SynchronousCommit, TopicSpec};

@@ -17,14 +17,13 @@
 //! written; `commit` invoke/ok/fail/info. After the drain, process `final` records the log,
 //! the sink and the committed offsets.
 
-use super::records::{id_record, send_id, send_id_queued, IdHandout};
+use super::records::{id_record, send_id_queued, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
 use super::Pipeline;
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
-use crate::client::ProducerConfig;
 use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
 use crate::runner::world::now_ns;
@@ -109,34 +108,12 @@ pub async fn producer_process(ctx: Context, name: String) {
         return txn_producer_process(&ctx, upstream, conn, name).await;
     }
     let config = w.retrying_producer_config();
-    if config.batching() {
-        return queued_producer_process(&ctx, conn, config, name).await;
-    }
-    let producer = SimProducer::new(conn, config);
-    while let Some(id) = ctx.take_id(&name, false) {
-        let topic = &ctx.scenario.topic.name;
-        send_id(&producer, topic, w.keys, id, |kind, value, error| {
-            ctx.record(&name, kind, value, error)
-        })
-        .await;
-        crate::client::sends::pace(w.produce_interval_ms).await;
-    }
-}
-
-/// A producer process whose producer batches (`[workload] "linger.ms"`,
-/// `"max.in.flight.requests.per.connection"`, [`crate::scenario::producer`]): it queues one
-/// id every `produce_interval_ms` without awaiting its delivery, each completion recorded
-/// when its report arrives; at the end it flushes and waits for every report.
-async fn queued_producer_process(
-    ctx: &Context,
-    conn: Connection,
-    config: ProducerConfig,
-    name: String,
-) {
-    let w = &ctx.scenario.workload;
+    // Awaited one by one, or queued when the producer batches (`[workload] "linger.ms"`,
+    // `"max.in.flight.requests.per.connection"`, [`crate::scenario::producer`]): each
+    // completion recorded when its report arrives, the process active until the last.
     let mut sends = Sends::new(&config, w.request_timeout_ms);
     let producer = SimProducer::new(conn, config);
-    while let Some(id) = ctx.take_id(&name, true) {
+    while let Some(id) = ctx.take_id(&name, sends.queued()) {
         let (ctx2, name2) = (ctx.clone(), name.clone());
         let topic = &ctx.scenario.topic.name;
         send_id_queued(

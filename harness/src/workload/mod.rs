@@ -90,7 +90,7 @@ pub(crate) async fn one_attempt_producer(
         let record = record.clone();
         sends
             .send(&producer, produced, move |result| {
-                let (kind, delivery, error) = records::send_outcome(result);
+                let (kind, delivery, error) = crate::history::send_outcome(result);
                 record(kind, id_send(id, tp, delivery.map(|d| d.offset)), error);
             })
             .await;

@@ -2,13 +2,13 @@
 //! `history::refs`, shared with the real tier): the final read_committed view of a
 //! partition and the drain's wait for output LSOs ([`LsoGrace`]); and the sends of the
 //! input producers: one generated id recorded as invoke then ok / fail / info
-//! ([`send_outcome`]), awaited or queued in a batching producer ([`crate::client::sends::Sends`]).
+//! ([`crate::history::send_outcome`]), awaited or queued in a batching producer ([`crate::client::sends::Sends`]).
 
 use crate::client::sends::Sends;
 use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{ClientError, Delivery, Producer, ProducerRecord};
-use crate::history::{OpKind, Value};
+use crate::history::{send_completion, OpKind, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
 use eosim_sim::kafka::{
@@ -177,8 +177,8 @@ pub async fn send_id(
     record_outcome(topic, id, &key, result, record);
 }
 
-/// As [`send_id`], but leaves the record queued in the producer through `sends`
-/// ([`Sends::send`]), the completion recorded once its delivery report arrives.
+/// As [`send_id`], through `sends` ([`Sends::send`]): awaited, or, when the producer
+/// batches, left queued, the completion recorded once its delivery report arrives.
 pub async fn send_id_queued(
     producer: &SimProducer,
     sends: &mut Sends,
@@ -245,19 +245,6 @@ impl IdHandout {
     }
 }
 
-/// How the send of one record ended, as the history records it: the op kind (`Ok`
-/// written, `Info` outcome unknown, `Fail` certainly not written), the delivery when
-/// written, and the error's text otherwise.
-pub fn send_outcome(
-    result: Result<Delivery, ClientError>,
-) -> (OpKind, Option<Delivery>, Option<String>) {
-    match result {
-        Ok(d) => (OpKind::Ok, Some(d), None),
-        Err(e) if e.is_ambiguous() => (OpKind::Info, None, Some(e.to_string())),
-        Err(e) => (OpKind::Fail, None, Some(e.to_string())),
-    }
-}
-
 /// The key (`k{id % keys}`) and record (value the id in decimal) of generated id `id`.
 pub fn id_record(topic: &str, keys: u32, id: u64) -> (String, ProducerRecord) {
     let key = format!("k{}", id % u64::from(keys.max(1)));
@@ -280,7 +267,7 @@ fn send_value(id: u64, key: &str, tp: Option<TopicPartition>, offset: Option<Off
     }
 }
 
-/// Records the completion of the send of `id`.
+/// Records the completion of the send of `id` ([`send_completion`]).
 fn record_outcome(
     topic: &str,
     id: u64,
@@ -288,13 +275,6 @@ fn record_outcome(
     result: Result<Delivery, ClientError>,
     record: impl Fn(OpKind, Value, Option<String>),
 ) {
-    let (kind, delivery, error) = send_outcome(result);
-    let (tp, offset) = match delivery {
-        Some(d) => (
-            Some(TopicPartition::new(topic, d.partition)),
-            Some(d.offset).filter(|o| *o >= 0),
-        ),
-        None => (None, None),
-    };
-    record(kind, send_value(id, key, tp, offset), error);
+    let (kind, value, error) = send_completion(topic, id, Some(key.to_string()), result);
+    record(kind, value, error);
 }

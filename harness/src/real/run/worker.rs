@@ -28,13 +28,12 @@ use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
 use crate::client::{ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
-use crate::history::{OpKind, RecordRef, Value};
+use crate::history::{send_completion, OpKind, RecordRef, Value};
 use crate::real::clock::run_clock_ns;
 use crate::scenario::Pipeline;
 use crate::sink_consumer::{self, SinkHost};
 use async_trait::async_trait;
 use bytes::Bytes;
-use eosim_sim::kafka::TopicPartition;
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::io::Write;
@@ -169,23 +168,7 @@ async fn producer(
         let (emit, topic) = (emit.clone(), spec.scenario.topic.name.clone());
         sends
             .send(&producer, record, move |result| {
-                let (kind, tp, offset, error) = match result {
-                    // acks=0 reports offset -1: written, offset unknown.
-                    Ok(d) => (
-                        OpKind::Ok,
-                        Some(TopicPartition::new(topic, d.partition)),
-                        Some(d.offset).filter(|o| *o >= 0),
-                        None,
-                    ),
-                    Err(e) if e.is_ambiguous() => (OpKind::Info, None, None, Some(e.to_string())),
-                    Err(e) => (OpKind::Fail, None, None, Some(e.to_string())),
-                };
-                let value = Value::Send {
-                    id,
-                    key,
-                    tp,
-                    offset,
-                };
+                let (kind, value, error) = send_completion(&topic, id, key, result);
                 emit.op(kind, value, error);
             })
             .await;
