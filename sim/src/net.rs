@@ -528,8 +528,9 @@ where
     let response_tag: u64 = madsim::rand::random();
     if departure.delay_ms == 0 {
         let copies = departure.copies;
+        // Boxed: moving the exchange's large future into `answer_or_reset` copied it.
         let exchange = send_and_receive(endpoint, source, target, request, response_tag, copies);
-        return answer_or_reset(source, target, timeout, exchange).await;
+        return answer_or_reset(source, target, timeout, Box::pin(exchange)).await;
     }
     let sender = endpoint.clone();
     madsim::task::spawn(async move {
@@ -570,7 +571,8 @@ where
         let endpoint = endpoint.clone();
         // Named only where a fault may need the name: formatting costs.
         let api = faults_may_act().then(|| api_name(&request));
-        madsim::task::spawn(async move {
+        // Boxed: the handler's future is large (see `call_delayed`).
+        madsim::task::spawn(Box::pin(async move {
             let response = handler(request, from).await;
             let Ok(local) = source_ip(&endpoint) else {
                 return;
@@ -591,7 +593,7 @@ where
             let _ = endpoint
                 .send_to_raw(from, response_tag, Box::new(response))
                 .await;
-        });
+        }));
     }
 }
 

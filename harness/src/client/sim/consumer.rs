@@ -664,7 +664,9 @@ impl SimConsumer {
         for (leader, partitions) in by_leader {
             let request = self.fetch_request(partitions.clone());
             let (conn, tx) = (self.group.conn.clone(), self.fetch_tx.clone());
-            let task = tokio::spawn(async move {
+            // Boxed: the request's future is large, and the spawn would otherwise copy it
+            // into the task (a tenth of the catalogue's samples were such copies).
+            let task = tokio::spawn(Box::pin(async move {
                 let result = conn.request(leader, request, timeout).await;
                 // The consumer may be gone; its answer is then of no use.
                 let _ = tx.send(FetchDone {
@@ -672,7 +674,7 @@ impl SimConsumer {
                     partitions,
                     result,
                 });
-            });
+            }));
             self.in_flight.insert(leader, task);
         }
         Ok(())
