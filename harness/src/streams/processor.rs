@@ -79,8 +79,8 @@
 //! error is thrown then (or at the next send), and the changelog offsets acknowledged move
 //! each task's checkpointable position.
 //! - `at_least_once`: persistent stores flush with a checkpoint; then the offsets are
-//!   committed. A crash in between replays input whose
-//!   effect the changelog already holds: an over-count.
+//!   committed. A crash in between replays input whose effect the changelog already
+//!   holds: an over-count.
 //! - `exactly_once_v2`: the first send after a commit begins a transaction with the group
 //!   metadata of that moment; the commit adds the offsets with that metadata (a rebalance
 //!   since then fences it: ILLEGAL_GENERATION) and commits. On any error the transaction is
@@ -90,7 +90,7 @@
 
 use super::assignor::TaskOffset;
 use super::cache::{self, CachingStore, EntrySizer, NamedCache, ThreadCache};
-use super::collector::{Collector, SendError};
+use super::collector::{Collector, SendError, TaskIncarnation};
 use super::store::{Disk, Flushed, KeyValueStore};
 use super::topology::{StreamRecord, Topology, Update};
 use super::{ProcessingGuarantee, StoreKind, StreamsSpec, STREAMS_PRODUCER_LINGER_MS};
@@ -1211,7 +1211,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     async fn send(
         &mut self,
         rec: ProducerRecord,
-        changelog: Option<(u32, u64)>,
+        changelog: Option<TaskIncarnation>,
     ) -> Result<(), SendError> {
         self.collector.check()?;
         self.sent += 1;
