@@ -5,6 +5,10 @@
 //! error (`sendException`), which the next send or flush throws (`checkForException`), and
 //! the offset of each changelog record acknowledged (`offsets`, what a checkpoint writes).
 //!
+//! A flush waits for every outcome ([`Collector::settled`]): Java's `KafkaProducer.flush`
+//! returns once every callback ran, while a producer that runs callbacks in tasks of their
+//! own (the rdkafka one, `client::real`) may return from its flush before they did.
+//!
 //! A recovery ([`Collector::reset`]) starts a new epoch: outcomes of records sent before it
 //! (an aborted transaction's queued batches, failed unsent) are dropped, as Java's closed
 //! tasks drop their collectors.
@@ -12,6 +16,8 @@
 use eosim_sim::kafka::Offset;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
 
 /// A send's error: the message, and whether the producer is unusable (fenced: it must be
 /// recreated).
@@ -25,11 +31,15 @@ pub type TaskIncarnation = (u32, u64);
 #[derive(Clone, Default)]
 pub struct Collector {
     shared: Arc<Mutex<Outcomes>>,
+    /// Rung at each outcome of the current epoch.
+    bell: Arc<Notify>,
 }
 
 #[derive(Default)]
 struct Outcomes {
     epoch: u64,
+    /// Sends of this epoch whose outcome has not come yet.
+    outstanding: usize,
     error: Option<SendError>,
     /// Per task incarnation, the offset after its highest acknowledged changelog record.
     changelog_ends: BTreeMap<TaskIncarnation, Offset>,
@@ -47,12 +57,18 @@ impl Collector {
         changelog: Option<TaskIncarnation>,
     ) -> impl FnOnce(Result<Offset, SendError>) + Send + 'static {
         let collector = self.clone();
-        let epoch = self.lock().epoch;
+        let epoch = {
+            let mut o = self.lock();
+            o.outstanding += 1;
+            o.epoch
+        };
         move |outcome| {
             let mut o = collector.lock();
             if o.epoch != epoch {
                 return;
             }
+            o.outstanding -= 1;
+            collector.bell.notify_waiters();
             match (outcome, changelog) {
                 (Ok(offset), Some(task)) if offset >= 0 => {
                     let end = o.changelog_ends.entry(task).or_insert(0);
@@ -77,6 +93,35 @@ impl Collector {
         }
     }
 
+    /// Waits until every send of this epoch has its outcome, at most `timeout`; at once
+    /// when none is outstanding.
+    ///
+    /// # Errors
+    /// The count still outstanding after `timeout` (not ambiguous for the producer: the
+    /// commit must not go on).
+    pub async fn settled(&self, timeout: Duration) -> Result<(), SendError> {
+        let wait = async {
+            loop {
+                // Created before the check, so an outcome in between still wakes it.
+                let rung = self.bell.notified();
+                if self.lock().outstanding == 0 {
+                    return;
+                }
+                rung.await;
+            }
+        };
+        if self.lock().outstanding == 0 {
+            return Ok(());
+        }
+        tokio::time::timeout(timeout, wait).await.map_err(|_| {
+            let n = self.lock().outstanding;
+            (
+                format!("{n} sends without an outcome after the flush"),
+                false,
+            )
+        })
+    }
+
     /// The acknowledged changelog ends gathered since the last call, per task incarnation.
     pub fn take_changelog_ends(&self) -> BTreeMap<TaskIncarnation, Offset> {
         std::mem::take(&mut self.lock().changelog_ends)
@@ -87,6 +132,7 @@ impl Collector {
     pub fn reset(&self) {
         let mut o = self.lock();
         o.epoch += 1;
+        o.outstanding = 0;
         o.error = None;
         o.changelog_ends.clear();
     }
@@ -109,6 +155,45 @@ mod tests {
         let ends = c.take_changelog_ends();
         assert_eq!(ends, BTreeMap::from([((0, 1), 8)]));
         assert!(c.take_changelog_ends().is_empty());
+    }
+
+    /// Runs `f` on madsim's runtime under `--cfg madsim`, on a current-thread Tokio runtime
+    /// otherwise.
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        #[cfg(madsim)]
+        {
+            madsim::runtime::Runtime::new().block_on(f)
+        }
+        #[cfg(not(madsim))]
+        {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime")
+                .block_on(f)
+        }
+    }
+
+    #[test]
+    fn settled_waits_for_every_outcome_of_the_epoch() {
+        block_on(async {
+            let c = Collector::default();
+            let first = c.outcome(None);
+            let second = c.outcome(Some((0, 1)));
+            first(Ok(1));
+            let short = Duration::from_millis(10);
+            let e = c.settled(short).await.expect_err("one outstanding");
+            assert!(e.0.contains("1 sends"), "{e:?}");
+            let late = tokio::spawn(async move { second(Ok(2)) });
+            c.settled(Duration::from_secs(5)).await.expect("both came");
+            late.await.expect("task");
+            // After a reset, what the old epoch still owes is not waited for.
+            let _never = c.outcome(None);
+            c.reset();
+            c.settled(short)
+                .await
+                .expect("nothing of this epoch outstanding");
+        });
     }
 
     #[test]

@@ -1246,8 +1246,11 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             Writer::Alo(p) => (p.flush(timeout).await).map_err(|e| (e.to_string(), false)),
             Writer::Eos(p) => (p.flush(timeout).await).map_err(|e| (e.to_string(), e.is_fatal())),
         };
+        // Every callback run (a producer may run them in tasks after its flush returned).
+        let settled = self.collector.settled(timeout).await;
         self.collector.check()?;
         flushed?;
+        settled?;
         for ((p, incarnation), end) in self.collector.take_changelog_ends() {
             match self.tasks.get_mut(&p) {
                 Some(task) if task.incarnation == incarnation => {

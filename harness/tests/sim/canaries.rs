@@ -262,7 +262,7 @@ const ANOMALY_CANARIES: &[AnomalyCanary] = &[
     AnomalyCanary {
         anomaly: Anomaly::IdReassigned,
         file: "canary-id-reassigned-unsafe.toml",
-        seeds: 4,
+        seeds: 5,
     },
     AnomalyCanary {
         anomaly: Anomaly::UnwrittenTableVersion,

@@ -113,13 +113,18 @@ impl<W> Accumulator<W> {
         self.queues.keys().cloned().collect()
     }
 
-    /// When the earliest first batch that is not yet sendable will have lingered long
-    /// enough, ms on the caller's clock; `None` when no batch waits for its linger.
-    pub fn next_linger_expiry_ms(&self) -> Option<u64> {
+    /// The earliest moment after `now_ms` when a partition's first batch will have lingered
+    /// long enough, ms on the caller's clock; `None` when no batch still waits for its
+    /// linger. Batches already lingered long enough do not hide later ones: such a batch
+    /// may be held back (its partition muted, its leader at its in-flight limit) while
+    /// another partition's linger runs out (Java's `RecordAccumulator.ready` computes the
+    /// next check over every partition it cannot send yet).
+    pub fn next_linger_expiry_after_ms(&self, now_ms: u64) -> Option<u64> {
         self.queues
             .values()
             .filter_map(VecDeque::front)
             .map(|b| b.created_ms + self.linger_ms)
+            .filter(|at| *at > now_ms)
             .min()
     }
 
@@ -157,7 +162,7 @@ mod tests {
             acc.take_ready(&tp(0), 104, false).is_none(),
             "4 ms < linger.ms"
         );
-        assert_eq!(acc.next_linger_expiry_ms(), Some(105));
+        assert_eq!(acc.next_linger_expiry_after_ms(104), Some(105));
         let batch = acc.take_ready(&tp(0), 105, false).expect("lingered 5 ms");
         assert_eq!(batch.waiters, vec![0, 1]);
         assert_eq!(batch.bytes, 61 + 18 + 18);

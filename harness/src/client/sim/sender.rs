@@ -9,7 +9,9 @@
 //! flush waits, and while its leader has fewer than
 //! `max.in.flight.requests.per.connection` batches in flight from this producer. One batch
 //! per partition is in flight when idempotent or when one request may be in flight (Java's
-//! `guaranteeMessageOrder` mutes the partition). Every record of a batch resolves to
+//! `guaranteeMessageOrder` mutes the partition at one in flight; its idempotent producer
+//! pipelines up to 5 batches of a partition, which the model leaves out). Every record of
+//! a batch resolves to
 //! `Delivery { offset: base offset + index }` or to the batch's error.
 
 use super::accumulator::{Accumulator, Batch};
@@ -199,7 +201,7 @@ impl BatchQueue {
                     return;
                 }
                 let now_ms = queue.now_ms();
-                let expiry = queue.acc.next_linger_expiry_ms().filter(|at| *at > now_ms);
+                let expiry = queue.acc.next_linger_expiry_after_ms(now_ms);
                 expiry.map(|at| queue.clock_base + Duration::from_millis(at))
             };
             match wake_at {

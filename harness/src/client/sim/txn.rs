@@ -132,8 +132,11 @@ struct Inner {
     /// KIP-360: bump the epoch after the abort that the current error requires.
     epoch_bump_required: bool,
     /// An abort is under way: queued batches fail without leaving (Java's
-    /// `RecordAccumulator.abortUndrainedBatches`).
+    /// `RecordAccumulator.abortUndrainedBatches`), and no partition joins any more.
     aborting: bool,
+    /// Transactions begun so far: an AddPartitionsToTxn spawned for one transaction does
+    /// nothing once another has begun.
+    begun: u64,
 }
 
 /// A transactional producer on the simulated cluster. See the module docs.
@@ -150,7 +153,9 @@ struct Core {
     inner: Mutex<Inner>,
     /// One API call at a time.
     in_flight: tokio::sync::Mutex<()>,
-    /// One AddPartitionsToTxn at a time (Java sends one transactional request at a time).
+    /// One AddPartitionsToTxn at a time, and none while an EndTxn is under way (Java sends
+    /// one transactional request at a time; here AddOffsetsToTxn, TxnOffsetCommit and
+    /// InitProducerId are serialised by `in_flight`, the API calls' lock, instead).
     adding: tokio::sync::Mutex<()>,
 }
 
@@ -167,6 +172,7 @@ impl SimTransactionalProducer {
             offsets_added: false,
             epoch_bump_required: false,
             aborting: false,
+            begun: 0,
         };
         let queue = BatchQueue::new(conn.clone(), config.producer.clone());
         let core = Core {
@@ -371,8 +377,15 @@ impl Core {
     }
 
     /// AddPartitionsToTxn for `tp` unless the transaction already has it, with every
-    /// partition of queued records not added yet (Java adds them in one request).
-    async fn add_partition(&self, tp: &TopicPartition, deadline: Instant) -> Result<(), TxnError> {
+    /// partition of queued records not added yet (Java adds them in one request). With
+    /// `only_in`, nothing once a transaction other than that one has begun (an add spawned
+    /// for a transaction that ended).
+    async fn add_partition(
+        &self,
+        tp: &TopicPartition,
+        deadline: Instant,
+        only_in: Option<u64>,
+    ) -> Result<(), TxnError> {
         if self.lock().partitions.contains(tp) {
             return Ok(());
         }
@@ -381,7 +394,8 @@ impl Core {
         loop {
             let partitions: Vec<TopicPartition> = {
                 let inner = self.lock();
-                if inner.partitions.contains(tp) {
+                let ended = only_in.is_some_and(|n| n != inner.begun);
+                if inner.partitions.contains(tp) || ended {
                     return Ok(());
                 }
                 if inner.state != State::InTransaction || inner.aborting {
@@ -546,8 +560,27 @@ impl Core {
         commit: bool,
         deadline: Instant,
     ) -> Result<(), TxnError> {
-        // After any AddPartitionsToTxn under way: one transactional request at a time.
-        let _adding = self.adding.lock().await;
+        // After any AddPartitionsToTxn under way (one transactional request at a time),
+        // within the call's deadline: an add retrying against an unreachable coordinator
+        // holds the lock until its own deadline.
+        let _adding = match self.adding.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => match madsim::time::timeout(
+                deadline.saturating_duration_since(Instant::now()),
+                self.adding.lock(),
+            )
+            .await
+            {
+                Ok(guard) => guard,
+                Err(_) => {
+                    let cause = ClientError::Timeout {
+                        what: format!("{api}: an AddPartitionsToTxn still under way"),
+                        timeout_ms: 0,
+                    };
+                    return Err(TxnError::new(api, TxnErrorClass::Retriable, cause));
+                }
+            },
+        };
         let nothing_added = {
             let inner = self.lock();
             inner.partitions.is_empty() && !inner.offsets_added
@@ -630,12 +663,22 @@ impl BatchDelivery for Arc<Core> {
             crate::mark!("client:txn-batch-failed-unsent");
             return Err(e);
         }
-        self.add_partition(tp, deadline)
-            .await
-            .map_err(|e| e.cause)?;
-        self.produce(tp, records, deadline)
-            .await
-            .map_err(|e| e.cause)
+        let delivered = match self.add_partition(tp, deadline, None).await {
+            Ok(()) => self.produce(tp, records, deadline).await,
+            Err(e) => Err(e),
+        };
+        delivered.map_err(|e| {
+            // Any failed batch leaves the transaction to be aborted (Java's
+            // `TransactionManager.handleFailedBatch`), whatever path failed it.
+            let open = {
+                let inner = self.lock();
+                inner.state == State::InTransaction && !inner.aborting
+            };
+            if open {
+                self.fail("send", TxnErrorClass::Abortable, e.cause.clone());
+            }
+            e.cause
+        })
     }
 }
 
@@ -656,6 +699,7 @@ impl TransactionalProducer for SimTransactionalProducer {
         match &inner.state {
             State::Ready => {
                 inner.state = State::InTransaction;
+                inner.begun += 1;
                 inner.partitions.clear();
                 inner.pending.clear();
                 inner.offsets_added = false;
@@ -694,14 +738,14 @@ impl TransactionalProducer for SimTransactionalProducer {
             .await
             .map_err(|e| core.fail("send", TxnErrorClass::Abortable, e))?;
         let tp = TopicPartition::new(&record.topic, partition);
-        core.add_partition(&tp, deadline).await?;
+        core.add_partition(&tp, deadline, None).await?;
         let offset = core.produce(&tp, vec![to_record(record)], deadline).await?;
         Ok(Delivery { partition, offset })
     }
 
-    /// Queues the record in the transaction's accumulator; the batch joins the
-    /// transaction (AddPartitionsToTxn, with every partition queued meanwhile) when it
-    /// leaves. No task per record.
+    /// Queues the record in the transaction's accumulator. The first record of a partition
+    /// new to the transaction sends AddPartitionsToTxn at once (with every partition queued
+    /// meanwhile); the batch leaves after its linger. No task per record.
     async fn send_with_callback(&self, record: ProducerRecord, callback: TxnDeliveryCallback) {
         let core = &self.core;
         if let Err(e) = core.require_transaction("send") {
@@ -712,9 +756,10 @@ impl TransactionalProducer for SimTransactionalProducer {
             Err(e) => return callback(Err(core.fail("send", TxnErrorClass::Abortable, e))),
         };
         let tp = TopicPartition::new(&record.topic, partition);
-        let new_partition = {
+        let (new_partition, begun) = {
             let mut inner = self.lock();
-            !inner.partitions.contains(&tp) && inner.pending.insert(tp.clone())
+            let new = !inner.partitions.contains(&tp) && inner.pending.insert(tp.clone());
+            (new, inner.begun)
         };
         if new_partition {
             // Java's sender sends AddPartitionsToTxn as soon as a record of a new partition
@@ -723,7 +768,8 @@ impl TransactionalProducer for SimTransactionalProducer {
             let (core, tp) = (core.clone(), tp.clone());
             let timeout = Duration::from_millis(core.config.producer.delivery_timeout_ms);
             tokio::spawn(async move {
-                let _ = core.add_partition(&tp, Instant::now() + timeout).await;
+                let deadline = Instant::now() + timeout;
+                let _ = core.add_partition(&tp, deadline, Some(begun)).await;
             });
         }
         let shared = core.clone();
@@ -806,10 +852,12 @@ impl TransactionalProducer for SimTransactionalProducer {
         let deadline = Instant::now() + timeout;
         crate::mark!("client:txn-abort");
         self.lock().aborting = true;
-        let drained = self.drain(api, deadline).await;
+        let ended = match self.drain(api, deadline).await {
+            Ok(()) => core.end_txn(api, false, deadline).await,
+            Err(e) => Err(e),
+        };
         self.lock().aborting = false;
-        drained?;
-        core.end_txn(api, false, deadline).await?;
+        ended?;
         if self.lock().epoch_bump_required {
             crate::mark!("client:txn-abort-epoch-bump");
             core.init_producer_id(api, deadline).await?;
