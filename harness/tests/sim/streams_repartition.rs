@@ -111,14 +111,13 @@ fn without_a_purge_every_input_record_sits_once_in_the_repartition_topic() {
 #[test]
 fn exactly_once_v2_counts_each_new_key_exactly_through_the_repartition_topic_despite_crashes() {
     let s = catalogue(EOS);
-    // Seeds where a killed instance left its transaction open for the coordinator to
-    // time out (its restart has a fresh process id, so its init fences nothing).
-    for seed in [2, 3] {
+    // Whether a kill leaves a transaction open for the coordinator to time out (the
+    // restart has a fresh process id, so its init fences nothing) depends on where the
+    // kill falls: every seed must count exactly, and some must have had one aborted so.
+    let mut timed_out = 0;
+    for seed in 1..=4 {
         let (outcome, _) = run_valid(&s, seed);
-        assert!(
-            outcome.marks.contains_key("kafka:txn-timed-out-aborted"),
-            "seed {seed}"
-        );
+        timed_out += usize::from(outcome.marks.contains_key("kafka:txn-timed-out-aborted"));
         let counts = final_counts(&outcome);
         assert!(counts
             .keys()
@@ -129,6 +128,10 @@ fn exactly_once_v2_counts_each_new_key_exactly_through_the_repartition_topic_des
             "seed {seed}: every input counted once"
         );
     }
+    assert!(
+        timed_out >= 2,
+        "{timed_out} of 4 seeds timed a transaction out"
+    );
 }
 
 #[test]

@@ -60,6 +60,15 @@ pub trait BatchDelivery: Clone + Send + Sync + 'static {
         records: Vec<Record>,
         deadline: madsim::time::Instant,
     ) -> impl Future<Output = Result<i64, ClientError>> + Send + 'a;
+
+    /// Whether `tp`'s batches may leave now. A transactional producer holds a partition's
+    /// batches until the partition joined the transaction (Java's
+    /// `RecordAccumulator.drain` skips it unless `TransactionManager.isSendToPartitionAllowed`);
+    /// it rings [`BatchQueue::wake`] when that changes.
+    fn sendable(&self, tp: &TopicPartition) -> bool {
+        let _ = tp;
+        true
+    }
 }
 
 /// The accumulator and what is in flight from it.
@@ -132,6 +141,11 @@ impl BatchQueue {
     /// Whether nothing is queued or in flight.
     pub fn is_idle(&self) -> bool {
         self.lock().idle()
+    }
+
+    /// Makes the sender look at the queue again (a partition became sendable).
+    pub fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// Appends `record` for `tp` with `waiter`, starting the sender task (which delivers
@@ -223,6 +237,9 @@ impl BatchQueue {
         let now_ms = queue.now_ms();
         let flushing = queue.flushing > 0;
         for tp in queue.acc.partitions() {
+            if !delivery.sendable(&tp) {
+                continue;
+            }
             let leader = self.conn.leader(&tp).unwrap_or(0);
             while !queue.muted.contains(&tp)
                 && queue.in_flight.get(&leader).copied().unwrap_or(0) < max_in_flight

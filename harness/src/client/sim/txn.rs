@@ -433,7 +433,10 @@ impl Core {
                     }
                 }
                 Ok(Response::Error(e)) => ClientError::Kafka(e),
-                Ok(other) => return Err(fatal(api, format!("unexpected response {other:?}"))),
+                Ok(other) => {
+                    let cause = ClientError::Fatal(format!("unexpected response {other:?}"));
+                    return Err(self.fail(api, TxnErrorClass::Fatal, cause));
+                }
                 Err(e) => return Err(self.fail(api, TxnErrorClass::Abortable, e)),
             };
             let class = classify(&error);
@@ -680,6 +683,13 @@ impl BatchDelivery for Arc<Core> {
             e.cause
         })
     }
+
+    /// A partition's batches leave once it joined the transaction, or at once to be
+    /// failed when the transaction cannot take them any more.
+    fn sendable(&self, tp: &TopicPartition) -> bool {
+        let inner = self.lock();
+        inner.partitions.contains(tp) || inner.aborting || inner.state != State::InTransaction
+    }
 }
 
 #[async_trait]
@@ -765,11 +775,12 @@ impl TransactionalProducer for SimTransactionalProducer {
             // Java's sender sends AddPartitionsToTxn as soon as a record of a new partition
             // is queued (`KafkaProducer.doSend` wakes it for the new batch), not when the
             // batch leaves: the coordinator has the transaction ongoing from here on.
-            let (core, tp) = (core.clone(), tp.clone());
+            let (core, tp, queue) = (core.clone(), tp.clone(), self.queue.clone());
             let timeout = Duration::from_millis(core.config.producer.delivery_timeout_ms);
             tokio::spawn(async move {
                 let deadline = Instant::now() + timeout;
                 let _ = core.add_partition(&tp, deadline, Some(begun)).await;
+                queue.wake();
             });
         }
         let shared = core.clone();
