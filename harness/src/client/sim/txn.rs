@@ -12,8 +12,8 @@
 //!    the producer's accumulator (`client::sim::sender`, as the idempotent producer's):
 //!    the first record of a partition new to the transaction sends AddPartitionsToTxn at
 //!    once, with every other partition queued meanwhile (Java's sender, woken by the new
-//!    batch, `TransactionManager.maybeAddPartition`); a batch leaves after its linger as one
-//!    Produce. `commit_transaction` flushes the queue before its EndTxn and refuses if a
+//!    batch, `TransactionManager.maybeAddPartition`); a batch leaves after its linger, once
+//!    its partition joined the transaction (`isSendToPartitionAllowed`), as one Produce. `commit_transaction` flushes the queue before its EndTxn and refuses if a
 //!    batch failed; `abort_transaction` fails the queued batches without sending them
 //!    (`RecordAccumulator.abortUndrainedBatches`) and waits for those in flight.
 //! 4. `send_offsets_to_transaction`: AddOffsetsToTxn, then TxnOffsetCommit to the group
@@ -755,7 +755,8 @@ impl TransactionalProducer for SimTransactionalProducer {
 
     /// Queues the record in the transaction's accumulator. The first record of a partition
     /// new to the transaction sends AddPartitionsToTxn at once (with every partition queued
-    /// meanwhile); the batch leaves after its linger. No task per record.
+    /// meanwhile); the batch leaves after its linger, once the partition joined. No task
+    /// per record.
     async fn send_with_callback(&self, record: ProducerRecord, callback: TxnDeliveryCallback) {
         let core = &self.core;
         if let Err(e) = core.require_transaction("send") {
