@@ -46,6 +46,8 @@ pub mod scenario;
 pub mod sink_consumer;
 pub mod sinks;
 pub mod streams;
+#[cfg(test)]
+mod test_support;
 pub mod upstream;
 #[cfg(madsim)]
 pub mod workload;

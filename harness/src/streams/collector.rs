@@ -141,6 +141,7 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::block_on;
 
     #[test]
     fn the_first_error_is_thrown_once_and_changelog_ends_keep_the_highest_offset() {
@@ -155,23 +156,6 @@ mod tests {
         let ends = c.take_changelog_ends();
         assert_eq!(ends, BTreeMap::from([((0, 1), 8)]));
         assert!(c.take_changelog_ends().is_empty());
-    }
-
-    /// Runs `f` on madsim's runtime under `--cfg madsim`, on a current-thread Tokio runtime
-    /// otherwise.
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        #[cfg(madsim)]
-        {
-            madsim::runtime::Runtime::new().block_on(f)
-        }
-        #[cfg(not(madsim))]
-        {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .expect("runtime")
-                .block_on(f)
-        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::plan::Variant;
 use super::{state_table_def, ClickHouseSinkConfig, ClickHouseSinkTask, NoHooks};
 use crate::client::clickhouse::{ChClientError, ClickHouse, KeeperMap};
 use crate::connect::task::{ConnectError, ErrantRecordReporter, SinkRecord, SinkTask};
+use crate::test_support::block_on;
 use async_trait::async_trait;
 use eosim_sim::clickhouse::keeper::Keeper;
 use eosim_sim::clickhouse::keeper_map::{self, KeeperMapTable, VersionedRow};
@@ -178,23 +179,6 @@ async fn store(client: &Local, min: i64, max: i64, phase: &str, owner: &str) {
         .insert(Insert::new("connect_state", vec![row]))
         .await
         .expect("state stored");
-}
-
-/// Runs `f` to completion: on madsim's runtime under `--cfg madsim` (where a Tokio runtime
-/// cannot be built), on a current-thread Tokio runtime otherwise.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    #[cfg(madsim)]
-    {
-        madsim::runtime::Runtime::new().block_on(f)
-    }
-    #[cfg(not(madsim))]
-    {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime")
-            .block_on(f)
-    }
 }
 
 #[test]
