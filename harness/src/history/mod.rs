@@ -495,6 +495,16 @@ pub fn send_outcome(
     }
 }
 
+/// The `send` op of record `id` (key `key`) as invoked: partition and offset not known yet.
+pub fn send_invoked(id: u64, key: Option<String>) -> Value {
+    Value::Send {
+        id,
+        key,
+        tp: None,
+        offset: None,
+    }
+}
+
 /// The completion of the `send` of record `id` (key `key`) to `topic`, simulated and real
 /// producers alike: the op kind and error of [`send_outcome`], and the [`Value::Send`] with
 /// the partition and offset when written (acks=0 reports offset -1: written, offset

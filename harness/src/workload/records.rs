@@ -8,7 +8,7 @@ use crate::client::sends::Sends;
 use crate::client::sim::consumer::drop_aborted;
 use crate::client::sim::producer::SimProducer;
 use crate::client::{ClientError, Delivery, Producer, ProducerRecord};
-use crate::history::{send_completion, OpKind, Value};
+use crate::history::{send_completion, send_invoked, OpKind, Value};
 use bytes::Bytes;
 use eosim_sim::kafka::model::{Cluster, Reply};
 use eosim_sim::kafka::{
@@ -172,7 +172,7 @@ pub async fn send_id(
     record: impl Fn(OpKind, Value, Option<String>),
 ) {
     let (key, produced) = id_record(topic, keys, id);
-    record(OpKind::Invoke, send_value(id, &key, None, None), None);
+    record(OpKind::Invoke, send_invoked(id, Some(key.clone())), None);
     let result = producer.send(produced).await;
     record_outcome(topic, id, &key, result, record);
 }
@@ -200,7 +200,7 @@ pub async fn send_queued(
     (key, produced): (String, ProducerRecord),
     record: impl Fn(OpKind, Value, Option<String>) + Send + 'static,
 ) {
-    record(OpKind::Invoke, send_value(id, &key, None, None), None);
+    record(OpKind::Invoke, send_invoked(id, Some(key.clone())), None);
     let topic = produced.topic.clone();
     sends
         .send(producer, produced, move |result| {
@@ -256,15 +256,6 @@ pub fn id_record(topic: &str, keys: u32, id: u64) -> (String, ProducerRecord) {
         headers: Vec::new(),
     };
     (key, produced)
-}
-
-fn send_value(id: u64, key: &str, tp: Option<TopicPartition>, offset: Option<Offset>) -> Value {
-    Value::Send {
-        id,
-        key: Some(key.to_string()),
-        tp,
-        offset,
-    }
 }
 
 /// Records the completion of the send of `id` ([`send_completion`]).

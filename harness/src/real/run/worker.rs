@@ -28,7 +28,7 @@ use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::sends::Sends;
 use crate::client::{ProducerConfig, ProducerRecord};
 use crate::connect::cdc_events::{build_events, Event, ID_HEADER};
-use crate::history::{send_completion, OpKind, RecordRef, Value};
+use crate::history::{send_completion, send_invoked, OpKind, RecordRef, Value};
 use crate::real::clock::run_clock_ns;
 use crate::scenario::Pipeline;
 use crate::sink_consumer::{self, SinkHost};
@@ -158,13 +158,7 @@ async fn producer(
     }
     for id in spec.id_from..spec.id_to {
         let (key, record) = make(id);
-        let invoke = Value::Send {
-            id,
-            key: key.clone(),
-            tp: None,
-            offset: None,
-        };
-        emit.op(OpKind::Invoke, invoke, None);
+        emit.op(OpKind::Invoke, send_invoked(id, key.clone()), None);
         let (emit, topic) = (emit.clone(), spec.scenario.topic.name.clone());
         sends
             .send(&producer, record, move |result| {
