@@ -377,16 +377,20 @@ fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earlies
 /// as in simulation: two where streams-0 had no task yet at the clog (the instances get
 /// theirs 3 to 4 s into the run), one where it had one. So each run must be violated with
 /// `aggregate-under-count` alone or hold with no forbidden anomaly (the tasks streams-0
-/// restored before the clog printed), and the file runs again, up to five times (all five
-/// holding: about one test in a thousand), until it is violated; the safe twin must hold.
+/// restored before the clog printed), and the file runs again until it is violated: up to
+/// five runs in which streams-0 had a task at the clog (all five holding: about one test
+/// in a thousand). A run where it had none could not be caught and does not count: on a
+/// loaded machine the instances get their tasks later (2026-12-07: five runs of five
+/// held while a build shared the two cores, streams-0 taskless at the clog each time);
+/// at most ten runs in all. The safe twin must hold.
 #[test]
 fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on_real_kafka() {
     if !real_enabled("a_clogged_streams_instance_under_counts_at_least_once") {
         return;
     }
     let file = "canary-clog-unsafe";
-    let mut caught = false;
-    for attempt in 1..=5 {
+    let (mut caught, mut exercised) = (false, 0);
+    for attempt in 1..=10 {
         let (outcome, result) = run_clog_canary(file);
         let tasks = tasks_before_fault(&outcome.history, "streams-0", "clog");
         eprintln!(
@@ -400,8 +404,15 @@ fn a_clogged_streams_instance_under_counts_at_least_once_and_not_exactly_once_on
             break;
         }
         assert_judged(file, &result, None);
+        exercised += usize::from(!tasks.is_empty());
+        if exercised == 5 {
+            break;
+        }
     }
-    assert!(caught, "{file} held in five runs of five");
+    assert!(
+        caught,
+        "{file} held in every run ({exercised} with a task of streams-0's at the clog)"
+    );
     let (_, result) = run_clog_canary("canary-clog-safe");
     assert_judged("canary-clog-safe", &result, None);
 }
