@@ -33,7 +33,11 @@
 //!
 //! # Sessions and errors
 //! One ZooKeeper session, opened at [`ZkKeeperMap::connect`] and reopened on the next
-//! call after it expired or closed. Keeper's errors become `KEEPER_EXCEPTION` (999)
+//! call after it expired or closed, or after a call went unanswered: ClickHouse's own
+//! client ends its session when an operation times out (`ZooKeeperImpl::receiveThread`
+//! throws `Operation timeout (no response)` and `finalize`s; the next
+//! `Context::getZooKeeper` opens a new one), where `zookeeper-client` would wait for the
+//! silent connection until its own 8-tick timeout. Keeper's errors become `KEEPER_EXCEPTION` (999)
 //! carrying the [`KeeperError`] as ClickHouse's `Coordination::Exception` does (a lost
 //! connection included: a write whose answer was lost may have applied, exactly as
 //! through KeeperMap). A call that gets no answer within `timeout_ms` is
@@ -141,6 +145,14 @@ fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
 
+/// A ZooKeeper call (`what`) that got no answer within `timeout_ms`.
+fn unanswered(what: &str, timeout_ms: u64) -> ChClientError {
+    ChClientError::Timeout {
+        what: format!("ZooKeeper {what}"),
+        timeout_ms,
+    }
+}
+
 fn server(e: ChError) -> ChClientError {
     ChClientError::Server(e)
 }
@@ -187,12 +199,25 @@ impl ZkKeeperMap {
         let connect = zk::Client::connector()
             .with_session_timeout(session)
             .connect(&self.config.connect_string);
-        let client = self.bounded("connect", connect).await?;
+        // Under the slot's lock: mapped here, not by `bounded`, which may take the lock.
+        let timeout_ms = self.config.timeout_ms;
+        let client = match tokio::time::timeout(Duration::from_millis(timeout_ms), connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(zk::Error::Timeout)) | Err(_) => return Err(unanswered("connect", timeout_ms)),
+            Ok(Err(e)) => return Err(server(keeper_error(&e))),
+        };
         *slot = Some(client.clone());
         Ok(client)
     }
 
-    /// Runs `fut` within `timeout_ms`; a ZooKeeper error is mapped ([`keeper_error`]).
+    /// Ends the session after a call went unanswered, as ClickHouse's client does: the next
+    /// call opens a new one (see the module docs).
+    async fn finalize(&self) {
+        *self.session.lock().await = None;
+    }
+
+    /// Runs `fut` within `timeout_ms`; a ZooKeeper error is mapped ([`keeper_error`]), and
+    /// a timeout ends the session ([`Self::finalize`]).
     async fn bounded<T>(
         &self,
         what: &str,
@@ -201,10 +226,10 @@ impl ZkKeeperMap {
         let timeout_ms = self.config.timeout_ms;
         match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(zk::Error::Timeout)) | Err(_) => Err(ChClientError::Timeout {
-                what: format!("ZooKeeper {what}"),
-                timeout_ms,
-            }),
+            Ok(Err(zk::Error::Timeout)) | Err(_) => {
+                self.finalize().await;
+                Err(unanswered(what, timeout_ms))
+            }
             Ok(Err(e)) => {
                 if matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed) {
                     *self.session.lock().await = None;
@@ -402,10 +427,10 @@ impl ClickHouse for ZkKeeperMap {
                 parts: Vec::new(),
             }),
             Ok(Err(e)) => Err(server(multi_error(&e))),
-            Err(_) => Err(ChClientError::Timeout {
-                what: "ZooKeeper multi".into(),
-                timeout_ms,
-            }),
+            Err(_) => {
+                self.finalize().await;
+                Err(unanswered("multi", timeout_ms))
+            }
         }
     }
 

@@ -35,6 +35,12 @@
 //! matched in order; startup and authentication are never faulted, and no request is
 //! duplicated (a statement belongs to its session).
 //!
+//! # ZooKeeper's framing
+//! In front of ZooKeeper ([`Framing::ZooKeeper`], `zookeeper`) frames are size-prefixed as
+//! Kafka's; the session's handshake and watch notifications are never faulted, a request
+//! draws a drop and a delay, its answer (by the session's order) a loss, and no request is
+//! duplicated (a request belongs to its session).
+//!
 //! Each time a fault acts, the proxy records an [`Event`] ([`Proxy::take_events`]): the
 //! runner turns them into the history's effects ([`eosim_sim::effects::kind`]'s
 //! `messages.*`). The client's node comes from `identify` (its socket's cgroup, see
@@ -42,6 +48,7 @@
 //! never faulted.
 
 mod postgres;
+mod zookeeper;
 
 use eosim_sim::effects::kind;
 use madsim::rand::rngs::StdRng;
@@ -151,6 +158,9 @@ pub enum Framing {
     /// PostgreSQL's typed messages, requests up to each `Sync` / `Query` matched in order to
     /// their `ReadyForQuery` (`postgres`).
     Postgres,
+    /// ZooKeeper's size-prefixed frames after the session's handshake, answered in order;
+    /// watch notifications pass (`zookeeper`).
+    ZooKeeper,
 }
 
 /// One connection's state, shared by its two directions.
@@ -166,6 +176,8 @@ struct Conn {
     silenced: bool,
     /// PostgreSQL framing: where the conversation is.
     pg: postgres::PgFlow,
+    /// ZooKeeper framing: whether the handshake has passed.
+    zk: zookeeper::ZkFlow,
 }
 
 /// The most requests kept in flight per Kafka connection (older ones, never answered,
@@ -356,11 +368,17 @@ fn relay_one_way(
     node: Option<&str>,
 ) {
     match (shared.framing, to_client) {
-        (Framing::Kafka, false) => relay_frames(from, to, conn, false, kafka_len, |c, frame| {
+        (Framing::Kafka, false) => relay_frames(from, to, conn, false, sized_len, |c, frame| {
             on_kafka_request(shared, node, c, frame)
         }),
-        (Framing::Kafka, true) => relay_frames(from, to, conn, true, kafka_len, |c, frame| {
+        (Framing::Kafka, true) => relay_frames(from, to, conn, true, sized_len, |c, frame| {
             on_kafka_response(shared, node, c, frame)
+        }),
+        (Framing::ZooKeeper, false) => relay_frames(from, to, conn, false, sized_len, |c, _| {
+            on_zk_request(shared, node, c)
+        }),
+        (Framing::ZooKeeper, true) => relay_frames(from, to, conn, true, sized_len, |c, frame| {
+            on_zk_response(shared, node, c, frame)
         }),
         (Framing::Postgres, false) => {
             let len = |c: &Conn, buf: &[u8]| c.pg.client_len(buf);
@@ -383,11 +401,10 @@ fn relay_one_way(
     }
 }
 
-/// A Kafka frame's whole length (its `int32` size, then that many bytes), once the size
-/// is there.
-fn kafka_len(_: &Conn, buf: &[u8]) -> Option<usize> {
-    let size = buf.get(..4)?;
-    Some(4 + i32::from_be_bytes([size[0], size[1], size[2], size[3]]).max(0) as usize)
+/// A size-prefixed frame's whole length (its `int32` size, then that many bytes: Kafka's,
+/// ZooKeeper's), once the size is there.
+fn sized_len(_: &Conn, buf: &[u8]) -> Option<usize> {
+    Some(4 + int32_at(buf, 0)?.max(0) as usize)
 }
 
 /// [`relay`] frame by frame: bytes are held until a whole frame is there (`len` reads a
@@ -575,9 +592,10 @@ fn answer_faults(shared: &Shared, node: &str, c: &mut Conn, request: Option<Vec<
     Pass::Forward { delay_ms: 0 }
 }
 
-/// The correlation id at `at` of a frame, if it is that long.
-fn correlation_id(frame: &[u8], at: usize) -> Option<i32> {
-    let b = frame.get(at..at + 4)?;
+/// The big-endian `int32` at `at` of `buf` (a size, a correlation id, an xid), if it is
+/// that long.
+fn int32_at(buf: &[u8], at: usize) -> Option<i32> {
+    let b = buf.get(at..at + 4)?;
     Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
@@ -589,7 +607,7 @@ fn on_kafka_request(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[
     let Some(delay_ms) = request_faults(shared, node, c) else {
         return Pass::Swallow;
     };
-    if let Some(id) = correlation_id(frame, 8) {
+    if let Some(id) = int32_at(frame, 8) {
         if frame.len() <= DUPLICATE_MAX_BYTES {
             if c.in_flight.len() >= IN_FLIGHT_MAX {
                 c.in_flight.pop_first();
@@ -603,7 +621,7 @@ fn on_kafka_request(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[
 /// Broker → client, one response frame: its request (by correlation id) draws a
 /// duplicate, and the response a loss.
 fn on_kafka_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[u8]) -> Pass {
-    let request = correlation_id(frame, 4).and_then(|id| c.in_flight.remove(&id));
+    let request = int32_at(frame, 4).and_then(|id| c.in_flight.remove(&id));
     let Some(node) = node else {
         return Pass::Forward { delay_ms: 0 };
     };
@@ -627,6 +645,28 @@ fn on_pg_request(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u
 fn on_pg_response(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u8]) -> Pass {
     let begins = c.pg.on_server(message);
     let Some(node) = node.filter(|_| begins) else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    answer_faults(shared, node, c, None)
+}
+
+/// Client → ZooKeeper, one frame: a request (not the handshake) draws a drop and a delay.
+fn on_zk_request(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
+    let request = c.zk.on_client();
+    let Some(node) = node.filter(|_| request) else {
+        return Pass::Forward { delay_ms: 0 };
+    };
+    match request_faults(shared, node, c) {
+        Some(delay_ms) => Pass::Forward { delay_ms },
+        None => Pass::Swallow,
+    }
+}
+
+/// ZooKeeper → client, one frame: an answer (not the handshake's, not a watch
+/// notification) draws its loss (no duplicate: see [`zookeeper`]).
+fn on_zk_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[u8]) -> Pass {
+    let answer = c.zk.on_server(frame);
+    let Some(node) = node.filter(|_| answer) else {
         return Pass::Forward { delay_ms: 0 };
     };
     answer_faults(shared, node, c, None)
@@ -935,6 +975,132 @@ mod tests {
                 kafka_calls(p.port(), &[(1, "p"), (2, "q")], short).is_empty(),
                 "{effect}"
             );
+            assert_eq!(applied.lock().unwrap().len(), applied_after, "{effect}");
+            assert_eq!(kinds(&p.take_events()), [effect]);
+        }
+    }
+
+    /// A ZooKeeper stand-in: the first frame is the handshake (answered with a frame of 16
+    /// zero bytes); then each request frame `[size][xid i32][type i32][payload]` is applied
+    /// (its payload logged) and answered with a watch notification (xid -1) and then
+    /// `[size][xid][zxid i64][err i32][payload]`.
+    fn zk_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&applied);
+        let frame = |body: &[u8]| {
+            let mut f = (body.len() as i32).to_be_bytes().to_vec();
+            f.extend_from_slice(body);
+            f
+        };
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let mut handshaken = false;
+                    loop {
+                        let mut size = [0u8; 4];
+                        if stream.read_exact(&mut size).is_err() {
+                            return;
+                        }
+                        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+                        if stream.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        if !std::mem::replace(&mut handshaken, true) {
+                            let _ = stream.write_all(&frame(&[0; 16]));
+                            continue;
+                        }
+                        log.lock()
+                            .unwrap()
+                            .push(String::from_utf8_lossy(&body[8..]).into_owned());
+                        let mut watch = (-1i32).to_be_bytes().to_vec();
+                        watch.extend_from_slice(&[0; 12]);
+                        let mut answer = body[..4].to_vec();
+                        answer.extend_from_slice(&[0; 12]);
+                        answer.extend_from_slice(&body[8..]);
+                        let _ = stream.write_all(&[frame(&watch), frame(&answer)].concat());
+                    }
+                });
+            }
+        });
+        (addr, applied)
+    }
+
+    /// Opens a session through `port` and sends one request of `payload`; the xids of the
+    /// frames that came back within `wait` after the handshake's answer (`None` when even
+    /// that did not come).
+    fn zk_call(port: u16, payload: &str, wait: Duration) -> Option<Vec<i32>> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(wait)).unwrap();
+        let connect_request = [&44i32.to_be_bytes()[..], &[0; 44]].concat();
+        s.write_all(&connect_request).unwrap();
+        let mut handshake = [0u8; 20];
+        s.read_exact(&mut handshake).ok()?;
+        let mut body = 7i32.to_be_bytes().to_vec(); // xid 7
+        body.extend_from_slice(&14i32.to_be_bytes()); // multi
+        body.extend_from_slice(payload.as_bytes());
+        s.write_all(&[&(body.len() as i32).to_be_bytes()[..], &body].concat())
+            .unwrap();
+        let mut xids = Vec::new();
+        for _ in 0..2 {
+            let mut size = [0u8; 4];
+            if s.read_exact(&mut size).is_err() {
+                break;
+            }
+            let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+            s.read_exact(&mut frame).unwrap();
+            xids.push(int32_at(&frame, 0).unwrap());
+        }
+        Some(xids)
+    }
+
+    /// In front of ZooKeeper the session's handshake is never faulted and a watch
+    /// notification passes; a dropped request is not applied, a lost answer's request is,
+    /// and no request is sent twice.
+    #[test]
+    fn zookeeper_requests_are_faulted_after_the_handshake_and_never_duplicated() {
+        let zk_proxy = |faults: MessageFaults| {
+            let (addr, applied) = zk_server();
+            let identify: Identify = Arc::new(|_, _| Some("worker-0".to_string()));
+            let p = Proxy::start_framed("keeper", addr, 7, identify, Framing::ZooKeeper).unwrap();
+            p.set_faults("worker-0", faults);
+            (p, applied)
+        };
+        let wait = Duration::from_secs(10);
+        let (p, applied) = zk_proxy(MessageFaults {
+            duplicate_probability: 1.0,
+            ..MessageFaults::default()
+        });
+        assert_eq!(zk_call(p.port(), "a", wait), Some(vec![-1, 7]));
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(*applied.lock().unwrap(), ["a"], "nothing sent twice");
+        assert!(p.take_events().is_empty());
+
+        let short = Duration::from_millis(300);
+        for (faults, answered, applied_after, effect) in [
+            (
+                MessageFaults {
+                    drop_request_probability: 1.0,
+                    ..MessageFaults::default()
+                },
+                vec![],
+                0,
+                kind::DROP_REQUEST,
+            ),
+            (
+                MessageFaults {
+                    drop_response_probability: 1.0,
+                    ..MessageFaults::default()
+                },
+                vec![-1],
+                1,
+                kind::DROP_RESPONSE,
+            ),
+        ] {
+            let (p, applied) = zk_proxy(faults);
+            assert_eq!(zk_call(p.port(), "b", short), Some(answered), "{effect}");
             assert_eq!(applied.lock().unwrap().len(), applied_after, "{effect}");
             assert_eq!(kinds(&p.take_events()), [effect]);
         }

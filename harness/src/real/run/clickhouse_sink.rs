@@ -230,6 +230,10 @@ pub struct ChServices {
     pub ch_state: super::pipelines::ServiceState,
     /// What the nemesis did to ZooKeeper (`keeper`).
     pub zk_state: super::pipelines::ServiceState,
+    /// The message-fault proxy in front of ZooKeeper when the scenario has `messages`
+    /// faults on `keeper` ([`crate::real::net::proxy`]): ClickHouse and the connector
+    /// reach ZooKeeper through it ([`ChServices::zk_connect`]).
+    pub zk_proxy: Option<Proxy>,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
@@ -239,27 +243,48 @@ impl ChServices {
     /// # Errors
     /// A service that does not come up (naming its log).
     pub fn start() -> Result<Self, String> {
-        ChServices::start_on(Runtime::Native)
+        ChServices::start_on(Runtime::Native, None)
     }
 
-    /// [`start`](Self::start) on `runtime` (child processes or containers).
+    /// [`start`](Self::start) on `runtime` (child processes or containers); with
+    /// `keeper_proxy = Some(seed)` a message-fault proxy (its dice seeded with `seed`)
+    /// goes in front of ZooKeeper before ClickHouse starts, so every client of ZooKeeper
+    /// reaches it through the proxy.
     ///
     /// # Errors
-    /// As [`start`](Self::start).
-    pub fn start_on(runtime: Runtime) -> Result<Self, String> {
+    /// As [`start`](Self::start), and a proxy that cannot bind a port.
+    pub fn start_on(runtime: Runtime, keeper_proxy: Option<u64>) -> Result<Self, String> {
         let (zk, zk_dir) = start_in("zookeeper", |dir| {
             ZooKeeper::start_on(dir, runtime).map_err(|e| e.to_string())
         })?;
+        let zk_proxy = keeper_proxy
+            .map(|seed| Proxy::in_front_of("keeper", zk.port(), seed, Framing::ZooKeeper))
+            .transpose()?;
+        let zk_connect = zk_connect(&zk, zk_proxy.as_ref());
         let (ch, ch_dir) = start_in("clickhouse", |dir| {
-            ChServer::start_on(dir, Some(&zk.connect_string()), runtime).map_err(|e| e.to_string())
+            ChServer::start_on(dir, Some(&zk_connect), runtime).map_err(|e| e.to_string())
         })?;
         Ok(Self {
             ch,
             zk,
             ch_state: Default::default(),
             zk_state: Default::default(),
+            zk_proxy,
             _dirs: (zk_dir, ch_dir),
         })
+    }
+
+    /// ZooKeeper's `host:port` as its clients reach it: the proxy's when there is one.
+    pub fn zk_connect(&self) -> String {
+        zk_connect(&self.zk, self.zk_proxy.as_ref())
+    }
+}
+
+/// `zk`'s `host:port`, or `proxy`'s in front of it.
+fn zk_connect(zk: &ZooKeeper, proxy: Option<&Proxy>) -> String {
+    match proxy {
+        Some(p) => format!("127.0.0.1:{}", p.port()),
+        None => zk.connect_string(),
     }
 }
 
@@ -304,13 +329,16 @@ impl ChTarget {
         seed: u64,
         runtime: Runtime,
     ) -> Result<Self, String> {
-        let services = ChServices::start_on(runtime)?;
+        // Its own dice, apart from ClickHouse's proxy's.
+        let keeper_proxy =
+            super::needs::messages_on(scenario, "keeper").then_some(seed.wrapping_add(1));
+        let services = ChServices::start_on(runtime, keeper_proxy)?;
         let http_port = services.ch.http_port();
         let proxy = super::needs::messages_on(scenario, "clickhouse")
             .then(|| Proxy::in_front_of("clickhouse", http_port, seed, Framing::Alternating))
             .transpose()?;
         let port = proxy.as_ref().map_or(http_port, Proxy::port);
-        let raw = connector_raw(scenario, port, &services.zk.connect_string());
+        let raw = connector_raw(scenario, port, &services.zk_connect());
         let connector = connector_config(&raw)?;
         let spec = spec(scenario);
         let client = clients(&raw)?;

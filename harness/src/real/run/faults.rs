@@ -16,7 +16,8 @@
 //! | `messages` on `clickhouse` | a proxy in front of its HTTP listener drops / delays / duplicates requests, loses responses ([`crate::real::net::proxy`]) |
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
 //! | `messages` on `postgres` | the same through a proxy reading PostgreSQL's messages in front of its listener (no duplicates: noted) |
-//! | `messages` on ZooKeeper | not injected, noted |
+//! | `messages` on `keeper` (`clickhouse-sink`) | the same through a proxy reading ZooKeeper's frames in front of its client port, started before ClickHouse (no duplicates: noted) |
+//! | any link fault to `keeper` from `clickhouse` | also on the links from each sink task's worker to ZooKeeper: ClickHouse 18.16 has no KeeperMap, so the workers keep its rows in ZooKeeper themselves ([`Run::keeper_links`]) |
 //! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
 //! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
 //! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall-clock offset stepped by `delta_ms` ([`crate::real::clock`]): every record its producers send after it carries that `CreateTime` (an explicit timestamp), its timers do not move, as in the simulation; the process records the effect when a record first carries it |
@@ -56,6 +57,10 @@ use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// The databases a message-fault proxy may sit in front of ([`Run::proxy`]; brokers have
+/// theirs too).
+const PROXIED_DATABASES: [&str; 3] = ["clickhouse", "keeper", "postgres"];
 
 impl Run<'_> {
     /// Applies every scheduled fault before `faults.until_ms` (the file's and the swarm's),
@@ -251,6 +256,28 @@ impl Run<'_> {
         out
     }
 
+    /// The real links that carry the simulation's link from `from` to `to`: itself, and
+    /// where one end is `keeper` and the other `clickhouse`, also the links between
+    /// ZooKeeper and each sink task's worker. In the simulation ClickHouse alone talks to
+    /// Keeper (its KeeperMap tables and Replicated tables); Debian's ClickHouse 18.16 has
+    /// no KeeperMap, so on real each worker keeps the sink's KeeperMap rows in ZooKeeper
+    /// itself ([`crate::client::real::zookeeper`]), and what cuts or faults ClickHouse's
+    /// Keeper traffic must reach those sessions too.
+    pub(super) fn keeper_links(&self, from: &str, to: &str) -> Vec<(String, String)> {
+        let mut links = vec![(from.to_string(), to.to_string())];
+        let sink_workers = || {
+            (self.workers.iter())
+                .filter(|w| w.role == super::worker_spec::Role::SinkTask)
+                .map(|w| w.name.clone())
+        };
+        match (from, to) {
+            ("clickhouse", "keeper") => links.extend(sink_workers().map(|w| (w, to.into()))),
+            ("keeper", "clickhouse") => links.extend(sink_workers().map(|w| (from.into(), w))),
+            _ => {}
+        }
+        links
+    }
+
     /// Node names and groups of a network fault: as [`Run::resolve`], with `all` every
     /// network node (the databases too, as the simulation's `all`), distinct, in order.
     fn resolve_net(&self, targets: &[String]) -> Vec<String> {
@@ -293,15 +320,15 @@ impl Run<'_> {
         let mut cuts = Vec::new();
         for a in &src {
             for b in dst.iter().filter(|b| *b != a) {
-                let cut = |from: &String, to: &String| Cut {
-                    kind: kind::PARTITION,
-                    from: from.clone(),
-                    to: to.clone(),
-                };
-                cuts.push(cut(a, b));
+                let mut links = self.keeper_links(a, b);
                 if !one_way {
-                    cuts.push(cut(b, a));
+                    links.extend(self.keeper_links(b, a));
                 }
+                cuts.extend(links.into_iter().map(|(from, to)| Cut {
+                    kind: kind::PARTITION,
+                    from,
+                    to,
+                }));
             }
         }
         let detail = format!(
@@ -320,12 +347,16 @@ impl Run<'_> {
         for name in self.resolve_net(target) {
             let mut cuts = Vec::new();
             for other in nodes.iter().filter(|o| **o != name) {
-                for (from, to) in [(&name, other), (other, &name)] {
-                    cuts.push(Cut {
-                        kind: kind::CLOG,
-                        from: from.clone(),
-                        to: to.clone(),
-                    });
+                let mut links = self.keeper_links(&name, other);
+                links.extend(self.keeper_links(other, &name));
+                for (from, to) in links {
+                    if !cuts.iter().any(|c: &Cut| c.from == from && c.to == to) {
+                        cuts.push(Cut {
+                            kind: kind::CLOG,
+                            from,
+                            to,
+                        });
+                    }
                 }
             }
             if self.cut(fault, cuts) {
@@ -344,6 +375,7 @@ impl Run<'_> {
         }
         match &self.target {
             Target::ClickHouse(t) if server == "clickhouse" => t.proxy.as_ref(),
+            Target::ClickHouse(t) if server == "keeper" => t.services.zk_proxy.as_ref(),
             Target::Postgres(t) if server == "postgres" => t.proxy.as_ref(),
             _ => None,
         }
@@ -370,25 +402,30 @@ impl Run<'_> {
                 continue;
             };
             for a in src.iter().filter(|a| *a != b) {
-                proxy.set_faults(a, settings);
+                for (client, _) in self.keeper_links(a, b) {
+                    proxy.set_faults(&client, settings);
+                }
             }
             faulted.push(b.clone());
         }
         if !without.is_empty() {
             let why = format!(
                 "message faults act through the proxies in front of ClickHouse's HTTP \
-                 listener, PostgreSQL's and the brokers' listeners only; [{}] have none \
-                 (ZooKeeper's protocol is not framed by the proxy)",
+                 listener, ZooKeeper's, PostgreSQL's and the brokers' listeners only; [{}] \
+                 have none",
                 without.join(",")
             );
             self.unsupported(fault, &why);
         }
-        if settings.duplicate_probability > 0.0 && faulted.iter().any(|t| t == "postgres") {
-            self.unsupported(
-                fault,
-                "duplicates to postgres: a statement belongs to its session (its open \
-                 transaction, its prepared statements), so the proxy sends none again",
+        let sessions = ["postgres", "keeper"];
+        let duplicated = faulted.iter().filter(|t| sessions.contains(&t.as_str()));
+        for server in duplicated.filter(|_| settings.duplicate_probability > 0.0) {
+            let why = format!(
+                "duplicates to {server}: a request belongs to its session (an open \
+                 transaction and prepared statements; a ZooKeeper session and its order), \
+                 so the proxy sends none again"
             );
+            self.unsupported(fault, &why);
         }
         if faulted.is_empty() {
             return;
@@ -413,7 +450,7 @@ impl Run<'_> {
         // (brokers among them: each advertises its proxy) reach a proxied server through
         // its proxy, so cutting the client's leg cuts the link; the proxy's own leg to the
         // server comes from eosim, no node, and is never cut.
-        let servers = ["clickhouse", "postgres"].into_iter().map(String::from);
+        let servers = PROXIED_DATABASES.into_iter().map(String::from);
         let proxy_ports: Vec<(String, u16)> = (self.broker_proxies.keys().cloned())
             .chain(servers)
             .filter_map(|s| {
@@ -483,8 +520,9 @@ impl Run<'_> {
     /// their times; whether any fault was set.
     fn heal_messages(&mut self) -> bool {
         let mut proxies: Vec<&Proxy> = self.broker_proxies.values().collect();
-        proxies.extend(self.proxy("clickhouse"));
-        proxies.extend(self.proxy("postgres"));
+        for server in PROXIED_DATABASES {
+            proxies.extend(self.proxy(server));
+        }
         let mut was_set = false;
         let mut events = Vec::new();
         for proxy in proxies {

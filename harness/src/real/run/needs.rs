@@ -77,13 +77,15 @@ fn swarms(scenario: &Scenario, kind: FaultKind) -> bool {
         .is_some_and(|s| s.kinds.contains(&kind))
 }
 
-/// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`):
-/// then a proxy goes in front of it.
+/// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`),
+/// or its swarm draws `messages` faults (which may fall on any server of the run): then a
+/// proxy goes in front of it.
 pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
-    scenario.faults.schedule.iter().any(|f| match &f.fault {
+    let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
         Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),
         _ => false,
-    })
+    });
+    scheduled || swarms(scenario, FaultKind::Messages)
 }
 
 #[cfg(test)]
@@ -120,7 +122,14 @@ mod tests {
         );
         assert!(needs_network(&messages));
         assert!(messages_on(&messages, "clickhouse"));
+        assert!(!messages_on(&messages, "keeper"));
         assert!(!messages_on(&messages, "postgres"));
+        let swarm = |kinds: &str| {
+            let head = "pipeline = \"clickhouse-sink\"\n[sink]\ntasks = 2\n";
+            scenario_of(head, &format!("[faults.swarm]\nkinds = [{kinds}]\n"))
+        };
+        assert!(messages_on(&swarm("\"kill\", \"messages\""), "keeper"));
+        assert!(!messages_on(&swarm("\"kill\", \"partition\""), "keeper"));
         assert!(needs_network(&scenario(&at(
             "fault = \"partition\"\nsource = [\"consumer-0\"]\ntarget = [\"brokers\"]\n\
              one_way = true"

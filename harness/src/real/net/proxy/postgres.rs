@@ -23,6 +23,8 @@
 //! session's state (its open transaction, its prepared statements), so a request sent
 //! again on a connection of its own has no meaning of its own.
 
+use super::int32_at;
+
 /// `SSLRequest`'s code.
 const SSL_REQUEST: i32 = 80_877_103;
 /// `GSSENCRequest`'s code.
@@ -45,12 +47,6 @@ pub(super) struct PgFlow {
     requests_in_flight: u32,
     /// The server is answering the oldest request in flight.
     answering: bool,
-}
-
-/// The `int32` at `at` of `buf`, if it is that long.
-fn int32_at(buf: &[u8], at: usize) -> Option<i32> {
-    let b = buf.get(at..at + 4)?;
-    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// The whole length of the typed message at the front of `buf` (type byte, length and
