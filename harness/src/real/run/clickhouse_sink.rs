@@ -140,7 +140,8 @@ pub fn connector_config(raw: &BTreeMap<String, String>) -> Result<ConnectorConfi
     Ok(config)
 }
 
-/// The clients of the ClickHouse and ZooKeeper `raw` names.
+/// The clients of the ClickHouse and ZooKeeper `raw` names; ZooKeeper's calls are bounded
+/// by the connector's request timeout too (at most the stand-in's 10 s).
 ///
 /// # Errors
 /// A port or timeout that is not a number, no `eosim.zookeeper.connect`.
@@ -156,10 +157,12 @@ pub fn clients(raw: &BTreeMap<String, String>) -> Result<ClickHouseWithZooKeeper
     if let Some(t) = raw.get(TIMEOUT_KEY) {
         ch.timeout_ms = t.parse().map_err(|_| format!("{TIMEOUT_KEY}: {t}"))?;
     }
-    Ok(ClickHouseWithZooKeeper::new(
-        ch,
-        ZkKeeperMapConfig::new(zookeeper),
-    ))
+    // The connector's KeeperMap queries go to ClickHouse over HTTP, so its request timeout
+    // bounds them as it bounds an INSERT (ClickHouse itself waits for Keeper up to its
+    // `operation_timeout_ms`, 10 s, the stand-in's default).
+    let mut zk = ZkKeeperMapConfig::new(zookeeper);
+    zk.timeout_ms = zk.timeout_ms.min(ch.timeout_ms);
+    Ok(ClickHouseWithZooKeeper::new(ch, zk))
 }
 
 /// The sink task of `config` over the real clients, owner `<process>-<pid>` (unique per
