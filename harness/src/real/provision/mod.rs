@@ -60,6 +60,16 @@ pub trait ServiceFaults: Kill + Pause {}
 
 impl<T: Kill + Pause> ServiceFaults for T {}
 
+/// What the nemesis did to one database service of the run: killed and not restarted yet,
+/// paused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceState {
+    /// Killed by the nemesis and not restarted yet.
+    pub down: bool,
+    /// Paused by the nemesis.
+    pub paused: bool,
+}
+
 /// A health check: `Ok` once the service answers, else why not.
 pub(crate) type Probe = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 

@@ -230,9 +230,9 @@ pub struct ChServices {
     /// ZooKeeper.
     pub zk: ZooKeeper,
     /// What the nemesis did to ClickHouse (`clickhouse`).
-    pub ch_state: super::pipelines::ServiceState,
+    pub ch_state: crate::real::provision::ServiceState,
     /// What the nemesis did to ZooKeeper (`keeper`).
-    pub zk_state: super::pipelines::ServiceState,
+    pub zk_state: crate::real::provision::ServiceState,
     /// The message-fault proxy in front of ZooKeeper when the scenario has `messages`
     /// faults on `keeper` ([`crate::real::net::proxy`]): ClickHouse and the connector
     /// reach ZooKeeper through it ([`ChServices::zk_connect`]).

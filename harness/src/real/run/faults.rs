@@ -42,13 +42,13 @@
 
 use super::cluster;
 use super::fault_point::{self, FAULT_POINT_EXIT_CODE};
-use super::pipelines::{ServiceState, Target};
+use super::pipelines::Target;
 use super::Run;
 use crate::history::{RecordRef, Value};
 use crate::real::net::proxy::{MessageFaults, Proxy};
 use crate::real::net::rules::Cut;
 use crate::real::net::Network;
-use crate::real::provision::{Kafka, ServiceFaults};
+use crate::real::provision::{Kafka, ServiceFaults, ServiceState};
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::{Offset, TopicPartition};

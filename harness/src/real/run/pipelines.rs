@@ -67,16 +67,6 @@ use eosim_sim::kafka::{
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 
-/// What the nemesis did to one database service of the run: killed and not restarted yet,
-/// paused.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServiceState {
-    /// Killed by the nemesis and not restarted yet.
-    pub down: bool,
-    /// Paused by the nemesis.
-    pub paused: bool,
-}
-
 /// Where a pipeline's output goes in a real run.
 pub enum Target {
     /// `kafka-consume`: the workers' fsync'ed sink files.
@@ -350,7 +340,7 @@ pub fn setup(
     let sink = JdbcSinkConfig::parse(&raw, &connector.topics).map_err(|e| e.to_string())?;
     let target = PgTarget {
         pg,
-        state: ServiceState::default(),
+        state: Default::default(),
         connector,
         sink,
         timeout_ms: scenario.postgres.client_timeout_ms,

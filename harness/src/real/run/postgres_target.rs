@@ -12,7 +12,7 @@ pub struct PgTarget {
     /// The server (dropped before its directory).
     pub pg: Postgres,
     /// What the nemesis did to it.
-    pub state: super::pipelines::ServiceState,
+    pub state: crate::real::provision::ServiceState,
     /// The connector as the tasks run it (`connection.url` set to this server).
     pub connector: ConnectorConfig,
     /// The JDBC sink's part of it.
