@@ -349,15 +349,11 @@ impl Run<'_> {
             for other in nodes.iter().filter(|o| **o != name) {
                 let mut links = self.keeper_links(&name, other);
                 links.extend(self.keeper_links(other, &name));
-                for (from, to) in links {
-                    if !cuts.iter().any(|c: &Cut| c.from == from && c.to == to) {
-                        cuts.push(Cut {
-                            kind: kind::CLOG,
-                            from,
-                            to,
-                        });
-                    }
-                }
+                cuts.extend(links.into_iter().map(|(from, to)| Cut {
+                    kind: kind::CLOG,
+                    from,
+                    to,
+                }));
             }
             if self.cut(fault, cuts) {
                 self.record_fault("clog", format!("target=[{name}]"));
@@ -444,7 +440,11 @@ impl Run<'_> {
     }
 
     /// Puts `cuts` in force; whether they are (a failure to load them fails the run).
-    fn cut(&mut self, fault: &Fault, cuts: Vec<Cut>) -> bool {
+    /// Each link once: a sink task's link to `keeper` may come from two sources
+    /// ([`Run::keeper_links`]).
+    fn cut(&mut self, fault: &Fault, mut cuts: Vec<Cut>) -> bool {
+        let mut seen = std::collections::BTreeSet::new();
+        cuts.retain(|c| seen.insert(c.clone()));
         let nodes = self.net_nodes();
         // A proxy listens for its server: its port is the server's in the rules. Clients
         // (brokers among them: each advertises its proxy) reach a proxied server through
