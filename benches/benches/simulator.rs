@@ -7,6 +7,9 @@
 //! Reports records per wall second (criterion's throughput) and prints simulated seconds
 //! per wall second and, for the batching producer, records per Produce request. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
 
+// Links the shared crate, and with it the allocator the `eosim` binary runs with.
+use eosim_benches as _;
+
 #[cfg(madsim)]
 mod bench {
     use bytes::Bytes;

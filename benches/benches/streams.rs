@@ -11,6 +11,9 @@
 //! Reports input records per wall second (criterion's throughput) and prints simulated
 //! seconds per wall second. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
 
+// Links the shared crate, and with it the allocator the `eosim` binary runs with.
+use eosim_benches as _;
+
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
