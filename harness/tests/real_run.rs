@@ -446,10 +446,11 @@ fn tasks_before_fault(history: &eosim::history::History, process: &str, fault: &
 /// ZooKeeper sessions (where the KeeperMap rows live on real). Their requests are dropped
 /// and their answers lost while the fault holds, and the seed variant writes duplicates as
 /// in simulation (58 of 60 seeds): a dropped AFTER write sends the retry through BEFORE
-/// into a second insert. Violated in 9 runs of 10 by hand (2026-12-07); each run must show
-/// the fault acting on a sink task's session and be violated with `sink-duplicate` or
-/// hold, and the file runs again, up to three times, until it is violated. One early real
-/// run (ZooKeeper calls bounded at 10 s, not yet at the connector's 2 s) also lost rows
+/// into a second insert. Violated in 14 runs of 14 (2026-12-07); each run must show
+/// the fault acting on a sink task's session and hold or show only the seed design's known
+/// anomalies ([`assert_seed_design_anomalies_only`]), and the file runs again, up to three
+/// times, until `sink-duplicate` is among them. Two early real
+/// runs (ZooKeeper calls bounded at 10 s, not yet at the connector's 2 s) also lost rows
 /// (`sink-lost`, 30 rows of `events-1` in the dead-letter queue: a redelivered batch
 /// `[0..29]` below its stored BEFORE `[18..29]`, the seed's unhandled `below-min` case,
 /// under `errors.tolerance = all`), which the simulation has not shown under this fault:
@@ -488,21 +489,8 @@ fn lost_zookeeper_messages_reach_the_sink_tasks_sessions_and_the_seed_variant_du
             result.notes
         );
         assert_short_and_clean(&result, 150.0);
-        if result.verdict == Verdict::Violated {
-            let anomalies = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-            assert!(
-                anomalies.contains(&&"sink-duplicate".to_string()),
-                "{anomalies:?}"
-            );
-            let known = ["sink-duplicate", "sink-lost"];
-            assert!(
-                anomalies.iter().all(|a| known.contains(&a.as_str())),
-                "{anomalies:?}"
-            );
-            return true;
-        }
-        assert_judged(file, &result, None);
-        false
+        assert_seed_design_anomalies_only(&result);
+        result.forbidden_anomalies.contains_key("sink-duplicate")
     });
     assert!(caught, "{file} held in three runs of three");
 }
@@ -510,8 +498,9 @@ fn lost_zookeeper_messages_reach_the_sink_tasks_sessions_and_the_seed_variant_du
 /// A partition between `clickhouse` and `keeper` on real services cuts the sink tasks'
 /// ZooKeeper sessions too (they hold ClickHouse's KeeperMap rows on real, where 18.16 has
 /// none), as it cuts ClickHouse's KeeperMap traffic in simulation: the cut links' dropped
-/// packets name a worker. The seed variant may duplicate under it (an AFTER write that
-/// fails after the insert), nothing else.
+/// packets name a worker. Holds in simulation (20 of 20 seeds) and held on real in 3 runs
+/// of 3 (2026-12-07); the seed design's known anomalies under Keeper faults are allowed,
+/// nothing else ([`assert_seed_design_anomalies_only`]).
 #[test]
 fn a_partition_of_clickhouse_from_keeper_cuts_the_sink_tasks_zookeeper_sessions() {
     if !real_enabled("a_partition_of_clickhouse_from_keeper_cuts_the_sink_tasks") {
@@ -544,12 +533,28 @@ fn a_partition_of_clickhouse_from_keeper_cuts_the_sink_tasks_zookeeper_sessions(
         "no packet between a sink task and ZooKeeper dropped; notes {:?}",
         result.notes
     );
-    let anomalies = result.forbidden_anomalies.keys().collect::<Vec<_>>();
-    assert!(
-        anomalies.is_empty() || anomalies == ["sink-duplicate"],
-        "{anomalies:?}"
-    );
+    assert_seed_design_anomalies_only(&result);
     assert_short_and_clean(&result, 150.0);
+}
+
+/// A real run of the ClickHouse sink's seed design under Keeper faults: it holds, or it is
+/// violated with what the design is known to do under them, nothing else: `sink-duplicate`
+/// (a retry from BEFORE inserts a batch again) and `sink-lost` (a redelivered batch below
+/// its stored range, the seed's unhandled `below-min` case, goes to the dead-letter queue
+/// under `errors.tolerance = all`). A stall, or any other anomaly, fails.
+fn assert_seed_design_anomalies_only(result: &ScenarioResult) {
+    let anomalies: Vec<&String> = result.forbidden_anomalies.keys().collect();
+    let known = ["sink-duplicate", "sink-lost"];
+    let expected = match result.verdict {
+        Verdict::Holds => anomalies.is_empty(),
+        Verdict::Violated => anomalies.iter().all(|a| known.contains(&a.as_str())),
+        _ => false,
+    };
+    assert!(
+        expected,
+        "{:?} with {anomalies:?}; notes {:?}",
+        result.verdict, result.notes
+    );
 }
 
 /// A broker with a message proxy in front of it (each client, and each broker, reaches it

@@ -37,7 +37,7 @@
 //!
 //! # ZooKeeper's framing
 //! In front of ZooKeeper ([`Framing::ZooKeeper`], `zookeeper`) frames are size-prefixed as
-//! Kafka's; the session's handshake and watch notifications are never faulted, a request
+//! Kafka's; the session's handshake, pings and watch notifications are never faulted, a request
 //! draws a drop and a delay, its answer (by the session's order) a loss, and no request is
 //! duplicated (a request belongs to its session).
 //!
@@ -146,6 +146,15 @@ impl Shared {
     }
 }
 
+/// A proxy's dice: the run's `seed` mixed with its server's name (FNV-1a), so two proxies
+/// of one run never draw the same sequence.
+fn dice_seed(seed: u64, server: &str) -> u64 {
+    let fnv = (server.bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    seed ^ fnv
+}
+
 /// How the proxy tells requests and responses apart on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Framing {
@@ -202,7 +211,7 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     /// Starts a proxy for `server` (its node name) at `upstream`, on a free loopback port,
-    /// its dice seeded with `seed`.
+    /// its dice seeded with `seed` and the server's name ([`dice_seed`]).
     ///
     /// # Errors
     /// The OS's, when no port can be bound.
@@ -242,7 +251,7 @@ impl Proxy {
             upstream,
             faults: Mutex::default(),
             events: Mutex::default(),
-            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            rng: Mutex::new(StdRng::seed_from_u64(dice_seed(seed, server))),
             stop: AtomicBool::new(false),
             identify,
         });
@@ -374,22 +383,28 @@ fn relay_one_way(
         (Framing::Kafka, true) => relay_frames(from, to, conn, true, sized_len, |c, frame| {
             on_kafka_response(shared, node, c, frame)
         }),
-        (Framing::ZooKeeper, false) => relay_frames(from, to, conn, false, sized_len, |c, _| {
-            on_zk_request(shared, node, c)
-        }),
+        (Framing::ZooKeeper, false) => {
+            relay_frames(from, to, conn, false, sized_len, |c, frame| {
+                let begins = c.zk.on_client(frame);
+                on_session_request(shared, node, c, begins)
+            })
+        }
         (Framing::ZooKeeper, true) => relay_frames(from, to, conn, true, sized_len, |c, frame| {
-            on_zk_response(shared, node, c, frame)
+            let begins = c.zk.on_server(frame);
+            on_session_answer(shared, node, c, begins)
         }),
         (Framing::Postgres, false) => {
             let len = |c: &Conn, buf: &[u8]| c.pg.client_len(buf);
             relay_frames(from, to, conn, false, len, |c, message| {
-                on_pg_request(shared, node, c, message)
+                let begins = c.pg.on_client(message);
+                on_session_request(shared, node, c, begins)
             })
         }
         (Framing::Postgres, true) => {
             let len = |c: &Conn, buf: &[u8]| c.pg.server_len(buf);
             relay_frames(from, to, conn, true, len, |c, message| {
-                on_pg_response(shared, node, c, message)
+                let begins = c.pg.on_server(message);
+                on_session_answer(shared, node, c, begins)
             })
         }
         (Framing::Alternating, false) => relay(from, to, conn, false, |c, chunk| {
@@ -628,9 +643,9 @@ fn on_kafka_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &
     answer_faults(shared, node, c, request)
 }
 
-/// Client → PostgreSQL, one message: the first of a request draws a drop and a delay.
-fn on_pg_request(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u8]) -> Pass {
-    let begins = c.pg.on_client(message);
+/// Client → server, one message of a session protocol (PostgreSQL's, ZooKeeper's), which
+/// `begins` a request or not: a request draws a drop and a delay.
+fn on_session_request(shared: &Shared, node: Option<&str>, c: &mut Conn, begins: bool) -> Pass {
     let Some(node) = node.filter(|_| begins) else {
         return Pass::Forward { delay_ms: 0 };
     };
@@ -640,33 +655,11 @@ fn on_pg_request(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u
     }
 }
 
-/// PostgreSQL → client, one message: the first of an answer draws its loss (no duplicate:
-/// see [`postgres`]).
-fn on_pg_response(shared: &Shared, node: Option<&str>, c: &mut Conn, message: &[u8]) -> Pass {
-    let begins = c.pg.on_server(message);
+/// Server → client, one message of a session protocol, which `begins` an answer or not: an
+/// answer draws its loss, never a duplicate (a request belongs to its session: see
+/// [`postgres`], [`zookeeper`]).
+fn on_session_answer(shared: &Shared, node: Option<&str>, c: &mut Conn, begins: bool) -> Pass {
     let Some(node) = node.filter(|_| begins) else {
-        return Pass::Forward { delay_ms: 0 };
-    };
-    answer_faults(shared, node, c, None)
-}
-
-/// Client → ZooKeeper, one frame: a request (not the handshake) draws a drop and a delay.
-fn on_zk_request(shared: &Shared, node: Option<&str>, c: &mut Conn) -> Pass {
-    let request = c.zk.on_client();
-    let Some(node) = node.filter(|_| request) else {
-        return Pass::Forward { delay_ms: 0 };
-    };
-    match request_faults(shared, node, c) {
-        Some(delay_ms) => Pass::Forward { delay_ms },
-        None => Pass::Swallow,
-    }
-}
-
-/// ZooKeeper → client, one frame: an answer (not the handshake's, not a watch
-/// notification) draws its loss (no duplicate: see [`zookeeper`]).
-fn on_zk_response(shared: &Shared, node: Option<&str>, c: &mut Conn, frame: &[u8]) -> Pass {
-    let answer = c.zk.on_server(frame);
-    let Some(node) = node.filter(|_| answer) else {
         return Pass::Forward { delay_ms: 0 };
     };
     answer_faults(shared, node, c, None)

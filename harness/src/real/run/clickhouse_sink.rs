@@ -332,9 +332,7 @@ impl ChTarget {
         seed: u64,
         runtime: Runtime,
     ) -> Result<Self, String> {
-        // Its own dice, apart from ClickHouse's proxy's.
-        let keeper_proxy =
-            super::needs::messages_on(scenario, "keeper").then_some(seed.wrapping_add(1));
+        let keeper_proxy = super::needs::messages_on(scenario, "keeper").then_some(seed);
         let services = ChServices::start_on(runtime, keeper_proxy)?;
         let http_port = services.ch.http_port();
         let proxy = super::needs::messages_on(scenario, "clickhouse")

@@ -362,8 +362,8 @@ impl Run<'_> {
     }
 
     /// The message-fault proxy in front of `server`, if the run has one (ClickHouse's
-    /// HTTP listener when the scenario has `messages` faults on `clickhouse`, PostgreSQL's
-    /// when it has them on `postgres`; each
+    /// HTTP listener when the scenario has `messages` faults on `clickhouse`, ZooKeeper's
+    /// when it has them on `keeper`, PostgreSQL's when it has them on `postgres`; each
     /// broker's listener when it has them on brokers, [`super::needs::messages_on_brokers`]).
     fn proxy(&self, server: &str) -> Option<&Proxy> {
         if let Some(p) = self.broker_proxies.get(server) {

@@ -467,7 +467,7 @@ fn broker_fronts(scenario: &Scenario, seed: u64) -> Result<BrokerFronts, String>
     let mut fronts = Vec::with_capacity(n);
     for (i, port) in ports.into_iter().enumerate() {
         let name = format!("broker-{}", i + 1);
-        let proxy = Proxy::in_front_of(&name, port, seed + i as u64, Framing::Kafka)?;
+        let proxy = Proxy::in_front_of(&name, port, seed, Framing::Kafka)?;
         fronts.push((port, proxy.port()));
         proxies.insert(name, proxy);
     }
@@ -967,9 +967,19 @@ mod tests {
             .collect();
         modules.sort();
         let imports = |code: &str, m: &str| {
+            // The group up to its matching brace (groups nest: `use super::{a::{B}, c}`).
             let grouped = code.split("use super::{").skip(1).any(|rest| {
-                let group = rest.split('}').next().unwrap_or_default();
-                group.split([',', ' ', '\n', ':']).any(|w| w == m)
+                let mut depth = 1;
+                let end = rest.find(|ch| {
+                    depth += match ch {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                });
+                let group = &rest[..end.unwrap_or(rest.len())];
+                group.split([',', ' ', '\n', ':', '{', '}']).any(|w| w == m)
             });
             grouped
                 || code.match_indices(&format!("super::{m}")).any(|(i, _)| {

@@ -78,8 +78,10 @@ fn swarms(scenario: &Scenario, kind: FaultKind) -> bool {
 }
 
 /// Whether `scenario` schedules a `messages` fault whose target names `server` (or `all`),
-/// or its swarm draws `messages` faults (which may fall on any server of the run): then a
-/// proxy goes in front of it.
+/// or its swarm's kinds include `messages`: then a proxy goes in front of it. For a swarm
+/// this is every database of the run, whether or not the seed's draw falls on it (the
+/// draw needs the run's node names, known only once its processes start); a proxy without
+/// faults passes everything.
 pub(crate) fn messages_on(scenario: &Scenario, server: &str) -> bool {
     let scheduled = scenario.faults.schedule.iter().any(|f| match &f.fault {
         Fault::Messages { target, .. } => target.iter().any(|t| t == server || t == "all"),

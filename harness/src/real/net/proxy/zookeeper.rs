@@ -16,13 +16,19 @@
 //!
 //! # Faults
 //! A request draws a drop and a delay, an answer a loss (the server has applied the
-//! request: a `multi` whose answer is lost is committed). Pings are requests as any other
-//! (a lost packet does not spare them). Duplicates are not drawn: a request belongs to its
-//! session, which belongs to its connection, so a request sent again on a connection of
-//! its own (without the handshake) has no meaning to the server.
+//! request: a `multi` whose answer is lost is committed). Pings (xid `-2`) and their
+//! answers pass unfaulted, as the handshake does: the simulation's Keeper sessions send
+//! none (its message faults act on operations only), and `zookeeper-client`'s `connect`
+//! waits for the answer to a ping it sends right after the `ConnectResponse`, so a faulted
+//! ping would fail a reconnect that ClickHouse's client, which sends none there, makes.
+//! Duplicates are not drawn: a request belongs to its session, which belongs to its
+//! connection, so a request sent again on a connection of its own (without the handshake)
+//! has no meaning to the server.
 
 /// The xid of a watch notification (`ClientCnxn.NOTIFICATION_XID`).
 const NOTIFICATION_XID: i32 = -1;
+/// The xid of a ping and of its answer (`ClientCnxn.PING_XID`).
+const PING_XID: i32 = -2;
 
 /// Where one connection's conversation is, as the proxy reads both of its directions.
 #[derive(Debug, Default)]
@@ -34,18 +40,20 @@ pub(super) struct ZkFlow {
 }
 
 impl ZkFlow {
-    /// A client frame: whether it is a request to fault (not the handshake).
-    pub(super) fn on_client(&mut self) -> bool {
+    /// A client `frame`: whether it is a request to fault (not the handshake, not a ping).
+    pub(super) fn on_client(&mut self, frame: &[u8]) -> bool {
         std::mem::replace(&mut self.client_connected, true)
+            && super::int32_at(frame, 4) != Some(PING_XID)
     }
 
     /// A server `frame`: whether it answers a request (not the handshake's answer, not a
-    /// watch notification).
+    /// watch notification, not a ping's answer).
     pub(super) fn on_server(&mut self, frame: &[u8]) -> bool {
         if !std::mem::replace(&mut self.server_connected, true) {
             return false;
         }
-        super::int32_at(frame, 4) != Some(NOTIFICATION_XID)
+        let xid = super::int32_at(frame, 4);
+        xid != Some(NOTIFICATION_XID) && xid != Some(PING_XID)
     }
 }
 
@@ -61,15 +69,15 @@ mod tests {
     }
 
     #[test]
-    fn the_handshake_and_notifications_are_not_requests_nor_answers() {
+    fn the_handshake_pings_and_notifications_are_not_requests_nor_answers() {
         let mut flow = ZkFlow::default();
-        let connect_request = [0u8; 48];
-        assert!(!flow.on_client(), "ConnectRequest");
-        assert!(!flow.on_server(&connect_request[..]), "ConnectResponse");
-        assert!(flow.on_client(), "a request");
+        let connect = [0u8; 48];
+        assert!(!flow.on_client(&connect[..]), "ConnectRequest");
+        assert!(!flow.on_server(&connect[..]), "ConnectResponse");
+        assert!(!flow.on_client(&frame(PING_XID)), "a ping");
+        assert!(!flow.on_server(&frame(PING_XID)), "its answer");
+        assert!(flow.on_client(&frame(1)), "a request");
         assert!(!flow.on_server(&frame(NOTIFICATION_XID)), "a watch event");
         assert!(flow.on_server(&frame(1)), "the request's answer");
-        assert!(flow.on_client(), "a ping");
-        assert!(flow.on_server(&frame(-2)), "its answer");
     }
 }
