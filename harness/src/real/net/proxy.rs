@@ -838,10 +838,12 @@ mod tests {
             .all(|e| e.kind == kind::DELAY && e.detail.contains(" ms")));
     }
 
-    /// A broker stand-in speaking Kafka's framing: each request frame `[size][api_key
-    /// i16][api_version i16][correlation_id i32][payload]` is applied (its payload logged)
-    /// and answered `[size][correlation_id][payload]`, in order, several in flight.
-    fn frame_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    /// A server speaking size-prefixed frames on a fresh loopback port, and what it
+    /// applied: `answer` gets each frame's body and whether it is its connection's first,
+    /// and returns what the frame applied (logged) and the bytes to answer.
+    fn sized_server(
+        answer: fn(&[u8], bool) -> (Option<String>, Vec<u8>),
+    ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let addr = listener.local_addr().unwrap();
         let applied = Arc::new(Mutex::new(Vec::new()));
@@ -849,36 +851,51 @@ mod tests {
         std::thread::spawn(move || {
             for mut stream in listener.incoming().flatten() {
                 let log = Arc::clone(&log);
-                std::thread::spawn(move || loop {
-                    let mut size = [0u8; 4];
-                    if stream.read_exact(&mut size).is_err() {
-                        return;
+                std::thread::spawn(move || {
+                    let mut first = true;
+                    while let Some(body) = read_frame(&mut stream) {
+                        let (done, reply) = answer(&body, std::mem::replace(&mut first, false));
+                        log.lock().unwrap().extend(done);
+                        let _ = stream.write_all(&reply);
                     }
-                    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-                    if stream.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    log.lock()
-                        .unwrap()
-                        .push(String::from_utf8_lossy(&body[8..]).into_owned());
-                    let mut answer = body[4..8].to_vec();
-                    answer.extend_from_slice(&body[8..]);
-                    let mut frame = (answer.len() as i32).to_be_bytes().to_vec();
-                    frame.extend_from_slice(&answer);
-                    let _ = stream.write_all(&frame);
                 });
             }
         });
         (addr, applied)
     }
 
+    /// A broker stand-in speaking Kafka's framing: each request frame `[size][api_key
+    /// i16][api_version i16][correlation_id i32][payload]` is applied (its payload logged)
+    /// and answered `[size][correlation_id][payload]`, in order, several in flight.
+    fn frame_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        sized_server(|body, _| {
+            let mut answer = body[4..8].to_vec();
+            answer.extend_from_slice(&body[8..]);
+            let payload = String::from_utf8_lossy(&body[8..]).into_owned();
+            (Some(payload), sized(&answer))
+        })
+    }
+
     fn kafka_request(correlation_id: i32, payload: &str) -> Vec<u8> {
         let mut body = vec![0, 0, 0, 9]; // api_key 0 (Produce), api_version 9
         body.extend_from_slice(&correlation_id.to_be_bytes());
         body.extend_from_slice(payload.as_bytes());
-        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&body);
-        frame
+        sized(&body)
+    }
+
+    /// `body` as a size-prefixed frame (Kafka's and ZooKeeper's framing).
+    fn sized(body: &[u8]) -> Vec<u8> {
+        [&(body.len() as i32).to_be_bytes()[..], body].concat()
+    }
+
+    /// One size-prefixed frame's body from `s`, `None` at the stream's end or its read
+    /// timeout.
+    fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+        let mut size = [0u8; 4];
+        s.read_exact(&mut size).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        s.read_exact(&mut body).ok()?;
+        Some(body)
     }
 
     /// Sends the requests pipelined on one connection, each frame split across writes;
@@ -895,12 +912,9 @@ mod tests {
         }
         let mut out = Vec::new();
         for _ in requests {
-            let mut size = [0u8; 4];
-            if s.read_exact(&mut size).is_err() {
+            let Some(body) = read_frame(&mut s) else {
                 break;
-            }
-            let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-            s.read_exact(&mut body).unwrap();
+            };
             let id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
             out.push((id, String::from_utf8_lossy(&body[4..]).into_owned()));
         }
@@ -978,47 +992,18 @@ mod tests {
     /// (its payload logged) and answered with a watch notification (xid -1) and then
     /// `[size][xid][zxid i64][err i32][payload]`.
     fn zk_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let applied = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&applied);
-        let frame = |body: &[u8]| {
-            let mut f = (body.len() as i32).to_be_bytes().to_vec();
-            f.extend_from_slice(body);
-            f
-        };
-        std::thread::spawn(move || {
-            for mut stream in listener.incoming().flatten() {
-                let log = Arc::clone(&log);
-                std::thread::spawn(move || {
-                    let mut handshaken = false;
-                    loop {
-                        let mut size = [0u8; 4];
-                        if stream.read_exact(&mut size).is_err() {
-                            return;
-                        }
-                        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-                        if stream.read_exact(&mut body).is_err() {
-                            return;
-                        }
-                        if !std::mem::replace(&mut handshaken, true) {
-                            let _ = stream.write_all(&frame(&[0; 16]));
-                            continue;
-                        }
-                        log.lock()
-                            .unwrap()
-                            .push(String::from_utf8_lossy(&body[8..]).into_owned());
-                        let mut watch = (-1i32).to_be_bytes().to_vec();
-                        watch.extend_from_slice(&[0; 12]);
-                        let mut answer = body[..4].to_vec();
-                        answer.extend_from_slice(&[0; 12]);
-                        answer.extend_from_slice(&body[8..]);
-                        let _ = stream.write_all(&[frame(&watch), frame(&answer)].concat());
-                    }
-                });
+        sized_server(|body, first| {
+            if first {
+                return (None, sized(&[0; 16]));
             }
-        });
-        (addr, applied)
+            let mut watch = (-1i32).to_be_bytes().to_vec();
+            watch.extend_from_slice(&[0; 12]);
+            let mut answer = body[..4].to_vec();
+            answer.extend_from_slice(&[0; 12]);
+            answer.extend_from_slice(&body[8..]);
+            let payload = String::from_utf8_lossy(&body[8..]).into_owned();
+            (Some(payload), [sized(&watch), sized(&answer)].concat())
+        })
     }
 
     /// Opens a session through `port` and sends one request of `payload`; the xids of the
@@ -1027,26 +1012,14 @@ mod tests {
     fn zk_call(port: u16, payload: &str, wait: Duration) -> Option<Vec<i32>> {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(wait)).unwrap();
-        let connect_request = [&44i32.to_be_bytes()[..], &[0; 44]].concat();
-        s.write_all(&connect_request).unwrap();
-        let mut handshake = [0u8; 20];
-        s.read_exact(&mut handshake).ok()?;
+        s.write_all(&sized(&[0; 44])).unwrap(); // a ConnectRequest
+        read_frame(&mut s)?; // its ConnectResponse
         let mut body = 7i32.to_be_bytes().to_vec(); // xid 7
         body.extend_from_slice(&14i32.to_be_bytes()); // multi
         body.extend_from_slice(payload.as_bytes());
-        s.write_all(&[&(body.len() as i32).to_be_bytes()[..], &body].concat())
-            .unwrap();
-        let mut xids = Vec::new();
-        for _ in 0..2 {
-            let mut size = [0u8; 4];
-            if s.read_exact(&mut size).is_err() {
-                break;
-            }
-            let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-            s.read_exact(&mut frame).unwrap();
-            xids.push(int32_at(&frame, 0).unwrap());
-        }
-        Some(xids)
+        s.write_all(&sized(&body)).unwrap();
+        let frames = (0..2).map_while(|_| read_frame(&mut s));
+        Some(frames.map(|f| int32_at(&f, 0).unwrap()).collect())
     }
 
     /// In front of ZooKeeper the session's handshake is never faulted and a watch
