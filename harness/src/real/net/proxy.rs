@@ -838,12 +838,14 @@ mod tests {
             .all(|e| e.kind == kind::DELAY && e.detail.contains(" ms")));
     }
 
+    /// A test server's answer to one frame's body (and whether it is its connection's
+    /// first): what the frame applied, if anything, and the bytes to answer.
+    type Answer = fn(&[u8], bool) -> (Option<String>, Vec<u8>);
+
     /// A server speaking size-prefixed frames on a fresh loopback port, and what it
     /// applied: `answer` gets each frame's body and whether it is its connection's first,
     /// and returns what the frame applied (logged) and the bytes to answer.
-    fn sized_server(
-        answer: fn(&[u8], bool) -> (Option<String>, Vec<u8>),
-    ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    fn sized_server(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let addr = listener.local_addr().unwrap();
         let applied = Arc::new(Mutex::new(Vec::new()));
