@@ -37,11 +37,11 @@
 //! client ends its session when an operation times out (`ZooKeeperImpl::receiveThread`
 //! throws `Operation timeout (no response)` and `finalize`s; the next
 //! `Context::getZooKeeper` opens a new one), where `zookeeper-client` would wait for the
-//! silent connection until its own 8-tick timeout. Keeper's errors become `KEEPER_EXCEPTION` (999)
-//! carrying the [`KeeperError`] as ClickHouse's `Coordination::Exception` does (a lost
-//! connection included: a write whose answer was lost may have applied, exactly as
-//! through KeeperMap). A call that gets no answer within `timeout_ms` is
-//! [`ChClientError::Timeout`].
+//! silent connection until its own 8-tick timeout. Keeper's errors become
+//! `KEEPER_EXCEPTION` (999) carrying the [`KeeperError`] as ClickHouse's
+//! `Coordination::Exception` does (a lost connection included: a write whose answer was
+//! lost may have applied, exactly as through KeeperMap). A call that gets no answer
+//! within `timeout_ms` is [`ChClientError::Timeout`].
 
 use super::clickhouse::RealClickHouse;
 use super::meter::{StoreCall, StoreMeter};
