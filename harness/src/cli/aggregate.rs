@@ -3,10 +3,11 @@
 //! (the failing seed with the fewest faults before its first forbidden anomaly; ties go to
 //! the smallest seed).
 //!
-pub use super::judge::{check_options, exit_class, expected_verdict};
+pub use super::judge::exit_class;
 use crate::checker::{check_all, CheckResult, Validity};
 use crate::history::History;
 use crate::report::explain::{explain_forbidden, fault_effect_lines, Explanation};
+pub use crate::report::judge::{check_options, expected_verdict};
 pub use crate::report::SeedClass;
 use crate::report::{Counterexample, EffectCount, Ledger, ScenarioResult, SeedRecord, Verdict};
 use crate::runner::SeedOutcome;
@@ -101,7 +102,7 @@ fn faults_before(history: &History, limit: Option<usize>) -> (Vec<String>, u64) 
 
 /// The scenario's verdict: any crash, else any invalid or unknown seed, else any stall.
 pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
-    super::judge::verdict_of(seeds.iter().map(|s| &s.class))
+    crate::report::judge::verdict_of(seeds.iter().map(|s| &s.class))
 }
 
 /// The counterexample seed: fewest faults before its first forbidden anomaly, then the
@@ -109,7 +110,7 @@ pub fn scenario_verdict(seeds: &[SeedVerdict]) -> Verdict {
 pub fn counterexample_seed(seeds: &[SeedVerdict], verdict: Verdict) -> Option<&SeedVerdict> {
     seeds
         .iter()
-        .filter(|s| super::judge::matches_verdict(&s.class, verdict))
+        .filter(|s| crate::report::judge::matches_verdict(&s.class, verdict))
         .min_by_key(|s| (s.faults_before_anomaly_count, s.seed))
 }
 
@@ -130,7 +131,7 @@ pub fn replay_command(scenario_path: &Path, seed: u64) -> String {
 }
 
 /// Merges judged seeds into the scenario's result, `position` being the scenario's place
-/// in the run's list; the result is settled ([`super::judge::settle`]) from its ledger.
+/// in the run's list; the result is settled ([`crate::report::judge::settle`]) from its ledger.
 pub fn aggregate(
     scenario: &Scenario,
     scenario_path: &Path,
@@ -174,7 +175,7 @@ pub fn aggregate(
     result.fault_effects = effect_counts(seeds);
     result.counterexample = counterexample;
     result.ledger = Some(ledger(scenario, seeds, position));
-    super::judge::settle(&mut result);
+    crate::report::judge::settle(&mut result);
     result
 }
 

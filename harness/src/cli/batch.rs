@@ -6,7 +6,7 @@
 //! for any `--jobs`, but for wall times and the order of progress lines.
 
 use super::aggregate::{aggregate, history_path, judge_seed, SeedClass, SeedVerdict};
-use super::judge::{ledger_class, settle};
+use super::judge::ledger_class;
 use super::output::print_scenario_end;
 use super::partition::Partition;
 use super::pool::run_pool;
@@ -14,6 +14,7 @@ use super::seeds::{run_guarded, seed_block, write_history};
 use super::shrink::{forbidden_cases, record_shrunk, shrink};
 use super::{corpus, ExitClass, DEFAULT_SEED_BASE};
 use crate::checker::Anomaly;
+use crate::report::judge::settle;
 use crate::report::{ScenarioResult, Verdict};
 use crate::scenario::Scenario;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};

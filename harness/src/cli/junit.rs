@@ -157,7 +157,7 @@ mod tests {
             shrink_note: None,
             determinism_notes: Vec::new(),
         });
-        super::super::judge::settle(&mut r);
+        crate::report::judge::settle(&mut r);
         r
     }
 

@@ -6,11 +6,12 @@
 //! run's own rule (fewest faults before the first forbidden anomaly, then the smallest
 //! seed), with the shrink its shard made of it.
 
-use super::judge::{ledger_class, matches_verdict, settle, verdict_of};
+use super::judge::ledger_class;
 use super::junit::write_junit;
 use super::output::print_scenario_end;
 use super::rundir::{create_run_dir, publish};
 use super::{config_error, corpus, ExitClass, MergeArgs};
+use crate::report::judge::{matches_verdict, settle, verdict_of};
 use crate::report::{Ledger, RunReport, ScenarioResult};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `eosim run` (scenarios against real services) and `eosim worker` (one process of such a
 //! run), built without `--cfg madsim`.
 
-use super::judge::{exit_class, expected_verdict};
+use super::judge::exit_class;
 use super::rundir::run_scenarios;
 use super::{config_error, ExitClass, ImagesArgs, LazyfsArgs, RunArgs, WorkerArgs};
 use crate::real::backend::Backend;
@@ -10,6 +10,7 @@ use crate::real::run::worker::run_worker;
 use crate::real::run::worker_spec::{Role, WorkerSpec};
 use crate::real::run::workers::default_exe;
 use crate::real::run::{run_real, RunOptions};
+use crate::report::judge::expected_verdict;
 use crate::report::ScenarioResult;
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};

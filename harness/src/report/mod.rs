@@ -38,6 +38,7 @@ pub mod agreement;
 pub mod bench;
 pub mod explain;
 pub mod html;
+pub mod judge;
 mod ledger;
 mod markdown;
 pub mod plot;

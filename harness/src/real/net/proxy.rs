@@ -211,7 +211,7 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     /// Starts a proxy for `server` (its node name) at `upstream`, on a free loopback port,
-    /// its dice seeded with `seed` and the server's name ([`dice_seed`]).
+    /// its dice seeded with `seed` and the server's name (FNV-1a of the name, mixed in).
     ///
     /// # Errors
     /// The OS's, when no port can be bound.

@@ -185,7 +185,7 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
         }
         Pipeline::TransactionalCopy => vec![scenario.copy.output_topic.clone()],
         // KIP-618: the task's transactions write the connector's topic.
-        Pipeline::ConnectSource if crate::cli::judge::sink_reads_committed(scenario) => {
+        Pipeline::ConnectSource if crate::report::judge::sink_reads_committed(scenario) => {
             vec![scenario.topic.name.clone()]
         }
         _ => Vec::new(),
@@ -195,7 +195,7 @@ pub fn transactional_outputs(scenario: &Scenario) -> Vec<String> {
 /// The isolation level the sink group reads a transactional upstream with (`[workload]
 /// "transactional.id"`): the copiers' `[copy] "isolation.level"`, the Streams instances'
 /// ([`crate::streams::StreamsSpec::isolation`]), or for the sink pipelines read_committed
-/// when their consumers are configured so ([`crate::cli::judge::sink_reads_committed`]),
+/// when their consumers are configured so ([`crate::report::judge::sink_reads_committed`]),
 /// else Kafka's default read_uncommitted;
 /// `None` without a transactional upstream. The drain's lag then ends at the last record
 /// such a consumer returns ([`super::cluster::consumed_ends`]), not at the high watermark.
@@ -204,7 +204,7 @@ pub fn upstream_isolation(scenario: &Scenario) -> Option<Isolation> {
     Some(match scenario.pipeline {
         Pipeline::TransactionalCopy => scenario.copy.isolation_level.to_isolation(),
         Pipeline::StreamsCount => scenario.streams.isolation(),
-        _ => match crate::cli::judge::sink_reads_committed(scenario) {
+        _ => match crate::report::judge::sink_reads_committed(scenario) {
             true => Isolation::ReadCommitted,
             false => Isolation::ReadUncommitted,
         },

@@ -4,7 +4,7 @@
 use super::measure::measure;
 use super::RealOutcome;
 use crate::checker::{check_all, Validity};
-use crate::cli::judge::{check_options, expected_verdict};
+use crate::report::judge::{check_options, expected_verdict};
 use crate::report::{Counterexample, EffectCount, ScenarioResult, Verdict, REPORT_CASES_MAX};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub fn scenario_result(
     // Marks are counted in the workers' own processes, which do not report them: only the
     // fault effects are judged here.
     let (not_exercised, allowed) =
-        crate::cli::judge::not_exercised(scenario, &result.fault_effects, None);
+        crate::report::judge::not_exercised(scenario, &result.fault_effects, None);
     result.not_exercised = not_exercised;
     result.notes.extend(
         allowed
