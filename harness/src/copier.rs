@@ -28,8 +28,8 @@
 //! requested, or the abort succeeded) or info (the commit's outcome is unknown).
 
 use crate::client::{
-    next_offsets, AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig,
-    ProducerRecord, TransactionalProducer, TxnError,
+    next_offsets, AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig, ProducerRecord,
+    TransactionalProducer, TxnError, TxnSettings,
 };
 use crate::history::refs::{parse_id, record_ref, text};
 use crate::history::{OpKind, RecordRef, Value};
@@ -64,17 +64,6 @@ pub trait CopierHost: Send + Sync {
     /// # Errors
     /// A text when the client cannot be created (the loop retries).
     fn txn_producer(&self, config: &TxnSettings) -> Result<Self::Txn, String>;
-}
-
-/// The transactional producer a copier asks its host for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TxnSettings {
-    /// `transactional.id`: `copier-<i>`.
-    pub transactional_id: String,
-    /// `transaction.timeout.ms` (`copy.transaction_timeout_ms`).
-    pub transaction_timeout_ms: u64,
-    /// The producer settings underneath: `[workload]`'s idempotent producer.
-    pub producer: ProducerConfig,
 }
 
 /// One copier's settings, from the scenario.

@@ -39,8 +39,8 @@
 //! still open when the run ends is recorded by the run's final state as an invoke without
 //! completion (undecided: [`UpstreamState::take_open_at_end`]).
 
+use crate::client::TxnSettings;
 use crate::client::{ProducerRecord, TransactionalProducer, TxnError};
-use crate::copier::TxnSettings;
 use crate::history::{OpKind, RecordRef, Value};
 use crate::scenario::Scenario;
 use eosim_sim::kafka::TopicPartition;

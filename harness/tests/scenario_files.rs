@@ -958,12 +958,12 @@ fn consumer_isolation_of_the_copy_and_of_streams_takes_kafkas_names() {
     .expect("a read_uncommitted copier");
     assert_eq!(
         copy.copy.isolation_level,
-        eosim::scenario::consumer::IsolationLevel::ReadUncommitted
+        eosim::client::IsolationLevel::ReadUncommitted
     );
     let default = parse_for(Pipeline::TransactionalCopy, "").expect("defaults");
     assert_eq!(
         default.copy.isolation_level,
-        eosim::scenario::consumer::IsolationLevel::ReadCommitted,
+        eosim::client::IsolationLevel::ReadCommitted,
         "the copier reads read_committed unless told otherwise"
     );
     let error = parse_for(
@@ -976,7 +976,7 @@ fn consumer_isolation_of_the_copy_and_of_streams_takes_kafkas_names() {
     let scenario = parse_for(Pipeline::StreamsCount, alo).expect("at_least_once read_committed");
     assert_eq!(
         scenario.streams.consumer_isolation_level,
-        Some(eosim::scenario::consumer::IsolationLevel::ReadCommitted)
+        Some(eosim::client::IsolationLevel::ReadCommitted)
     );
     let eos = "[streams]\nprocessing_guarantee = \"exactly_once_v2\"\n\
                \"consumer.isolation.level\" = \"read_uncommitted\"\n";

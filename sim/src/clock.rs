@@ -23,6 +23,13 @@ thread_local! {
     static OFFSETS_MS: RefCell<BTreeMap<NodeId, i64>> = const { RefCell::new(BTreeMap::new()) };
 }
 
+/// Simulated time since the runtime started, ns: the monotonic clock every simulated
+/// process shares (a `clock-jump` moves wall clocks, never this one). The time every
+/// history op and nemesis fault is stamped with.
+pub fn now_ns() -> u64 {
+    madsim::time::TimeHandle::current().elapsed().as_nanos() as u64
+}
+
 /// Moves `node`'s wall clock by `delta_ms` (negative: back), on top of earlier jumps.
 pub fn jump(node: NodeId, delta_ms: i64) {
     OFFSETS_MS.with(|o| *o.borrow_mut().entry(node).or_default() += delta_ms);

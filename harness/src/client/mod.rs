@@ -252,6 +252,28 @@ pub enum AutoOffsetReset {
     None,
 }
 
+/// `isolation.level`, as Kafka spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationLevel {
+    /// Every record up to the high watermark, aborted transactions' included (Kafka's
+    /// default).
+    #[default]
+    ReadUncommitted,
+    /// Up to the last stable offset, aborted transactions' records filtered out (KIP-98).
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The model's isolation.
+    pub fn to_isolation(self) -> Isolation {
+        match self {
+            Self::ReadUncommitted => Isolation::ReadUncommitted,
+            Self::ReadCommitted => Isolation::ReadCommitted,
+        }
+    }
+}
+
 /// Consumer settings, with the Java/librdkafka names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerConfig {
@@ -616,6 +638,19 @@ impl TxnError {
     pub fn is_ambiguous(&self) -> bool {
         self.cause.is_ambiguous()
     }
+}
+
+/// The transactional producer a component asks its host for (the copier of
+/// `transactional-copy`, a Connect source task under `exactly.once.support`, the
+/// transactional upstream): what the host's [`TransactionalProducer`] is created with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnSettings {
+    /// `transactional.id` (the copier's is `copier-<i>`).
+    pub transactional_id: String,
+    /// `transaction.timeout.ms`, ms.
+    pub transaction_timeout_ms: u64,
+    /// The idempotent producer settings underneath.
+    pub producer: ProducerConfig,
 }
 
 /// A transactional producer, shaped after rdkafka's `Producer` transaction methods

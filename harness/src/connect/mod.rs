@@ -1,5 +1,4 @@
-//! The Kafka Connect side of eosim: the sink task contract ([`task`]), the change events
-//! P2's producers send ([`cdc_events`]), configuration
+//! The Kafka Connect side of eosim: the sink task contract ([`task`]), configuration
 //! with Connect's own keys ([`config`]), converters ([`converter`]), errant records and
 //! the dead-letter queue ([`errant`]), Debezium change
 //! events ([`debezium`]), the distributed herder and its control API ([`herder`]), the
@@ -14,7 +13,6 @@
 //! Behaviour follows `shared/models-reference.md` section E and Kafka Connect's
 //! `WorkerSinkTask`.
 
-pub mod cdc_events;
 pub mod config;
 pub mod converter;
 pub mod debezium;

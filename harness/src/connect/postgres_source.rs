@@ -22,7 +22,7 @@
 use super::source_config::SourceConnectorConfig;
 use super::source_task::{SourceRecord, SourceTask, StoredOffsets};
 use super::task::ConnectError;
-use crate::connect::cdc_events::ID_HEADER;
+use crate::history::refs::ID_HEADER;
 use bytes::Bytes;
 use eosim_sim::source_db::{ChangeEvent, ChangeLog, LogPosition};
 use serde_json::{json, Value as Json};

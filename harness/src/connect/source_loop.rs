@@ -435,7 +435,7 @@ fn to_producer_record(record: &SourceRecord) -> (ProducerRecord, u64, Option<Str
     let id = record
         .headers
         .iter()
-        .find(|(k, _)| k == super::cdc_events::ID_HEADER)
+        .find(|(k, _)| k == crate::history::refs::ID_HEADER)
         .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
         .unwrap_or(u64::MAX);
     let key = record.key.as_ref().map(Json::to_string);

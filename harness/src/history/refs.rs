@@ -21,6 +21,19 @@ pub fn parse_id(value: &Option<Bytes>) -> u64 {
     text(value).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
 }
 
+/// The header carrying a record's unique id where its value cannot (the change events of
+/// `connect-jdbc`, a poison record among them: `scenario::cdc_events`).
+pub const ID_HEADER: &str = "eosim.id";
+
+/// The [`ID_HEADER`] header's value; `u64::MAX` without one.
+pub fn id_of(headers: &[(String, Bytes)]) -> u64 {
+    headers
+        .iter()
+        .find(|(k, _)| k == ID_HEADER)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
 /// A consumed record as the history refers to it.
 pub fn record_ref(r: &ConsumedRecord) -> RecordRef {
     RecordRef {
@@ -56,6 +69,13 @@ pub fn named_by_input(
 mod tests {
     use super::*;
     use eosim_sim::kafka::TopicPartition;
+
+    #[test]
+    fn the_id_header_names_the_event() {
+        let headers = vec![(ID_HEADER.to_string(), Bytes::from("42"))];
+        assert_eq!(id_of(&headers), 42);
+        assert_eq!(id_of(&[]), u64::MAX);
+    }
 
     #[test]
     fn a_record_is_named_by_the_id_its_value_carries() {

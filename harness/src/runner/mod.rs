@@ -8,12 +8,13 @@
 //! every partition's high watermark) within `drain.time_s_max`, or the run is `stalled`.
 
 pub mod nemesis;
-pub mod world;
 
 pub use crate::workload::Pipeline;
 
 use crate::history::{History, OpKind, Value};
 use crate::scenario::{Scenario, TopicSpec};
+use crate::world::World;
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
 use eosim_sim::kafka::TopicPartition;
@@ -22,7 +23,6 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
-use world::{now_ns, World};
 
 /// What one seed of one scenario produced.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ pub fn run_seed_with(scenario: &Scenario, seed: u64, verbose: bool) -> SeedOutco
 
 /// As [`run_seed_with`], with a weak reference to the run's Kafka model: once the run is
 /// over it must be dead, since every node and task of a seed goes with the seed (tests of
-/// that hold it; see [`world::World::shutdown`]).
+/// that hold it; see [`World::shutdown`]).
 #[doc(hidden)]
 pub fn run_seed_probed(
     scenario: &Scenario,

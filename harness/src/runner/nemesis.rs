@@ -2,9 +2,10 @@
 //! the swarm's, [`eosim_sim::nemesis::swarm`]) turned into madsim kills, pauses, clogged
 //! links and message faults, recorded in the history.
 
-use super::world::{broker_name, now_ns, World};
 use crate::history::refs::{parse_id, text};
 use crate::history::{OpKind, RecordRef, Value};
+use crate::world::{broker_name, World};
+use eosim_sim::clock::now_ns;
 use eosim_sim::effects::{self, kind};
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;

@@ -39,9 +39,10 @@
 //! `property.kafka_default_offsets`).
 
 use super::Scenario;
-use crate::client::{AssignmentStrategy, AutoOffsetReset, ConsumerConfig, GroupProtocol};
+use crate::client::{
+    AssignmentStrategy, AutoOffsetReset, ConsumerConfig, GroupProtocol, IsolationLevel,
+};
 use eosim_sim::kafka::group::consumer_protocol::SERVER_ASSIGNORS;
-use eosim_sim::kafka::Isolation;
 use serde::{Deserialize, Serialize};
 
 /// The consumer group of `kafka-consume`'s sink consumers.
@@ -73,32 +74,10 @@ impl Scenario {
     }
 }
 
-/// `isolation.level`, as Kafka spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IsolationLevel {
-    /// Every record up to the high watermark, aborted transactions' included (Kafka's
-    /// default).
-    #[default]
-    ReadUncommitted,
-    /// Up to the last stable offset, aborted transactions' records filtered out (KIP-98).
-    ReadCommitted,
-}
-
 /// Whether `level` is `read_committed` (for `skip_serializing_if` where that is the
 /// default).
 pub fn is_read_committed(level: &IsolationLevel) -> bool {
     *level == IsolationLevel::ReadCommitted
-}
-
-impl IsolationLevel {
-    /// The model's isolation.
-    pub fn to_isolation(self) -> Isolation {
-        match self {
-            Self::ReadUncommitted => Isolation::ReadUncommitted,
-            Self::ReadCommitted => Isolation::ReadCommitted,
-        }
-    }
 }
 
 /// `[consumer]`.

@@ -29,13 +29,17 @@
 //! pipeline-specific section is allowed only under the pipelines [`SECTION_READERS`] lists
 //! for it, so a dead section cannot pass for configuration.
 
+pub mod cdc_events;
 pub mod clickhouse;
 pub mod consumer;
 pub mod doris_sink;
 pub mod producer;
 pub mod routine_load;
+mod streams;
 
 use crate::checker::Claim;
+use crate::client::IsolationLevel;
+use crate::is_default;
 use eosim_sim::kafka::kop::{Flavour, KopConfig};
 use eosim_sim::kafka::{
     Acks, ClusterConfig, PartitionEpochBookkeeping, StaticMemberRejoin, TxnProtocol,
@@ -184,7 +188,7 @@ pub struct CopySpec {
         rename = "isolation.level",
         skip_serializing_if = "consumer::is_read_committed"
     )]
-    pub isolation_level: consumer::IsolationLevel,
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for CopySpec {
@@ -200,7 +204,7 @@ impl Default for CopySpec {
             buggify_end_txn_delay_probability: 0.0,
             buggify_delay_ms: 0,
             group_protocol: crate::client::GroupProtocol::Classic,
-            isolation_level: consumer::IsolationLevel::ReadCommitted,
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }
@@ -388,12 +392,6 @@ fn default_producer_id_expiration_check() -> u64 {
 
 fn default_true() -> bool {
     true
-}
-
-/// Whether `value` is its type's default: serde's `skip_serializing_if` for keys a
-/// scenario file leaves out when they have their default.
-pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
 }
 
 impl Default for ClusterSpec {

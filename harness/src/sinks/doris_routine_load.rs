@@ -24,7 +24,7 @@ use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::doris::{DorisClientError, SimDoris};
 use crate::client::{AutoOffsetReset, ConsumedRecord, Consumer, ConsumerConfig};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
-use crate::runner::world::now_ns;
+use eosim_sim::clock::now_ns;
 use eosim_sim::doris::fe_routine_load::TaskAssignment;
 use eosim_sim::doris::routine_load::{KafkaOffset, RlTaskTxnCommitAttachment};
 use eosim_sim::doris::service::{BeRequest, BeResponse, FeRequest, FeResponse};

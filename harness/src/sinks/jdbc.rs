@@ -42,12 +42,12 @@
 //! `truncate.enabled` false, `max.retries` 10, `retry.backoff.ms` 3000.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
-use crate::connect::cdc_events::id_of;
 use crate::connect::config::{self, ConfigError};
 use crate::connect::debezium::{key_of, key_row, parse_change, Change, JsonRow};
 use crate::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
+use crate::history::refs::id_of;
 use crate::history::RecordRef;
 use crate::sinks::{completion, NoWriteLog, WriteLog};
 use async_trait::async_trait;

@@ -20,8 +20,8 @@ use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
 use crate::client::{Consumer, ConsumerGroupMetadata, ProducerConfig};
 use crate::history::{OpKind, Recorder, Value};
-use crate::runner::world::now_ns;
 use async_trait::async_trait;
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::{Isolation, Offset, Request, Response, TopicPartition};
 
 /// Bound on one DeleteRecords of a repartition partition, ms.

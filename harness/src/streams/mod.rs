@@ -64,8 +64,8 @@ pub mod restore;
 #[cfg(madsim)]
 pub mod standby;
 
-use crate::scenario::consumer::IsolationLevel;
-use crate::scenario::is_default;
+use crate::client::IsolationLevel;
+use crate::is_default;
 use serde::{Deserialize, Serialize};
 
 /// The id and event time (ms) an input record of `streams-count` carries in its value

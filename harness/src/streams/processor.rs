@@ -75,7 +75,7 @@
 //! entries included.
 //! Then the record collector flushes (`RecordCollectorImpl.flush`, `streams::collector`):
 //! sends are not awaited one by one but handed to the producer with a callback, batched
-//! (`linger.ms` 100, [`STREAMS_PRODUCER_LINGER_MS`]) and all delivered here; the first send
+//! (`linger.ms` 100, [`STREAMS_PRODUCER_LINGER_MS`](super::STREAMS_PRODUCER_LINGER_MS)) and all delivered here; the first send
 //! error is thrown then (or at the next send), and the changelog offsets acknowledged move
 //! each task's checkpointable position.
 //! - `at_least_once`: persistent stores flush with a checkpoint; then the offsets are
@@ -93,14 +93,13 @@ use super::cache::{self, CachingStore, EntrySizer, NamedCache, ThreadCache};
 use super::collector::{Collector, SendError, TaskIncarnation};
 use super::store::{Disk, Flushed, KeyValueStore};
 use super::topology::{StreamRecord, Topology, Update};
-use super::{ProcessingGuarantee, StoreKind, StreamsSpec, STREAMS_PRODUCER_LINGER_MS};
+use super::{ProcessingGuarantee, StoreKind, StreamsSpec};
 use crate::client::{
     AutoOffsetReset, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ConsumerGroupMetadata,
     Delivery, Producer, ProducerConfig, ProducerRecord, Revocation, TransactionalProducer,
     TxnError,
 };
 use crate::history::{OpKind, Value};
-use crate::scenario::Scenario;
 use async_trait::async_trait;
 use bytes::Bytes;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
@@ -248,35 +247,6 @@ pub struct ProcessorConfig {
 }
 
 impl ProcessorConfig {
-    /// Instance `index` of `scenario`: `[streams]`, its topology over `[topic]`, the
-    /// session timeout (`streams.session_timeout_ms`, else the workload's) and
-    /// `[workload]`'s idempotent producer settings (acks, timeouts, retries) with Streams'
-    /// batching: `[streams] "producer.linger.ms"` (default [`STREAMS_PRODUCER_LINGER_MS`]),
-    /// `"producer.batch.size"` and the Java producer's 5 requests in flight per broker.
-    pub fn of_scenario(scenario: &Scenario, index: u32, disk: Disk) -> Self {
-        let s = &scenario.streams;
-        Self {
-            index,
-            spec: s.clone(),
-            topology: s.topology(&scenario.topic.name, scenario.topic.partitions),
-            session_timeout_ms: s
-                .session_timeout_ms
-                .unwrap_or(scenario.workload.session_timeout_ms),
-            producer: {
-                let base = scenario.workload.idempotent_producer_config();
-                ProducerConfig {
-                    linger_ms: s.producer_linger_ms.unwrap_or(STREAMS_PRODUCER_LINGER_MS),
-                    batch_size: s.producer_batch_size.unwrap_or(base.batch_size),
-                    max_in_flight_requests_per_connection: 5,
-                    ..base
-                }
-            },
-            disk,
-            process_id: String::new(),
-            cooperative: s.cooperative(),
-        }
-    }
-
     /// `transactional.id` under exactly_once_v2: `<application.id>-<processId>-<threadIdx>`
     /// (apache/kafka `ActiveTaskCreator.producer()`, trunk 4.0 `1eb7644`; one stream thread,
     /// index 1), so it changes with the process id.
@@ -1498,6 +1468,7 @@ fn record(topic: &str, partition: Option<u32>, key: &Bytes, value: &Bytes) -> Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::Scenario;
 
     fn config(store: &str) -> ProcessorConfig {
         let text = format!(
@@ -1505,7 +1476,7 @@ mod tests {
              [streams]\nprocessing_guarantee = \"exactly_once_v2\"\nstore = \"{store}\"\n"
         );
         let s = Scenario::parse(std::path::Path::new("t.toml"), &text).expect("parses");
-        ProcessorConfig::of_scenario(&s, 0, Disk::default())
+        s.processor_config(0, Disk::default())
     }
 
     #[test]

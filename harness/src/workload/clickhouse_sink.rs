@@ -47,9 +47,9 @@ use crate::connect::config::WorkerConfig;
 use crate::connect::herder::Herder;
 use crate::connect::worker::{dlq_state, final_task_status, worker_process, WorkerRuntime};
 use crate::history::{OpKind, RecordRef, Recorder, Value};
-use crate::runner::world::{now_ns, World};
 use crate::scenario::clickhouse::ClickHouseSinkSpec;
 use crate::scenario::{Scenario, TopicSpec};
+use crate::world::World;
 use bytes::Bytes;
 use eosim_sim::clickhouse::keeper::Keeper;
 use eosim_sim::clickhouse::model::{ClickHouse, ServerConfig};
@@ -57,6 +57,7 @@ use eosim_sim::clickhouse::service::{
     clickhouse_ip, keeper_ip, serve_clickhouse, serve_keeper, ClickHouseWorld,
 };
 use eosim_sim::clickhouse::types::{ColumnType, TableDef, Value as ChValue};
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;

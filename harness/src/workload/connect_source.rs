@@ -36,7 +36,6 @@
 
 use super::records::{read_committed, LsoGrace, LSO_GRACE_EXTRA_MS};
 use super::{add_connect_workers, restart_failed_tasks, Pipeline};
-use crate::connect::cdc_events::ID_HEADER;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
 use crate::connect::postgres_source::{position_of, PostgresSourceTask};
@@ -45,9 +44,11 @@ use crate::connect::source_task::{parse_offset_key, SourceTask};
 use crate::connect::source_worker::{SourceFactory, SourceRuntime};
 use crate::connect::worker::{final_task_status, TaskRun, WorkerRuntime};
 use crate::history::refs::text;
+use crate::history::refs::ID_HEADER;
 use crate::history::{OpKind, RecordRef, Recorder, Value};
-use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
+use crate::world::World;
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Record, TopicPartition};
 use eosim_sim::source_db::{ChangeLog, LogPosition};

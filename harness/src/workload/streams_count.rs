@@ -56,14 +56,14 @@ use crate::history::refs::text;
 use crate::history::{
     OpKind, RecordRef, Recorder, StreamsInputRecord, StreamsRecord, StreamsUpdate, Value,
 };
-use crate::runner::world::{now_ns, World};
 use crate::scenario::{Scenario, TopicSpec};
 use crate::streams::instance::{self, InstanceContext};
 use crate::streams::partition_assignor::Board;
-use crate::streams::processor::ProcessorConfig;
 use crate::streams::store::Disk;
 use crate::streams::{input_id_and_time, output_update, StreamsSpec, TopologyKind};
+use crate::world::World;
 use bytes::Bytes;
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
 use std::collections::BTreeMap;
@@ -117,7 +117,7 @@ impl Context {
     fn instance(&self, index: u32) -> InstanceContext {
         let s = &self.scenario;
         InstanceContext {
-            processor: ProcessorConfig::of_scenario(s, index, self.disk.clone()),
+            processor: s.processor_config(index, self.disk.clone()),
             brokers: s.cluster.brokers,
             board: self.board.clone(),
             recorder: self.recorder.clone(),

@@ -25,10 +25,10 @@ use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
 use crate::client::{Producer, ProducerRecord, TransactionalProducer};
-use crate::runner::world::now_ns;
 use crate::scenario::Scenario;
 use crate::streams::join::{table_value, TABLE_TRANSACTION_RECORDS};
 use bytes::Bytes;
+use eosim_sim::clock::now_ns;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

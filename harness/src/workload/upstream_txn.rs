@@ -11,11 +11,11 @@
 
 use crate::client::sim::conn::Connection;
 use crate::client::sim::txn::{SimTransactionalProducer, TxnProducerConfig};
-use crate::copier::TxnSettings;
+use crate::client::TxnSettings;
 use crate::history::{OpKind, Recorder, Value};
-use crate::runner::world::now_ns;
 use crate::scenario::Scenario;
 use crate::upstream::{UpstreamConfig, UpstreamHost, UpstreamState};
+use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
 use std::collections::BTreeMap;

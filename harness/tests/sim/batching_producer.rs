@@ -7,7 +7,7 @@ use bytes::Bytes;
 use eosim::checker::{Anomaly, Validity};
 use eosim::client::sim::{admin::SimAdmin, conn::Connection, producer::SimProducer};
 use eosim::client::{Admin, ClientError, Delivery, Producer, ProducerConfig, ProducerRecord};
-use eosim::runner::world::World;
+use eosim::world::World;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::{ClusterConfig, TopicConfig};

@@ -15,7 +15,7 @@ use eosim::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
 use eosim::connect::worker::{worker_process, SinkFactory, TaskRun, WorkerRuntime};
-use eosim::runner::world::World;
+use eosim::world::World;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::KafkaWorld;
 use eosim_sim::kafka::{ClusterConfig, Offset, TopicConfig, TopicPartition};

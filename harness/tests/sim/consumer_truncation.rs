@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use eosim::client::{AutoOffsetReset, Consumer, ConsumerConfig};
 use eosim::runner::nemesis;
-use eosim::runner::world::World;
+use eosim::world::World;
 use eosim_sim::kafka::model::{Cluster, CrashMode, Reply};
 use eosim_sim::kafka::service::KafkaWorld;
 use eosim_sim::kafka::*;

@@ -8,7 +8,7 @@ use eosim::client::{
     Admin, ConsumerGroupMetadata, Delivery, ProducerConfig, ProducerRecord, TransactionalProducer,
     TxnError,
 };
-use eosim::runner::world::World;
+use eosim::world::World;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::{ClusterConfig, Offset, TopicConfig, TopicPartition};

@@ -36,11 +36,11 @@ use super::cluster::{self, StabilityProbe};
 use super::connect_state::{task_states, FinalState};
 use super::worker_spec::Role;
 use super::workers::Worker;
-use crate::connect::cdc_events::id_of;
 use crate::connect::config::WorkerConfig;
 use crate::connect::postgres_source::{position_of, PostgresSourceTask};
 use crate::connect::source_config::{exactly_once, offsets_isolation, SourceConnectorConfig};
 use crate::connect::source_task::{apply_offset_record, StoredOffsets};
+use crate::history::refs::id_of;
 use crate::history::{History, RecordRef, Value};
 use crate::scenario::{Scenario, TopicSpec};
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
@@ -127,7 +127,7 @@ pub fn setup(scenario: &Scenario, bootstrap: &str) -> Result<(), String> {
 /// log: with it the task starts as early as there.
 fn warm_transaction_log(bootstrap: &str) -> Result<(), String> {
     use crate::client::TransactionalProducer;
-    let settings = crate::copier::TxnSettings {
+    let settings = crate::client::TxnSettings {
         transactional_id: WARM_UP_TRANSACTIONAL_ID.to_string(),
         transaction_timeout_ms: 60_000,
         producer: crate::client::ProducerConfig::default(),

@@ -4,8 +4,8 @@
 //! (created at the start) and their tasks' last states.
 
 use super::cluster::{self, LogRecord, Probe};
-use crate::connect::cdc_events::id_of;
 use crate::connect::config::ConnectorConfig;
+use crate::history::refs::id_of;
 use crate::history::{DlqRecord, History, Value};
 use crate::report::BulkLoad;
 use crate::scenario::{Scenario, TopicSpec};

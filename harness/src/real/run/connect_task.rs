@@ -30,7 +30,6 @@ use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::meter::StoreMeter;
 use crate::client::real::{RealConsumer, RealProducer};
 use crate::client::Consumer;
-use crate::connect::cdc_events::id_of;
 use crate::connect::config::WorkerConfig;
 use crate::connect::sink_loop::TaskHost;
 use crate::connect::sink_loop::{
@@ -39,6 +38,7 @@ use crate::connect::sink_loop::{
 use crate::connect::task::{
     ConnectError, ErrantRecordReporter, SinkRecord, SinkTask, SinkTaskContext,
 };
+use crate::history::refs::id_of;
 use crate::history::{OpKind, Value};
 use crate::real::clock::run_clock_ns;
 use async_trait::async_trait;

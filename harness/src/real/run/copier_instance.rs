@@ -14,7 +14,8 @@
 
 use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::{RealConsumer, RealTransactionalProducer, RealTxnConfig};
-use crate::copier::{self, CopierConfig, CopierHost, TxnSettings};
+use crate::client::TxnSettings;
+use crate::copier::{self, CopierConfig, CopierHost};
 use crate::history::{OpKind, Value};
 
 /// Copiers a real run can number apart (see the module docs).

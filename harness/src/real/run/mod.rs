@@ -946,79 +946,14 @@ mod tests {
     }
 
     /// The sibling modules of `real::run` import one another without a circle (issue 13
-    /// asked for the 10-file import circle to go): a `super::<module>` outside comments is
-    /// an import; a depth-first walk finds any cycle and names it.
+    /// asked for the 10-file import circle to go): a `super::<module>` outside comments and
+    /// unit tests is an import (`test_support::import_circle`).
     #[test]
     fn the_run_modules_import_one_another_without_a_circle() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/real/run");
-        let mut modules: Vec<(String, String)> = std::fs::read_dir(&dir)
-            .expect("src/real/run")
-            .filter_map(|e| {
-                let path = e.ok()?.path();
-                let name = path.file_stem()?.to_str()?.to_string();
-                let is_rs = path.extension().is_some_and(|x| x == "rs") && name != "mod";
-                let code = std::fs::read_to_string(&path).ok()?;
-                let code = (code.lines())
-                    .filter(|l| !l.trim_start().starts_with("//"))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                is_rs.then_some((name, code))
-            })
-            .collect();
-        modules.sort();
-        let imports = |code: &str, m: &str| {
-            // The group up to its matching brace (groups nest: `use super::{a::{B}, c}`).
-            let grouped = code.split("use super::{").skip(1).any(|rest| {
-                let mut depth = 1;
-                let end = rest.find(|ch| {
-                    depth += match ch {
-                        '{' => 1,
-                        '}' => -1,
-                        _ => 0,
-                    };
-                    depth == 0
-                });
-                let group = &rest[..end.unwrap_or(rest.len())];
-                group.split([',', ' ', '\n', ':', '{', '}']).any(|w| w == m)
-            });
-            grouped
-                || code.match_indices(&format!("super::{m}")).any(|(i, _)| {
-                    let next = code[i + "super::".len() + m.len()..].chars().next();
-                    !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
-                })
-        };
-        let edges: Vec<Vec<usize>> = (modules.iter())
-            .map(|(_, code)| {
-                (modules.iter().enumerate())
-                    .filter(|(_, (m, _))| imports(code, m))
-                    .map(|(j, _)| j)
-                    .collect()
-            })
-            .collect();
-        // 0 unvisited, 1 on the path, 2 done.
-        fn walk(v: usize, edges: &[Vec<usize>], mark: &mut [u8], path: &mut Vec<usize>) -> bool {
-            mark[v] = 1;
-            path.push(v);
-            for &w in &edges[v] {
-                if mark[w] == 1 {
-                    path.push(w);
-                    return true;
-                }
-                if mark[w] == 0 && walk(w, edges, mark, path) {
-                    return true;
-                }
-            }
-            path.pop();
-            mark[v] = 2;
-            false
-        }
-        let mut mark = vec![0u8; modules.len()];
-        for v in 0..modules.len() {
-            let mut path = Vec::new();
-            if mark[v] == 0 && walk(v, &edges, &mut mark, &mut path) {
-                let names: Vec<&str> = path.iter().map(|&i| modules[i].0.as_str()).collect();
-                panic!("import circle: {}", names.join(" -> "));
-            }
+        let modules = crate::test_support::modules_in(&dir, &["mod"]);
+        if let Some(circle) = crate::test_support::import_circle(&modules, "super::") {
+            panic!("import circle: {}", circle.join(" -> "));
         }
         assert!(modules.len() > 20, "read {} modules", modules.len());
     }

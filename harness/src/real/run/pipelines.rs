@@ -53,12 +53,13 @@ use super::worker_spec::{Role, REAL_EVENTS_SEED, SINK_GROUP};
 use super::workers::Worker;
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::real::RealPostgres;
-use crate::connect::cdc_events::{build_events, id_of};
+use crate::history::refs::id_of;
 use crate::history::{History, Op, OpKind, SourceRecord, Value};
 use crate::real::container::Runtime;
 use crate::real::net::proxy::{Framing, Proxy};
 use crate::real::provision::Postgres;
 use crate::real::scratch::start_in;
+use crate::scenario::cdc_events::build_events;
 use crate::scenario::{FlavourName, Pipeline, Scenario};
 use crate::sinks::jdbc::{parse_connector, JdbcSinkConfig};
 use eosim_sim::kafka::{

@@ -29,9 +29,7 @@ use crate::client::{
     AssignmentStrategy, AutoOffsetReset, Consumer, ConsumerConfig, ProducerConfig,
 };
 use crate::history::{OpKind, Value};
-use crate::streams::processor::{
-    self, ChangelogReader, Processor, ProcessorConfig, Restored, StreamsHost,
-};
+use crate::streams::processor::{self, ChangelogReader, Processor, Restored, StreamsHost};
 use crate::streams::store::{changelog_entry, Disk, KeyValueStore};
 use async_trait::async_trait;
 use eosim_sim::kafka::{Isolation, Offset, TopicPartition};
@@ -175,7 +173,7 @@ pub async fn run_streams(spec: &WorkerSpec) -> Result<(), String> {
     // Persistent stores flush into the run's directory, which outlives the process (the
     // instance's `state.dir`); in-memory stores never touch it.
     let disk = Disk::in_dir(spec.sink_dir.join("streams-state"));
-    let mut cfg = ProcessorConfig::of_scenario(s, instance_index(&spec.name)?, disk);
+    let mut cfg = s.processor_config(instance_index(&spec.name)?, disk);
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -24,7 +24,7 @@
 use super::worker_spec::{Emit, WorkerSpec};
 use crate::client::real::RealTransactionalProducer;
 use crate::client::ProducerRecord;
-use crate::copier::TxnSettings;
+use crate::client::TxnSettings;
 use crate::history::{OpKind, Value};
 use crate::upstream::{Session, UpstreamConfig, UpstreamHost, UpstreamState};
 use std::fs::{File, OpenOptions};

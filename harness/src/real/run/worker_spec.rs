@@ -20,7 +20,7 @@ pub enum Role {
     /// `kafka-consume`: polls, writes into the sink and commits, until killed.
     Consumer,
     /// `connect-jdbc`: sends its range of the scenario's change events
-    /// ([`crate::connect::cdc_events`]), then exits 0.
+    /// ([`crate::scenario::cdc_events`]), then exits 0.
     CdcProducer,
     /// `connect-jdbc`: one Connect sink task ([`super::connect_task`]) until killed; exits
     /// non-zero when the task fails.

@@ -10,10 +10,10 @@ use crate::connect::herder::ConfigParser;
 use crate::connect::task::SinkTask;
 use crate::connect::worker::{SinkFactory, TaskRun};
 use crate::history::{OpKind, Value};
-use crate::runner::world::now_ns;
 use crate::sinks::clickhouse::{
     create_tables, ClickHouseSinkConfig, ClickHouseSinkTask, CONNECTOR_CLASS, KEYS,
 };
+use eosim_sim::clock::now_ns;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

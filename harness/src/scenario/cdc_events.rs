@@ -9,16 +9,15 @@
 //!   a row is distinct. Draws come from the caller's RNG (madsim's in simulation, a seeded
 //!   one in a real run), so the simulation's histories depend only on its seed.
 //!
-//! Each event's id travels in header [`ID_HEADER`] (a poison record has no other place
+//! Each event's id travels in header [`ID_HEADER`](crate::history::refs::ID_HEADER) (a poison record has no other place
 //! for it).
+//!
+//! Built from the scenario, so it lives here rather than in `connect`: the components
+//! below the scenario layer never read a scenario file.
 
-use crate::scenario::Scenario;
-use bytes::Bytes;
+use super::{Scenario, TableSpec};
 use madsim::rand::Rng;
 use std::collections::BTreeMap;
-
-/// The header carrying an event's unique id.
-pub const ID_HEADER: &str = "eosim.id";
 
 /// One change event to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,15 +77,6 @@ pub fn build_events<R: Rng>(scenario: &Scenario, rng: &mut R) -> Vec<Event> {
     events
 }
 
-/// The [`ID_HEADER`] header's value; `u64::MAX` without one.
-pub fn id_of(headers: &[(String, Bytes)]) -> u64 {
-    headers
-        .iter()
-        .find(|(k, _)| k == ID_HEADER)
-        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
 /// Why `event` is built to be bad input, if it is: `poison: value is not JSON`,
 /// `oversized: 612 bytes > max.message.bytes 400`, `poison: name is null (not null)`,
 /// `poison: note has 11 characters (varchar(10))`, `schema drift: email is no column of
@@ -126,7 +116,7 @@ pub fn bad_record_reason(scenario: &Scenario, event: &Event) -> Option<String> {
 /// column, a string longer than its `varchar(n)`.
 fn bad_for_table(
     row: &serde_json::Map<String, serde_json::Value>,
-    table: &crate::scenario::TableSpec,
+    table: &TableSpec,
 ) -> Option<String> {
     let columns: BTreeMap<&str, &str> = table
         .columns
@@ -216,13 +206,6 @@ generate = { events = 50, keys = 3, delete_probability = 0.3 }
         }
         let again = build_events(&s, &mut madsim::rand::rngs::StdRng::seed_from_u64(7));
         assert_eq!(events, again, "the same seed draws the same events");
-    }
-
-    #[test]
-    fn the_id_header_names_the_event() {
-        let headers = vec![(ID_HEADER.to_string(), Bytes::from("42"))];
-        assert_eq!(id_of(&headers), 42);
-        assert_eq!(id_of(&[]), u64::MAX);
     }
 
     fn catalogue(file: &str) -> Scenario {

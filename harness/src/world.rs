@@ -7,6 +7,7 @@
 //! `producers`, `consumers`, `streams`, `clients` (producers, consumers, streams), `all`.
 
 use crate::history::{OpKind, Recorder, Value};
+use eosim_sim::clock::now_ns;
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::{CrashMode, Env};
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
@@ -305,9 +306,4 @@ impl World {
         self.recorder
             .record(t, "nemesis", OpKind::Info, value, None);
     }
-}
-
-/// Simulated ns since the runtime started.
-pub fn now_ns() -> u64 {
-    madsim::time::TimeHandle::current().elapsed().as_nanos() as u64
 }
