@@ -12,6 +12,7 @@ use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::{CrashMode, Env};
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::BrokerId;
+use eosim_sim::nemesis::group_member;
 use madsim::runtime::Handle;
 use madsim::task::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -232,28 +233,16 @@ impl World {
     pub fn resolve(&self, targets: &[String]) -> Result<Vec<String>, String> {
         let mut out = BTreeSet::new();
         for target in targets {
-            let prefix = match target.as_str() {
-                "brokers" => Some("broker-"),
-                "producers" => Some("producer-"),
-                "consumers" => Some("consumer-"),
-                "streams" => Some("streams-"),
-                "clients" | "all" => None,
-                name if self.nodes.contains_key(name) => {
-                    out.insert(name.to_string());
-                    continue;
+            let known_group = target == "all" || group_member(target, "").is_some();
+            if !known_group {
+                if !self.nodes.contains_key(target.as_str()) {
+                    return Err(format!("unknown node or group `{target}`"));
                 }
-                other => return Err(format!("unknown node or group `{other}`")),
-            };
+                out.insert(target.clone());
+                continue;
+            }
             for name in self.nodes.keys() {
-                let hit = match (prefix, target.as_str()) {
-                    (Some(p), _) => name.starts_with(p),
-                    (None, "clients") => {
-                        name.starts_with("producer-")
-                            || name.starts_with("consumer-")
-                            || name.starts_with("streams-")
-                    }
-                    _ => name != "controller",
-                };
+                let hit = group_member(target, name).unwrap_or(name != "controller");
                 if hit {
                     out.insert(name.clone());
                 }

@@ -11,6 +11,26 @@
 
 pub mod swarm;
 
+/// Whether `node` belongs to the node group `group` a fault may name, by the node names
+/// both worlds give their processes: `brokers` (`broker-*`), `producers` (`producer-*`),
+/// `consumers` (`consumer-*`: kafka-consume's consumers, transactional-copy's copiers),
+/// `streams` (`streams-*`) and `clients` (the last three). Connect workers (`connect-*`,
+/// `worker-*`) and the databases are in none of them: a fault names them. `None` when
+/// `group` is none of these groups (a node's name, or `all`, which each world resolves to
+/// its own nodes). The simulation's `World::resolve` and the real tier's fault injector
+/// both resolve groups with it, so one scenario's faults hit the same processes in both.
+pub fn group_member(group: &str, node: &str) -> Option<bool> {
+    let prefixes: &[&str] = match group {
+        "brokers" => &["broker-"],
+        "producers" => &["producer-"],
+        "consumers" => &["consumer-"],
+        "streams" => &["streams-"],
+        "clients" => &["producer-", "consumer-", "streams-"],
+        _ => return None,
+    };
+    Some(prefixes.iter().any(|p| node.starts_with(p)))
+}
+
 use crate::kafka::model::CrashMode;
 use serde::{Deserialize, Serialize};
 
@@ -281,4 +301,38 @@ fn default_duration_min() -> u64 {
 }
 fn default_duration_max() -> u64 {
     20_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_member;
+
+    #[test]
+    fn groups_take_their_nodes_by_name_and_connect_workers_only_by_name() {
+        let nodes = [
+            "broker-1",
+            "producer-0",
+            "consumer-1",
+            "streams-0",
+            "connect-0",
+            "worker-1",
+            "clickhouse",
+        ];
+        let members = |group: &str| -> Vec<&str> {
+            (nodes.iter().copied())
+                .filter(|n| group_member(group, n) == Some(true))
+                .collect()
+        };
+        assert_eq!(members("brokers"), ["broker-1"]);
+        assert_eq!(members("producers"), ["producer-0"]);
+        assert_eq!(members("consumers"), ["consumer-1"]);
+        assert_eq!(members("streams"), ["streams-0"]);
+        assert_eq!(
+            members("clients"),
+            ["producer-0", "consumer-1", "streams-0"]
+        );
+        for not_a_group in ["all", "worker-1", "workers"] {
+            assert_eq!(group_member(not_a_group, "worker-1"), None, "{not_a_group}");
+        }
+    }
 }

@@ -17,7 +17,8 @@
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
 //! | `messages` on `postgres` | the same through a proxy reading PostgreSQL's messages in front of its listener (no duplicates: noted) |
 //! | `messages` on `keeper` (`clickhouse-sink`) | the same through a proxy reading ZooKeeper's frames in front of its client port, started before ClickHouse (no duplicates: noted) |
-//! | any link fault to `keeper` from `clickhouse` | also on the links from each sink task's worker to ZooKeeper: ClickHouse 18.16 has no KeeperMap, so the workers keep its rows in ZooKeeper themselves (`Run::keeper_links`) |
+//! | any link fault to `keeper` from `clickhouse` | also on the links from each sink task's worker to ZooKeeper: ClickHouse 18.16 has no KeeperMap, so the workers keep its rows in ZooKeeper themselves ([`keeper_links`]) |
+//! | `partition` or `clog` of a sink task's worker from `clickhouse` | also of that worker from ZooKeeper: its KeeperMap queries, requests to ClickHouse in the simulation, go to ZooKeeper on real ([`keeper_links`]) |
 //! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
 //! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
 //! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall-clock offset stepped by `delta_ms` ([`crate::real::clock`]): every record its producers send after it carries that `CreateTime` (an explicit timestamp), its timers do not move, as in the simulation; the process records the effect when a record first carries it |
@@ -52,7 +53,7 @@ use crate::real::provision::{Kafka, ServiceFaults, ServiceState};
 use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::{Offset, TopicPartition};
-use eosim_sim::nemesis::{swarm, DeleteBefore, DeletePoint, Fault, ScheduledFault};
+use eosim_sim::nemesis::{group_member, swarm, DeleteBefore, DeletePoint, Fault, ScheduledFault};
 use madsim::rand::rngs::StdRng;
 use madsim::rand::SeedableRng;
 use std::collections::BTreeMap;
@@ -256,26 +257,14 @@ impl Run<'_> {
         out
     }
 
-    /// The real links that carry the simulation's link from `from` to `to`: itself, and
-    /// where one end is `keeper` and the other `clickhouse`, also the links between
-    /// ZooKeeper and each sink task's worker. In the simulation ClickHouse alone talks to
-    /// Keeper (its KeeperMap tables and Replicated tables); Debian's ClickHouse 18.16 has
-    /// no KeeperMap, so on real each worker keeps the sink's KeeperMap rows in ZooKeeper
-    /// itself ([`crate::client::real::zookeeper`]), and what cuts or faults ClickHouse's
-    /// Keeper traffic must reach those sessions too.
+    /// The real links that carry the simulation's link from `from` to `to`
+    /// ([`keeper_links`] over the run's sink task workers).
     pub(super) fn keeper_links(&self, from: &str, to: &str) -> Vec<(String, String)> {
-        let mut links = vec![(from.to_string(), to.to_string())];
-        let sink_workers = || {
-            (self.workers.iter())
-                .filter(|w| w.role == super::worker_spec::Role::SinkTask)
-                .map(|w| w.name.clone())
-        };
-        match (from, to) {
-            ("clickhouse", "keeper") => links.extend(sink_workers().map(|w| (w, to.into()))),
-            ("keeper", "clickhouse") => links.extend(sink_workers().map(|w| (from.into(), w))),
-            _ => {}
-        }
-        links
+        let sink_workers: Vec<&str> = (self.workers.iter())
+            .filter(|w| w.role == super::worker_spec::Role::SinkTask)
+            .map(|w| w.name.as_str())
+            .collect();
+        keeper_links(&sink_workers, from, to)
     }
 
     /// Node names and groups of a network fault: as [`Run::resolve`], with `all` every
@@ -582,42 +571,28 @@ impl Run<'_> {
         faults
     }
 
-    /// Node names and groups (`brokers`, `producers`, `consumers`, `clients`, `all`) to
-    /// node names.
+    /// Node names and groups to node names, distinct, in order: a group by
+    /// [`group_member`] over the brokers and the run's worker processes, as the simulation
+    /// resolves it (Connect workers are in no group but `all`); `all` every broker and
+    /// worker ([`Run::resolve_net`] adds the databases for network faults).
     fn resolve(&self, targets: &[String]) -> Vec<String> {
-        let brokers: Vec<String> = (1..=self.scenario.cluster.brokers)
+        let nodes: Vec<String> = (1..=self.scenario.cluster.brokers)
             .map(|b| format!("broker-{b}"))
+            .chain(self.workers.iter().map(|w| w.name.clone()))
             .collect();
-        // Producers, and everything else that reads (consumers, sink tasks).
-        let of_role = |producer: bool| -> Vec<String> {
-            self.workers
-                .iter()
-                .filter(|w| w.role.is_producer() == producer)
-                .map(|w| w.name.clone())
-                .collect()
-        };
-        let mut out = Vec::new();
+        let mut out: Vec<String> = Vec::new();
         for t in targets {
-            match t.as_str() {
-                "brokers" => out.extend(brokers.clone()),
-                "producers" => out.extend(of_role(true)),
-                "consumers" => out.extend(of_role(false)),
-                "streams" => out.extend(
-                    self.workers
-                        .iter()
-                        .filter(|w| w.name.starts_with("streams-"))
-                        .map(|w| w.name.clone()),
-                ),
-                "clients" => {
-                    out.extend(of_role(true));
-                    out.extend(of_role(false));
+            let names: Vec<&String> = match (t.as_str(), group_member(t, "")) {
+                ("all", _) => nodes.iter().collect(),
+                (_, Some(_)) => (nodes.iter())
+                    .filter(|n| group_member(t, n) == Some(true))
+                    .collect(),
+                (_, None) => vec![t],
+            };
+            for n in names {
+                if !out.contains(n) {
+                    out.push(n.clone());
                 }
-                "all" => {
-                    out.extend(brokers.clone());
-                    out.extend(of_role(true));
-                    out.extend(of_role(false));
-                }
-                name => out.push(name.to_string()),
             }
         }
         out
@@ -1129,5 +1104,84 @@ impl Run<'_> {
             self.pause(name, false);
         }
         self.restart_all(&names);
+    }
+}
+
+/// The real links that carry the simulation's link from `from` to `to`, given the sink
+/// tasks' workers `sink_workers`: the link itself, and where it carries KeeperMap traffic
+/// in the simulation, also the sink tasks' links to ZooKeeper. In the simulation ClickHouse
+/// alone talks to Keeper (its KeeperMap tables and Replicated tables) and a sink task's
+/// KeeperMap queries are requests to ClickHouse; Debian's ClickHouse 18.16 has no KeeperMap,
+/// so on real each worker keeps the sink's KeeperMap rows in ZooKeeper itself
+/// ([`crate::client::real::zookeeper`]). Hence:
+/// - `clickhouse` → `keeper` also cuts each sink worker → `keeper` (and back for back);
+/// - a sink worker → `clickhouse` also cuts that worker → `keeper` (its KeeperMap queries
+///   do not arrive), and `clickhouse` → the worker also cuts `keeper` → the worker (their
+///   answers do not).
+///
+/// Used for partitions and clogs. A `messages` fault sets faults per client on the proxy of
+/// the link's server only, so a worker → `clickhouse` one stays on ClickHouse's HTTP proxy
+/// (mapping it would need one draw per KeeperMap query; the ZooKeeper proxy draws per
+/// request).
+pub(super) fn keeper_links(sink_workers: &[&str], from: &str, to: &str) -> Vec<(String, String)> {
+    let mut links = vec![(from.to_string(), to.to_string())];
+    let link = |a: &str, b: &str| (a.to_string(), b.to_string());
+    match (from, to) {
+        ("clickhouse", "keeper") => links.extend(sink_workers.iter().map(|w| link(w, to))),
+        ("keeper", "clickhouse") => links.extend(sink_workers.iter().map(|w| link(from, w))),
+        (w, "clickhouse") if sink_workers.contains(&w) => links.push(link(w, "keeper")),
+        ("clickhouse", w) if sink_workers.contains(&w) => links.push(link("keeper", w)),
+        _ => {}
+    }
+    links
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keeper_links;
+
+    fn links(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn keeper_traffic_of_the_simulation_maps_to_the_sink_workers_zookeeper_links() {
+        let workers = ["worker-0", "worker-1"];
+        assert_eq!(
+            keeper_links(&workers, "clickhouse", "keeper"),
+            links(&[
+                ("clickhouse", "keeper"),
+                ("worker-0", "keeper"),
+                ("worker-1", "keeper")
+            ])
+        );
+        assert_eq!(
+            keeper_links(&workers, "keeper", "clickhouse"),
+            links(&[
+                ("keeper", "clickhouse"),
+                ("keeper", "worker-0"),
+                ("keeper", "worker-1")
+            ])
+        );
+        // A sink worker's link to ClickHouse carries its KeeperMap queries in simulation.
+        assert_eq!(
+            keeper_links(&workers, "worker-1", "clickhouse"),
+            links(&[("worker-1", "clickhouse"), ("worker-1", "keeper")])
+        );
+        assert_eq!(
+            keeper_links(&workers, "clickhouse", "worker-0"),
+            links(&[("clickhouse", "worker-0"), ("keeper", "worker-0")])
+        );
+        // Other links, and workers that are no sink tasks, are only themselves.
+        for (from, to) in [("worker-2", "clickhouse"), ("broker-1", "clickhouse")] {
+            assert_eq!(keeper_links(&workers, from, to), links(&[(from, to)]));
+        }
+        assert_eq!(
+            keeper_links(&workers, "worker-0", "broker-1"),
+            links(&[("worker-0", "broker-1")])
+        );
     }
 }
