@@ -91,11 +91,28 @@ impl ZkKeeperMapConfig {
 /// KeeperMap tables in ZooKeeper; see the module docs.
 pub struct ZkKeeperMap {
     config: ZkKeeperMapConfig,
-    session: tokio::sync::Mutex<Option<zk::Client>>,
+    session: tokio::sync::Mutex<Option<Session>>,
+    /// Sessions opened so far: the number of the next one.
+    opened: std::sync::atomic::AtomicU64,
     /// Table definitions known to this client, and the row conversion (a 23.7 server's).
     catalog: Mutex<Catalog>,
     /// Names looked up and found not to be KeeperMap tables.
     not_keeper_map: Mutex<BTreeSet<String>>,
+}
+
+/// An open ZooKeeper session, numbered in the order this client opened them, so that a
+/// call ends the session it was made on ([`ZkKeeperMap::end`]) and never one opened since
+/// (a late timeout of an old session's call would otherwise close a fresh one).
+#[derive(Clone)]
+struct Session {
+    number: u64,
+    client: zk::Client,
+}
+
+/// Whether `e` means the session is gone (expired, or the client closed it): the next call
+/// opens a new one.
+fn ends_session(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed)
 }
 
 impl std::fmt::Debug for ZkKeeperMap {
@@ -169,6 +186,7 @@ impl ZkKeeperMap {
         Self {
             config,
             session: tokio::sync::Mutex::new(None),
+            opened: std::sync::atomic::AtomicU64::new(0),
             catalog: Mutex::new(catalog),
             not_keeper_map: Mutex::new(BTreeSet::new()),
         }
@@ -181,7 +199,7 @@ impl ZkKeeperMap {
     /// does not answer.
     pub async fn connect(config: ZkKeeperMapConfig) -> Result<Self, ChClientError> {
         let map = Self::new(config);
-        map.client().await?;
+        map.session().await?;
         Ok(map)
     }
 
@@ -190,10 +208,11 @@ impl ZkKeeperMap {
         &self.config
     }
 
-    async fn client(&self) -> Result<zk::Client, ChClientError> {
+    /// The open session, or a new one.
+    async fn session(&self) -> Result<Session, ChClientError> {
         let mut slot = self.session.lock().await;
-        if let Some(client) = slot.as_ref() {
-            return Ok(client.clone());
+        if let Some(session) = slot.as_ref() {
+            return Ok(session.clone());
         }
         let session = Duration::from_millis(self.config.session_timeout_ms);
         let connect = zk::Client::connector()
@@ -206,20 +225,28 @@ impl ZkKeeperMap {
             Ok(Err(zk::Error::Timeout)) | Err(_) => return Err(unanswered("connect", timeout_ms)),
             Ok(Err(e)) => return Err(server(keeper_error(&e))),
         };
-        *slot = Some(client.clone());
-        Ok(client)
+        let number = (self.opened).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = Session { number, client };
+        *slot = Some(session.clone());
+        Ok(session)
     }
 
-    /// Ends the session after a call went unanswered, as ClickHouse's client does: the next
-    /// call opens a new one (see the module docs).
-    async fn finalize(&self) {
-        *self.session.lock().await = None;
+    /// Ends `session` if it is still the open one: after a call on it went unanswered, as
+    /// ClickHouse's client finalizes its session, or after it expired; the next call opens
+    /// a new one (see the module docs).
+    async fn end(&self, session: &Session) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| s.number == session.number) {
+            *slot = None;
+        }
     }
 
-    /// Runs `fut` within `timeout_ms`; a ZooKeeper error is mapped ([`keeper_error`]), and
-    /// a timeout ends the session ([`Self::finalize`]).
+    /// Runs `fut`, a call on `session`, within `timeout_ms`; a ZooKeeper error is mapped
+    /// ([`keeper_error`]); a timeout, an expired session or a closed client ends the
+    /// session ([`Self::end`]).
     async fn bounded<T>(
         &self,
+        session: &Session,
         what: &str,
         fut: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, ChClientError> {
@@ -227,12 +254,12 @@ impl ZkKeeperMap {
         match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(zk::Error::Timeout)) | Err(_) => {
-                self.finalize().await;
+                self.end(session).await;
                 Err(unanswered(what, timeout_ms))
             }
             Ok(Err(e)) => {
-                if matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed) {
-                    *self.session.lock().await = None;
+                if ends_session(&e) {
+                    self.end(session).await;
                 }
                 Err(server(keeper_error(&e)))
             }
@@ -241,8 +268,9 @@ impl ZkKeeperMap {
 
     /// `get` of one znode: data and version, `None` when absent.
     async fn get_znode(&self, path: &str) -> Result<Option<(Vec<u8>, i32)>, ChClientError> {
-        let client = self.client().await?;
-        match self.bounded("get", client.get_data(path)).await {
+        let session = self.session().await?;
+        let client = &session.client;
+        match self.bounded(&session, "get", client.get_data(path)).await {
             Ok((data, stat)) => Ok(Some((data, stat.version))),
             Err(ChClientError::Server(e)) if e.keeper_error == Some(KeeperError::NoNode) => {
                 Ok(None)
@@ -317,10 +345,11 @@ impl ZkKeeperMap {
 
     /// Creates `path` unless it exists.
     async fn ensure_node(&self, path: &str, data: &[u8]) -> Result<(), ChClientError> {
-        let client = self.client().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         let options = persistent();
         match self
-            .bounded("create", client.create(path, data, &options))
+            .bounded(&session, "create", client.create(path, data, &options))
             .await
         {
             Ok(_) => Ok(()),
@@ -332,8 +361,9 @@ impl ZkKeeperMap {
     }
 
     async fn mkdir(&self, path: &str) -> Result<(), ChClientError> {
-        let client = self.client().await?;
-        self.bounded("mkdir", client.mkdir(path, &persistent()))
+        let session = self.session().await?;
+        let client = &session.client;
+        self.bounded(&session, "mkdir", client.mkdir(path, &persistent()))
             .await
     }
 }
@@ -366,9 +396,14 @@ impl ClickHouse for ZkKeeperMap {
         let catalog = self.catalog_path(&def.name);
         self.mkdir(catalog.rsplit_once('/').expect("absolute").0)
             .await?;
-        let client = self.client().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         let created = self
-            .bounded("create", client.create(&catalog, &json, &persistent()))
+            .bounded(
+                &session,
+                "create",
+                client.create(&catalog, &json, &persistent()),
+            )
             .await;
         match created {
             Ok(_) => self.adopt(def),
@@ -388,15 +423,20 @@ impl ClickHouse for ZkKeeperMap {
             let catalog = self.catalog.lock().expect("not poisoned");
             prepare_insert(&catalog, &insert).map_err(server)?
         };
-        let client = self.client().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         // The `exists` of the table and of each key go out together, as KeeperMap's sink
         // sends its key checks as one batch (`StorageKeeperMap.cpp`, `KeeperMapSink`); one
         // session answers in request order, so this reads what the sequential calls did.
-        let data_stat = self.bounded("exists", client.check_stat(&prepared.table.data_path));
+        let data_stat = self.bounded(
+            &session,
+            "exists",
+            client.check_stat(&prepared.table.data_path),
+        );
         let keys = prepared
             .entries
             .iter()
-            .map(|(path, _)| self.bounded("exists", client.check_stat(path)));
+            .map(|(path, _)| self.bounded(&session, "exists", client.check_stat(path)));
         let (data_stat, keys) = futures::join!(data_stat, futures::future::join_all(keys));
         let keys_now = data_stat?.map_or(0, |s| s.num_children.max(0) as u64);
         let existing = keys
@@ -426,9 +466,18 @@ impl ClickHouse for ZkKeeperMap {
                 blocks_applied: usize::from(!ops.is_empty()),
                 parts: Vec::new(),
             }),
-            Ok(Err(e)) => Err(server(multi_error(&e))),
+            Ok(Err(e)) => {
+                let source = match &e {
+                    zk::MultiWriteError::RequestFailed { source } => source,
+                    zk::MultiWriteError::OperationFailed { source, .. } => source,
+                };
+                if ends_session(source) {
+                    self.end(&session).await;
+                }
+                Err(server(multi_error(&e)))
+            }
             Err(_) => {
-                self.finalize().await;
+                self.end(&session).await;
                 Err(unanswered("multi", timeout_ms))
             }
         }
@@ -437,9 +486,10 @@ impl ClickHouse for ZkKeeperMap {
     /// `SELECT * FROM <KeeperMap table>`, ordered by znode name; `FINAL` changes nothing.
     async fn select(&self, table: &str, _final: bool) -> Result<Vec<Row>, ChClientError> {
         let table = self.table_or_unknown(table).await?;
-        let client = self.client().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         let mut children = self
-            .bounded("list", client.list_children(&table.data_path))
+            .bounded(&session, "list", client.list_children(&table.data_path))
             .await?;
         children.sort();
         let mut rows = Vec::new();
@@ -484,17 +534,20 @@ impl KeeperMap for ZkKeeperMap {
             let catalog = self.catalog.lock().expect("not poisoned");
             prepare_put(&catalog, table, &row).map_err(server)?
         };
-        let client = self.client().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         match expected_version {
             None => {
                 let create = client.create(&path, &data, &persistent());
-                self.bounded("create", create)
+                self.bounded(&session, "create", create)
                     .await
                     .map(|(stat, _)| stat.version)
             }
             Some(v) => {
                 let set = client.set_data(&path, &data, Some(v));
-                self.bounded("set", set).await.map(|stat| stat.version)
+                self.bounded(&session, "set", set)
+                    .await
+                    .map(|stat| stat.version)
             }
         }
     }
