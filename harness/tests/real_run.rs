@@ -851,7 +851,9 @@ fn p3_streams_eos_with_an_instance_killed_mid_run_counts_exactly_on_real_kafka()
 /// So do the copiers of `transactional-copy` (`[copy] "isolation.level"`) and a Streams
 /// at_least_once count (`[streams] "consumer.isolation.level"`), whose read_uncommitted
 /// twin over-counts. The same session runs in simulation, where the pairs have the same
-/// verdicts.
+/// verdicts. A run of the Streams read_committed file whose instance recovered (and so
+/// replayed, as at_least_once may) and over-counted is run again, at most three times: it
+/// was seen once in about fifteen suites on a machine loaded by other real runs.
 #[test]
 fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_committed_one() {
     if !real_enabled("aborted_upstream_transactions_reach_a_read_uncommitted_sink") {
@@ -881,8 +883,41 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
         ("p3-alo-transactional-upstream-read-committed", None),
     ] {
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
-        let dir = service_dir("real-run-upstream");
-        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        let mut runs = 0;
+        let (outcome, result) = loop {
+            let dir = service_dir("real-run-upstream");
+            let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+            runs += 1;
+            // At least once, a Streams instance that recovered (its partitions lost to a
+            // session timeout on a loaded machine, a failed commit) replays from its
+            // committed offsets and may count twice: the run did not test "without faults
+            // nothing is replayed". Such a run does not count; three in a row fail.
+            let recovered = |o: &RealOutcome| -> Vec<String> {
+                (o.history.ops.iter())
+                    .filter_map(|op| match &op.value {
+                        Value::StreamsRecover { reason, .. } => Some(reason.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let replayed = recovered(&outcome);
+            let only_over_count =
+                (result.forbidden_anomalies.keys()).all(|a| a == "aggregate-over-count");
+            let excused = caught_by.is_none()
+                && scenario.streams.processing_guarantee
+                    == eosim::streams::ProcessingGuarantee::AtLeastOnce
+                && result.verdict == Verdict::Violated
+                && only_over_count
+                && !replayed.is_empty();
+            if !excused {
+                break (outcome, result);
+            }
+            eprintln!("{file}: run {runs} over-counted after a recovery {replayed:?}: not counted");
+            assert!(
+                runs < 3,
+                "{file}: a recovery in each of {runs} runs: {replayed:?}"
+            );
+        };
         assert_judged(file, &result, caught_by);
         // No faults: every send succeeds, so the run's transactions are exactly the planned
         // ones, and every third (numbers 2, 5, 8, 11) aborts.
