@@ -758,8 +758,14 @@ impl SimConsumer {
     /// paused partitions' records stay buffered.
     fn drain(&mut self) -> Vec<ConsumedRecord> {
         let max = self.group.config.max_poll_records.max(1);
+        if self.paused.is_empty() {
+            // The first `max` in order; the rest stay where they are (no copy of the
+            // buffer per poll: a fetch can buffer many times `max.poll.records`).
+            let n = max.min(self.buffer.len());
+            return self.buffer.drain(..n).collect();
+        }
         let mut out = Vec::new();
-        let mut kept = VecDeque::new();
+        let mut kept = VecDeque::with_capacity(self.buffer.len());
         while let Some(r) = self.buffer.pop_front() {
             if out.len() < max && !self.paused.contains(&r.tp) {
                 out.push(r);
