@@ -19,10 +19,11 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// The code of the module at `path` (a `.rs` file, or a directory and every `.rs` file
 /// under it) as an import check reads it: comment lines left out, and its unit tests
-/// (a `#[cfg(...test...)]` item `mod tests` and everything after it, files named
-/// `tests.rs` or under a `tests/` directory) too, since a test may build its input from a
-/// higher layer (a scenario file) without the module depending on it.
-pub(crate) fn module_code(path: &std::path::Path) -> String {
+/// ([`without_unit_tests`]; files named `tests.rs` or under a `tests/` directory) too, since
+/// a test may build its input from a higher layer (a scenario file) without the module
+/// depending on it. With `crate_root` (the crate's `src`), a `super::` chain that climbs
+/// from a file to the crate root reads as `crate::` (`super::scenario` in `copier.rs`).
+pub(crate) fn module_code(path: &std::path::Path, crate_root: Option<&std::path::Path>) -> String {
     let mut files = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(p) = stack.pop() {
@@ -42,18 +43,62 @@ pub(crate) fn module_code(path: &std::path::Path) -> String {
     let mut code = String::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
-        let lines: Vec<&str> = text.lines().collect();
-        let tests_at = lines.windows(2).position(|w| {
-            let attr = w[0].trim_start();
-            attr.starts_with("#[cfg(") && attr.contains("test") && w[1].starts_with("mod tests")
+        // The module's depth below the crate root: `a.rs` and `a/mod.rs` are 1, `a/b.rs` 2.
+        let to_root = crate_root.map(|root| {
+            let rel = file
+                .strip_prefix(root)
+                .expect("a file under the crate root");
+            let mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
+            "super::".repeat(rel.components().count() - usize::from(mod_rs))
         });
-        let kept = &lines[..tests_at.unwrap_or(lines.len())];
-        for line in kept.iter().filter(|l| !l.trim_start().starts_with("//")) {
-            code.push_str(line);
+        let lines = without_unit_tests(&text);
+        for line in lines.iter().filter(|l| !l.trim_start().starts_with("//")) {
+            match &to_root {
+                Some(chain) if !chain.is_empty() => code.push_str(&line.replace(chain, "crate::")),
+                _ => code.push_str(line),
+            }
             code.push('\n');
         }
     }
     code
+}
+
+/// The lines of `text` without its unit-test modules: a `#[cfg(...test...)]` line and the
+/// `mod tests;` after it, or the `mod tests { ... }` after it through its closing brace
+/// (braces counted; the rest of the file is read on).
+pub(crate) fn without_unit_tests(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let attr = lines[i].trim_start();
+        let next = lines.get(i + 1).map_or("", |l| l.trim_start());
+        if !(attr.starts_with("#[cfg(") && attr.contains("test") && next.starts_with("mod tests")) {
+            out.push(lines[i]);
+            i += 1;
+            continue;
+        }
+        i += 1;
+        if next.trim_end().ends_with(';') {
+            i += 1;
+            continue;
+        }
+        let mut depth = 0i64;
+        while i < lines.len() {
+            for ch in lines[i].chars() {
+                depth += match ch {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+            }
+            i += 1;
+            if depth <= 0 {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// Whether `code` imports module `m` through `prefix` (`"super::"` for siblings,
@@ -133,8 +178,13 @@ pub(crate) fn import_circle(modules: &[(String, String)], prefix: &str) -> Optio
 
 /// The modules directly under `dir`: each `.rs` file but `skip`'s, and each directory
 /// (a module's `x.rs` and its `x/` directory are one module), named by stem, with
-/// [`module_code`]'s code.
-pub(crate) fn modules_in(dir: &std::path::Path, skip: &[&str]) -> Vec<(String, String)> {
+/// [`module_code`]'s code; `crate_root` when `dir` is the crate's `src`.
+pub(crate) fn modules_in(
+    dir: &std::path::Path,
+    skip: &[&str],
+    crate_root: bool,
+) -> Vec<(String, String)> {
+    let root = crate_root.then_some(dir);
     let mut by_name: std::collections::BTreeMap<String, String> = Default::default();
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir:?}: {e}")) {
         let path = entry.expect("a directory entry").path();
@@ -146,7 +196,7 @@ pub(crate) fn modules_in(dir: &std::path::Path, skip: &[&str]) -> Vec<(String, S
             by_name
                 .entry(name.to_string())
                 .or_default()
-                .push_str(&module_code(&path));
+                .push_str(&module_code(&path, root));
         }
     }
     by_name.into_iter().collect()
@@ -158,6 +208,38 @@ mod tests {
 
     fn module(name: &str, code: &str) -> (String, String) {
         (name.to_string(), code.to_string())
+    }
+
+    #[test]
+    fn unit_tests_are_left_out_and_the_code_after_them_is_read() {
+        let text = "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n\
+                    #[cfg(all(test, not(madsim)))]\nmod tests {\n    fn f() {\n        \
+                    use crate::z;\n    }\n}\nuse crate::c;\n";
+        assert_eq!(
+            without_unit_tests(text),
+            ["use crate::a;", "use crate::b;", "use crate::c;"]
+        );
+    }
+
+    #[test]
+    fn a_super_chain_to_the_crate_root_is_a_crate_path() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let write = |path: &str, code: &str| {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, code).expect("write");
+        };
+        write("a.rs", "use super::b::X;\n");
+        write("b/mod.rs", "mod c;\n");
+        write("b/c.rs", "use super::super::a::Y;\nuse super::d::Z;\n");
+        let modules = modules_in(dir.path(), &[], true);
+        assert_eq!(
+            import_circle(&modules, "crate::"),
+            Some(vec!["a".into(), "b".into(), "a".into()])
+        );
+        // Read as siblings (no crate root), `super::` stays `super::`.
+        let siblings = modules_in(dir.path(), &[], false);
+        assert_eq!(import_circle(&siblings, "crate::"), None);
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!   a row is distinct. Draws come from the caller's RNG (madsim's in simulation, a seeded
 //!   one in a real run), so the simulation's histories depend only on its seed.
 //!
-//! Each event's id travels in header [`ID_HEADER`](crate::history::refs::ID_HEADER) (a poison record has no other place
-//! for it).
+//! Each event's id travels in header [`ID_HEADER`](crate::history::refs::ID_HEADER) (a
+//! poison record has no other place for it).
 //!
 //! Built from the scenario, so it lives here rather than in `connect`: the components
 //! below the scenario layer never read a scenario file.
@@ -72,7 +72,15 @@ pub fn build_events<R: Rng>(scenario: &Scenario, rng: &mut R) -> Vec<Event> {
             before.as_deref().unwrap_or("null"),
         );
         let value = format!(
-            r#"{{"after":{after},"before":{before},"op":"{op}","source":{{"seq":{id},"table":{table}}},"transaction":null}}"#
+            concat!(
+                r#"{{"after":{after},"before":{before},"op":"{op}","#,
+                r#""source":{{"seq":{id},"table":{table}}},"transaction":null}}"#
+            ),
+            after = after,
+            before = before,
+            op = op,
+            id = id,
+            table = table
         );
         events.push(Event {
             id,

@@ -9,8 +9,8 @@ use crate::streams::store::Disk;
 use crate::streams::STREAMS_PRODUCER_LINGER_MS;
 
 impl Scenario {
-    /// The [`ProcessorConfig`] of Streams instance `index`: `[streams]`, its topology over `[topic]`, the
-    /// session timeout (`streams.session_timeout_ms`, else the workload's) and
+    /// The [`ProcessorConfig`] of Streams instance `index`: `[streams]`, its topology over
+    /// `[topic]`, the session timeout (`streams.session_timeout_ms`, else the workload's) and
     /// `[workload]`'s idempotent producer settings (acks, timeouts, retries) with Streams'
     /// batching: `[streams] "producer.linger.ms"` (default [`STREAMS_PRODUCER_LINGER_MS`]),
     /// `"producer.batch.size"` and the Java producer's 5 requests in flight per broker.

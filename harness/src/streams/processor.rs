@@ -75,8 +75,8 @@
 //! entries included.
 //! Then the record collector flushes (`RecordCollectorImpl.flush`, `streams::collector`):
 //! sends are not awaited one by one but handed to the producer with a callback, batched
-//! (`linger.ms` 100, [`STREAMS_PRODUCER_LINGER_MS`](super::STREAMS_PRODUCER_LINGER_MS)) and all delivered here; the first send
-//! error is thrown then (or at the next send), and the changelog offsets acknowledged move
+//! (`linger.ms` 100, [`STREAMS_PRODUCER_LINGER_MS`](super::STREAMS_PRODUCER_LINGER_MS))
+//! and all delivered here; the first send error is thrown then (or at the next send), and the changelog offsets acknowledged move
 //! each task's checkpointable position.
 //! - `at_least_once`: persistent stores flush with a checkpoint; then the offsets are
 //!   committed. A crash in between replays input whose effect the changelog already

@@ -951,7 +951,7 @@ mod tests {
     #[test]
     fn the_run_modules_import_one_another_without_a_circle() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/real/run");
-        let modules = crate::test_support::modules_in(&dir, &["mod"]);
+        let modules = crate::test_support::modules_in(&dir, &["mod"], false);
         if let Some(circle) = crate::test_support::import_circle(&modules, "super::") {
             panic!("import circle: {}", circle.join(" -> "));
         }
