@@ -221,6 +221,8 @@ mod tests {
         );
     }
 
+    /// (Native only: `tempfile` is the real tier's dependency.)
+    #[cfg(not(madsim))]
     #[test]
     fn a_super_chain_to_the_crate_root_is_a_crate_path() {
         let dir = tempfile::tempdir().expect("a temp dir");
