@@ -306,7 +306,8 @@ fn canonical_key(row: &JsonRow, pk: &[String]) -> Option<String> {
         };
         values.push(v);
     }
-    Some(Json::Array(values).to_string())
+    // The bytes `Display` prints, without its fmt machinery (a hot path).
+    Some(serde_json::to_string(&Json::Array(values)).expect("JSON values serialize"))
 }
 
 /// Whether a stored value is what the event asked for (numbers within `real` rounding,

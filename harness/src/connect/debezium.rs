@@ -112,7 +112,8 @@ pub fn key_of(row: &JsonRow, pk_fields: &[String]) -> Option<String> {
             Some(v) => values.push(v.clone()),
         }
     }
-    Some(Value::Array(values).to_string())
+    // The bytes `Display` prints, without its fmt machinery (a hot path).
+    Some(serde_json::to_string(&Value::Array(values)).expect("JSON values serialize"))
 }
 
 /// The row a tombstone's record key names: an object is taken as the key columns; a

@@ -260,7 +260,8 @@ fn record_ref(record: &SinkRecord) -> RecordRef {
         id: id_of(&record.headers),
         key: record.key.as_ref().map(|k| match k {
             serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
+            // The bytes `Display` prints, without its fmt machinery (a hot path).
+            other => serde_json::to_string(other).expect("JSON values serialize"),
         }),
         tp: record.tp.clone(),
         offset: record.offset,
