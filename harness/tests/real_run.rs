@@ -537,6 +537,29 @@ fn a_partition_of_clickhouse_from_keeper_cuts_the_sink_tasks_zookeeper_sessions(
     assert_short_and_clean(&result, 150.0);
 }
 
+/// Keeps the history of a run that failed its test under `CARGO_TARGET_TMPDIR/kept/` (the
+/// run's own directory is removed with it) and prints its Streams tasks' starts, recoveries
+/// and final reads, so a rare failure can be read afterwards.
+fn keep_history(file: &str, outcome: &RealOutcome) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kept");
+    std::fs::create_dir_all(&dir).expect("the kept directory");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let path = dir.join(format!("{}-{stamp}.jsonl", file.replace('/', "_")));
+    std::fs::write(&path, outcome.history.to_jsonl()).expect("the history writes");
+    eprintln!("{file}: history kept at {}", path.display());
+    for op in &outcome.history.ops {
+        let streams = matches!(
+            op.value,
+            Value::StreamsRecover { .. } | Value::StreamsRestore { .. }
+        );
+        if streams || op.process == "final" {
+            eprintln!("  {}", eosim::history::text::format_op(op));
+        }
+    }
+}
+
 /// A real run of the ClickHouse sink's seed design under Keeper faults: it holds, or it is
 /// violated with what the design is known to do under them, nothing else: `sink-duplicate`
 /// (a retry from BEFORE inserts a batch again) and `sink-lost` (a redelivered batch below
@@ -910,6 +933,9 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
                 && only_over_count
                 && !replayed.is_empty();
             if !excused {
+                if caught_by.is_none() && result.verdict != Verdict::Holds {
+                    keep_history(file, &outcome);
+                }
                 break (outcome, result);
             }
             eprintln!("{file}: run {runs} over-counted after a recovery {replayed:?}: not counted");
