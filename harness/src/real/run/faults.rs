@@ -17,8 +17,8 @@
 //! | `messages` on brokers | the same through a Kafka-framed proxy in front of each broker, whose port it advertises |
 //! | `messages` on `postgres` | the same through a proxy reading PostgreSQL's messages in front of its listener (no duplicates: noted) |
 //! | `messages` on `keeper` (`clickhouse-sink`) | the same through a proxy reading ZooKeeper's frames in front of its client port, started before ClickHouse (no duplicates: noted) |
-//! | any link fault to `keeper` from `clickhouse` | also on the links from each sink task's worker to ZooKeeper: ClickHouse 18.16 has no KeeperMap, so the workers keep its rows in ZooKeeper themselves ([`keeper_links`]) |
-//! | `partition` or `clog` of a sink task's worker from `clickhouse` | also of that worker from ZooKeeper: its KeeperMap queries, requests to ClickHouse in the simulation, go to ZooKeeper on real ([`keeper_links`]) |
+//! | any link fault to `keeper` from `clickhouse` | also on the links from each sink task's worker to ZooKeeper: ClickHouse 18.16 has no KeeperMap, so the workers keep its rows in ZooKeeper themselves (`keeper_links`) |
+//! | `partition` or `clog` of a sink task's worker from `clickhouse` | also of that worker from ZooKeeper: its KeeperMap queries, requests to ClickHouse in the simulation, go to ZooKeeper on real (`keeper_links`) |
 //! | `kill` or `kill-leader` of brokers, `mode = "machine-crash"` | SIGKILL to each broker's JVM at once, then its data directory's lossy file system ([`crate::real::lazyfs`], after Jepsen's lazyfs) drops every write not fsynced; the effect names the bytes and files dropped |
 //! | `kill`, `mode = "machine-crash"`, of anything else | not injected, noted (only brokers' data directories are on the lossy file system) |
 //! | `clock-jump` of a worker (`producer-i`, `consumer-i`, `connect-i`, `streams-i`) | its wall-clock offset stepped by `delta_ms` ([`crate::real::clock`]): every record its producers send after it carries that `CreateTime` (an explicit timestamp), its timers do not move, as in the simulation; the process records the effect when a record first carries it |
