@@ -12,7 +12,7 @@ use eosim_sim::effects::kind;
 use eosim_sim::kafka::model::{CrashMode, Env};
 use eosim_sim::kafka::service::{broker_ip, KafkaWorld};
 use eosim_sim::kafka::BrokerId;
-use eosim_sim::nemesis::group_member;
+use eosim_sim::nemesis::{group_member, is_group};
 use madsim::runtime::Handle;
 use madsim::task::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -233,8 +233,7 @@ impl World {
     pub fn resolve(&self, targets: &[String]) -> Result<Vec<String>, String> {
         let mut out = BTreeSet::new();
         for target in targets {
-            let known_group = target == "all" || group_member(target, "").is_some();
-            if !known_group {
+            if !is_group(target) {
                 if !self.nodes.contains_key(target.as_str()) {
                     return Err(format!("unknown node or group `{target}`"));
                 }

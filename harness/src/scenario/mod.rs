@@ -44,7 +44,9 @@ use eosim_sim::kafka::kop::{Flavour, KopConfig};
 use eosim_sim::kafka::{
     Acks, ClusterConfig, PartitionEpochBookkeeping, StaticMemberRejoin, TxnProtocol,
 };
-use eosim_sim::nemesis::{DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm};
+use eosim_sim::nemesis::{
+    is_group, DeleteBefore, DeletePoint, Fault, ScheduledFault, Swarm, NODE_GROUPS,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1933,9 +1935,9 @@ impl Scenario {
     }
 
     /// A node name (`broker-1`..`broker-<brokers>`, `producer-0`.., `consumer-0`..) or a
-    /// group (`brokers`, `producers`, `consumers`, `clients`, `all`).
+    /// group ([`NODE_GROUPS`]).
     fn check_node(&self, key: &str, node: &str) -> Result<(), (String, String)> {
-        if NODE_GROUPS.contains(&node) || node == "streams" {
+        if is_group(node) {
             return Ok(());
         }
         let doris_node = matches!(node, "doris-fe" | "doris-be" | "operator");
@@ -2100,9 +2102,6 @@ pub const UPSTREAM_TXN_PIPELINES: [Pipeline; 7] = [
     Pipeline::TransactionalCopy,
     Pipeline::StreamsCount,
 ];
-
-/// Node groups a fault may name instead of single nodes.
-const NODE_GROUPS: [&str; 5] = ["brokers", "producers", "consumers", "clients", "all"];
 
 /// `Err((key, message))` unless `condition` holds.
 fn ensure(condition: bool, key: &str, message: String) -> Result<(), (String, String)> {

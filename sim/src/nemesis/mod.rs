@@ -11,6 +11,25 @@
 
 pub mod swarm;
 
+use crate::kafka::model::CrashMode;
+use serde::{Deserialize, Serialize};
+
+/// The node groups a fault may name instead of a node: those of [`group_member`], and
+/// `all`, which each world resolves to its own nodes.
+pub const NODE_GROUPS: [&str; 6] = [
+    "brokers",
+    "producers",
+    "consumers",
+    "streams",
+    "clients",
+    "all",
+];
+
+/// Whether `name` is one of [`NODE_GROUPS`] rather than a node's name.
+pub fn is_group(name: &str) -> bool {
+    NODE_GROUPS.contains(&name)
+}
+
 /// Whether `node` belongs to the node group `group` a fault may name, by the node names
 /// both worlds give their processes: `brokers` (`broker-*`), `producers` (`producer-*`),
 /// `consumers` (`consumer-*`: kafka-consume's consumers, transactional-copy's copiers),
@@ -30,9 +49,6 @@ pub fn group_member(group: &str, node: &str) -> Option<bool> {
     };
     Some(prefixes.iter().any(|p| node.starts_with(p)))
 }
-
-use crate::kafka::model::CrashMode;
-use serde::{Deserialize, Serialize};
 
 /// One fault or recovery. Serialized with `fault = "<kebab-case name>"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,7 +321,7 @@ fn default_duration_max() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::group_member;
+    use super::{group_member, is_group, NODE_GROUPS};
 
     #[test]
     fn groups_take_their_nodes_by_name_and_connect_workers_only_by_name() {
@@ -334,5 +350,10 @@ mod tests {
         for not_a_group in ["all", "worker-1", "workers"] {
             assert_eq!(group_member(not_a_group, "worker-1"), None, "{not_a_group}");
         }
+        // The named groups are `group_member`'s and `all`, nothing else.
+        for group in NODE_GROUPS {
+            assert_eq!(group_member(group, "").is_some(), group != "all", "{group}");
+        }
+        assert!(is_group("all") && !is_group("worker-1") && !is_group("workers"));
     }
 }
