@@ -57,16 +57,15 @@ pub fn build_events<R: Rng>(scenario: &Scenario, rng: &mut R) -> Vec<Event> {
         let id = events.len() as u64;
         let k = rng.gen_range(0..g.keys.max(1));
         let row = format!(r#"{{"id":{k},"name":"n{id}","v":{id}}}"#);
-        let (op, after, before) = match present.get(&k) {
-            None => ("c", Some(row), None),
-            Some(_) if rng.gen_bool(g.delete_probability.clamp(0.0, 1.0)) => {
-                ("d", None, present.remove(&k))
-            }
-            Some(_) => ("u", Some(row.clone()), present.insert(k, row)),
+        let (op, after) = match present.get(&k) {
+            None => ("c", Some(row)),
+            Some(_) if rng.gen_bool(g.delete_probability.clamp(0.0, 1.0)) => ("d", None),
+            Some(_) => ("u", Some(row)),
         };
-        if op == "c" {
-            present.insert(k, after.clone().expect("a created row"));
-        }
+        let before = match &after {
+            Some(a) => present.insert(k, a.clone()),
+            None => present.remove(&k),
+        };
         let (after, before) = (
             after.as_deref().unwrap_or("null"),
             before.as_deref().unwrap_or("null"),
