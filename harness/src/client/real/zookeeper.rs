@@ -148,13 +148,18 @@ pub fn keeper_error(e: &zk::Error) -> ChError {
 }
 
 fn multi_error(e: &zk::MultiWriteError) -> ChError {
+    let mut error = keeper_error(multi_source(e));
+    if let zk::MultiWriteError::OperationFailed { index, .. } = e {
+        error.message = format!("{} (multi op {index})", error.message);
+    }
+    error
+}
+
+/// The ZooKeeper error under a failed `multi`: the request's, or its failing operation's.
+fn multi_source(e: &zk::MultiWriteError) -> &zk::Error {
     match e {
-        zk::MultiWriteError::RequestFailed { source } => keeper_error(source),
-        zk::MultiWriteError::OperationFailed { index, source } => {
-            let mut error = keeper_error(source);
-            error.message = format!("{} (multi op {index})", error.message);
-            error
-        }
+        zk::MultiWriteError::RequestFailed { source } => source,
+        zk::MultiWriteError::OperationFailed { source, .. } => source,
     }
 }
 
@@ -467,11 +472,7 @@ impl ClickHouse for ZkKeeperMap {
                 parts: Vec::new(),
             }),
             Ok(Err(e)) => {
-                let source = match &e {
-                    zk::MultiWriteError::RequestFailed { source } => source,
-                    zk::MultiWriteError::OperationFailed { source, .. } => source,
-                };
-                if ends_session(source) {
+                if ends_session(multi_source(&e)) {
                     self.end(&session).await;
                 }
                 Err(server(multi_error(&e)))
