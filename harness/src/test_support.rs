@@ -23,7 +23,7 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// a test may build its input from a higher layer (a scenario file) without the module
 /// depending on it. With `crate_root` (the crate's `src`), a `super::` chain that climbs
 /// from a file to the crate root reads as `crate::` (`super::scenario` in `copier.rs`).
-pub(crate) fn module_code(path: &std::path::Path, crate_root: Option<&std::path::Path>) -> String {
+fn module_code(path: &std::path::Path, crate_root: Option<&std::path::Path>) -> String {
     let mut files = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(p) = stack.pop() {
@@ -66,7 +66,7 @@ pub(crate) fn module_code(path: &std::path::Path, crate_root: Option<&std::path:
 /// The lines of `text` without its unit-test modules: a `#[cfg(...test...)]` line and the
 /// `mod tests;` after it, or the `mod tests { ... }` after it through its closing brace
 /// (braces counted; the rest of the file is read on).
-pub(crate) fn without_unit_tests(text: &str) -> Vec<&str> {
+fn without_unit_tests(text: &str) -> Vec<&str> {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -105,7 +105,7 @@ pub(crate) fn without_unit_tests(text: &str) -> Vec<&str> {
 /// `"crate::"` for the crate's top-level modules): a path `prefix m` not followed by more
 /// of an identifier, or `m` inside a group `use prefix{...}` (groups nest:
 /// `use super::{a::{B}, c}`).
-pub(crate) fn imports(code: &str, prefix: &str, m: &str) -> bool {
+fn imports(code: &str, prefix: &str, m: &str) -> bool {
     let grouped = code.split(&format!("use {prefix}{{")).skip(1).any(|rest| {
         let mut depth = 1;
         let end = rest.find(|ch| {
