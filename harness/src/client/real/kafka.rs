@@ -365,6 +365,24 @@ fn consumed(m: &BorrowedMessage<'_>) -> ConsumedRecord {
     }
 }
 
+/// Where to seek back the partitions `revocation` leaves assigned, when the records taken
+/// from them in a poll are not returned: the first taken offset of each, sorted by
+/// partition. Empty under the eager protocol (every assigned partition is revoked).
+fn kept_rewinds(
+    records: &[ConsumedRecord],
+    revocation: &Revocation,
+) -> Vec<(TopicPartition, Offset)> {
+    let mut first: std::collections::BTreeMap<TopicPartition, Offset> = Default::default();
+    for r in records
+        .iter()
+        .filter(|r| !revocation.partitions.contains(&r.tp))
+    {
+        let entry = first.entry(r.tp.clone()).or_insert(r.offset);
+        *entry = (*entry).min(r.offset);
+    }
+    first.into_iter().collect()
+}
+
 /// Lets a closing consumer's revocation through ([`RebalanceContext::stop_listening`]) and
 /// unassigns what a held revocation kept assigned, so that `rd_kafka_consumer_close` does
 /// not wait for an unassign nobody will call.
@@ -547,7 +565,12 @@ impl Consumer for RealConsumer {
             }
         }
         if let Some(revocation) = consumer.context().hand_out() {
-            // Revoked while these were taken: the next owner reads them again.
+            // Revoked while these were taken: the revoked partitions' next owner reads
+            // them again; a partition this member keeps (cooperative) is read again here,
+            // or its records would be skipped (librdkafka's position is already past them).
+            for (tp, offset) in kept_rewinds(&records, &revocation) {
+                self.seek(&tp, offset)?;
+            }
             self.revocation = Some(revocation);
             return Ok(Vec::new());
         }
@@ -795,6 +818,43 @@ impl Admin for RealAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A revocation handed out after a poll took records: those of kept partitions are read
+    /// again from their first taken offset; those of revoked partitions are left to the
+    /// next owner.
+    #[test]
+    fn a_poll_cut_short_by_a_revocation_rewinds_only_the_kept_partitions() {
+        let record = |p: u32, offset: Offset| ConsumedRecord {
+            tp: TopicPartition::new("in", p),
+            offset,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        };
+        let records = [
+            record(1, 7),
+            record(0, 3),
+            record(1, 5),
+            record(2, 9),
+            record(1, 6),
+        ];
+        let revocation = Revocation {
+            partitions: vec![TopicPartition::new("in", 0)],
+            lost: false,
+        };
+        assert_eq!(
+            kept_rewinds(&records, &revocation),
+            [
+                (TopicPartition::new("in", 1), 5),
+                (TopicPartition::new("in", 2), 9)
+            ]
+        );
+        let eager = Revocation {
+            partitions: (0..3).map(|p| TopicPartition::new("in", p)).collect(),
+            lost: false,
+        };
+        assert!(kept_rewinds(&records, &eager).is_empty());
+    }
 
     /// Java's `request.timeout.ms` bounds the client's wait for a Produce response; in
     /// librdkafka that is `socket.timeout.ms`, which must follow it, or a lost response is
