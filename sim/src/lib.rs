@@ -25,6 +25,7 @@
 pub mod clickhouse;
 #[cfg(madsim)]
 pub mod clock;
+mod coded;
 pub mod doris;
 pub mod effects;
 pub mod kafka;

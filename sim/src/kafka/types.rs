@@ -5,6 +5,7 @@
 //! (`clients/.../common/protocol/Errors.java`), so a component sees the same error classes
 //! from the model as from a real broker through rdkafka.
 
+use crate::coded::coded_enum;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -512,166 +513,71 @@ impl Default for ClusterConfig {
     }
 }
 
-/// Kafka protocol error codes the model returns (`Errors.java`). `code()` gives the number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[allow(missing_docs)]
-pub enum KafkaError {
-    OffsetOutOfRange,
-    CorruptMessage,
-    UnknownTopicOrPartition,
-    LeaderNotAvailable,
-    NotLeaderOrFollower,
-    RequestTimedOut,
-    MessageTooLarge,
-    /// A record's `CreateTime` outside the leader's `log.message.timestamp.before.max.ms` /
-    /// `after.max.ms` window (32); not retriable.
-    InvalidTimestamp,
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
-    NotCoordinator,
-    NotEnoughReplicas,
-    NotEnoughReplicasAfterAppend,
-    IllegalGeneration,
-    InconsistentGroupProtocol,
-    UnknownMemberId,
-    InvalidSessionTimeout,
-    RebalanceInProgress,
-    TopicAlreadyExists,
-    InvalidPartitions,
-    InvalidReplicationFactor,
-    OutOfOrderSequenceNumber,
-    DuplicateSequenceNumber,
-    InvalidProducerEpoch,
-    InvalidTxnState,
-    InvalidProducerIdMapping,
-    InvalidTransactionTimeout,
-    ConcurrentTransactions,
-    TransactionCoordinatorFenced,
-    ProducerFenced,
-    UnknownProducerId,
-    FencedLeaderEpoch,
-    UnknownLeaderEpoch,
-    MemberIdRequired,
-    FencedInstanceId,
-    TransactionAbortable,
-    UnstableOffsetCommit,
-    /// KIP-848: a `ConsumerGroupHeartbeat` with a non-zero epoch to a group that does not
-    /// exist, or any group request to a group of the other protocol (69).
-    GroupIdNotFound,
-    /// A request the coordinator refuses as malformed or unsupported by the model (42).
-    InvalidRequest,
-    /// KIP-848: the member's epoch is ahead of the coordinator's, or behind it in a way no
-    /// lost response explains; the member must give up its partitions and rejoin (110).
-    FencedMemberEpoch,
-    /// KIP-848: `group.remote.assignor` names an assignor the broker does not have (112).
-    UnsupportedAssignor,
-    /// KIP-848: an OffsetCommit whose member epoch is not the member's current one (113).
-    StaleMemberEpoch,
+coded_enum! {
+    /// Kafka protocol error codes the model returns (`Errors.java`); `code()` gives the
+    /// number.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[allow(missing_docs)]
+    pub enum KafkaError: i16 {
+        OffsetOutOfRange = 1,
+        CorruptMessage = 2,
+        UnknownTopicOrPartition = 3,
+        LeaderNotAvailable = 5,
+        NotLeaderOrFollower = 6,
+        RequestTimedOut = 7,
+        MessageTooLarge = 10,
+        /// A record's `CreateTime` outside the leader's `log.message.timestamp.before.max.ms` /
+        /// `after.max.ms` window (32); not retriable.
+        InvalidTimestamp = 32,
+        CoordinatorLoadInProgress = 14,
+        CoordinatorNotAvailable = 15,
+        NotCoordinator = 16,
+        NotEnoughReplicas = 19,
+        NotEnoughReplicasAfterAppend = 20,
+        IllegalGeneration = 22,
+        InconsistentGroupProtocol = 23,
+        UnknownMemberId = 25,
+        InvalidSessionTimeout = 26,
+        RebalanceInProgress = 27,
+        TopicAlreadyExists = 36,
+        InvalidPartitions = 37,
+        InvalidReplicationFactor = 38,
+        OutOfOrderSequenceNumber = 45,
+        DuplicateSequenceNumber = 46,
+        InvalidProducerEpoch = 47,
+        InvalidTxnState = 48,
+        InvalidProducerIdMapping = 49,
+        InvalidTransactionTimeout = 50,
+        ConcurrentTransactions = 51,
+        TransactionCoordinatorFenced = 52,
+        ProducerFenced = 90,
+        UnknownProducerId = 59,
+        FencedLeaderEpoch = 74,
+        UnknownLeaderEpoch = 75,
+        MemberIdRequired = 79,
+        FencedInstanceId = 82,
+        TransactionAbortable = 120,
+        UnstableOffsetCommit = 88,
+        /// KIP-848: a `ConsumerGroupHeartbeat` with a non-zero epoch to a group that does not
+        /// exist, or any group request to a group of the other protocol (69).
+        GroupIdNotFound = 69,
+        /// A request the coordinator refuses as malformed or unsupported by the model (42).
+        InvalidRequest = 42,
+        /// KIP-848: the member's epoch is ahead of the coordinator's, or behind it in a way no
+        /// lost response explains; the member must give up its partitions and rejoin (110).
+        FencedMemberEpoch = 110,
+        /// KIP-848: `group.remote.assignor` names an assignor the broker does not have (112).
+        UnsupportedAssignor = 112,
+        /// KIP-848: an OffsetCommit whose member epoch is not the member's current one (113).
+        StaleMemberEpoch = 113,
+    }
 }
 
 impl KafkaError {
-    /// Every error the model knows, in declaration order (for the lookup by number).
-    pub const ALL: [KafkaError; 42] = {
-        use KafkaError::*;
-        [
-            OffsetOutOfRange,
-            CorruptMessage,
-            UnknownTopicOrPartition,
-            LeaderNotAvailable,
-            NotLeaderOrFollower,
-            RequestTimedOut,
-            MessageTooLarge,
-            InvalidTimestamp,
-            CoordinatorLoadInProgress,
-            CoordinatorNotAvailable,
-            NotCoordinator,
-            NotEnoughReplicas,
-            NotEnoughReplicasAfterAppend,
-            IllegalGeneration,
-            InconsistentGroupProtocol,
-            UnknownMemberId,
-            InvalidSessionTimeout,
-            RebalanceInProgress,
-            TopicAlreadyExists,
-            InvalidPartitions,
-            InvalidReplicationFactor,
-            OutOfOrderSequenceNumber,
-            DuplicateSequenceNumber,
-            InvalidProducerEpoch,
-            InvalidTxnState,
-            InvalidProducerIdMapping,
-            InvalidTransactionTimeout,
-            ConcurrentTransactions,
-            TransactionCoordinatorFenced,
-            ProducerFenced,
-            UnknownProducerId,
-            FencedLeaderEpoch,
-            UnknownLeaderEpoch,
-            MemberIdRequired,
-            FencedInstanceId,
-            TransactionAbortable,
-            UnstableOffsetCommit,
-            GroupIdNotFound,
-            InvalidRequest,
-            FencedMemberEpoch,
-            UnsupportedAssignor,
-            StaleMemberEpoch,
-        ]
-    };
-
     /// The error with Kafka's numeric `code`, if the model knows it (the inverse of
     /// [`KafkaError::code`]).
     pub fn from_code(code: i16) -> Option<Self> {
-        Self::ALL.into_iter().find(|e| e.code() == code)
-    }
-
-    /// Kafka's numeric error code.
-    pub fn code(self) -> i16 {
-        use KafkaError::*;
-        match self {
-            OffsetOutOfRange => 1,
-            CorruptMessage => 2,
-            UnknownTopicOrPartition => 3,
-            LeaderNotAvailable => 5,
-            NotLeaderOrFollower => 6,
-            RequestTimedOut => 7,
-            MessageTooLarge => 10,
-            InvalidTimestamp => 32,
-            CoordinatorLoadInProgress => 14,
-            CoordinatorNotAvailable => 15,
-            NotCoordinator => 16,
-            NotEnoughReplicas => 19,
-            NotEnoughReplicasAfterAppend => 20,
-            IllegalGeneration => 22,
-            InconsistentGroupProtocol => 23,
-            UnknownMemberId => 25,
-            InvalidSessionTimeout => 26,
-            RebalanceInProgress => 27,
-            TopicAlreadyExists => 36,
-            InvalidPartitions => 37,
-            InvalidReplicationFactor => 38,
-            OutOfOrderSequenceNumber => 45,
-            DuplicateSequenceNumber => 46,
-            InvalidProducerEpoch => 47,
-            InvalidTxnState => 48,
-            InvalidProducerIdMapping => 49,
-            InvalidTransactionTimeout => 50,
-            ConcurrentTransactions => 51,
-            TransactionCoordinatorFenced => 52,
-            ProducerFenced => 90,
-            UnknownProducerId => 59,
-            FencedLeaderEpoch => 74,
-            UnknownLeaderEpoch => 75,
-            MemberIdRequired => 79,
-            FencedInstanceId => 82,
-            TransactionAbortable => 120,
-            UnstableOffsetCommit => 88,
-            GroupIdNotFound => 69,
-            InvalidRequest => 42,
-            FencedMemberEpoch => 110,
-            UnsupportedAssignor => 112,
-            StaleMemberEpoch => 113,
-        }
+        Self::ALL.iter().copied().find(|e| e.code() == code)
     }
 
     /// Whether Kafka marks the error retriable (`RetriableException` subclasses).
@@ -1193,7 +1099,7 @@ mod tests {
 
     #[test]
     fn every_known_error_code_maps_back_to_its_error_and_codes_are_distinct() {
-        for e in KafkaError::ALL {
+        for &e in KafkaError::ALL {
             assert_eq!(KafkaError::from_code(e.code()), Some(e), "{e}");
         }
         let mut codes: Vec<i16> = KafkaError::ALL.iter().map(|e| e.code()).collect();

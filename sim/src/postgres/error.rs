@@ -4,140 +4,78 @@
 //! (<https://www.postgresql.org/docs/current/errcodes-appendix.html>) and the messages the
 //! server prints for them (PostgreSQL 13+: the not-null message names the relation).
 
+use crate::coded::coded_enum;
 use serde::{Deserialize, Serialize};
 
-/// The SQLSTATE codes the model raises; names follow the appendix's condition names (and
-/// `tokio_postgres::error::SqlState`'s constants, in CamelCase).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SqlState {
-    /// `0A000` feature_not_supported: a statement the model does not support (an UPDATE or
-    /// DELETE by key on a table without a primary key).
-    FeatureNotSupported,
-    /// `08003` connection_does_not_exist: the session is unknown (closed, or lost in a
-    /// server crash).
-    ConnectionDoesNotExist,
-    /// `21000` cardinality_violation: ON CONFLICT DO UPDATE would touch a row twice.
-    CardinalityViolation,
-    /// `22001` string_data_right_truncation: a value longer than `varchar(n)`.
-    StringDataRightTruncation,
-    /// `22003` numeric_value_out_of_range.
-    NumericValueOutOfRange,
-    /// `22007` invalid_datetime_format.
-    InvalidDatetimeFormat,
-    /// `22008` datetime_field_overflow.
-    DatetimeFieldOverflow,
-    /// `22009` invalid_time_zone_displacement_value: a zone offset beyond ±15:59:59.
-    InvalidTimeZoneDisplacementValue,
-    /// `22021` character_not_in_repertoire: a NUL byte in text.
-    CharacterNotInRepertoire,
-    /// `22023` invalid_parameter_value.
-    InvalidParameterValue,
-    /// `22P02` invalid_text_representation: bad input text for a number, boolean or json.
-    InvalidTextRepresentation,
-    /// `22P05` untranslatable_character: `\u0000` in jsonb.
-    UntranslatableCharacter,
-    /// `23502` not_null_violation.
-    NotNullViolation,
-    /// `23505` unique_violation.
-    UniqueViolation,
-    /// `25P02` in_failed_sql_transaction.
-    InFailedSqlTransaction,
-    /// `25P03` idle_in_transaction_session_timeout.
-    IdleInTransactionSessionTimeout,
-    /// `40P01` deadlock_detected.
-    DeadlockDetected,
-    /// `42601` syntax_error (an INSERT whose rows and column list differ in length).
-    SyntaxError,
-    /// `42701` duplicate_column.
-    DuplicateColumn,
-    /// `42703` undefined_column.
-    UndefinedColumn,
-    /// `42704` undefined_object (an unknown type, a type without a btree operator class).
-    UndefinedObject,
-    /// `42804` datatype_mismatch: no assignment cast from the value's type.
-    DatatypeMismatch,
-    /// `42P01` undefined_table.
-    UndefinedTable,
-    /// `42P07` duplicate_table.
-    DuplicateTable,
-    /// `42P10` invalid_column_reference: an ON CONFLICT target that matches no unique
-    /// constraint.
-    InvalidColumnReference,
-    /// `55P03` lock_not_available: `lock_timeout` expired.
-    LockNotAvailable,
+coded_enum! {
+    /// The SQLSTATE codes the model raises; names follow the appendix's condition names (and
+    /// `tokio_postgres::error::SqlState`'s constants, in CamelCase); `code()` gives the
+    /// five characters the server sends.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum SqlState: &'static str {
+        /// `0A000` feature_not_supported: a statement the model does not support (an UPDATE or
+        /// DELETE by key on a table without a primary key).
+        FeatureNotSupported = "0A000",
+        /// `08003` connection_does_not_exist: the session is unknown (closed, or lost in a
+        /// server crash).
+        ConnectionDoesNotExist = "08003",
+        /// `21000` cardinality_violation: ON CONFLICT DO UPDATE would touch a row twice.
+        CardinalityViolation = "21000",
+        /// `22001` string_data_right_truncation: a value longer than `varchar(n)`.
+        StringDataRightTruncation = "22001",
+        /// `22003` numeric_value_out_of_range.
+        NumericValueOutOfRange = "22003",
+        /// `22007` invalid_datetime_format.
+        InvalidDatetimeFormat = "22007",
+        /// `22008` datetime_field_overflow.
+        DatetimeFieldOverflow = "22008",
+        /// `22009` invalid_time_zone_displacement_value: a zone offset beyond ±15:59:59.
+        InvalidTimeZoneDisplacementValue = "22009",
+        /// `22021` character_not_in_repertoire: a NUL byte in text.
+        CharacterNotInRepertoire = "22021",
+        /// `22023` invalid_parameter_value.
+        InvalidParameterValue = "22023",
+        /// `22P02` invalid_text_representation: bad input text for a number, boolean or json.
+        InvalidTextRepresentation = "22P02",
+        /// `22P05` untranslatable_character: `\u0000` in jsonb.
+        UntranslatableCharacter = "22P05",
+        /// `23502` not_null_violation.
+        NotNullViolation = "23502",
+        /// `23505` unique_violation.
+        UniqueViolation = "23505",
+        /// `25P02` in_failed_sql_transaction.
+        InFailedSqlTransaction = "25P02",
+        /// `25P03` idle_in_transaction_session_timeout.
+        IdleInTransactionSessionTimeout = "25P03",
+        /// `40P01` deadlock_detected.
+        DeadlockDetected = "40P01",
+        /// `42601` syntax_error (an INSERT whose rows and column list differ in length).
+        SyntaxError = "42601",
+        /// `42701` duplicate_column.
+        DuplicateColumn = "42701",
+        /// `42703` undefined_column.
+        UndefinedColumn = "42703",
+        /// `42704` undefined_object (an unknown type, a type without a btree operator class).
+        UndefinedObject = "42704",
+        /// `42804` datatype_mismatch: no assignment cast from the value's type.
+        DatatypeMismatch = "42804",
+        /// `42P01` undefined_table.
+        UndefinedTable = "42P01",
+        /// `42P07` duplicate_table.
+        DuplicateTable = "42P07",
+        /// `42P10` invalid_column_reference: an ON CONFLICT target that matches no unique
+        /// constraint.
+        InvalidColumnReference = "42P10",
+        /// `55P03` lock_not_available: `lock_timeout` expired.
+        LockNotAvailable = "55P03",
+    }
 }
 
 impl SqlState {
-    /// Every code the model raises, for mapping a real server's SQLSTATE back
-    /// ([`SqlState::from_code`]).
-    pub const ALL: [SqlState; 26] = {
-        use SqlState::*;
-        [
-            FeatureNotSupported,
-            ConnectionDoesNotExist,
-            CardinalityViolation,
-            StringDataRightTruncation,
-            NumericValueOutOfRange,
-            InvalidDatetimeFormat,
-            DatetimeFieldOverflow,
-            InvalidTimeZoneDisplacementValue,
-            CharacterNotInRepertoire,
-            InvalidParameterValue,
-            InvalidTextRepresentation,
-            UntranslatableCharacter,
-            NotNullViolation,
-            UniqueViolation,
-            InFailedSqlTransaction,
-            IdleInTransactionSessionTimeout,
-            DeadlockDetected,
-            SyntaxError,
-            DuplicateColumn,
-            UndefinedColumn,
-            UndefinedObject,
-            DatatypeMismatch,
-            UndefinedTable,
-            DuplicateTable,
-            InvalidColumnReference,
-            LockNotAvailable,
-        ]
-    };
-
     /// The model's name for a five-character SQLSTATE, if it knows it.
     pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.code() == code)
-    }
-
-    /// The five-character code, as the server sends it.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::FeatureNotSupported => "0A000",
-            Self::ConnectionDoesNotExist => "08003",
-            Self::CardinalityViolation => "21000",
-            Self::StringDataRightTruncation => "22001",
-            Self::NumericValueOutOfRange => "22003",
-            Self::InvalidDatetimeFormat => "22007",
-            Self::DatetimeFieldOverflow => "22008",
-            Self::InvalidTimeZoneDisplacementValue => "22009",
-            Self::CharacterNotInRepertoire => "22021",
-            Self::InvalidParameterValue => "22023",
-            Self::InvalidTextRepresentation => "22P02",
-            Self::UntranslatableCharacter => "22P05",
-            Self::NotNullViolation => "23502",
-            Self::UniqueViolation => "23505",
-            Self::InFailedSqlTransaction => "25P02",
-            Self::IdleInTransactionSessionTimeout => "25P03",
-            Self::DeadlockDetected => "40P01",
-            Self::SyntaxError => "42601",
-            Self::DuplicateColumn => "42701",
-            Self::UndefinedColumn => "42703",
-            Self::UndefinedObject => "42704",
-            Self::DatatypeMismatch => "42804",
-            Self::UndefinedTable => "42P01",
-            Self::DuplicateTable => "42P07",
-            Self::InvalidColumnReference => "42P10",
-            Self::LockNotAvailable => "55P03",
-        }
+        Self::ALL.iter().copied().find(|s| s.code() == code)
     }
 }
 

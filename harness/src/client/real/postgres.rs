@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn every_model_sqlstate_maps_back_from_its_code() {
-        for s in SqlState::ALL {
+        for &s in SqlState::ALL {
             assert_eq!(SqlState::from_code(s.code()), Some(s));
         }
         assert_eq!(SqlState::from_code("57P01"), None);
