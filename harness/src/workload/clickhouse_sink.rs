@@ -40,7 +40,7 @@ mod hooks;
 
 use super::one_attempt_producer;
 use super::upstream_txn::{self, UpstreamTxn};
-use super::Pipeline;
+use super::{node_ip, Pipeline};
 use crate::client::sim::conn::Connection;
 use crate::client::ProducerRecord;
 use crate::connect::config::WorkerConfig;
@@ -61,7 +61,6 @@ use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use madsim::task::NodeId;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 /// State shared by the processes of one run.
@@ -113,10 +112,6 @@ impl Context {
     pub fn group(&self) -> String {
         format!("connect-{}", self.spec.name)
     }
-}
-
-fn ip(a: u8, b: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
 }
 
 /// The seed's target table with the scenario's engine and dedup settings.
@@ -259,21 +254,21 @@ impl Pipeline for ClickhouseSink {
         world.add_node("clickhouse", clickhouse_ip(), move || {
             serve_clickhouse(ch.clone())
         });
-        world.add_node("fault-supervisor", ip(9, 2), || async {
+        world.add_node("fault-supervisor", node_ip(9, 2), || async {
             std::future::pending::<()>().await
         });
         let ctx = self.ctx.clone();
-        world.add_node("operator", ip(9, 3), move || {
+        world.add_node("operator", node_ip(9, 3), move || {
             connector::operator_process(ctx.clone())
         });
         let ctx = self.ctx.clone();
-        world.add_node("producer-0", ip(2, 1), move || {
+        world.add_node("producer-0", node_ip(2, 1), move || {
             producer_process(ctx.clone(), "producer-0".into())
         });
         let rt = self.runtime(world);
         for i in 0..self.ctx.spec.tasks {
             let (rt, name) = (rt.clone(), format!("worker-{i}"));
-            world.add_node(&name.clone(), ip(4, i as u8 + 1), move || {
+            world.add_node(&name.clone(), node_ip(4, i as u8 + 1), move || {
                 worker_process(rt.clone(), name.clone())
             });
         }

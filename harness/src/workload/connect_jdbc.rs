@@ -26,7 +26,7 @@
 
 use super::records::IdHandout;
 use super::upstream_txn::{self, UpstreamTxn};
-use super::{add_connect_workers, HistoryWriteLog, Pipeline};
+use super::{add_connect_workers, node_ip, HistoryWriteLog, Pipeline};
 use crate::client::postgres::{value_to_json, PostgresClient};
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
@@ -50,7 +50,6 @@ use eosim_sim::kafka::TopicPartition;
 use eosim_sim::postgres::service::{postgres_ip, serve_postgres, PostgresWorld};
 use eosim_sim::postgres::Database;
 use madsim::rand::Rng;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -320,10 +319,6 @@ impl ConnectJdbc {
     }
 }
 
-fn ip(a: u8, b: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
-}
-
 impl Pipeline for ConnectJdbc {
     fn topics(&self) -> Vec<TopicSpec> {
         let mut topics = vec![self.ctx.scenario.topic.clone()];
@@ -378,18 +373,20 @@ impl Pipeline for ConnectJdbc {
             (!lost.is_empty()).then(|| lost.join(", "))
         }));
         let ctx = self.ctx.clone();
-        world.add_node("operator", ip(9, 2), move || operator_process(ctx.clone()));
+        world.add_node("operator", node_ip(9, 2), move || {
+            operator_process(ctx.clone())
+        });
         let rt = self.runtime(world);
         add_connect_workers(world, &rt, self.ctx.scenario.connect.workers);
         for i in 0..self.ctx.scenario.workload.producers {
             let (ctx, name) = (self.ctx.clone(), format!("producer-{i}"));
-            world.add_node(&name.clone(), ip(2, i as u8 + 1), move || {
+            world.add_node(&name.clone(), node_ip(2, i as u8 + 1), move || {
                 producer_process(ctx.clone(), name.clone())
             });
         }
         if self.ctx.scenario.cdc.read_interval_ms > 0 {
             let ctx = self.ctx.clone();
-            world.add_node("reader", ip(6, 1), move || reader_process(ctx.clone()));
+            world.add_node("reader", node_ip(6, 1), move || reader_process(ctx.clone()));
         }
     }
 

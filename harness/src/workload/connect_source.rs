@@ -35,7 +35,7 @@
 //! the lag.
 
 use super::records::{read_committed, LsoGrace, LSO_GRACE_EXTRA_MS};
-use super::{add_connect_workers, restart_failed_tasks, Pipeline};
+use super::{add_connect_workers, node_ip, restart_failed_tasks, Pipeline};
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
 use crate::connect::postgres_source::{position_of, PostgresSourceTask};
@@ -52,7 +52,6 @@ use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Record, TopicPartition};
 use eosim_sim::source_db::{ChangeLog, LogPosition};
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,10 +189,6 @@ fn id_of(record: &Record) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-fn ip(a: u8, b: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
-}
-
 impl Pipeline for ConnectSource {
     fn topics(&self) -> Vec<TopicSpec> {
         let topic = self.ctx.scenario.topic.clone();
@@ -207,7 +202,9 @@ impl Pipeline for ConnectSource {
 
     fn start(&mut self, world: &mut World) {
         let ctx = self.ctx.clone();
-        world.add_node("operator", ip(9, 5), move || operator_process(ctx.clone()));
+        world.add_node("operator", node_ip(9, 5), move || {
+            operator_process(ctx.clone())
+        });
         let rt = self.runtime(world);
         add_connect_workers(world, &rt, self.ctx.scenario.connect.workers);
     }

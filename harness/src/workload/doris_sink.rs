@@ -33,7 +33,7 @@ use super::routine_load::{
     transactions_lag, DB,
 };
 use super::upstream_txn::{self, UpstreamTxn};
-use super::{add_connect_workers, HistoryWriteLog, Pipeline};
+use super::{add_connect_workers, node_ip, HistoryWriteLog, Pipeline};
 use crate::client::sim::doris::SimDoris;
 use crate::connect::config::{ConnectorConfig, WorkerConfig};
 use crate::connect::herder::{ConfigParser, Herder};
@@ -47,7 +47,6 @@ use eosim_sim::clock::now_ns;
 use eosim_sim::doris::model::{Doris, DorisConfig};
 use eosim_sim::doris::service::{DorisWorld, FeRequest};
 use eosim_sim::doris::types::TableDef;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,10 +61,6 @@ struct Context {
     next_id: Arc<Mutex<(u64, bool)>>,
     /// The transactional upstream, with `[workload] "transactional.id"`.
     upstream: Option<UpstreamTxn>,
-}
-
-fn ip(a: u8, b: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
 }
 
 /// Creates `db` and `clicklog` (retrying until the FE answers), then the connector.
@@ -170,11 +165,13 @@ impl Pipeline for DorisSink {
     fn start(&mut self, world: &mut World) {
         add_doris_nodes(world, &self.ctx.doris, Vec::new());
         let ctx = self.ctx.clone();
-        world.add_node("operator", ip(9, 5), move || operator_process(ctx.clone()));
+        world.add_node("operator", node_ip(9, 5), move || {
+            operator_process(ctx.clone())
+        });
         let rt = self.runtime(world);
         add_connect_workers(world, &rt, self.ctx.scenario.connect.workers);
         let ctx = self.ctx.clone();
-        world.add_node("producer-0", ip(2, 1), move || {
+        world.add_node("producer-0", node_ip(2, 1), move || {
             let ctx = ctx.clone();
             async move {
                 let (scenario, recorder) = (&ctx.scenario, &ctx.recorder);

@@ -19,7 +19,7 @@
 
 use super::records::{id_record, send_id_queued, IdHandout};
 use super::upstream_txn::{self, UpstreamTxn};
-use super::Pipeline;
+use super::{add_numbered_nodes, Pipeline};
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
@@ -33,7 +33,6 @@ use async_trait::async_trait;
 use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::TopicPartition;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -222,18 +221,14 @@ impl Pipeline for KafkaConsume {
 
     fn start(&mut self, world: &mut World) {
         let w = &self.ctx.scenario.workload;
-        for i in 0..w.producers {
-            let name = format!("producer-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
-        }
-        for i in 0..w.consumers {
-            let name = format!("consumer-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || consumer_process(ctx.clone(), n.clone()));
-        }
+        let ctx = self.ctx.clone();
+        add_numbered_nodes(world, "producer", w.producers, 2, move |name, _| {
+            producer_process(ctx.clone(), name)
+        });
+        let ctx = self.ctx.clone();
+        add_numbered_nodes(world, "consumer", w.consumers, 3, move |name, _| {
+            consumer_process(ctx.clone(), name)
+        });
     }
 
     /// Unfinished: producers still holding ids, and partitions whose committed offset

@@ -45,6 +45,7 @@ use crate::sinks::WriteLog;
 use crate::world::World;
 use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::{Offset, TopicPartition};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +114,34 @@ fn id_send(id: u64, tp: TopicPartition, offset: Option<Offset>) -> Value {
     }
 }
 
+/// The simulated address `10.0.<subnet>.<host>` of a workload node. Subnets: 2 producers,
+/// 3 consumers and copiers, 4 Connect workers and Streams instances, 6 readers, 9 operators
+/// and supervisors.
+pub(crate) fn node_ip(subnet: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, subnet, host))
+}
+
+/// Adds `count` nodes `<prefix>-0` .. `<prefix>-<count - 1>` at `10.0.<subnet>.1` onwards,
+/// in that order; node `i` (named `name`) runs `process(name, i)` at each start.
+pub(crate) fn add_numbered_nodes<F, Fut>(
+    world: &mut World,
+    prefix: &str,
+    count: u32,
+    subnet: u8,
+    process: F,
+) where
+    F: Fn(String, u32) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        let (process, n) = (process.clone(), name.clone());
+        world.add_node(&name, node_ip(subnet, i as u8 + 1), move || {
+            process(n.clone(), i)
+        });
+    }
+}
+
 /// Adds the Connect worker nodes `connect-1..=connect-<workers>` (10.0.4.i), each running
 /// [`worker_process`](crate::connect::worker::worker_process) on `rt`.
 pub(crate) fn add_connect_workers(
@@ -122,8 +151,7 @@ pub(crate) fn add_connect_workers(
 ) {
     for i in 1..=workers {
         let (rt, name) = (rt.clone(), format!("connect-{i}"));
-        let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 4, i as u8));
-        world.add_node(&name.clone(), ip, move || {
+        world.add_node(&name.clone(), node_ip(4, i as u8), move || {
             crate::connect::worker::worker_process(rt.clone(), name.clone())
         });
     }

@@ -37,7 +37,7 @@
 
 use super::one_attempt_producer;
 use super::upstream_txn::{self, UpstreamTxn};
-use super::Pipeline;
+use super::{node_ip, Pipeline};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::doris::SimDoris;
 use crate::client::ProducerRecord;
@@ -58,7 +58,6 @@ use eosim_sim::kafka::model::CrashMode;
 use eosim_sim::kafka::TopicPartition;
 use madsim::rand::Rng;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,10 +82,6 @@ impl Context {
     fn record(&self, process: &str, kind: OpKind, value: Value, error: Option<String>) {
         self.recorder.record(now_ns(), process, kind, value, error);
     }
-}
-
-fn ip(a: u8, b: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
 }
 
 /// The seed's clicklog record for `id` (the JSON a `producer-0` sends).
@@ -283,9 +278,11 @@ impl Pipeline for RoutineLoad {
             .collect();
         add_doris_nodes(world, &self.ctx.doris, executors);
         let ctx = self.ctx.clone();
-        world.add_node("operator", ip(9, 4), move || operator_process(ctx.clone()));
+        world.add_node("operator", node_ip(9, 4), move || {
+            operator_process(ctx.clone())
+        });
         let ctx = self.ctx.clone();
-        world.add_node("producer-0", ip(2, 1), move || {
+        world.add_node("producer-0", node_ip(2, 1), move || {
             producer_process(ctx.clone())
         });
     }

@@ -47,7 +47,7 @@ use super::records::{
     read_committed, read_committed_from, send_queued, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS,
 };
 use super::upstream_txn::{self, UpstreamTxn};
-use super::{streams_table, Pipeline};
+use super::{add_numbered_nodes, node_ip, streams_table, Pipeline};
 use crate::client::sends::Sends;
 use crate::client::sim::conn::Connection;
 use crate::client::sim::producer::SimProducer;
@@ -67,7 +67,6 @@ use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{FetchedRecord, Offset, TopicPartition};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
@@ -227,21 +226,20 @@ impl Pipeline for StreamsCount {
     }
 
     fn start(&mut self, world: &mut World) {
-        for i in 0..self.ctx.scenario.workload.producers {
-            let name = format!("producer-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
-        }
+        let ctx = self.ctx.clone();
+        let producers = self.ctx.scenario.workload.producers;
+        add_numbered_nodes(world, "producer", producers, 2, move |name, _| {
+            producer_process(ctx.clone(), name)
+        });
         if self.ctx.joins() {
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 200));
+            let ip = node_ip(2, 200);
             let (scenario, ids) = (self.ctx.scenario.clone(), self.ctx.table_ids.clone());
             world.add_node(streams_table::TABLE_PRODUCER, ip, move || {
                 streams_table::run(scenario.clone(), ids.clone())
             });
         }
         for i in 0..self.ctx.scenario.streams.instances {
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1));
+            let ip = node_ip(4, i as u8 + 1);
             let instance = self.ctx.instance(i);
             world.add_node(&instance.processor.name(), ip, move || {
                 instance::run(instance.clone())

@@ -29,7 +29,7 @@
 
 use super::records::{id_record, read_committed, send_id, IdHandout, LsoGrace, LSO_GRACE_EXTRA_MS};
 use super::upstream_txn::{self, UpstreamTxn};
-use super::Pipeline;
+use super::{add_numbered_nodes, Pipeline};
 use crate::client::sim::conn::Connection;
 use crate::client::sim::consumer::SimConsumer;
 use crate::client::sim::producer::SimProducer;
@@ -45,7 +45,6 @@ use eosim_sim::clock::now_ns;
 use eosim_sim::kafka::model::Cluster;
 use eosim_sim::kafka::{Offset, TopicPartition};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 /// State shared by the processes of one run.
@@ -217,18 +216,14 @@ impl Pipeline for TransactionalCopy {
             eosim_sim::effects::arm(eosim_sim::effects::kind::BUGGIFY);
         }
         let w = &self.ctx.scenario.workload;
-        for i in 0..w.producers {
-            let name = format!("producer-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || producer_process(ctx.clone(), n.clone()));
-        }
-        for i in 0..w.consumers {
-            let name = format!("consumer-{i}");
-            let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, i as u8 + 1));
-            let (ctx, n) = (self.ctx.clone(), name.clone());
-            world.add_node(&name, ip, move || copier_process(ctx.clone(), n.clone(), i));
-        }
+        let ctx = self.ctx.clone();
+        add_numbered_nodes(world, "producer", w.producers, 2, move |name, _| {
+            producer_process(ctx.clone(), name)
+        });
+        let ctx = self.ctx.clone();
+        add_numbered_nodes(world, "consumer", w.consumers, 3, move |name, i| {
+            copier_process(ctx.clone(), name, i)
+        });
     }
 
     /// Unfinished: producers holding ids; input partitions whose committed offset (group
