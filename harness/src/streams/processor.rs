@@ -12,7 +12,8 @@
 //! seek, then restore the store from its changelog) and drop revoked ones → process each
 //! record (the update into the store's record cache; output and changelog records for
 //! what the cache forwards: every update with `statestore.cache.max.bytes = 0`, else what
-//! an eviction flushes, `streams::cache`) → every `commit.interval.ms` commit.
+//! an eviction flushes, `streams::cache`) → every `commit.interval.ms` commit, when a record
+//! was processed since the last one (`StreamTask.commitNeeded`).
 //!
 //! # Rebalances
 //! The instance listens for revocations, as `StreamsRebalanceListener` does, under either
@@ -481,6 +482,10 @@ pub struct Processor<C, R, H: StreamsHost> {
     /// Whether a stateless task consumed input since the last commit that sent nothing:
     /// under exactly_once_v2 the commit then needs a transaction of its own.
     consumed_unsent: bool,
+    /// Whether a task processed a record since the last commit (Java's
+    /// `StreamTask.commitNeeded`, set by `process`): a commit with none to do commits
+    /// nothing and records nothing.
+    commit_needed: bool,
     last_commit_ns: u64,
     /// When the repartition topic was last purged (or the instance started), ns.
     last_purge_ns: u64,
@@ -525,6 +530,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             collector: Collector::default(),
             opened: 0,
             consumed_unsent: false,
+            commit_needed: false,
             last_commit_ns,
             last_purge_ns: last_commit_ns,
         }
@@ -943,6 +949,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             }
             return self.process_joined(r).await;
         }
+        self.commit_needed = true;
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
@@ -982,6 +989,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// A record of a stream-table join: a table update or a stream record to join.
     async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), SendError> {
+        self.commit_needed = true;
         if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
             return self.put_table(r);
         }
@@ -1281,6 +1289,14 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     /// been recovered from).
     async fn commit(&mut self) -> bool {
         self.last_commit_ns = self.host.now_ns();
+        if !self.commit_needed && self.txn_group.is_none() {
+            // `TaskManager.commit` (apache/kafka trunk 4.0) takes only the tasks whose
+            // `commitNeeded()`: with no record processed since the last commit, no offsets
+            // are committed (they could only repeat the last ones, or move a newer commit
+            // of another member back) and no transaction is begun.
+            return true;
+        }
+        self.commit_needed = false;
         let prepared = match self.flush_caches().await {
             Ok(()) => self.flush_sends().await,
             Err(e) => Err(e),
@@ -1448,6 +1464,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         self.suspended.clear();
         self.sent = 0;
         self.consumed_unsent = false;
+        self.commit_needed = false;
         self.publish_report();
     }
 }

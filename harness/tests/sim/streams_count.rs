@@ -79,6 +79,45 @@ fn a_single_instance_counts_exactly_without_faults_under_both_guarantees() {
     }
 }
 
+/// A commit takes only what processed a record since the last one (`StreamTask.commitNeeded`,
+/// `TaskManager.commit`): with input records 500 ms apart and `commit.interval.ms` 100, the
+/// idle intervals between them commit nothing, so no commit repeats the offsets of the one
+/// before it (under at_least_once it would re-commit them; under exactly_once_v2 it would
+/// record an empty commit).
+#[test]
+fn an_interval_without_a_processed_record_commits_nothing() {
+    for guarantee in ["at_least_once", "exactly_once_v2"] {
+        let s = inline(&format!(
+            r#"
+            pipeline = "streams-count"
+            claim = "exactly-once"
+            [workload]
+            records = 20
+            produce_interval_ms = 500
+            [streams]
+            instances = 1
+            processing_guarantee = "{guarantee}"
+            commit_interval_ms = 100
+            [faults]
+            until_ms = 15000
+            "#
+        ));
+        let (outcome, result) = run(&s, 1);
+        assert_valid(&result, guarantee);
+        let commits: Vec<&Vec<_>> = (outcome.history.ops.iter())
+            .filter(|op| op.kind == OpKind::Ok)
+            .filter_map(|op| match &op.value {
+                Value::StreamsCommit { offsets, .. } => Some(offsets),
+                _ => None,
+            })
+            .collect();
+        assert!(commits.len() >= 10, "{guarantee}: {} commits", commits.len());
+        for pair in commits.windows(2) {
+            assert_ne!(pair[0], pair[1], "{guarantee}: a commit repeats the last one");
+        }
+    }
+}
+
 #[test]
 fn at_least_once_over_counts_after_an_instance_crash() {
     let s = scenario("p3-alo-crash-duplicates-increments.toml");
