@@ -111,9 +111,16 @@ fn an_interval_without_a_processed_record_commits_nothing() {
                 _ => None,
             })
             .collect();
-        assert!(commits.len() >= 10, "{guarantee}: {} commits", commits.len());
+        assert!(
+            commits.len() >= 10,
+            "{guarantee}: {} commits",
+            commits.len()
+        );
         for pair in commits.windows(2) {
-            assert_ne!(pair[0], pair[1], "{guarantee}: a commit repeats the last one");
+            assert_ne!(
+                pair[0], pair[1],
+                "{guarantee}: a commit repeats the last one"
+            );
         }
     }
 }
