@@ -422,6 +422,9 @@ struct Task {
     /// Next table-topic offset of a stream-table join's task, once it applied a table
     /// record since it opened; always `None` for the other topologies.
     table_position: Option<Offset>,
+    /// Whether it processed a record since its last commit (Java's
+    /// `StreamTask.commitNeeded`): only such tasks are committed.
+    commit_needed: bool,
     /// Under `max.task.idle.ms`, the records fetched and not yet processed of the stream
     /// (0) and the table (1) partition (`PartitionGroup`'s record queues); dropped with
     /// the task, whose reopening seeks to the committed offsets.
@@ -442,6 +445,7 @@ impl Task {
             position: None,
             source_position: None,
             table_position: None,
+            commit_needed: false,
             buffers: Default::default(),
             empty_since_ns: [None; 2],
         }
@@ -482,10 +486,6 @@ pub struct Processor<C, R, H: StreamsHost> {
     /// Whether a stateless task consumed input since the last commit that sent nothing:
     /// under exactly_once_v2 the commit then needs a transaction of its own.
     consumed_unsent: bool,
-    /// Whether a task processed a record since the last commit (Java's
-    /// `StreamTask.commitNeeded`, set by `process`): a commit with none to do commits
-    /// nothing and records nothing.
-    commit_needed: bool,
     last_commit_ns: u64,
     /// When the repartition topic was last purged (or the instance started), ns.
     last_purge_ns: u64,
@@ -530,7 +530,6 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             collector: Collector::default(),
             opened: 0,
             consumed_unsent: false,
-            commit_needed: false,
             last_commit_ns,
             last_purge_ns: last_commit_ns,
         }
@@ -773,10 +772,14 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if self.txn_group.is_some() {
             crate::mark!("streams:revocation-commits-open-txn");
         }
+        let needed = self.commit_needed() || self.txn_group.is_some();
         if !self.commit().await {
             return;
         }
-        crate::mark!("streams:revoked-tasks-committed");
+        match needed {
+            true => crate::mark!("streams:revoked-tasks-committed"),
+            false => crate::mark!("streams:revocation-nothing-to-commit"),
+        }
         self.flush_stores(revoked.iter().copied(), true);
         if !self.cfg.cooperative {
             self.suspended = revoked;
@@ -949,7 +952,6 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             }
             return self.process_joined(r).await;
         }
-        self.commit_needed = true;
         let parsed = StreamRecord::parse(r.key.as_deref(), r.value.as_deref());
         if r.tp.topic != self.aggregate_source() {
             return self.repartition(p, r.offset, parsed).await;
@@ -957,11 +959,13 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         if !self.cfg.topology.stateful() {
             let task = self.tasks.get_mut(&p).expect("the task exists");
             task.position = Some(r.offset + 1);
+            task.commit_needed = true;
             return self.pass_through(parsed).await;
         }
         let other_caches_bytes = self.cache_bytes_except(p);
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.position = Some(r.offset + 1);
+        task.commit_needed = true;
         let (budget, sizer) = (self.thread_cache, self.sizer);
         let mut store = CachingStore::new(
             &mut task.store,
@@ -973,6 +977,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let applied = parsed.and_then(|rec| self.cfg.topology.process(p, rec, &mut store));
         let forwarded = store.forwarded();
         if applied.is_none() {
+            // Dropped (a late record): consumed with nothing sent, so under
+            // exactly_once_v2 its offset needs a transaction of its own.
+            self.consumed_unsent |= self.txn_group.is_none();
             return Ok(());
         }
         if budget.max_bytes > 0 && !forwarded.is_empty() {
@@ -989,7 +996,6 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
 
     /// A record of a stream-table join: a table update or a stream record to join.
     async fn process_joined(&mut self, r: ConsumedRecord) -> Result<(), SendError> {
-        self.commit_needed = true;
         if self.cfg.topology.table_topic() == Some(r.tp.topic.as_str()) {
             return self.put_table(r);
         }
@@ -1054,6 +1060,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             .get_mut(&r.tp.partition)
             .expect("the task exists");
         task.table_position = Some(r.offset + 1);
+        task.commit_needed = true;
         task.changelog_end = task.changelog_end.max(r.offset + 1);
         if topology.put_table(r.key.as_deref(), r.value.as_deref(), &mut task.store) {
             crate::mark!("streams:table-updated");
@@ -1073,6 +1080,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         let topology = &self.cfg.topology;
         let task = (self.tasks.get_mut(&r.tp.partition)).expect("the task exists");
         task.position = Some(r.offset + 1);
+        task.commit_needed = true;
         let joined = parsed.and_then(|rec| topology.join(rec, &task.store));
         match self.forward_if_kept(joined).await? {
             true => crate::mark!("streams:joined"),
@@ -1093,6 +1101,7 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     ) -> Result<(), SendError> {
         let task = self.tasks.get_mut(&p).expect("the task exists");
         task.source_position = Some(offset + 1);
+        task.commit_needed = true;
         let Some(rec) = parsed.and_then(|rec| self.cfg.topology.repartition(rec)) else {
             return Ok(());
         };
@@ -1263,15 +1272,15 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         Ok(())
     }
 
-    /// The next input offsets of every task that processed something since it opened.
-    /// Under repartitioning: the source tasks' offsets and the repartition topic's, which
+    /// The next input offsets of every task that processed a record since its last commit
+    /// (the tasks `TaskManager.commit` takes, `StreamTask.commitNeeded`). Under repartitioning: the source tasks' offsets and the repartition topic's, which
     /// sub-topology 1 consumed (committed together: in one transaction under
     /// exactly_once_v2).
     fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
         let (source, aggregated) = (&self.cfg.topology.source, self.aggregate_source());
         let mut offsets = Vec::new();
         let table = self.cfg.topology.table_topic();
-        for (p, t) in &self.tasks {
+        for (p, t) in self.tasks.iter().filter(|(_, t)| t.commit_needed) {
             if let Some(o) = t.source_position {
                 offsets.push((TopicPartition::new(source.as_str(), *p), o));
             }
@@ -1285,18 +1294,22 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         offsets
     }
 
-    /// Commits every task (see the module docs); whether it succeeded (a failure has
-    /// been recovered from).
+    /// Whether a task processed a record since its last commit.
+    fn commit_needed(&self) -> bool {
+        self.tasks.values().any(|t| t.commit_needed)
+    }
+
+    /// Commits every task that needs it (see the module docs); whether it succeeded (a
+    /// failure has been recovered from).
     async fn commit(&mut self) -> bool {
         self.last_commit_ns = self.host.now_ns();
-        if !self.commit_needed && self.txn_group.is_none() {
+        if !self.commit_needed() && self.txn_group.is_none() {
             // `TaskManager.commit` (apache/kafka trunk 4.0) takes only the tasks whose
             // `commitNeeded()`: with no record processed since the last commit, no offsets
             // are committed (they could only repeat the last ones, or move a newer commit
             // of another member back) and no transaction is begun.
             return true;
         }
-        self.commit_needed = false;
         let prepared = match self.flush_caches().await {
             Ok(()) => self.flush_sends().await,
             Err(e) => Err(e),
@@ -1309,6 +1322,9 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
             return false;
         }
         let offsets = self.offsets();
+        for task in self.tasks.values_mut() {
+            task.commit_needed = false;
+        }
         if offsets.is_empty() && self.txn_group.is_none() {
             return true;
         }
@@ -1464,7 +1480,6 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
         self.suspended.clear();
         self.sent = 0;
         self.consumed_unsent = false;
-        self.commit_needed = false;
         self.publish_report();
     }
 }

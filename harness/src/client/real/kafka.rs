@@ -568,10 +568,17 @@ impl Consumer for RealConsumer {
             // Revoked while these were taken: the revoked partitions' next owner reads
             // them again; a partition this member keeps (cooperative) is read again here,
             // or its records would be skipped (librdkafka's position is already past them).
-            for (tp, offset) in kept_rewinds(&records, &revocation) {
-                self.seek(&tp, offset)?;
-            }
+            // The revocation is the application's whatever a seek says: a partition that
+            // cannot be sought is no longer this member's.
+            let rewinds = kept_rewinds(&records, &revocation);
             self.revocation = Some(revocation);
+            for (tp, offset) in rewinds {
+                if let Err(e) = self.seek(&tp, offset) {
+                    eprintln!(
+                        "eosim: consumer: rewind of {tp} to {offset} after a revocation: {e}"
+                    );
+                }
+            }
             return Ok(Vec::new());
         }
         Ok(records)
