@@ -74,6 +74,38 @@ pub fn create_topic(bootstrap: &str, scenario: &Scenario) -> Result<(), String> 
     create_topic_spec(bootstrap, &scenario.topic)
 }
 
+/// Group of the OffsetFetch that [`warm_offsets_log`] repeats.
+pub const WARM_UP_GROUP: &str = "eosim-warm-up";
+
+/// Bound on [`warm_offsets_log`], ms.
+const OFFSETS_LOG_WAIT_MS: u64 = 60_000;
+
+/// Has the cluster create `__consumer_offsets` before the workload starts: an OffsetFetch
+/// of group [`WARM_UP_GROUP`] for `topic`, repeated until a group coordinator answers. A
+/// fresh cluster creates the topic on the first FindCoordinator of a group
+/// (`offsets.topic.num.partitions` partitions, 50 by default: seconds on 2 cores, more on
+/// a loaded machine), which the workload's first commit would otherwise wait out,
+/// committing seconds later than in the simulation, whose coordinators answer at once (a
+/// `delete-records` bounded by the group's committed offset at 7 s once found none).
+///
+/// # Errors
+/// No coordinator answered within [`OFFSETS_LOG_WAIT_MS`]: the last error.
+pub fn warm_offsets_log(bootstrap: &str, topic: &str) -> Result<(), String> {
+    let probe = Probe::new(bootstrap, topic, 1, WARM_UP_GROUP)?;
+    let deadline = Instant::now() + Duration::from_millis(OFFSETS_LOG_WAIT_MS);
+    loop {
+        match probe.committed() {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "kafka ({bootstrap}): no group coordinator within {OFFSETS_LOG_WAIT_MS} ms: {e}"
+                ))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
 /// Creates topic `t` with its settings.
 ///
 /// # Errors

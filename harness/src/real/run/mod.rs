@@ -279,6 +279,7 @@ fn start<'a>(scenario: &'a Scenario, path: &Path, options: &RunOptions) -> Resul
     };
     let bootstrap = brokers.bootstrap();
     cluster::create_topic(&bootstrap, scenario)?;
+    cluster::warm_offsets_log(&bootstrap, &scenario.topic.name)?;
     let target = pipelines::setup(scenario, &bootstrap, options.seed, runtime)?;
     let (sink_dir, log_dir) = (options.dir.join("sink"), options.dir.join("logs"));
     for d in [&sink_dir, &log_dir] {
