@@ -1273,7 +1273,8 @@ impl<C: Consumer, R: ChangelogReader, H: StreamsHost> Processor<C, R, H> {
     }
 
     /// The next input offsets of every task that processed a record since its last commit
-    /// (the tasks `TaskManager.commit` takes, `StreamTask.commitNeeded`). Under repartitioning: the source tasks' offsets and the repartition topic's, which
+    /// (the tasks `TaskManager.commit` takes, `StreamTask.commitNeeded`). Under
+    /// repartitioning: the source tasks' offsets and the repartition topic's, which
     /// sub-topology 1 consumed (committed together: in one transaction under
     /// exactly_once_v2).
     fn offsets(&self) -> Vec<(TopicPartition, Offset)> {
