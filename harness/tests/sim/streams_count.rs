@@ -45,24 +45,36 @@ fn count(outcome: &SeedOutcome, pred: impl Fn(&Value) -> bool) -> usize {
         .count()
 }
 
+/// One instance under `guarantee`, no faults: `records` input records `interval_ms` apart,
+/// committed every `commit_ms`, faults (none) until `until_ms`.
+fn single_instance(
+    guarantee: &str,
+    records: u64,
+    interval_ms: u64,
+    commit_ms: u64,
+    until_ms: u64,
+) -> Scenario {
+    inline(&format!(
+        r#"
+        pipeline = "streams-count"
+        claim = "exactly-once"
+        [workload]
+        records = {records}
+        produce_interval_ms = {interval_ms}
+        [streams]
+        instances = 1
+        processing_guarantee = "{guarantee}"
+        commit_interval_ms = {commit_ms}
+        [faults]
+        until_ms = {until_ms}
+        "#
+    ))
+}
+
 #[test]
 fn a_single_instance_counts_exactly_without_faults_under_both_guarantees() {
     for guarantee in ["at_least_once", "exactly_once_v2"] {
-        let s = inline(&format!(
-            r#"
-            pipeline = "streams-count"
-            claim = "exactly-once"
-            [workload]
-            records = 150
-            produce_interval_ms = 50
-            [streams]
-            instances = 1
-            processing_guarantee = "{guarantee}"
-            commit_interval_ms = 1000
-            [faults]
-            until_ms = 10000
-            "#
-        ));
+        let s = single_instance(guarantee, 150, 50, 1000, 10_000);
         let (outcome, result) = run(&s, 1);
         assert_eq!(
             result.validity,
@@ -87,21 +99,7 @@ fn a_single_instance_counts_exactly_without_faults_under_both_guarantees() {
 #[test]
 fn an_interval_without_a_processed_record_commits_nothing() {
     for guarantee in ["at_least_once", "exactly_once_v2"] {
-        let s = inline(&format!(
-            r#"
-            pipeline = "streams-count"
-            claim = "exactly-once"
-            [workload]
-            records = 20
-            produce_interval_ms = 500
-            [streams]
-            instances = 1
-            processing_guarantee = "{guarantee}"
-            commit_interval_ms = 100
-            [faults]
-            until_ms = 15000
-            "#
-        ));
+        let s = single_instance(guarantee, 20, 500, 100, 15_000);
         let (outcome, result) = run(&s, 1);
         assert_valid(&result, guarantee);
         let commits: Vec<&Vec<_>> = (outcome.history.ops.iter())
