@@ -298,18 +298,42 @@ fn duplicated_produce_requests_through_the_broker_proxies_duplicate_records_on_r
 /// checker finds as `sink-lost` (`canary-delete-records-unsafe`); bounded by the group's
 /// committed offset it deletes only what the sink holds, and the claim holds
 /// (`canary-delete-records-safe`). Each run records the deleted records and the effect.
+///
+/// A purge bounded by the committed offset is refused while the group has none: a run
+/// whose consumer had not committed when the fault came (a slow start on a loaded machine;
+/// s13 saw one at 7 s) did not test the file and runs again, at most three times.
 #[test]
 fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_below_it() {
     if !real_enabled("delete_records_on_real_kafka") {
         return;
     }
+    let refused_for_want_of_a_commit = |outcome: &RealOutcome| {
+        outcome.history.ops.iter().any(|op| match &op.value {
+            Value::Fault { name, detail } => {
+                name == "delete-records" && detail.contains("has no committed offset")
+            }
+            _ => false,
+        })
+    };
     for (file, expected) in [
         ("canary-delete-records-unsafe", Verdict::Violated),
         ("canary-delete-records-safe", Verdict::Holds),
     ] {
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
-        let dir = service_dir("real-run-delete-records");
-        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+        let mut runs = 0;
+        let (outcome, result) = loop {
+            let dir = service_dir("real-run-delete-records");
+            let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+            runs += 1;
+            if !refused_for_want_of_a_commit(&outcome) {
+                break (outcome, result);
+            }
+            eprintln!("{file}: run {runs}: the group had no committed offset yet: not counted");
+            assert!(
+                runs < 3,
+                "{file}: no committed offset at the fault in {runs} runs"
+            );
+        };
         assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
         let deleted: usize = outcome
             .history
