@@ -89,7 +89,7 @@ const OFFSETS_LOG_WAIT_MS: u64 = 60_000;
 /// `delete-records` bounded by the group's committed offset at 7 s once found none).
 ///
 /// # Errors
-/// No coordinator answered within [`OFFSETS_LOG_WAIT_MS`]: the last error.
+/// No coordinator answered within 60 s: the last error.
 pub fn warm_offsets_log(bootstrap: &str, topic: &str) -> Result<(), String> {
     let probe = Probe::new(bootstrap, topic, 1, WARM_UP_GROUP)?;
     let deadline = Instant::now() + Duration::from_millis(OFFSETS_LOG_WAIT_MS);
