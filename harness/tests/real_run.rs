@@ -98,6 +98,33 @@ fn run_native(
     (outcome, result)
 }
 
+/// Runs `file` until a run tested it, at most three times: `untested` names why a run did
+/// not test what the file is for (a condition of the real machine the file does not
+/// control), `None` when it did. Three untested runs in a row fail, with the reasons.
+fn run_until_tested(
+    file: &str,
+    label: &str,
+    path: &std::path::Path,
+    scenario: &Scenario,
+    untested: impl Fn(&RealOutcome, &ScenarioResult) -> Option<String>,
+) -> (RealOutcome, ScenarioResult) {
+    let mut reasons = Vec::new();
+    loop {
+        let dir = service_dir(label);
+        let (outcome, result) = run_native(file, path, scenario, dir.path());
+        let Some(reason) = untested(&outcome, &result) else {
+            return (outcome, result);
+        };
+        eprintln!("{file}: run {}: {reason}: not counted", reasons.len() + 1);
+        reasons.push(reason);
+        assert!(
+            reasons.len() < 3,
+            "{file}: none of {} runs tested the file: {reasons:?}",
+            reasons.len()
+        );
+    }
+}
+
 /// Runs `scenario` natively in `dir`, judges it, and checks what every real smoke run must
 /// show: the verdict `holds`, the faults `kill` then `restart` of `killed`.
 fn run_and_judge(
@@ -307,33 +334,27 @@ fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_bel
     if !real_enabled("delete_records_on_real_kafka") {
         return;
     }
-    let refused_for_want_of_a_commit = |outcome: &RealOutcome| {
-        outcome.history.ops.iter().any(|op| match &op.value {
+    let refused_for_want_of_a_commit = |outcome: &RealOutcome, _: &ScenarioResult| {
+        let refused = outcome.history.ops.iter().any(|op| match &op.value {
             Value::Fault { name, detail } => {
                 name == "delete-records" && detail.contains("has no committed offset")
             }
             _ => false,
-        })
+        });
+        refused.then(|| "the group had no committed offset at the fault".to_string())
     };
     for (file, expected) in [
         ("canary-delete-records-unsafe", Verdict::Violated),
         ("canary-delete-records-safe", Verdict::Holds),
     ] {
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
-        let mut runs = 0;
-        let (outcome, result) = loop {
-            let dir = service_dir("real-run-delete-records");
-            let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-            runs += 1;
-            if !refused_for_want_of_a_commit(&outcome) {
-                break (outcome, result);
-            }
-            eprintln!("{file}: run {runs}: the group had no committed offset yet: not counted");
-            assert!(
-                runs < 3,
-                "{file}: no committed offset at the fault in {runs} runs"
-            );
-        };
+        let (outcome, result) = run_until_tested(
+            file,
+            "real-run-delete-records",
+            &path,
+            &scenario,
+            refused_for_want_of_a_commit,
+        );
         assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
         let deleted: usize = outcome
             .history
@@ -931,15 +952,11 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
         ("p3-alo-transactional-upstream-read-committed", None),
     ] {
         let (path, scenario) = scenario_at(&format!("../scenarios/{file}.toml"));
-        let mut runs = 0;
-        let (outcome, result) = loop {
-            let dir = service_dir("real-run-upstream");
-            let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-            runs += 1;
-            // At least once, a Streams instance that recovered (its partitions lost to a
-            // session timeout on a loaded machine, a failed commit) replays from its
-            // committed offsets and may count twice: the run did not test "without faults
-            // nothing is replayed". Such a run does not count; three in a row fail.
+        // At least once, a Streams instance that recovered (its partitions lost to a
+        // session timeout on a loaded machine, a failed commit) replays from its committed
+        // offsets and may count twice: the run did not test "without faults nothing is
+        // replayed".
+        let recovered_and_over_counted = |outcome: &RealOutcome, result: &ScenarioResult| {
             let replayed: Vec<&String> = (outcome.history.ops.iter())
                 .filter_map(|op| match &op.value {
                     Value::StreamsRecover { reason, .. } => Some(reason),
@@ -954,18 +971,18 @@ fn aborted_upstream_transactions_reach_a_read_uncommitted_sink_and_not_a_read_co
                 && result.verdict == Verdict::Violated
                 && only_over_count
                 && !replayed.is_empty();
-            if !excused {
-                if caught_by.is_none() && result.verdict != Verdict::Holds {
-                    keep_history(file, &outcome);
-                }
-                break (outcome, result);
-            }
-            eprintln!("{file}: run {runs} over-counted after a recovery {replayed:?}: not counted");
-            assert!(
-                runs < 3,
-                "{file}: a recovery in each of {runs} runs: {replayed:?}"
-            );
+            excused.then(|| format!("over-counted after a recovery {replayed:?}"))
         };
+        let (outcome, result) = run_until_tested(
+            file,
+            "real-run-upstream",
+            &path,
+            &scenario,
+            recovered_and_over_counted,
+        );
+        if caught_by.is_none() && result.verdict != Verdict::Holds {
+            keep_history(file, &outcome);
+        }
         assert_judged(file, &result, caught_by);
         // No faults: every send succeeds, so the run's transactions are exactly the planned
         // ones, and every third (numbers 2, 5, 8, 11) aborts.

@@ -92,17 +92,12 @@ const OFFSETS_LOG_WAIT_MS: u64 = 60_000;
 /// No coordinator answered within 60 s: the last error.
 pub fn warm_offsets_log(bootstrap: &str, topic: &str) -> Result<(), String> {
     let probe = Probe::new(bootstrap, topic, 1, WARM_UP_GROUP)?;
-    let deadline = Instant::now() + Duration::from_millis(OFFSETS_LOG_WAIT_MS);
-    loop {
-        match probe.committed() {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() >= deadline => {
-                return Err(format!(
-                    "kafka ({bootstrap}): no group coordinator within {OFFSETS_LOG_WAIT_MS} ms: {e}"
-                ))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
+    let within = Duration::from_millis(OFFSETS_LOG_WAIT_MS);
+    match probe.committed_retrying(within, Duration::from_millis(200)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "kafka ({bootstrap}): no group coordinator within {OFFSETS_LOG_WAIT_MS} ms: {e}"
+        )),
     }
 }
 
@@ -249,6 +244,26 @@ impl Probe {
             out.insert(tp.clone(), marks);
         }
         Ok(out)
+    }
+
+    /// [`Probe::committed`] asked again every `every` while it fails (no coordinator yet,
+    /// or one moving: `COORDINATOR_NOT_AVAILABLE`, `NOT_COORDINATOR`), as an admin tool
+    /// retries, until it answers or `within` has passed.
+    ///
+    /// # Errors
+    /// The last error once `within` has passed.
+    pub fn committed_retrying(
+        &self,
+        within: Duration,
+        every: Duration,
+    ) -> Result<Vec<(TopicPartition, Offset)>, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.committed() {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(every),
+                answer => return answer,
+            }
+        }
     }
 
     /// The group's committed offsets (partitions without one left out).

@@ -902,19 +902,11 @@ impl Run<'_> {
         let partitions = self.scenario.topic.partitions;
         let probe_group = group.unwrap_or("eosim-delete-records");
         let read = cluster::Probe::new(&bootstrap, topic, partitions, probe_group).and_then(|p| {
-            // The group's coordinator may be moving (NOT_COORDINATOR): a few tries, 0.5 s
-            // apart, as an admin tool retries.
-            let mut committed = Ok(Vec::new());
-            for _ in 0..10 {
-                if group.is_none() {
-                    break;
-                }
-                committed = p.committed();
-                if committed.is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
+            // The group's coordinator may be moving (NOT_COORDINATOR): asked again for 5 s.
+            let committed = match group {
+                Some(_) => p.committed_retrying(Duration::from_secs(5), Duration::from_millis(500)),
+                None => Ok(Vec::new()),
+            };
             Ok((p.watermarks()?, committed?))
         });
         let (marks, committed) = match read {
