@@ -59,6 +59,9 @@ impl NetState {
     }
 }
 
+/// Node name of the KRaft controller (the model's tick loop runs there).
+const CONTROLLER: &str = "controller";
+
 /// The model's view of the nemesis' work.
 #[derive(Clone)]
 pub struct EnvView {
@@ -100,8 +103,25 @@ impl Env for EnvView {
 
     fn controller_link_up(&self, b: BrokerId) -> bool {
         let name = self.name(b);
-        self.reach(&name, "controller", "heartbeats")
-            && self.reach("controller", &name, "heartbeats")
+        self.reach(&name, CONTROLLER, "heartbeats") && self.reach(CONTROLLER, &name, "heartbeats")
+    }
+
+    /// One lock: no broker is down or paused, neither a broker nor the controller is
+    /// clogged, and no cut link joins two of them (faults on clients and other services
+    /// leave the model's own traffic alone). The answer is exactly whether every question
+    /// above would answer yes.
+    fn all_up(&self) -> bool {
+        let state = self.net.lock().expect("net state lock");
+        if state.is_quiet() {
+            return true;
+        }
+        let broker = |n: &str| self.names.iter().any(|b| b == n);
+        let kafka = |n: &str| n == CONTROLLER || broker(n);
+        let any = |set: &BTreeSet<String>, of: &dyn Fn(&str) -> bool| set.iter().any(|n| of(n));
+        !any(&state.down, &broker)
+            && !any(&state.paused, &broker)
+            && !any(&state.clogged, &kafka)
+            && !state.cut.iter().any(|(a, b)| kafka(a) && kafka(b))
     }
 }
 
@@ -217,7 +237,7 @@ impl World {
         let kafka = self.kafka.clone();
         let env = EnvView::new(self.net.clone(), self.broker_count);
         self.add_node(
-            "controller",
+            CONTROLLER,
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
             move || kafka.clone().run_ticker(Arc::new(env.clone())),
         );
@@ -241,7 +261,7 @@ impl World {
                 continue;
             }
             for name in self.nodes.keys() {
-                let hit = group_member(target, name).unwrap_or(name != "controller");
+                let hit = group_member(target, name).unwrap_or(name != CONTROLLER);
                 if hit {
                     out.insert(name.clone());
                 }
@@ -293,5 +313,76 @@ impl World {
         };
         self.recorder
             .record(t, "nemesis", OpKind::Info, value, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every state built from these faults: each node down, paused or clogged, and each
+    /// directed link among them cut, one fault at a time and in pairs.
+    fn states() -> Vec<NetState> {
+        let nodes = ["broker-1", "broker-2", "broker-3", CONTROLLER, "consumer-0"];
+        type Fault = Box<dyn Fn(&mut NetState)>;
+        let mut faults: Vec<Fault> = Vec::new();
+        for n in nodes {
+            faults.push(Box::new(move |s| {
+                s.down.insert(n.to_string());
+            }));
+            faults.push(Box::new(move |s| {
+                s.paused.insert(n.to_string());
+            }));
+            faults.push(Box::new(move |s| {
+                s.clogged.insert(n.to_string());
+            }));
+            for m in nodes.into_iter().filter(|&m| m != n) {
+                faults.push(Box::new(move |s| {
+                    s.cut.insert((n.to_string(), m.to_string()));
+                }));
+            }
+        }
+        let mut out = vec![NetState::default()];
+        for (i, a) in faults.iter().enumerate() {
+            let mut one = NetState::default();
+            a(&mut one);
+            out.push(one);
+            for b in &faults[i + 1..] {
+                let mut two = NetState::default();
+                a(&mut two);
+                b(&mut two);
+                out.push(two);
+            }
+        }
+        out
+    }
+
+    /// `all_up` answers yes exactly when every question the model would ask one by one
+    /// answers yes, so the tick's fast path never hides a fault from the model.
+    #[test]
+    fn all_up_is_exactly_every_broker_and_link_up() {
+        let brokers = 3;
+        let (mut fast, mut slow) = (0, 0);
+        for state in states() {
+            let env = EnvView::new(Arc::new(Mutex::new(state)), brokers);
+            let ids = 1..=brokers;
+            let each = ids
+                .clone()
+                .all(|b| env.broker_up(b) && env.controller_link_up(b))
+                && ids.clone().all(|a| ids.clone().all(|b| env.link_up(a, b)));
+            assert_eq!(
+                env.all_up(),
+                each,
+                "{:?}",
+                env.net.lock().expect("net state lock")
+            );
+            if each {
+                fast += 1;
+            } else {
+                slow += 1;
+            }
+        }
+        // Faults on a client leave the model's own traffic up: both answers occur.
+        assert!(fast > 1 && slow > 0, "fast {fast}, slow {slow}");
     }
 }

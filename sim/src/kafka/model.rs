@@ -79,6 +79,13 @@ pub trait Env {
     fn link_up(&self, from: BrokerId, to: BrokerId) -> bool;
     /// Whether broker `b` can reach the KRaft controller quorum (for its heartbeats).
     fn controller_link_up(&self, b: BrokerId) -> bool;
+    /// Whether every broker runs and every link among brokers and between a broker and the
+    /// controller works: then every question above answers yes, and the model skips
+    /// asking them one by one (it samples the environment on every tick). `false` when
+    /// unknown: the model then asks each question.
+    fn all_up(&self) -> bool {
+        false
+    }
 }
 
 /// How a broker dies (models-reference A.10).
@@ -520,10 +527,11 @@ impl Cluster {
     pub fn tick(&mut self, now: TimeMs, env: &dyn Env) {
         // Asked once per broker and tick, in broker order, before anything acts on it (nothing
         // in a tick starts or stops a broker, so the answers hold for the whole tick).
-        let linked = self.controller_links(env);
+        let all_up = env.all_up();
+        let linked = self.controller_links(env, all_up);
         self.follow_metadata(&linked);
         self.controller_tick(now, &linked);
-        let mut reach = self.reach(now, env, linked);
+        let mut reach = self.reach(now, env, linked, all_up);
         // Compared in place, copied only when it changed (the model ticks every ms).
         let same = self
             .env_sample
@@ -605,25 +613,27 @@ impl Cluster {
     }
 
     /// Per broker: it runs (alive in the model and up in the environment) and reaches the
-    /// controller.
-    fn controller_links(&self, env: &dyn Env) -> Vec<bool> {
+    /// controller; `all_up` is this tick's [`Env::all_up`].
+    fn controller_links(&self, env: &dyn Env, all_up: bool) -> Vec<bool> {
         (1..=self.broker_count)
-            .map(|b| self.state(b).alive && env.broker_up(b) && env.controller_link_up(b))
+            .map(|b| {
+                self.state(b).alive && (all_up || env.broker_up(b) && env.controller_link_up(b))
+            })
             .collect()
     }
 
     /// Samples the environment once for this tick; `controller` is this tick's
-    /// [`Cluster::controller_links`].
-    fn reach(&self, now: TimeMs, env: &dyn Env, controller: Vec<bool>) -> Reach {
+    /// [`Cluster::controller_links`], `all_up` this tick's [`Env::all_up`].
+    fn reach(&self, now: TimeMs, env: &dyn Env, controller: Vec<bool>, all_up: bool) -> Reach {
         let ids = 1..=self.broker_count;
         let up: Vec<bool> = ids
             .clone()
-            .map(|b| self.state(b).alive && env.broker_up(b))
+            .map(|b| self.state(b).alive && (all_up || env.broker_up(b)))
             .collect();
         let links = ids
             .clone()
             .flat_map(|a| ids.clone().map(move |b| (a, b)))
-            .map(|(a, b)| env.link_up(a, b))
+            .map(|(a, b)| all_up || env.link_up(a, b))
             .collect();
         Reach {
             now,
