@@ -14,6 +14,8 @@
 //!   positions), read by the `connect-source` pipeline's CDC source task.
 //! - `net` (under `--cfg madsim`): eosim's RPC over madsim's network, with message-level
 //!   faults (drop, delay, duplicate, lose a response after the request was applied).
+//! - `deadline` (under `--cfg madsim`): a timeout with one timer however often it is
+//!   polled (madsim adds one per pending poll).
 //! - [`nemesis`]: fault kinds and schedules, shared by the simulation and the reports.
 //! - [`effects`]: what each fault did, recorded where it acted (fault-effect accounting).
 //! - [`marks`]: coverage marks on the rare branches of every model and component.
@@ -26,6 +28,8 @@ pub mod clickhouse;
 #[cfg(madsim)]
 pub mod clock;
 mod coded;
+#[cfg(madsim)]
+pub mod deadline;
 pub mod doris;
 pub mod effects;
 pub mod kafka;

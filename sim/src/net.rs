@@ -481,9 +481,9 @@ async fn answer_or_reset<Resp>(
             }
         }
     };
-    madsim::time::timeout(timeout, answered)
+    crate::deadline::timeout(timeout, answered)
         .await
-        .map_err(|_| RpcError::Timeout { target, timeout_ms })?
+        .ok_or(RpcError::Timeout { target, timeout_ms })?
 }
 
 /// As [`call`], but a delayed request is in the network, not in the caller: it leaves

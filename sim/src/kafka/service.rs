@@ -28,6 +28,7 @@ pub fn broker_addr(b: BrokerId) -> SocketAddr {
 
 use super::model::{Env, ParkToken, Reply};
 use super::types::{Request, Response, TimeMs};
+use crate::deadline::Deadline;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -79,14 +80,14 @@ impl KafkaWorld {
             } else {
                 TICK_INTERVAL_IDLE_MS
             };
-            let idle = madsim::time::sleep(Duration::from_millis(pause_ms));
+            let idle = Deadline::after(Duration::from_millis(pause_ms));
             tokio::select! {
                 // `biased`: tokio picks branches with a thread-local RNG otherwise, which
                 // would break replay.
                 biased;
                 _ = idle => {}
                 _ = self.dirty.notified() => {
-                    madsim::time::sleep(Duration::from_millis(REPLICA_FETCH_DELAY_MS)).await;
+                    Deadline::after(Duration::from_millis(REPLICA_FETCH_DELAY_MS)).await;
                 }
             }
             let now = self.now_ms();
@@ -122,8 +123,7 @@ impl KafkaWorld {
             Reply::Parked(token) => token,
         };
         // One timer for the whole wait, not one per tick.
-        let expired = madsim::time::sleep(park_timeout);
-        tokio::pin!(expired);
+        let mut expired = Deadline::after(park_timeout);
         loop {
             let ticked = self.ticked.notified();
             let now = self.now_ms();

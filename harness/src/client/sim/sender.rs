@@ -17,6 +17,7 @@
 use super::accumulator::{Accumulator, Batch};
 use super::conn::Connection;
 use crate::client::{ClientError, Delivery, DeliveryCallback, ProducerConfig};
+use eosim_sim::deadline::Deadline;
 use eosim_sim::kafka::{BrokerId, Record, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -177,7 +178,8 @@ impl BatchQueue {
     /// # Errors
     /// [`ClientError::Timeout`] when records are still undelivered after `timeout`.
     pub async fn flush(&self, timeout: Duration) -> Result<(), ClientError> {
-        let deadline = madsim::time::Instant::now() + timeout;
+        // One deadline (and one timer) for the whole wait, not one per turn.
+        let mut deadline = Deadline::at(madsim::time::Instant::now() + timeout);
         self.lock().flushing += 1;
         self.wake.notify_one();
         let result = loop {
@@ -191,7 +193,7 @@ impl BatchQueue {
                 // from a process-wide counter, which would break replay.
                 biased;
                 () = settled => {}
-                () = madsim::time::sleep_until(deadline) => {
+                () = &mut deadline => {
                     break Err(ClientError::Timeout {
                         what: "flush: records still undelivered".into(),
                         timeout_ms: timeout.as_millis() as u64,
