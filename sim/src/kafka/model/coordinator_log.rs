@@ -238,19 +238,20 @@ impl Cluster {
         let brokers = &self.brokers;
         let alive = |b: BrokerId| brokers[(b - 1) as usize].alive;
         for topic in [TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC] {
+            let txn_state = topic == TRANSACTION_STATE_TOPIC;
             let partitions = &self.topics[topic].partitions;
             let loaded = self.coordinator_log.loaded.entry(topic).or_default();
             loaded.resize(partitions.len(), None);
             for (i, p) in partitions.iter().enumerate() {
                 if p.quiet_since_before(now) {
                     debug_assert_eq!(acting_leader(p, &alive), loaded[i], "a quiet partition");
-                    if topic == TRANSACTION_STATE_TOPIC {
+                    if txn_state {
                         acting_txn.push(loaded[i].is_some());
                     }
                     continue;
                 }
                 let acting = acting_leader(p, &alive);
-                if topic == TRANSACTION_STATE_TOPIC {
+                if txn_state {
                     acting_txn.push(acting.is_some());
                 }
                 let Some(acting) = acting else {
