@@ -312,7 +312,10 @@ impl GroupClient {
         }
     }
 
-    /// Java bounds JoinGroup and SyncGroup by the rebalance timeout plus 5 s.
+    /// Java bounds a JoinGroup by the rebalance timeout plus 5 s
+    /// (`AbstractCoordinator.sendJoinGroupRequest`, `JOIN_GROUP_TIMEOUT_LAPSE`); a SyncGroup
+    /// goes out with the client's default `request.timeout.ms`
+    /// ([`GroupClient::request_timeout`]; `sendSyncGroupRequest` is a plain `client.send`).
     fn rebalance_request_timeout(&self) -> Duration {
         Duration::from_millis(self.config.max_poll_interval_ms + JOIN_GROUP_TIMEOUT_EXTRA_MS)
     }
@@ -416,7 +419,9 @@ impl GroupClient {
         };
         match self
             .conn
-            .request(coordinator, request, self.rebalance_request_timeout())
+            // `request.timeout.ms`, not the rebalance timeout: a lost SyncGroup answer is
+            // retried after 30 s, not after `max.poll.interval.ms` (5 min under Streams).
+            .request(coordinator, request, self.request_timeout())
             .await
         {
             Ok(Response::SyncGroup { assignment }) => {
