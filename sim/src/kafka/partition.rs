@@ -174,6 +174,10 @@ struct QuietStreak {
     last_tick_ms: TimeMs,
     /// Time of the tick that began the streak.
     since_ms: TimeMs,
+    /// Bit `i` set: replica `i` is a follower in the ISR, caught up, whose fetch times the
+    /// streak keeps. Followers outside it are down or cut off from the leader: they do not
+    /// fetch, so nothing of theirs moves.
+    fetching: u64,
 }
 
 impl Partition {
@@ -347,18 +351,15 @@ impl Partition {
         }
         self.touch();
         self.sync_views(reach);
-        if reach.fast_paths && self.tick_quiet(reach) {
-            let (env_epoch, version) = (reach.env_epoch, self.version);
-            let leader = self
-                .leader
-                .and_then(|l| self.index_of(l))
-                .expect("a quiet partition has a leader");
+        if let Some((leader, fetching)) = reach.fast_paths.then(|| self.tick_quiet(reach)).flatten()
+        {
             self.quiet = Some(QuietStreak {
-                env_epoch,
-                version,
+                env_epoch: reach.env_epoch,
+                version: self.version,
                 leader,
                 last_tick_ms: reach.now,
                 since_ms: reach.now,
+                fetching,
             });
             return;
         }
@@ -428,56 +429,85 @@ impl Partition {
     /// restarts); controller changes bump [`Partition::version`] instead.
     pub fn touch(&mut self) {
         let Some(q) = self.quiet.take() else { return };
-        let leader = &mut self.replicas[q.leader];
-        let leo = leader.log.log_end_offset();
-        for remote in leader.remotes.values_mut() {
-            remote.last_caught_up_ms = Some(q.last_tick_ms);
-            remote.last_fetch_ms = q.last_tick_ms;
+        self.fetched_at(q.leader, q.fetching, q.last_tick_ms);
+    }
+
+    /// Sets what a fetch at the leader's LEO at `now` sets in the leader `li`'s remote state
+    /// of each follower in `fetching` (bit `i`: replica `i`).
+    fn fetched_at(&mut self, li: usize, fetching: u64, now: TimeMs) {
+        let leo = self.replicas[li].log.log_end_offset();
+        for i in 0..self.replicas.len() {
+            if fetching & (1 << i) == 0 {
+                continue;
+            }
+            let b = self.replicas[i].broker;
+            let remote = self.replicas[li]
+                .remotes
+                .get_mut(&b)
+                .expect("a caught-up follower has fetched");
+            remote.last_caught_up_ms = Some(now);
+            remote.last_fetch_ms = now;
             remote.last_fetch_leader_leo = leo;
         }
     }
 
-    /// Fast path for a partition with nothing to do: every replica runs, reaches the leader,
-    /// is in the ISR, has the leader's LEO and HW, and knows the current epoch. A fetch round
-    /// would then change nothing but the followers' fetch times, which this sets directly.
-    /// Returns false (nothing touched) when any of that does not hold.
-    fn tick_quiet(&mut self, reach: &Reach) -> bool {
-        let Some(l) = self.leader else { return false };
-        let Some(li) = self.index_of(l) else {
-            return false;
-        };
+    /// Fast path for a partition with nothing to do: the leader runs, has HW = LEO and knows
+    /// the current epoch and ISR, and every other replica either
+    /// - runs, reaches the leader, is in the ISR, has the leader's LEO and HW and knows the
+    ///   current epoch (a fetch would only move its fetch times, which this sets), or
+    /// - cannot fetch: it is down, or runs following the leader but is cut off from it; and
+    ///   if it is in the ISR the leader last saw it at its LEO.
+    ///
+    /// A tick would then change nothing but the fetching followers' fetch times: the others
+    /// do not fetch (`tick` skips a follower that is down or cut off) and none acts as a
+    /// leader; the leader does not shrink the ISR (`maybe_shrink_isr` drops only a member
+    /// behind its LEO) nor move the HW (it is the LEO and the minimum over the ISR's LEOs).
+    /// Returns the leader's index and the fetching followers (bit `i`: replica `i`), or
+    /// `None`, nothing touched, when any of that does not hold.
+    fn tick_quiet(&mut self, reach: &Reach) -> Option<(usize, u64)> {
+        let l = self.leader?;
+        let li = self.index_of(l)?;
         let epoch = self.leader_epoch;
         let leader = &self.replicas[li];
         let (leo, hw) = (leader.log.log_end_offset(), leader.log.high_watermark());
-        let full = self.replicas.len();
         let current = |r: &Replica| r.view_version == self.version;
         if !leader.believes_leader() || !current(leader) || leader.view_epoch != epoch || hw != leo
         {
-            return false;
+            return None;
         }
-        if self.isr.len() != full || leader.view_isr.len() != full || !reach.up(l) {
-            return false;
+        if leader.view_isr != self.isr || !reach.up(l) || self.replicas.len() > 64 {
+            return None;
         }
-        for r in self.replicas.iter().filter(|r| r.broker != l) {
+        let mut fetching = 0u64;
+        for (i, r) in self.replicas.iter().enumerate().filter(|(i, _)| *i != li) {
             let b = r.broker;
-            let synced = current(r)
+            let in_isr = self.isr.contains(&b);
+            let seen_at_leo = || leader.remotes.get(&b).is_some_and(|m| m.leo == leo);
+            if !reach.up(b) || !reach.linked(b, l) {
+                // Cannot fetch from the leader. Quiet unless it might fetch from another
+                // broker or act as a leader (up, following someone else), or the ISR might
+                // shrink by it or it holds the HW (a member the leader saw behind).
+                let elsewhere = reach.up(b) && r.view_leader != Some(l);
+                if elsewhere || (in_isr && !seen_at_leo()) {
+                    return None;
+                }
+                continue;
+            }
+            let synced = in_isr
+                && current(r)
                 && r.view_leader == Some(l)
                 && r.view_epoch == epoch
                 && r.truncated_for_epoch == Some(epoch)
                 && r.log.log_end_offset() == leo
                 && r.log.high_watermark() == hw
-                && leader.remotes.get(&b).is_some_and(|m| m.leo == leo);
-            if !synced || !reach.up(b) || !reach.linked(b, l) {
-                return false;
+                && seen_at_leo();
+            if !synced {
+                return None;
             }
+            fetching |= 1 << i;
         }
-        let now = reach.now;
-        for remote in self.replicas[li].remotes.values_mut() {
-            remote.last_caught_up_ms = Some(now);
-            remote.last_fetch_ms = now;
-            remote.last_fetch_leader_leo = leo;
-        }
-        true
+        self.fetched_at(li, fetching, reach.now);
+        Some((li, fetching))
     }
 
     /// Follower `fi` fetches from leader `li`: divergence check once per epoch, then copy
