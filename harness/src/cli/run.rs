@@ -208,11 +208,12 @@ fn determinism(args: &SeedArgs) -> ExitClass {
 }
 
 /// `eosim soak`: one scenario's seeds one after another in this process, each judged as
-/// `eosim sim` judges it (verdicts not kept), printing `soak seeds=N rss_kib=… seeds_per_s=…`
-/// after seed 100, every `--every` seeds and after the last, then the growth from seed 100
-/// to the last per seed, and last `soak classes crash=… holds=… invalid=… stalled=…
-/// unknown=… sim_time_s=… wall_time_s=…`: how the seeds ended (a soak of seeds that
-/// stall measures stalls), their simulated time and this loop's wall time. Memory that a seed does not return shows up here.
+/// `eosim sim` judges it (only its class counted), printing `soak seeds=N rss_kib=…
+/// seeds_per_s=…` after seed 100, every `--every` seeds and after the last, then the growth
+/// from seed 100 to the last per seed, and last `soak classes crash=… holds=… invalid=…
+/// stalled=… unknown=… sim_time_s=… wall_time_s=…`: how the seeds ended (a soak of seeds
+/// that stall measures stalls), their simulated time and this loop's wall time. Memory that
+/// a seed does not return shows up here.
 fn soak(args: &SoakArgs) -> ExitClass {
     if args.seeds == 0 || args.every == 0 {
         return config_error("--seeds and --every must be at least 1");
