@@ -1,60 +1,20 @@
 //! Change events per wall second through the Connect worker, the JDBC sink and the
-//! PostgreSQL model: 20,000 generated Debezium envelopes (20 keys, 3 partitions, upsert,
-//! batch.size 500) produced by a batching producer (`linger.ms` 5, no pause between sends), consumed by 3 tasks on 2 workers and applied, no faults, then
-//! the drain and the checkers' input (the final state), all in one madsim runtime per run.
+//! PostgreSQL model: `benches/scenarios/jdbc-sink.toml` (20,000 generated Debezium
+//! envelopes, 20 keys, 3 partitions, upsert, batch.size 500, produced by a batching
+//! producer, `linger.ms` 5, no pause between sends, consumed by 3 tasks on 2 workers and
+//! applied, no faults), then the drain and the checkers' input (the final state), all in one
+//! madsim runtime per run.
 //!
 //! Reports events per wall second (criterion's throughput) and prints simulated seconds per
 //! wall second. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
-
-// Links the shared crate, and with it the allocator the `eosim` binary runs with.
-use eosim_benches as _;
 
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
     use eosim::runner::run_seed;
     use eosim::scenario::Scenario;
-    use std::path::Path;
+    use eosim_benches::bench_scenario;
     use std::time::{Duration, Instant};
-
-    const EVENTS: u64 = 20_000;
-
-    fn scenario() -> Scenario {
-        let text = format!(
-            r#"
-            pipeline = "connect-jdbc"
-            claim = "exactly-once"
-            [topic]
-            name = "t"
-            partitions = 3
-            [workload]
-            produce_interval_ms = 0
-            "linger.ms" = 5
-            [connect]
-            workers = 2
-            worker = {{ "offset.flush.interval.ms" = "1000" }}
-            [connector]
-            name = "bench"
-            "connector.class" = "io.confluent.connect.jdbc.JdbcSinkConnector"
-            topics = "t"
-            "tasks.max" = "3"
-            "connection.url" = "jdbc:postgresql://10.0.5.1:5432/db"
-            "col.names" = "id,v,name"
-            "col.types" = "bigint,bigint,text"
-            "pk.fields" = "id"
-            "auto.create" = "true"
-            "batch.size" = "500"
-            writeMode = "upsert"
-            "value.converter.schemas.enable" = "false"
-            "key.converter.schemas.enable" = "false"
-            [cdc]
-            generate = {{ events = {EVENTS}, keys = 20 }}
-            [faults]
-            until_ms = 1000
-            "#
-        );
-        Scenario::parse(Path::new("jdbc_sink_bench.toml"), &text).expect("bench scenario")
-    }
 
     /// One run; returns (wall time, simulated time).
     fn run_once(scenario: &Scenario, seed: u64) -> (Duration, Duration) {
@@ -65,19 +25,20 @@ mod bench {
     }
 
     fn jdbc_sink(c: &mut Criterion) {
-        let scenario = scenario();
+        let scenario = bench_scenario("jdbc-sink.toml", &[]);
+        let events = scenario.cdc.generate.as_ref().map_or(0, |g| g.events);
         let (wall, sim) = run_once(&scenario, 1);
         println!(
-            "jdbc_sink: {EVENTS} change events in {:.3} s wall, {:.1} s simulated: \
+            "jdbc_sink: {events} change events in {:.3} s wall, {:.1} s simulated: \
              {:.0} events/s, {:.0} simulated s per wall s",
             wall.as_secs_f64(),
             sim.as_secs_f64(),
-            EVENTS as f64 / wall.as_secs_f64(),
+            events as f64 / wall.as_secs_f64(),
             sim.as_secs_f64() / wall.as_secs_f64()
         );
         let mut group = c.benchmark_group("jdbc_sink");
         group.sample_size(10);
-        group.throughput(Throughput::Elements(EVENTS));
+        group.throughput(Throughput::Elements(events));
         group.bench_function("connect_jdbc_20k_events_3_partitions_upsert", |b| {
             b.iter_custom(|iters| (0..iters).map(|i| run_once(&scenario, i + 1).0).sum())
         });

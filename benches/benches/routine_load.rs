@@ -1,7 +1,8 @@
-//! Doris Routine Load throughput in simulation: 20,000 clicklog JSON records in 3 partitions
-//! through a batching producer (`linger.ms` 5, 5 requests in flight) and 3 brokers into a `DUPLICATE KEY` table, loaded by one Routine Load
-//! job (`desired_concurrent_number` 3, `max_batch_rows` 200, so 5 tasks per partition, each
-//! one transaction committing the partition's next offset with the rows), without faults.
+//! Doris Routine Load throughput in simulation: `benches/scenarios/routine-load.toml`
+//! (20,000 clicklog JSON records in 3 partitions through a batching producer, `linger.ms` 5,
+//! 5 requests in flight, and 3 brokers into a `DUPLICATE KEY` table, loaded by one Routine
+//! Load job, `desired_concurrent_number` 3, `max_batch_rows` 200, so 5 tasks per partition,
+//! each one transaction committing the partition's next offset with the rows; no faults).
 //!
 //! Reports rows per wall second (criterion's throughput: every run loads each record once),
 //! and prints once the rows per *simulated* second of a run beside the seed document's real
@@ -16,52 +17,24 @@
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
-    use eosim::scenario::Scenario;
-    use eosim_benches::run_unstalled;
-    use std::path::Path;
-
-    const RECORDS: u64 = 20_000;
+    use eosim_benches::{bench_scenario, run_unstalled};
 
     /// `SHOW ROUTINE LOAD`'s `loadRowsRate` in the seed document, rows/s.
     const SEED_LOAD_ROWS_RATE: u64 = 23_000;
 
-    fn scenario() -> Scenario {
-        let text = format!(
-            r#"
-            name = "bench-routine-load"
-            pipeline = "routine-load"
-            claim = "exactly-once"
-            [topic]
-            partitions = 3
-            [workload]
-            records = {RECORDS}
-            produce_interval_ms = 0
-            "linger.ms" = 5
-            "max.in.flight.requests.per.connection" = 5
-            [routine_load.properties]
-            desired_concurrent_number = "3"
-            max_batch_interval = "5"
-            max_batch_rows = "200"
-            strict_mode = "false"
-            [faults]
-            until_ms = 1000
-            "#
-        );
-        Scenario::parse(Path::new("bench.toml"), &text).expect("bench scenario parses")
-    }
-
     fn routine_load(c: &mut Criterion) {
-        let s = scenario();
+        let s = bench_scenario("routine-load.toml", &[]);
+        let records = s.workload.records;
         let sim_s = run_unstalled(&s, 0) as f64 / 1000.0;
         eprintln!(
-            "routine_load: {RECORDS} rows in {sim_s:.1} simulated s = {:.0} rows per simulated \
+            "routine_load: {records} rows in {sim_s:.1} simulated s = {:.0} rows per simulated \
              second (produce and drain included); the seed's real Doris: loadRowsRate \
              {SEED_LOAD_ROWS_RATE} rows/s",
-            RECORDS as f64 / sim_s
+            records as f64 / sim_s
         );
         let mut group = c.benchmark_group("routine_load");
         group.sample_size(10);
-        group.throughput(Throughput::Elements(RECORDS));
+        group.throughput(Throughput::Elements(records));
         let mut seed = 0;
         group.bench_function("duplicate_key_3_partitions", |b| {
             b.iter(|| {

@@ -1,5 +1,6 @@
 //! Streams throughput: input records per wall second through the Streams processor
-//! (pipeline `streams-count`, the seed's per-key count in 5-second windows) in simulation,
+//! (pipeline `streams-count`, the seed's per-key count in 5-second windows,
+//! `benches/scenarios/streams.toml`) in simulation,
 //! under each `processing.guarantee`, and under exactly_once_v2 with one standby replica per
 //! task (`num.standby.replicas = 1`: every instance also follows the other's changelogs):
 //! 3 brokers, 3 partitions (replication 3), 2 instances, no faults, the whole run (produce,
@@ -11,18 +12,13 @@
 //! Reports input records per wall second (criterion's throughput) and prints simulated
 //! seconds per wall second. Run with `cargo xtask bench` (it builds with `--cfg madsim`).
 
-// Links the shared crate, and with it the allocator the `eosim` binary runs with.
-use eosim_benches as _;
-
 #[cfg(madsim)]
 mod bench {
     use criterion::{criterion_group, Criterion, Throughput};
     use eosim::runner::run_seed;
     use eosim::scenario::Scenario;
-    use std::path::Path;
+    use eosim_benches::bench_scenario;
     use std::time::{Duration, Instant};
-
-    const RECORDS: u64 = 20_000;
 
     /// Bench cases: name, `processing.guarantee`, `num.standby.replicas`.
     const CASES: [(&str, &str, u32); 3] = [
@@ -31,36 +27,30 @@ mod bench {
         ("exactly_once_v2+standby", "exactly_once_v2", 1),
     ];
 
-    /// The case's scenario; the record cache off, so the figures stay comparable with the
-    /// baseline measured before it (every update forwarded).
+    /// The case's scenario: `benches/scenarios/streams.toml` (exactly_once_v2, no standby,
+    /// the record cache off so the figures stay comparable with the baseline measured before
+    /// it) with the case's guarantee and standbys set over it.
     fn scenario(guarantee: &str, standbys: u32) -> Scenario {
-        let text = format!(
-            r#"
-            pipeline = "streams-count"
-            claim = "exactly-once"
-            [workload]
-            records = {RECORDS}
-            produce_interval_ms = 0
-            "linger.ms" = 5
-            "max.in.flight.requests.per.connection" = 5
-            [streams]
-            processing_guarantee = "{guarantee}"
-            num_standby_replicas = {standbys}
-            "statestore.cache.max.bytes" = 0
-            [faults]
-            until_ms = 1000
-            "#
-        );
-        Scenario::parse(Path::new("bench.toml"), &text).expect("bench scenario parses")
+        bench_scenario(
+            "streams.toml",
+            &[
+                ("streams", "processing_guarantee", guarantee.into()),
+                (
+                    "streams",
+                    "num_standby_replicas",
+                    i64::from(standbys).into(),
+                ),
+            ],
+        )
     }
 
     fn streams(c: &mut Criterion) {
         let mut group = c.benchmark_group("streams");
-        group.throughput(Throughput::Elements(RECORDS));
         group.sample_size(10);
         group.measurement_time(Duration::from_secs(30));
         for (name, guarantee, standbys) in CASES {
             let s = scenario(guarantee, standbys);
+            group.throughput(Throughput::Elements(s.workload.records));
             let wall = Instant::now();
             let outcome = run_seed(&s, 1);
             assert_eq!(outcome.stalled, None, "{name}: the bench run stalled");

@@ -19,9 +19,12 @@
 //!   agreement over scenarios/real-catalogue.txt (or the files given).
 //! - `cargo xtask report`: prints `reports/latest/summary.md`; `cargo xtask report merge
 //!   DIR...` runs `eosim report merge` (shard reports into one).
-//! - `cargo xtask speed [--seeds N] [--runs R] [--scenario PATH]...`: the speed table of
-//!   the README (issue 15): per pipeline, wall time per seed, seeds/s, simulated s per
-//!   wall s and records/s, from `eosim sim --jobs 1` in release (`speed.rs`).
+//! - `cargo xtask speed [--only PART,...] [--runs R] [--seeds N] [--scenario PATH]...`: the
+//!   README's speed figures (issue 15), side by side in one run on the release build
+//!   (`speed/`): seeds/s, simulated s per wall s and CPU per seed of each pipeline's
+//!   reference scenario; records per CPU-second through each pipeline at bench size
+//!   (`benches/scenarios/`); resident memory over 1,000 seeds (`eosim soak`); the
+//!   catalogue's CPU per seed and what 100,000 seeds take on 2 cores.
 //! - `cargo xtask chaos [sim's options]`: the catalogue over many seeds (200 unless
 //!   `--seeds`) in release mode; with `--partition K/N`, one shard of a nightly run.
 //!
@@ -119,8 +122,10 @@ enum Task {
     },
     /// The whole catalogue over many seeds (default 200 per scenario), in release mode.
     Chaos(SimArgs),
-    /// The README's speed table: each pipeline's scenario for `--seeds` seeds on one job
-    /// (release), `--runs` times; the median run per scenario.
+    /// The README's speed figures on the release build, as Markdown tables: per pipeline
+    /// (`--seeds` seeds of its reference scenario, `--runs` times), throughput at bench size
+    /// (`benches/scenarios/`, `--runs` times), memory over `--soak-seeds` seeds, and the
+    /// catalogue at `--catalogue-seeds` seeds; `--only` picks some.
     Speed(speed::SpeedArgs),
     /// Check .github/workflows with actionlint (installed with `go install` when missing
     /// and Go is there).
@@ -271,7 +276,7 @@ fn run(task: Task) -> Result<u8> {
             cmd.arg("report").args(args);
             status(&mut cmd)
         }
-        Task::Speed(args) => speed::speed(&args),
+        Task::Speed(args) => speed::speed(&args, rebase),
         Task::Actionlint => actionlint(),
         Task::Real => real(),
         Task::Images { force } => images(force),

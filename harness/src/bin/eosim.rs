@@ -3,8 +3,8 @@
 
 /// mimalloc instead of the system allocator: a simulated run allocates and frees small
 /// objects per record, request and timer, and glibc's malloc spent a quarter of the CPU in
-/// its free lists (README "## Speed"). Allocation never reaches a run's behaviour, so the
-/// histories and their hashes are the same with either.
+/// its free lists (`reports/speed-history.md`). Allocation never reaches a run's behaviour,
+/// so the histories and their hashes are the same with either.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -208,9 +208,12 @@ fn determinism(args: &SeedArgs) -> ExitClass {
 }
 
 /// `eosim soak`: one scenario's seeds one after another in this process, each judged as
-/// `eosim sim` judges it (verdicts not kept), printing `soak seeds=N rss_kib=… seeds_per_s=…`
-/// after seed 100, every `--every` seeds and after the last, then the growth from seed 100
-/// to the last per seed. Memory that a seed does not return shows up here.
+/// `eosim sim` judges it (only its class counted), printing `soak seeds=N rss_kib=…
+/// seeds_per_s=…` after seed 100, every `--every` seeds and after the last, then the growth
+/// from seed 100 to the last per seed, and last `soak classes crash=… holds=… invalid=…
+/// stalled=… unknown=… sim_time_s=… wall_time_s=…`: how the seeds ended (a soak of seeds
+/// that stall measures stalls), their simulated time and this loop's wall time. Memory that
+/// a seed does not return shows up here.
 fn soak(args: &SoakArgs) -> ExitClass {
     if args.seeds == 0 || args.every == 0 {
         return config_error("--seeds and --every must be at least 1");
@@ -222,9 +225,15 @@ fn soak(args: &SoakArgs) -> ExitClass {
     let started = Instant::now();
     let mut at_100 = None;
     let mut last_rss = 0;
+    let mut classes = std::collections::BTreeMap::from(
+        ["holds", "invalid", "unknown", "stalled", "crash"].map(|c| (c, 0u64)),
+    );
+    let mut sim_time_ms = 0;
     for n in 1..=args.seeds {
         let outcome = run_guarded(&scenario, args.seed + n - 1);
         let verdict = judge_seed(&scenario, &outcome);
+        sim_time_ms += verdict.sim_time_ms;
+        *classes.entry(verdict.class.name()).or_default() += 1;
         drop((outcome, verdict));
         if n == 100 || n % args.every == 0 || n == args.seeds {
             let rss = crate::runner::rss_kib().unwrap_or(0);
@@ -245,5 +254,12 @@ fn soak(args: &SoakArgs) -> ExitClass {
             scenario.name, args.seeds
         );
     }
+    let counts: Vec<String> = classes.iter().map(|(c, n)| format!("{c}={n}")).collect();
+    println!(
+        "soak classes {} sim_time_s={:.3} wall_time_s={:.3}",
+        counts.join(" "),
+        sim_time_ms as f64 / 1e3,
+        started.elapsed().as_secs_f64()
+    );
     ExitClass::Expected
 }
