@@ -601,6 +601,11 @@ pub fn cdc_duplicate_row_cases(a: &CdcAnalysis) -> Vec<Case> {
 
 /// `cdc-regression`: a later read shows an older version of a key than an earlier read.
 pub fn cdc_regression_cases(a: &CdcAnalysis) -> Vec<Case> {
+    if a.reads.is_empty() {
+        // No read to compare: the versions below would be built for nothing (every
+        // applied record's projected row).
+        return Vec::new();
+    }
     let mut versions: BTreeMap<String, Vec<(usize, JsonRow)>> = BTreeMap::new();
     let mut index = 0usize;
     for (_, records) in a.sources.values() {
