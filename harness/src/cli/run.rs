@@ -207,13 +207,17 @@ fn determinism(args: &SeedArgs) -> ExitClass {
     ExitClass::Violated
 }
 
+/// Seeds that did not hold that `eosim soak` names one by one (the counts cover the rest).
+const SOAK_SEEDS_NAMED_MAX: u64 = 20;
+
 /// `eosim soak`: one scenario's seeds one after another in this process, each judged as
 /// `eosim sim` judges it (only its class counted), printing `soak seeds=N rss_kib=…
 /// seeds_per_s=…` after seed 100, every `--every` seeds and after the last, then the growth
 /// from seed 100 to the last per seed, and last `soak classes crash=… holds=… invalid=…
 /// stalled=… unknown=… sim_time_s=… wall_time_s=…`: how the seeds ended (a soak of seeds
 /// that stall measures stalls), their simulated time and this loop's wall time. Memory that
-/// a seed does not return shows up here.
+/// a seed does not return shows up here. Each of the first [`SOAK_SEEDS_NAMED_MAX`] seeds
+/// that did not hold is named as it ends: `soak seed=S class=C replay: cargo xtask sim …`.
 fn soak(args: &SoakArgs) -> ExitClass {
     if args.seeds == 0 || args.every == 0 {
         return config_error("--seeds and --every must be at least 1");
@@ -233,7 +237,18 @@ fn soak(args: &SoakArgs) -> ExitClass {
         let outcome = run_guarded(&scenario, args.seed + n - 1);
         let verdict = judge_seed(&scenario, &outcome);
         sim_time_ms += verdict.sim_time_ms;
-        *classes.entry(verdict.class.name()).or_default() += 1;
+        let class = verdict.class.name();
+        *classes.entry(class).or_default() += 1;
+        let named = classes
+            .iter()
+            .filter(|(c, _)| **c != "holds")
+            .map(|(_, n)| n);
+        if class != "holds" && named.sum::<u64>() <= SOAK_SEEDS_NAMED_MAX {
+            // Each seed that did not hold, by seed, so it can be replayed.
+            let seed = args.seed + n - 1;
+            let replay = replay_command(&args.scenario, seed);
+            println!("soak seed={seed} class={class} replay: {replay}");
+        }
         drop((outcome, verdict));
         if n == 100 || n % args.every == 0 || n == args.seeds {
             let rss = crate::runner::rss_kib().unwrap_or(0);
