@@ -568,14 +568,14 @@ impl Core {
         // holds the lock until its own deadline.
         let _adding = match self.adding.try_lock() {
             Ok(guard) => guard,
-            Err(_) => match madsim::time::timeout(
+            Err(_) => match eosim_sim::deadline::timeout(
                 deadline.saturating_duration_since(Instant::now()),
                 self.adding.lock(),
             )
             .await
             {
-                Ok(guard) => guard,
-                Err(_) => {
+                Some(guard) => guard,
+                None => {
                     let cause = ClientError::Timeout {
                         what: format!("{api}: an AddPartitionsToTxn still under way"),
                         timeout_ms: 0,
