@@ -10,7 +10,7 @@ use super::seeds::{run_guarded, seed_block, write_history};
 use super::{config_error, Cli, Command, ExitClass, SeedArgs, SimArgs, SoakArgs};
 use crate::report::Verdict;
 use crate::scenario::Scenario;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -229,23 +229,13 @@ fn soak(args: &SoakArgs) -> ExitClass {
     let started = Instant::now();
     let mut at_100 = None;
     let mut last_rss = 0;
-    let mut classes = std::collections::BTreeMap::from(
-        ["holds", "invalid", "unknown", "stalled", "crash"].map(|c| (c, 0u64)),
-    );
-    let mut sim_time_ms = 0;
+    let mut tally = SoakTally::default();
     for n in 1..=args.seeds {
-        let outcome = run_guarded(&scenario, args.seed + n - 1);
+        let seed = args.seed + n - 1;
+        let outcome = run_guarded(&scenario, seed);
         let verdict = judge_seed(&scenario, &outcome);
-        sim_time_ms += verdict.sim_time_ms;
         let class = verdict.class.name();
-        *classes.entry(class).or_default() += 1;
-        let named = classes
-            .iter()
-            .filter(|(c, _)| **c != "holds")
-            .map(|(_, n)| n);
-        if class != "holds" && named.sum::<u64>() <= SOAK_SEEDS_NAMED_MAX {
-            // Each seed that did not hold, by seed, so it can be replayed.
-            let seed = args.seed + n - 1;
+        if tally.count(class, verdict.sim_time_ms) {
             let replay = replay_command(&args.scenario, seed);
             println!("soak seed={seed} class={class} replay: {replay}");
         }
@@ -269,12 +259,83 @@ fn soak(args: &SoakArgs) -> ExitClass {
             scenario.name, args.seeds
         );
     }
-    let counts: Vec<String> = classes.iter().map(|(c, n)| format!("{c}={n}")).collect();
     println!(
-        "soak classes {} sim_time_s={:.3} wall_time_s={:.3}",
-        counts.join(" "),
-        sim_time_ms as f64 / 1e3,
+        "soak classes {} wall_time_s={:.3}",
+        tally.summary(),
         started.elapsed().as_secs_f64()
     );
     ExitClass::Expected
+}
+
+/// How `eosim soak`'s seeds ended: seeds per class and their simulated time.
+#[derive(Debug)]
+struct SoakTally {
+    classes: BTreeMap<&'static str, u64>,
+    sim_time_ms: u64,
+}
+
+impl Default for SoakTally {
+    /// Every class at zero, so the summary always names them all.
+    fn default() -> Self {
+        let classes = ["holds", "invalid", "unknown", "stalled", "crash"];
+        Self {
+            classes: classes.into_iter().map(|c| (c, 0)).collect(),
+            sim_time_ms: 0,
+        }
+    }
+}
+
+impl SoakTally {
+    /// Counts a seed of `class` that ran `sim_time_ms`; whether to name it: it did not
+    /// hold and is among the first [`SOAK_SEEDS_NAMED_MAX`] that did not.
+    fn count(&mut self, class: &'static str, sim_time_ms: u64) -> bool {
+        *self.classes.entry(class).or_default() += 1;
+        self.sim_time_ms += sim_time_ms;
+        let not_held: u64 = self
+            .classes
+            .iter()
+            .filter(|(c, _)| **c != "holds")
+            .map(|(_, n)| n)
+            .sum();
+        class != "holds" && not_held <= SOAK_SEEDS_NAMED_MAX
+    }
+
+    /// `crash=… holds=… invalid=… stalled=… unknown=… sim_time_s=…`.
+    fn summary(&self) -> String {
+        let counts: Vec<String> = self
+            .classes
+            .iter()
+            .map(|(c, n)| format!("{c}={n}"))
+            .collect();
+        let sim_time_s = self.sim_time_ms as f64 / 1e3;
+        format!("{} sim_time_s={sim_time_s:.3}", counts.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_soak_names_the_first_seeds_that_did_not_hold_and_counts_every_class() {
+        let mut tally = SoakTally::default();
+        assert!(
+            !tally.count("holds", 1_000),
+            "a seed that held is not named"
+        );
+        let named: Vec<bool> = (0..SOAK_SEEDS_NAMED_MAX + 2)
+            .map(|i| tally.count(if i % 2 == 0 { "stalled" } else { "invalid" }, 500))
+            .collect();
+        let first = SOAK_SEEDS_NAMED_MAX as usize;
+        assert!(
+            named[..first].iter().all(|n| *n),
+            "the first ones are named"
+        );
+        assert!(!named[first..].iter().any(|n| *n), "then only counted");
+        assert!(!tally.count("holds", 0), "a seed that held never is");
+        assert_eq!(
+            tally.summary(),
+            "crash=0 holds=2 invalid=11 stalled=11 unknown=0 sim_time_s=12.000"
+        );
+    }
 }

@@ -307,7 +307,7 @@ impl PostgresWorld {
                 Execution::Blocked { .. } if lock_timeout_ms > 0 => {
                     // Wake at the latest when the lock timeout may have expired.
                     let wait = Duration::from_millis(lock_timeout_ms.min(TICK_INTERVAL_MS));
-                    let _ = crate::deadline::timeout(wait, ended).await;
+                    let _ = madsim::time::timeout(wait, ended).await;
                 }
                 Execution::Blocked { .. } => ended.await,
             }
