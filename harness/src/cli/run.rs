@@ -234,9 +234,8 @@ fn soak(args: &SoakArgs) -> ExitClass {
         let seed = args.seed + n - 1;
         let outcome = run_guarded(&scenario, seed);
         let verdict = judge_seed(&scenario, &outcome);
-        let class = verdict.class.name();
-        if tally.count(class, verdict.sim_time_ms) {
-            let replay = replay_command(&args.scenario, seed);
+        if tally.count(&verdict.class, verdict.sim_time_ms) {
+            let (class, replay) = (verdict.class.name(), replay_command(&args.scenario, seed));
             println!("soak seed={seed} class={class} replay: {replay}");
         }
         drop((outcome, verdict));
@@ -277,9 +276,15 @@ struct SoakTally {
 impl Default for SoakTally {
     /// Every class at zero, so the summary always names them all.
     fn default() -> Self {
-        let classes = ["holds", "invalid", "unknown", "stalled", "crash"];
+        let classes = [
+            SeedClass::Holds,
+            SeedClass::Invalid,
+            SeedClass::Unknown,
+            SeedClass::Stalled(String::new()),
+            SeedClass::Crashed(String::new()),
+        ];
         Self {
-            classes: classes.into_iter().map(|c| (c, 0)).collect(),
+            classes: classes.iter().map(|c| (c.name(), 0)).collect(),
             sim_time_ms: 0,
         }
     }
@@ -288,16 +293,12 @@ impl Default for SoakTally {
 impl SoakTally {
     /// Counts a seed of `class` that ran `sim_time_ms`; whether to name it: it did not
     /// hold and is among the first [`SOAK_SEEDS_NAMED_MAX`] that did not.
-    fn count(&mut self, class: &'static str, sim_time_ms: u64) -> bool {
-        *self.classes.entry(class).or_default() += 1;
+    fn count(&mut self, class: &SeedClass, sim_time_ms: u64) -> bool {
+        *self.classes.entry(class.name()).or_default() += 1;
         self.sim_time_ms += sim_time_ms;
-        let not_held: u64 = self
-            .classes
-            .iter()
-            .filter(|(c, _)| **c != "holds")
-            .map(|(_, n)| n)
-            .sum();
-        class != "holds" && not_held <= SOAK_SEEDS_NAMED_MAX
+        let holds = SeedClass::Holds.name();
+        let not_held: u64 = self.classes.values().sum::<u64>() - self.classes[holds];
+        *class != SeedClass::Holds && not_held <= SOAK_SEEDS_NAMED_MAX
     }
 
     /// `crash=… holds=… invalid=… stalled=… unknown=… sim_time_s=…`.
@@ -320,11 +321,17 @@ mod tests {
     fn a_soak_names_the_first_seeds_that_did_not_hold_and_counts_every_class() {
         let mut tally = SoakTally::default();
         assert!(
-            !tally.count("holds", 1_000),
+            !tally.count(&SeedClass::Holds, 1_000),
             "a seed that held is not named"
         );
         let named: Vec<bool> = (0..SOAK_SEEDS_NAMED_MAX + 2)
-            .map(|i| tally.count(if i % 2 == 0 { "stalled" } else { "invalid" }, 500))
+            .map(|i| {
+                let class = match i % 2 {
+                    0 => SeedClass::Stalled("no convergence".into()),
+                    _ => SeedClass::Invalid,
+                };
+                tally.count(&class, 500)
+            })
             .collect();
         let first = SOAK_SEEDS_NAMED_MAX as usize;
         assert!(
@@ -332,7 +339,10 @@ mod tests {
             "the first ones are named"
         );
         assert!(!named[first..].iter().any(|n| *n), "then only counted");
-        assert!(!tally.count("holds", 0), "a seed that held never is");
+        assert!(
+            !tally.count(&SeedClass::Holds, 0),
+            "a seed that held never is"
+        );
         assert_eq!(
             tally.summary(),
             "crash=0 holds=2 invalid=11 stalled=11 unknown=0 sim_time_s=12.000"
