@@ -4,7 +4,7 @@
 //! uses, a kill of a process that was already dead, a partition between two nodes that never
 //! talk. So each place where a fault bites records an [`Effect`]: the RPC layer
 //! (`net`: a request dropped, duplicated or delayed by N ms, a response dropped, a packet
-//! lost on a cut or clogged link), the nemesis (a process killed with what it lost, paused, a
+//! held by a cut or clogged link until TCP's retransmission after the heal), the nemesis (a process killed with what it lost, paused, a
 //! clock stepped), components (a fault point fired, a request held by a BUGGIFY point, a bad
 //! record produced). The harness's runner installs a [`set_sink`] that writes each effect
 //! into the history as it happens, and collects the per-kind counts with [`take`]; the
@@ -36,10 +36,11 @@ pub mod kind {
     pub const KILL_LEADER: &str = "kill-leader";
     /// A process was paused while it ran.
     pub const PAUSE: &str = "pause";
-    /// A packet (request, response, or a broker's replication fetch) was lost on a link
-    /// cut by a partition.
+    /// A request or response was held on a link cut by a partition (TCP retransmits it
+    /// after the heal, `crate::net`), or a broker's replication fetch or heartbeat could
+    /// not cross it.
     pub const PARTITION: &str = "partition";
-    /// A packet was lost to or from a clogged (isolated) node.
+    /// As [`PARTITION`], to or from a clogged (isolated) node.
     pub const CLOG: &str = "clog";
     /// A request was lost before it reached its server.
     pub const DROP_REQUEST: &str = "messages.drop-request";

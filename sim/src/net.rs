@@ -1,9 +1,8 @@
 //! eosim's RPC over madsim's simulated network, with message-level faults.
 //!
-//! madsim drops packets on clogged links (network partitions); this layer adds what
-//! madsim does not: a request delayed (so requests overtake each other), dropped before it
-//! arrives, delivered twice, or applied with its response lost on the way back (the
-//! ambiguous outcome every exactly-once design must survive).
+//! This layer adds what madsim does not: a request delayed (so requests overtake each
+//! other), dropped before it arrives, delivered twice, or applied with its response lost
+//! on the way back (the ambiguous outcome every exactly-once design must survive).
 //!
 //! Calls stand for requests on a TCP connection: when the server's process dies, or its
 //! machine comes back from a crash, the kernel resets the connection and every call still
@@ -11,6 +10,17 @@
 //! Kafka's `NetworkClient` fails in-flight requests on a disconnect. Without that, a call
 //! parked at a dead server (a JoinGroup waits up to the rebalance timeout) would wait out
 //! its whole timeout for a response that no process will ever send.
+//!
+//! A partition ([`set_link_cut`]) or a clog ([`set_clogged`]) does not lose what crosses
+//! it, as TCP does not: a request or response sent while its link is cut is held and
+//! retransmitted on Linux's schedule ([`retransmission_offsets_ms`]), and arrives at the
+//! first retransmission after the heal; it is lost only when the connection is reset
+//! meanwhile (the other end's process died or its machine restarted) or TCP gives up
+//! (`tcp_retries2`, about 15 minutes). A held request survives its caller giving up (a
+//! client that times out closes its socket, and the kernel still sends what the socket had
+//! queued), so a request can be applied after its caller's timeout, as on a real network.
+//! madsim's own clogs (`NetSim::clog_link`) drop packets; the nemesis sets both, and this
+//! layer holds every eosim packet before madsim could see the cut.
 //!
 //! Faults are per directed pair of node IPs and live in a thread-local table: each
 //! simulation runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never
@@ -20,9 +30,8 @@
 //! `producer-0`. Every random draw comes from `madsim::rand`, so a seed replays bit for bit.
 //!
 //! Every time a fault acts here, it says so ([`crate::effects`]): a request dropped,
-//! duplicated or delayed by N ms, a response dropped, a packet lost on a link a partition
-//! cut ([`set_link_cut`]) or to or from a clogged node ([`set_clogged`]). madsim itself
-//! drops the packets of cut links; this layer mirrors the cuts only to account for them.
+//! duplicated or delayed by N ms, a response dropped, a packet held by a cut link or a
+//! clogged node.
 
 use crate::effects::{self, kind};
 use madsim::net::Endpoint;
@@ -92,8 +101,9 @@ fn source_ip(endpoint: &Endpoint) -> Result<IpAddr, RpcError> {
         .map_err(|e| RpcError::Transport(e.to_string()))
 }
 
-/// Marks the directed link `source → target` cut (`true`) or whole again (`false`), for the
-/// effect accounting of packets madsim drops on it.
+/// Marks the directed link `source → target` cut (`true`) or whole again (`false`): eosim
+/// packets sent on a cut link are held until a retransmission finds it whole (see the
+/// module's doc). The nemesis clogs madsim's link too, for any other traffic.
 pub fn set_link_cut(source: IpAddr, target: IpAddr, cut: bool) {
     CUT_LINKS.with(|t| {
         let mut t = t.borrow_mut();
@@ -117,9 +127,9 @@ pub fn set_clogged(ip: IpAddr, clogged: bool) {
     });
 }
 
-/// Whether a packet from `source` to `target` is lost to a partition or a clog, and to
-/// which ([`kind::PARTITION`] or [`kind::CLOG`]).
-pub fn packet_lost_to(source: IpAddr, target: IpAddr) -> Option<&'static str> {
+/// Whether a packet from `source` to `target` cannot cross now, and why: a partition
+/// ([`kind::PARTITION`]) or a clog ([`kind::CLOG`]).
+pub fn link_cut_by(source: IpAddr, target: IpAddr) -> Option<&'static str> {
     if CLOGGED.with(|t| {
         let t = t.borrow();
         t.contains(&source) || t.contains(&target)
@@ -132,21 +142,82 @@ pub fn packet_lost_to(source: IpAddr, target: IpAddr) -> Option<&'static str> {
     }
 }
 
-/// Records a packet `what` from `source` to `target` lost on a cut or clogged link, if it
-/// is. Returns whether it was.
-fn account_lost_packet(source: IpAddr, target: IpAddr, what: impl FnOnce() -> String) -> bool {
-    let Some(kind) = packet_lost_to(source, target) else {
-        return false;
+/// Linux's retransmission schedule for a segment nobody acknowledges, in ms after its
+/// first send: the first retransmission after `TCP_RTO_MIN` (200 ms, the RTO of a
+/// low-latency path), each next wait twice the last, capped at `TCP_RTO_MAX` (120 s), 15
+/// retransmissions in all (`tcp_retries2`), after which the connection times out (the
+/// last wait, 924.6 s after the send). So: 200, 600, 1,400, 3,000, 6,200, 12,600, 25,400,
+/// 51,000, 102,200, 204,600, 324,600, 444,600, 564,600, 684,600, 804,600 ms. Source:
+/// `include/net/tcp.h` (`TCP_RTO_MIN`, `TCP_RTO_MAX`), `net/ipv4/tcp_timer.c`
+/// (`tcp_retransmit_timer` doubles `icsk_rto` up to `TCP_RTO_MAX`; `tcp_write_timeout`
+/// gives up after `tcp_retries2`), Documentation/networking/ip-sysctl.rst (`tcp_retries2`
+/// = 15, "a hypothetical timeout of 924.6 seconds").
+pub fn retransmission_offsets_ms() -> impl Iterator<Item = u64> {
+    const RTO_MIN_MS: u64 = 200;
+    const RTO_MAX_MS: u64 = 120_000;
+    const RETRIES2: usize = 15;
+    (0..RETRIES2).scan((0u64, RTO_MIN_MS), |(at, rto), _| {
+        *at += *rto;
+        *rto = (*rto * 2).min(RTO_MAX_MS);
+        Some(*at)
+    })
+}
+
+/// How a packet held by a cut or clog ended ([`hold_across_cut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Crossing {
+    /// The link was whole at the send: nothing held.
+    Now,
+    /// Retransmitted after the heal: send it now.
+    AfterHeal,
+    /// The connection was reset or timed out while the packet waited: it is lost.
+    Lost,
+}
+
+/// If the link from `source` to `target` is cut or clogged now, records the effect (one
+/// per packet, naming `what`) and waits as TCP does ([`retransmission_offsets_ms`]) until
+/// a retransmission finds the link whole ([`Crossing::AfterHeal`]), the connection is reset
+/// ([`reset_connections`] on `reset_ip`, the server's IP) or TCP gives up ([`Crossing::Lost`]).
+/// The wait is in the calling task: a caller that must not lose the packet when it stops
+/// waiting spawns it (see [`send_copies`]).
+async fn hold_across_cut(
+    source: IpAddr,
+    target: IpAddr,
+    reset_ip: IpAddr,
+    what: impl FnOnce() -> String,
+) -> Crossing {
+    let Some(kind) = link_cut_by(source, target) else {
+        return Crossing::Now;
     };
     let on = if kind == kind::CLOG { "clogged" } else { "cut" };
     let detail = format!(
-        "{} from {} to {} lost (link {on})",
+        "{} from {} to {} held (link {on}): TCP retransmits it after the heal",
         what(),
         effects::node_name(source),
         effects::node_name(target)
     );
     effects::record(kind, &effects::node_name(source), detail);
-    true
+    let sent_at = madsim::time::Instant::now();
+    let bell = reset_bell(reset_ip);
+    let reset = bell.notified();
+    tokio::pin!(reset);
+    for offset in retransmission_offsets_ms() {
+        let retransmission = sent_at + Duration::from_millis(offset);
+        tokio::select! {
+            biased;
+            () = &mut reset => {
+                crate::mark!("net:held-packet-lost-to-reset");
+                return Crossing::Lost;
+            }
+            () = madsim::time::sleep_until(retransmission) => {}
+        }
+        if link_cut_by(source, target).is_none() {
+            crate::mark!("net:held-packet-retransmitted-after-heal");
+            return Crossing::AfterHeal;
+        }
+    }
+    crate::mark!("net:held-packet-lost-tcp-gave-up");
+    Crossing::Lost
 }
 
 /// The name of a request for effect texts: its `Debug` form up to the first delimiter
@@ -326,9 +397,13 @@ fn depart<Req: std::fmt::Debug>(
     }
 }
 
-/// Sends `copies` packets of `request` tagged `response_tag`, accounting for any lost on a
-/// cut or clogged link (madsim drops those). The last copy is `request` itself: only a
-/// duplicated request is cloned.
+/// Sends `copies` packets of `request` tagged `response_tag`. The last copy is `request`
+/// itself: only a duplicated request is cloned. On a cut or clogged link the packets are
+/// held in a task of their own ([`hold_across_cut`]), so they still leave after the heal
+/// when the caller has stopped waiting.
+///
+/// # Errors
+/// [`RpcError::Transport`] when the local endpoint fails.
 async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
     endpoint: &Endpoint,
     source: IpAddr,
@@ -337,10 +412,31 @@ async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
     response_tag: u64,
     copies: usize,
 ) -> Result<(), RpcError> {
+    if copies > 0 && link_cut_by(source, target.ip()).is_some() {
+        let sender = endpoint.clone();
+        madsim::task::spawn(async move {
+            let what = || api_name(&request);
+            if hold_across_cut(source, target.ip(), target.ip(), what).await == Crossing::Lost {
+                return;
+            }
+            // A send error means the local endpoint is gone; nobody waits any more.
+            let _ = send_now(&sender, target, request, response_tag, copies).await;
+        });
+        return Ok(());
+    }
+    send_now(endpoint, target, request, response_tag, copies).await
+}
+
+/// Sends `copies` packets of `request` tagged `response_tag` into madsim's network now.
+async fn send_now<Req: Clone + Send + Sync + 'static>(
+    endpoint: &Endpoint,
+    target: SocketAddr,
+    request: Req,
+    response_tag: u64,
+    copies: usize,
+) -> Result<(), RpcError> {
     let mut request = Some(request);
     for copy in 1..=copies {
-        let Some(left) = request.as_ref() else { break };
-        account_lost_packet(source, target.ip(), || api_name(left));
         let packet = if copy == copies {
             request.take()
         } else {
@@ -356,7 +452,9 @@ async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
 }
 
 /// Calls `target` with `request` and waits at most `timeout` for its response. A delayed
-/// request waits in the caller: if the caller stops waiting, it never leaves.
+/// request waits in the caller: if the caller stops waiting, it never leaves. A request
+/// held by a cut link leaves after the heal whether or not the caller still waits (see
+/// the module's doc).
 ///
 /// # Errors
 /// [`RpcError::Disconnected`] when the server's connections were reset meanwhile, else
@@ -588,7 +686,11 @@ where
                 effects::record(kind::DROP_RESPONSE, &effects::node_name(from.ip()), detail);
                 return;
             }
-            account_lost_packet(local, from.ip(), || format!("{} response", api()));
+            let what = || format!("{} response", api());
+            // The response waits in this task: a kill of the server ends both.
+            if hold_across_cut(local, from.ip(), from.ip(), what).await == Crossing::Lost {
+                return;
+            }
             // A send error means the caller is gone; there is nobody to tell.
             let _ = endpoint
                 .send_to_raw(from, response_tag, Box::new(response))

@@ -66,6 +66,7 @@
 pub mod coerce;
 pub mod datetime;
 pub mod error;
+pub mod fixtures;
 pub mod model;
 pub mod service;
 #[cfg(all(test, madsim))]

@@ -3,8 +3,9 @@
 //!
 //! One request per protocol exchange a tokio-postgres client makes: [`Request::Connect`]
 //! (startup), [`Request::Execute`] (one query), [`Request::ExecuteBatch`] (a pipeline of
-//! queries in one round trip), `BEGIN`/`COMMIT`/`ROLLBACK`, and [`Request::Close`]
-//! (`Terminate`). Like a PostgreSQL backend, a session runs one request at a time: requests
+//! queries in one round trip), [`Request::BeginBatch`] (`BEGIN` and a pipeline, the
+//! transaction left open), `BEGIN`/`COMMIT`/`ROLLBACK`, and [`Request::Close`]
+//! (`Terminate`, or the client's socket closing). Like a PostgreSQL backend, a session runs one request at a time: requests
 //! on one session queue in arrival order behind the one running. A statement that waits for
 //! a row lock ([`Execution::Blocked`]) is run again whenever a transaction ends (and when
 //! `lock_timeout` is due), so it waits exactly as long as PostgreSQL's would
@@ -16,7 +17,9 @@
 //! (`synchronous_commit = off`, [`Database::crash`]). A killed *client* process closes its sockets,
 //! and PostgreSQL rolls back its open transaction at once; the runner says so with
 //! [`PostgresWorld::client_gone`]. A paused or partitioned client keeps its transaction
-//! (and its locks) until it returns or `idle_in_transaction_session_timeout` ends it.
+//! (and its locks) until it returns, closes the session ([`Request::Close`]: the simulated
+//! client does so when a call times out, and a partition delivers the close after the
+//! heal) or `idle_in_transaction_session_timeout` ends it.
 
 use super::model::{Database, Execution, SessionId, TxnEnd};
 use super::{PgError, Reply, Statement};
@@ -92,6 +95,20 @@ pub enum Request {
     /// implicit transaction, committed if all succeed and rolled back otherwise (what
     /// PostgreSQL does with a multi-statement simple query or a pipeline with one `Sync`).
     ExecuteBatch {
+        /// The session.
+        session: SessionId,
+        /// The statements.
+        statements: Vec<Statement>,
+    },
+    /// `BEGIN` and statements in one round trip, the transaction left open for a later
+    /// [`Request::Commit`] (or [`Request::Rollback`]): what pgJDBC's `executeBatch` sends on
+    /// a connection with autocommit off (`BEGIN` goes out with the first query), and what
+    /// the real client's pipelined transaction sends (`harness/src/client/real/postgres.rs`).
+    /// Stops at the first error, which fails the transaction (`25P02` for what follows,
+    /// until `ROLLBACK`). Inside an open transaction `BEGIN` is a no-op, as in PostgreSQL.
+    /// So a request held by a partition and applied after its client gave up commits
+    /// nothing: the client never sent the `COMMIT`, and its closed socket ends the session.
+    BeginBatch {
         /// The session.
         session: SessionId,
         /// The statements.
@@ -226,7 +243,8 @@ impl PostgresWorld {
             | Request::Commit { session }
             | Request::Rollback { session }
             | Request::Execute { session, .. }
-            | Request::ExecuteBatch { session, .. } => *session,
+            | Request::ExecuteBatch { session, .. }
+            | Request::BeginBatch { session, .. } => *session,
         };
         let queue = self
             .sessions
@@ -277,6 +295,13 @@ impl PostgresWorld {
             }
             Request::ExecuteBatch { statements, .. } => {
                 Response::Batch(self.execute_batch(session, &statements).await)
+            }
+            Request::BeginBatch { statements, .. } => {
+                let begun = self.lock_db().begin(now, session);
+                match begun {
+                    Ok(()) => Response::Batch(self.execute_batch(session, &statements).await),
+                    Err(error) => Response::Batch(Err(BatchError { index: 0, error })),
+                }
             }
         };
         if matches!(

@@ -1,6 +1,7 @@
 //! The server node end to end over the simulated network: sessions, batches, lock waits,
 //! crash.
 
+use super::fixtures::{kv_table, kv_upsert as upsert};
 use super::service::*;
 use super::*;
 use madsim::net::Endpoint;
@@ -40,30 +41,6 @@ async fn connect(endpoint: &Endpoint) -> SessionId {
         Response::Connected(s) => s,
         other => panic!("expected a session, got {other:?}"),
     }
-}
-
-fn kv_table() -> Statement {
-    Statement::CreateTable(CreateTable {
-        name: "kv".into(),
-        columns: vec![
-            Column::new("k", ColumnType::BigInt),
-            Column::new("v", ColumnType::Text),
-        ],
-        primary_key: vec!["k".into()],
-        if_not_exists: true,
-    })
-}
-
-fn upsert(k: i64, v: &str) -> Statement {
-    Statement::Insert(Insert {
-        table: "kv".into(),
-        columns: vec![],
-        rows: vec![vec![Value::Int(k), Value::text(v)]],
-        on_conflict: OnConflict::DoUpdate {
-            conflict_target: vec!["k".into()],
-            set: vec!["v".into()],
-        },
-    })
 }
 
 #[madsim::test]

@@ -1,10 +1,17 @@
 //! The simulated PostgreSQL client: RPC to the `postgres` node
 //! ([`eosim_sim::postgres::service`]) with a per-call timeout.
+//!
+//! A batch is two round trips, as the real client's (`client/real/postgres.rs`: `BEGIN`
+//! and the statements pipelined, then `COMMIT`) and pgJDBC's with autocommit off
+//! (`executeBatch`, then `commit`). A timeout closes the session, as pgJDBC and
+//! tokio-postgres close the socket: the server ends it, rolling back what it had open,
+//! when the close reaches it (after the heal, when a partition holds it back). So a batch
+//! held by a partition and applied after its client gave up never commits.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
 use async_trait::async_trait;
 use eosim_sim::postgres::service::{postgres_addr, Request, Response};
-use eosim_sim::postgres::{Reply, SessionId, SqlState, Statement};
+use eosim_sim::postgres::{Reply, SessionId, SqlState, Statement, TxnEnd};
 use madsim::net::Endpoint;
 use std::time::Duration;
 
@@ -37,8 +44,17 @@ impl SimPostgres {
         let endpoint = self.endpoint.as_ref().expect("bound above");
         let result = eosim_sim::net::call(endpoint, postgres_addr(), request, self.timeout).await;
         result.map_err(|_| {
-            // The session's state is unknown now: start afresh next time.
-            self.session = None;
+            // The session's state is unknown now: close it and start afresh next time.
+            if let Some(session) = self.session.take() {
+                let endpoint = endpoint.clone();
+                let timeout = self.timeout;
+                madsim::task::spawn(async move {
+                    let close = Request::Close { session };
+                    // Nobody waits for the answer; the session ends when the close arrives.
+                    let _: Result<Response, _> =
+                        eosim_sim::net::call(&endpoint, postgres_addr(), close, timeout).await;
+                });
+            }
             PgClientError::Timeout {
                 what: what.to_string(),
                 timeout_ms: self.timeout.as_millis() as u64,
@@ -94,15 +110,39 @@ impl PostgresClient for SimPostgres {
         statements: Vec<Statement>,
     ) -> Result<Vec<Reply>, PgClientError> {
         let session = self.session().await?;
-        let request = Request::ExecuteBatch {
+        let request = Request::BeginBatch {
             session,
             statements,
         };
-        let result = match self.call(request, "execute batch").await? {
+        let batch = match self.call(request, "execute batch").await? {
             Response::Batch(r) => r.map_err(|e| PgClientError::Db {
                 index: Some(e.index),
                 error: e.error,
             }),
+            other => Err(PgClientError::Connection(format!(
+                "unexpected reply {other:?}"
+            ))),
+        };
+        let replies = match batch {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.forget_lost_session(&e);
+                if self.session.is_some() {
+                    // The failed transaction holds its locks until `ROLLBACK`; a failed
+                    // one ends the session, which rolls back as well.
+                    let _ = self.call(Request::Rollback { session }, "rollback").await;
+                }
+                return Err(e);
+            }
+        };
+        let result = match self.call(Request::Commit { session }, "commit").await? {
+            Response::Committed(Ok(TxnEnd::Committed)) => Ok(replies),
+            // Only a failed transaction's COMMIT rolls back, and this one did not fail;
+            // but a server that says so must not be taken for a commit.
+            Response::Committed(Ok(TxnEnd::RolledBack)) => {
+                Err(PgClientError::Connection("COMMIT answered ROLLBACK".into()))
+            }
+            Response::Committed(Err(error)) => Err(PgClientError::Db { index: None, error }),
             other => Err(PgClientError::Connection(format!(
                 "unexpected reply {other:?}"
             ))),
@@ -113,3 +153,6 @@ impl PostgresClient for SimPostgres {
         result
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -109,7 +109,7 @@ fn node_rules(
 /// that name in one `nft -f` transaction (an empty `table` first, so that the `delete`
 /// finds one). `level` is the nodes' cgroup depth under the cgroup v2 root
 /// (`socket cgroupv2 level`). Clog cuts come before partition cuts, so a link both cut
-/// counts its packets as the clog's, as `sim/src/net.rs` `packet_lost_to` does.
+/// counts its packets as the clog's, as `sim/src/net.rs` `link_cut_by` does.
 ///
 /// # Errors
 /// A cut naming a node that is not in `nodes`; a name or path with characters outside
