@@ -20,7 +20,11 @@
 //! client that times out closes its socket, and the kernel still sends what the socket had
 //! queued), so a request can be applied after its caller's timeout, as on a real network.
 //! madsim's own clogs (`NetSim::clog_link`) drop packets; the nemesis sets both, and this
-//! layer holds every eosim packet before madsim could see the cut.
+//! layer holds every eosim packet before madsim could see the cut. Not modelled: connection
+//! set-up (a call made during a cut is held as if its connection stood; over TCP its SYN
+//! would wait on a schedule of its own, from 1 s) and the order within a connection (each
+//! held packet keeps its own schedule, and madsim's 1-10 ms latencies reorder packets on
+//! a link anyway, as TCP would not).
 //!
 //! Faults are per directed pair of node IPs and live in a thread-local table: each
 //! simulation runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never
