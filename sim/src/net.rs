@@ -24,7 +24,9 @@
 //! set-up (a call made during a cut is held as if its connection stood; over TCP its SYN
 //! would wait on a schedule of its own, from 1 s) and the order within a connection (each
 //! held packet keeps its own schedule, and madsim's 1-10 ms latencies reorder packets on
-//! a link anyway, as TCP would not).
+//! a link anyway, as TCP would not), and a held request's sender killed as a process (it
+//! dies with the node's tasks here, where the kernel would still send what the socket
+//! had queued).
 //!
 //! Faults are per directed pair of node IPs and live in a thread-local table: each
 //! simulation runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never
