@@ -71,6 +71,22 @@ fn a_database_crash_marks_the_ambiguous_commit_and_the_connection_reset() {
     );
 }
 
+/// A cut holds what crosses it (TCP): the JDBC workers' batches sent into the partitions
+/// cross at a retransmission after the heal, after their calls timed out (ambiguous) and
+/// were retried; the final table is still exact (the scenario's claim).
+#[test]
+fn a_partition_holds_requests_until_a_retransmission_after_the_heal() {
+    assert_reached(
+        "p2-upsert-partition-worker-database.toml",
+        1,
+        &[
+            "net:held-packet-retransmitted-after-heal",
+            "jdbc:ambiguous-commit-timeout",
+            "jdbc:batch-retry",
+        ],
+    );
+}
+
 #[test]
 fn a_paused_consumer_marks_session_expiry_revocation_and_its_fencing() {
     assert_reached(
