@@ -4,8 +4,8 @@
 //! uses, a kill of a process that was already dead, a partition between two nodes that never
 //! talk. So each place where a fault bites records an [`Effect`]: the RPC layer
 //! (`net`: a request dropped, duplicated or delayed by N ms, a response dropped, a packet
-//! held by a cut or clogged link until TCP's retransmission after the heal), the nemesis (a process killed with what it lost, paused, a
-//! clock stepped), components (a fault point fired, a request held by a BUGGIFY point, a bad
+//! held by a cut or clogged link until TCP's retransmission after the heal), the nemesis (a
+//! process killed with what it lost, paused, a clock stepped), components (a fault point fired, a request held by a BUGGIFY point, a bad
 //! record produced). The harness's runner installs a [`set_sink`] that writes each effect
 //! into the history as it happens, and collects the per-kind counts with [`take`]; the
 //! report compares them with what was scheduled ([`arm`] and the nemesis schedule), and a

@@ -16,17 +16,21 @@
 //! retransmitted on Linux's schedule ([`retransmission_offsets_ms`]), and arrives at the
 //! first retransmission after the heal; it is lost only when the connection is reset
 //! meanwhile (the other end's process died or its machine restarted) or TCP gives up
-//! (`tcp_retries2`, about 15 minutes). A held request survives its caller giving up (a
-//! client that times out closes its socket, and the kernel still sends what the socket had
+//! (`tcp_retries2`, about 15 minutes; 8 retransmissions, 51 s, once the caller has closed
+//! the socket, [`ORPHAN_RETRIES`]). A held request survives its caller giving up (a client
+//! that times out closes its socket, and the kernel still sends what the socket had
 //! queued), so a request can be applied after its caller's timeout, as on a real network.
 //! madsim's own clogs (`NetSim::clog_link`) drop packets; the nemesis sets both, and this
 //! layer holds every eosim packet before madsim could see the cut. Not modelled: connection
 //! set-up (a call made during a cut is held as if its connection stood; over TCP its SYN
 //! would wait on a schedule of its own, from 1 s) and the order within a connection (each
 //! held packet keeps its own schedule, and madsim's 1-10 ms latencies reorder packets on
-//! a link anyway, as TCP would not), and a held request's sender killed as a process (it
-//! dies with the node's tasks here, where the kernel would still send what the socket
-//! had queued).
+//! a link anyway, as TCP would not: a PostgreSQL client's close, sent at its timeout, can
+//! cross before a `COMMIT` held since earlier, which over TCP would arrive first and
+//! commit), a held request's sender killed as a process (it dies with the node's tasks
+//! here, where the kernel would still send what the socket had queued), and a paused
+//! process (its held packets wait with its tasks, where the kernel would go on
+//! retransmitting; after the resume they look at the link at once).
 //!
 //! Faults are per directed pair of node IPs and live in a thread-local table: each
 //! simulation runs on its own OS thread (see `DESIGN.md`, determinism rules), so runs never
@@ -47,6 +51,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -169,6 +174,34 @@ pub fn retransmission_offsets_ms() -> impl Iterator<Item = u64> {
     })
 }
 
+/// Retransmissions of a socket its application has closed (an orphan, `SOCK_DEAD`): Linux's
+/// `tcp_orphan_retries` default 0 means 8 (`tcp_orphan_retries()` in `net/ipv4/tcp_timer.c`),
+/// so what a caller that gave up had queued is retransmitted up to 51 s after its send and
+/// the connection is reset at 102.2 s, where an open socket goes on to 804.6 s.
+const ORPHAN_RETRIES: usize = 8;
+
+/// Whether the caller of a held request has stopped waiting (timed out, reset, answered):
+/// its socket is closed then, and TCP retransmits what it had queued as an orphan's
+/// ([`ORPHAN_RETRIES`]). Set by the [`Caller`] guard's drop.
+type CallerGone = Arc<AtomicBool>;
+
+/// Lives as long as a call waits for its answer; dropping it marks the call's
+/// [`CallerGone`].
+struct Caller(CallerGone);
+
+impl Caller {
+    fn new() -> (Self, CallerGone) {
+        let gone = CallerGone::default();
+        (Self(gone.clone()), gone)
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// How a packet held by a cut or clog ended ([`hold_across_cut`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Crossing {
@@ -181,15 +214,19 @@ enum Crossing {
 }
 
 /// If the link from `source` to `target` is cut or clogged now, records the effect (one
-/// per packet, naming `what`) and waits as TCP does ([`retransmission_offsets_ms`]) until
-/// a retransmission finds the link whole ([`Crossing::AfterHeal`]), the connection is reset
-/// ([`reset_connections`] on `reset_ip`, the server's IP) or TCP gives up ([`Crossing::Lost`]).
-/// The wait is in the calling task: a caller that must not lose the packet when it stops
-/// waiting spawns it (see [`send_copies`]).
+/// per request or response, its duplicated copies together, naming `what`) and waits as
+/// TCP does ([`retransmission_offsets_ms`]) until a retransmission finds the link whole
+/// ([`Crossing::AfterHeal`]), `reset` fires (the connection was reset: made from the bell
+/// of the server's IP for a request, of the client's for a response, before the packet
+/// was held) or TCP gives up ([`Crossing::Lost`]): after 15 retransmissions, or after 8 once
+/// `caller_gone` says the sending socket was closed. The wait is in the calling task: a
+/// caller that must not lose the packet when it stops waiting spawns it (see
+/// [`send_copies`]).
 async fn hold_across_cut(
     source: IpAddr,
     target: IpAddr,
-    reset_ip: IpAddr,
+    reset: impl Future<Output = ()>,
+    caller_gone: Option<&AtomicBool>,
     what: impl FnOnce() -> String,
 ) -> Crossing {
     let Some(kind) = link_cut_by(source, target) else {
@@ -204,10 +241,11 @@ async fn hold_across_cut(
     );
     effects::record(kind, &effects::node_name(source), detail);
     let sent_at = madsim::time::Instant::now();
-    let bell = reset_bell(reset_ip);
-    let reset = bell.notified();
     tokio::pin!(reset);
-    for offset in retransmission_offsets_ms() {
+    for (done, offset) in retransmission_offsets_ms().enumerate() {
+        if done >= ORPHAN_RETRIES && caller_gone.is_some_and(|g| g.load(Ordering::Relaxed)) {
+            break;
+        }
         let retransmission = sent_at + Duration::from_millis(offset);
         tokio::select! {
             biased;
@@ -417,12 +455,18 @@ async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
     request: Req,
     response_tag: u64,
     copies: usize,
+    caller_gone: &CallerGone,
 ) -> Result<(), RpcError> {
     if copies > 0 && link_cut_by(source, target.ip()).is_some() {
         let sender = endpoint.clone();
+        // Made here, not in the task: a reset between this send and the task's first poll
+        // must still end the held request.
+        let reset = reset_bell(target.ip()).notified_owned();
+        let gone = caller_gone.clone();
         madsim::task::spawn(async move {
             let what = || api_name(&request);
-            if hold_across_cut(source, target.ip(), target.ip(), what).await == Crossing::Lost {
+            let held = hold_across_cut(source, target.ip(), reset, Some(&gone), what).await;
+            if held == Crossing::Lost {
                 return;
             }
             // A send error means the local endpoint is gone; nobody waits any more.
@@ -478,12 +522,22 @@ where
     let source = source_ip(endpoint)?;
     let departure = depart(source, target, &request, 0);
     let response_tag: u64 = madsim::rand::random();
+    let (_caller, gone) = Caller::new();
     let exchange = async {
         if departure.delay_ms > 0 {
             madsim::time::sleep(Duration::from_millis(departure.delay_ms)).await;
         }
         let copies = departure.copies;
-        send_and_receive(endpoint, source, target, request, response_tag, copies).await
+        send_and_receive(
+            endpoint,
+            source,
+            target,
+            request,
+            response_tag,
+            copies,
+            &gone,
+        )
+        .await
     };
     answer_or_reset(source, target, timeout, exchange).await
 }
@@ -496,12 +550,22 @@ async fn send_and_receive<Req, Resp>(
     request: Req,
     response_tag: u64,
     copies: usize,
+    caller_gone: &CallerGone,
 ) -> Result<Resp, RpcError>
 where
     Req: Clone + std::fmt::Debug + Send + Sync + 'static,
     Resp: Send + Sync + 'static,
 {
-    send_copies(endpoint, source, target, request, response_tag, copies).await?;
+    send_copies(
+        endpoint,
+        source,
+        target,
+        request,
+        response_tag,
+        copies,
+        caller_gone,
+    )
+    .await?;
     receive(endpoint, response_tag).await
 }
 
@@ -630,10 +694,19 @@ where
     let source = source_ip(endpoint)?;
     let departure = depart(source, target, &request, extra_delay.as_millis() as u64);
     let response_tag: u64 = madsim::rand::random();
+    let (_caller, gone) = Caller::new();
     if departure.delay_ms == 0 {
         let copies = departure.copies;
         // Boxed: moving the exchange's large future into `answer_or_reset` copied it.
-        let exchange = send_and_receive(endpoint, source, target, request, response_tag, copies);
+        let exchange = send_and_receive(
+            endpoint,
+            source,
+            target,
+            request,
+            response_tag,
+            copies,
+            &gone,
+        );
         return answer_or_reset(source, target, timeout, Box::pin(exchange)).await;
     }
     let sender = endpoint.clone();
@@ -647,6 +720,7 @@ where
             request,
             response_tag,
             departure.copies,
+            &gone,
         )
         .await;
     });
@@ -692,10 +766,15 @@ where
                 effects::record(kind::DROP_RESPONSE, &effects::node_name(from.ip()), detail);
                 return;
             }
-            let what = || format!("{} response", api());
-            // The response waits in this task: a kill of the server ends both.
-            if hold_across_cut(local, from.ip(), from.ip(), what).await == Crossing::Lost {
-                return;
+            if link_cut_by(local, from.ip()).is_some() {
+                let what = || format!("{} response", api());
+                // The response waits in this task: a kill of the server ends both. The
+                // server's socket stays open (no orphan limit); a reset of the client ends it.
+                let reset = reset_bell(from.ip()).notified_owned();
+                let held = hold_across_cut(local, from.ip(), reset, None, what).await;
+                if held == Crossing::Lost {
+                    return;
+                }
             }
             // A send error means the caller is gone; there is nobody to tell.
             let _ = endpoint

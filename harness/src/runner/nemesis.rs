@@ -388,7 +388,7 @@ pub fn heal(world: &World, verbose: bool) {
     }
     net.blocked_seen.clear();
     drop(net);
-    // Message faults, and the cut links and clogs mirrored for the effect accounting.
+    // Message faults, and the cut links and clogs eosim's RPC layer holds packets on.
     clear_message_faults();
     world.record_fault("heal", String::new(), verbose);
 }

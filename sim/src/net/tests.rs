@@ -69,10 +69,10 @@ fn retransmissions_follow_linux_from_200_ms_doubling_to_120_s_fifteen_times() {
     // Waits double up to TCP_RTO_MAX (102.4 s, then 120 s each).
     assert_eq!(offsets[9] - offsets[8], 102_400);
     assert_eq!(offsets[10] - offsets[9], 120_000);
-    // The last retransmission 804.6 s after the send; the connection times out 120 s
-    // later, at ip-sysctl.rst's 924.6 s.
+    // The last retransmission 804.6 s after the send (the connection times out 120 s
+    // later, at ip-sysctl.rst's 924.6 s); an orphan's eighth and last at 51 s.
     assert_eq!(offsets[14], 804_600);
-    assert_eq!(offsets[14] + 120_000, 924_600);
+    assert_eq!(offsets[ORPHAN_RETRIES - 1], 51_000);
 }
 
 /// A server that counts the requests it applied and answers each with the count so far.
@@ -215,4 +215,54 @@ async fn a_response_across_a_one_way_cut_is_applied_at_once_and_answered_after_t
         "took {took:?}"
     );
     crate::marks::assert_hit(&["net:held-packet-retransmitted-after-heal"]);
+}
+
+#[madsim::test]
+async fn a_request_held_past_an_orphans_retries_is_lost_and_one_still_awaited_is_not() {
+    crate::marks::take();
+    let (client, applied) = client_and_counting_server();
+    madsim::time::sleep(Duration::from_millis(10)).await;
+    cut_both_ways(true);
+    // Given up after 2 s: an orphan's last retransmission is 51 s after the send.
+    let orphaned = client.spawn(call_counting_server(Duration::from_secs(2)));
+    // Still awaited for 200 s: its ninth retransmission, 102.2 s after the send, crosses.
+    let awaited = client.spawn(call_counting_server(Duration::from_secs(200)));
+    madsim::time::sleep(Duration::from_secs(60)).await;
+    cut_both_ways(false);
+    let (result, _) = orphaned.await.expect("the first call's task");
+    assert!(
+        matches!(result, Err(RpcError::Timeout { .. })),
+        "{result:?}"
+    );
+    let (result, took) = awaited.await.expect("the second call's task");
+    assert_eq!(result, Ok(1), "only the awaited request is applied");
+    assert!(
+        took >= Duration::from_millis(102_200) && took < Duration::from_millis(102_300),
+        "took {took:?}"
+    );
+    madsim::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(applied.load(std::sync::atomic::Ordering::SeqCst), 1);
+    crate::marks::assert_hit(&[
+        "net:held-packet-lost-tcp-gave-up",
+        "net:held-packet-retransmitted-after-heal",
+    ]);
+}
+
+#[madsim::test]
+async fn a_reset_before_the_held_packet_is_first_polled_still_loses_it() {
+    crate::marks::take();
+    cut_both_ways(true);
+    // The reset future is made when the packet is held (`send_copies`), before its task
+    // first runs: a reset in between must end it at once.
+    let reset = reset_bell(SERVER).notified_owned();
+    reset_connections(SERVER);
+    let started = madsim::time::Instant::now();
+    let crossing = hold_across_cut(CLIENT, SERVER, reset, None, || "Produce".into()).await;
+    cut_both_ways(false);
+    assert_eq!(crossing, Crossing::Lost);
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "not at once"
+    );
+    crate::marks::assert_hit(&["net:held-packet-lost-to-reset"]);
 }

@@ -291,7 +291,9 @@ impl Database {
     /// Closes a session (the client's `Terminate` message, or its socket closing): its open
     /// transaction rolls back. Unknown sessions are ignored.
     pub fn close(&mut self, session: SessionId) {
-        self.end_txn(session);
+        if self.end_txn(session).is_some() {
+            crate::mark!("postgres:close-rolled-back");
+        }
         self.sessions.remove(&session);
     }
 

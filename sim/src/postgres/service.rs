@@ -294,14 +294,10 @@ impl PostgresWorld {
                 Response::Executed(self.execute(session, &statement).await)
             }
             Request::ExecuteBatch { statements, .. } => {
-                Response::Batch(self.execute_batch(session, &statements).await)
+                Response::Batch(self.execute_batch(session, &statements, false).await)
             }
             Request::BeginBatch { statements, .. } => {
-                let begun = self.lock_db().begin(now, session);
-                match begun {
-                    Ok(()) => Response::Batch(self.execute_batch(session, &statements).await),
-                    Err(error) => Response::Batch(Err(BatchError { index: 0, error })),
-                }
+                Response::Batch(self.execute_batch(session, &statements, true).await)
             }
         };
         if matches!(
@@ -339,14 +335,16 @@ impl PostgresWorld {
         }
     }
 
-    /// Runs a batch (see [`Request::ExecuteBatch`]).
+    /// Runs a batch: [`Request::ExecuteBatch`], or with `begin` [`Request::BeginBatch`]
+    /// (`BEGIN` first, the transaction left open).
     pub async fn execute_batch(
         &self,
         session: SessionId,
         statements: &[Statement],
+        begin: bool,
     ) -> Result<Vec<Reply>, BatchError> {
-        let implicit = !self.lock_db().in_transaction(session);
-        if implicit {
+        let implicit = !begin && !self.lock_db().in_transaction(session);
+        if implicit || begin {
             let begun = self.lock_db().begin(self.now_ms(), session);
             begun.map_err(|error| BatchError { index: 0, error })?;
         }

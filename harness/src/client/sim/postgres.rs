@@ -11,7 +11,7 @@
 use crate::client::postgres::{PgClientError, PostgresClient};
 use async_trait::async_trait;
 use eosim_sim::postgres::service::{postgres_addr, Request, Response};
-use eosim_sim::postgres::{Reply, SessionId, SqlState, Statement, TxnEnd};
+use eosim_sim::postgres::{PgError, Reply, SessionId, SqlState, Statement, TxnEnd};
 use madsim::net::Endpoint;
 use std::time::Duration;
 
@@ -77,9 +77,15 @@ impl SimPostgres {
         }
     }
 
+    /// Forgets the session the server no longer has: gone (`08003`, after a crash or a
+    /// close) or terminated by `idle_in_transaction_session_timeout` (`25P03`, FATAL:
+    /// PostgreSQL ends the backend).
     fn forget_lost_session(&mut self, error: &PgClientError) {
         if let PgClientError::Db { error, .. } = error {
-            if error.code == SqlState::ConnectionDoesNotExist {
+            if matches!(
+                error.code,
+                SqlState::ConnectionDoesNotExist | SqlState::IdleInTransactionSessionTimeout
+            ) {
                 self.session = None;
             }
         }
@@ -128,9 +134,13 @@ impl PostgresClient for SimPostgres {
             Err(e) => {
                 self.forget_lost_session(&e);
                 if self.session.is_some() {
-                    // The failed transaction holds its locks until `ROLLBACK`; a failed
-                    // one ends the session, which rolls back as well.
-                    let _ = self.call(Request::Rollback { session }, "rollback").await;
+                    // The failed transaction holds its locks until `ROLLBACK`. A rollback
+                    // that times out closes the session (see `call`), which rolls back too.
+                    if let Ok(Response::RolledBack(Err(error))) =
+                        self.call(Request::Rollback { session }, "rollback").await
+                    {
+                        self.forget_lost_session(&PgClientError::Db { index: None, error });
+                    }
                 }
                 return Err(e);
             }
@@ -138,10 +148,12 @@ impl PostgresClient for SimPostgres {
         let result = match self.call(Request::Commit { session }, "commit").await? {
             Response::Committed(Ok(TxnEnd::Committed)) => Ok(replies),
             // Only a failed transaction's COMMIT rolls back, and this one did not fail;
-            // but a server that says so must not be taken for a commit.
-            Response::Committed(Ok(TxnEnd::RolledBack)) => {
-                Err(PgClientError::Connection("COMMIT answered ROLLBACK".into()))
-            }
+            // a server that says so gets pgJDBC's answer ("The database returned ROLLBACK,
+            // so the transaction cannot be committed"), a failed-transaction error.
+            Response::Committed(Ok(TxnEnd::RolledBack)) => Err(PgClientError::Db {
+                index: None,
+                error: PgError::in_failed_transaction(),
+            }),
             Response::Committed(Err(error)) => Err(PgClientError::Db { index: None, error }),
             other => Err(PgClientError::Connection(format!(
                 "unexpected reply {other:?}"
