@@ -17,7 +17,7 @@
 //! first retransmission after the heal; it is lost only when the connection is reset
 //! meanwhile (the other end's process died or its machine restarted) or TCP gives up
 //! (`tcp_retries2`, about 15 minutes; 8 retransmissions, 51 s, once the caller has closed
-//! the socket, [`ORPHAN_RETRIES`]). A held request survives its caller giving up (a client
+//! the socket: `tcp_orphan_retries`). A held request survives its caller giving up (a client
 //! that times out closes its socket, and the kernel still sends what the socket had
 //! queued), so a request can be applied after its caller's timeout, as on a real network.
 //! madsim's own clogs (`NetSim::clog_link`) drop packets; the nemesis sets both, and this
