@@ -25,9 +25,8 @@
 //! set-up (a call made during a cut is held as if its connection stood; over TCP its SYN
 //! would wait on a schedule of its own, from 1 s) and the order within a connection (each
 //! held packet keeps its own schedule, and madsim's 1-10 ms latencies reorder packets on
-//! a link anyway, as TCP would not: a PostgreSQL client's close, sent at its timeout, can
-//! cross before a `COMMIT` held since earlier, which over TCP would arrive first and
-//! commit), a held request's sender killed as a process (it dies with the node's tasks
+//! a link anyway, as TCP would not; a sender that must not overtake what a cut holds, as a
+//! socket's close follows its data, waits with [`after_queued`]), a held request's sender killed as a process (it dies with the node's tasks
 //! here, where the kernel would still send what the socket had queued), and a paused
 //! process (its held packets wait with its tasks, where the kernel would go on
 //! retransmitting; after the resume they look at the link at once).
@@ -463,7 +462,10 @@ async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
         // must still end the held request.
         let reset = reset_bell(target.ip()).notified_owned();
         let gone = caller_gone.clone();
+        let queued = Queued::new(source, target.ip());
         madsim::task::spawn(async move {
+            // Counted until it crossed or was lost (or its node died with this task).
+            let _queued = queued;
             let what = || api_name(&request);
             let held = hold_across_cut(source, target.ip(), reset, Some(&gone), what).await;
             if held == Crossing::Lost {
@@ -475,6 +477,69 @@ async fn send_copies<Req: Clone + std::fmt::Debug + Send + Sync + 'static>(
         return Ok(());
     }
     send_now(endpoint, target, request, response_tag, copies).await
+}
+
+thread_local! {
+    /// Per directed link (by IP), the requests a cut holds in the sender's socket.
+    static QUEUED: RefCell<BTreeMap<(IpAddr, IpAddr), u32>> =
+        const { RefCell::new(BTreeMap::new()) };
+    /// Rung whenever a held request crossed or was lost.
+    static QUEUE_MOVED: Arc<Notify> = Arc::default();
+}
+
+/// Counts a held request in [`QUEUED`] while it lives.
+struct Queued((IpAddr, IpAddr));
+
+impl Queued {
+    fn new(source: IpAddr, target: IpAddr) -> Self {
+        QUEUED.with(|q| *q.borrow_mut().entry((source, target)).or_default() += 1);
+        Self((source, target))
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // A thread-local may be gone when the runtime drops its tasks at thread exit.
+        let _ = QUEUED.try_with(|q| {
+            let mut q = q.borrow_mut();
+            if let Some(n) = q.get_mut(&self.0) {
+                *n -= 1;
+                if *n == 0 {
+                    q.remove(&self.0);
+                }
+            }
+        });
+        let _ = QUEUE_MOVED.try_with(|bell| bell.notify_waiters());
+    }
+}
+
+/// madsim's largest per-packet latency (`NetConfig::send_latency`, 1-10 ms): a packet sent
+/// this much after another on the same link cannot arrive before it.
+const LATENCY_MAX: Duration = Duration::from_millis(10);
+
+/// Waits until no request this node sent to `target` is held by a cut any more, then
+/// 10 ms more (madsim's largest latency): what a socket sends after its queued data (a
+/// close, its FIN) arrives after that data, as over TCP.
+///
+/// # Errors
+/// [`RpcError::Transport`] when the node's IP cannot be found.
+pub async fn after_queued(endpoint: &Endpoint, target: SocketAddr) -> Result<(), RpcError> {
+    let source = source_ip(endpoint)?;
+    let link = (source, target.ip());
+    let mut waited = false;
+    loop {
+        let moved = QUEUE_MOVED.with(|bell| bell.clone());
+        let moved = moved.notified();
+        if !QUEUED.with(|q| q.borrow().contains_key(&link)) {
+            break;
+        }
+        waited = true;
+        moved.await;
+    }
+    if waited {
+        madsim::time::sleep(LATENCY_MAX).await;
+    }
+    Ok(())
 }
 
 /// Sends `copies` packets of `request` tagged `response_tag` into madsim's network now.

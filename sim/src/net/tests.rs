@@ -266,3 +266,50 @@ async fn a_reset_before_the_held_packet_is_first_polled_still_loses_it() {
     );
     crate::marks::assert_hit(&["net:held-packet-lost-to-reset"]);
 }
+
+/// A server that records the requests it applied, in order.
+async fn recording_server(applied: Arc<std::sync::Mutex<Vec<u32>>>) {
+    let endpoint = Endpoint::bind(SocketAddr::new(SERVER, 9092))
+        .await
+        .expect("bind the server");
+    serve(endpoint, move |request: u32, _from| {
+        let applied = applied.clone();
+        async move {
+            applied.lock().expect("applied").push(request);
+            request
+        }
+    })
+    .await;
+}
+
+#[madsim::test]
+async fn what_a_socket_sends_after_its_held_data_arrives_after_it() {
+    let handle = Handle::current();
+    let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = handle.create_node().name("server").ip(SERVER).build();
+    register_node(server.id(), SERVER, "server");
+    server.spawn(recording_server(applied.clone()));
+    let client = handle.create_node().name("client").ip(CLIENT).build();
+    register_node(client.id(), CLIENT, "client");
+    madsim::time::sleep(Duration::from_millis(10)).await;
+    cut_both_ways(true);
+    let target = SocketAddr::new(SERVER, 9092);
+    let calls = client.spawn(async move {
+        let endpoint = Endpoint::bind("0.0.0.0:0").await.expect("bind");
+        // Request 1 is held from 0 s; its caller gives up at 2 s and then sends 2 (a
+        // close, say) behind it.
+        let first = call::<u32, u32>(&endpoint, target, 1, Duration::from_secs(2)).await;
+        assert!(matches!(first, Err(RpcError::Timeout { .. })), "{first:?}");
+        after_queued(&endpoint, target)
+            .await
+            .expect("the node's IP");
+        call::<u32, u32>(&endpoint, target, 2, Duration::from_secs(30)).await
+    });
+    // Healed 4.5 s after request 1 left: its retransmission at 6.2 s crosses. Request 2,
+    // sent at once at 2 s, would have crossed first, at its own retransmission 3 s after
+    // it (5.0 s); behind request 1 it leaves at 6.2 s.
+    madsim::time::sleep(Duration::from_millis(4_500)).await;
+    cut_both_ways(false);
+    assert_eq!(calls.await.expect("the client's task"), Ok(2));
+    assert_eq!(*applied.lock().expect("applied"), vec![1, 2]);
+}

@@ -5,8 +5,10 @@
 //! and the statements pipelined, then `COMMIT`) and pgJDBC's with autocommit off
 //! (`executeBatch`, then `commit`). A timeout closes the session, as pgJDBC and
 //! tokio-postgres close the socket: the server ends it, rolling back what it had open,
-//! when the close reaches it (after the heal, when a partition holds it back). So a batch
-//! held by a partition and applied after its client gave up never commits.
+//! when the close reaches it (after the heal, when a partition holds it back, and after
+//! whatever the partition held before it, as a FIN follows the data). So a batch held by a
+//! partition and applied after its client gave up never commits, and a held `COMMIT`
+//! still does.
 
 use crate::client::postgres::{PgClientError, PostgresClient};
 use async_trait::async_trait;
@@ -49,6 +51,14 @@ impl SimPostgres {
                 let endpoint = endpoint.clone();
                 let timeout = self.timeout;
                 madsim::task::spawn(async move {
+                    // The close leaves the socket behind whatever it still holds (a request
+                    // a cut keeps in TCP's queue), as the FIN follows the data.
+                    if eosim_sim::net::after_queued(&endpoint, postgres_addr())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                     let close = Request::Close { session };
                     // Nobody waits for the answer; the session ends when the close arrives.
                     let _: Result<Response, _> =
