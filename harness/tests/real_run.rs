@@ -378,33 +378,55 @@ fn delete_records_on_real_kafka_is_caught_past_the_committed_offset_and_safe_bel
 /// the group's leader notices is never read (`sink-lost`, KAFKA-12478); with `earliest`
 /// the claim holds. Each run records the effect, and the final read covers all 4
 /// partitions.
+///
+/// The loss needs the producer to write to the new partitions before the group takes them;
+/// a group that fetches fresh metadata early (a member joining late, which on a loaded
+/// machine can happen after the growth at 3 s, brings a rejoin with the new count) closes
+/// the window. The latest file held once in the real suite's loop (2026-12-08, while
+/// builds shared the two cores, after it had been violated in every run of the 17 before),
+/// so it runs up to three times until it is violated; each run must still record the
+/// effect and read all 4 partitions. The earliest twin must hold.
 #[test]
 fn add_partitions_on_real_kafka_loses_records_under_latest_and_not_under_earliest() {
     if !real_enabled("add_partitions_on_real_kafka") {
         return;
     }
-    for (file, expected) in [
-        ("kafka-add-partitions-latest-loses", Verdict::Violated),
-        ("kafka-add-partitions-earliest", Verdict::Holds),
-    ] {
-        let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
-        let dir = service_dir("real-run-add-partitions");
-        let (outcome, result) = run_native(file, &path, &scenario, dir.path());
-        assert_eq!(result.verdict, expected, "{file}: notes {:?}", result.notes);
-        let acted = effects_of(&outcome.history, eosim_sim::effects::kind::ADD_PARTITIONS) > 0;
-        assert!(acted, "{file}: no add-partitions effect");
-        let partitions_read = outcome
-            .history
-            .ops
-            .iter()
-            .filter(|op| matches!(&op.value, Value::LogState { .. }))
-            .count();
-        assert_eq!(
-            partitions_read, 4,
-            "{file}: the final read missed added partitions"
+    let file = "kafka-add-partitions-latest-loses";
+    let caught = (1..=3).any(|attempt| {
+        let verdict = run_add_partitions(file);
+        eprintln!("{file} attempt {attempt}: {verdict:?}");
+        assert!(
+            matches!(verdict, Verdict::Violated | Verdict::Holds),
+            "{file}: {verdict:?}"
         );
-        assert_short_and_clean(&result, 120.0);
-    }
+        verdict == Verdict::Violated
+    });
+    assert!(caught, "{file} held in 3 runs of 3");
+    let file = "kafka-add-partitions-earliest";
+    assert_eq!(run_add_partitions(file), Verdict::Holds, "{file}");
+}
+
+/// One run of an add-partitions field file: its verdict, after checking that the growth
+/// acted, the final read covered all 4 partitions, and the run was short and clean.
+fn run_add_partitions(file: &str) -> Verdict {
+    let (path, scenario) = scenario_at(&format!("../scenarios/field/{file}.toml"));
+    let dir = service_dir("real-run-add-partitions");
+    let (outcome, result) = run_native(file, &path, &scenario, dir.path());
+    eprintln!("{file}: {:?}, notes {:?}", result.verdict, result.notes);
+    let acted = effects_of(&outcome.history, eosim_sim::effects::kind::ADD_PARTITIONS) > 0;
+    assert!(acted, "{file}: no add-partitions effect");
+    let partitions_read = outcome
+        .history
+        .ops
+        .iter()
+        .filter(|op| matches!(&op.value, Value::LogState { .. }))
+        .count();
+    assert_eq!(
+        partitions_read, 4,
+        "{file}: the final read missed added partitions"
+    );
+    assert_short_and_clean(&result, 120.0);
+    result.verdict
 }
 
 /// The `clog` canary pair on real services: streams-0's cgroup is cut off from every
